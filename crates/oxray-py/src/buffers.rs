@@ -1,0 +1,190 @@
+//! Object bytes as Python sees them: `ObjectBuffer` exposes an object's bytes
+//! (inline or a read-only shared-memory mapping) through the buffer protocol,
+//! so pickle-5 out-of-band buffers and numpy arrays view them without copying.
+
+use oxray_runtime::proto::{ObjectLocation, object_location::Place};
+use oxray_store::{INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::os::raw::c_int;
+use std::path::Path;
+
+enum Bytes {
+    Owned(Vec<u8>),
+    Mapped(MappedObject),
+}
+
+#[pyclass(frozen, module = "oxray._native")]
+pub struct ObjectBuffer {
+    bytes: Bytes,
+}
+
+impl ObjectBuffer {
+    fn data(&self) -> &[u8] {
+        match &self.bytes {
+            Bytes::Owned(v) => v,
+            Bytes::Mapped(m) => m.bytes(),
+        }
+    }
+
+    pub fn from_location_bytes(data: Vec<u8>) -> Self {
+        ObjectBuffer { bytes: Bytes::Owned(data) }
+    }
+
+    pub fn from_location(loc: ObjectLocation) -> Result<Self, String> {
+        match loc.place {
+            Some(Place::InlineData(data)) => Ok(ObjectBuffer { bytes: Bytes::Owned(data) }),
+            Some(Place::Path(path)) => map_object_file(Path::new(&path))
+                .map(|m| ObjectBuffer { bytes: Bytes::Mapped(m) })
+                .map_err(|e| e.to_string()),
+            None => Err("object location is empty".into()),
+        }
+    }
+}
+
+#[pymethods]
+impl ObjectBuffer {
+    /// (flags, (pickle start, end), [(buffer start, end), ...]) within this buffer.
+    #[allow(clippy::type_complexity)]
+    fn layout(&self) -> PyResult<(u32, (usize, usize), Vec<(usize, usize)>)> {
+        let parsed = oxray_store::parse(self.data()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok((
+            parsed.flags,
+            (parsed.pickle.start, parsed.pickle.end),
+            parsed.buffers.iter().map(|r| (r.start, r.end)).collect(),
+        ))
+    }
+
+    fn is_shared_memory(&self) -> bool {
+        matches!(self.bytes, Bytes::Mapped(_))
+    }
+
+    fn __len__(&self) -> usize {
+        self.data().len()
+    }
+
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("View is null"));
+        }
+        if (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("oxray objects are read-only"));
+        }
+        let data = slf.get().data();
+        // SAFETY: the bytes live as long as `slf`, which the view keeps a reference to.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), data.as_ptr() as *mut _, data.len() as isize, 1, flags)
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// A serialized object ready to hand to the agent: inline bytes or a sealed-to-be file.
+#[pyclass(module = "oxray._native")]
+pub struct PreparedObject {
+    pub location: Option<ObjectLocation>,
+}
+
+struct RawSlice(*const u8, usize);
+// SAFETY: the Python buffers these point into are kept alive (PyBuffer held)
+// by the caller for the whole time the slices are used.
+unsafe impl Send for RawSlice {}
+
+impl RawSlice {
+    /// SAFETY: the memory must be valid for the returned lifetime.
+    unsafe fn bytes<'a>(&self) -> &'a [u8] {
+        unsafe { std::slice::from_raw_parts(self.0, self.1) }
+    }
+
+    /// SAFETY: the memory must be valid, writable and unaliased for the returned lifetime.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_mut<'a>(&self) -> &'a mut [u8] {
+        unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u8, self.1) }
+    }
+}
+
+pub(crate) fn collect_buffers(buffers: &[PyBuffer<u8>]) -> PyResult<Vec<(*const u8, usize)>> {
+    buffers
+        .iter()
+        .map(|b| {
+            if !b.is_c_contiguous() {
+                return Err(PyBufferError::new_err("out-of-band pickle buffers must be C-contiguous"));
+            }
+            Ok((b.buf_ptr() as *const u8, b.len_bytes()))
+        })
+        .collect()
+}
+
+pub(crate) fn layout_for(pickle: &[u8], raw: &[(*const u8, usize)]) -> Layout {
+    let lens: Vec<usize> = raw.iter().map(|(_, l)| *l).collect();
+    plan(pickle.len(), &lens)
+}
+
+/// Writes the object into `dst` without holding the GIL.
+pub(crate) fn write_into(
+    py: Python<'_>,
+    dst: &mut [u8],
+    layout: &Layout,
+    flags: u32,
+    pickle: &[u8],
+    raw: &[(*const u8, usize)],
+) {
+    let slices: Vec<RawSlice> = raw.iter().map(|(p, l)| RawSlice(*p, *l)).collect();
+    let dst_ptr = RawSlice(dst.as_mut_ptr(), dst.len());
+    let pickle_raw = RawSlice(pickle.as_ptr(), pickle.len());
+    py.detach(move || {
+        // SAFETY: see RawSlice; dst and pickle outlive this closure.
+        let bufs: Vec<&[u8]> = slices.iter().map(|s| unsafe { s.bytes() }).collect();
+        let dst = unsafe { dst_ptr.bytes_mut() };
+        let pickle = unsafe { pickle_raw.bytes() };
+        write_object(dst, layout, flags, pickle, &bufs);
+    });
+}
+
+/// Serializes into inline bytes (used for small task arguments).
+#[pyfunction]
+pub fn encode_object<'py>(
+    py: Python<'py>,
+    pickle: &[u8],
+    buffers: Vec<PyBuffer<u8>>,
+    flags: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let raw = collect_buffers(&buffers)?;
+    let layout = layout_for(pickle, &raw);
+    let mut out = vec![0u8; layout.total_size];
+    write_into(py, &mut out, &layout, flags, pickle, &raw);
+    Ok(PyBytes::new(py, &out))
+}
+
+/// Builds an object's location: inline for small objects, otherwise a file
+/// reserved through `reserve` (which returns the path to write).
+pub(crate) fn prepare(
+    py: Python<'_>,
+    id: &[u8],
+    pickle: &[u8],
+    buffers: &[PyBuffer<u8>],
+    flags: u32,
+    reserve: impl FnOnce(Python<'_>, usize) -> PyResult<String>,
+) -> PyResult<ObjectLocation> {
+    let raw = collect_buffers(buffers)?;
+    let layout = layout_for(pickle, &raw);
+    let size = layout.total_size;
+    if size <= INLINE_THRESHOLD {
+        let mut out = vec![0u8; size];
+        write_into(py, &mut out, &layout, flags, pickle, &raw);
+        return Ok(ObjectLocation { object_id: id.to_vec(), place: Some(Place::InlineData(out)), size: size as u64 });
+    }
+    let path = reserve(py, size)?;
+    let mut map = create_object_file(Path::new(&path), size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    write_into(py, &mut map, &layout, flags, pickle, &raw);
+    drop(map);
+    Ok(ObjectLocation { object_id: id.to_vec(), place: Some(Place::Path(path)), size: size as u64 })
+}

@@ -1,0 +1,489 @@
+//! The per-process client: submit work, move objects, count references, and
+//! (in workers) receive assignments.
+
+use crate::buffers::{ObjectBuffer, PreparedObject, prepare};
+use crate::{OxrayRpcError, runtime};
+use oxray_runtime::client::{ClientError, CoreClient};
+use oxray_runtime::ids::{Id, id_from_bytes};
+use oxray_runtime::proto::{
+    ActorInfo, ActorRequest, Assignment, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest, TaskArg,
+    TaskDoneRequest, TaskKind, TaskSpec, WorkerHello, task_arg,
+};
+use parking_lot::Mutex;
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn rpc_err(e: ClientError) -> PyErr {
+    OxrayRpcError::new_err(e.to_string())
+}
+
+fn to_id(raw: &[u8]) -> PyResult<Id> {
+    id_from_bytes(raw).map_err(PyValueError::new_err)
+}
+
+enum StreamItem {
+    Task(Box<Assignment>),
+    Closed(String),
+}
+
+#[pyclass(module = "oxray._native")]
+pub struct Client {
+    inner: Arc<CoreClient>,
+    assignments: Mutex<Option<mpsc::Receiver<StreamItem>>>,
+}
+
+/// A task argument from Python: (is_ref, bytes) — an object id or an encoded value.
+type PyArg = (bool, Vec<u8>);
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (address, token, client_id=None))]
+    fn new(py: Python<'_>, address: String, token: String, client_id: Option<Vec<u8>>) -> PyResult<Self> {
+        let id = match client_id {
+            Some(raw) => to_id(&raw)?,
+            None => oxray_runtime::ids::new_id(),
+        };
+        let inner = py.detach(|| runtime().block_on(CoreClient::connect(&address, &token, id))).map_err(rpc_err)?;
+        let inner = Arc::new(inner);
+        // Reference drops are flushed in the background too, so idle drivers free memory.
+        let weak = Arc::downgrade(&inner);
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tick.tick().await;
+                let Some(client) = weak.upgrade() else { break };
+                if client.has_ref_changes() {
+                    let _ = client.flush_refs().await;
+                }
+            }
+        });
+        Ok(Client { inner, assignments: Mutex::new(None) })
+    }
+
+    #[getter]
+    fn client_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.inner.client_id)
+    }
+
+    fn incref(&self, id: &[u8]) -> PyResult<()> {
+        self.inner.incref(to_id(id)?);
+        Ok(())
+    }
+
+    fn decref(&self, id: &[u8]) -> PyResult<()> {
+        self.inner.decref(to_id(id)?);
+        Ok(())
+    }
+
+    fn flush_refs(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.flush_refs())).map_err(rpc_err)
+    }
+
+    /// Serializes an object into its final place (inline or a reserved shm file).
+    fn prepare(
+        &self,
+        py: Python<'_>,
+        id: &[u8],
+        pickle: &[u8],
+        buffers: Vec<PyBuffer<u8>>,
+        flags: u32,
+    ) -> PyResult<PreparedObject> {
+        let oid = to_id(id)?;
+        let c = self.inner.clone();
+        let loc = prepare(py, id, pickle, &buffers, flags, |py, size| {
+            py.detach(|| runtime().block_on(c.create_object(oid, size))).map_err(rpc_err)
+        })?;
+        Ok(PreparedObject { location: Some(loc) })
+    }
+
+    /// Makes a prepared object readable and records this process as its holder.
+    fn seal(&self, py: Python<'_>, prepared: &mut PreparedObject, nested: Vec<Vec<u8>>) -> PyResult<()> {
+        let loc = prepared.location.take().ok_or_else(|| PyValueError::new_err("object already sealed"))?;
+        let id = to_id(&loc.object_id)?;
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.seal_object(loc, nested))).map_err(rpc_err)?;
+        self.inner.mark_reported(id);
+        Ok(())
+    }
+
+    /// Objects by id, in order; None when the timeout passed first. Long waits
+    /// are sliced so Ctrl-C is noticed.
+    #[pyo3(signature = (ids, timeout_s=None))]
+    fn get(&self, py: Python<'_>, ids: Vec<Vec<u8>>, timeout_s: Option<f64>) -> PyResult<Option<Vec<ObjectBuffer>>> {
+        let deadline = timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        loop {
+            let slice_ms = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i64,
+                None => 1000,
+            };
+            let c = self.inner.clone();
+            let wanted = ids.clone();
+            let got = py.detach(|| runtime().block_on(c.get_objects(wanted, slice_ms))).map_err(rpc_err)?;
+            if let Some(locations) = got {
+                return py.detach(|| self.map_locations(locations)).map(Some);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    #[pyo3(signature = (ids, num_returns, timeout_s=None))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        ids: Vec<Vec<u8>>,
+        num_returns: u32,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Vec<Vec<u8>>> {
+        let deadline = timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        loop {
+            let slice_ms = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i64,
+                None => 1000,
+            };
+            let c = self.inner.clone();
+            let wanted = ids.clone();
+            let ready =
+                py.detach(|| runtime().block_on(c.wait_objects(wanted, num_returns, slice_ms))).map_err(rpc_err)?;
+            if ready.len() >= num_returns as usize || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(ready);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// Submits a task, an actor creation or an actor call. Returns an error
+    /// message when the request can never be scheduled ("" otherwise), or for
+    /// an actor creation, the (actor id, existed) pair as a dict.
+    #[pyo3(signature = (*, kind, task_id, function_id, name, args, kwarg_names, return_ids, resources,
+        max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
+        env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
+        max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
+        placement_resources=HashMap::new(), get_if_exists=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit<'py>(
+        &self,
+        py: Python<'py>,
+        kind: &str,
+        task_id: Vec<u8>,
+        function_id: Vec<u8>,
+        name: String,
+        args: Vec<PyArg>,
+        kwarg_names: Vec<String>,
+        return_ids: Vec<Vec<u8>>,
+        resources: HashMap<String, f64>,
+        max_retries: i32,
+        retry_exceptions: bool,
+        actor_id: Option<Vec<u8>>,
+        method_name: String,
+        env_vars: HashMap<String, String>,
+        nested_refs: Vec<Vec<u8>>,
+        job_id: Vec<u8>,
+        max_restarts: i32,
+        max_task_retries: i32,
+        max_concurrency: i32,
+        actor_name: String,
+        namespace: String,
+        detached: bool,
+        placement_resources: HashMap<String, f64>,
+        get_if_exists: bool,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let kind = match kind {
+            "task" => TaskKind::Normal,
+            "actor_creation" => TaskKind::ActorCreation,
+            "actor_task" => TaskKind::ActorTask,
+            other => return Err(PyValueError::new_err(format!("unknown task kind {other:?}"))),
+        };
+        let args = args
+            .into_iter()
+            .map(|(is_ref, data)| TaskArg {
+                kind: Some(if is_ref { task_arg::Kind::ObjectId(data) } else { task_arg::Kind::Value(data) }),
+            })
+            .collect();
+        let spec = TaskSpec {
+            task_id,
+            function_id,
+            name,
+            kind: kind as i32,
+            args,
+            kwarg_names,
+            return_ids,
+            resources,
+            max_retries,
+            retry_exceptions,
+            actor_id: actor_id.unwrap_or_default(),
+            method_name,
+            env_vars,
+            nested_refs,
+            job_id,
+            max_restarts,
+            max_task_retries,
+            max_concurrency,
+            actor_name,
+            namespace,
+            detached,
+            placement_resources,
+            owner_id: self.inner.client_id.to_vec(),
+            submitted_at_us: 0,
+        };
+        let c = self.inner.clone();
+        let out = PyDict::new(py);
+        match kind {
+            TaskKind::Normal => {
+                let error = py.detach(|| runtime().block_on(c.submit_task(spec))).map_err(rpc_err)?;
+                out.set_item("error", error)?;
+            }
+            TaskKind::ActorTask => {
+                py.detach(|| runtime().block_on(c.submit_actor_task(spec))).map_err(rpc_err)?;
+                out.set_item("error", "")?;
+            }
+            TaskKind::ActorCreation => {
+                let (id, existing) =
+                    py.detach(|| runtime().block_on(c.create_actor(spec, get_if_exists))).map_err(|e| {
+                        let msg = e.to_string();
+                        PyValueError::new_err(msg)
+                    })?;
+                out.set_item("actor_id", PyBytes::new(py, &id))?;
+                out.set_item("existing", existing)?;
+            }
+        }
+        Ok(out)
+    }
+
+    fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {
+        let mut agent = self.inner.agent();
+        py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    fn get_function<'py>(&self, py: Python<'py>, function_id: Vec<u8>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut agent = self.inner.agent();
+        let blob = py
+            .detach(|| runtime().block_on(agent.get_function(FunctionId { function_id })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(PyBytes::new(py, &blob.into_inner().data))
+    }
+
+    #[pyo3(signature = (object_id, force=false))]
+    fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool) -> PyResult<()> {
+        let mut agent = self.inner.agent();
+        py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    #[pyo3(signature = (actor_id, no_restart=true))]
+    fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool) -> PyResult<()> {
+        let mut agent = self.inner.agent();
+        py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    fn get_named_actor<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        namespace: String,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let reply = py
+            .detach(|| runtime().block_on(agent.get_named_actor(GetNamedActorRequest { name, namespace })))
+            .map_err(|s| rpc_err(s.into()))?
+            .into_inner();
+        reply.actor.filter(|_| reply.found).map(|a| actor_dict(py, &a)).transpose()
+    }
+
+    fn get_actor_info<'py>(&self, py: Python<'py>, actor_id: Vec<u8>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let reply = py
+            .detach(|| runtime().block_on(agent.get_actor_info(ActorRequest { actor_id, no_restart: false })))
+            .map_err(|s| rpc_err(s.into()))?
+            .into_inner();
+        reply.actor.filter(|_| reply.found).map(|a| actor_dict(py, &a)).transpose()
+    }
+
+    fn list_actors<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let reply = py.detach(|| runtime().block_on(agent.list_actors(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        reply.into_inner().actors.iter().map(|a| actor_dict(py, a)).collect()
+    }
+
+    fn cluster_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let reply = py.detach(|| runtime().block_on(agent.cluster_info(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        reply
+            .into_inner()
+            .nodes
+            .into_iter()
+            .map(|n| {
+                let d = PyDict::new(py);
+                d.set_item("node_id", hex::encode(&n.node_id))?;
+                d.set_item("address", n.address)?;
+                d.set_item("ip", n.ip)?;
+                d.set_item("alive", n.alive)?;
+                d.set_item("total", n.total)?;
+                d.set_item("available", n.available)?;
+                d.set_item("is_head", n.is_head)?;
+                d.set_item("session_dir", n.session_dir)?;
+                d.set_item("start_time_ms", n.start_time_ms)?;
+                Ok(d)
+            })
+            .collect()
+    }
+
+    // ------------------------------------------------------------ worker side
+
+    /// Opens this worker's assignment stream.
+    fn worker_connect(&self, py: Python<'_>) -> PyResult<()> {
+        let mut agent = self.inner.agent();
+        let hello = WorkerHello { worker_id: self.inner.client_id.to_vec(), pid: std::process::id() };
+        let mut stream =
+            py.detach(|| runtime().block_on(agent.worker_connect(hello))).map_err(|s| rpc_err(s.into()))?.into_inner();
+        let (tx, rx) = mpsc::channel();
+        runtime().spawn(async move {
+            loop {
+                match stream.message().await {
+                    Ok(Some(a)) => {
+                        if tx.send(StreamItem::Task(Box::new(a))).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = tx.send(StreamItem::Closed("the node agent closed the stream".into()));
+                        break;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(StreamItem::Closed(e.message().to_string()));
+                        break;
+                    }
+                }
+            }
+        });
+        *self.assignments.lock() = Some(rx);
+        Ok(())
+    }
+
+    /// The next assignment as a dict, None on timeout; raises when the agent is gone.
+    fn next_assignment<'py>(&self, py: Python<'py>, timeout_s: f64) -> PyResult<Option<Bound<'py, PyDict>>> {
+        // Taken out while waiting: a Receiver may be moved across threads but not shared.
+        let rx =
+            self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
+        let (item, rx) = py.detach(move || (rx.recv_timeout(Duration::from_secs_f64(timeout_s)), rx));
+        *self.assignments.lock() = Some(rx);
+        let assignment = match item {
+            Ok(StreamItem::Task(a)) => a,
+            Ok(StreamItem::Closed(why)) => return Err(OxrayRpcError::new_err(why)),
+            Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(OxrayRpcError::new_err("assignment stream ended")),
+        };
+        let Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
+        let spec = task.unwrap_or_default();
+        let resolved = py.detach(|| self.map_locations(resolved_args))?;
+        let mut resolved = resolved.into_iter();
+        let d = PyDict::new(py);
+        let mut args = Vec::new();
+        for arg in spec.args {
+            match arg.kind {
+                Some(task_arg::Kind::Value(v)) => args.push(Py::new(py, ObjectBuffer::from_location_bytes(v))?),
+                Some(task_arg::Kind::ObjectId(_)) => {
+                    let buf = resolved.next().ok_or_else(|| PyValueError::new_err("missing resolved argument"))?;
+                    args.push(Py::new(py, buf)?);
+                }
+                None => return Err(PyValueError::new_err("empty task argument")),
+            }
+        }
+        let kind = match spec.kind {
+            k if k == TaskKind::ActorCreation as i32 => "actor_creation",
+            k if k == TaskKind::ActorTask as i32 => "actor_task",
+            _ => "task",
+        };
+        d.set_item("kind", kind)?;
+        d.set_item("task_id", PyBytes::new(py, &spec.task_id))?;
+        d.set_item("function_id", PyBytes::new(py, &spec.function_id))?;
+        d.set_item("name", spec.name)?;
+        d.set_item("args", args)?;
+        d.set_item("kwarg_names", spec.kwarg_names)?;
+        d.set_item("return_ids", spec.return_ids.iter().map(|r| PyBytes::new(py, r)).collect::<Vec<_>>())?;
+        d.set_item("actor_id", PyBytes::new(py, &spec.actor_id))?;
+        d.set_item("method_name", spec.method_name)?;
+        d.set_item("env_vars", spec.env_vars)?;
+        d.set_item("job_id", PyBytes::new(py, &spec.job_id))?;
+        d.set_item("max_concurrency", spec.max_concurrency)?;
+        d.set_item("namespace", spec.namespace)?;
+        d.set_item("cuda_visible_devices", cuda_visible_devices)?;
+        Ok(Some(d))
+    }
+
+    #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(), error_text=String::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn task_done(
+        &self,
+        py: Python<'_>,
+        task_id: Vec<u8>,
+        returns: Vec<PyRefMut<'_, PreparedObject>>,
+        application_error: bool,
+        nested_refs: Vec<Vec<u8>>,
+        method_names: Vec<String>,
+        error_text: String,
+    ) -> PyResult<()> {
+        let returns = returns.into_iter().filter_map(|mut p| p.location.take()).collect();
+        let done = TaskDoneRequest {
+            worker_id: self.inner.client_id.to_vec(),
+            task_id,
+            returns,
+            application_error,
+            nested_refs,
+            ref_deltas: None,
+            method_names,
+            error_text,
+        };
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.task_done(done))).map_err(rpc_err)
+    }
+}
+
+impl Client {
+    /// Maps each location; a file moved by spilling meanwhile is looked up again.
+    fn map_locations(&self, locations: Vec<oxray_runtime::proto::ObjectLocation>) -> PyResult<Vec<ObjectBuffer>> {
+        let mut out = Vec::with_capacity(locations.len());
+        for loc in locations {
+            let id = loc.object_id.clone();
+            match ObjectBuffer::from_location(loc) {
+                Ok(b) => out.push(b),
+                Err(first) => {
+                    let again = runtime().block_on(self.inner.get_objects(vec![id], 10_000)).map_err(rpc_err)?;
+                    let loc = again.and_then(|mut v| v.pop()).ok_or_else(|| OxrayRpcError::new_err(first.clone()))?;
+                    out.push(ObjectBuffer::from_location(loc).map_err(OxrayRpcError::new_err)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn actor_dict<'py>(py: Python<'py>, a: &ActorInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("actor_id", PyBytes::new(py, &a.actor_id))?;
+    d.set_item("class_name", &a.class_name)?;
+    d.set_item("state", &a.state)?;
+    d.set_item("name", &a.name)?;
+    d.set_item("namespace", &a.namespace)?;
+    d.set_item("pid", a.pid)?;
+    d.set_item("num_restarts", a.num_restarts)?;
+    d.set_item("death_cause", &a.death_cause)?;
+    d.set_item("method_names", a.method_names.clone())?;
+    d.set_item("max_task_retries", a.max_task_retries)?;
+    Ok(d)
+}

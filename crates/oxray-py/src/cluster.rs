@@ -1,0 +1,102 @@
+//! Starting and stopping the embedded cluster from Python.
+
+use crate::runtime;
+use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_embedded};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+#[pyclass(module = "oxray._native")]
+pub struct Cluster {
+    inner: Option<RunningCluster>,
+    #[pyo3(get)]
+    agent_address: String,
+    #[pyo3(get)]
+    head_address: String,
+    #[pyo3(get)]
+    token: String,
+    #[pyo3(get)]
+    node_id: String,
+    #[pyo3(get)]
+    session_dir: String,
+    #[pyo3(get)]
+    shm_dir: String,
+}
+
+#[pyfunction]
+#[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
+    memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
+    forward_output=true))]
+#[allow(clippy::too_many_arguments)]
+pub fn start_cluster(
+    py: Python<'_>,
+    session_dir: PathBuf,
+    python: String,
+    cwd: PathBuf,
+    num_cpus: Option<f64>,
+    num_gpus: Option<usize>,
+    resources: HashMap<String, f64>,
+    memory: Option<u64>,
+    object_store_memory: Option<u64>,
+    worker_env: Vec<(String, String)>,
+    host: String,
+    token: Option<String>,
+    forward_output: bool,
+) -> PyResult<Cluster> {
+    let cfg = ClusterConfig {
+        num_cpus,
+        num_gpus,
+        resources,
+        memory,
+        object_store_memory,
+        session_dir,
+        python,
+        cwd,
+        worker_env,
+        host,
+        token,
+        forward_output,
+    };
+    let started = py.detach(|| runtime().block_on(start_embedded(cfg)));
+    let running = started.map_err(|e| match e {
+        oxray_runtime::cluster::ClusterError::Config(m) => PyValueError::new_err(m),
+        other => PyRuntimeError::new_err(other.to_string()),
+    })?;
+    Ok(Cluster {
+        agent_address: running.agent_address.clone(),
+        head_address: running.head_address.clone(),
+        token: running.token.clone(),
+        node_id: hex::encode(running.node_id),
+        session_dir: running.session_dir.display().to_string(),
+        shm_dir: running.shm_dir.display().to_string(),
+        inner: Some(running),
+    })
+}
+
+#[pymethods]
+impl Cluster {
+    /// Kills all workers, removes the object store's files and stops the servers.
+    fn shutdown(&mut self, py: Python<'_>) {
+        if let Some(running) = self.inner.take() {
+            py.detach(|| runtime().block_on(running.shutdown()));
+        }
+    }
+
+    fn worker_pids(&self) -> Vec<u32> {
+        self.inner.as_ref().map(|c| c.agent.state.lock().worker_pids()).unwrap_or_default()
+    }
+
+    fn store_stats(&self) -> HashMap<String, u64> {
+        let Some(c) = &self.inner else { return HashMap::new() };
+        let s = c.agent.state.lock().store.stats();
+        HashMap::from([
+            ("capacity".into(), s.capacity as u64),
+            ("shm_used".into(), s.shm_used as u64),
+            ("spilled_bytes".into(), s.spilled_bytes as u64),
+            ("inline_bytes".into(), s.inline_bytes as u64),
+            ("num_objects".into(), s.num_objects as u64),
+            ("num_spilled_total".into(), s.num_spilled_total),
+        ])
+    }
+}

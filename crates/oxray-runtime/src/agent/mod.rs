@@ -1,0 +1,440 @@
+//! The node agent: a gRPC service over `AgentState`, plus the worker processes
+//! it starts and watches.
+
+pub mod state;
+mod workers;
+
+pub use state::{Action, AgentConfig, AgentState};
+pub use workers::SpawnConfig;
+
+use crate::ids::{Id, id_from_bytes};
+use oxray_proto::head_client::HeadClient;
+use oxray_proto::node_agent_server::NodeAgent;
+use oxray_proto::*;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status};
+
+pub struct AgentShared {
+    pub state: Mutex<AgentState>,
+    /// Woken whenever objects may have become ready.
+    pub changed: Notify,
+    pub spawn: Mutex<Option<SpawnConfig>>,
+    pub head: Mutex<
+        Option<
+            HeadClient<
+                tonic::service::interceptor::InterceptedService<tonic::transport::Channel, crate::auth::AttachToken>,
+            >,
+        >,
+    >,
+}
+
+fn bad(e: String) -> Status {
+    Status::invalid_argument(e)
+}
+
+fn ids(raw: &[Vec<u8>]) -> Result<Vec<Id>, Status> {
+    raw.iter().map(|r| id_from_bytes(r).map_err(bad)).collect()
+}
+
+impl AgentShared {
+    pub fn new(state: AgentState) -> Arc<Self> {
+        Arc::new(AgentShared {
+            state: Mutex::new(state),
+            changed: Notify::new(),
+            spawn: Mutex::new(None),
+            head: Mutex::new(None),
+        })
+    }
+
+    /// Runs `f` under the state lock, then carries out the actions it queued.
+    pub fn with_state<T>(self: &Arc<Self>, f: impl FnOnce(&mut AgentState) -> T) -> T {
+        let (out, actions) = {
+            let mut st = self.state.lock();
+            let out = f(&mut st);
+            (out, st.take_actions())
+        };
+        self.changed.notify_waiters();
+        self.run_actions(actions);
+        out
+    }
+
+    fn run_actions(self: &Arc<Self>, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::SpawnWorker { worker_id, label: _, env } => self.start_worker(worker_id, env),
+                Action::Signal { pid, signal } => {
+                    // SAFETY: plain kill(2) on a pid we started.
+                    unsafe { libc::kill(pid as i32, signal) };
+                }
+                Action::Log(message) => eprintln!("(oxray) {message}"),
+            }
+        }
+    }
+
+    fn start_worker(self: &Arc<Self>, worker_id: Id, env: Vec<(String, String)>) {
+        let Some(cfg) = self.spawn.lock().clone() else { return };
+        let spawned = workers::spawn_worker(&cfg, worker_id, &env);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                let this = self.clone();
+                let status = format!("could not start {}: {e}", cfg.python);
+                self.with_state(|st| st.worker_exited(worker_id, status));
+                let _ = this;
+                return;
+            }
+        };
+        let pid = child.id().unwrap_or(0);
+        self.state.lock().set_worker_pid(worker_id, pid);
+        let _ = std::fs::create_dir_all(cfg.log_dir());
+        let log_path = cfg.log_dir().join(format!("worker-{}-{pid}.log", &hex::encode(worker_id)[..8]));
+        let forward = cfg.forward_output;
+        for (stream, to_stderr) in [
+            (child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), false),
+            (child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), true),
+        ] {
+            let Some(stream) = stream else { continue };
+            let this = self.clone();
+            let path = log_path.clone();
+            tokio::spawn(async move {
+                let prefix = move || match this.state.lock().worker_label(&worker_id) {
+                    Some((label, pid)) => format!("{label} pid={pid}"),
+                    None => format!("pid={pid}"),
+                };
+                workers::forward_output(stream, path, to_stderr, forward, prefix).await;
+            });
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(s) => describe_exit(s),
+                Err(e) => format!("wait failed: {e}"),
+            };
+            this.with_state(|st| st.worker_exited(worker_id, status));
+        });
+    }
+
+    /// Waits until every id is ready (or unknown), or the deadline passes.
+    async fn wait_ready(
+        self: &Arc<Self>,
+        ids: &[Id],
+        need: usize,
+        deadline: Option<Instant>,
+        blocked_worker: Option<Id>,
+    ) -> bool {
+        let mut blocked = false;
+        let done = loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let ready = {
+                let st = self.state.lock();
+                ids.iter().filter(|id| st.is_ready(id) || !st.is_known(id)).count()
+            };
+            if ready >= need {
+                break true;
+            }
+            if let (Some(worker), false) = (blocked_worker, blocked) {
+                blocked = true;
+                self.with_state(|st| st.set_worker_blocked(worker, true));
+                continue;
+            }
+            match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d || tokio::time::timeout(d - now, notified).await.is_err() {
+                        break false;
+                    }
+                }
+                None => notified.await,
+            }
+        };
+        if let (Some(worker), true) = (blocked_worker, blocked) {
+            self.with_state(|st| st.set_worker_blocked(worker, false));
+        }
+        done
+    }
+
+    fn apply_increfs(self: &Arc<Self>, client: Id, deltas: &Option<RefDeltas>) -> Result<(), Status> {
+        if let Some(d) = deltas {
+            let inc = ids(&d.incref)?;
+            self.state.lock().add_holders(client, &inc);
+        }
+        Ok(())
+    }
+
+    fn apply_decrefs(self: &Arc<Self>, client: Id, deltas: &Option<RefDeltas>) -> Result<(), Status> {
+        if let Some(d) = deltas {
+            let dec = ids(&d.decref)?;
+            if !dec.is_empty() {
+                self.with_state(|st| st.remove_holders(client, &dec));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn node_info(&self, address: &str) -> NodeInfo {
+        let st = self.state.lock();
+        NodeInfo {
+            node_id: st.node_id.to_vec(),
+            address: address.to_string(),
+            ip: address.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or_default(),
+            alive: true,
+            total: st.total().to_map(),
+            available: st.available().to_map(),
+            is_head: true,
+            session_dir: String::new(),
+            start_time_ms: 0,
+        }
+    }
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (_, Some(sig)) if sig == libc::SIGKILL => "killed by SIGKILL".into(),
+        (_, Some(sig)) => format!("killed by signal {sig}"),
+        (Some(code), _) => format!("exit code {code}"),
+        _ => "unknown exit".into(),
+    }
+}
+
+fn timeout_deadline(ms: i64) -> Option<Instant> {
+    (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64))
+}
+
+#[derive(Clone)]
+pub struct AgentService {
+    pub shared: Arc<AgentShared>,
+    pub address: String,
+}
+
+type AssignmentStream = UnboundedReceiverStream<Result<Assignment, Status>>;
+
+#[tonic::async_trait]
+impl NodeAgent for AgentService {
+    async fn submit_task(&self, request: Request<TaskSpec>) -> Result<Response<SubmitTaskReply>, Status> {
+        let spec = request.into_inner();
+        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
+        let outcome = self.shared.with_state(|st| {
+            let r = st.submit(owner, spec);
+            st.schedule();
+            r
+        });
+        let error = outcome.map_err(bad)?.unwrap_or_default();
+        Ok(Response::new(SubmitTaskReply { error }))
+    }
+
+    async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
+        let req = request.into_inner();
+        let spec = req.spec.ok_or_else(|| bad("missing actor spec".into()))?;
+        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
+        let (actor_id, existing) = self
+            .shared
+            .with_state(|st| {
+                let (actor_id, existing) = st.register_actor(&spec, req.get_if_exists)?;
+                if !existing {
+                    st.submit(owner, spec)?;
+                    st.schedule();
+                }
+                Ok::<_, String>((actor_id, existing))
+            })
+            .map_err(Status::already_exists)?;
+        Ok(Response::new(CreateActorReply {
+            actor_id: actor_id.to_vec(),
+            existing,
+            class_function_id_hex: String::new(),
+        }))
+    }
+
+    async fn submit_actor_task(&self, request: Request<TaskSpec>) -> Result<Response<SubmitTaskReply>, Status> {
+        let spec = request.into_inner();
+        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
+        self.shared.with_state(|st| st.submit_actor_task(owner, spec)).map_err(bad)?;
+        Ok(Response::new(SubmitTaskReply::default()))
+    }
+
+    async fn create_object(
+        &self,
+        request: Request<CreateObjectRequest>,
+    ) -> Result<Response<CreateObjectReply>, Status> {
+        let req = request.into_inner();
+        let id = id_from_bytes(&req.object_id).map_err(bad)?;
+        let path = self
+            .shared
+            .with_state(|st| st.reserve_object(id, req.size as usize))
+            .map_err(Status::resource_exhausted)?;
+        Ok(Response::new(CreateObjectReply { path }))
+    }
+
+    async fn put_object(&self, request: Request<PutObjectRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let client = id_from_bytes(&req.client_id).map_err(bad)?;
+        self.shared.apply_increfs(client, &req.ref_deltas)?;
+        let object = req.object.ok_or_else(|| bad("missing object".into()))?;
+        let id = id_from_bytes(&object.object_id).map_err(bad)?;
+        let nested = ids(&req.nested_refs)?;
+        self.shared
+            .with_state(|st| {
+                st.add_holders(client, &[id]);
+                st.seal_object(&object, &nested)
+            })
+            .map_err(bad)?;
+        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
+        let req = request.into_inner();
+        let client = id_from_bytes(&req.client_id).map_err(bad)?;
+        self.shared.apply_increfs(client, &req.ref_deltas)?;
+        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        let wanted = ids(&req.object_ids)?;
+        let is_worker = self.shared.state.lock().worker_label(&client).is_some();
+        let ok = self
+            .shared
+            .wait_ready(&wanted, wanted.len(), timeout_deadline(req.timeout_ms), is_worker.then_some(client))
+            .await;
+        if !ok {
+            return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
+        }
+        let objects = {
+            let mut st = self.shared.state.lock();
+            wanted.iter().map(|id| st.locate(*id)).collect()
+        };
+        Ok(Response::new(GetObjectsReply { objects, timed_out: false }))
+    }
+
+    async fn wait_objects(&self, request: Request<WaitObjectsRequest>) -> Result<Response<WaitObjectsReply>, Status> {
+        let req = request.into_inner();
+        let wanted = ids(&req.object_ids)?;
+        let need = (req.num_returns as usize).min(wanted.len());
+        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), None).await;
+        let st = self.shared.state.lock();
+        let ready_ids = wanted.iter().filter(|id| st.is_ready(id) || !st.is_known(id)).map(|id| id.to_vec()).collect();
+        Ok(Response::new(WaitObjectsReply { ready_ids }))
+    }
+
+    async fn update_refs(&self, request: Request<UpdateRefsRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let client = id_from_bytes(&req.client_id).map_err(bad)?;
+        self.shared.apply_increfs(client, &req.ref_deltas)?;
+        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let id = id_from_bytes(&req.actor_id).map_err(bad)?;
+        self.shared.with_state(|st| st.kill_actor(id, req.no_restart)).map_err(Status::not_found)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn cancel_task(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let id = id_from_bytes(&req.object_id).map_err(bad)?;
+        self.shared.with_state(|st| st.cancel(id, req.force));
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_named_actor(
+        &self,
+        request: Request<GetNamedActorRequest>,
+    ) -> Result<Response<GetNamedActorReply>, Status> {
+        let req = request.into_inner();
+        let st = self.shared.state.lock();
+        let actor = st.named_actor(&req.namespace, &req.name).map(actor_info);
+        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+    }
+
+    async fn get_actor_info(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
+        let id = id_from_bytes(&request.into_inner().actor_id).map_err(bad)?;
+        let st = self.shared.state.lock();
+        let actor = st.actors.get(&id).map(actor_info);
+        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+    }
+
+    async fn list_actors(&self, _request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
+        let st = self.shared.state.lock();
+        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(actor_info).collect() }))
+    }
+
+    async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
+        let blob = request.into_inner();
+        self.shared.state.lock().register_function(blob.function_id, blob.data);
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_function(&self, request: Request<FunctionId>) -> Result<Response<FunctionBlob>, Status> {
+        let id = request.into_inner().function_id;
+        let data = self.shared.state.lock().function(&id);
+        match data {
+            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data })),
+            None => Err(Status::not_found(format!("function {} is not registered", hex::encode(&id)))),
+        }
+    }
+
+    async fn cluster_info(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
+        let own = self.shared.node_info(&self.address);
+        let head = self.shared.head.lock().clone();
+        let mut nodes = match head {
+            Some(mut head) => head.list_nodes(Empty {}).await.map(|r| r.into_inner().nodes).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        // This node's own numbers are live; the head's lag by a heartbeat.
+        match nodes.iter_mut().find(|n| n.node_id == own.node_id) {
+            Some(n) => {
+                n.available = own.available;
+                n.total = own.total;
+            }
+            None => nodes.push(own),
+        }
+        Ok(Response::new(ClusterInfoReply { nodes }))
+    }
+
+    type WorkerConnectStream = AssignmentStream;
+
+    async fn worker_connect(
+        &self,
+        request: Request<WorkerHello>,
+    ) -> Result<Response<Self::WorkerConnectStream>, Status> {
+        let hello = request.into_inner();
+        let worker_id = id_from_bytes(&hello.worker_id).map_err(bad)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.with_state(|st| st.worker_connected(worker_id, tx)).map_err(Status::not_found)?;
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn task_done(&self, request: Request<TaskDoneRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let worker = id_from_bytes(&req.worker_id).map_err(bad)?;
+        let task = id_from_bytes(&req.task_id).map_err(bad)?;
+        self.shared.apply_increfs(worker, &req.ref_deltas)?;
+        let nested = ids(&req.nested_refs)?;
+        let deltas = req.ref_deltas.clone();
+        let done = req;
+        self.shared.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)?;
+        self.shared.apply_decrefs(worker, &deltas)?;
+        Ok(Response::new(Empty {}))
+    }
+}
+
+fn actor_info(a: &state::ActorEntry) -> ActorInfo {
+    ActorInfo {
+        actor_id: a.id.to_vec(),
+        class_name: a.class_name.clone(),
+        state: a.state.as_str().to_string(),
+        name: a.name.clone(),
+        namespace: a.namespace.clone(),
+        pid: a.pid,
+        num_restarts: a.num_restarts,
+        death_cause: a.death_cause.clone(),
+        class_function_id: Vec::new(),
+        method_names: a.method_names.clone(),
+        max_task_retries: a.max_task_retries,
+    }
+}

@@ -1,0 +1,1111 @@
+//! The node agent's state machine: objects and their references, tasks waiting
+//! for arguments or resources, the worker pool, and actors. It does no I/O:
+//! methods change state and queue `Action`s (spawn a worker, signal a process)
+//! that the service layer carries out after releasing the lock.
+
+use crate::errors::{SystemErrorKind, system_error_object};
+use crate::ids::{Id, id_from_bytes};
+use crate::resources::{GpuSlots, ResourceSet};
+use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
+use oxray_store::{ObjectPlace, ObjectStore};
+use std::collections::{HashMap, HashSet, VecDeque};
+use tokio::sync::mpsc::UnboundedSender;
+
+pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    SpawnWorker { worker_id: Id, label: String, env: Vec<(String, String)> },
+    Signal { pid: u32, signal: i32 },
+    Log(String),
+}
+
+#[derive(Debug, Default)]
+struct ObjectMeta {
+    holders: HashSet<Id>,
+    pins: u32,
+    nested: Vec<Id>,
+    ready: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    WaitingArgs,
+    Ready,
+    Running(Id),
+}
+
+#[derive(Debug)]
+struct TaskEntry {
+    spec: TaskSpec,
+    holds: ResourceSet,
+    placement: ResourceSet,
+    missing_args: HashSet<Id>,
+    pinned: Vec<Id>,
+    retries_left: i32,
+    state: TaskState,
+    cancelled: bool,
+    gpus: Vec<(usize, i64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActorState {
+    PendingCreation,
+    Alive,
+    Restarting,
+    Dead,
+}
+
+impl ActorState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorState::PendingCreation => "PENDING_CREATION",
+            ActorState::Alive => "ALIVE",
+            ActorState::Restarting => "RESTARTING",
+            ActorState::Dead => "DEAD",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ActorEntry {
+    pub id: Id,
+    pub class_name: String,
+    pub name: String,
+    pub namespace: String,
+    pub state: ActorState,
+    pub worker: Option<Id>,
+    pub pid: u32,
+    creation: TaskSpec,
+    queue: VecDeque<Id>,
+    inflight: Vec<Id>,
+    pub num_restarts: i32,
+    pub max_restarts: i32,
+    pub max_task_retries: i32,
+    pub death_cause: String,
+    death_kind: SystemErrorKind,
+    pub method_names: Vec<String>,
+    no_restart: bool,
+    /// GPUs and resources the live actor holds, returned when it dies.
+    held: Option<(Vec<(usize, i64)>, ResourceSet)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum WorkerRole {
+    Pool,
+    Actor(Id),
+}
+
+#[derive(Debug)]
+struct WorkerEntry {
+    pid: u32,
+    role: WorkerRole,
+    tx: Option<AssignmentSender>,
+    running: Option<Id>,
+    /// An assignment made before the worker connected (actor creation).
+    pending: Option<Assignment>,
+    held_refs: HashSet<Id>,
+    label: String,
+    blocked: bool,
+}
+
+pub struct AgentConfig {
+    pub node_id: Id,
+    pub total: ResourceSet,
+    pub num_gpus: usize,
+    pub max_starting_workers: usize,
+    pub worker_env: Vec<(String, String)>,
+}
+
+pub struct AgentState {
+    pub node_id: Id,
+    total: ResourceSet,
+    available: ResourceSet,
+    gpus: GpuSlots,
+    pub store: ObjectStore,
+    objects: HashMap<Id, ObjectMeta>,
+    tasks: HashMap<Id, TaskEntry>,
+    ready: VecDeque<Id>,
+    arg_waiters: HashMap<Id, Vec<Id>>,
+    producer: HashMap<Id, Id>,
+    workers: HashMap<Id, WorkerEntry>,
+    idle: VecDeque<Id>,
+    starting_pool_workers: usize,
+    max_starting: usize,
+    pub actors: HashMap<Id, ActorEntry>,
+    named_actors: HashMap<(String, String), Id>,
+    functions: HashMap<Vec<u8>, Vec<u8>>,
+    worker_env: Vec<(String, String)>,
+    failed_worker_starts: u32,
+    actions: Vec<Action>,
+    shutting_down: bool,
+}
+
+fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, String> {
+    ResourceSet::from_map(map).map_err(|e| e.to_string())
+}
+
+fn location(id: Id, place: ObjectPlace, size: usize) -> ObjectLocation {
+    let place = match place {
+        ObjectPlace::Inline(data) => Place::InlineData((*data).clone()),
+        ObjectPlace::Shm(p) | ObjectPlace::Spilled(p) => Place::Path(p.to_string_lossy().into_owned()),
+    };
+    ObjectLocation { object_id: id.to_vec(), place: Some(place), size: size as u64 }
+}
+
+impl AgentState {
+    pub fn new(config: AgentConfig, store: ObjectStore) -> Self {
+        AgentState {
+            node_id: config.node_id,
+            available: config.total.clone(),
+            total: config.total,
+            gpus: GpuSlots::new(config.num_gpus),
+            store,
+            objects: HashMap::new(),
+            tasks: HashMap::new(),
+            ready: VecDeque::new(),
+            arg_waiters: HashMap::new(),
+            producer: HashMap::new(),
+            workers: HashMap::new(),
+            idle: VecDeque::new(),
+            starting_pool_workers: 0,
+            max_starting: config.max_starting_workers.max(1),
+            actors: HashMap::new(),
+            named_actors: HashMap::new(),
+            functions: HashMap::new(),
+            worker_env: config.worker_env,
+            failed_worker_starts: 0,
+            actions: Vec::new(),
+            shutting_down: false,
+        }
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    pub fn total(&self) -> &ResourceSet {
+        &self.total
+    }
+
+    pub fn available(&self) -> &ResourceSet {
+        &self.available
+    }
+
+    // ---------------------------------------------------------------- objects
+
+    /// Applies one client's reference changes: increfs now, decrefs after the
+    /// caller has pinned whatever the same request needs.
+    pub fn add_holders(&mut self, client: Id, ids: &[Id]) {
+        for id in ids {
+            self.objects.entry(*id).or_default().holders.insert(client);
+            if let Some(w) = self.workers.get_mut(&client) {
+                w.held_refs.insert(*id);
+            }
+        }
+    }
+
+    pub fn remove_holders(&mut self, client: Id, ids: &[Id]) {
+        for id in ids {
+            if let Some(meta) = self.objects.get_mut(id) {
+                meta.holders.remove(&client);
+            }
+            if let Some(w) = self.workers.get_mut(&client) {
+                w.held_refs.remove(id);
+            }
+            self.maybe_free(*id);
+        }
+    }
+
+    fn pin(&mut self, id: Id) {
+        self.objects.entry(id).or_default().pins += 1;
+    }
+
+    fn unpin(&mut self, id: Id) {
+        if let Some(meta) = self.objects.get_mut(&id) {
+            meta.pins = meta.pins.saturating_sub(1);
+        }
+        self.maybe_free(id);
+    }
+
+    fn maybe_free(&mut self, id: Id) {
+        let Some(meta) = self.objects.get(&id) else { return };
+        if !meta.holders.is_empty() || meta.pins > 0 {
+            return;
+        }
+        // A return object whose task is still queued or running stays until the
+        // task ends, so its result is not written into a freed id.
+        if !meta.ready && self.producer.get(&id).is_some_and(|t| self.tasks.contains_key(t)) {
+            return;
+        }
+        let meta = self.objects.remove(&id).expect("checked above");
+        self.store.free(&id);
+        self.producer.remove(&id);
+        for nested in meta.nested {
+            self.unpin(nested);
+        }
+    }
+
+    /// Records a sealed object (inline bytes or a file already reserved) and
+    /// wakes whatever was waiting for it.
+    pub fn seal_object(&mut self, loc: &ObjectLocation, nested: &[Id]) -> Result<(), String> {
+        let id = id_from_bytes(&loc.object_id)?;
+        match &loc.place {
+            Some(Place::InlineData(data)) => self.store.insert_inline(id, data.clone()),
+            Some(Place::Path(_)) => {
+                if !self.store.seal(&id) {
+                    return Err(format!("object {} was never reserved with CreateObject", hex::encode(id)));
+                }
+            }
+            None => return Err("object location has neither inline data nor a path".into()),
+        }
+        for n in nested {
+            self.pin(*n);
+        }
+        let meta = self.objects.entry(id).or_default();
+        meta.nested.extend_from_slice(nested);
+        meta.ready = true;
+        self.on_object_ready(id);
+        Ok(())
+    }
+
+    fn store_error(&mut self, id: Id, kind: SystemErrorKind, message: &str) {
+        self.store.insert_inline(id, system_error_object(kind, message));
+        let meta = self.objects.entry(id).or_default();
+        meta.ready = true;
+        self.on_object_ready(id);
+    }
+
+    fn on_object_ready(&mut self, id: Id) {
+        let Some(waiting) = self.arg_waiters.remove(&id) else { return };
+        let mut touched_actors = Vec::new();
+        for task_id in waiting {
+            let Some(task) = self.tasks.get_mut(&task_id) else { continue };
+            task.missing_args.remove(&id);
+            if !task.missing_args.is_empty() {
+                continue;
+            }
+            if task.spec.kind == TaskKind::ActorTask as i32 {
+                touched_actors.push(id_from_bytes(&task.spec.actor_id).unwrap_or_default());
+            } else if task.state == TaskState::WaitingArgs {
+                task.state = TaskState::Ready;
+                self.ready.push_back(task_id);
+            }
+        }
+        for actor in touched_actors {
+            self.dispatch_actor(actor);
+        }
+        // Freed while nobody held it? (e.g. a return whose ref was dropped early)
+        self.maybe_free(id);
+    }
+
+    pub fn is_ready(&self, id: &Id) -> bool {
+        self.objects.get(id).is_some_and(|m| m.ready) && self.store.contains_sealed(id)
+    }
+
+    /// The object's location, or an object-lost error object when it is gone.
+    pub fn locate(&mut self, id: Id) -> ObjectLocation {
+        match self.store.lookup(&id) {
+            Some((place, size)) => location(id, place, size),
+            None => {
+                let blob = system_error_object(
+                    SystemErrorKind::ObjectLost,
+                    &format!(
+                        "Object {} is lost: no reference kept it alive on node {}, or it was freed",
+                        hex::encode(id),
+                        hex::encode(self.node_id)
+                    ),
+                );
+                let size = blob.len();
+                location(id, ObjectPlace::Inline(std::sync::Arc::new(blob)), size)
+            }
+        }
+    }
+
+    /// Whether `id` will ever become ready: known to the store, or produced by a live task.
+    pub fn is_known(&self, id: &Id) -> bool {
+        self.objects.contains_key(id)
+    }
+
+    pub fn reserve_object(&mut self, id: Id, size: usize) -> Result<String, String> {
+        let (path, spills) = self.store.reserve(id, size).map_err(|e| format!("cannot reserve {size} bytes: {e}"))?;
+        for s in spills {
+            self.actions.push(Action::Log(format!(
+                "spilled object {} ({} MiB) to {}",
+                hex::encode(s.object_id),
+                s.size >> 20,
+                s.to.display()
+            )));
+        }
+        self.objects.entry(id).or_default();
+        Ok(path.to_string_lossy().into_owned())
+    }
+
+    // ------------------------------------------------------------------ tasks
+
+    pub fn register_function(&mut self, id: Vec<u8>, data: Vec<u8>) {
+        self.functions.entry(id).or_insert(data);
+    }
+
+    pub fn function(&self, id: &[u8]) -> Option<Vec<u8>> {
+        self.functions.get(id).cloned()
+    }
+
+    fn infeasible_message(&self, what: &str, request: &ResourceSet) -> Option<String> {
+        let missing = self.total.shortfall(request);
+        if missing.is_empty() {
+            return None;
+        }
+        let detail: Vec<String> =
+            missing.iter().map(|(name, want, have)| format!("{name}: wants {want}, cluster has {have}")).collect();
+        Some(format!(
+            "{what} requires {request} but no node in the cluster can ever provide it ({}). The cluster's total resources are {}.",
+            detail.join("; "),
+            self.total
+        ))
+    }
+
+    /// Accepts a normal task or an actor creation. An impossible request fails
+    /// its returns at once (never waits forever) and the message is returned.
+    pub fn submit(&mut self, client: Id, spec: TaskSpec) -> Result<Option<String>, String> {
+        let task_id = id_from_bytes(&spec.task_id)?;
+        let holds = resources_of(&spec.resources)?;
+        let placement =
+            if spec.placement_resources.is_empty() { holds.clone() } else { resources_of(&spec.placement_resources)? };
+        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        self.add_holders(client, &return_ids);
+        for r in &return_ids {
+            self.producer.insert(*r, task_id);
+        }
+        let what = if spec.kind == TaskKind::ActorCreation as i32 {
+            format!("Actor {}", spec.name)
+        } else {
+            format!("Task {}", spec.name)
+        };
+        if let Some(message) = self.infeasible_message(&what, &placement) {
+            let kind = if spec.kind == TaskKind::ActorCreation as i32 {
+                SystemErrorKind::ActorUnschedulable
+            } else {
+                SystemErrorKind::TaskUnschedulable
+            };
+            if let Some(actor) = id_from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a)) {
+                actor.state = ActorState::Dead;
+                actor.death_cause = message.clone();
+                actor.death_kind = kind;
+            }
+            for r in return_ids {
+                self.store_error(r, kind, &message);
+            }
+            self.actions.push(Action::Log(format!("warning: {message}")));
+            return Ok(Some(message));
+        }
+        let retries = spec.max_retries;
+        self.insert_task(task_id, spec, holds, placement, retries)?;
+        Ok(None)
+    }
+
+    fn insert_task(
+        &mut self,
+        task_id: Id,
+        spec: TaskSpec,
+        holds: ResourceSet,
+        placement: ResourceSet,
+        retries_left: i32,
+    ) -> Result<(), String> {
+        let mut pinned = Vec::new();
+        let mut missing = HashSet::new();
+        for arg in &spec.args {
+            if let Some(Kind::ObjectId(raw)) = &arg.kind {
+                let id = id_from_bytes(raw)?;
+                pinned.push(id);
+                if !self.is_ready(&id) {
+                    missing.insert(id);
+                }
+            }
+        }
+        for raw in &spec.nested_refs {
+            pinned.push(id_from_bytes(raw)?);
+        }
+        for id in &pinned {
+            self.pin(*id);
+        }
+        for id in &missing {
+            self.arg_waiters.entry(*id).or_default().push(task_id);
+        }
+        let is_actor_task = spec.kind == TaskKind::ActorTask as i32;
+        let state = if missing.is_empty() && !is_actor_task { TaskState::Ready } else { TaskState::WaitingArgs };
+        let entry = TaskEntry {
+            spec,
+            holds,
+            placement,
+            missing_args: missing,
+            pinned,
+            retries_left,
+            state,
+            cancelled: false,
+            gpus: Vec::new(),
+        };
+        self.tasks.insert(task_id, entry);
+        if state == TaskState::Ready {
+            self.ready.push_back(task_id);
+        }
+        Ok(())
+    }
+
+    /// Ends a task for good: stores errors in returns that have no value, and unpins its arguments.
+    fn finish_task(&mut self, task_id: Id, error: Option<(SystemErrorKind, String)>) {
+        let Some(task) = self.tasks.remove(&task_id) else { return };
+        if let Some((kind, message)) = error {
+            for raw in &task.spec.return_ids {
+                if let Ok(r) = id_from_bytes(raw) {
+                    self.store_error(r, kind, &message);
+                }
+            }
+        }
+        for r in task.spec.return_ids.iter().filter_map(|r| id_from_bytes(r).ok()) {
+            self.producer.remove(&r);
+            self.maybe_free(r);
+        }
+        for id in task.pinned {
+            self.unpin(id);
+        }
+    }
+
+    fn assignment_for(&mut self, task_id: Id) -> Assignment {
+        let task = &self.tasks[&task_id];
+        let ref_args: Vec<Id> = task
+            .spec
+            .args
+            .iter()
+            .filter_map(|a| match &a.kind {
+                Some(Kind::ObjectId(raw)) => id_from_bytes(raw).ok(),
+                _ => None,
+            })
+            .collect();
+        let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
+        let spec = task.spec.clone();
+        let resolved_args = ref_args.into_iter().map(|id| self.locate(id)).collect();
+        Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
+    }
+
+    /// Places ready tasks on idle workers while resources allow, and asks for
+    /// new workers when tasks fit but no worker is free.
+    pub fn schedule(&mut self) {
+        if self.shutting_down {
+            return;
+        }
+        let mut keep = VecDeque::new();
+        let mut scratch = self.available.clone();
+        let mut wanted_workers = 0usize;
+        while let Some(task_id) = self.ready.pop_front() {
+            let Some(task) = self.tasks.get(&task_id) else { continue };
+            if task.state != TaskState::Ready {
+                continue;
+            }
+            let is_creation = task.spec.kind == TaskKind::ActorCreation as i32;
+            if !self.available.fits(&task.placement) || !self.available.fits(&task.holds) {
+                keep.push_back(task_id);
+                continue;
+            }
+            let gpu_request = task.holds.get("GPU");
+            if is_creation {
+                let Some(gpus) = self.gpus.acquire(gpu_request) else {
+                    keep.push_back(task_id);
+                    continue;
+                };
+                self.start_actor_worker(task_id, gpus);
+                continue;
+            }
+            if let Some(worker_id) = self.idle.pop_front() {
+                let Some(gpus) = self.gpus.acquire(gpu_request) else {
+                    self.idle.push_front(worker_id);
+                    keep.push_back(task_id);
+                    continue;
+                };
+                self.run_on(worker_id, task_id, gpus);
+                let holds = self.tasks[&task_id].holds.clone();
+                scratch.subtract(&holds);
+            } else {
+                let holds = task.holds.clone();
+                if scratch.fits(&holds) {
+                    scratch.subtract(&holds);
+                    wanted_workers += 1;
+                }
+                keep.push_back(task_id);
+            }
+        }
+        self.ready = keep;
+        let to_start = wanted_workers.min(self.max_starting).saturating_sub(self.starting_pool_workers);
+        for _ in 0..to_start {
+            self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new());
+        }
+    }
+
+    fn spawn_worker(&mut self, role: WorkerRole, label: String, extra_env: Vec<(String, String)>) -> Id {
+        let worker_id: Id = rand::random();
+        if role == WorkerRole::Pool {
+            self.starting_pool_workers += 1;
+        }
+        let mut env = self.worker_env.clone();
+        env.extend(extra_env);
+        self.workers.insert(
+            worker_id,
+            WorkerEntry {
+                pid: 0,
+                role,
+                tx: None,
+                running: None,
+                pending: None,
+                held_refs: HashSet::new(),
+                label: label.clone(),
+                blocked: false,
+            },
+        );
+        self.actions.push(Action::SpawnWorker { worker_id, label, env });
+        worker_id
+    }
+
+    fn run_on(&mut self, worker_id: Id, task_id: Id, gpus: Vec<(usize, i64)>) {
+        let task = self.tasks.get_mut(&task_id).expect("task exists");
+        self.available.subtract(&task.holds);
+        task.gpus = gpus;
+        task.state = TaskState::Running(worker_id);
+        let label = task.spec.name.clone();
+        let assignment = self.assignment_for(task_id);
+        let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
+        worker.running = Some(task_id);
+        worker.label = label;
+        if let Some(tx) = &worker.tx {
+            let _ = tx.send(Ok(assignment));
+        }
+    }
+
+    pub fn set_worker_pid(&mut self, worker_id: Id, pid: u32) {
+        if let Some(w) = self.workers.get_mut(&worker_id) {
+            w.pid = pid;
+        }
+    }
+
+    pub fn worker_label(&self, worker_id: &Id) -> Option<(String, u32)> {
+        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid))
+    }
+
+    /// A worker process opened its assignment stream.
+    pub fn worker_connected(&mut self, worker_id: Id, tx: AssignmentSender) -> Result<(), String> {
+        let worker = self.workers.get_mut(&worker_id).ok_or_else(|| "unknown worker id".to_string())?;
+        self.failed_worker_starts = 0;
+        if let Some(pending) = worker.pending.take() {
+            let _ = tx.send(Ok(pending));
+        }
+        let is_pool = worker.role == WorkerRole::Pool;
+        worker.tx = Some(tx);
+        if is_pool {
+            self.starting_pool_workers = self.starting_pool_workers.saturating_sub(1);
+            self.idle.push_back(worker_id);
+            self.schedule();
+        }
+        Ok(())
+    }
+
+    /// Release a blocked worker's resources while it waits in `get`, so nested
+    /// tasks can use them (as Ray does); `false` takes them back.
+    pub fn set_worker_blocked(&mut self, worker_id: Id, blocked: bool) {
+        let Some(worker) = self.workers.get_mut(&worker_id) else { return };
+        if worker.blocked == blocked {
+            return;
+        }
+        let Some(task_id) = worker.running else { return };
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        worker.blocked = blocked;
+        if blocked {
+            self.available.add(&task.holds);
+            self.schedule();
+        } else {
+            self.available.subtract(&task.holds);
+        }
+    }
+
+    /// A worker finished a task: record its results and free the worker.
+    pub fn task_done(
+        &mut self,
+        worker_id: Id,
+        task_id: Id,
+        done: oxray_proto::TaskDoneRequest,
+        nested: &[Id],
+    ) -> Result<(), String> {
+        let oxray_proto::TaskDoneRequest { returns, application_error, method_names, error_text, .. } = done;
+        let returns = &returns[..];
+        let Some(task) = self.tasks.get(&task_id) else {
+            // Already finished (e.g. cancelled while running): drop the results.
+            for loc in returns {
+                if let Ok(id) = id_from_bytes(&loc.object_id)
+                    && !self.objects.contains_key(&id)
+                {
+                    self.store.free(&id);
+                }
+            }
+            return Ok(());
+        };
+        let kind = task.spec.kind;
+        let cancelled = task.cancelled;
+        let retry_app_error = application_error && task.spec.retry_exceptions && task.retries_left != 0 && !cancelled;
+        if kind == TaskKind::ActorCreation as i32 {
+            self.creation_done(worker_id, task_id, application_error, method_names, error_text);
+            return Ok(());
+        }
+        if kind == TaskKind::Normal as i32 {
+            self.release_task_resources(task_id);
+            if let Some(worker) = self.workers.get_mut(&worker_id) {
+                // The label stays: output read after the task ended still names it.
+                worker.running = None;
+                if worker.blocked {
+                    worker.blocked = false;
+                }
+                self.idle.push_back(worker_id);
+            }
+        } else if let Some(actor) = self.actor_of_task(task_id) {
+            actor.inflight.retain(|t| *t != task_id);
+        }
+        if retry_app_error {
+            for loc in returns {
+                if let Ok(id) = id_from_bytes(&loc.object_id) {
+                    self.store.free(&id);
+                }
+            }
+            self.retry(task_id);
+        } else if cancelled {
+            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+        } else {
+            for (i, loc) in returns.iter().enumerate() {
+                let nested_for = if i == 0 { nested } else { &[] };
+                self.seal_object(loc, nested_for)?;
+            }
+            self.finish_task(task_id, None);
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    fn release_task_resources(&mut self, task_id: Id) {
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if let TaskState::Running(worker) = task.state {
+            let blocked = self.workers.get(&worker).is_some_and(|w| w.blocked);
+            if !blocked {
+                self.available.add(&task.holds);
+            }
+            let gpus = std::mem::take(&mut task.gpus);
+            self.gpus.release(&gpus);
+        }
+    }
+
+    fn actor_of_task(&mut self, task_id: Id) -> Option<&mut ActorEntry> {
+        let actor_id = id_from_bytes(&self.tasks.get(&task_id)?.spec.actor_id).ok()?;
+        self.actors.get_mut(&actor_id)
+    }
+
+    fn retry(&mut self, task_id: Id) {
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if task.retries_left > 0 {
+            task.retries_left -= 1;
+        }
+        task.state = TaskState::Ready;
+        if task.spec.kind == TaskKind::ActorTask as i32 {
+            task.state = TaskState::WaitingArgs;
+            let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+            if let Some(actor) = self.actors.get_mut(&actor_id) {
+                actor.queue.push_front(task_id);
+            }
+        } else {
+            self.ready.push_back(task_id);
+        }
+    }
+
+    // ---------------------------------------------------------------- actors
+
+    pub fn register_actor(&mut self, spec: &TaskSpec, get_if_exists: bool) -> Result<(Id, bool), String> {
+        let actor_id = id_from_bytes(&spec.actor_id)?;
+        if !spec.actor_name.is_empty() {
+            let key = (spec.namespace.clone(), spec.actor_name.clone());
+            if let Some(existing) = self.named_actors.get(&key) {
+                let alive = self.actors.get(existing).is_some_and(|a| a.state != ActorState::Dead);
+                if alive {
+                    if get_if_exists {
+                        return Ok((*existing, true));
+                    }
+                    return Err(format!(
+                        "An actor named {:?} already exists in namespace {:?}; use get_if_exists=True or a different name",
+                        spec.actor_name, spec.namespace
+                    ));
+                }
+            }
+            self.named_actors.insert(key, actor_id);
+        }
+        self.actors.insert(
+            actor_id,
+            ActorEntry {
+                id: actor_id,
+                class_name: spec.name.clone(),
+                name: spec.actor_name.clone(),
+                namespace: spec.namespace.clone(),
+                state: ActorState::PendingCreation,
+                worker: None,
+                pid: 0,
+                creation: spec.clone(),
+                queue: VecDeque::new(),
+                inflight: Vec::new(),
+                num_restarts: 0,
+                max_restarts: spec.max_restarts,
+                max_task_retries: spec.max_task_retries,
+                death_cause: String::new(),
+                death_kind: SystemErrorKind::ActorDied,
+                method_names: Vec::new(),
+                no_restart: false,
+                held: None,
+            },
+        );
+        Ok((actor_id, false))
+    }
+
+    pub fn named_actor(&self, namespace: &str, name: &str) -> Option<&ActorEntry> {
+        let id = self.named_actors.get(&(namespace.to_string(), name.to_string()))?;
+        self.actors.get(id).filter(|a| a.state != ActorState::Dead)
+    }
+
+    fn start_actor_worker(&mut self, task_id: Id, gpus: Vec<(usize, i64)>) {
+        let task = self.tasks.get_mut(&task_id).expect("creation task exists");
+        self.available.subtract(&task.holds);
+        task.gpus = gpus;
+        let label = task.spec.name.clone();
+        let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+        let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, env);
+        self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
+        let assignment = self.assignment_for(task_id);
+        let worker = self.workers.get_mut(&worker_id).expect("just spawned");
+        worker.running = Some(task_id);
+        worker.pending = Some(assignment);
+        if let Some(actor) = self.actors.get_mut(&actor_id) {
+            actor.worker = Some(worker_id);
+        }
+    }
+
+    fn creation_done(
+        &mut self,
+        worker_id: Id,
+        task_id: Id,
+        failed: bool,
+        method_names: Vec<String>,
+        error_text: String,
+    ) {
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+        let pid = self.workers.get(&worker_id).map(|w| w.pid).unwrap_or(0);
+        if let Some(w) = self.workers.get_mut(&worker_id) {
+            w.running = None;
+        }
+        // The actor keeps its resources (and GPUs) until it dies: move them off the task.
+        let gpus = self.tasks.get_mut(&task_id).map(|t| std::mem::take(&mut t.gpus)).unwrap_or_default();
+        let holds = self.tasks.get(&task_id).map(|t| t.holds.clone()).unwrap_or_default();
+        self.finish_task(task_id, None);
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        actor.held_gpus_and_resources(gpus, holds);
+        if failed {
+            actor.death_cause =
+                format!("The actor {} died because its constructor raised:\n{error_text}", actor.class_name);
+            actor.death_kind = SystemErrorKind::ActorDied;
+            actor.no_restart = true;
+            actor.state = ActorState::Dead;
+            self.fail_actor_queue(actor_id);
+            self.release_actor(actor_id);
+            if let Some(w) = self.workers.get(&worker_id) {
+                self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
+            }
+            return;
+        }
+        actor.state = ActorState::Alive;
+        actor.pid = pid;
+        actor.method_names = method_names;
+        self.dispatch_actor(actor_id);
+    }
+
+    pub fn submit_actor_task(&mut self, client: Id, spec: TaskSpec) -> Result<(), String> {
+        let actor_id = id_from_bytes(&spec.actor_id)?;
+        let task_id = id_from_bytes(&spec.task_id)?;
+        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        self.add_holders(client, &return_ids);
+        for r in &return_ids {
+            self.producer.insert(*r, task_id);
+        }
+        let Some(actor) = self.actors.get(&actor_id) else {
+            for r in return_ids {
+                self.store_error(r, SystemErrorKind::ActorDied, "The actor is unknown to this cluster");
+            }
+            return Ok(());
+        };
+        if actor.state == ActorState::Dead {
+            let (kind, cause) = (actor.death_kind, actor.death_cause.clone());
+            for r in return_ids {
+                self.store_error(r, kind, &cause);
+            }
+            return Ok(());
+        }
+        let retries = actor.max_task_retries;
+        self.insert_task(task_id, spec, ResourceSet::new(), ResourceSet::new(), retries)?;
+        self.actors.get_mut(&actor_id).expect("checked").queue.push_back(task_id);
+        self.dispatch_actor(actor_id);
+        Ok(())
+    }
+
+    /// Sends queued calls to a live actor in submission order, stopping at the
+    /// first call whose arguments are not ready yet.
+    fn dispatch_actor(&mut self, actor_id: Id) {
+        loop {
+            let Some(actor) = self.actors.get(&actor_id) else { return };
+            if actor.state != ActorState::Alive {
+                return;
+            }
+            let Some(&task_id) = actor.queue.front() else { return };
+            let Some(worker_id) = actor.worker else { return };
+            let Some(task) = self.tasks.get(&task_id) else {
+                self.actors.get_mut(&actor_id).expect("exists").queue.pop_front();
+                continue;
+            };
+            if !task.missing_args.is_empty() {
+                return;
+            }
+            let assignment = self.assignment_for(task_id);
+            let task = self.tasks.get_mut(&task_id).expect("exists");
+            task.state = TaskState::Running(worker_id);
+            let actor = self.actors.get_mut(&actor_id).expect("exists");
+            actor.queue.pop_front();
+            actor.inflight.push(task_id);
+            if let Some(tx) = self.workers.get(&worker_id).and_then(|w| w.tx.as_ref()) {
+                let _ = tx.send(Ok(assignment));
+            }
+        }
+    }
+
+    fn fail_actor_queue(&mut self, actor_id: Id) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        let pending: Vec<Id> = actor.queue.drain(..).chain(actor.inflight.drain(..)).collect();
+        let (kind, cause) = (actor.death_kind, actor.death_cause.clone());
+        for task_id in pending {
+            self.finish_task(task_id, Some((kind, cause.clone())));
+        }
+    }
+
+    fn release_actor(&mut self, actor_id: Id) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        let (gpus, holds) = actor.take_held();
+        self.gpus.release(&gpus);
+        self.available.add(&holds);
+        if !actor.name.is_empty() && actor.state == ActorState::Dead {
+            let key = (actor.namespace.clone(), actor.name.clone());
+            if self.named_actors.get(&key) == Some(&actor_id) {
+                self.named_actors.remove(&key);
+            }
+        }
+        self.schedule();
+    }
+
+    pub fn kill_actor(&mut self, actor_id: Id, no_restart: bool) -> Result<(), String> {
+        let actor = self.actors.get_mut(&actor_id).ok_or_else(|| format!("no actor {}", hex::encode(actor_id)))?;
+        if no_restart {
+            actor.no_restart = true;
+            actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
+        }
+        match actor.worker.and_then(|w| self.workers.get(&w)) {
+            Some(w) if w.pid != 0 => self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL }),
+            _ => {
+                if actor.state != ActorState::Dead {
+                    actor.state = ActorState::Dead;
+                    self.fail_actor_queue(actor_id);
+                    self.release_actor(actor_id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    // --------------------------------------------------------------- failures
+
+    /// A worker process exited. Retries or fails what it was running, and
+    /// restarts or buries its actor.
+    pub fn worker_exited(&mut self, worker_id: Id, status: String) {
+        let Some(worker) = self.workers.remove(&worker_id) else { return };
+        self.idle.retain(|w| *w != worker_id);
+        let held: Vec<Id> = worker.held_refs.iter().copied().collect();
+        for id in held {
+            if let Some(meta) = self.objects.get_mut(&id) {
+                meta.holders.remove(&worker_id);
+            }
+            self.maybe_free(id);
+        }
+        if worker.tx.is_none() && !self.shutting_down {
+            if worker.role == WorkerRole::Pool {
+                self.starting_pool_workers = self.starting_pool_workers.saturating_sub(1);
+            }
+            self.failed_worker_starts += 1;
+            if self.failed_worker_starts >= 3 {
+                self.failed_worker_starts = 0;
+                self.fail_all_ready(&format!(
+                    "Worker processes keep exiting before they start ({status}); see the worker logs in the session directory"
+                ));
+            }
+        }
+        match worker.role {
+            WorkerRole::Pool => {
+                if let Some(task_id) = worker.running {
+                    self.release_task_resources(task_id);
+                    self.after_crash(task_id, worker.pid, &status);
+                }
+            }
+            WorkerRole::Actor(actor_id) => self.actor_worker_exited(actor_id, worker_id, worker.pid, &status),
+        }
+        self.schedule();
+    }
+
+    fn after_crash(&mut self, task_id: Id, pid: u32, status: &str) {
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        if task.cancelled {
+            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+        } else if task.retries_left != 0 && !self.shutting_down {
+            let name = task.spec.name.clone();
+            self.actions.push(Action::Log(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));
+            self.retry(task_id);
+        } else {
+            let message = format!(
+                "The worker running task {} (pid={pid}) died unexpectedly ({status}), and the task has no retries left",
+                task.spec.name
+            );
+            self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
+        }
+    }
+
+    fn actor_worker_exited(&mut self, actor_id: Id, worker_id: Id, pid: u32, status: &str) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        if actor.worker != Some(worker_id) {
+            return;
+        }
+        actor.worker = None;
+        if actor.state == ActorState::Dead {
+            return;
+        }
+        let can_restart = !actor.no_restart
+            && !self.shutting_down
+            && (actor.max_restarts < 0 || actor.num_restarts < actor.max_restarts);
+        if actor.death_cause.is_empty() || !actor.no_restart {
+            actor.death_cause = format!(
+                "The actor {} (pid={pid}) died unexpectedly ({status}) and was restarted {} of {} allowed times",
+                actor.class_name, actor.num_restarts, actor.max_restarts
+            );
+        }
+        actor.death_kind = SystemErrorKind::ActorDied;
+        // Calls that were running: retried if max_task_retries allows, else failed.
+        let inflight: Vec<Id> = actor.inflight.drain(..).collect();
+        let cause = actor.death_cause.clone();
+        let mut retry_ids = Vec::new();
+        for task_id in inflight {
+            let retry = can_restart && self.tasks.get(&task_id).is_some_and(|t| t.retries_left != 0);
+            if retry {
+                retry_ids.push(task_id);
+            } else {
+                self.finish_task(task_id, Some((SystemErrorKind::ActorDied, cause.clone())));
+            }
+        }
+        for task_id in retry_ids.into_iter().rev() {
+            self.retry(task_id);
+        }
+        // A creation task still running on the dead worker is finished here too.
+        let creation_id = id_from_bytes(&self.actors[&actor_id].creation.task_id).unwrap_or_default();
+        if let Some(t) = self.tasks.get_mut(&creation_id) {
+            let gpus = std::mem::take(&mut t.gpus);
+            let holds = t.holds.clone();
+            self.tasks.remove(&creation_id);
+            self.gpus.release(&gpus);
+            self.available.add(&holds);
+        }
+        let actor = self.actors.get_mut(&actor_id).expect("exists");
+        if can_restart {
+            actor.num_restarts += 1;
+            actor.state = ActorState::Restarting;
+            let (gpus, holds) = actor.take_held();
+            let spec = actor.creation.clone();
+            self.gpus.release(&gpus);
+            self.available.add(&holds);
+            self.actions.push(Action::Log(format!("restarting actor {} after its worker died ({status})", spec.name)));
+            let mut fresh = spec.clone();
+            fresh.task_id = rand::random::<Id>().to_vec();
+            if let Ok(task_id) = id_from_bytes(&fresh.task_id) {
+                let holds = resources_of(&fresh.resources).unwrap_or_default();
+                let placement = if fresh.placement_resources.is_empty() {
+                    holds.clone()
+                } else {
+                    resources_of(&fresh.placement_resources).unwrap_or_default()
+                };
+                self.actors.get_mut(&actor_id).expect("exists").creation = fresh.clone();
+                let _ = self.insert_task(task_id, fresh, holds, placement, 0);
+            }
+        } else {
+            actor.state = ActorState::Dead;
+            self.fail_actor_queue(actor_id);
+            self.release_actor(actor_id);
+        }
+    }
+
+    fn fail_all_ready(&mut self, message: &str) {
+        let ready: Vec<Id> = self.ready.drain(..).collect();
+        for task_id in ready {
+            self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
+        }
+    }
+
+    /// Cancels the task that produces `object_id`: dropped if queued, interrupted
+    /// (or killed with `force`) if running.
+    pub fn cancel(&mut self, object_id: Id, force: bool) {
+        let Some(&task_id) = self.producer.get(&object_id) else { return };
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        task.cancelled = true;
+        match task.state {
+            TaskState::Running(worker_id) => {
+                let is_actor_task = task.spec.kind == TaskKind::ActorTask as i32;
+                if let Some(w) = self.workers.get(&worker_id)
+                    && w.pid != 0
+                    && !is_actor_task
+                {
+                    let signal = if force { libc::SIGKILL } else { libc::SIGINT };
+                    self.actions.push(Action::Signal { pid: w.pid, signal });
+                }
+            }
+            TaskState::Ready | TaskState::WaitingArgs => {
+                if task.spec.kind == TaskKind::ActorTask as i32
+                    && let Some(actor) = self.actor_of_task(task_id)
+                {
+                    actor.queue.retain(|t| *t != task_id);
+                }
+                self.ready.retain(|t| *t != task_id);
+                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+            }
+        }
+    }
+
+    /// Stops scheduling and returns every worker pid, for the caller to kill.
+    pub fn begin_shutdown(&mut self) -> Vec<u32> {
+        self.shutting_down = true;
+        self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
+    }
+
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
+    }
+}
+
+impl ActorEntry {
+    fn held_gpus_and_resources(&mut self, gpus: Vec<(usize, i64)>, holds: ResourceSet) {
+        self.held = Some((gpus, holds));
+    }
+
+    fn take_held(&mut self) -> (Vec<(usize, i64)>, ResourceSet) {
+        self.held.take().unwrap_or_default()
+    }
+}

@@ -1,0 +1,78 @@
+//! Starting Python worker processes and forwarding what they print.
+
+use crate::ids::Id;
+use std::path::PathBuf;
+use std::process::Stdio;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+#[derive(Debug, Clone)]
+pub struct SpawnConfig {
+    pub python: String,
+    pub agent_address: String,
+    pub token: String,
+    pub node_id: Id,
+    pub session_dir: PathBuf,
+    pub cwd: PathBuf,
+    pub forward_output: bool,
+}
+
+impl SpawnConfig {
+    pub fn log_dir(&self) -> PathBuf {
+        self.session_dir.join("logs")
+    }
+}
+
+pub fn spawn_worker(cfg: &SpawnConfig, worker_id: Id, env: &[(String, String)]) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&cfg.python);
+    cmd.args(["-m", "oxray._private.worker_main"])
+        .env("OXRAY_AGENT_ADDRESS", &cfg.agent_address)
+        .env("OXRAY_TOKEN", &cfg.token)
+        .env("OXRAY_WORKER_ID", hex::encode(worker_id))
+        .env("OXRAY_NODE_ID", hex::encode(cfg.node_id))
+        .env("OXRAY_SESSION_DIR", &cfg.session_dir)
+        .env("PYTHONUNBUFFERED", "1")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .current_dir(&cfg.cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            // Own session: Ctrl-C in the driver's terminal goes to the driver only.
+            libc::setsid();
+            // Die with the agent even if it is killed without cleaning up.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Copies one output stream of a worker to its log file and, prefixed with the
+/// worker's current task name and pid, to the driver's terminal.
+pub async fn forward_output<R, F>(stream: R, log_path: PathBuf, to_stderr: bool, forward: bool, prefix: F)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    F: Fn() -> String,
+{
+    let mut log = tokio::fs::OpenOptions::new().create(true).append(true).open(&log_path).await.ok();
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(f) = log.as_mut() {
+            let _ = f.write_all(format!("{line}\n").as_bytes()).await;
+        }
+        if forward {
+            let text = format!("({}) {line}\n", prefix());
+            use std::io::Write;
+            if to_stderr {
+                let _ = std::io::stderr().lock().write_all(text.as_bytes());
+            } else {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The client every driver and worker process uses to talk to its node agent.
+
+use crate::auth::AttachToken;
+use crate::ids::Id;
+use crate::refs::RefTable;
+use oxray_proto::node_agent_client::NodeAgentClient;
+use oxray_proto::*;
+use parking_lot::Mutex;
+use std::time::Duration;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+pub type AgentClient = NodeAgentClient<InterceptedService<Channel, AttachToken>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to the oxray node agent at {address}: {reason}")]
+    Connect { address: String, reason: String },
+    #[error("{0}")]
+    Rpc(String),
+}
+
+impl From<tonic::Status> for ClientError {
+    fn from(s: tonic::Status) -> Self {
+        let detail = match s.code() {
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                format!("{} (check the cluster token)", s.message())
+            }
+            tonic::Code::Unavailable => format!("the oxray node agent is unreachable: {}", s.message()),
+            _ => s.message().to_string(),
+        };
+        ClientError::Rpc(detail)
+    }
+}
+
+pub struct CoreClient {
+    pub client_id: Id,
+    pub address: String,
+    agent: AgentClient,
+    refs: Mutex<RefTable>,
+}
+
+pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
+    let err = |reason: String| ClientError::Connect { address: address.to_string(), reason };
+    Endpoint::from_shared(format!("http://{address}"))
+        .map_err(|e| err(e.to_string()))?
+        .tcp_nodelay(true)
+        .connect_timeout(Duration::from_secs(10))
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .connect()
+        .await
+        .map_err(|e| err(format!("{e}; is the cluster running and is the address right?")))
+}
+
+impl CoreClient {
+    pub async fn connect(address: &str, token: &str, client_id: Id) -> Result<Self, ClientError> {
+        let channel = connect_channel(address).await?;
+        let auth = AttachToken::new(token).map_err(ClientError::Rpc)?;
+        let agent = NodeAgentClient::with_interceptor(channel, auth)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        Ok(CoreClient { client_id, address: address.to_string(), agent, refs: Mutex::new(RefTable::default()) })
+    }
+
+    pub fn agent(&self) -> AgentClient {
+        self.agent.clone()
+    }
+
+    pub fn incref(&self, id: Id) {
+        self.refs.lock().incref(id);
+    }
+
+    pub fn decref(&self, id: Id) {
+        self.refs.lock().decref(id);
+    }
+
+    pub fn mark_reported(&self, id: Id) {
+        self.refs.lock().mark_reported(id);
+    }
+
+    pub fn has_ref_changes(&self) -> bool {
+        self.refs.lock().has_changes()
+    }
+
+    /// Pending reference changes, to ride along with the next RPC.
+    pub fn take_ref_deltas(&self) -> Option<RefDeltas> {
+        let (inc, dec) = self.refs.lock().take_changes();
+        if inc.is_empty() && dec.is_empty() {
+            return None;
+        }
+        Some(RefDeltas {
+            incref: inc.into_iter().map(|i| i.to_vec()).collect(),
+            decref: dec.into_iter().map(|i| i.to_vec()).collect(),
+        })
+    }
+
+    pub async fn flush_refs(&self) -> Result<(), ClientError> {
+        if let Some(deltas) = self.take_ref_deltas() {
+            self.agent()
+                .update_refs(UpdateRefsRequest { client_id: self.client_id.to_vec(), ref_deltas: Some(deltas) })
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn submit_task(&self, spec: TaskSpec) -> Result<String, ClientError> {
+        Ok(self.agent().submit_task(spec).await?.into_inner().error)
+    }
+
+    pub async fn submit_actor_task(&self, spec: TaskSpec) -> Result<(), ClientError> {
+        self.agent().submit_actor_task(spec).await?;
+        Ok(())
+    }
+
+    pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(Vec<u8>, bool), ClientError> {
+        let reply =
+            self.agent().create_actor(CreateActorRequest { spec: Some(spec), get_if_exists }).await?.into_inner();
+        Ok((reply.actor_id, reply.existing))
+    }
+
+    pub async fn create_object(&self, id: Id, size: usize) -> Result<String, ClientError> {
+        let reply =
+            self.agent().create_object(CreateObjectRequest { object_id: id.to_vec(), size: size as u64 }).await?;
+        Ok(reply.into_inner().path)
+    }
+
+    pub async fn seal_object(&self, object: ObjectLocation, nested: Vec<Vec<u8>>) -> Result<(), ClientError> {
+        let request = PutObjectRequest {
+            client_id: self.client_id.to_vec(),
+            object: Some(object),
+            nested_refs: nested,
+            ref_deltas: self.take_ref_deltas(),
+        };
+        self.agent().put_object(request).await?;
+        Ok(())
+    }
+
+    /// Returns None when `timeout_ms` passed first.
+    pub async fn get_objects(
+        &self,
+        ids: Vec<Vec<u8>>,
+        timeout_ms: i64,
+    ) -> Result<Option<Vec<ObjectLocation>>, ClientError> {
+        let request = GetObjectsRequest {
+            client_id: self.client_id.to_vec(),
+            object_ids: ids,
+            timeout_ms,
+            ref_deltas: self.take_ref_deltas(),
+        };
+        let reply = self.agent().get_objects(request).await?.into_inner();
+        Ok((!reply.timed_out).then_some(reply.objects))
+    }
+
+    pub async fn wait_objects(
+        &self,
+        ids: Vec<Vec<u8>>,
+        num_returns: u32,
+        timeout_ms: i64,
+    ) -> Result<Vec<Vec<u8>>, ClientError> {
+        let request =
+            WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids: ids, num_returns, timeout_ms };
+        Ok(self.agent().wait_objects(request).await?.into_inner().ready_ids)
+    }
+
+    pub async fn task_done(&self, mut done: TaskDoneRequest) -> Result<(), ClientError> {
+        done.ref_deltas = self.take_ref_deltas();
+        self.agent().task_done(done).await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,14 @@
+//! The oxray engine: the head service, the node agent with its scheduler and
+//! worker pool, and the client that drivers and workers use.
+
+pub mod agent;
+pub mod auth;
+pub mod client;
+pub mod cluster;
+pub mod errors;
+pub mod head;
+pub mod ids;
+pub mod refs;
+pub mod resources;
+
+pub use oxray_proto as proto;

@@ -1,0 +1,20 @@
+//! The node's object store: the byte layout of a serialized object, shared-memory
+//! files that hold large objects, and capacity accounting with spilling to disk.
+
+mod layout;
+mod shm;
+mod store;
+
+pub use layout::{LAYOUT_ALIGN, Layout, LayoutError, ParsedObject, parse, plan, write_object};
+pub use shm::{MappedObject, ShmError, create_object_file, map_object_file, remove_dir_if_exists};
+pub use store::{ObjectPlace, ObjectStore, SpillEvent, StoreStats};
+
+/// Objects up to this size travel inline in RPCs instead of through shared memory.
+pub const INLINE_THRESHOLD: usize = 100 * 1024;
+
+/// Object ids are 16 random bytes, printed as 32 hex characters.
+pub type ObjectId = [u8; 16];
+
+pub fn id_hex(id: &[u8]) -> String {
+    hex::encode(id)
+}

@@ -1,0 +1,71 @@
+"""oxray: Ray's API on a Rust engine. `import oxray as ray` and go."""
+
+from oxray import exceptions
+from oxray._native import __version__
+from oxray._private.actor import ActorClass, ActorHandle, method
+from oxray._private.api import (
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_actor,
+    get_gpu_ids,
+    init,
+    is_initialized,
+    kill,
+    nodes,
+    put,
+    shutdown,
+    wait,
+)
+from oxray._private.object_ref import ObjectRef
+from oxray._private.options import validate as _validate_options
+from oxray._private.remote_function import RemoteFunction
+from oxray.runtime_context import get_runtime_context
+
+
+def remote(*args, **kwargs):
+    """`@remote` / `@remote(num_cpus=..., ...)` on a function or a class."""
+    import inspect
+
+    def make(target, options):
+        if inspect.isclass(target):
+            return ActorClass(target, options)
+        if callable(target):
+            return RemoteFunction(target, options)
+        raise TypeError(f"@remote expects a function or a class, got {target!r}")
+
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return make(args[0], {})
+    if args:
+        raise TypeError("@remote takes either a function/class or only keyword options, e.g. @remote(num_cpus=2)")
+    allowed = _validate_options.__globals__["TASK_OPTIONS"] | _validate_options.__globals__["ACTOR_OPTIONS"]
+    for key in kwargs:
+        if key not in allowed:
+            raise ValueError(f"Invalid option keyword {key!r} for @remote. Valid ones are {sorted(allowed)}.")
+    return lambda target: make(target, kwargs)
+
+
+__all__ = [
+    "ActorClass",
+    "ActorHandle",
+    "ObjectRef",
+    "available_resources",
+    "cancel",
+    "cluster_resources",
+    "exceptions",
+    "get",
+    "get_actor",
+    "get_gpu_ids",
+    "get_runtime_context",
+    "init",
+    "is_initialized",
+    "kill",
+    "method",
+    "nodes",
+    "put",
+    "remote",
+    "shutdown",
+    "wait",
+    "__version__",
+]

@@ -1,0 +1,308 @@
+"""The top-level calls: init/shutdown, get/put/wait, cancel/kill and cluster views."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+from typing import Any, Optional
+
+from oxray import _native, exceptions
+from oxray._private import options as opts
+from oxray._private import serialization
+from oxray._private.object_ref import ObjectRef
+from oxray._private.state import STATE
+
+DEFAULT_SESSION_ROOT = "/tmp/oxray"
+
+
+def is_initialized() -> bool:
+    return STATE.client is not None
+
+
+def _check_count(name, value):
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"init() argument {name!r} must be a number >= 0, got {value!r}")
+
+
+def init(
+    address: Optional[str] = None,
+    *,
+    num_cpus: Optional[float] = None,
+    num_gpus: Optional[int] = None,
+    resources: Optional[dict] = None,
+    object_store_memory: Optional[int] = None,
+    namespace: Optional[str] = None,
+    runtime_env: Optional[dict] = None,
+    ignore_reinit_error: bool = False,
+    include_dashboard: Optional[bool] = None,
+    log_to_driver: bool = True,
+    logging_level: Any = None,
+    _memory: Optional[int] = None,
+    **kwargs,
+):
+    """Starts an embedded cluster (head + node agent in this process), or joins
+    the one at `address` / `OXRAY_ADDRESS`."""
+    if STATE.client is not None:
+        if ignore_reinit_error:
+            return RayContext(STATE.address_info)
+        raise RuntimeError(
+            "Maybe you called oxray.init twice by accident? This error can be suppressed by passing "
+            "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
+        )
+    unknown = set(kwargs) - {"labels", "local_mode", "dashboard_host", "dashboard_port", "job_config", "configure_logging", "log_to_driver", "_system_config", "_temp_dir"}
+    if unknown:
+        raise TypeError(f"init() got unexpected keyword argument(s) {sorted(unknown)}")
+    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("object_store_memory", object_store_memory)):
+        _check_count(name, value)
+    if num_gpus is not None and int(num_gpus) != num_gpus:
+        raise ValueError(f"init() argument 'num_gpus' must be a whole number, got {num_gpus!r}")
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise TypeError(f"init() argument 'resources' must be a dict, got {resources!r}")
+        for k, v in resources.items():
+            _check_count(f"resources[{k!r}]", v)
+    opts.validate_runtime_env(runtime_env)
+
+    address = address or os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    env_vars = opts.env_vars({"runtime_env": runtime_env})
+    if address in (None, "", "local"):
+        session_dir = os.path.join(
+            kwargs.get("_temp_dir") or DEFAULT_SESSION_ROOT,
+            time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}",
+        )
+        python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+        worker_env = [("PYTHONPATH", python_path), *env_vars.items()]
+        cluster = _native.start_cluster(
+            session_dir=session_dir,
+            python=sys.executable,
+            cwd=os.getcwd(),
+            num_cpus=None if num_cpus is None else float(num_cpus),
+            num_gpus=None if num_gpus is None else int(num_gpus),
+            resources={k: float(v) for k, v in (resources or {}).items()},
+            memory=_memory,
+            object_store_memory=None if object_store_memory is None else int(object_store_memory),
+            worker_env=worker_env,
+            forward_output=log_to_driver,
+        )
+        agent_address, token = cluster.agent_address, cluster.token
+        STATE.cluster = cluster
+        STATE.address_info = {
+            "address": cluster.head_address,
+            "node_agent_address": agent_address,
+            "session_dir": cluster.session_dir,
+            "node_id": cluster.node_id,
+        }
+    else:
+        if address == "auto":
+            raise ConnectionError(
+                "init(address='auto') found no running cluster: set OXRAY_ADDRESS or start one with `oxray start --head`"
+            )
+        token = os.environ.get("OXRAY_TOKEN")
+        if not token:
+            raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
+        agent_address = address
+        STATE.address_info = {"address": address, "node_agent_address": address}
+    try:
+        client = _native.Client(agent_address, token)
+        nodes = client.cluster_info()
+    except Exception:
+        if STATE.cluster is not None:
+            STATE.cluster.shutdown()
+            STATE.cluster = None
+        raise
+    STATE.epoch += 1
+    STATE.client = client
+    STATE.mode = "driver"
+    STATE.job_id = os.urandom(4)
+    STATE.driver_task_id = os.urandom(16)
+    STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
+    STATE.node_id = STATE.address_info.get("node_id") or (nodes[0]["node_id"] if nodes else "")
+    STATE.runtime_env = dict(runtime_env or {})
+    STATE.functions.clear()
+    STATE.registered.clear()
+    atexit.register(shutdown)
+    return RayContext(STATE.address_info)
+
+
+class RayContext(dict):
+    """What init() returns: address details, readable as attributes or keys."""
+
+    def __init__(self, info):
+        super().__init__(info)
+        self.address_info = dict(info)
+        self.dashboard_url = info.get("dashboard_url", "")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        shutdown()
+
+    def disconnect(self):
+        shutdown()
+
+
+def shutdown(_exiting_interpreter: bool = False) -> None:
+    """Disconnects, and if this driver started the cluster, stops it: workers are
+    killed and the object store's shared memory is removed."""
+    if STATE.mode == "worker":
+        return
+    client, cluster = STATE.client, STATE.cluster
+    STATE.client = None
+    STATE.cluster = None
+    STATE.mode = None
+    STATE.epoch += 1
+    if cluster is not None:
+        cluster.shutdown()
+    del client
+
+
+def _client():
+    if STATE.client is None:
+        init()
+    return STATE.client
+
+
+def _as_ref_list(object_refs, what):
+    if isinstance(object_refs, ObjectRef):
+        return [object_refs], True
+    if isinstance(object_refs, (list, tuple)):
+        for r in object_refs:
+            if not isinstance(r, ObjectRef):
+                raise TypeError(f"{what}() expects an ObjectRef or a list of ObjectRefs, got a list containing {type(r).__name__}: {r!r}")
+        return list(object_refs), False
+    raise TypeError(f"{what}() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}: {object_refs!r}")
+
+
+def _check_timeout(timeout):
+    if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 0):
+        raise ValueError(f"timeout must be None or a number >= 0, got {timeout!r}")
+
+
+def get(object_refs, *, timeout: Optional[float] = None):
+    """The values of one ObjectRef or a list of them, waiting until they exist."""
+    refs, single = _as_ref_list(object_refs, "get")
+    _check_timeout(timeout)
+    if not refs:
+        return []
+    buffers = _client().get([r._id for r in refs], timeout)
+    if buffers is None:
+        raise exceptions.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s.")
+    values = [serialization.deserialize(b) for b in buffers]
+    return values[0] if single else values
+
+
+def put(value, *, _owner=None) -> ObjectRef:
+    """Stores `value` in the object store and returns its ObjectRef."""
+    if isinstance(value, ObjectRef):
+        raise TypeError("Calling 'put' on an ObjectRef is not allowed. If you really want to do this, wrap it in a list: put([ref]).")
+    client = _client()
+    data, buffers, nested = serialization.serialize(value)
+    return put_serialized(client, data, buffers, nested)
+
+
+def put_serialized(client, data, buffers, nested) -> ObjectRef:
+    object_id = os.urandom(16)
+    ref = ObjectRef(object_id)
+    prepared = client.prepare(object_id, data, buffers, serialization.FLAG_VALUE)
+    client.seal(prepared, nested)
+    return ref
+
+
+def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_local: bool = True):
+    """(ready, not_ready): the first `num_returns` refs that are ready, in input order."""
+    refs, single = _as_ref_list(object_refs, "wait")
+    if single:
+        raise TypeError("wait() expects a list of ObjectRefs, got a single ObjectRef")
+    _check_timeout(timeout)
+    if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 1:
+        raise ValueError(f"num_returns must be an integer >= 1, got {num_returns!r}")
+    if num_returns > len(refs):
+        raise ValueError(f"num_returns ({num_returns}) cannot be greater than the number of refs ({len(refs)})")
+    if len(set(refs)) != len(refs):
+        raise ValueError("wait() got duplicate ObjectRefs")
+    ready_ids = set(_client().wait([r._id for r in refs], num_returns, timeout))
+    ready = [r for r in refs if r._id in ready_ids][:num_returns]
+    chosen = {r._id for r in ready}
+    return ready, [r for r in refs if r._id not in chosen]
+
+
+def cancel(object_ref, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancels the task that produces `object_ref`; `get` then raises TaskCancelledError."""
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
+    _client().cancel(object_ref._id, force)
+
+
+def kill(actor, *, no_restart: bool = True) -> None:
+    """Kills an actor's process at once. With no_restart=False it may restart."""
+    from oxray._private.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+    _client().kill_actor(actor._actor_id, no_restart)
+
+
+def get_actor(name: str, namespace: Optional[str] = None):
+    """The handle of a live named actor; ValueError if there is none."""
+    from oxray._private.actor import ActorHandle
+
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"get_actor() needs a non-empty actor name, got {name!r}")
+    ns = STATE.namespace if namespace is None else namespace
+    info = _client().get_named_actor(name, ns)
+    if info is None:
+        raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. It may not exist or may have died.")
+    return ActorHandle._from_info(info)
+
+
+def _sum_nodes(key):
+    total: dict = {}
+    for node in _client().cluster_info():
+        if not node["alive"]:
+            continue
+        for name, qty in node[key].items():
+            total[name] = total.get(name, 0.0) + qty
+    return total
+
+
+def cluster_resources() -> dict:
+    return _sum_nodes("total")
+
+
+def available_resources() -> dict:
+    return {k: v for k, v in _sum_nodes("available").items() if v > 0}
+
+
+def nodes() -> list:
+    """One dict per node, with Ray's key names."""
+    out = []
+    for n in _client().cluster_info():
+        host = n["ip"] or "127.0.0.1"
+        out.append(
+            {
+                "NodeID": n["node_id"],
+                "Alive": n["alive"],
+                "NodeManagerAddress": host,
+                "NodeManagerHostname": os.uname().nodename,
+                "NodeManagerPort": int(n["address"].rsplit(":", 1)[-1]) if ":" in n["address"] else 0,
+                "NodeName": host,
+                "Resources": dict(n["total"]),
+                "alive": n["alive"],
+                "IsHeadNode": n["is_head"],
+                "SessionDir": n["session_dir"],
+            }
+        )
+    return out
+
+
+def get_gpu_ids() -> list:
+    """GPU indices this task or actor may use (from CUDA_VISIBLE_DEVICES)."""
+    from oxray._private.state import current_gpu_ids
+
+    visible = current_gpu_ids() if STATE.mode == "worker" else os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return [int(x) if x.strip().isdigit() else x for x in visible.split(",") if x.strip()]

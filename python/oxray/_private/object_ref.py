@@ -1,0 +1,72 @@
+"""ObjectRef: a reference to a value in the object store, counted by the runtime."""
+
+from __future__ import annotations
+
+from oxray._private import serialization
+from oxray._private.state import STATE
+
+
+class ObjectRef:
+    __slots__ = ("_id", "_epoch", "__weakref__")
+
+    def __init__(self, object_id: bytes):
+        if not isinstance(object_id, bytes) or len(object_id) != 16:
+            raise ValueError(f"ObjectRef needs a 16-byte id, got {object_id!r}")
+        self._id = object_id
+        self._epoch = STATE.epoch
+        client = STATE.client
+        if client is not None:
+            client.incref(object_id)
+
+    def __del__(self):
+        try:
+            client = STATE.client
+            if client is not None and self._epoch == STATE.epoch:
+                client.decref(self._id)
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (e.g. at exit)
+            pass
+
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self):
+        return None
+
+    def __eq__(self, other):
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __hash__(self):
+        return hash(self._id)
+
+    def __repr__(self):
+        return f"ObjectRef({self._id.hex()})"
+
+    def __reduce__(self):
+        serialization.note_nested_ref(self._id)
+        return (ObjectRef, (self._id,))
+
+    def future(self):
+        import concurrent.futures
+
+        from oxray._private import api
+
+        fut = concurrent.futures.Future()
+
+        def resolve():
+            try:
+                fut.set_result(api.get(self))
+            except BaseException as e:  # noqa: BLE001
+                fut.set_exception(e)
+
+        import threading
+
+        threading.Thread(target=resolve, daemon=True).start()
+        return fut
+
+    def __await__(self):
+        import asyncio
+
+        return asyncio.wrap_future(self.future()).__await__()

@@ -1,0 +1,73 @@
+"""`@remote` on a function."""
+
+from __future__ import annotations
+
+import os
+
+from oxray._private import options as opts
+from oxray._private.state import STATE
+from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
+
+DEFAULT_TASK_RETRIES = 3
+
+
+class RemoteFunction:
+    def __init__(self, function, options: dict):
+        self._function = function
+        self._options = opts.validate(dict(options), "task")
+        self._name = getattr(function, "__qualname__", getattr(function, "__name__", "task"))
+        self.__doc__ = function.__doc__
+        self.__name__ = getattr(function, "__name__", "task")
+        self.__wrapped__ = function
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"Remote functions cannot be called directly. Instead of running '{self.__name__}()', try '{self.__name__}.remote()'."
+        )
+
+    def options(self, **options):
+        merged = {**self._options, **opts.validate(dict(options), "task")}
+        parent = self
+
+        class _Bound:
+            def remote(self, *args, **kwargs):
+                return parent._remote(args, kwargs, merged)
+
+            def __call__(self, *args, **kwargs):
+                return parent(*args, **kwargs)
+
+        return _Bound()
+
+    def remote(self, *args, **kwargs):
+        return self._remote(args, kwargs, self._options)
+
+    def _remote(self, args, kwargs, options):
+        from oxray._private.api import _client
+
+        client = _client()
+        fid = function_id_for(client, self._function, self)
+        num_returns = options.get("num_returns", 1)
+        if num_returns == "dynamic":
+            raise ValueError("num_returns='dynamic' is not supported; return a list of ObjectRefs instead")
+        name = options.get("name") or self._name
+        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
+        return_ids, refs = new_return_refs(num_returns)
+        max_retries = options.get("max_retries")
+        env = {**opts.env_vars({"runtime_env": STATE.runtime_env}), **opts.env_vars(options)}
+        client.submit(
+            kind="task",
+            task_id=os.urandom(16),
+            function_id=fid,
+            name=name,
+            args=encoded,
+            kwarg_names=kwarg_names,
+            return_ids=return_ids,
+            resources=opts.resource_request(options, default_cpus=1),
+            max_retries=DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
+            retry_exceptions=bool(options.get("retry_exceptions", False)),
+            env_vars=env,
+            nested_refs=nested,
+            job_id=STATE.job_id,
+        )
+        del keep
+        return returns_for(refs, num_returns)

@@ -1,0 +1,39 @@
+"""Per-process state: the client of this process's node agent and what runs now."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class ProcessState:
+    client: Any = None
+    cluster: Any = None  # the embedded cluster, when this driver started one
+    mode: Optional[str] = None  # "driver" or "worker"
+    epoch: int = 0  # bumps on every init, so refs from an old session are ignored
+    job_id: bytes = b""
+    node_id: str = ""
+    namespace: str = ""
+    driver_task_id: bytes = b""
+    worker_id: bytes = b""
+    actor_id: bytes = b""
+    functions: dict = field(default_factory=dict)
+    registered: set = field(default_factory=set)
+    runtime_env: dict = field(default_factory=dict)
+    address_info: dict = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+STATE = ProcessState()
+# The task running on this thread (actors with max_concurrency run several).
+CURRENT = threading.local()
+
+
+def current_task_id() -> bytes:
+    return getattr(CURRENT, "task_id", None) or STATE.driver_task_id
+
+
+def current_gpu_ids() -> str:
+    return getattr(CURRENT, "cuda_visible_devices", "")

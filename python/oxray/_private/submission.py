@@ -1,0 +1,66 @@
+"""Turning a call into a task submission: functions shipped once by id,
+arguments encoded (large ones put in the object store), refs for the returns."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import cloudpickle
+
+from oxray._private import serialization
+from oxray._private.object_ref import ObjectRef
+from oxray._private.state import STATE
+
+
+def function_id_for(client, obj, cache_owner) -> bytes:
+    """Pickles `obj` once per session, registers it with the agent, returns its id."""
+    cached = getattr(cache_owner, "_oxray_fid", None)
+    if cached is not None and cached[0] == STATE.epoch:
+        return cached[1]
+    try:
+        data = cloudpickle.dumps(obj, protocol=5)
+    except Exception as e:  # noqa: BLE001
+        raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
+    fid = hashlib.blake2b(data, digest_size=16).digest()
+    client.register_function(fid, data)
+    cache_owner._oxray_fid = (STATE.epoch, fid)
+    return fid
+
+
+def encode_args(client, args, kwargs, name):
+    """([(is_ref, bytes)], kwarg names, nested ref ids, refs to keep alive until submitted)."""
+    encoded = []
+    nested_all = []
+    keep = []
+    values = list(args) + list(kwargs.values())
+    for i, value in enumerate(values):
+        if isinstance(value, ObjectRef):
+            encoded.append((True, value._id))
+            continue
+        what = f"argument {i} of {name}" if i < len(args) else f"keyword argument {list(kwargs)[i - len(args)]!r} of {name}"
+        inline, extra = serialization.encode_inline(value, what)
+        if inline is not None:
+            encoded.append((False, inline))
+            nested_all.extend(extra)
+        else:
+            # Large values go through the object store once, like `put`.
+            from oxray._private.api import put_serialized
+
+            ref = put_serialized(client, *extra)
+            keep.append(ref)
+            encoded.append((True, ref._id))
+    return encoded, list(kwargs), nested_all, keep
+
+
+def new_return_refs(num_returns: int):
+    ids = [os.urandom(16) for _ in range(num_returns)]
+    return ids, [ObjectRef(i) for i in ids]
+
+
+def returns_for(refs, num_returns):
+    if num_returns == 1:
+        return refs[0]
+    if num_returns == 0:
+        return None
+    return refs

@@ -1,0 +1,153 @@
+"""The worker process: takes assignments from its node agent and runs them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import cloudpickle
+
+from oxray import _native, exceptions
+from oxray._private import serialization
+from oxray._private.state import CURRENT, STATE
+
+
+class Worker:
+    def __init__(self, client):
+        self.client = client
+        self.actor = None
+        self.pool = None
+        self.ip = socket.gethostbyname("localhost")
+
+    def load(self, function_id):
+        fn = STATE.functions.get(function_id)
+        if fn is None:
+            fn = cloudpickle.loads(self.client.get_function(function_id))
+            STATE.functions[function_id] = fn
+        return fn
+
+    def run(self, a):
+        kind = a["kind"]
+        CURRENT.task_id = a["task_id"]
+        CURRENT.cuda_visible_devices = a["cuda_visible_devices"]
+        saved_env = {}
+        env = dict(a["env_vars"])
+        if a["cuda_visible_devices"] or kind != "actor_task":
+            env["CUDA_VISIBLE_DEVICES"] = a["cuda_visible_devices"]
+        if kind != "actor_creation":
+            for k, v in env.items():
+                saved_env[k] = os.environ.get(k)
+                os.environ[k] = v
+        else:
+            os.environ.update(env)
+        returns_ids = a["return_ids"]
+        name = a["name"]
+        method_names = []
+        try:
+            args = [serialization.deserialize(b) for b in a["args"]]
+            n_kw = len(a["kwarg_names"])
+            kwargs = dict(zip(a["kwarg_names"], args[len(args) - n_kw :])) if n_kw else {}
+            positional = args[: len(args) - n_kw]
+            if kind == "task":
+                result = self.load(a["function_id"])(*positional, **kwargs)
+            elif kind == "actor_creation":
+                cls = self.load(a["function_id"])
+                STATE.actor_id = a["actor_id"]
+                self.actor = cls(*positional, **kwargs)
+                method_names = [n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")]
+                if a["max_concurrency"] > 1:
+                    self.pool = ThreadPoolExecutor(max_workers=a["max_concurrency"])
+                result = None
+            else:
+                result = getattr(self.actor, a["method_name"])(*positional, **kwargs)
+            prepared, nested = self.prepare_returns(returns_ids, result, name)
+            self.client.task_done(a["task_id"], prepared, False, nested, method_names)
+        except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
+            self.report_error(a, returns_ids, name, e)
+        finally:
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            CURRENT.task_id = None
+
+    def prepare_returns(self, return_ids, result, name):
+        if len(return_ids) == 0:
+            return [], []
+        if len(return_ids) == 1:
+            values = [result]
+        else:
+            values = list(result) if isinstance(result, (list, tuple)) else None
+            if values is None or len(values) != len(return_ids):
+                raise ValueError(
+                    f"Task {name} declared num_returns={len(return_ids)} but returned {result!r}; "
+                    f"return a tuple or list of {len(return_ids)} values"
+                )
+        prepared, nested = [], []
+        for rid, value in zip(return_ids, values):
+            data, buffers, inner = serialization.serialize(value, f"the return value of {name}")
+            prepared.append(self.client.prepare(rid, data, buffers, serialization.FLAG_VALUE))
+            nested.extend(inner)
+        return prepared, nested
+
+    def report_error(self, a, return_ids, name, e):
+        if isinstance(e, exceptions.RayTaskError):
+            error = e  # a failed dependency: pass it on unchanged
+        else:
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            error = exceptions.RayTaskError(name, tb, e, pid=os.getpid(), ip=self.ip)
+        try:
+            data, buffers, _ = serialization.serialize(error)
+        except TypeError:
+            error = exceptions.RayTaskError(name, error.traceback_str, None, pid=os.getpid(), ip=self.ip)
+            data, buffers, _ = serialization.serialize(error)
+        ids = return_ids or [os.urandom(16)]
+        prepared = [self.client.prepare(rid, data, buffers, serialization.FLAG_APPLICATION_ERROR) for rid in ids]
+        if not return_ids:
+            prepared = []
+        text = getattr(error, "traceback_str", "") or str(e)
+        self.client.task_done(a["task_id"], prepared, True, [], [], text)
+
+    def loop(self):
+        while True:
+            try:
+                a = self.client.next_assignment(1.0)
+            except KeyboardInterrupt:
+                continue  # a cancel that arrived between tasks
+            except _native.OxrayRpcError:
+                return  # the agent is gone
+            if a is None:
+                continue
+            if self.pool is not None and a["kind"] == "actor_task":
+                self.pool.submit(self.run, a)
+            else:
+                try:
+                    self.run(a)
+                except KeyboardInterrupt:
+                    continue
+
+
+def main():
+    client = _native.Client(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"]))
+    STATE.epoch += 1
+    STATE.client = client
+    STATE.mode = "worker"
+    STATE.worker_id = client.client_id
+    STATE.node_id = os.environ.get("OXRAY_NODE_ID", "")
+    STATE.driver_task_id = b""
+    # The token is not needed past this point; keep it out of user code's environment.
+    os.environ.pop("OXRAY_TOKEN", None)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    client.worker_connect()
+    Worker(client).loop()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

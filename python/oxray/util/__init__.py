@@ -1,0 +1,1 @@
+"""Utilities (placement groups arrive with the multi-node work)."""
