@@ -22,6 +22,8 @@ class Worker:
         self.actor = None
         self.pool = None
         self.ip = socket.gethostbyname("localhost")
+        # GPUs are assigned when an actor is created and hold for all its calls.
+        self.actor_gpus = ""
 
     def load(self, function_id):
         fn = STATE.functions.get(function_id)
@@ -32,12 +34,16 @@ class Worker:
 
     def run(self, a):
         kind = a["kind"]
+        if kind == "actor_creation":
+            self.actor_gpus = a["cuda_visible_devices"]
+        elif kind == "actor_task":
+            a["cuda_visible_devices"] = self.actor_gpus
         CURRENT.task_id = a["task_id"]
+        CURRENT.job_id = a["job_id"]
         CURRENT.cuda_visible_devices = a["cuda_visible_devices"]
         saved_env = {}
         env = dict(a["env_vars"])
-        if a["cuda_visible_devices"] or kind != "actor_task":
-            env["CUDA_VISIBLE_DEVICES"] = a["cuda_visible_devices"]
+        env["CUDA_VISIBLE_DEVICES"] = a["cuda_visible_devices"]
         if kind != "actor_creation":
             for k, v in env.items():
                 saved_env[k] = os.environ.get(k)

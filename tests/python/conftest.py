@@ -1,0 +1,98 @@
+"""Shared fixtures for the oxray Python test suite.
+
+The tests are written against Ray's documented Python API; user code does
+``import oxray as ray`` and everything else reads exactly as it would for Ray.
+
+Fixtures:
+
+* ``ray_cluster`` (module scope): one local cluster per test module, started
+  with :data:`STANDARD_INIT_KWARGS`.  Tests that only need "a cluster" use it.
+* ``fresh_cluster`` (function scope): a factory for tests that need their own
+  ``ray.init`` arguments.  It shuts down any running cluster first and always
+  shuts down afterwards.  A later test of the same module that asks for
+  ``ray_cluster`` gets the standard cluster back (see ``_standard_cluster_alive``).
+"""
+
+import os
+import sys
+
+import pytest
+
+import oxray as ray
+
+# Remote functions defined at module level in these test files are pickled by
+# reference (module name + qualname), so worker processes must be able to
+# import the test modules and ``oxray_testutil``.  Workers inherit the
+# driver's environment, so put this directory on PYTHONPATH before any
+# cluster starts (Ray itself only forwards the script directory and cwd).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+_pp = os.environ.get("PYTHONPATH", "")
+if _HERE not in _pp.split(os.pathsep):
+    os.environ["PYTHONPATH"] = _HERE + (os.pathsep + _pp if _pp else "")
+
+MiB = 1024**2
+
+STANDARD_INIT_KWARGS = dict(
+    num_cpus=2,
+    num_gpus=0,
+    resources={"custom_a": 2},
+    object_store_memory=200 * MiB,
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "slow: long-running test (deselect with -m 'not slow')",
+    )
+
+
+def _shutdown_if_initialized():
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def start_standard_cluster():
+    _shutdown_if_initialized()
+    return ray.init(**STANDARD_INIT_KWARGS)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A 2-CPU, 0-GPU cluster with ``custom_a: 2`` and a 200 MiB object store."""
+    info = start_standard_cluster()
+    try:
+        yield info
+    finally:
+        _shutdown_if_initialized()
+
+
+@pytest.fixture(autouse=True)
+def _standard_cluster_alive(request):
+    """Re-start the module cluster if a ``fresh_cluster`` test shut it down."""
+    if "ray_cluster" in request.fixturenames and not ray.is_initialized():
+        start_standard_cluster()
+    yield
+
+
+@pytest.fixture
+def fresh_cluster():
+    """Factory: ``fresh_cluster(**init_kwargs)`` starts a brand-new cluster.
+
+    Any running cluster is shut down before the test; the cluster is always
+    shut down afterwards, whatever the test did.  ``num_cpus`` defaults to 2
+    and ``object_store_memory`` to 200 MiB so that tests stay small.
+    """
+    _shutdown_if_initialized()
+
+    def _start(**kwargs):
+        kwargs.setdefault("num_cpus", 2)
+        kwargs.setdefault("object_store_memory", 200 * MiB)
+        return ray.init(**kwargs)
+
+    try:
+        yield _start
+    finally:
+        _shutdown_if_initialized()

@@ -1,0 +1,196 @@
+"""Small helpers shared by the oxray tests (used by the driver and by tasks).
+
+Everything here is plain Python with no dependency on oxray, so that a
+worker process can import it while running a task.
+"""
+
+import os
+import time
+import uuid
+
+SHM_DIR = "/dev/shm"
+
+
+def wait_until(predicate, timeout=10.0, interval=0.05):
+    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes.
+
+    Returns the last value of the predicate (truthy on success).
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def wait_for_path(path, timeout=60.0):
+    """Block (inside a task) until ``path`` exists; True if it appeared."""
+    return bool(wait_until(lambda: os.path.exists(path), timeout, 0.02))
+
+
+def file_barrier(directory, n, timeout=30.0):
+    """A cross-process barrier on a shared directory.
+
+    Each caller drops a unique file in ``directory`` and waits until at least
+    ``n`` callers have arrived.  Returns True when the barrier was reached,
+    False on timeout (i.e. fewer than ``n`` callers ran at the same time).
+    """
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, uuid.uuid4().hex), "w") as f:
+        f.write(str(os.getpid()))
+    return bool(wait_until(lambda: len(os.listdir(directory)) >= n, timeout, 0.02))
+
+
+def max_overlap(intervals):
+    """Largest number of (start, end) intervals that contain a common instant."""
+    events = []
+    for start, end in intervals:
+        events.append((start, 1))
+        events.append((end, -1))
+    # Ends sort before starts at the same instant: touching is not overlapping.
+    events.sort(key=lambda e: (e[0], e[1]))
+    best = cur = 0
+    for _, delta in events:
+        cur += delta
+        best = max(best, cur)
+    return best
+
+
+def pid_alive(pid):
+    """True if ``pid`` names a live (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # Field 3 (after the parenthesised command name) is the state.
+    state = stat[stat.rfind(")") + 2 :].split(" ", 1)[0]
+    return state not in ("Z", "X")
+
+
+def _proc_table():
+    """{pid: (ppid, state)} for every process visible in /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        table[int(entry)] = (int(fields[1]), fields[0])
+    return table
+
+
+def live_children(pid=None):
+    """Pids of the live (non-zombie) direct children of ``pid`` (default: self)."""
+    pid = os.getpid() if pid is None else pid
+    return {
+        child
+        for child, (ppid, state) in _proc_table().items()
+        if ppid == pid and state not in ("Z", "X")
+    }
+
+
+def descendants(pid=None):
+    """Pids of all live descendants of ``pid`` (default: self)."""
+    pid = os.getpid() if pid is None else pid
+    table = _proc_table()
+    kids = {}
+    for child, (ppid, state) in table.items():
+        if state not in ("Z", "X"):
+            kids.setdefault(ppid, []).append(child)
+    found, todo = set(), [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _top_level_shm_name(path):
+    prefix = SHM_DIR + "/"
+    if not path.startswith(prefix):
+        return None
+    name = path[len(prefix) :].split("/", 1)[0]
+    return name if name.startswith("oxray") else None
+
+
+def shm_entries_used_by(pids):
+    """Top-level /dev/shm/oxray* entries that ``pids`` have mapped or open."""
+    names = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                for line in f:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6:
+                        path = parts[5].strip()
+                        if path.endswith(" (deleted)"):
+                            path = path[: -len(" (deleted)")]
+                        name = _top_level_shm_name(path)
+                        if name:
+                            names.add(name)
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            pass
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        for fd in fds:
+            try:
+                name = _top_level_shm_name(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if name:
+                names.add(name)
+    return names
+
+
+def session_shm_entries(extra_pids=()):
+    """/dev/shm/oxray* entries used by this process, its descendants and
+    ``extra_pids``: the ones that belong to this test session's cluster (other
+    oxray clusters on the same machine are left out)."""
+    pids = {os.getpid()} | descendants() | set(extra_pids)
+    return shm_entries_used_by(pids)
+
+
+def oxray_shm_entries():
+    """Names of the top-level /dev/shm entries that belong to oxray."""
+    try:
+        return {name for name in os.listdir(SHM_DIR) if name.startswith("oxray")}
+    except FileNotFoundError:
+        return set()
+
+
+def oxray_shm_bytes(entries=None):
+    """Bytes actually allocated by files under /dev/shm/<entry> (recursively),
+    for the given top-level entries (default: every oxray* entry)."""
+    total = 0
+    for name in oxray_shm_entries() if entries is None else entries:
+        top = os.path.join(SHM_DIR, name)
+        paths = []
+        if os.path.isdir(top) and not os.path.islink(top):
+            for root, _dirs, files in os.walk(top):
+                paths.extend(os.path.join(root, f) for f in files)
+        else:
+            paths.append(top)
+        for p in paths:
+            try:
+                total += os.lstat(p).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def rss_bytes():
+    """This process's resident set size (VmRSS) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmRSS not found in /proc/self/status")

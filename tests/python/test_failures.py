@@ -1,0 +1,289 @@
+"""Failures: worker crashes and retries, actor restarts, bad arguments and
+options, and cleanup of processes and shared memory on shutdown/driver exit."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import oxray as ray
+from oxray_testutil import (
+    live_children,
+    oxray_shm_entries,
+    pid_alive,
+    session_shm_entries,
+    wait_for_path,
+    wait_until,
+)
+
+TIMEOUT = 60
+
+
+@ray.remote
+def crash_once(pid_file, marker):
+    """First run: record the pid and block (the test SIGKILLs it).
+    A retry sees the marker and returns normally."""
+    if os.path.exists(marker):
+        return "recovered", os.getpid()
+    open(marker, "w").close()
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    wait_for_path(pid_file + ".never", timeout=60)
+    return "not killed", os.getpid()
+
+
+@ray.remote
+class Survivor:
+    def __init__(self):
+        self.calls = 0
+        self.created_pid = os.getpid()
+
+    def bump(self):
+        self.calls += 1
+        return self.calls, os.getpid()
+
+
+@ray.remote
+def getpid():
+    return os.getpid()
+
+
+@ray.remote
+def identity(x):
+    return x
+
+
+@ray.remote
+class PidActor:
+    def pid(self):
+        return os.getpid()
+
+    def echo(self, x):
+        return x
+
+
+def _read_pid(path):
+    assert wait_until(lambda: os.path.exists(path), timeout=30), "task never started"
+    with open(path) as f:
+        return int(f.read())
+
+
+def _kill_and_wait(pid):
+    os.kill(pid, signal.SIGKILL)
+    assert wait_until(lambda: not pid_alive(pid), timeout=10), f"pid {pid} still alive"
+
+
+def test_killed_worker_task_is_retried(ray_cluster, tmp_path):
+    pid_file, marker = str(tmp_path / "pid"), str(tmp_path / "marker")
+    ref = crash_once.options(max_retries=1).remote(pid_file, marker)
+    first_pid = _read_pid(pid_file)
+    assert first_pid != os.getpid()
+    _kill_and_wait(first_pid)
+    status, retry_pid = ray.get(ref, timeout=TIMEOUT)
+    assert status == "recovered"
+    assert retry_pid != first_pid
+
+
+def test_killed_worker_without_retries_raises_worker_crashed(ray_cluster, tmp_path):
+    pid_file, marker = str(tmp_path / "pid"), str(tmp_path / "marker")
+    ref = crash_once.options(max_retries=0).remote(pid_file, marker)
+    _kill_and_wait(_read_pid(pid_file))
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(ref, timeout=TIMEOUT)
+    assert issubclass(ray.exceptions.WorkerCrashedError, ray.exceptions.RayError)
+    # The cluster replaces the worker and keeps running tasks.
+    assert ray.get(identity.remote(5), timeout=TIMEOUT) == 5
+
+
+def test_actor_restarts_once_then_dies(ray_cluster):
+    actor = Survivor.options(max_restarts=1).remote()
+    assert ray.get(actor.bump.remote(), timeout=TIMEOUT)[0] == 1
+    calls, pid1 = ray.get(actor.bump.remote(), timeout=TIMEOUT)
+    assert calls == 2
+    _kill_and_wait(pid1)
+
+    # While restarting, calls may fail with an actor error; once restarted the
+    # constructor has run again in a new process, so the state starts over.
+    def call_after_restart():
+        try:
+            return ray.get(actor.bump.remote(), timeout=TIMEOUT)
+        except ray.exceptions.RayActorError:
+            return None
+
+    result = wait_until(call_after_restart, timeout=60, interval=0.2)
+    assert result, "actor did not come back after its first crash"
+    calls, pid2 = result
+    assert pid2 != pid1
+    assert calls == 1, "state must be reset: the constructor runs again on restart"
+
+    _kill_and_wait(pid2)
+    # No restarts left: calls fail with ActorDiedError (never succeed).
+    def call_until_dead():
+        try:
+            value = ray.get(actor.bump.remote(), timeout=TIMEOUT)
+        except ray.exceptions.ActorDiedError:
+            return True
+        except ray.exceptions.RayActorError:
+            return False
+        raise AssertionError(f"call on a dead actor succeeded: {value!r}")
+
+    assert wait_until(call_until_dead, timeout=30, interval=0.2)
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        ray.get(actor.bump.remote(), timeout=TIMEOUT)
+
+
+def test_unpicklable_argument_raises_at_call_site(ray_cluster):
+    lock = threading.Lock()
+    with pytest.raises((TypeError, ray.exceptions.RayError)) as ei:
+        identity.remote(lock)
+    text = str(ei.value).lower()
+    assert "lock" in text, text
+    assert "pickl" in text or "serializ" in text, text
+    # Nested inside a container, and as an actor method argument.
+    with pytest.raises((TypeError, ray.exceptions.RayError)) as ei:
+        identity.remote([1, {"k": lock}])
+    assert "lock" in str(ei.value).lower()
+    actor = PidActor.remote()
+    with pytest.raises((TypeError, ray.exceptions.RayError)) as ei:
+        actor.echo.remote(lock)
+    assert "lock" in str(ei.value).lower()
+    # Nothing was broken by the failed submissions.
+    assert ray.get(actor.echo.remote("ok"), timeout=TIMEOUT) == "ok"
+
+
+def test_invalid_option_name(ray_cluster):
+    with pytest.raises(ValueError) as ei:
+        identity.options(num_cpu=1).remote(1)
+    assert re.search(r"\bnum_cpu\b", str(ei.value)), str(ei.value)
+    with pytest.raises(ValueError) as ei:
+        PidActor.options(num_cpu=1).remote()
+    assert re.search(r"\bnum_cpu\b", str(ei.value)), str(ei.value)
+
+
+def test_invalid_option_type(ray_cluster):
+    with pytest.raises((TypeError, ValueError)) as ei:
+        identity.options(num_cpus="two").remote(1)
+    assert "num_cpus" in str(ei.value)
+    with pytest.raises((TypeError, ValueError)) as ei:
+        identity.options(resources="custom_a").remote(1)
+    assert "resources" in str(ei.value)
+
+
+def test_negative_resources(ray_cluster):
+    with pytest.raises(ValueError) as ei:
+        identity.options(num_cpus=-1).remote(1)
+    # Ray: "The quantity of resource num_cpus cannot be negative".
+    text = str(ei.value)
+    assert "num_cpus" in text and ("-1" in text or "negative" in text), text
+    with pytest.raises(ValueError) as ei:
+        identity.options(num_gpus=-2).remote(1)
+    text = str(ei.value)
+    assert "num_gpus" in text and ("-2" in text or "negative" in text), text
+    with pytest.raises(ValueError) as ei:
+        identity.options(resources={"custom_a": -1}).remote(1)
+    text = str(ei.value)
+    assert "custom_a" in text and ("-1" in text or "negative" in text), text
+
+
+def test_invalid_decorator_option(ray_cluster):
+    with pytest.raises((ValueError, TypeError)) as ei:
+
+        @ray.remote(foo=1)
+        def f():
+            return 1
+
+    assert re.search(r"\bfoo\b", str(ei.value)), str(ei.value)
+
+
+def test_get_on_non_ref(ray_cluster):
+    with pytest.raises((TypeError, ValueError)) as ei:
+        ray.get(42)
+    assert "ObjectRef" in str(ei.value)
+    with pytest.raises((TypeError, ValueError)) as ei:
+        ray.get([ray.put(1), "not a ref"])
+    assert "ObjectRef" in str(ei.value)
+
+
+def test_shutdown_leaves_no_processes_or_shared_memory(fresh_cluster):
+    np = pytest.importorskip("numpy")
+    children_before = live_children()
+    fresh_cluster(num_cpus=2)
+    pids = set(ray.get([getpid.remote() for _ in range(4)], timeout=TIMEOUT))
+    actor = PidActor.remote()
+    pids.add(ray.get(actor.pid.remote(), timeout=TIMEOUT))
+    assert pids and os.getpid() not in pids
+    assert all(pid_alive(p) for p in pids)
+    big = ray.put(np.ones(4 * 1024**2))  # a 32 MiB shared-memory object
+    view = ray.get(big, timeout=TIMEOUT)
+    assert view.sum() == 4 * 1024**2
+    # This cluster's /dev/shm/oxray* entries: those its processes use.  (Other
+    # oxray clusters may be running on the same machine; they are left out.)
+    ours = session_shm_entries(extra_pids=pids)
+    del view, big
+    ray.shutdown()
+    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10), [
+        p for p in pids if pid_alive(p)
+    ]
+    # Nor any helper process the driver started for the cluster (agents, stores).
+    assert wait_until(lambda: not (live_children() - children_before), timeout=10), sorted(
+        live_children() - children_before
+    )
+    assert wait_until(lambda: not (ours & oxray_shm_entries()), timeout=5), sorted(
+        ours & oxray_shm_entries()
+    )
+
+
+DRIVER_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    import oxray as ray
+
+    # address="local": always a new cluster of its own, never the test's.
+    ray.init(address="local", num_cpus=2)
+
+    @ray.remote
+    def getpid():
+        return os.getpid()
+
+    @ray.remote
+    class A:
+        def pid(self):
+            return os.getpid()
+
+    a = A.remote()
+    pids = set(ray.get([getpid.remote() for _ in range(4)], timeout=60))
+    pids.add(ray.get(a.pid.remote(), timeout=60))
+    print("WORKER_PIDS=" + ",".join(str(p) for p in sorted(pids)), flush=True)
+    if sys.argv[1] == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    # "exit": fall off the end without ray.shutdown()
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["exit", "sigkill"])
+def test_driver_exit_without_shutdown_leaves_no_workers(tmp_path, how):
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER_SCRIPT)
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [sys.executable, str(script), how],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    match = re.search(r"^WORKER_PIDS=([\d,]+)$", proc.stdout, re.M)
+    assert match, f"driver failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    pids = [int(p) for p in match.group(1).split(",")]
+    assert pids
+    alive = wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10)
+    assert alive, [p for p in pids if pid_alive(p)]
