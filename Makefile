@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-PYTEST_ARGS ?= -m "not slow"
+PYTEST_ARGS ?= -m "not slow" --timeout 300
 
 .PHONY: all venv develop release demo test lint rust-test py-test bench clean
 
@@ -12,7 +12,7 @@ all: develop
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5"
+	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2"
 	touch $@
 
 venv: $(VENV)/.deps

@@ -64,6 +64,7 @@ impl Client {
                 }
             }
         });
+        runtime().spawn(CoreClient::run_sender(Arc::downgrade(&inner)));
         Ok(Client { inner, assignments: Mutex::new(None) })
     }
 
@@ -236,16 +237,14 @@ impl Client {
             owner_id: self.inner.client_id.to_vec(),
             submitted_at_us: 0,
         };
+        let return_ids_copy: Vec<Vec<u8>> = spec.return_ids.clone();
         let c = self.inner.clone();
         let out = PyDict::new(py);
         match kind {
-            TaskKind::Normal => {
-                let error = py.detach(|| runtime().block_on(c.submit_task(spec))).map_err(rpc_err)?;
-                out.set_item("error", error)?;
-            }
-            TaskKind::ActorTask => {
-                py.detach(|| runtime().block_on(c.submit_actor_task(spec))).map_err(rpc_err)?;
-                out.set_item("error", "")?;
+            TaskKind::Normal | TaskKind::ActorTask => {
+                // Returns at once; impossible requests surface as errors in the returns.
+                c.enqueue(spec).map_err(rpc_err)?;
+                self.inner.mark_reported_all(&return_ids_copy);
             }
             TaskKind::ActorCreation => {
                 let (id, existing) =
@@ -261,6 +260,7 @@ impl Client {
     }
 
     fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data })))
             .map_err(|s| rpc_err(s.into()))?;
@@ -277,6 +277,7 @@ impl Client {
 
     #[pyo3(signature = (object_id, force=false))]
     fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool) -> PyResult<()> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force })))
             .map_err(|s| rpc_err(s.into()))?;
@@ -285,6 +286,7 @@ impl Client {
 
     #[pyo3(signature = (actor_id, no_restart=true))]
     fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool) -> PyResult<()> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart })))
             .map_err(|s| rpc_err(s.into()))?;
@@ -297,6 +299,7 @@ impl Client {
         name: String,
         namespace: String,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         let reply = py
             .detach(|| runtime().block_on(agent.get_named_actor(GetNamedActorRequest { name, namespace })))
@@ -306,6 +309,7 @@ impl Client {
     }
 
     fn get_actor_info<'py>(&self, py: Python<'py>, actor_id: Vec<u8>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         let reply = py
             .detach(|| runtime().block_on(agent.get_actor_info(ActorRequest { actor_id, no_restart: false })))
@@ -315,12 +319,14 @@ impl Client {
     }
 
     fn list_actors<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         let reply = py.detach(|| runtime().block_on(agent.list_actors(Empty {}))).map_err(|s| rpc_err(s.into()))?;
         reply.into_inner().actors.iter().map(|a| actor_dict(py, a)).collect()
     }
 
     fn cluster_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.flush(py)?;
         let mut agent = self.inner.agent();
         let reply = py.detach(|| runtime().block_on(agent.cluster_info(Empty {}))).map_err(|s| rpc_err(s.into()))?;
         reply
@@ -455,6 +461,11 @@ impl Client {
 }
 
 impl Client {
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.flush_submissions())).map_err(rpc_err)
+    }
+
     /// Maps each location; a file moved by spilling meanwhile is looked up again.
     fn map_locations(&self, locations: Vec<oxray_runtime::proto::ObjectLocation>) -> PyResult<Vec<ObjectBuffer>> {
         let mut out = Vec::with_capacity(locations.len());

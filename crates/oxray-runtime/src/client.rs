@@ -38,6 +38,13 @@ pub struct CoreClient {
     pub address: String,
     agent: AgentClient,
     refs: Mutex<RefTable>,
+    /// Tasks and actor calls not yet sent: submission returns at once and a
+    /// background sender ships them in batches. Every other call sends them
+    /// first, so the agent sees this client's requests in order.
+    queued: Mutex<Vec<TaskSpec>>,
+    sending: tokio::sync::Mutex<()>,
+    queued_signal: tokio::sync::Notify,
+    send_error: Mutex<Option<String>>,
 }
 
 pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
@@ -59,9 +66,66 @@ impl CoreClient {
         let agent = NodeAgentClient::with_interceptor(channel, auth)
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        Ok(CoreClient { client_id, address: address.to_string(), agent, refs: Mutex::new(RefTable::default()) })
+        Ok(CoreClient {
+            client_id,
+            address: address.to_string(),
+            agent,
+            refs: Mutex::new(RefTable::default()),
+            queued: Mutex::new(Vec::new()),
+            sending: tokio::sync::Mutex::new(()),
+            queued_signal: tokio::sync::Notify::new(),
+            send_error: Mutex::new(None),
+        })
     }
 
+    /// Queues a task or actor call; `run_sender` ships it.
+    pub fn enqueue(&self, spec: TaskSpec) -> Result<(), ClientError> {
+        if let Some(e) = self.send_error.lock().take() {
+            return Err(ClientError::Rpc(e));
+        }
+        self.queued.lock().push(spec);
+        self.queued_signal.notify_one();
+        Ok(())
+    }
+
+    /// Sends everything queued, in order.
+    pub async fn flush_submissions(&self) -> Result<(), ClientError> {
+        let _turn = self.sending.lock().await;
+        loop {
+            let specs = std::mem::take(&mut *self.queued.lock());
+            if specs.is_empty() {
+                break;
+            }
+            self.agent().submit_batch(SubmitBatchRequest { specs }).await?;
+        }
+        match self.send_error.lock().take() {
+            Some(e) => Err(ClientError::Rpc(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// The background sender; ends when the client is dropped.
+    pub async fn run_sender(client: std::sync::Weak<CoreClient>) {
+        loop {
+            let Some(c) = client.upgrade() else { break };
+            if !c.queued.lock().is_empty() {
+                if let Err(e) = c.flush_submissions().await {
+                    *c.send_error.lock() = Some(e.to_string());
+                }
+                continue;
+            }
+            let signal = c.queued_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            if c.queued.lock().is_empty() {
+                // Wake up now and then to notice that the client was dropped.
+                let _ = tokio::time::timeout(Duration::from_millis(200), signal).await;
+            }
+        }
+    }
+
+    /// The raw RPC client. Callers that depend on earlier submissions should
+    /// call `flush_submissions` first.
     pub fn agent(&self) -> AgentClient {
         self.agent.clone()
     }
@@ -76,6 +140,16 @@ impl CoreClient {
 
     pub fn mark_reported(&self, id: Id) {
         self.refs.lock().mark_reported(id);
+    }
+
+    /// The agent registers the submitter as holder of a task's returns itself.
+    pub fn mark_reported_all(&self, ids: &[Vec<u8>]) {
+        let mut refs = self.refs.lock();
+        for raw in ids {
+            if let Ok(id) = crate::ids::id_from_bytes(raw) {
+                refs.mark_reported(id);
+            }
+        }
     }
 
     pub fn has_ref_changes(&self) -> bool {
@@ -95,6 +169,7 @@ impl CoreClient {
     }
 
     pub async fn flush_refs(&self) -> Result<(), ClientError> {
+        self.flush_submissions().await?;
         if let Some(deltas) = self.take_ref_deltas() {
             self.agent()
                 .update_refs(UpdateRefsRequest { client_id: self.client_id.to_vec(), ref_deltas: Some(deltas) })
@@ -104,15 +179,18 @@ impl CoreClient {
     }
 
     pub async fn submit_task(&self, spec: TaskSpec) -> Result<String, ClientError> {
+        self.flush_submissions().await?;
         Ok(self.agent().submit_task(spec).await?.into_inner().error)
     }
 
     pub async fn submit_actor_task(&self, spec: TaskSpec) -> Result<(), ClientError> {
+        self.flush_submissions().await?;
         self.agent().submit_actor_task(spec).await?;
         Ok(())
     }
 
     pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(Vec<u8>, bool), ClientError> {
+        self.flush_submissions().await?;
         let reply =
             self.agent().create_actor(CreateActorRequest { spec: Some(spec), get_if_exists }).await?.into_inner();
         Ok((reply.actor_id, reply.existing))
@@ -125,6 +203,7 @@ impl CoreClient {
     }
 
     pub async fn seal_object(&self, object: ObjectLocation, nested: Vec<Vec<u8>>) -> Result<(), ClientError> {
+        self.flush_submissions().await?;
         let request = PutObjectRequest {
             client_id: self.client_id.to_vec(),
             object: Some(object),
@@ -135,17 +214,41 @@ impl CoreClient {
         Ok(())
     }
 
-    /// Returns None when `timeout_ms` passed first.
+    /// Returns None when `timeout_ms` passed first. Queued submissions ride
+    /// along; the send lock is held only for a short first wait, so other
+    /// threads' submissions are never held up behind a long `get`.
     pub async fn get_objects(
         &self,
         ids: Vec<Vec<u8>>,
         timeout_ms: i64,
     ) -> Result<Option<Vec<ObjectLocation>>, ClientError> {
+        const FIRST_WAIT_MS: i64 = 20;
+        let first = if timeout_ms < 0 { FIRST_WAIT_MS } else { timeout_ms.min(FIRST_WAIT_MS) };
+        let reply = {
+            let _turn = self.sending.lock().await;
+            let request = GetObjectsRequest {
+                client_id: self.client_id.to_vec(),
+                object_ids: ids.clone(),
+                timeout_ms: first,
+                ref_deltas: self.take_ref_deltas(),
+                submissions: std::mem::take(&mut *self.queued.lock()),
+            };
+            self.agent().get_objects(request).await?.into_inner()
+        };
+        if !reply.timed_out {
+            return Ok(Some(reply.objects));
+        }
+        if timeout_ms >= 0 && timeout_ms <= first {
+            return Ok(None);
+        }
+        let rest = if timeout_ms < 0 { -1 } else { timeout_ms - first };
+        self.flush_submissions().await?;
         let request = GetObjectsRequest {
             client_id: self.client_id.to_vec(),
             object_ids: ids,
-            timeout_ms,
+            timeout_ms: rest,
             ref_deltas: self.take_ref_deltas(),
+            submissions: Vec::new(),
         };
         let reply = self.agent().get_objects(request).await?.into_inner();
         Ok((!reply.timed_out).then_some(reply.objects))
@@ -157,12 +260,14 @@ impl CoreClient {
         num_returns: u32,
         timeout_ms: i64,
     ) -> Result<Vec<Vec<u8>>, ClientError> {
+        self.flush_submissions().await?;
         let request =
             WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids: ids, num_returns, timeout_ms };
         Ok(self.agent().wait_objects(request).await?.into_inner().ready_ids)
     }
 
     pub async fn task_done(&self, mut done: TaskDoneRequest) -> Result<(), ClientError> {
+        self.flush_submissions().await?;
         done.ref_deltas = self.take_ref_deltas();
         self.agent().task_done(done).await?;
         Ok(())

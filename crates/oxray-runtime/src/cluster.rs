@@ -127,6 +127,18 @@ fn build_resources(cfg: &ClusterConfig, ip: &str) -> Result<(ResourceSet, usize,
     Ok((set, gpus, store))
 }
 
+/// Accepted connections with Nagle off: the builder's `tcp_nodelay` does not
+/// apply to an incoming stream we provide, and small RPCs would stall on delayed ACKs.
+fn incoming_nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        if let Ok(stream) = &conn {
+            let _ = stream.set_nodelay(true);
+        }
+        conn
+    })
+}
+
 async fn bind(host: &str, what: &'static str) -> Result<TcpListener, ClusterError> {
     let addr = format!("{host}:0");
     TcpListener::bind(&addr).await.map_err(|source| ClusterError::Bind { what, addr, source })
@@ -172,7 +184,7 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
     stop.push(head_stop);
     let head_service = HeadServer::with_interceptor(HeadService::default(), RequireToken::new(&token));
     tokio::spawn(tonic::transport::Server::builder().add_service(head_service).serve_with_incoming_shutdown(
-        TcpListenerStream::new(head_listener),
+        incoming_nodelay(head_listener),
         async {
             let _ = head_stopped.await;
         },
@@ -184,14 +196,12 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
         NodeAgentServer::new(service).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX),
         RequireToken::new(&token),
     );
-    tokio::spawn(
-        tonic::transport::Server::builder().tcp_nodelay(true).add_service(agent_service).serve_with_incoming_shutdown(
-            TcpListenerStream::new(agent_listener),
-            async {
-                let _ = agent_stopped.await;
-            },
-        ),
-    );
+    tokio::spawn(tonic::transport::Server::builder().add_service(agent_service).serve_with_incoming_shutdown(
+        incoming_nodelay(agent_listener),
+        async {
+            let _ = agent_stopped.await;
+        },
+    ));
 
     let channel = connect_channel(&head_address).await.map_err(|e| ClusterError::Other(e.to_string()))?;
     let mut head = HeadClient::with_interceptor(channel, AttachToken::new(&token).map_err(ClusterError::Other)?);

@@ -127,13 +127,15 @@ impl AgentShared {
         blocked_worker: Option<Id>,
     ) -> bool {
         let mut blocked = false;
+        let mut pending: Vec<Id> = ids.to_vec();
         let done = loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let ready = {
                 let st = self.state.lock();
-                ids.iter().filter(|id| st.is_ready(id) || !st.is_known(id)).count()
+                pending.retain(|id| !(st.is_ready(id) || !st.is_known(id)));
+                ids.len() - pending.len()
             };
             if ready >= need {
                 break true;
@@ -175,6 +177,26 @@ impl AgentShared {
             }
         }
         Ok(())
+    }
+
+    /// Tasks and actor calls from one client, in the order it made them.
+    fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), Status> {
+        if specs.is_empty() {
+            return Ok(());
+        }
+        self.with_state(|st| {
+            for spec in specs {
+                let owner = id_from_bytes(&spec.owner_id)?;
+                if spec.kind == TaskKind::ActorTask as i32 {
+                    st.submit_actor_task(owner, spec)?;
+                } else {
+                    st.submit(owner, spec)?;
+                }
+            }
+            st.schedule();
+            Ok::<_, String>(())
+        })
+        .map_err(bad)
     }
 
     pub fn node_info(&self, address: &str) -> NodeInfo {
@@ -258,6 +280,11 @@ impl NodeAgent for AgentService {
         Ok(Response::new(SubmitTaskReply::default()))
     }
 
+    async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
+        self.shared.apply_submissions(request.into_inner().specs)?;
+        Ok(Response::new(Empty {}))
+    }
+
     async fn create_object(
         &self,
         request: Request<CreateObjectRequest>,
@@ -292,6 +319,7 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
         self.shared.apply_increfs(client, &req.ref_deltas)?;
+        self.shared.apply_submissions(req.submissions)?;
         self.shared.apply_decrefs(client, &req.ref_deltas)?;
         let wanted = ids(&req.object_ids)?;
         let is_worker = self.shared.state.lock().worker_label(&client).is_some();

@@ -48,6 +48,14 @@ struct TaskEntry {
     gpus: Vec<(usize, i64)>,
 }
 
+#[derive(Debug)]
+struct ShapeQueue {
+    holds: ResourceSet,
+    placement: ResourceSet,
+    creation: bool,
+    tasks: VecDeque<Id>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActorState {
     PendingCreation,
@@ -125,7 +133,9 @@ pub struct AgentState {
     pub store: ObjectStore,
     objects: HashMap<Id, ObjectMeta>,
     tasks: HashMap<Id, TaskEntry>,
-    ready: VecDeque<Id>,
+    /// Tasks ready to place, one FIFO per resource shape, so a shape that
+    /// does not fit is skipped in O(1) however many tasks it has.
+    ready: Vec<ShapeQueue>,
     arg_waiters: HashMap<Id, Vec<Id>>,
     producer: HashMap<Id, Id>,
     workers: HashMap<Id, WorkerEntry>,
@@ -163,7 +173,7 @@ impl AgentState {
             store,
             objects: HashMap::new(),
             tasks: HashMap::new(),
-            ready: VecDeque::new(),
+            ready: Vec::new(),
             arg_waiters: HashMap::new(),
             producer: HashMap::new(),
             workers: HashMap::new(),
@@ -289,7 +299,7 @@ impl AgentState {
                 touched_actors.push(id_from_bytes(&task.spec.actor_id).unwrap_or_default());
             } else if task.state == TaskState::WaitingArgs {
                 task.state = TaskState::Ready;
-                self.ready.push_back(task_id);
+                self.push_ready(task_id);
             }
         }
         for actor in touched_actors {
@@ -447,7 +457,7 @@ impl AgentState {
         };
         self.tasks.insert(task_id, entry);
         if state == TaskState::Ready {
-            self.ready.push_back(task_id);
+            self.push_ready(task_id);
         }
         Ok(())
     }
@@ -488,53 +498,73 @@ impl AgentState {
         Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
     }
 
+    fn push_ready(&mut self, task_id: Id) {
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        let creation = task.spec.kind == TaskKind::ActorCreation as i32;
+        match self
+            .ready
+            .iter_mut()
+            .find(|q| q.creation == creation && q.holds == task.holds && q.placement == task.placement)
+        {
+            Some(q) => q.tasks.push_back(task_id),
+            None => self.ready.push(ShapeQueue {
+                holds: task.holds.clone(),
+                placement: task.placement.clone(),
+                creation,
+                tasks: VecDeque::from([task_id]),
+            }),
+        }
+    }
+
     /// Places ready tasks on idle workers while resources allow, and asks for
     /// new workers when tasks fit but no worker is free.
     pub fn schedule(&mut self) {
         if self.shutting_down {
             return;
         }
-        let mut keep = VecDeque::new();
         let mut scratch = self.available.clone();
         let mut wanted_workers = 0usize;
-        while let Some(task_id) = self.ready.pop_front() {
-            let Some(task) = self.tasks.get(&task_id) else { continue };
-            if task.state != TaskState::Ready {
-                continue;
-            }
-            let is_creation = task.spec.kind == TaskKind::ActorCreation as i32;
-            if !self.available.fits(&task.placement) || !self.available.fits(&task.holds) {
-                keep.push_back(task_id);
-                continue;
-            }
-            let gpu_request = task.holds.get("GPU");
-            if is_creation {
-                let Some(gpus) = self.gpus.acquire(gpu_request) else {
-                    keep.push_back(task_id);
+        for qi in 0..self.ready.len() {
+            loop {
+                let Some(&task_id) = self.ready[qi].tasks.front() else { break };
+                if self.tasks.get(&task_id).is_none_or(|t| t.state != TaskState::Ready) {
+                    self.ready[qi].tasks.pop_front();
                     continue;
-                };
-                self.start_actor_worker(task_id, gpus);
-                continue;
-            }
-            if let Some(worker_id) = self.idle.pop_front() {
-                let Some(gpus) = self.gpus.acquire(gpu_request) else {
-                    self.idle.push_front(worker_id);
-                    keep.push_back(task_id);
-                    continue;
-                };
-                self.run_on(worker_id, task_id, gpus);
-                let holds = self.tasks[&task_id].holds.clone();
-                scratch.subtract(&holds);
-            } else {
-                let holds = task.holds.clone();
-                if scratch.fits(&holds) {
-                    scratch.subtract(&holds);
-                    wanted_workers += 1;
                 }
-                keep.push_back(task_id);
+                let q = &self.ready[qi];
+                if !self.available.fits(&q.placement) || !self.available.fits(&q.holds) {
+                    break;
+                }
+                let holds = q.holds.clone();
+                if q.creation {
+                    let Some(gpus) = self.gpus.acquire(holds.get("GPU")) else { break };
+                    self.ready[qi].tasks.pop_front();
+                    self.start_actor_worker(task_id, gpus);
+                    scratch.subtract(&holds);
+                    continue;
+                }
+                if self.idle.is_empty() {
+                    // Count how many more of this shape could run, to start that many workers.
+                    let queued = q.tasks.len();
+                    let mut n = 0;
+                    while n < queued && scratch.fits(&holds) {
+                        scratch.subtract(&holds);
+                        n += 1;
+                        if holds.is_empty() {
+                            n = queued;
+                        }
+                    }
+                    wanted_workers += n;
+                    break;
+                }
+                let Some(gpus) = self.gpus.acquire(holds.get("GPU")) else { break };
+                let worker_id = self.idle.pop_front().expect("checked non-empty");
+                self.ready[qi].tasks.pop_front();
+                self.run_on(worker_id, task_id, gpus);
+                scratch.subtract(&holds);
             }
         }
-        self.ready = keep;
+        self.ready.retain(|q| !q.tasks.is_empty());
         let to_start = wanted_workers.min(self.max_starting).saturating_sub(self.starting_pool_workers);
         for _ in 0..to_start {
             self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new());
@@ -716,7 +746,7 @@ impl AgentState {
                 actor.queue.push_front(task_id);
             }
         } else {
-            self.ready.push_back(task_id);
+            self.push_ready(task_id);
         }
     }
 
@@ -1054,7 +1084,7 @@ impl AgentState {
     }
 
     fn fail_all_ready(&mut self, message: &str) {
-        let ready: Vec<Id> = self.ready.drain(..).collect();
+        let ready: Vec<Id> = self.ready.drain(..).flat_map(|q| q.tasks).collect();
         for task_id in ready {
             self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
         }
@@ -1083,7 +1113,9 @@ impl AgentState {
                 {
                     actor.queue.retain(|t| *t != task_id);
                 }
-                self.ready.retain(|t| *t != task_id);
+                for q in &mut self.ready {
+                    q.tasks.retain(|t| *t != task_id);
+                }
                 self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
             }
         }
