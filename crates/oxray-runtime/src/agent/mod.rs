@@ -134,7 +134,7 @@ impl AgentShared {
             notified.as_mut().enable();
             let ready = {
                 let st = self.state.lock();
-                pending.retain(|id| !(st.is_ready(id) || !st.is_known(id)));
+                pending.retain(|id| !st.is_ready(id) && st.is_known(id));
                 ids.len() - pending.len()
             };
             if ready >= need {

@@ -525,8 +525,7 @@ impl AgentState {
         let mut scratch = self.available.clone();
         let mut wanted_workers = 0usize;
         for qi in 0..self.ready.len() {
-            loop {
-                let Some(&task_id) = self.ready[qi].tasks.front() else { break };
+            while let Some(&task_id) = self.ready[qi].tasks.front() {
                 if self.tasks.get(&task_id).is_none_or(|t| t.state != TaskState::Ready) {
                     self.ready[qi].tasks.pop_front();
                     continue;
