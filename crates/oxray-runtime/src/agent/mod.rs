@@ -466,3 +466,6 @@ fn actor_info(a: &state::ActorEntry) -> ActorInfo {
         max_task_retries: a.max_task_retries,
     }
 }
+
+#[cfg(test)]
+mod state_tests;

@@ -1,0 +1,276 @@
+//! Scheduling, reference counting and failure handling of `AgentState`, driven
+//! directly: "workers" are channels, and process spawns are observed as actions.
+
+use super::state::*;
+use crate::errors::FLAG_SYSTEM_ERROR;
+use crate::ids::Id;
+use crate::resources::ResourceSet;
+use oxray_proto::{
+    Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place, task_arg,
+};
+use oxray_store::ObjectStore;
+use std::collections::HashMap;
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+const DRIVER: Id = [0xd; 16];
+
+fn new_state(cpus: f64, gpus: usize) -> AgentState {
+    let root = std::env::temp_dir().join(format!("oxray-state-test-{}", rand::random::<u64>()));
+    let store = ObjectStore::new(root.join("shm"), root.join("spill"), 1 << 20).unwrap();
+    let mut total = ResourceSet::new();
+    total.set("CPU", cpus).unwrap();
+    total.set("GPU", gpus as f64).unwrap();
+    total.set("custom", 1.0).unwrap();
+    AgentState::new(
+        AgentConfig { node_id: [1; 16], total, num_gpus: gpus, max_starting_workers: 2, worker_env: vec![] },
+        store,
+    )
+}
+
+fn task(n: u8, resources: &[(&str, f64)]) -> TaskSpec {
+    TaskSpec {
+        task_id: vec![n; 16],
+        function_id: vec![0; 16],
+        name: format!("t{n}"),
+        kind: TaskKind::Normal as i32,
+        return_ids: vec![vec![100 + n; 16]],
+        resources: resources.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        owner_id: DRIVER.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn spawned(st: &mut AgentState) -> Vec<Id> {
+    st.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::SpawnWorker { worker_id, .. } => Some(worker_id),
+            _ => None,
+        })
+        .collect()
+}
+
+fn connect(st: &mut AgentState, worker: Id, pid: u32) -> UnboundedReceiver<Result<Assignment, tonic::Status>> {
+    let (tx, rx) = unbounded_channel();
+    st.set_worker_pid(worker, pid);
+    st.worker_connected(worker, tx).unwrap();
+    rx
+}
+
+fn next(rx: &mut UnboundedReceiver<Result<Assignment, tonic::Status>>) -> Option<TaskSpec> {
+    rx.try_recv().ok().map(|a| a.unwrap().task.unwrap())
+}
+
+fn done(st: &mut AgentState, worker: Id, spec: &TaskSpec, value: &[u8]) {
+    let returns = spec
+        .return_ids
+        .iter()
+        .map(|r| ObjectLocation { object_id: r.clone(), place: Some(Place::InlineData(value.to_vec())), size: 1 })
+        .collect();
+    let req = TaskDoneRequest { task_id: spec.task_id.clone(), returns, ..Default::default() };
+    st.task_done(worker, spec.task_id[..].try_into().unwrap(), req, &[]).unwrap();
+}
+
+fn system_error_type(st: &mut AgentState, id: Id) -> Option<String> {
+    let loc = st.locate(id);
+    let Some(Place::InlineData(data)) = loc.place else { return None };
+    let parsed = oxray_store::parse(&data).ok()?;
+    (parsed.flags == FLAG_SYSTEM_ERROR).then(|| {
+        let v: serde_json::Value = serde_json::from_slice(&data[parsed.pickle]).unwrap();
+        v["type"].as_str().unwrap().to_string()
+    })
+}
+
+#[test]
+fn tasks_wait_for_cpus_and_reuse_workers() {
+    let mut st = new_state(1.0, 0);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.submit(DRIVER, task(2, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let workers = spawned(&mut st);
+    assert_eq!(workers.len(), 1, "one CPU: one worker is enough");
+    let mut rx = connect(&mut st, workers[0], 10);
+    let first = next(&mut rx).expect("first task assigned on connect");
+    assert_eq!(first.name, "t1");
+    assert!(next(&mut rx).is_none(), "second task waits for the CPU");
+    assert_eq!(st.available().get("CPU"), 0.0);
+    done(&mut st, workers[0], &first, b"x");
+    let second = next(&mut rx).expect("the same worker takes the next task");
+    assert_eq!(second.name, "t2");
+    assert!(spawned(&mut st).is_empty());
+    assert!(st.is_ready(&[101; 16]));
+}
+
+#[test]
+fn fractional_cpus_run_side_by_side() {
+    let mut st = new_state(1.0, 0);
+    for n in 1..=4 {
+        st.submit(DRIVER, task(n, &[("CPU", 0.25)])).unwrap();
+    }
+    st.schedule();
+    let workers = spawned(&mut st);
+    assert_eq!(workers.len(), 2, "bounded by max_starting_workers");
+    let mut rxs: Vec<_> = workers.iter().enumerate().map(|(i, w)| connect(&mut st, *w, 20 + i as u32)).collect();
+    let running: usize = rxs.iter_mut().map(|rx| usize::from(next(rx).is_some())).sum();
+    assert_eq!(running, 2);
+    assert!((st.available().get("CPU") - 0.5).abs() < 1e-9);
+    // The scheduler asks for more workers for the two still waiting.
+    st.schedule();
+    assert_eq!(spawned(&mut st).len(), 2);
+}
+
+#[test]
+fn infeasible_request_fails_at_once_with_a_clear_message() {
+    let mut st = new_state(2.0, 0);
+    let msg = st.submit(DRIVER, task(1, &[("CPU", 64.0)])).unwrap().expect("infeasible");
+    assert!(msg.contains("CPU") && msg.contains("64"), "{msg}");
+    assert!(msg.contains("cluster"), "{msg}");
+    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("TaskUnschedulableError"));
+    let msg = st.submit(DRIVER, task(2, &[("nonexistent", 1.0)])).unwrap().expect("infeasible");
+    assert!(msg.contains("nonexistent"), "{msg}");
+}
+
+#[test]
+fn crashed_worker_retries_then_reports_worker_crashed() {
+    let mut st = new_state(1.0, 0);
+    let mut spec = task(1, &[("CPU", 1.0)]);
+    spec.max_retries = 1;
+    st.submit(DRIVER, spec).unwrap();
+    st.schedule();
+    let w1 = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w1, 30);
+    assert!(next(&mut rx).is_some());
+    st.worker_exited(w1, "killed by SIGKILL".into());
+    assert_eq!(st.available().get("CPU"), 1.0, "resources come back");
+    let w2 = spawned(&mut st)[0];
+    let mut rx2 = connect(&mut st, w2, 31);
+    assert!(next(&mut rx2).is_some(), "retried on a new worker");
+    st.worker_exited(w2, "killed by SIGKILL".into());
+    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("WorkerCrashedError"));
+}
+
+#[test]
+fn arguments_gate_tasks_and_are_freed_when_unreferenced() {
+    let mut st = new_state(1.0, 0);
+    let mut consumer = task(2, &[("CPU", 1.0)]);
+    consumer.args = vec![TaskArg { kind: Some(task_arg::Kind::ObjectId(vec![101; 16])) }];
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.submit(DRIVER, consumer).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 40);
+    let producer = next(&mut rx).unwrap();
+    done(&mut st, w, &producer, b"arg");
+    let consumer = next(&mut rx).expect("runs once its argument exists");
+    // The driver drops its ref; the running task still pins the argument.
+    st.remove_holders(DRIVER, &[[101; 16]]);
+    assert!(st.is_ready(&[101; 16]));
+    done(&mut st, w, &consumer, b"out");
+    assert!(!st.is_known(&[101; 16]), "freed once nothing holds or pins it");
+    assert!(st.is_ready(&[102; 16]));
+}
+
+#[test]
+fn gpus_are_assigned_by_index() {
+    let mut st = new_state(4.0, 2);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0), ("GPU", 1.0)])).unwrap();
+    st.submit(DRIVER, task(2, &[("CPU", 1.0), ("GPU", 1.0)])).unwrap();
+    st.schedule();
+    let workers = spawned(&mut st);
+    let mut devices: Vec<String> = workers
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let mut rx = connect(&mut st, *w, 50 + i as u32);
+            rx.try_recv().unwrap().unwrap().cuda_visible_devices
+        })
+        .collect();
+    devices.sort();
+    assert_eq!(devices, vec!["0".to_string(), "1".to_string()]);
+}
+
+fn actor_spec(max_restarts: i32) -> TaskSpec {
+    TaskSpec {
+        task_id: vec![7; 16],
+        function_id: vec![0; 16],
+        name: "Counter".into(),
+        kind: TaskKind::ActorCreation as i32,
+        actor_id: vec![9; 16],
+        max_restarts,
+        placement_resources: HashMap::from([("CPU".to_string(), 1.0)]),
+        owner_id: DRIVER.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn actor_call(n: u8) -> TaskSpec {
+    TaskSpec {
+        task_id: vec![n; 16],
+        name: "Counter.inc".into(),
+        kind: TaskKind::ActorTask as i32,
+        actor_id: vec![9; 16],
+        return_ids: vec![vec![100 + n; 16]],
+        owner_id: DRIVER.to_vec(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn actor_calls_run_in_order_and_restart_after_a_crash() {
+    let mut st = new_state(2.0, 0);
+    let spec = actor_spec(1);
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    for n in 20..25 {
+        st.submit_actor_task(DRIVER, actor_call(n)).unwrap();
+    }
+    let mut rx = connect(&mut st, w, 60);
+    let creation = next(&mut rx).unwrap();
+    assert_eq!(creation.kind, TaskKind::ActorCreation as i32);
+    assert!(next(&mut rx).is_none(), "calls wait for the constructor");
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, [7; 16], req, &[]).unwrap();
+    let order: Vec<String> = std::iter::from_fn(|| next(&mut rx)).map(|t| hex::encode(&t.task_id[..1])).collect();
+    assert_eq!(order, vec!["14", "15", "16", "17", "18"], "submission order");
+    // The actor holds no CPU but needed one to be placed.
+    assert_eq!(st.available().get("CPU"), 2.0);
+    st.worker_exited(w, "killed by SIGKILL".into());
+    assert_eq!(system_error_type(&mut st, [120; 16]).as_deref(), Some("ActorDiedError"), "in-flight call fails");
+    st.schedule();
+    let w2 = spawned(&mut st);
+    assert_eq!(w2.len(), 1, "restarted on a new worker");
+    st.worker_exited(w2[0], "killed by SIGKILL".into());
+    st.submit_actor_task(DRIVER, actor_call(30)).unwrap();
+    assert_eq!(system_error_type(&mut st, [130; 16]).as_deref(), Some("ActorDiedError"), "past max_restarts");
+}
+
+#[test]
+fn named_actors_are_unique_per_namespace() {
+    let mut st = new_state(2.0, 0);
+    let mut spec = actor_spec(0);
+    spec.actor_name = "counter".into();
+    spec.namespace = "ns".into();
+    st.register_actor(&spec, false).unwrap();
+    let mut again = spec.clone();
+    again.actor_id = vec![10; 16];
+    assert!(st.register_actor(&again, false).unwrap_err().contains("already exists"));
+    assert_eq!(st.register_actor(&again, true).unwrap(), ([9; 16], true));
+    assert!(st.named_actor("ns", "counter").is_some());
+    assert!(st.named_actor("other", "counter").is_none());
+}
+
+#[test]
+fn cancelling_a_queued_task_fails_its_result() {
+    let mut st = new_state(1.0, 0);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.submit(DRIVER, task(2, &[("CPU", 1.0)])).unwrap();
+    st.cancel([102; 16], false);
+    assert_eq!(system_error_type(&mut st, [102; 16]).as_deref(), Some("TaskCancelledError"));
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 70);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    assert!(next(&mut rx).is_none());
+}

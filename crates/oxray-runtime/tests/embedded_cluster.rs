@@ -1,0 +1,84 @@
+//! An embedded cluster over real sockets: token enforcement, loopback binding,
+//! object round trips and cleanup.
+
+use oxray_runtime::client::CoreClient;
+use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_embedded};
+use oxray_runtime::proto::node_agent_client::NodeAgentClient;
+use oxray_runtime::proto::{Empty, ObjectLocation, object_location::Place};
+use std::collections::HashMap;
+
+async fn start() -> RunningCluster {
+    let session_dir = std::env::temp_dir().join(format!("oxray-it-{}", rand::random::<u64>()));
+    start_embedded(ClusterConfig {
+        num_cpus: Some(2.0),
+        num_gpus: Some(0),
+        resources: HashMap::from([("custom".to_string(), 3.0)]),
+        memory: None,
+        object_store_memory: Some(64 << 20),
+        session_dir,
+        python: "/bin/false".into(),
+        cwd: std::env::temp_dir(),
+        worker_env: vec![],
+        host: "127.0.0.1".into(),
+        token: None,
+        forward_output: false,
+    })
+    .await
+    .expect("cluster starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpcs_without_the_right_token_are_refused() {
+    let cluster = start().await;
+    assert!(cluster.agent_address.starts_with("127.0.0.1:"), "binds to loopback by default");
+    assert!(cluster.head_address.starts_with("127.0.0.1:"));
+
+    let mut anonymous = NodeAgentClient::connect(format!("http://{}", cluster.agent_address)).await.unwrap();
+    let err = anonymous.cluster_info(Empty {}).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unauthenticated);
+
+    let wrong = CoreClient::connect(&cluster.agent_address, "not-the-token", [1; 16]).await.unwrap();
+    let err = wrong.agent().cluster_info(Empty {}).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+
+    let right = CoreClient::connect(&cluster.agent_address, &cluster.token, [2; 16]).await.unwrap();
+    let nodes = right.agent().cluster_info(Empty {}).await.unwrap().into_inner().nodes;
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].total["CPU"], 2.0);
+    assert_eq!(nodes[0].total["custom"], 3.0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
+    let cluster = start().await;
+    let client = CoreClient::connect(&cluster.agent_address, &cluster.token, [3; 16]).await.unwrap();
+
+    let small = ObjectLocation { object_id: vec![5; 16], place: Some(Place::InlineData(b"tiny".to_vec())), size: 4 };
+    client.seal_object(small, vec![]).await.unwrap();
+
+    let size = 1 << 20;
+    let path = client.create_object([6; 16], size).await.unwrap();
+    assert!(path.starts_with(cluster.shm_dir.to_str().unwrap()), "{path} is in shared memory");
+    let mut map = oxray_store::create_object_file(std::path::Path::new(&path), size).unwrap();
+    map[..3].copy_from_slice(b"big");
+    drop(map);
+    let large = ObjectLocation { object_id: vec![6; 16], place: Some(Place::Path(path.clone())), size: size as u64 };
+    client.seal_object(large, vec![]).await.unwrap();
+
+    let got = client.get_objects(vec![vec![5; 16], vec![6; 16]], 1000).await.unwrap().expect("ready");
+    assert_eq!(got[0].place, Some(Place::InlineData(b"tiny".to_vec())));
+    assert_eq!(got[1].place, Some(Place::Path(path.clone())));
+
+    // Unknown ids never hang: they come back at once (as object-lost errors).
+    let lost = client.get_objects(vec![vec![42; 16]], -1).await.unwrap().expect("answered");
+    assert!(matches!(lost[0].place, Some(Place::InlineData(_))));
+    // A get on an object that is pending times out as asked.
+    client.create_object([8; 16], 1 << 20).await.unwrap();
+    assert!(client.get_objects(vec![vec![8; 16]], 100).await.unwrap().is_none());
+
+    let shm_dir = cluster.shm_dir.clone();
+    assert!(shm_dir.exists());
+    cluster.shutdown().await;
+    assert!(!shm_dir.exists(), "shutdown removes the shared-memory directory");
+}
