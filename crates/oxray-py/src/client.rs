@@ -7,7 +7,7 @@ use oxray_runtime::client::{ClientError, CoreClient};
 use oxray_runtime::ids::{Id, id_from_bytes};
 use oxray_runtime::proto::{
     ActorInfo, ActorRequest, Assignment, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest, TaskArg,
-    TaskDoneRequest, TaskKind, TaskSpec, WorkerHello, task_arg,
+    TaskDoneRequest, TaskKind, TaskSpec, task_arg,
 };
 use parking_lot::Mutex;
 use pyo3::buffer::PyBuffer;
@@ -353,10 +353,8 @@ impl Client {
 
     /// Opens this worker's assignment stream.
     fn worker_connect(&self, py: Python<'_>) -> PyResult<()> {
-        let mut agent = self.inner.agent();
-        let hello = WorkerHello { worker_id: self.inner.client_id.to_vec(), pid: std::process::id() };
-        let mut stream =
-            py.detach(|| runtime().block_on(agent.worker_connect(hello))).map_err(|s| rpc_err(s.into()))?.into_inner();
+        let c = self.inner.clone();
+        let mut stream = py.detach(|| runtime().block_on(c.worker_connect())).map_err(rpc_err)?;
         let (tx, rx) = mpsc::channel();
         runtime().spawn(async move {
             loop {

@@ -45,6 +45,9 @@ pub struct CoreClient {
     sending: tokio::sync::Mutex<()>,
     queued_signal: tokio::sync::Notify,
     send_error: Mutex<Option<String>>,
+    /// In a worker: its event stream to the agent. Task completions and all of
+    /// the worker's reference changes travel on it, so they stay in order.
+    worker_events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>>>,
 }
 
 pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
@@ -75,6 +78,7 @@ impl CoreClient {
             sending: tokio::sync::Mutex::new(()),
             queued_signal: tokio::sync::Notify::new(),
             send_error: Mutex::new(None),
+            worker_events: Mutex::new(None),
         })
     }
 
@@ -156,6 +160,28 @@ impl CoreClient {
         self.refs.lock().has_changes()
     }
 
+    /// Opens a worker's session with the agent: returns the stream of assignments.
+    pub async fn worker_connect(&self) -> Result<tonic::Streaming<Assignment>, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let hello = WorkerHello { worker_id: self.client_id.to_vec(), pid: std::process::id() };
+        let _ = tx.send(WorkerEvent { event: Some(worker_event::Event::Hello(hello)) });
+        *self.worker_events.lock() = Some(tx);
+        let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
+        Ok(self.agent().worker_connect(stream).await?.into_inner())
+    }
+
+    fn worker_stream(&self) -> Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>> {
+        self.worker_events.lock().clone()
+    }
+
+    /// Reference changes for a unary RPC; a worker sends them on its stream instead.
+    fn deltas_for_rpc(&self) -> Option<RefDeltas> {
+        if self.worker_events.lock().is_some() {
+            return None;
+        }
+        self.take_ref_deltas()
+    }
+
     /// Pending reference changes, to ride along with the next RPC.
     pub fn take_ref_deltas(&self) -> Option<RefDeltas> {
         let (inc, dec) = self.refs.lock().take_changes();
@@ -170,6 +196,12 @@ impl CoreClient {
 
     pub async fn flush_refs(&self) -> Result<(), ClientError> {
         self.flush_submissions().await?;
+        if let Some(events) = self.worker_stream() {
+            if let Some(deltas) = self.take_ref_deltas() {
+                let _ = events.send(WorkerEvent { event: Some(worker_event::Event::Refs(deltas)) });
+            }
+            return Ok(());
+        }
         if let Some(deltas) = self.take_ref_deltas() {
             self.agent()
                 .update_refs(UpdateRefsRequest { client_id: self.client_id.to_vec(), ref_deltas: Some(deltas) })
@@ -208,7 +240,7 @@ impl CoreClient {
             client_id: self.client_id.to_vec(),
             object: Some(object),
             nested_refs: nested,
-            ref_deltas: self.take_ref_deltas(),
+            ref_deltas: self.deltas_for_rpc(),
         };
         self.agent().put_object(request).await?;
         Ok(())
@@ -230,7 +262,7 @@ impl CoreClient {
                 client_id: self.client_id.to_vec(),
                 object_ids: ids.clone(),
                 timeout_ms: first,
-                ref_deltas: self.take_ref_deltas(),
+                ref_deltas: self.deltas_for_rpc(),
                 submissions: std::mem::take(&mut *self.queued.lock()),
             };
             self.agent().get_objects(request).await?.into_inner()
@@ -247,7 +279,7 @@ impl CoreClient {
             client_id: self.client_id.to_vec(),
             object_ids: ids,
             timeout_ms: rest,
-            ref_deltas: self.take_ref_deltas(),
+            ref_deltas: self.deltas_for_rpc(),
             submissions: Vec::new(),
         };
         let reply = self.agent().get_objects(request).await?.into_inner();
@@ -266,10 +298,18 @@ impl CoreClient {
         Ok(self.agent().wait_objects(request).await?.into_inner().ready_ids)
     }
 
+    /// Reports a finished task. A worker sends it on its stream without waiting.
     pub async fn task_done(&self, mut done: TaskDoneRequest) -> Result<(), ClientError> {
         self.flush_submissions().await?;
         done.ref_deltas = self.take_ref_deltas();
-        self.agent().task_done(done).await?;
-        Ok(())
+        match self.worker_stream() {
+            Some(events) => events
+                .send(WorkerEvent { event: Some(worker_event::Event::Done(done)) })
+                .map_err(|_| ClientError::Rpc("the worker's stream to its node agent is closed".into())),
+            None => {
+                self.agent().task_done(done).await?;
+                Ok(())
+            }
+        }
     }
 }

@@ -179,6 +179,17 @@ impl AgentShared {
         Ok(())
     }
 
+    /// A task's results: increfs first (the worker may now hold refs it was
+    /// passed), then the completion (which unpins arguments), then decrefs.
+    fn handle_task_done(self: &Arc<Self>, worker: Id, done: TaskDoneRequest) -> Result<(), Status> {
+        let task = id_from_bytes(&done.task_id).map_err(bad)?;
+        self.apply_increfs(worker, &done.ref_deltas)?;
+        let nested = ids(&done.nested_refs)?;
+        let deltas = done.ref_deltas.clone();
+        self.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)?;
+        self.apply_decrefs(worker, &deltas)
+    }
+
     /// Tasks and actor calls from one client, in the order it made them.
     fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), Status> {
         if specs.is_empty() {
@@ -428,25 +439,39 @@ impl NodeAgent for AgentService {
 
     async fn worker_connect(
         &self,
-        request: Request<WorkerHello>,
+        request: Request<tonic::Streaming<WorkerEvent>>,
     ) -> Result<Response<Self::WorkerConnectStream>, Status> {
-        let hello = request.into_inner();
+        let mut events = request.into_inner();
+        let hello = match events.message().await? {
+            Some(WorkerEvent { event: Some(worker_event::Event::Hello(h)) }) => h,
+            _ => return Err(bad("a worker stream must start with a hello".into())),
+        };
         let worker_id = id_from_bytes(&hello.worker_id).map_err(bad)?;
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.with_state(|st| st.worker_connected(worker_id, tx)).map_err(Status::not_found)?;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = events.message().await {
+                let outcome = match event.event {
+                    Some(worker_event::Event::Done(done)) => shared.handle_task_done(worker_id, done),
+                    Some(worker_event::Event::Refs(deltas)) => {
+                        let deltas = Some(deltas);
+                        shared.apply_increfs(worker_id, &deltas).and_then(|_| shared.apply_decrefs(worker_id, &deltas))
+                    }
+                    _ => Err(bad("unexpected worker event".into())),
+                };
+                if let Err(status) = outcome {
+                    eprintln!("(oxray) bad event from worker {}: {}", hex::encode(worker_id), status.message());
+                }
+            }
+        });
         Ok(Response::new(UnboundedReceiverStream::new(rx)))
     }
 
     async fn task_done(&self, request: Request<TaskDoneRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let worker = id_from_bytes(&req.worker_id).map_err(bad)?;
-        let task = id_from_bytes(&req.task_id).map_err(bad)?;
-        self.shared.apply_increfs(worker, &req.ref_deltas)?;
-        let nested = ids(&req.nested_refs)?;
-        let deltas = req.ref_deltas.clone();
-        let done = req;
-        self.shared.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)?;
-        self.shared.apply_decrefs(worker, &deltas)?;
+        self.shared.handle_task_done(worker, req)?;
         Ok(Response::new(Empty {}))
     }
 }
