@@ -211,7 +211,7 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
     head.register_node(RegisterNodeRequest { node: Some(info) })
         .await
         .map_err(|e| ClusterError::Other(format!("node registration with the head failed: {}", e.message())))?;
-    *agent.head.lock() = Some(head.clone());
+    agent.attach_head(head.clone());
     let beat_agent = agent.clone();
     let heartbeat = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -1,7 +1,10 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
 use oxray_proto::head_server::Head;
-use oxray_proto::{ClusterInfoReply, Empty, HeartbeatRequest, NodeInfo, RegisterNodeRequest};
+use oxray_proto::{
+    ActorInfo, ActorRequest, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest,
+    ListActorsReply, NodeInfo, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,9 +19,17 @@ struct NodeRecord {
     last_seen: Instant,
 }
 
+#[derive(Default)]
+struct ActorTable {
+    actors: HashMap<Vec<u8>, ActorInfo>,
+    /// (namespace, name) -> actor id, for live named actors.
+    names: HashMap<(String, String), Vec<u8>>,
+}
+
 #[derive(Clone, Default)]
 pub struct HeadService {
     nodes: Arc<Mutex<HashMap<Vec<u8>, NodeRecord>>>,
+    actors: Arc<Mutex<ActorTable>>,
 }
 
 impl HeadService {
@@ -62,6 +73,65 @@ impl Head for HeadService {
     async fn list_nodes(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
         Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
     }
+
+    async fn register_actor(
+        &self,
+        request: Request<RegisterActorRequest>,
+    ) -> Result<Response<RegisterActorReply>, Status> {
+        let req = request.into_inner();
+        let actor = req.actor.ok_or_else(|| Status::invalid_argument("missing actor"))?;
+        let mut table = self.actors.lock();
+        if !actor.name.is_empty() {
+            let key = (actor.namespace.clone(), actor.name.clone());
+            if let Some(existing) = table.names.get(&key) {
+                if req.get_if_exists {
+                    return Ok(Response::new(RegisterActorReply { actor_id: existing.clone(), existing: true }));
+                }
+                return Err(Status::already_exists(format!(
+                    "An actor named {:?} already exists in namespace {:?}; use get_if_exists=True or a different name",
+                    actor.name, actor.namespace
+                )));
+            }
+            table.names.insert(key, actor.actor_id.clone());
+        }
+        let actor_id = actor.actor_id.clone();
+        table.actors.insert(actor_id.clone(), actor);
+        Ok(Response::new(RegisterActorReply { actor_id, existing: false }))
+    }
+
+    async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
+        let info = request.into_inner();
+        let mut table = self.actors.lock();
+        if info.state == "DEAD" && !info.name.is_empty() {
+            let key = (info.namespace.clone(), info.name.clone());
+            if table.names.get(&key) == Some(&info.actor_id) {
+                table.names.remove(&key);
+            }
+        }
+        table.actors.insert(info.actor_id.clone(), info);
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_named_actor(
+        &self,
+        request: Request<GetNamedActorRequest>,
+    ) -> Result<Response<GetNamedActorReply>, Status> {
+        let req = request.into_inner();
+        let table = self.actors.lock();
+        let actor = table.names.get(&(req.namespace, req.name)).and_then(|id| table.actors.get(id)).cloned();
+        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+    }
+
+    async fn get_actor(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
+        let id = request.into_inner().actor_id;
+        let actor = self.actors.lock().actors.get(&id).cloned();
+        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+    }
+
+    async fn list_actors(&self, _request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
+        let actors = self.actors.lock().actors.values().cloned().collect();
+        Ok(Response::new(ListActorsReply { actors }))
+    }
 }
 
 #[cfg(test)]
@@ -82,5 +152,35 @@ mod tests {
         assert_eq!(nodes.len(), 1);
         assert!(nodes[0].alive);
         assert_eq!(nodes[0].available["CPU"], 1.5);
+    }
+
+    fn named(id: u8, name: &str) -> ActorInfo {
+        ActorInfo {
+            actor_id: vec![id; 16],
+            name: name.into(),
+            namespace: "ns".into(),
+            state: "PENDING_CREATION".into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn actor_names_are_unique_until_the_actor_dies() {
+        let head = HeadService::default();
+        let register = |info, get_if_exists| RegisterActorRequest { actor: Some(info), get_if_exists };
+        head.register_actor(Request::new(register(named(1, "a"), false))).await.unwrap();
+        let dup = head.register_actor(Request::new(register(named(2, "a"), false))).await.unwrap_err();
+        assert_eq!(dup.code(), tonic::Code::AlreadyExists);
+        assert!(dup.message().contains("\"a\""), "{}", dup.message());
+        let reuse = head.register_actor(Request::new(register(named(3, "a"), true))).await.unwrap().into_inner();
+        assert_eq!((reuse.actor_id, reuse.existing), (vec![1; 16], true));
+        let lookup = GetNamedActorRequest { name: "a".into(), namespace: "ns".into() };
+        assert!(head.get_named_actor(Request::new(lookup.clone())).await.unwrap().into_inner().found);
+        let mut dead = named(1, "a");
+        dead.state = "DEAD".into();
+        head.update_actor(Request::new(dead)).await.unwrap();
+        assert!(!head.get_named_actor(Request::new(lookup)).await.unwrap().into_inner().found);
+        head.register_actor(Request::new(register(named(4, "a"), false))).await.unwrap();
+        assert_eq!(head.list_actors(Request::new(Empty {})).await.unwrap().into_inner().actors.len(), 2);
     }
 }

@@ -23,14 +23,13 @@ pub struct AgentShared {
     /// Woken whenever objects may have become ready.
     pub changed: Notify,
     pub spawn: Mutex<Option<SpawnConfig>>,
-    pub head: Mutex<
-        Option<
-            HeadClient<
-                tonic::service::interceptor::InterceptedService<tonic::transport::Channel, crate::auth::AttachToken>,
-            >,
-        >,
-    >,
+    pub head: Mutex<Option<HeadConn>>,
+    /// Actor updates for the head, sent in order by one task.
+    actor_updates: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ActorInfo>>>,
 }
+
+pub type HeadConn =
+    HeadClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, crate::auth::AttachToken>>;
 
 fn bad(e: String) -> Status {
     Status::invalid_argument(e)
@@ -47,7 +46,27 @@ impl AgentShared {
             changed: Notify::new(),
             spawn: Mutex::new(None),
             head: Mutex::new(None),
+            actor_updates: Mutex::new(None),
         })
+    }
+
+    /// Connects this agent to the head: actor registrations and updates go there.
+    pub fn attach_head(&self, head: HeadConn) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ActorInfo>();
+        let mut sender = head.clone();
+        tokio::spawn(async move {
+            while let Some(info) = rx.recv().await {
+                if let Err(e) = sender.update_actor(info).await {
+                    eprintln!("(oxray) could not update the head's actor table: {}", e.message());
+                }
+            }
+        });
+        *self.actor_updates.lock() = Some(tx);
+        *self.head.lock() = Some(head);
+    }
+
+    fn head(&self) -> Option<HeadConn> {
+        self.head.lock().clone()
     }
 
     /// Runs `f` under the state lock, then carries out the actions it queued.
@@ -71,6 +90,15 @@ impl AgentShared {
                     unsafe { libc::kill(pid as i32, signal) };
                 }
                 Action::Log(message) => eprintln!("(oxray) {message}"),
+                Action::ActorChanged(actor_id) => {
+                    let info = {
+                        let st = self.state.lock();
+                        st.actors.get(&actor_id).map(|a| actor_info(a, &st.node_id))
+                    };
+                    if let (Some(info), Some(tx)) = (info, self.actor_updates.lock().as_ref()) {
+                        let _ = tx.send(info);
+                    }
+                }
             }
         }
     }
@@ -266,6 +294,29 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let spec = req.spec.ok_or_else(|| bad("missing actor spec".into()))?;
         let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
+        if let Some(mut head) = self.shared.head() {
+            let info = ActorInfo {
+                actor_id: spec.actor_id.clone(),
+                class_name: spec.name.clone(),
+                state: state::ActorState::PendingCreation.as_str().into(),
+                name: spec.actor_name.clone(),
+                namespace: spec.namespace.clone(),
+                max_task_retries: spec.max_task_retries,
+                node_id: self.shared.state.lock().node_id.to_vec(),
+                ..Default::default()
+            };
+            let reply = head
+                .register_actor(RegisterActorRequest { actor: Some(info), get_if_exists: req.get_if_exists })
+                .await?
+                .into_inner();
+            if reply.existing {
+                return Ok(Response::new(CreateActorReply {
+                    actor_id: reply.actor_id,
+                    existing: true,
+                    class_function_id_hex: String::new(),
+                }));
+            }
+        }
         let (actor_id, existing) = self
             .shared
             .with_state(|st| {
@@ -385,21 +436,34 @@ impl NodeAgent for AgentService {
         request: Request<GetNamedActorRequest>,
     ) -> Result<Response<GetNamedActorReply>, Status> {
         let req = request.into_inner();
+        if let Some(mut head) = self.shared.head() {
+            return head.get_named_actor(req).await;
+        }
         let st = self.shared.state.lock();
-        let actor = st.named_actor(&req.namespace, &req.name).map(actor_info);
+        let actor = st.named_actor(&req.namespace, &req.name).map(|a| actor_info(a, &st.node_id));
         Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
     }
 
     async fn get_actor_info(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
-        let id = id_from_bytes(&request.into_inner().actor_id).map_err(bad)?;
-        let st = self.shared.state.lock();
-        let actor = st.actors.get(&id).map(actor_info);
-        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+        let req = request.into_inner();
+        let id = id_from_bytes(&req.actor_id).map_err(bad)?;
+        let local = {
+            let st = self.shared.state.lock();
+            st.actors.get(&id).map(|a| actor_info(a, &st.node_id))
+        };
+        match (local, self.shared.head()) {
+            (Some(actor), _) => Ok(Response::new(GetNamedActorReply { found: true, actor: Some(actor) })),
+            (None, Some(mut head)) => head.get_actor(req).await,
+            (None, None) => Ok(Response::new(GetNamedActorReply { found: false, actor: None })),
+        }
     }
 
-    async fn list_actors(&self, _request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
+    async fn list_actors(&self, request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
+        if let Some(mut head) = self.shared.head() {
+            return head.list_actors(request.into_inner()).await;
+        }
         let st = self.shared.state.lock();
-        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(actor_info).collect() }))
+        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(|a| actor_info(a, &st.node_id)).collect() }))
     }
 
     async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
@@ -476,7 +540,7 @@ impl NodeAgent for AgentService {
     }
 }
 
-fn actor_info(a: &state::ActorEntry) -> ActorInfo {
+fn actor_info(a: &state::ActorEntry, node_id: &Id) -> ActorInfo {
     ActorInfo {
         actor_id: a.id.to_vec(),
         class_name: a.class_name.clone(),
@@ -489,6 +553,7 @@ fn actor_info(a: &state::ActorEntry) -> ActorInfo {
         class_function_id: Vec::new(),
         method_names: a.method_names.clone(),
         max_task_retries: a.max_task_retries,
+        node_id: node_id.to_vec(),
     }
 }
 

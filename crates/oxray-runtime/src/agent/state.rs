@@ -15,8 +15,17 @@ pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    SpawnWorker { worker_id: Id, label: String, env: Vec<(String, String)> },
-    Signal { pid: u32, signal: i32 },
+    SpawnWorker {
+        worker_id: Id,
+        label: String,
+        env: Vec<(String, String)>,
+    },
+    /// An actor's state, pid or restart count changed: tell the head.
+    ActorChanged(Id),
+    Signal {
+        pid: u32,
+        signal: i32,
+    },
     Log(String),
 }
 
@@ -402,6 +411,8 @@ impl AgentState {
                 actor.state = ActorState::Dead;
                 actor.death_cause = message.clone();
                 actor.death_kind = kind;
+                let id = actor.id;
+                self.actions.push(Action::ActorChanged(id));
             }
             for r in return_ids {
                 self.store_error(r, kind, &message);
@@ -844,6 +855,7 @@ impl AgentState {
             actor.death_kind = SystemErrorKind::ActorDied;
             actor.no_restart = true;
             actor.state = ActorState::Dead;
+            self.actions.push(Action::ActorChanged(actor_id));
             self.fail_actor_queue(actor_id);
             self.release_actor(actor_id);
             if let Some(w) = self.workers.get(&worker_id) {
@@ -854,6 +866,7 @@ impl AgentState {
         actor.state = ActorState::Alive;
         actor.pid = pid;
         actor.method_names = method_names;
+        self.actions.push(Action::ActorChanged(actor_id));
         self.dispatch_actor(actor_id);
     }
 
@@ -948,6 +961,7 @@ impl AgentState {
             _ => {
                 if actor.state != ActorState::Dead {
                     actor.state = ActorState::Dead;
+                    self.actions.push(Action::ActorChanged(actor_id));
                     self.fail_actor_queue(actor_id);
                     self.release_actor(actor_id);
                 }
@@ -1058,6 +1072,7 @@ impl AgentState {
         if can_restart {
             actor.num_restarts += 1;
             actor.state = ActorState::Restarting;
+            self.actions.push(Action::ActorChanged(actor_id));
             let (gpus, holds) = actor.take_held();
             let spec = actor.creation.clone();
             self.gpus.release(&gpus);
@@ -1077,6 +1092,7 @@ impl AgentState {
             }
         } else {
             actor.state = ActorState::Dead;
+            self.actions.push(Action::ActorChanged(actor_id));
             self.fail_actor_queue(actor_id);
             self.release_actor(actor_id);
         }
