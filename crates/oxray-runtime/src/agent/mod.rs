@@ -155,14 +155,24 @@ impl AgentShared {
         blocked_worker: Option<Id>,
     ) -> bool {
         let mut blocked = false;
-        let mut pending: Vec<Id> = ids.to_vec();
+        let mut pending: std::collections::VecDeque<Id> = ids.iter().copied().collect();
+        let needs_all = need >= ids.len();
         let done = loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let ready = {
                 let st = self.state.lock();
-                pending.retain(|id| !st.is_ready(id) && st.is_known(id));
+                let done = |id: &Id| st.is_ready(id) || !st.is_known(id);
+                if needs_all {
+                    // Objects mostly finish in order: drop finished ones from the
+                    // front and stop at the first pending one (O(n) over the wait).
+                    while pending.front().is_some_and(done) {
+                        pending.pop_front();
+                    }
+                } else {
+                    pending.retain(|id| !done(id));
+                }
                 ids.len() - pending.len()
             };
             if ready >= need {
