@@ -2,6 +2,8 @@
 //! (inline or a read-only shared-memory mapping) through the buffer protocol,
 //! so pickle-5 out-of-band buffers and numpy arrays view them without copying.
 
+use oxray_runtime::client::CoreClient;
+use oxray_runtime::ids::Id;
 use oxray_runtime::proto::{ObjectLocation, object_location::Place};
 use oxray_store::{INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object};
 use pyo3::buffer::PyBuffer;
@@ -11,10 +13,27 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::os::raw::c_int;
 use std::path::Path;
+use std::sync::Arc;
+
+/// A process's one mapping of its node's arena.
+pub struct ArenaMap(pub memmap2::MmapRaw);
+
+/// Tells the agent when a view of an arena range is gone, so the range can be reused.
+pub struct ViewRelease {
+    pub client: Arc<CoreClient>,
+    pub id: Id,
+}
+
+impl Drop for ViewRelease {
+    fn drop(&mut self) {
+        self.client.release_view(self.id);
+    }
+}
 
 enum Bytes {
     Owned(Vec<u8>),
     Mapped(MappedObject),
+    Arena { map: Arc<ArenaMap>, offset: usize, len: usize, _release: ViewRelease },
 }
 
 #[pyclass(frozen, module = "oxray._native")]
@@ -27,7 +46,16 @@ impl ObjectBuffer {
         match &self.bytes {
             Bytes::Owned(v) => v,
             Bytes::Mapped(m) => m.bytes(),
+            // SAFETY: the agent keeps this range allocated to the object until the
+            // view is released (ViewRelease), and sealed objects are never written.
+            Bytes::Arena { map, offset, len, .. } => unsafe {
+                std::slice::from_raw_parts(map.0.as_ptr().add(*offset), *len)
+            },
         }
+    }
+
+    pub fn arena_view(map: Arc<ArenaMap>, offset: usize, len: usize, release: ViewRelease) -> Self {
+        ObjectBuffer { bytes: Bytes::Arena { map, offset, len, _release: release } }
     }
 
     pub fn from_location_bytes(data: Vec<u8>) -> Self {
@@ -40,6 +68,7 @@ impl ObjectBuffer {
             Some(Place::Path(path)) => map_object_file(Path::new(&path))
                 .map(|m| ObjectBuffer { bytes: Bytes::Mapped(m) })
                 .map_err(|e| e.to_string()),
+            Some(Place::Arena(_)) => Err("arena views are made by the client that maps the arena".into()),
             None => Err("object location is empty".into()),
         }
     }
@@ -59,7 +88,7 @@ impl ObjectBuffer {
     }
 
     fn is_shared_memory(&self) -> bool {
-        matches!(self.bytes, Bytes::Mapped(_))
+        matches!(self.bytes, Bytes::Mapped(_) | Bytes::Arena { .. })
     }
 
     fn __len__(&self) -> usize {
@@ -164,15 +193,16 @@ pub fn encode_object<'py>(
     Ok(PyBytes::new(py, &out))
 }
 
-/// Builds an object's location: inline for small objects, otherwise a file
-/// reserved through `reserve` (which returns the path to write).
+/// Builds an object's location: inline for small objects; otherwise written
+/// where `reserve` says (an arena range, mapped through `arena`, or a file).
 pub(crate) fn prepare(
     py: Python<'_>,
     id: &[u8],
     pickle: &[u8],
     buffers: &[PyBuffer<u8>],
     flags: u32,
-    reserve: impl FnOnce(Python<'_>, usize) -> PyResult<String>,
+    reserve: impl FnOnce(Python<'_>, usize) -> PyResult<ObjectLocation>,
+    arena: impl FnOnce(&str) -> PyResult<Arc<ArenaMap>>,
 ) -> PyResult<ObjectLocation> {
     let raw = collect_buffers(buffers)?;
     let layout = layout_for(pickle, &raw);
@@ -182,9 +212,24 @@ pub(crate) fn prepare(
         write_into(py, &mut out, &layout, flags, pickle, &raw);
         return Ok(ObjectLocation { object_id: id.to_vec(), place: Some(Place::InlineData(out)), size: size as u64 });
     }
-    let path = reserve(py, size)?;
-    let mut map = create_object_file(Path::new(&path), size).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    write_into(py, &mut map, &layout, flags, pickle, &raw);
-    drop(map);
-    Ok(ObjectLocation { object_id: id.to_vec(), place: Some(Place::Path(path)), size: size as u64 })
+    let location = reserve(py, size)?;
+    match &location.place {
+        Some(Place::Arena(range)) => {
+            let map = arena(&range.path)?;
+            let offset = range.offset as usize;
+            if offset + size > map.0.len() {
+                return Err(PyValueError::new_err("arena range out of bounds"));
+            }
+            // SAFETY: the agent reserved [offset, offset+size) for this object alone.
+            let dst = unsafe { std::slice::from_raw_parts_mut(map.0.as_mut_ptr().add(offset), size) };
+            write_into(py, dst, &layout, flags, pickle, &raw);
+        }
+        Some(Place::Path(path)) => {
+            let mut map =
+                create_object_file(Path::new(path), size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            write_into(py, &mut map, &layout, flags, pickle, &raw);
+        }
+        _ => return Err(PyValueError::new_err("the agent returned no place to write the object")),
+    }
+    Ok(ObjectLocation { object_id: id.to_vec(), place: location.place, size: size as u64 })
 }

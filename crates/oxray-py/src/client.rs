@@ -1,7 +1,7 @@
 //! The per-process client: submit work, move objects, count references, and
 //! (in workers) receive assignments.
 
-use crate::buffers::{ObjectBuffer, PreparedObject, prepare};
+use crate::buffers::{ArenaMap, ObjectBuffer, PreparedObject, ViewRelease, prepare};
 use crate::{OxrayRpcError, runtime};
 use oxray_runtime::client::{ClientError, CoreClient};
 use oxray_runtime::ids::{Id, id_from_bytes};
@@ -36,6 +36,8 @@ enum StreamItem {
 pub struct Client {
     inner: Arc<CoreClient>,
     assignments: Mutex<Option<mpsc::Receiver<StreamItem>>>,
+    /// This process's mapping of each node arena it has seen (mapped once, kept warm).
+    arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
 }
 
 /// A task argument from Python: (is_ref, bytes) — an object id or an encoded value.
@@ -65,7 +67,7 @@ impl Client {
             }
         });
         runtime().spawn(CoreClient::run_sender(Arc::downgrade(&inner)));
-        Ok(Client { inner, assignments: Mutex::new(None) })
+        Ok(Client { inner, assignments: Mutex::new(None), arenas: Mutex::new(HashMap::new()) })
     }
 
     #[getter]
@@ -99,9 +101,15 @@ impl Client {
     ) -> PyResult<PreparedObject> {
         let oid = to_id(id)?;
         let c = self.inner.clone();
-        let loc = prepare(py, id, pickle, &buffers, flags, |py, size| {
-            py.detach(|| runtime().block_on(c.create_object(oid, size))).map_err(rpc_err)
-        })?;
+        let loc = prepare(
+            py,
+            id,
+            pickle,
+            &buffers,
+            flags,
+            |py, size| py.detach(|| runtime().block_on(c.create_object(oid, size))).map_err(rpc_err),
+            |path| self.arena(path).map_err(OxrayRpcError::new_err),
+        )?;
         Ok(PreparedObject { location: Some(loc) })
     }
 
@@ -464,17 +472,44 @@ impl Client {
         py.detach(|| runtime().block_on(c.flush_submissions())).map_err(rpc_err)
     }
 
+    fn arena(&self, path: &str) -> Result<Arc<ArenaMap>, String> {
+        if let Some(map) = self.arenas.lock().get(path) {
+            return Ok(map.clone());
+        }
+        let map = Arc::new(ArenaMap(oxray_store::map_arena(std::path::Path::new(path)).map_err(|e| e.to_string())?));
+        self.arenas.lock().insert(path.to_string(), map.clone());
+        Ok(map)
+    }
+
+    fn buffer_for(&self, loc: oxray_runtime::proto::ObjectLocation) -> Result<ObjectBuffer, String> {
+        use oxray_runtime::proto::object_location::Place;
+        match loc.place {
+            Some(Place::Arena(range)) => {
+                let id = id_from_bytes(&loc.object_id)?;
+                // Report the view as released even if mapping fails below.
+                let release = ViewRelease { client: self.inner.clone(), id };
+                let map = self.arena(&range.path)?;
+                let (offset, len) = (range.offset as usize, loc.size as usize);
+                if offset + len > map.0.len() {
+                    return Err(format!("object {} lies outside the arena", hex::encode(id)));
+                }
+                Ok(ObjectBuffer::arena_view(map, offset, len, release))
+            }
+            _ => ObjectBuffer::from_location(loc),
+        }
+    }
+
     /// Maps each location; a file moved by spilling meanwhile is looked up again.
     fn map_locations(&self, locations: Vec<oxray_runtime::proto::ObjectLocation>) -> PyResult<Vec<ObjectBuffer>> {
         let mut out = Vec::with_capacity(locations.len());
         for loc in locations {
             let id = loc.object_id.clone();
-            match ObjectBuffer::from_location(loc) {
+            match self.buffer_for(loc) {
                 Ok(b) => out.push(b),
                 Err(first) => {
                     let again = runtime().block_on(self.inner.get_objects(vec![id], 10_000)).map_err(rpc_err)?;
                     let loc = again.and_then(|mut v| v.pop()).ok_or_else(|| OxrayRpcError::new_err(first.clone()))?;
-                    out.push(ObjectBuffer::from_location(loc).map_err(OxrayRpcError::new_err)?);
+                    out.push(self.buffer_for(loc).map_err(OxrayRpcError::new_err)?);
                 }
             }
         }

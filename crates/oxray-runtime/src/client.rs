@@ -38,6 +38,8 @@ pub struct CoreClient {
     pub address: String,
     agent: AgentClient,
     refs: Mutex<RefTable>,
+    /// Arena views dropped since the last report.
+    released: Mutex<Vec<Id>>,
     /// Tasks and actor calls not yet sent: submission returns at once and a
     /// background sender ships them in batches. Every other call sends them
     /// first, so the agent sees this client's requests in order.
@@ -74,6 +76,7 @@ impl CoreClient {
             address: address.to_string(),
             agent,
             refs: Mutex::new(RefTable::default()),
+            released: Mutex::new(Vec::new()),
             queued: Mutex::new(Vec::new()),
             sending: tokio::sync::Mutex::new(()),
             queued_signal: tokio::sync::Notify::new(),
@@ -157,7 +160,12 @@ impl CoreClient {
     }
 
     pub fn has_ref_changes(&self) -> bool {
-        self.refs.lock().has_changes()
+        self.refs.lock().has_changes() || !self.released.lock().is_empty()
+    }
+
+    /// This process dropped a view of the object's arena range.
+    pub fn release_view(&self, id: Id) {
+        self.released.lock().push(id);
     }
 
     /// Opens a worker's session with the agent: returns the stream of assignments.
@@ -185,12 +193,14 @@ impl CoreClient {
     /// Pending reference changes, to ride along with the next RPC.
     pub fn take_ref_deltas(&self) -> Option<RefDeltas> {
         let (inc, dec) = self.refs.lock().take_changes();
-        if inc.is_empty() && dec.is_empty() {
+        let released = std::mem::take(&mut *self.released.lock());
+        if inc.is_empty() && dec.is_empty() && released.is_empty() {
             return None;
         }
         Some(RefDeltas {
             incref: inc.into_iter().map(|i| i.to_vec()).collect(),
             decref: dec.into_iter().map(|i| i.to_vec()).collect(),
+            released: released.into_iter().map(|i| i.to_vec()).collect(),
         })
     }
 
@@ -228,10 +238,19 @@ impl CoreClient {
         Ok((reply.actor_id, reply.existing))
     }
 
-    pub async fn create_object(&self, id: Id, size: usize) -> Result<String, ClientError> {
-        let reply =
-            self.agent().create_object(CreateObjectRequest { object_id: id.to_vec(), size: size as u64 }).await?;
-        Ok(reply.into_inner().path)
+    /// Where to write a new object of `size` bytes (an arena range or a file).
+    pub async fn create_object(&self, id: Id, size: usize) -> Result<ObjectLocation, ClientError> {
+        if self.worker_stream().is_some() && self.has_ref_changes() {
+            self.flush_refs().await?;
+        }
+        let request = CreateObjectRequest {
+            object_id: id.to_vec(),
+            size: size as u64,
+            client_id: self.client_id.to_vec(),
+            ref_deltas: self.deltas_for_rpc(),
+        };
+        let reply = self.agent().create_object(request).await?;
+        reply.into_inner().location.ok_or_else(|| ClientError::Rpc("the agent returned no location".into()))
     }
 
     pub async fn seal_object(&self, object: ObjectLocation, nested: Vec<Vec<u8>>) -> Result<(), ClientError> {

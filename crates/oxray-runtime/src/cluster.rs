@@ -109,6 +109,13 @@ fn build_resources(cfg: &ClusterConfig, ip: &str) -> Result<(ResourceSet, usize,
     let shm_free = free_space(Path::new("/dev/shm")).unwrap_or(system_memory / 2);
     let store =
         cfg.object_store_memory.unwrap_or_else(|| (system_memory * 3 / 10).min(shm_free * 9 / 10).max(64 << 20));
+    // The arena is a sparse tmpfs file: writing past what /dev/shm can hold would fault.
+    if store > shm_free {
+        return Err(ClusterError::Config(format!(
+            "object_store_memory={store} bytes is more than the {shm_free} bytes free in /dev/shm; \
+             pass a smaller object_store_memory or enlarge /dev/shm"
+        )));
+    }
     let memory = cfg.memory.unwrap_or_else(|| system_memory.saturating_sub(store) * 7 / 10);
     let mut set = ResourceSet::new();
     let cfg_err = |e: crate::resources::ResourceError| ClusterError::Config(e.to_string());

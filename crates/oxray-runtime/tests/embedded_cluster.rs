@@ -58,17 +58,19 @@ async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
     client.seal_object(small, vec![]).await.unwrap();
 
     let size = 1 << 20;
-    let path = client.create_object([6; 16], size).await.unwrap();
-    assert!(path.starts_with(cluster.shm_dir.to_str().unwrap()), "{path} is in shared memory");
-    let mut map = oxray_store::create_object_file(std::path::Path::new(&path), size).unwrap();
-    map[..3].copy_from_slice(b"big");
-    drop(map);
-    let large = ObjectLocation { object_id: vec![6; 16], place: Some(Place::Path(path.clone())), size: size as u64 };
-    client.seal_object(large, vec![]).await.unwrap();
+    let reserved = client.create_object([6; 16], size).await.unwrap();
+    let Some(Place::Arena(range)) = reserved.place.clone() else { panic!("expected an arena range: {reserved:?}") };
+    assert!(range.path.starts_with(cluster.shm_dir.to_str().unwrap()), "{} is in shared memory", range.path);
+    let arena = oxray_store::map_arena(std::path::Path::new(&range.path)).unwrap();
+    // SAFETY: the agent reserved this range for object 6.
+    unsafe { std::ptr::copy_nonoverlapping(b"big".as_ptr(), arena.as_mut_ptr().add(range.offset as usize), 3) };
+    client.seal_object(reserved.clone(), vec![]).await.unwrap();
 
     let got = client.get_objects(vec![vec![5; 16], vec![6; 16]], 1000).await.unwrap().expect("ready");
     assert_eq!(got[0].place, Some(Place::InlineData(b"tiny".to_vec())));
-    assert_eq!(got[1].place, Some(Place::Path(path.clone())));
+    assert_eq!(got[1].place, reserved.place);
+    let view = unsafe { std::slice::from_raw_parts(arena.as_ptr().add(range.offset as usize), 3) };
+    assert_eq!(view, b"big");
 
     // Unknown ids never hang: they come back at once (as object-lost errors).
     let lost = client.get_objects(vec![vec![42; 16]], -1).await.unwrap().expect("answered");

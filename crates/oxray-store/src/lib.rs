@@ -1,12 +1,14 @@
 //! The node's object store: the byte layout of a serialized object, shared-memory
 //! files that hold large objects, and capacity accounting with spilling to disk.
 
+mod arena;
 mod layout;
 mod shm;
 mod store;
 
+pub use arena::{ARENA_PAGE, ArenaAllocator};
 pub use layout::{LAYOUT_ALIGN, Layout, LayoutError, ParsedObject, parse, plan, write_object};
-pub use shm::{MappedObject, ShmError, create_object_file, map_object_file, remove_dir_if_exists};
+pub use shm::{MappedObject, ShmError, create_object_file, map_arena, map_object_file, remove_dir_if_exists};
 pub use store::{ObjectPlace, ObjectStore, SpillEvent, StoreStats};
 
 /// Objects up to this size travel inline in RPCs instead of through shared memory.

@@ -65,6 +65,17 @@ pub fn map_object_file(path: &Path) -> Result<MappedObject, ShmError> {
     Ok(MappedObject { map: Some(map) })
 }
 
+/// Maps a node's whole arena read-write and shared; each process does this once.
+pub fn map_arena(path: &Path) -> Result<memmap2::MmapRaw, ShmError> {
+    let shown = || path.display().to_string();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|source| ShmError::Map { path: shown(), source })?;
+    MmapOptions::new().map_raw(&file).map_err(|source| ShmError::Map { path: shown(), source })
+}
+
 pub fn remove_dir_if_exists(path: &Path) -> io::Result<()> {
     match std::fs::remove_dir_all(path) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

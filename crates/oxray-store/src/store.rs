@@ -1,16 +1,24 @@
-//! Capacity accounting for one node: which objects exist, where their bytes
-//! are, and spilling least-recently-used shared-memory objects to disk when a
-//! new object does not fit in `object_store_memory`.
+//! Capacity accounting for one node's objects: large objects live in ranges of
+//! the shared-memory arena; when it is full, least-recently-used objects that no
+//! process is reading are spilled to disk. A freed range is reused only after
+//! every reader has released it, so views handed out never change under a reader.
 
 use crate::ObjectId;
+use crate::arena::ArenaAllocator;
+use memmap2::{MmapOptions, MmapRaw};
 use std::collections::HashMap;
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectPlace {
     Inline(Arc<Vec<u8>>),
-    Shm(PathBuf),
+    /// `len` bytes at `offset` in the arena file.
+    Arena {
+        offset: usize,
+        len: usize,
+    },
     Spilled(PathBuf),
 }
 
@@ -19,6 +27,9 @@ struct Entry {
     size: usize,
     place: ObjectPlace,
     sealed: bool,
+    /// The object was freed but readers still view its range.
+    freed: bool,
+    readers: u32,
     last_use: u64,
 }
 
@@ -40,11 +51,12 @@ pub struct StoreStats {
 }
 
 pub struct ObjectStore {
-    capacity: usize,
     shm_dir: PathBuf,
     spill_dir: PathBuf,
+    arena_path: PathBuf,
+    arena_map: Option<MmapRaw>,
+    alloc: ArenaAllocator,
     entries: HashMap<ObjectId, Entry>,
-    shm_used: usize,
     tick: u64,
     num_spilled_total: u64,
 }
@@ -54,14 +66,22 @@ fn file_name(id: &ObjectId) -> String {
 }
 
 impl ObjectStore {
+    /// Creates the arena as a sparse file of `capacity` bytes: pages are
+    /// allocated on first write and stay warm for reuse.
     pub fn new(shm_dir: PathBuf, spill_dir: PathBuf, capacity: usize) -> std::io::Result<Self> {
         std::fs::create_dir_all(&shm_dir)?;
+        let arena_path = shm_dir.join("arena");
+        let alloc = ArenaAllocator::new(capacity);
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&arena_path)?;
+        file.set_len(alloc.size() as u64)?;
+        let arena_map = if alloc.size() > 0 { Some(MmapOptions::new().map_raw(&file)?) } else { None };
         Ok(ObjectStore {
-            capacity,
             shm_dir,
             spill_dir,
+            arena_path,
+            arena_map,
+            alloc,
             entries: HashMap::new(),
-            shm_used: 0,
             tick: 0,
             num_spilled_total: 0,
         })
@@ -71,55 +91,51 @@ impl ObjectStore {
         &self.shm_dir
     }
 
+    pub fn arena_path(&self) -> &Path {
+        &self.arena_path
+    }
+
     fn next_tick(&mut self) -> u64 {
         self.tick += 1;
         self.tick
     }
 
-    /// Reserves room for a `size`-byte object and says which file to write it to.
-    /// Spills other objects when shared memory is full; an object larger than the
-    /// whole store goes straight to the spill directory.
-    pub fn reserve(&mut self, id: ObjectId, size: usize) -> std::io::Result<(PathBuf, Vec<SpillEvent>)> {
-        if let Some(old) = self.entries.get(&id) {
-            let path = match &old.place {
-                ObjectPlace::Shm(p) | ObjectPlace::Spilled(p) => p.clone(),
-                ObjectPlace::Inline(_) => self.shm_dir.join(file_name(&id)),
-            };
-            return Ok((path, Vec::new()));
+    /// Reserves room for a `size`-byte object: an arena range, spilling idle
+    /// objects when needed, or a file in the spill directory when nothing fits.
+    pub fn reserve(&mut self, id: ObjectId, size: usize) -> std::io::Result<(ObjectPlace, Vec<SpillEvent>)> {
+        if let Some(old) = self.entries.get(&id).filter(|e| !e.freed) {
+            return Ok((old.place.clone(), Vec::new()));
         }
         let mut spills = Vec::new();
-        let place = if size > self.capacity {
-            std::fs::create_dir_all(&self.spill_dir)?;
-            ObjectPlace::Spilled(self.spill_dir.join(file_name(&id)))
-        } else {
-            while self.shm_used + size > self.capacity {
-                match self.spill_one()? {
-                    Some(event) => spills.push(event),
-                    None => break,
-                }
+        let place = loop {
+            if size <= self.alloc.size()
+                && let Some(offset) = self.alloc.alloc(size)
+            {
+                break ObjectPlace::Arena { offset, len: size };
             }
-            if self.shm_used + size > self.capacity {
-                // Everything left is still being written: put this one on disk.
-                std::fs::create_dir_all(&self.spill_dir)?;
-                ObjectPlace::Spilled(self.spill_dir.join(file_name(&id)))
-            } else {
-                self.shm_used += size;
-                ObjectPlace::Shm(self.shm_dir.join(file_name(&id)))
+            if size > self.alloc.size() {
+                break self.spill_file(&id)?;
             }
-        };
-        let path = match &place {
-            ObjectPlace::Shm(p) | ObjectPlace::Spilled(p) => p.clone(),
-            ObjectPlace::Inline(_) => unreachable!("reserve never places inline"),
+            match self.spill_one()? {
+                Some(event) => spills.push(event),
+                None => break self.spill_file(&id)?,
+            }
         };
         let last_use = self.next_tick();
-        self.entries.insert(id, Entry { size, place, sealed: false, last_use });
-        Ok((path, spills))
+        self.entries
+            .insert(id, Entry { size, place: place.clone(), sealed: false, freed: false, readers: 0, last_use });
+        Ok((place, spills))
     }
 
-    /// Marks a reserved file object as fully written and readable.
+    fn spill_file(&self, id: &ObjectId) -> std::io::Result<ObjectPlace> {
+        std::fs::create_dir_all(&self.spill_dir)?;
+        Ok(ObjectPlace::Spilled(self.spill_dir.join(file_name(id))))
+    }
+
+    /// Marks a reserved object as fully written and readable.
     pub fn seal(&mut self, id: &ObjectId) -> bool {
         let tick = self.next_tick();
-        match self.entries.get_mut(id) {
+        match self.entries.get_mut(id).filter(|e| !e.freed) {
             Some(e) => {
                 e.sealed = true;
                 e.last_use = tick;
@@ -132,42 +148,62 @@ impl ObjectStore {
     pub fn insert_inline(&mut self, id: ObjectId, data: Vec<u8>) {
         let last_use = self.next_tick();
         let size = data.len();
-        if let Some(old) =
-            self.entries.insert(id, Entry { size, place: ObjectPlace::Inline(Arc::new(data)), sealed: true, last_use })
-        {
-            self.release(&id, old);
-        }
+        self.free(&id);
+        let entry = Entry {
+            size,
+            place: ObjectPlace::Inline(Arc::new(data)),
+            sealed: true,
+            freed: false,
+            readers: 0,
+            last_use,
+        };
+        self.entries.insert(id, entry);
     }
 
     pub fn contains_sealed(&self, id: &ObjectId) -> bool {
-        self.entries.get(id).is_some_and(|e| e.sealed)
+        self.entries.get(id).is_some_and(|e| e.sealed && !e.freed)
     }
 
     /// The sealed object's place and size, marking it recently used.
     pub fn lookup(&mut self, id: &ObjectId) -> Option<(ObjectPlace, usize)> {
         let tick = self.next_tick();
-        let e = self.entries.get_mut(id).filter(|e| e.sealed)?;
+        let e = self.entries.get_mut(id).filter(|e| e.sealed && !e.freed)?;
         e.last_use = tick;
         Some((e.place.clone(), e.size))
     }
 
-    /// Forgets the object and removes its file. Readers that mapped it keep their pages.
-    pub fn free(&mut self, id: &ObjectId) -> bool {
-        match self.entries.remove(id) {
-            Some(e) => {
-                self.release(id, e);
-                true
-            }
-            None => false,
+    /// A process now views the object's arena range.
+    pub fn add_reader(&mut self, id: &ObjectId) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.readers += 1;
         }
     }
 
-    fn release(&mut self, _id: &ObjectId, e: Entry) {
+    /// A process dropped its view; a freed object's range is reusable once none remain.
+    pub fn remove_reader(&mut self, id: &ObjectId) {
+        let Some(e) = self.entries.get_mut(id) else { return };
+        e.readers = e.readers.saturating_sub(1);
+        if e.readers == 0 && e.freed {
+            let e = self.entries.remove(id).expect("present");
+            self.release(e);
+        }
+    }
+
+    /// Forgets the object. Its arena range is reused once no reader views it.
+    pub fn free(&mut self, id: &ObjectId) -> bool {
+        let Some(e) = self.entries.get_mut(id).filter(|e| !e.freed) else { return false };
+        if e.readers > 0 && matches!(e.place, ObjectPlace::Arena { .. }) {
+            e.freed = true;
+            return true;
+        }
+        let e = self.entries.remove(id).expect("present");
+        self.release(e);
+        true
+    }
+
+    fn release(&mut self, e: Entry) {
         match e.place {
-            ObjectPlace::Shm(path) => {
-                self.shm_used -= e.size;
-                let _ = std::fs::remove_file(path);
-            }
+            ObjectPlace::Arena { offset, len } => self.alloc.free(offset, len),
             ObjectPlace::Spilled(path) => {
                 let _ = std::fs::remove_file(path);
             }
@@ -175,50 +211,52 @@ impl ObjectStore {
         }
     }
 
-    /// Moves the least recently used sealed shm object to the spill directory.
+    /// Copies the least recently used sealed arena object that nobody is reading
+    /// to the spill directory and frees its range.
     fn spill_one(&mut self) -> std::io::Result<Option<SpillEvent>> {
         let victim = self
             .entries
             .iter()
-            .filter(|(_, e)| e.sealed && matches!(e.place, ObjectPlace::Shm(_)))
+            .filter(|(_, e)| e.sealed && !e.freed && e.readers == 0 && matches!(e.place, ObjectPlace::Arena { .. }))
             .min_by_key(|(_, e)| e.last_use)
             .map(|(id, _)| *id);
         let Some(id) = victim else { return Ok(None) };
         std::fs::create_dir_all(&self.spill_dir)?;
         let to = self.spill_dir.join(file_name(&id));
         let entry = self.entries.get_mut(&id).expect("victim exists");
-        let ObjectPlace::Shm(from) = &entry.place else { unreachable!("victim is in shm") };
-        std::fs::copy(from, &to)?;
-        std::fs::remove_file(from)?;
+        let ObjectPlace::Arena { offset, len } = entry.place else { unreachable!("victim is in the arena") };
+        let map = self.arena_map.as_ref().expect("arena objects imply an arena");
+        // SAFETY: the range is allocated to this sealed object and nobody writes it any more.
+        let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset), len) };
+        std::fs::write(&to, bytes)?;
         entry.place = ObjectPlace::Spilled(to.clone());
-        let size = entry.size;
-        self.shm_used -= size;
+        self.alloc.free(offset, len);
         self.num_spilled_total += 1;
-        Ok(Some(SpillEvent { object_id: id, size, to }))
+        Ok(Some(SpillEvent { object_id: id, size: len, to }))
     }
 
     pub fn stats(&self) -> StoreStats {
         let mut stats = StoreStats {
-            capacity: self.capacity,
-            shm_used: self.shm_used,
-            num_objects: self.entries.len(),
+            capacity: self.alloc.size(),
+            shm_used: self.alloc.used(),
+            num_objects: self.entries.values().filter(|e| !e.freed).count(),
             num_spilled_total: self.num_spilled_total,
             ..Default::default()
         };
-        for e in self.entries.values() {
+        for e in self.entries.values().filter(|e| !e.freed) {
             match e.place {
                 ObjectPlace::Spilled(_) => stats.spilled_bytes += e.size,
                 ObjectPlace::Inline(_) => stats.inline_bytes += e.size,
-                ObjectPlace::Shm(_) => {}
+                ObjectPlace::Arena { .. } => {}
             }
         }
         stats
     }
 
-    /// Removes every object file and both directories.
+    /// Removes every object, the arena and both directories.
     pub fn destroy(&mut self) {
         self.entries.clear();
-        self.shm_used = 0;
+        self.arena_map = None;
         let _ = crate::remove_dir_if_exists(&self.shm_dir);
         let _ = crate::remove_dir_if_exists(&self.spill_dir);
     }
@@ -227,6 +265,7 @@ impl ObjectStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arena::ARENA_PAGE;
 
     fn id(n: u8) -> ObjectId {
         [n; 16]
@@ -238,65 +277,91 @@ mod tests {
         (store, root)
     }
 
-    fn write_and_seal(store: &mut ObjectStore, n: u8, size: usize) -> PathBuf {
-        let (path, _) = store.reserve(id(n), size).unwrap();
-        std::fs::write(&path, vec![n; size]).unwrap();
+    /// Writes `n` repeated into the object's place, as a client would.
+    fn write_and_seal(store: &mut ObjectStore, n: u8, size: usize) -> ObjectPlace {
+        let (place, _) = store.reserve(id(n), size).unwrap();
+        match &place {
+            ObjectPlace::Arena { offset, len } => {
+                let map = crate::map_arena(store.arena_path()).unwrap();
+                // SAFETY: the range was just reserved for this object.
+                unsafe { std::ptr::write_bytes(map.as_mut_ptr().add(*offset), n, *len) };
+            }
+            ObjectPlace::Spilled(p) => std::fs::write(p, vec![n; size]).unwrap(),
+            ObjectPlace::Inline(_) => unreachable!(),
+        }
         assert!(store.seal(&id(n)));
-        path
+        place
     }
 
     #[test]
     fn spills_least_recently_used_when_full() {
-        let (mut store, root) = temp_store(100);
-        write_and_seal(&mut store, 1, 40);
-        write_and_seal(&mut store, 2, 40);
+        let (mut store, root) = temp_store(10 * ARENA_PAGE);
+        write_and_seal(&mut store, 1, 4 * ARENA_PAGE);
+        write_and_seal(&mut store, 2, 4 * ARENA_PAGE);
         store.lookup(&id(1)); // 2 is now the least recently used
-        let (_, spills) = store.reserve(id(3), 40).unwrap();
+        let (place, spills) = store.reserve(id(3), 4 * ARENA_PAGE).unwrap();
+        assert!(matches!(place, ObjectPlace::Arena { .. }));
         assert_eq!(spills.len(), 1);
         assert_eq!(spills[0].object_id, id(2));
         let (place, size) = store.lookup(&id(2)).unwrap();
-        assert_eq!(size, 40);
+        assert_eq!(size, 4 * ARENA_PAGE);
         let ObjectPlace::Spilled(p) = place else { panic!("expected spilled, got {place:?}") };
-        assert_eq!(std::fs::read(p).unwrap(), vec![2u8; 40]);
-        assert_eq!(store.stats().shm_used, 80);
-        assert_eq!(store.stats().spilled_bytes, 40);
+        assert_eq!(std::fs::read(p).unwrap(), vec![2u8; 4 * ARENA_PAGE], "spilled bytes are the object's");
+        assert_eq!(store.stats().spilled_bytes, 4 * ARENA_PAGE);
         store.destroy();
         assert!(!root.join("shm").exists());
     }
 
     #[test]
-    fn object_larger_than_capacity_goes_to_disk() {
-        let (mut store, _root) = temp_store(10);
-        let (path, spills) = store.reserve(id(9), 50).unwrap();
+    fn objects_being_read_are_not_spilled_and_their_range_waits_for_readers() {
+        let (mut store, _root) = temp_store(8 * ARENA_PAGE);
+        let first = write_and_seal(&mut store, 1, 8 * ARENA_PAGE);
+        store.add_reader(&id(1));
+        // Full, and the only object is being read: the new one goes to disk.
+        let (place, spills) = store.reserve(id(2), 4 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty());
-        assert!(path.starts_with(_root.join("spill")));
+        assert!(matches!(place, ObjectPlace::Spilled(_)));
+        // Freed while read: the range stays allocated until the reader lets go.
+        assert!(store.free(&id(1)));
+        assert!(store.lookup(&id(1)).is_none());
+        assert_eq!(store.stats().shm_used, 8 * ARENA_PAGE);
+        store.remove_reader(&id(1));
         assert_eq!(store.stats().shm_used, 0);
+        let (again, _) = store.reserve(id(3), 8 * ARENA_PAGE).unwrap();
+        assert_eq!(again, first, "the released range is reused");
         store.destroy();
     }
 
     #[test]
-    fn free_releases_capacity_and_file() {
-        let (mut store, _root) = temp_store(100);
-        let path = write_and_seal(&mut store, 1, 60);
-        assert!(store.free(&id(1)));
-        assert!(!path.exists());
-        assert_eq!(store.stats().shm_used, 0);
-        assert!(!store.free(&id(1)));
-        // Unsealed objects are invisible to readers and never spilled.
-        store.reserve(id(2), 60).unwrap();
+    fn object_larger_than_capacity_goes_to_disk() {
+        let (mut store, root) = temp_store(2 * ARENA_PAGE);
+        let (place, spills) = store.reserve(id(9), 50 * ARENA_PAGE).unwrap();
+        assert!(spills.is_empty());
+        let ObjectPlace::Spilled(p) = place else { panic!("expected a spill file") };
+        assert!(p.starts_with(root.join("spill")));
+        store.destroy();
+    }
+
+    #[test]
+    fn unsealed_objects_are_invisible_and_never_spilled() {
+        let (mut store, _root) = temp_store(8 * ARENA_PAGE);
+        store.reserve(id(2), 6 * ARENA_PAGE).unwrap();
         assert!(store.lookup(&id(2)).is_none());
-        let (_, spills) = store.reserve(id(3), 60).unwrap();
+        let (place, spills) = store.reserve(id(3), 6 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty(), "an unsealed object must not be spilled");
+        assert!(matches!(place, ObjectPlace::Spilled(_)));
         store.destroy();
     }
 
     #[test]
     fn inline_objects_are_looked_up_in_memory() {
-        let (mut store, _root) = temp_store(100);
+        let (mut store, _root) = temp_store(ARENA_PAGE);
         store.insert_inline(id(4), vec![1, 2, 3]);
         assert!(store.contains_sealed(&id(4)));
         assert_eq!(store.lookup(&id(4)).unwrap().0, ObjectPlace::Inline(Arc::new(vec![1, 2, 3])));
         assert_eq!(store.stats().inline_bytes, 3);
+        assert!(store.free(&id(4)));
+        assert!(!store.contains_sealed(&id(4)));
         store.destroy();
     }
 }

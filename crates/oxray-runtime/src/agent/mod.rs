@@ -210,8 +210,12 @@ impl AgentShared {
     fn apply_decrefs(self: &Arc<Self>, client: Id, deltas: &Option<RefDeltas>) -> Result<(), Status> {
         if let Some(d) = deltas {
             let dec = ids(&d.decref)?;
-            if !dec.is_empty() {
-                self.with_state(|st| st.remove_holders(client, &dec));
+            let released = ids(&d.released)?;
+            if !dec.is_empty() || !released.is_empty() {
+                self.with_state(|st| {
+                    st.release_views(client, &released);
+                    st.remove_holders(client, &dec);
+                });
             }
         }
         Ok(())
@@ -363,11 +367,16 @@ impl NodeAgent for AgentService {
     ) -> Result<Response<CreateObjectReply>, Status> {
         let req = request.into_inner();
         let id = id_from_bytes(&req.object_id).map_err(bad)?;
-        let path = self
+        if req.ref_deltas.is_some() {
+            let client = id_from_bytes(&req.client_id).map_err(bad)?;
+            self.shared.apply_increfs(client, &req.ref_deltas)?;
+            self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        }
+        let location = self
             .shared
             .with_state(|st| st.reserve_object(id, req.size as usize))
             .map_err(Status::resource_exhausted)?;
-        Ok(Response::new(CreateObjectReply { path }))
+        Ok(Response::new(CreateObjectReply { location: Some(location) }))
     }
 
     async fn put_object(&self, request: Request<PutObjectRequest>) -> Result<Response<Empty>, Status> {
@@ -404,7 +413,7 @@ impl NodeAgent for AgentService {
         }
         let objects = {
             let mut st = self.shared.state.lock();
-            wanted.iter().map(|id| st.locate(*id)).collect()
+            wanted.iter().map(|id| st.locate(*id, client)).collect()
         };
         Ok(Response::new(GetObjectsReply { objects, timed_out: false }))
     }

@@ -156,6 +156,8 @@ pub struct AgentState {
     functions: HashMap<Vec<u8>, Vec<u8>>,
     worker_env: Vec<(String, String)>,
     failed_worker_starts: u32,
+    /// Arena views handed to each client and not yet released.
+    views: HashMap<Id, HashMap<Id, u32>>,
     actions: Vec<Action>,
     shutting_down: bool,
 }
@@ -164,10 +166,13 @@ fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, String> {
     ResourceSet::from_map(map).map_err(|e| e.to_string())
 }
 
-fn location(id: Id, place: ObjectPlace, size: usize) -> ObjectLocation {
+fn location(id: Id, place: ObjectPlace, size: usize, arena: &std::path::Path) -> ObjectLocation {
     let place = match place {
         ObjectPlace::Inline(data) => Place::InlineData((*data).clone()),
-        ObjectPlace::Shm(p) | ObjectPlace::Spilled(p) => Place::Path(p.to_string_lossy().into_owned()),
+        ObjectPlace::Spilled(p) => Place::Path(p.to_string_lossy().into_owned()),
+        ObjectPlace::Arena { offset, .. } => {
+            Place::Arena(oxray_proto::ArenaRange { path: arena.to_string_lossy().into_owned(), offset: offset as u64 })
+        }
     };
     ObjectLocation { object_id: id.to_vec(), place: Some(place), size: size as u64 }
 }
@@ -194,6 +199,7 @@ impl AgentState {
             functions: HashMap::new(),
             worker_env: config.worker_env,
             failed_worker_starts: 0,
+            views: HashMap::new(),
             actions: Vec::new(),
             shutting_down: false,
         }
@@ -271,7 +277,7 @@ impl AgentState {
         let id = id_from_bytes(&loc.object_id)?;
         match &loc.place {
             Some(Place::InlineData(data)) => self.store.insert_inline(id, data.clone()),
-            Some(Place::Path(_)) => {
+            Some(Place::Path(_)) | Some(Place::Arena(_)) => {
                 if !self.store.seal(&id) {
                     return Err(format!("object {} was never reserved with CreateObject", hex::encode(id)));
                 }
@@ -322,10 +328,33 @@ impl AgentState {
         self.objects.get(id).is_some_and(|m| m.ready) && self.store.contains_sealed(id)
     }
 
-    /// The object's location, or an object-lost error object when it is gone.
-    pub fn locate(&mut self, id: Id) -> ObjectLocation {
+    /// Arena views a client dropped: their ranges may be reused once freed.
+    pub fn release_views(&mut self, client: Id, ids: &[Id]) {
+        for id in ids {
+            if let Some(views) = self.views.get_mut(&client)
+                && let Some(n) = views.get_mut(id)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    views.remove(id);
+                }
+                self.store.remove_reader(id);
+            }
+        }
+    }
+
+    /// The object's location for `reader`, or an object-lost error object when
+    /// it is gone. An arena location counts as a view until `reader` releases it.
+    pub fn locate(&mut self, id: Id, reader: Id) -> ObjectLocation {
+        let arena = self.store.arena_path().to_path_buf();
         match self.store.lookup(&id) {
-            Some((place, size)) => location(id, place, size),
+            Some((place, size)) => {
+                if matches!(place, ObjectPlace::Arena { .. }) {
+                    self.store.add_reader(&id);
+                    *self.views.entry(reader).or_default().entry(id).or_insert(0) += 1;
+                }
+                location(id, place, size, &arena)
+            }
             None => {
                 let blob = system_error_object(
                     SystemErrorKind::ObjectLost,
@@ -336,7 +365,7 @@ impl AgentState {
                     ),
                 );
                 let size = blob.len();
-                location(id, ObjectPlace::Inline(std::sync::Arc::new(blob)), size)
+                location(id, ObjectPlace::Inline(std::sync::Arc::new(blob)), size, &arena)
             }
         }
     }
@@ -346,8 +375,9 @@ impl AgentState {
         self.objects.contains_key(id)
     }
 
-    pub fn reserve_object(&mut self, id: Id, size: usize) -> Result<String, String> {
-        let (path, spills) = self.store.reserve(id, size).map_err(|e| format!("cannot reserve {size} bytes: {e}"))?;
+    /// Where a writer should put a new `size`-byte object.
+    pub fn reserve_object(&mut self, id: Id, size: usize) -> Result<ObjectLocation, String> {
+        let (place, spills) = self.store.reserve(id, size).map_err(|e| format!("cannot reserve {size} bytes: {e}"))?;
         for s in spills {
             self.actions.push(Action::Log(format!(
                 "spilled object {} ({} MiB) to {}",
@@ -357,7 +387,8 @@ impl AgentState {
             )));
         }
         self.objects.entry(id).or_default();
-        Ok(path.to_string_lossy().into_owned())
+        let arena = self.store.arena_path().to_path_buf();
+        Ok(location(id, place, size, &arena))
     }
 
     // ------------------------------------------------------------------ tasks
@@ -492,7 +523,7 @@ impl AgentState {
         }
     }
 
-    fn assignment_for(&mut self, task_id: Id) -> Assignment {
+    fn assignment_for(&mut self, task_id: Id, worker: Id) -> Assignment {
         let task = &self.tasks[&task_id];
         let ref_args: Vec<Id> = task
             .spec
@@ -505,7 +536,7 @@ impl AgentState {
             .collect();
         let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
         let spec = task.spec.clone();
-        let resolved_args = ref_args.into_iter().map(|id| self.locate(id)).collect();
+        let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker)).collect();
         Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
     }
 
@@ -611,7 +642,7 @@ impl AgentState {
         task.gpus = gpus;
         task.state = TaskState::Running(worker_id);
         let label = task.spec.name.clone();
-        let assignment = self.assignment_for(task_id);
+        let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
         worker.running = Some(task_id);
         worker.label = label;
@@ -820,7 +851,7 @@ impl AgentState {
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, env);
         self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
-        let assignment = self.assignment_for(task_id);
+        let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("just spawned");
         worker.running = Some(task_id);
         worker.pending = Some(assignment);
@@ -915,7 +946,7 @@ impl AgentState {
             if !task.missing_args.is_empty() {
                 return;
             }
-            let assignment = self.assignment_for(task_id);
+            let assignment = self.assignment_for(task_id, worker_id);
             let task = self.tasks.get_mut(&task_id).expect("exists");
             task.state = TaskState::Running(worker_id);
             let actor = self.actors.get_mut(&actor_id).expect("exists");
@@ -977,6 +1008,13 @@ impl AgentState {
     pub fn worker_exited(&mut self, worker_id: Id, status: String) {
         let Some(worker) = self.workers.remove(&worker_id) else { return };
         self.idle.retain(|w| *w != worker_id);
+        if let Some(views) = self.views.remove(&worker_id) {
+            for (id, n) in views {
+                for _ in 0..n {
+                    self.store.remove_reader(&id);
+                }
+            }
+        }
         let held: Vec<Id> = worker.held_refs.iter().copied().collect();
         for id in held {
             if let Some(meta) = self.objects.get_mut(&id) {

@@ -72,7 +72,7 @@ fn done(st: &mut AgentState, worker: Id, spec: &TaskSpec, value: &[u8]) {
 }
 
 fn system_error_type(st: &mut AgentState, id: Id) -> Option<String> {
-    let loc = st.locate(id);
+    let loc = st.locate(id, DRIVER);
     let Some(Place::InlineData(data)) = loc.place else { return None };
     let parsed = oxray_store::parse(&data).ok()?;
     (parsed.flags == FLAG_SYSTEM_ERROR).then(|| {
