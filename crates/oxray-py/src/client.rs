@@ -461,6 +461,7 @@ impl Client {
             method_names,
             error_text,
         };
+        let Some(done) = self.inner.try_task_done_now(done) else { return Ok(()) };
         let c = self.inner.clone();
         py.detach(|| runtime().block_on(c.task_done(done))).map_err(rpc_err)
     }

@@ -317,6 +317,25 @@ impl CoreClient {
         Ok(self.agent().wait_objects(request).await?.into_inner().ready_ids)
     }
 
+    /// A worker's completion sent right away, when nothing is queued ahead of it
+    /// (the common case): no async runtime round trip. Gives the request back
+    /// when it must take the ordered path instead.
+    pub fn try_task_done_now(&self, mut done: TaskDoneRequest) -> Option<TaskDoneRequest> {
+        let Some(events) = self.worker_stream() else { return Some(done) };
+        let Ok(_turn) = self.sending.try_lock() else { return Some(done) };
+        if !self.queued.lock().is_empty() || self.send_error.lock().is_some() {
+            return Some(done);
+        }
+        done.ref_deltas = self.take_ref_deltas();
+        match events.send(WorkerEvent { event: Some(worker_event::Event::Done(done)) }) {
+            Ok(()) => None,
+            Err(e) => match e.0.event {
+                Some(worker_event::Event::Done(d)) => Some(d),
+                _ => None,
+            },
+        }
+    }
+
     /// Reports a finished task. A worker sends it on its stream without waiting.
     pub async fn task_done(&self, mut done: TaskDoneRequest) -> Result<(), ClientError> {
         self.flush_submissions().await?;
