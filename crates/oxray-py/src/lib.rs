@@ -11,11 +11,18 @@ use std::sync::OnceLock;
 
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 
+/// Async threads for this process: 2 in a driver (it hosts the embedded
+/// cluster); workers are started with `OXRAY_RUNTIME_THREADS=1`, which measured
+/// faster on small machines (fewer threads competing for the cores).
+fn runtime_threads() -> usize {
+    std::env::var("OXRAY_RUNTIME_THREADS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(2)
+}
+
 /// The process-wide async runtime that runs RPCs and, in a driver, the embedded cluster.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(runtime_threads())
             .thread_name("oxray-rt")
             .enable_all()
             .build()
