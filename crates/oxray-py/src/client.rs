@@ -27,6 +27,18 @@ fn to_id(raw: &[u8]) -> PyResult<Id> {
     id_from_bytes(raw).map_err(PyValueError::new_err)
 }
 
+fn deadline_after(timeout_s: Option<f64>) -> Option<Instant> {
+    timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)))
+}
+
+/// Waits are cut into slices of at most a second so Ctrl-C is noticed between them.
+fn next_slice_ms(deadline: Option<Instant>) -> i64 {
+    match deadline {
+        Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i64,
+        None => 1000,
+    }
+}
+
 enum StreamItem {
     Task(Box<Assignment>),
     Closed(String),
@@ -127,12 +139,9 @@ impl Client {
     /// are sliced so Ctrl-C is noticed.
     #[pyo3(signature = (ids, timeout_s=None))]
     fn get(&self, py: Python<'_>, ids: Vec<Vec<u8>>, timeout_s: Option<f64>) -> PyResult<Option<Vec<ObjectBuffer>>> {
-        let deadline = timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        let deadline = deadline_after(timeout_s);
         loop {
-            let slice_ms = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i64,
-                None => 1000,
-            };
+            let slice_ms = next_slice_ms(deadline);
             let c = self.inner.clone();
             let wanted = ids.clone();
             let got = py.detach(|| runtime().block_on(c.get_objects(wanted, slice_ms))).map_err(rpc_err)?;
@@ -154,12 +163,9 @@ impl Client {
         num_returns: u32,
         timeout_s: Option<f64>,
     ) -> PyResult<Vec<Vec<u8>>> {
-        let deadline = timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
+        let deadline = deadline_after(timeout_s);
         loop {
-            let slice_ms = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).as_millis().min(1000) as i64,
-                None => 1000,
-            };
+            let slice_ms = next_slice_ms(deadline);
             let c = self.inner.clone();
             let wanted = ids.clone();
             let ready =

@@ -43,14 +43,7 @@ class ActorClass:
         )
 
     def options(self, **options):
-        merged = {**self._options, **opts.validate(dict(options), "actor")}
-        parent = self
-
-        class _Bound:
-            def remote(self, *args, **kwargs):
-                return parent._remote(args, kwargs, merged)
-
-        return _Bound()
+        return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "actor")})
 
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, self._options)

@@ -96,6 +96,21 @@ def validate(options: dict, kind: str) -> dict:
     return options
 
 
+class WithOptions:
+    """What `.options(...)` returns: the same remote function or actor class with
+    extra options for the next `.remote()` call."""
+
+    def __init__(self, parent, options: dict):
+        self._parent = parent
+        self._options = options
+
+    def remote(self, *args, **kwargs):
+        return self._parent._remote(args, kwargs, self._options)
+
+    def __call__(self, *args, **kwargs):
+        return self._parent(*args, **kwargs)
+
+
 def validate_runtime_env(env):
     if env is None:
         return

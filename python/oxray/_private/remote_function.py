@@ -26,17 +26,7 @@ class RemoteFunction:
         )
 
     def options(self, **options):
-        merged = {**self._options, **opts.validate(dict(options), "task")}
-        parent = self
-
-        class _Bound:
-            def remote(self, *args, **kwargs):
-                return parent._remote(args, kwargs, merged)
-
-            def __call__(self, *args, **kwargs):
-                return parent(*args, **kwargs)
-
-        return _Bound()
+        return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "task")})
 
     def remote(self, *args, **kwargs):
         return self._remote(args, kwargs, self._options)
