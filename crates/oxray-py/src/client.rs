@@ -3,7 +3,7 @@
 
 use crate::buffers::{ArenaMap, ObjectBuffer, PreparedObject, ViewRelease, prepare};
 use crate::{OxrayRpcError, runtime};
-use oxray_runtime::client::{ClientError, CoreClient};
+use oxray_runtime::client::{AssignmentStream, ClientError, CoreClient};
 use oxray_runtime::ids::{Id, id_from_bytes};
 use oxray_runtime::proto::{
     ActorInfo, ActorRequest, Assignment, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest, TaskArg,
@@ -16,7 +16,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn rpc_err(e: ClientError) -> PyErr {
@@ -39,15 +38,10 @@ fn next_slice_ms(deadline: Option<Instant>) -> i64 {
     }
 }
 
-enum StreamItem {
-    Task(Box<Assignment>),
-    Closed(String),
-}
-
 #[pyclass(module = "oxray._native")]
 pub struct Client {
     inner: Arc<CoreClient>,
-    assignments: Mutex<Option<mpsc::Receiver<StreamItem>>>,
+    assignments: Mutex<Option<AssignmentStream>>,
     /// This process's mapping of each node arena it has seen (mapped once, kept warm).
     arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
 }
@@ -368,43 +362,29 @@ impl Client {
     /// Opens this worker's assignment stream.
     fn worker_connect(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.inner.clone();
-        let mut stream = py.detach(|| runtime().block_on(c.worker_connect())).map_err(rpc_err)?;
-        let (tx, rx) = mpsc::channel();
-        runtime().spawn(async move {
-            loop {
-                match stream.message().await {
-                    Ok(Some(a)) => {
-                        if tx.send(StreamItem::Task(Box::new(a))).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(None) => {
-                        let _ = tx.send(StreamItem::Closed("the node agent closed the stream".into()));
-                        break;
-                    }
-                    Err(e) => {
-                        let _ = tx.send(StreamItem::Closed(e.message().to_string()));
-                        break;
-                    }
-                }
-            }
-        });
-        *self.assignments.lock() = Some(rx);
+        let stream = py.detach(|| runtime().block_on(c.worker_connect())).map_err(rpc_err)?;
+        *self.assignments.lock() = Some(stream);
         Ok(())
     }
 
     /// The next assignment as a dict, None on timeout; raises when the agent is gone.
+    /// The calling thread reads the stream itself (in a worker the runtime runs on
+    /// the calling threads), so a task reaches Python with no thread hand-off.
     fn next_assignment<'py>(&self, py: Python<'py>, timeout_s: f64) -> PyResult<Option<Bound<'py, PyDict>>> {
-        // Taken out while waiting: a Receiver may be moved across threads but not shared.
-        let rx =
+        // Taken out while waiting: the stream is moved into the GIL-free section.
+        let mut stream =
             self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
-        let (item, rx) = py.detach(move || (rx.recv_timeout(Duration::from_secs_f64(timeout_s)), rx));
-        *self.assignments.lock() = Some(rx);
+        let wait = Duration::from_secs_f64(timeout_s);
+        let (item, stream) = py.detach(move || {
+            let item = runtime().block_on(async { tokio::time::timeout(wait, stream.message()).await });
+            (item, stream)
+        });
+        *self.assignments.lock() = Some(stream);
         let assignment = match item {
-            Ok(StreamItem::Task(a)) => a,
-            Ok(StreamItem::Closed(why)) => return Err(OxrayRpcError::new_err(why)),
-            Err(mpsc::RecvTimeoutError::Timeout) => return Ok(None),
-            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(OxrayRpcError::new_err("assignment stream ended")),
+            Err(_elapsed) => return Ok(None),
+            Ok(Ok(Some(a))) => Box::new(a),
+            Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
+            Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
         };
         let Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
         let spec = task.unwrap_or_default();

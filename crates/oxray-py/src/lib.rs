@@ -12,21 +12,25 @@ use std::sync::OnceLock;
 static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
 
 /// Async threads for this process: 2 in a driver (it hosts the embedded
-/// cluster); workers are started with `OXRAY_RUNTIME_THREADS=1`, which measured
-/// faster on small machines (fewer threads competing for the cores).
+/// cluster). Workers are started with `OXRAY_RUNTIME_THREADS=0`: no runtime
+/// threads, the calling Python threads drive the runtime themselves, which saves
+/// a thread hand-off per message (measured faster on small machines).
 fn runtime_threads() -> usize {
-    std::env::var("OXRAY_RUNTIME_THREADS").ok().and_then(|v| v.parse().ok()).filter(|n| *n > 0).unwrap_or(2)
+    std::env::var("OXRAY_RUNTIME_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
 }
 
 /// The process-wide async runtime that runs RPCs and, in a driver, the embedded cluster.
 pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(runtime_threads())
-            .thread_name("oxray-rt")
-            .enable_all()
-            .build()
-            .expect("cannot start the oxray async runtime")
+        let mut builder = match runtime_threads() {
+            0 => tokio::runtime::Builder::new_current_thread(),
+            n => {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(n).thread_name("oxray-rt");
+                b
+            }
+        };
+        builder.enable_all().build().expect("cannot start the oxray async runtime")
     })
 }
 

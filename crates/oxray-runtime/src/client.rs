@@ -10,6 +10,9 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+/// The assignments a worker receives from its node agent.
+pub type AssignmentStream = tonic::Streaming<Assignment>;
+
 pub type AgentClient = NodeAgentClient<InterceptedService<Channel, AttachToken>>;
 
 #[derive(Debug, thiserror::Error)]
