@@ -297,3 +297,20 @@ def test_arena_memory_is_reused_after_release(ray_cluster):
     # Give the background reference flush a moment, then check nothing accumulated.
     wait_until(lambda: stats()["shm_used"] <= used_with_one, timeout=5)
     assert stats()["shm_used"] <= used_with_one
+
+
+def test_numpy_and_arrow_reads_are_zero_copy(ray_cluster):
+    """Two gets of one object view the same shared-memory bytes: same address."""
+    np = pytest.importorskip("numpy")
+    pa = pytest.importorskip("pyarrow")
+    arr_ref = ray.put(np.arange(2 * MiB, dtype=np.int64))
+    a1, a2 = ray.get(arr_ref), ray.get(arr_ref)
+    assert a1.__array_interface__["data"][0] == a2.__array_interface__["data"][0]
+    assert not a1.flags.writeable
+
+    table_ref = ray.put(pa.table({"x": np.arange(2 * MiB, dtype=np.int64)}))
+    t1, t2 = ray.get(table_ref), ray.get(table_ref)
+    b1 = t1.column("x").chunks[0].buffers()[1]
+    b2 = t2.column("x").chunks[0].buffers()[1]
+    assert b1.address == b2.address
+    assert t1.column("x")[12345].as_py() == 12345

@@ -373,3 +373,26 @@ def test_print_in_task_reaches_driver_stdout(ray_cluster, capfd):
     line = wait_until(token_line, timeout=10, interval=0.1)
     assert line, "task output never reached the driver's stdout: %r" % "".join(seen)
     assert f"pid={worker_pid}" in line
+
+
+@ray.remote
+def print_marker(marker):
+    print(marker)
+    return True
+
+
+def test_worker_output_is_kept_in_the_session_logs(fresh_cluster):
+    ctx = fresh_cluster(num_cpus=1)
+    marker = f"oxray-log-marker-{os.getpid()}"
+    ray.get(print_marker.remote(marker), timeout=TIMEOUT)
+    logs = os.path.join(ctx["session_dir"], "logs")
+
+    def found():
+        for name in os.listdir(logs):
+            with open(os.path.join(logs, name), errors="replace") as f:
+                if marker in f.read():
+                    return name
+        return None
+
+    name = wait_until(found, timeout=5)
+    assert name and name.startswith("worker-"), os.listdir(logs)

@@ -52,13 +52,31 @@ type PyArg = (bool, Vec<u8>);
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (address, token, client_id=None))]
-    fn new(py: Python<'_>, address: String, token: String, client_id: Option<Vec<u8>>) -> PyResult<Self> {
+    /// `cluster`: the embedded cluster of this process, whose agent is then called
+    /// directly instead of over the network.
+    #[pyo3(signature = (address, token, client_id=None, cluster=None))]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        token: String,
+        client_id: Option<Vec<u8>>,
+        cluster: Option<PyRef<'_, crate::cluster::Cluster>>,
+    ) -> PyResult<Self> {
         let id = match client_id {
             Some(raw) => to_id(&raw)?,
             None => oxray_runtime::ids::new_id(),
         };
-        let inner = py.detach(|| runtime().block_on(CoreClient::connect(&address, &token, id))).map_err(rpc_err)?;
+        let local = cluster.and_then(|c| c.local_service());
+        let inner = py
+            .detach(|| {
+                runtime().block_on(async {
+                    match local {
+                        Some(service) => CoreClient::connect_local(&address, &token, id, service).await,
+                        None => CoreClient::connect(&address, &token, id).await,
+                    }
+                })
+            })
+            .map_err(rpc_err)?;
         let inner = Arc::new(inner);
         // Reference drops are flushed in the background too, so idle drivers free memory.
         let weak = Arc::downgrade(&inner);

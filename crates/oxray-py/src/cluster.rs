@@ -74,6 +74,15 @@ pub fn start_cluster(
     })
 }
 
+impl Cluster {
+    /// The agent's service, for a client in this same process to call directly.
+    pub(crate) fn local_service(&self) -> Option<oxray_runtime::agent::AgentService> {
+        self.inner
+            .as_ref()
+            .map(|c| oxray_runtime::agent::AgentService { shared: c.agent.clone(), address: c.agent_address.clone() })
+    }
+}
+
 #[pymethods]
 impl Cluster {
     /// Kills all workers, removes the object store's files and stops the servers.

@@ -10,6 +10,19 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+/// Calls the node agent: in-process when this client lives in the agent's own
+/// process (the embedded driver), else over gRPC. Same requests, same order.
+macro_rules! agent_call {
+    ($self:ident, $method:ident, $req:expr) => {
+        match &$self.local {
+            Some(service) => {
+                crate::proto::node_agent_server::NodeAgent::$method(service, tonic::Request::new($req)).await
+            }
+            None => $self.agent().$method($req).await,
+        }
+    };
+}
+
 /// The assignments a worker receives from its node agent.
 pub type AssignmentStream = tonic::Streaming<Assignment>;
 
@@ -50,6 +63,8 @@ pub struct CoreClient {
     sending: tokio::sync::Mutex<()>,
     queued_signal: tokio::sync::Notify,
     send_error: Mutex<Option<String>>,
+    /// Set in the embedded driver: the agent in this same process, called directly.
+    local: Option<crate::agent::AgentService>,
     /// In a worker: its event stream to the agent. Task completions and all of
     /// the worker's reference changes travel on it, so they stay in order.
     worker_events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>>>,
@@ -85,7 +100,20 @@ impl CoreClient {
             queued_signal: tokio::sync::Notify::new(),
             send_error: Mutex::new(None),
             worker_events: Mutex::new(None),
+            local: None,
         })
+    }
+
+    /// A client for a driver that hosts the agent itself: hot calls skip the network.
+    pub async fn connect_local(
+        address: &str,
+        token: &str,
+        client_id: Id,
+        service: crate::agent::AgentService,
+    ) -> Result<Self, ClientError> {
+        let mut client = Self::connect(address, token, client_id).await?;
+        client.local = Some(service);
+        Ok(client)
     }
 
     /// Queues a task or actor call; `run_sender` ships it.
@@ -106,7 +134,7 @@ impl CoreClient {
             if specs.is_empty() {
                 break;
             }
-            self.agent().submit_batch(SubmitBatchRequest { specs }).await?;
+            agent_call!(self, submit_batch, SubmitBatchRequest { specs })?;
         }
         match self.send_error.lock().take() {
             Some(e) => Err(ClientError::Rpc(e)),
@@ -225,19 +253,19 @@ impl CoreClient {
 
     pub async fn submit_task(&self, spec: TaskSpec) -> Result<String, ClientError> {
         self.flush_submissions().await?;
-        Ok(self.agent().submit_task(spec).await?.into_inner().error)
+        Ok(agent_call!(self, submit_task, spec)?.into_inner().error)
     }
 
     pub async fn submit_actor_task(&self, spec: TaskSpec) -> Result<(), ClientError> {
         self.flush_submissions().await?;
-        self.agent().submit_actor_task(spec).await?;
+        agent_call!(self, submit_actor_task, spec)?;
         Ok(())
     }
 
     pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(Vec<u8>, bool), ClientError> {
         self.flush_submissions().await?;
         let reply =
-            self.agent().create_actor(CreateActorRequest { spec: Some(spec), get_if_exists }).await?.into_inner();
+            agent_call!(self, create_actor, CreateActorRequest { spec: Some(spec), get_if_exists })?.into_inner();
         Ok((reply.actor_id, reply.existing))
     }
 
@@ -252,7 +280,7 @@ impl CoreClient {
             client_id: self.client_id.to_vec(),
             ref_deltas: self.deltas_for_rpc(),
         };
-        let reply = self.agent().create_object(request).await?;
+        let reply = agent_call!(self, create_object, request)?;
         reply.into_inner().location.ok_or_else(|| ClientError::Rpc("the agent returned no location".into()))
     }
 
@@ -264,7 +292,7 @@ impl CoreClient {
             nested_refs: nested,
             ref_deltas: self.deltas_for_rpc(),
         };
-        self.agent().put_object(request).await?;
+        agent_call!(self, put_object, request)?;
         Ok(())
     }
 
@@ -287,7 +315,7 @@ impl CoreClient {
                 ref_deltas: self.deltas_for_rpc(),
                 submissions: std::mem::take(&mut *self.queued.lock()),
             };
-            self.agent().get_objects(request).await?.into_inner()
+            agent_call!(self, get_objects, request)?.into_inner()
         };
         if !reply.timed_out {
             return Ok(Some(reply.objects));
@@ -304,7 +332,7 @@ impl CoreClient {
             ref_deltas: self.deltas_for_rpc(),
             submissions: Vec::new(),
         };
-        let reply = self.agent().get_objects(request).await?.into_inner();
+        let reply = agent_call!(self, get_objects, request)?.into_inner();
         Ok((!reply.timed_out).then_some(reply.objects))
     }
 
@@ -317,7 +345,7 @@ impl CoreClient {
         self.flush_submissions().await?;
         let request =
             WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids: ids, num_returns, timeout_ms };
-        Ok(self.agent().wait_objects(request).await?.into_inner().ready_ids)
+        Ok(agent_call!(self, wait_objects, request)?.into_inner().ready_ids)
     }
 
     /// A worker's completion sent right away, when nothing is queued ahead of it
@@ -348,7 +376,7 @@ impl CoreClient {
                 .send(WorkerEvent { event: Some(worker_event::Event::Done(done)) })
                 .map_err(|_| ClientError::Rpc("the worker's stream to its node agent is closed".into())),
             None => {
-                self.agent().task_done(done).await?;
+                agent_call!(self, task_done, done)?;
                 Ok(())
             }
         }

@@ -107,7 +107,8 @@ def init(
         agent_address = address
         STATE.address_info = {"address": address, "node_agent_address": address}
     try:
-        client = _native.Client(agent_address, token)
+        # A driver that started the cluster calls its agent in-process.
+        client = _native.Client(agent_address, token, cluster=STATE.cluster)
         nodes = client.cluster_info()
     except Exception:
         if STATE.cluster is not None:

@@ -84,7 +84,13 @@ impl AgentShared {
     fn run_actions(self: &Arc<Self>, actions: Vec<Action>) {
         for action in actions {
             match action {
-                Action::SpawnWorker { worker_id, label: _, env } => self.start_worker(worker_id, env),
+                Action::SpawnWorker { worker_id, label: _, env } => {
+                    // Spawned from a runtime thread, never the caller's: PDEATHSIG follows
+                    // the spawning thread, and an in-process caller may be a short-lived
+                    // user thread.
+                    let this = self.clone();
+                    tokio::spawn(async move { this.start_worker(worker_id, env) });
+                }
                 Action::Signal { pid, signal } => {
                     // SAFETY: plain kill(2) on a pid we started.
                     unsafe { libc::kill(pid as i32, signal) };
