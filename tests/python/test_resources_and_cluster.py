@@ -188,3 +188,58 @@ def test_logical_gpu(fresh_cluster):
     visible, ids = ray.get(gpu_view.remote(), timeout=TIMEOUT)
     assert ids == []
     assert visible in (None, "")
+
+
+JOIN_SCRIPT = r"""
+import sys
+import numpy as np
+import oxray as ray
+
+ray.init(address=sys.argv[1])
+
+@ray.remote
+def add(x, y):
+    return x + y
+
+@ray.remote
+class Acc:
+    def __init__(self):
+        self.total = 0
+    def add(self, k):
+        self.total += k
+        return self.total
+
+big = ray.put(np.ones(1 << 20))
+assert ray.get(add.remote(big, 1)).sum() == 2 * (1 << 20)
+acc = Acc.remote()
+assert ray.get([acc.add.remote(i) for i in range(5)])[-1] == 10
+print("JOINED", ray.get(add.remote(20, 22)), ray.cluster_resources()["CPU"])
+ray.shutdown()
+"""
+
+
+def test_second_driver_joins_by_address_with_the_token(ray_cluster):
+    """A driver in another process joins over gRPC with OXRAY_TOKEN, and is
+    refused with a clear error without the right token."""
+    import subprocess
+    import sys
+
+    from oxray._private.state import STATE
+
+    address = STATE.cluster.agent_address
+    env = {**os.environ, "OXRAY_TOKEN": STATE.cluster.token}
+    env.pop("OXRAY_ADDRESS", None)
+    ok = subprocess.run(
+        [sys.executable, "-c", JOIN_SCRIPT, address], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert "JOINED 42 2.0" in ok.stdout
+
+    env["OXRAY_TOKEN"] = "0" * 64
+    bad = subprocess.run(
+        [sys.executable, "-c", JOIN_SCRIPT, address], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode != 0
+    assert "AuthenticationError" in bad.stderr and "OXRAY_TOKEN" in bad.stderr, bad.stderr[-2000:]
+    # The cluster is unaffected.
+    assert ray.cluster_resources()["CPU"] == 2.0

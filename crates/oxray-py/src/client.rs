@@ -19,7 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn rpc_err(e: ClientError) -> PyErr {
-    OxrayRpcError::new_err(e.to_string())
+    match e {
+        ClientError::Auth(m) => crate::OxrayAuthError::new_err(m),
+        other => OxrayRpcError::new_err(other.to_string()),
+    }
 }
 
 fn to_id(raw: &[u8]) -> PyResult<Id> {

@@ -35,6 +35,7 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 pyo3::create_exception!(_native, OxrayRpcError, pyo3::exceptions::PyRuntimeError);
+pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -46,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     m.add("INLINE_THRESHOLD", oxray_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
+    m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

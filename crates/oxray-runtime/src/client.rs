@@ -34,18 +34,24 @@ pub enum ClientError {
     Connect { address: String, reason: String },
     #[error("{0}")]
     Rpc(String),
+    #[error("{0}")]
+    Auth(String),
 }
 
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
-        let detail = match s.code() {
-            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
-                format!("{} (check the cluster token)", s.message())
+        match s.code() {
+            tonic::Code::Unauthenticated => {
+                ClientError::Auth(format!("the cluster requires its token ({}): set OXRAY_TOKEN", s.message()))
             }
-            tonic::Code::Unavailable => format!("the oxray node agent is unreachable: {}", s.message()),
-            _ => s.message().to_string(),
-        };
-        ClientError::Rpc(detail)
+            tonic::Code::PermissionDenied => {
+                ClientError::Auth(format!("the cluster refused the token ({}): check OXRAY_TOKEN", s.message()))
+            }
+            tonic::Code::Unavailable => {
+                ClientError::Rpc(format!("the oxray node agent is unreachable: {}", s.message()))
+            }
+            _ => ClientError::Rpc(s.message().to_string()),
+        }
     }
 }
 

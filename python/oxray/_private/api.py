@@ -110,10 +110,14 @@ def init(
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)
         nodes = client.cluster_info()
-    except Exception:
+    except Exception as e:
         if STATE.cluster is not None:
             STATE.cluster.shutdown()
             STATE.cluster = None
+        if isinstance(e, _native.OxrayAuthError):
+            raise exceptions.AuthenticationError(f"Cannot join the cluster at {agent_address}: {e}") from e
+        if isinstance(e, _native.OxrayRpcError):
+            raise ConnectionError(f"Cannot join the cluster at {agent_address}: {e}") from e
         raise
     STATE.epoch += 1
     STATE.client = client

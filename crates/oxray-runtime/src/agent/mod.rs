@@ -97,9 +97,11 @@ impl AgentShared {
                 }
                 Action::Log(message) => eprintln!("(oxray) {message}"),
                 Action::ActorChanged(actor_id) => {
+                    // Deaths during shutdown are not news: the head is going away too.
                     let info = {
                         let st = self.state.lock();
-                        st.actors.get(&actor_id).map(|a| actor_info(a, &st.node_id))
+                        let actor = st.actors.get(&actor_id).filter(|_| !st.is_shutting_down());
+                        actor.map(|a| actor_info(a, &st.node_id))
                     };
                     if let (Some(info), Some(tx)) = (info, self.actor_updates.lock().as_ref()) {
                         let _ = tx.send(info);

@@ -1180,6 +1180,10 @@ impl AgentState {
         self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
     }
 
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
     pub fn worker_pids(&self) -> Vec<u32> {
         self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
     }
