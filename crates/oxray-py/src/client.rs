@@ -264,7 +264,6 @@ impl Client {
             detached,
             placement_resources,
             owner_id: self.inner.client_id.to_vec(),
-            submitted_at_us: 0,
         };
         let return_ids_copy: Vec<Vec<u8>> = spec.return_ids.clone();
         let c = self.inner.clone();

@@ -257,17 +257,6 @@ impl CoreClient {
         Ok(())
     }
 
-    pub async fn submit_task(&self, spec: TaskSpec) -> Result<String, ClientError> {
-        self.flush_submissions().await?;
-        Ok(agent_call!(self, submit_task, spec)?.into_inner().error)
-    }
-
-    pub async fn submit_actor_task(&self, spec: TaskSpec) -> Result<(), ClientError> {
-        self.flush_submissions().await?;
-        agent_call!(self, submit_actor_task, spec)?;
-        Ok(())
-    }
-
     pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(Vec<u8>, bool), ClientError> {
         self.flush_submissions().await?;
         let reply =

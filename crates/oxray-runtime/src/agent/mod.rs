@@ -84,7 +84,7 @@ impl AgentShared {
     fn run_actions(self: &Arc<Self>, actions: Vec<Action>) {
         for action in actions {
             match action {
-                Action::SpawnWorker { worker_id, label: _, env } => {
+                Action::SpawnWorker { worker_id, env } => {
                     // Spawned from a runtime thread, never the caller's: PDEATHSIG follows
                     // the spawning thread, and an in-process caller may be a short-lived
                     // user thread.
@@ -300,18 +300,6 @@ type AssignmentStream = UnboundedReceiverStream<Result<Assignment, Status>>;
 
 #[tonic::async_trait]
 impl NodeAgent for AgentService {
-    async fn submit_task(&self, request: Request<TaskSpec>) -> Result<Response<SubmitTaskReply>, Status> {
-        let spec = request.into_inner();
-        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
-        let outcome = self.shared.with_state(|st| {
-            let r = st.submit(owner, spec);
-            st.schedule();
-            r
-        });
-        let error = outcome.map_err(bad)?.unwrap_or_default();
-        Ok(Response::new(SubmitTaskReply { error }))
-    }
-
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let req = request.into_inner();
         let spec = req.spec.ok_or_else(|| bad("missing actor spec".into()))?;
@@ -332,11 +320,7 @@ impl NodeAgent for AgentService {
                 .await?
                 .into_inner();
             if reply.existing {
-                return Ok(Response::new(CreateActorReply {
-                    actor_id: reply.actor_id,
-                    existing: true,
-                    class_function_id_hex: String::new(),
-                }));
+                return Ok(Response::new(CreateActorReply { actor_id: reply.actor_id, existing: true }));
             }
         }
         let (actor_id, existing) = self
@@ -350,18 +334,7 @@ impl NodeAgent for AgentService {
                 Ok::<_, String>((actor_id, existing))
             })
             .map_err(Status::already_exists)?;
-        Ok(Response::new(CreateActorReply {
-            actor_id: actor_id.to_vec(),
-            existing,
-            class_function_id_hex: String::new(),
-        }))
-    }
-
-    async fn submit_actor_task(&self, request: Request<TaskSpec>) -> Result<Response<SubmitTaskReply>, Status> {
-        let spec = request.into_inner();
-        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
-        self.shared.with_state(|st| st.submit_actor_task(owner, spec)).map_err(bad)?;
-        Ok(Response::new(SubmitTaskReply::default()))
+        Ok(Response::new(CreateActorReply { actor_id: actor_id.to_vec(), existing }))
     }
 
     async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
@@ -577,7 +550,6 @@ fn actor_info(a: &state::ActorEntry, node_id: &Id) -> ActorInfo {
         pid: a.pid,
         num_restarts: a.num_restarts,
         death_cause: a.death_cause.clone(),
-        class_function_id: Vec::new(),
         method_names: a.method_names.clone(),
         max_task_retries: a.max_task_retries,
         node_id: node_id.to_vec(),

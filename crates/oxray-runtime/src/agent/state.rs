@@ -17,7 +17,6 @@ pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 pub enum Action {
     SpawnWorker {
         worker_id: Id,
-        label: String,
         env: Vec<(String, String)>,
     },
     /// An actor's state, pid or restart count changed: tell the head.
@@ -628,11 +627,11 @@ impl AgentState {
                 running: None,
                 pending: None,
                 held_refs: HashSet::new(),
-                label: label.clone(),
+                label,
                 blocked: false,
             },
         );
-        self.actions.push(Action::SpawnWorker { worker_id, label, env });
+        self.actions.push(Action::SpawnWorker { worker_id, env });
         worker_id
     }
 
