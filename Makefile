@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-PYTEST_ARGS ?= -m "not slow" --timeout 300
+PYTEST_ARGS ?= --timeout 300
 
 .PHONY: all venv develop release demo test lint rust-test py-test bench clean
 
