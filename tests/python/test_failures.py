@@ -287,3 +287,42 @@ def test_driver_exit_without_shutdown_leaves_no_workers(tmp_path, how):
     assert pids
     alive = wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10)
     assert alive, [p for p in pids if pid_alive(p)]
+
+
+@ray.remote
+def first_element(arr):
+    return float(arr[0])
+
+
+def test_large_arguments_in_a_submission_loop_all_arrive(ray_cluster):
+    """Large arguments are put in the store and their refs dropped at once: their
+    frees must never overtake the queued tasks that use them."""
+    np = pytest.importorskip("numpy")
+    refs = [first_element.remote(np.full(200_000, float(i))) for i in range(40)]
+    assert ray.get(refs, timeout=60) == [float(i) for i in range(40)]
+
+
+@ray.remote(max_restarts=1)
+class KeepsBigArg:
+    def __init__(self, arr):
+        self.total = float(arr.sum())
+
+    def state(self):
+        return os.getpid(), self.total
+
+
+def test_restarted_actor_gets_its_large_constructor_argument_again(ray_cluster):
+    np = pytest.importorskip("numpy")
+    actor = KeepsBigArg.remote(np.ones(300_000))
+    pid, total = ray.get(actor.state.remote(), timeout=60)
+    assert total == 300_000.0
+    os.kill(pid, signal.SIGKILL)
+    new_pid, total = wait_until(lambda: _try_state(actor), timeout=60)
+    assert new_pid != pid and total == 300_000.0
+
+
+def _try_state(actor):
+    try:
+        return ray.get(actor.state.remote(), timeout=30)
+    except ray.exceptions.RayActorError:
+        return None

@@ -396,3 +396,29 @@ def test_worker_output_is_kept_in_the_session_logs(fresh_cluster):
 
     name = wait_until(found, timeout=5)
     assert name and name.startswith("worker-"), os.listdir(logs)
+
+
+@ray.remote
+def waits_for_its_child():
+    child = print_marker.remote("child ran")
+    ready, _ = ray.wait([child], timeout=30)
+    return len(ready)
+
+
+def test_wait_inside_a_task_lends_its_cpu_to_children(fresh_cluster):
+    fresh_cluster(num_cpus=1)
+    assert ray.get(waits_for_its_child.remote(), timeout=60) == 1
+
+
+def test_address_auto_uses_the_environment(monkeypatch):
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.delenv("OXRAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConnectionError):
+        ray.init(address="auto")
+    monkeypatch.setenv("OXRAY_ADDRESS", "127.0.0.1:1")
+    monkeypatch.setenv("OXRAY_TOKEN", "x")
+    with pytest.raises(ConnectionError, match="127.0.0.1:1"):
+        ray.init(address="auto")
+    assert not ray.is_initialized()

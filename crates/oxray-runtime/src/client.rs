@@ -135,6 +135,11 @@ impl CoreClient {
     /// Sends everything queued, in order.
     pub async fn flush_submissions(&self) -> Result<(), ClientError> {
         let _turn = self.sending.lock().await;
+        self.ship_queued().await
+    }
+
+    /// Sends the queued specs; the caller holds `sending`.
+    async fn ship_queued(&self) -> Result<(), ClientError> {
         loop {
             let specs = std::mem::take(&mut *self.queued.lock());
             if specs.is_empty() {
@@ -241,19 +246,21 @@ impl CoreClient {
         })
     }
 
+    /// Sends pending reference changes after any queued submissions (which may
+    /// use the objects being dropped), all under the send lock so nothing overtakes.
     pub async fn flush_refs(&self) -> Result<(), ClientError> {
-        self.flush_submissions().await?;
+        let _turn = self.sending.lock().await;
+        self.ship_queued().await?;
+        let Some(deltas) = self.take_ref_deltas() else { return Ok(()) };
         if let Some(events) = self.worker_stream() {
-            if let Some(deltas) = self.take_ref_deltas() {
-                let _ = events.send(WorkerEvent { event: Some(worker_event::Event::Refs(deltas)) });
-            }
+            let _ = events.send(WorkerEvent { event: Some(worker_event::Event::Refs(deltas)) });
             return Ok(());
         }
-        if let Some(deltas) = self.take_ref_deltas() {
-            self.agent()
-                .update_refs(UpdateRefsRequest { client_id: self.client_id.to_vec(), ref_deltas: Some(deltas) })
-                .await?;
-        }
+        agent_call!(
+            self,
+            update_refs,
+            UpdateRefsRequest { client_id: self.client_id.to_vec(), ref_deltas: Some(deltas) }
+        )?;
         Ok(())
     }
 
@@ -269,6 +276,9 @@ impl CoreClient {
         if self.worker_stream().is_some() && self.has_ref_changes() {
             self.flush_refs().await?;
         }
+        // Submissions first: the ref changes sent with this call may drop objects they use.
+        let _turn = self.sending.lock().await;
+        self.ship_queued().await?;
         let request = CreateObjectRequest {
             object_id: id.to_vec(),
             size: size as u64,
@@ -280,7 +290,8 @@ impl CoreClient {
     }
 
     pub async fn seal_object(&self, object: ObjectLocation, nested: Vec<Vec<u8>>) -> Result<(), ClientError> {
-        self.flush_submissions().await?;
+        let _turn = self.sending.lock().await;
+        self.ship_queued().await?;
         let request = PutObjectRequest {
             client_id: self.client_id.to_vec(),
             object: Some(object),
@@ -320,11 +331,13 @@ impl CoreClient {
         }
         let rest = if timeout_ms < 0 { -1 } else { timeout_ms - first };
         self.flush_submissions().await?;
+        // No ref changes here: this long wait holds no lock, so they could overtake
+        // submissions queued meanwhile; `flush_refs` sends them in order.
         let request = GetObjectsRequest {
             client_id: self.client_id.to_vec(),
             object_ids: ids,
             timeout_ms: rest,
-            ref_deltas: self.deltas_for_rpc(),
+            ref_deltas: None,
             submissions: Vec::new(),
         };
         let reply = agent_call!(self, get_objects, request)?.into_inner();
@@ -364,7 +377,8 @@ impl CoreClient {
 
     /// Reports a finished task. A worker sends it on its stream without waiting.
     pub async fn task_done(&self, mut done: TaskDoneRequest) -> Result<(), ClientError> {
-        self.flush_submissions().await?;
+        let _turn = self.sending.lock().await;
+        self.ship_queued().await?;
         done.ref_deltas = self.take_ref_deltas();
         match self.worker_stream() {
             Some(events) => events

@@ -103,8 +103,16 @@ impl ObjectStore {
     /// Reserves room for a `size`-byte object: an arena range, spilling idle
     /// objects when needed, or a file in the spill directory when nothing fits.
     pub fn reserve(&mut self, id: ObjectId, size: usize) -> std::io::Result<(ObjectPlace, Vec<SpillEvent>)> {
-        if let Some(old) = self.entries.get(&id).filter(|e| !e.freed) {
-            return Ok((old.place.clone(), Vec::new()));
+        match self.entries.get(&id).filter(|e| !e.freed) {
+            Some(old) if old.sealed => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    format!("object {} already exists", hex::encode(id)),
+                ));
+            }
+            // A reservation left by an attempt that died (the task is being retried).
+            Some(_) => self.discard_unsealed(&id),
+            None => {}
         }
         let mut spills = Vec::new();
         let place = loop {
@@ -170,6 +178,14 @@ impl ObjectStore {
         let e = self.entries.get_mut(id).filter(|e| e.sealed && !e.freed)?;
         e.last_use = tick;
         Some((e.place.clone(), e.size))
+    }
+
+    /// Drops a reservation that was never sealed (its writer died or was superseded).
+    pub fn discard_unsealed(&mut self, id: &ObjectId) {
+        if self.entries.get(id).is_some_and(|e| !e.sealed && !e.freed) {
+            let e = self.entries.remove(id).expect("present");
+            self.release(e);
+        }
     }
 
     /// A process now views the object's arena range.

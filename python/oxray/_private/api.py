@@ -67,7 +67,10 @@ def init(
             _check_count(f"resources[{k!r}]", v)
     opts.validate_runtime_env(runtime_env)
 
-    address = address or os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    # "auto" means: the address in the environment, and an error if there is none.
+    auto = address == "auto"
+    if address in (None, "auto"):
+        address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or ("auto" if auto else None)
     env_vars = opts.env_vars({"runtime_env": runtime_env})
     if address in (None, "", "local"):
         session_dir = os.path.join(

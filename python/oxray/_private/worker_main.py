@@ -16,6 +16,25 @@ from oxray._private import serialization
 from oxray._private.state import CURRENT, STATE
 
 
+class _UserCode:
+    """Whether user code is running: only then does a cancel's SIGINT interrupt."""
+
+    running = False
+
+    def __enter__(self):
+        _UserCode.running = True
+
+    def __exit__(self, *exc):
+        _UserCode.running = False
+
+
+def _on_sigint(signum, frame):
+    # Outside user code (e.g. while the assignment is being unpacked) the signal is
+    # dropped: the agent already marked the task cancelled and reports it so.
+    if _UserCode.running:
+        raise KeyboardInterrupt
+
+
 class Worker:
     def __init__(self, client):
         self.client = client
@@ -59,11 +78,14 @@ class Worker:
             kwargs = dict(zip(a["kwarg_names"], args[len(args) - n_kw :])) if n_kw else {}
             positional = args[: len(args) - n_kw]
             if kind == "task":
-                result = self.load(a["function_id"])(*positional, **kwargs)
+                fn = self.load(a["function_id"])
+                with _UserCode():
+                    result = fn(*positional, **kwargs)
             elif kind == "actor_creation":
                 cls = self.load(a["function_id"])
                 STATE.actor_id = a["actor_id"]
-                self.actor = cls(*positional, **kwargs)
+                with _UserCode():
+                    self.actor = cls(*positional, **kwargs)
                 method_names = [n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")]
                 if a["max_concurrency"] > 1:
                     self.pool = ThreadPoolExecutor(max_workers=a["max_concurrency"])
@@ -73,7 +95,11 @@ class Worker:
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a["task_id"], prepared, False, nested, method_names)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
-            self.report_error(a, returns_ids, name, e)
+            try:
+                self.report_error(a, returns_ids, name, e)
+            except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
+                print(f"(oxray) could not report the failure of {name}: {report_failure!r}", file=sys.stderr)
+                self.client.task_done(a["task_id"], [], True, [], [], str(e))
         finally:
             for k, v in saved_env.items():
                 if v is None:
@@ -136,6 +162,8 @@ class Worker:
                     self.run(a)
                 except KeyboardInterrupt:
                     continue
+                except _native.OxrayRpcError:
+                    return  # the agent is gone
 
 
 def main():
@@ -148,7 +176,7 @@ def main():
     STATE.driver_task_id = b""
     # The token is not needed past this point; keep it out of user code's environment.
     os.environ.pop("OXRAY_TOKEN", None)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
     Worker(client).loop()
     sys.stdout.flush()

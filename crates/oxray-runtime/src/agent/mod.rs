@@ -370,7 +370,9 @@ impl NodeAgent for AgentService {
         self.shared
             .with_state(|st| {
                 st.add_holders(client, &[id]);
-                st.seal_object(&object, &nested)
+                let sealed = st.seal_object(&object, &nested);
+                st.schedule();
+                sealed
             })
             .map_err(bad)?;
         self.shared.apply_decrefs(client, &req.ref_deltas)?;
@@ -403,7 +405,10 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let wanted = ids(&req.object_ids)?;
         let need = (req.num_returns as usize).min(wanted.len());
-        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), None).await;
+        let client = id_from_bytes(&req.client_id).map_err(bad)?;
+        // A worker blocked in wait() lends its CPUs back, as in get().
+        let is_worker = self.shared.state.lock().worker_label(&client).is_some();
+        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), is_worker.then_some(client)).await;
         let st = self.shared.state.lock();
         let ready_ids = wanted.iter().filter(|id| st.is_ready(id) || !st.is_known(id)).map(|id| id.to_vec()).collect();
         Ok(Response::new(WaitObjectsReply { ready_ids }))
@@ -427,7 +432,10 @@ impl NodeAgent for AgentService {
     async fn cancel_task(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let id = id_from_bytes(&req.object_id).map_err(bad)?;
-        self.shared.with_state(|st| st.cancel(id, req.force));
+        self.shared.with_state(|st| {
+            st.cancel(id, req.force);
+            st.schedule();
+        });
         Ok(Response::new(Empty {}))
     }
 
@@ -516,6 +524,10 @@ impl NodeAgent for AgentService {
         let shared = self.shared.clone();
         tokio::spawn(async move {
             while let Ok(Some(event)) = events.message().await {
+                // Events that arrive after the worker was declared dead are stale.
+                if !shared.state.lock().has_worker(&worker_id) {
+                    break;
+                }
                 let outcome = match event.event {
                     Some(worker_event::Event::Done(done)) => shared.handle_task_done(worker_id, done),
                     Some(worker_event::Event::Refs(deltas)) => {

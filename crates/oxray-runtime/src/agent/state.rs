@@ -104,6 +104,8 @@ pub struct ActorEntry {
     no_restart: bool,
     /// GPUs and resources the live actor holds, returned when it dies.
     held: Option<(Vec<(usize, i64)>, ResourceSet)>,
+    /// Constructor arguments, pinned until the actor is dead for good.
+    arg_pins: Vec<Id>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -664,6 +666,14 @@ impl AgentState {
     pub fn worker_connected(&mut self, worker_id: Id, tx: AssignmentSender) -> Result<(), String> {
         let worker = self.workers.get_mut(&worker_id).ok_or_else(|| "unknown worker id".to_string())?;
         self.failed_worker_starts = 0;
+        if let WorkerRole::Actor(actor_id) = worker.role
+            && self.actors.get(&actor_id).is_none_or(|a| a.state == ActorState::Dead || a.worker != Some(worker_id))
+        {
+            // The actor was killed while this worker was starting.
+            worker.pending = None;
+            self.actions.push(Action::Signal { pid: worker.pid, signal: libc::SIGKILL });
+            return Ok(());
+        }
         if let Some(pending) = worker.pending.take() {
             let _ = tx.send(Ok(pending));
         }
@@ -705,13 +715,16 @@ impl AgentState {
     ) -> Result<(), String> {
         let oxray_proto::TaskDoneRequest { returns, application_error, method_names, error_text, .. } = done;
         let returns = &returns[..];
-        let Some(task) = self.tasks.get(&task_id) else {
-            // Already finished (e.g. cancelled while running): drop the results.
+        let current = self.tasks.get(&task_id).is_some_and(|t| match t.state {
+            TaskState::Running(w) => w == worker_id,
+            _ => false,
+        });
+        let Some(task) = self.tasks.get(&task_id).filter(|_| current) else {
+            // Stale: the task already finished (cancelled) or was retried elsewhere
+            // after this worker was given up for dead. Drop its unsealed results.
             for loc in returns {
-                if let Ok(id) = id_from_bytes(&loc.object_id)
-                    && !self.objects.contains_key(&id)
-                {
-                    self.store.free(&id);
+                if let Ok(id) = id_from_bytes(&loc.object_id) {
+                    self.store.discard_unsealed(&id);
                 }
             }
             return Ok(());
@@ -747,8 +760,10 @@ impl AgentState {
             self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
         } else {
             for (i, loc) in returns.iter().enumerate() {
-                let nested_for = if i == 0 { nested } else { &[] };
-                self.seal_object(loc, nested_for)?;
+                // Each return pins every nested ref: which return holds which is not
+                // reported, and dropping one return must not free refs inside another.
+                let _ = i;
+                self.seal_object(loc, nested)?;
             }
             self.finish_task(task_id, None);
         }
@@ -757,9 +772,17 @@ impl AgentState {
     }
 
     fn release_task_resources(&mut self, task_id: Id) {
+        let blocked = match self.tasks.get(&task_id).map(|t| t.state) {
+            Some(TaskState::Running(worker)) => self.workers.get(&worker).is_some_and(|w| w.blocked),
+            _ => false,
+        };
+        self.release_task_resources_as(task_id, blocked);
+    }
+
+    /// `blocked`: the worker was waiting in get(), so its CPUs are already lent back.
+    fn release_task_resources_as(&mut self, task_id: Id, blocked: bool) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
-        if let TaskState::Running(worker) = task.state {
-            let blocked = self.workers.get(&worker).is_some_and(|w| w.blocked);
+        if let TaskState::Running(_) = task.state {
             if !blocked {
                 self.available.add(&task.holds);
             }
@@ -831,6 +854,7 @@ impl AgentState {
                 method_names: Vec::new(),
                 no_restart: false,
                 held: None,
+                arg_pins: Vec::new(),
             },
         );
         Ok((actor_id, false))
@@ -876,9 +900,30 @@ impl AgentState {
         // The actor keeps its resources (and GPUs) until it dies: move them off the task.
         let gpus = self.tasks.get_mut(&task_id).map(|t| std::mem::take(&mut t.gpus)).unwrap_or_default();
         let holds = self.tasks.get(&task_id).map(|t| t.holds.clone()).unwrap_or_default();
+        // Constructor arguments stay pinned for the actor's life: a restart re-runs it with them.
+        let pinned = self.tasks.get_mut(&task_id).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
         self.finish_task(task_id, None);
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        let duplicate_pins = if actor.arg_pins.is_empty() {
+            actor.arg_pins = pinned;
+            Vec::new()
+        } else {
+            pinned
+        };
         actor.held_gpus_and_resources(gpus, holds);
+        let killed_meanwhile = actor.state == ActorState::Dead;
+        for id in duplicate_pins {
+            self.unpin(id);
+        }
+        if killed_meanwhile {
+            // Killed before its constructor finished: don't bring it back.
+            self.release_actor(actor_id);
+            if let Some(w) = self.workers.get(&worker_id) {
+                self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
+            }
+            return;
+        }
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         if failed {
             actor.death_cause =
                 format!("The actor {} died because its constructor raised:\n{error_text}", actor.class_name);
@@ -928,29 +973,42 @@ impl AgentState {
         Ok(())
     }
 
-    /// Sends queued calls to a live actor in submission order, stopping at the
-    /// first call whose arguments are not ready yet.
+    /// Sends queued calls to a live actor: each caller's calls in the order it
+    /// made them, so a call waiting for its arguments holds back only later calls
+    /// from the same caller (as in Ray), never other callers'.
     fn dispatch_actor(&mut self, actor_id: Id) {
-        loop {
-            let Some(actor) = self.actors.get(&actor_id) else { return };
-            if actor.state != ActorState::Alive {
-                return;
-            }
-            let Some(&task_id) = actor.queue.front() else { return };
-            let Some(worker_id) = actor.worker else { return };
+        let Some(actor) = self.actors.get(&actor_id) else { return };
+        if actor.state != ActorState::Alive {
+            return;
+        }
+        let Some(worker_id) = actor.worker else { return };
+        let mut waiting_callers: HashSet<Vec<u8>> = HashSet::new();
+        let mut ready = Vec::new();
+        let mut gone = Vec::new();
+        for &task_id in &actor.queue {
             let Some(task) = self.tasks.get(&task_id) else {
-                self.actors.get_mut(&actor_id).expect("exists").queue.pop_front();
+                gone.push(task_id);
                 continue;
             };
-            if !task.missing_args.is_empty() {
-                return;
+            if waiting_callers.contains(&task.spec.owner_id) {
+                continue;
             }
+            if task.missing_args.is_empty() {
+                ready.push(task_id);
+            } else {
+                waiting_callers.insert(task.spec.owner_id.clone());
+            }
+        }
+        if ready.is_empty() && gone.is_empty() {
+            return;
+        }
+        let actor = self.actors.get_mut(&actor_id).expect("exists");
+        let taken: HashSet<Id> = ready.iter().chain(&gone).copied().collect();
+        actor.queue.retain(|t| !taken.contains(t));
+        for task_id in ready {
             let assignment = self.assignment_for(task_id, worker_id);
-            let task = self.tasks.get_mut(&task_id).expect("exists");
-            task.state = TaskState::Running(worker_id);
-            let actor = self.actors.get_mut(&actor_id).expect("exists");
-            actor.queue.pop_front();
-            actor.inflight.push(task_id);
+            self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
+            self.actors.get_mut(&actor_id).expect("exists").inflight.push(task_id);
             if let Some(tx) = self.workers.get(&worker_id).and_then(|w| w.tx.as_ref()) {
                 let _ = tx.send(Ok(assignment));
             }
@@ -968,7 +1026,12 @@ impl AgentState {
 
     fn release_actor(&mut self, actor_id: Id) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        let pins = if actor.state == ActorState::Dead { std::mem::take(&mut actor.arg_pins) } else { Vec::new() };
         let (gpus, holds) = actor.take_held();
+        for id in pins {
+            self.unpin(id);
+        }
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         self.gpus.release(&gpus);
         self.available.add(&holds);
         if !actor.name.is_empty() && actor.state == ActorState::Dead {
@@ -991,7 +1054,15 @@ impl AgentState {
             _ => {
                 if actor.state != ActorState::Dead {
                     actor.state = ActorState::Dead;
+                    if actor.death_cause.is_empty() {
+                        actor.death_cause = format!("The actor {} was killed before it started", actor.class_name);
+                    }
+                    let creation = id_from_bytes(&actor.creation.task_id).unwrap_or_default();
                     self.actions.push(Action::ActorChanged(actor_id));
+                    // Its constructor must never run now: drop the creation task and
+                    // whatever it held (a worker still starting is killed on connect).
+                    self.release_task_resources(creation);
+                    self.finish_task(creation, None);
                     self.fail_actor_queue(actor_id);
                     self.release_actor(actor_id);
                 }
@@ -1036,11 +1107,14 @@ impl AgentState {
         match worker.role {
             WorkerRole::Pool => {
                 if let Some(task_id) = worker.running {
-                    self.release_task_resources(task_id);
+                    // The worker entry is gone: pass on whether it had lent its CPUs back.
+                    self.release_task_resources_as(task_id, worker.blocked);
                     self.after_crash(task_id, worker.pid, &status);
                 }
             }
-            WorkerRole::Actor(actor_id) => self.actor_worker_exited(actor_id, worker_id, worker.pid, &status),
+            WorkerRole::Actor(actor_id) => {
+                self.actor_worker_exited(actor_id, worker_id, worker.pid, worker.blocked, &status)
+            }
         }
         self.schedule();
     }
@@ -1062,7 +1136,7 @@ impl AgentState {
         }
     }
 
-    fn actor_worker_exited(&mut self, actor_id: Id, worker_id: Id, pid: u32, status: &str) {
+    fn actor_worker_exited(&mut self, actor_id: Id, worker_id: Id, pid: u32, was_blocked: bool, status: &str) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         if actor.worker != Some(worker_id) {
             return;
@@ -1098,12 +1172,19 @@ impl AgentState {
         }
         // A creation task still running on the dead worker is finished here too.
         let creation_id = id_from_bytes(&self.actors[&actor_id].creation.task_id).unwrap_or_default();
-        if let Some(t) = self.tasks.get_mut(&creation_id) {
-            let gpus = std::mem::take(&mut t.gpus);
-            let holds = t.holds.clone();
-            self.tasks.remove(&creation_id);
-            self.gpus.release(&gpus);
-            self.available.add(&holds);
+        if self.tasks.contains_key(&creation_id) {
+            self.release_task_resources_as(creation_id, was_blocked);
+            // Keep the constructor's arguments pinned (by the actor) for a restart.
+            let pinned = self.tasks.get_mut(&creation_id).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
+            self.finish_task(creation_id, None);
+            let actor = self.actors.get_mut(&actor_id).expect("exists");
+            if actor.arg_pins.is_empty() {
+                actor.arg_pins = pinned;
+            } else {
+                for id in pinned {
+                    self.unpin(id);
+                }
+            }
         }
         let actor = self.actors.get_mut(&actor_id).expect("exists");
         if can_restart {
@@ -1138,8 +1219,26 @@ impl AgentState {
     fn fail_all_ready(&mut self, message: &str) {
         let ready: Vec<Id> = self.ready.drain(..).flat_map(|q| q.tasks).collect();
         for task_id in ready {
+            let creation_of = self
+                .tasks
+                .get(&task_id)
+                .filter(|t| t.spec.kind == TaskKind::ActorCreation as i32)
+                .and_then(|t| id_from_bytes(&t.spec.actor_id).ok());
             self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
+            if let Some(actor_id) = creation_of
+                && let Some(actor) = self.actors.get_mut(&actor_id)
+            {
+                actor.state = ActorState::Dead;
+                actor.death_cause = message.to_string();
+                self.actions.push(Action::ActorChanged(actor_id));
+                self.fail_actor_queue(actor_id);
+                self.release_actor(actor_id);
+            }
         }
+    }
+
+    pub fn has_worker(&self, worker_id: &Id) -> bool {
+        self.workers.contains_key(worker_id)
     }
 
     /// Cancels the task that produces `object_id`: dropped if queued, interrupted
@@ -1147,6 +1246,9 @@ impl AgentState {
     pub fn cancel(&mut self, object_id: Id, force: bool) {
         let Some(&task_id) = self.producer.get(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if task.cancelled {
+            return;
+        }
         task.cancelled = true;
         match task.state {
             TaskState::Running(worker_id) => {

@@ -274,3 +274,72 @@ fn cancelling_a_queued_task_fails_its_result() {
     assert_eq!(next(&mut rx).unwrap().name, "t1");
     assert!(next(&mut rx).is_none());
 }
+
+#[test]
+fn a_call_waiting_for_arguments_only_holds_back_its_own_caller() {
+    let mut st = new_state(2.0, 0);
+    let spec = actor_spec(0);
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 80);
+    let creation = next(&mut rx).unwrap();
+    st.task_done(w, [7; 16], TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() }, &[]).unwrap();
+    // The driver's call waits for an object nobody has produced yet.
+    let mut blocked = actor_call(40);
+    blocked.args = vec![TaskArg { kind: Some(task_arg::Kind::ObjectId(vec![0xee; 16])) }];
+    st.add_holders(DRIVER, &[[0xee; 16]]);
+    st.submit_actor_task(DRIVER, blocked).unwrap();
+    let mut later_same_caller = actor_call(41);
+    later_same_caller.return_ids = vec![vec![141; 16]];
+    st.submit_actor_task(DRIVER, later_same_caller).unwrap();
+    let mut other_caller = actor_call(42);
+    other_caller.owner_id = vec![0xc; 16];
+    st.submit_actor_task([0xc; 16], other_caller).unwrap();
+    let sent: Vec<u8> = std::iter::from_fn(|| next(&mut rx)).map(|t| t.task_id[0]).collect();
+    assert_eq!(sent, vec![42], "only the other caller's call may pass");
+    st.seal_object(
+        &ObjectLocation { object_id: vec![0xee; 16], place: Some(Place::InlineData(b"v".to_vec())), size: 1 },
+        &[],
+    )
+    .unwrap();
+    let sent: Vec<u8> = std::iter::from_fn(|| next(&mut rx)).map(|t| t.task_id[0]).collect();
+    assert_eq!(sent, vec![40, 41], "the driver's calls follow in its order");
+}
+
+#[test]
+fn a_worker_dying_while_blocked_in_get_returns_its_cpu_once() {
+    let mut st = new_state(2.0, 0);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 90);
+    assert!(next(&mut rx).is_some());
+    assert_eq!(st.available().get("CPU"), 1.0);
+    st.set_worker_blocked(w, true);
+    assert_eq!(st.available().get("CPU"), 2.0, "lent back while blocked");
+    st.worker_exited(w, "killed by SIGKILL".into());
+    // Not 3.0: the lent CPU must not be returned a second time.
+    assert_eq!(st.available().get("CPU"), 2.0);
+    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("WorkerCrashedError"));
+}
+
+#[test]
+fn killing_an_actor_before_it_starts_keeps_it_dead() {
+    let mut st = new_state(2.0, 0);
+    let spec = actor_spec(3);
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    st.kill_actor([9; 16], true).unwrap();
+    assert_eq!(st.actors[&[9; 16]].state, ActorState::Dead);
+    // The worker that was starting connects afterwards: it gets no constructor and is killed.
+    let mut rx = connect(&mut st, w, 95);
+    assert!(next(&mut rx).is_none());
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::Signal { pid: 95, .. })));
+    assert_eq!(st.available().get("CPU"), 2.0);
+    st.submit_actor_task(DRIVER, actor_call(50)).unwrap();
+    assert_eq!(system_error_type(&mut st, [150; 16]).as_deref(), Some("ActorDiedError"));
+}
