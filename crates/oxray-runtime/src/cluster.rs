@@ -215,7 +215,7 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
     let mut info: NodeInfo = agent.node_info(&agent_address);
     info.session_dir = cfg.session_dir.display().to_string();
     info.start_time_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    head.register_node(RegisterNodeRequest { node: Some(info) })
+    head.register_node(RegisterNodeRequest { node: Some(info.clone()) })
         .await
         .map_err(|e| ClusterError::Other(format!("node registration with the head failed: {}", e.message())))?;
     agent.attach_head(head.clone());
@@ -225,7 +225,11 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
         loop {
             tick.tick().await;
             let available = beat_agent.state.lock().available().to_map();
-            let _ = head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await;
+            let beat = head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await;
+            if beat.is_err_and(|s| s.code() == tonic::Code::NotFound) {
+                // A head that restarted without this node on record: register again.
+                let _ = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await;
+            }
         }
     });
 

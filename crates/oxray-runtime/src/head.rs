@@ -1,5 +1,6 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
+use crate::head_store::HeadStore;
 use oxray_proto::head_server::Head;
 use oxray_proto::{
     ActorInfo, ActorRequest, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest,
@@ -30,9 +31,49 @@ struct ActorTable {
 pub struct HeadService {
     nodes: Arc<Mutex<HashMap<Vec<u8>, NodeRecord>>>,
     actors: Arc<Mutex<ActorTable>>,
+    /// Durable copy of the tables, when the head has a state directory.
+    store: Option<Arc<HeadStore>>,
 }
 
 impl HeadService {
+    /// A head whose tables live in `<state_dir>/head.redb` and survive a restart.
+    /// Nodes loaded from it count as dead until they register or beat again.
+    pub fn persistent(state_dir: &std::path::Path) -> Result<Self, crate::head_store::StoreError> {
+        let store = HeadStore::open(state_dir)?;
+        let head = HeadService { store: None, ..Default::default() };
+        let stale = Instant::now().checked_sub(NODE_TIMEOUT).unwrap_or_else(Instant::now);
+        let loaded_nodes = store.nodes().unwrap_or_default();
+        let loaded_actors = store.actors().unwrap_or_default();
+        {
+            let mut nodes = head.nodes.lock();
+            for info in loaded_nodes {
+                nodes.insert(info.node_id.clone(), NodeRecord { info, last_seen: stale });
+            }
+            let mut table = head.actors.lock();
+            for actor in loaded_actors {
+                if actor.state != "DEAD" && !actor.name.is_empty() {
+                    table.names.insert((actor.namespace.clone(), actor.name.clone()), actor.actor_id.clone());
+                }
+                table.actors.insert(actor.actor_id.clone(), actor);
+            }
+        }
+        Ok(HeadService { store: Some(Arc::new(store)), ..head })
+    }
+
+    fn persist_node(&self, info: &NodeInfo) -> Result<(), Status> {
+        match &self.store {
+            Some(store) => store.put_node(info).map_err(Status::internal),
+            None => Ok(()),
+        }
+    }
+
+    fn persist_actor(&self, info: &ActorInfo) -> Result<(), Status> {
+        match &self.store {
+            Some(store) => store.put_actor(info).map_err(Status::internal),
+            None => Ok(()),
+        }
+    }
+
     pub fn nodes(&self) -> Vec<NodeInfo> {
         let nodes = self.nodes.lock();
         let mut out: Vec<NodeInfo> = nodes
@@ -55,6 +96,7 @@ impl Head for HeadService {
         if info.node_id.len() != 16 {
             return Err(Status::invalid_argument("node_id must be 16 bytes"));
         }
+        self.persist_node(&info)?;
         self.nodes.lock().insert(info.node_id.clone(), NodeRecord { info, last_seen: Instant::now() });
         Ok(Response::new(Empty {}))
     }
@@ -95,12 +137,17 @@ impl Head for HeadService {
             table.names.insert(key, actor.actor_id.clone());
         }
         let actor_id = actor.actor_id.clone();
+        if let Err(e) = self.persist_actor(&actor) {
+            table.names.retain(|_, id| *id != actor_id);
+            return Err(e);
+        }
         table.actors.insert(actor_id.clone(), actor);
         Ok(Response::new(RegisterActorReply { actor_id, existing: false }))
     }
 
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner();
+        self.persist_actor(&info)?;
         let mut table = self.actors.lock();
         if info.state == "DEAD" && !info.name.is_empty() {
             let key = (info.namespace.clone(), info.name.clone());
@@ -153,6 +200,36 @@ mod tests {
         assert!(nodes[0].alive);
         assert_eq!(nodes[0].available["CPU"], 1.5);
     }
+
+    #[tokio::test]
+    async fn a_restarted_head_keeps_its_actors_and_nodes() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-restart-{}", rand::random::<u64>()));
+        {
+            let head = HeadService::persistent(&dir).unwrap();
+            let info = NodeInfo { node_id: vec![7; 16], address: "127.0.0.1:9".into(), ..Default::default() };
+            head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+            let register = RegisterActorRequest { actor: Some(named(1, "kept")), get_if_exists: false };
+            head.register_actor(Request::new(register)).await.unwrap();
+            let mut alive = named(1, "kept");
+            alive.state = "ALIVE".into();
+            head.update_actor(Request::new(alive)).await.unwrap();
+        }
+        let head = HeadService::persistent(&dir).unwrap();
+        let lookup = GetNamedActorRequest { name: "kept".into(), namespace: "ns".into() };
+        let found = head.get_named_actor(Request::new(lookup)).await.unwrap().into_inner();
+        assert_eq!(found.actor.unwrap().state, "ALIVE");
+        let nodes = head.nodes();
+        assert_eq!(nodes.len(), 1);
+        assert!(!nodes[0].alive, "a node is dead until it beats again");
+        let beat = HeadHeartbeat { node_id: vec![7; 16], available: HashMap::new() };
+        head.heartbeat(Request::new(beat)).await.unwrap();
+        assert!(head.nodes()[0].alive);
+        let dup = RegisterActorRequest { actor: Some(named(2, "kept")), get_if_exists: false };
+        assert_eq!(head.register_actor(Request::new(dup)).await.unwrap_err().code(), tonic::Code::AlreadyExists);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    use oxray_proto::HeartbeatRequest as HeadHeartbeat;
 
     fn named(id: u8, name: &str) -> ActorInfo {
         ActorInfo {

@@ -7,6 +7,7 @@ pub mod client;
 pub mod cluster;
 pub mod errors;
 pub mod head;
+pub mod head_store;
 pub mod ids;
 pub mod refs;
 pub mod resources;

@@ -1,0 +1,101 @@
+//! The head's durable state in redb: node and actor records (protobuf-encoded),
+//! written through on every change and loaded when the head starts again.
+
+use oxray_proto::{ActorInfo, NodeInfo};
+use prost::Message;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::Path;
+
+const NODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("nodes");
+const ACTORS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("actors");
+
+pub struct HeadStore {
+    db: Database,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("head state store {path}: {reason}")]
+pub struct StoreError {
+    path: String,
+    reason: String,
+}
+
+fn put(db: &Database, table: TableDefinition<&[u8], &[u8]>, key: &[u8], value: &[u8]) -> Result<(), String> {
+    let txn = db.begin_write().map_err(|e| e.to_string())?;
+    {
+        let mut t = txn.open_table(table).map_err(|e| e.to_string())?;
+        t.insert(key, value).map_err(|e| e.to_string())?;
+    }
+    txn.commit().map_err(|e| e.to_string())
+}
+
+fn load<M: Message + Default>(db: &Database, table: TableDefinition<&[u8], &[u8]>) -> Result<Vec<M>, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let t = match txn.open_table(table) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let mut out = Vec::new();
+    for row in t.iter().map_err(|e| e.to_string())? {
+        let (_, value) = row.map_err(|e| e.to_string())?;
+        out.push(M::decode(value.value()).map_err(|e| format!("corrupt record: {e}"))?);
+    }
+    Ok(out)
+}
+
+impl HeadStore {
+    /// Opens (or creates) `<dir>/head.redb`.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        let path = dir.join("head.redb");
+        let err = |reason: String| StoreError { path: path.display().to_string(), reason };
+        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        let db = Database::create(&path).map_err(|e| err(e.to_string()))?;
+        Ok(HeadStore { db })
+    }
+
+    pub fn put_node(&self, node: &NodeInfo) -> Result<(), String> {
+        put(&self.db, NODES, &node.node_id, &node.encode_to_vec())
+    }
+
+    pub fn put_actor(&self, actor: &ActorInfo) -> Result<(), String> {
+        put(&self.db, ACTORS, &actor.actor_id, &actor.encode_to_vec())
+    }
+
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, String> {
+        load(&self.db, NODES)
+    }
+
+    pub fn actors(&self) -> Result<Vec<ActorInfo>, String> {
+        load(&self.db, ACTORS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_survive_reopening() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-store-{}", rand::random::<u64>()));
+        {
+            let store = HeadStore::open(&dir).unwrap();
+            assert!(store.nodes().unwrap().is_empty());
+            store
+                .put_node(&NodeInfo { node_id: vec![1; 16], address: "127.0.0.1:1".into(), ..Default::default() })
+                .unwrap();
+            let actor =
+                ActorInfo { actor_id: vec![2; 16], name: "a".into(), state: "ALIVE".into(), ..Default::default() };
+            store.put_actor(&actor).unwrap();
+            store.put_actor(&ActorInfo { state: "DEAD".into(), ..actor }).unwrap();
+        }
+        let store = HeadStore::open(&dir).unwrap();
+        let nodes = store.nodes().unwrap();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].address, "127.0.0.1:1");
+        let actors = store.actors().unwrap();
+        assert_eq!(actors.len(), 1);
+        assert_eq!(actors[0].state, "DEAD", "the latest write wins");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
