@@ -759,10 +759,9 @@ impl AgentState {
         } else if cancelled {
             self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
         } else {
-            for (i, loc) in returns.iter().enumerate() {
+            for loc in returns {
                 // Each return pins every nested ref: which return holds which is not
                 // reported, and dropping one return must not free refs inside another.
-                let _ = i;
                 self.seal_object(loc, nested)?;
             }
             self.finish_task(task_id, None);
