@@ -215,14 +215,19 @@ fn actor_call(n: u8) -> TaskSpec {
     }
 }
 
-#[test]
-fn actor_calls_run_in_order_and_restart_after_a_crash() {
-    let mut st = new_state(2.0, 0);
-    let spec = actor_spec(1);
+/// Registers and places the test actor: returns its starting worker's id.
+fn place_actor(st: &mut AgentState, max_restarts: i32) -> Id {
+    let spec = actor_spec(max_restarts);
     st.register_actor(&spec, false).unwrap();
     st.submit(DRIVER, spec).unwrap();
     st.schedule();
-    let w = spawned(&mut st)[0];
+    spawned(st)[0]
+}
+
+#[test]
+fn actor_calls_run_in_order_and_restart_after_a_crash() {
+    let mut st = new_state(2.0, 0);
+    let w = place_actor(&mut st, 1);
     for n in 20..25 {
         st.submit_actor_task(DRIVER, actor_call(n)).unwrap();
     }
@@ -278,11 +283,7 @@ fn cancelling_a_queued_task_fails_its_result() {
 #[test]
 fn a_call_waiting_for_arguments_only_holds_back_its_own_caller() {
     let mut st = new_state(2.0, 0);
-    let spec = actor_spec(0);
-    st.register_actor(&spec, false).unwrap();
-    st.submit(DRIVER, spec).unwrap();
-    st.schedule();
-    let w = spawned(&mut st)[0];
+    let w = place_actor(&mut st, 0);
     let mut rx = connect(&mut st, w, 80);
     let creation = next(&mut rx).unwrap();
     st.task_done(w, [7; 16], TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() }, &[]).unwrap();
@@ -328,11 +329,7 @@ fn a_worker_dying_while_blocked_in_get_returns_its_cpu_once() {
 #[test]
 fn killing_an_actor_before_it_starts_keeps_it_dead() {
     let mut st = new_state(2.0, 0);
-    let spec = actor_spec(3);
-    st.register_actor(&spec, false).unwrap();
-    st.submit(DRIVER, spec).unwrap();
-    st.schedule();
-    let w = spawned(&mut st)[0];
+    let w = place_actor(&mut st, 3);
     st.kill_actor([9; 16], true).unwrap();
     assert_eq!(st.actors[&[9; 16]].state, ActorState::Dead);
     // The worker that was starting connects afterwards: it gets no constructor and is killed.
