@@ -87,10 +87,6 @@ impl ObjectBuffer {
         ))
     }
 
-    fn is_shared_memory(&self) -> bool {
-        matches!(self.bytes, Bytes::Mapped(_) | Bytes::Arena { .. })
-    }
-
     fn __len__(&self) -> usize {
         self.data().len()
     }

@@ -16,7 +16,3 @@ pub const INLINE_THRESHOLD: usize = 100 * 1024;
 
 /// Object ids are 16 random bytes, printed as 32 hex characters.
 pub type ObjectId = [u8; 16];
-
-pub fn id_hex(id: &[u8]) -> String {
-    hex::encode(id)
-}

@@ -13,7 +13,7 @@ import threading
 
 import cloudpickle
 
-from oxray import _native, exceptions
+from oxray import exceptions
 
 FLAG_VALUE = 0
 FLAG_APPLICATION_ERROR = 1
@@ -54,14 +54,6 @@ def serialize(value, what: str = "value"):
 
 def payload_size(data: bytes, buffers) -> int:
     return len(data) + sum(b.nbytes for b in buffers)
-
-
-def encode_inline(value, what: str = "value"):
-    """Inline object bytes for a small value, or None when it is too large to inline."""
-    data, buffers, nested = serialize(value, what)
-    if payload_size(data, buffers) > _native.INLINE_THRESHOLD:
-        return None, (data, buffers, nested)
-    return _native.encode_object(data, buffers, FLAG_VALUE), nested
 
 
 def deserialize(buf):

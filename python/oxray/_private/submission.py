@@ -8,6 +8,7 @@ import os
 
 import cloudpickle
 
+from oxray import _native
 from oxray._private import serialization
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
@@ -39,15 +40,15 @@ def encode_args(client, args, kwargs, name):
             encoded.append((True, value._id))
             continue
         what = f"argument {i} of {name}" if i < len(args) else f"keyword argument {list(kwargs)[i - len(args)]!r} of {name}"
-        inline, extra = serialization.encode_inline(value, what)
-        if inline is not None:
-            encoded.append((False, inline))
-            nested_all.extend(extra)
+        data, buffers, nested = serialization.serialize(value, what)
+        if serialization.payload_size(data, buffers) <= _native.INLINE_THRESHOLD:
+            encoded.append((False, _native.encode_object(data, buffers, serialization.FLAG_VALUE)))
+            nested_all.extend(nested)
         else:
             # Large values go through the object store once, like `put`.
             from oxray._private.api import put_serialized
 
-            ref = put_serialized(client, *extra)
+            ref = put_serialized(client, data, buffers, nested)
             keep.append(ref)
             encoded.append((True, ref._id))
     return encoded, list(kwargs), nested_all, keep

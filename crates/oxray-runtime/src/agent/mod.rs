@@ -117,10 +117,8 @@ impl AgentShared {
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                let this = self.clone();
                 let status = format!("could not start {}: {e}", cfg.python);
                 self.with_state(|st| st.worker_exited(worker_id, status));
-                let _ = this;
                 return;
             }
         };
@@ -171,7 +169,7 @@ impl AgentShared {
             notified.as_mut().enable();
             let ready = {
                 let st = self.state.lock();
-                let done = |id: &Id| st.is_ready(id) || !st.is_known(id);
+                let done = |id: &Id| st.is_settled(id);
                 if needs_all {
                     // Objects mostly finish in order: drop finished ones from the
                     // front and stop at the first pending one (O(n) over the wait).
@@ -229,15 +227,36 @@ impl AgentShared {
         Ok(())
     }
 
-    /// A task's results: increfs first (the worker may now hold refs it was
-    /// passed), then the completion (which unpins arguments), then decrefs.
+    /// Runs one request between its reference changes, in the order that keeps
+    /// objects alive: increfs first, then the request itself (which may pin or
+    /// unpin objects), then decrefs and released views.
+    fn with_ref_changes<T>(
+        self: &Arc<Self>,
+        client: Id,
+        deltas: &Option<RefDeltas>,
+        request: impl FnOnce() -> Result<T, Status>,
+    ) -> Result<T, Status> {
+        self.apply_increfs(client, deltas)?;
+        let out = request()?;
+        self.apply_decrefs(client, deltas)?;
+        Ok(out)
+    }
+
+    /// `Some(client)` when the client is one of this node's workers: a worker
+    /// waiting in get()/wait() lends its task's CPUs back meanwhile.
+    fn as_blocking_worker(&self, client: Id) -> Option<Id> {
+        self.state.lock().has_worker(&client).then_some(client)
+    }
+
+    /// A task's results: the worker may now hold refs it was passed, and the
+    /// completion unpins the task's arguments.
     fn handle_task_done(self: &Arc<Self>, worker: Id, done: TaskDoneRequest) -> Result<(), Status> {
         let task = id_from_bytes(&done.task_id).map_err(bad)?;
-        self.apply_increfs(worker, &done.ref_deltas)?;
         let nested = ids(&done.nested_refs)?;
         let deltas = done.ref_deltas.clone();
-        self.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)?;
-        self.apply_decrefs(worker, &deltas)
+        self.with_ref_changes(worker, &deltas, || {
+            self.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)
+        })
     }
 
     /// Tasks and actor calls from one client, in the order it made them.
@@ -350,8 +369,7 @@ impl NodeAgent for AgentService {
         let id = id_from_bytes(&req.object_id).map_err(bad)?;
         if req.ref_deltas.is_some() {
             let client = id_from_bytes(&req.client_id).map_err(bad)?;
-            self.shared.apply_increfs(client, &req.ref_deltas)?;
-            self.shared.apply_decrefs(client, &req.ref_deltas)?;
+            self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
         }
         let location = self
             .shared
@@ -363,34 +381,30 @@ impl NodeAgent for AgentService {
     async fn put_object(&self, request: Request<PutObjectRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        self.shared.apply_increfs(client, &req.ref_deltas)?;
         let object = req.object.ok_or_else(|| bad("missing object".into()))?;
         let id = id_from_bytes(&object.object_id).map_err(bad)?;
         let nested = ids(&req.nested_refs)?;
-        self.shared
-            .with_state(|st| {
-                st.add_holders(client, &[id]);
-                let sealed = st.seal_object(&object, &nested);
-                st.schedule();
-                sealed
-            })
-            .map_err(bad)?;
-        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        self.shared.with_ref_changes(client, &req.ref_deltas, || {
+            self.shared
+                .with_state(|st| {
+                    st.add_holders(client, &[id]);
+                    let sealed = st.seal_object(&object, &nested);
+                    st.schedule();
+                    sealed
+                })
+                .map_err(bad)
+        })?;
         Ok(Response::new(Empty {}))
     }
 
     async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
         let req = request.into_inner();
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        self.shared.apply_increfs(client, &req.ref_deltas)?;
-        self.shared.apply_submissions(req.submissions)?;
-        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        let submissions = req.submissions;
+        self.shared.with_ref_changes(client, &req.ref_deltas, || self.shared.apply_submissions(submissions))?;
         let wanted = ids(&req.object_ids)?;
-        let is_worker = self.shared.state.lock().worker_label(&client).is_some();
-        let ok = self
-            .shared
-            .wait_ready(&wanted, wanted.len(), timeout_deadline(req.timeout_ms), is_worker.then_some(client))
-            .await;
+        let worker = self.shared.as_blocking_worker(client);
+        let ok = self.shared.wait_ready(&wanted, wanted.len(), timeout_deadline(req.timeout_ms), worker).await;
         if !ok {
             return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
         }
@@ -406,19 +420,17 @@ impl NodeAgent for AgentService {
         let wanted = ids(&req.object_ids)?;
         let need = (req.num_returns as usize).min(wanted.len());
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        // A worker blocked in wait() lends its CPUs back, as in get().
-        let is_worker = self.shared.state.lock().worker_label(&client).is_some();
-        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), is_worker.then_some(client)).await;
+        let worker = self.shared.as_blocking_worker(client);
+        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), worker).await;
         let st = self.shared.state.lock();
-        let ready_ids = wanted.iter().filter(|id| st.is_ready(id) || !st.is_known(id)).map(|id| id.to_vec()).collect();
+        let ready_ids = wanted.iter().filter(|id| st.is_settled(id)).map(|id| id.to_vec()).collect();
         Ok(Response::new(WaitObjectsReply { ready_ids }))
     }
 
     async fn update_refs(&self, request: Request<UpdateRefsRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        self.shared.apply_increfs(client, &req.ref_deltas)?;
-        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
         Ok(Response::new(Empty {}))
     }
 
@@ -531,8 +543,7 @@ impl NodeAgent for AgentService {
                 let outcome = match event.event {
                     Some(worker_event::Event::Done(done)) => shared.handle_task_done(worker_id, done),
                     Some(worker_event::Event::Refs(deltas)) => {
-                        let deltas = Some(deltas);
-                        shared.apply_increfs(worker_id, &deltas).and_then(|_| shared.apply_decrefs(worker_id, &deltas))
+                        shared.with_ref_changes(worker_id, &Some(deltas), || Ok(()))
                     }
                     _ => Err(bad("unexpected worker event".into())),
                 };

@@ -371,6 +371,12 @@ impl AgentState {
         }
     }
 
+    /// Whether a get/wait on `id` returns now: it is ready, or unknown (and so
+    /// comes back as an object-lost error rather than waiting forever).
+    pub fn is_settled(&self, id: &Id) -> bool {
+        self.is_ready(id) || !self.is_known(id)
+    }
+
     /// Whether `id` will ever become ready: known to the store, or produced by a live task.
     pub fn is_known(&self, id: &Id) -> bool {
         self.objects.contains_key(id)
