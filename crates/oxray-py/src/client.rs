@@ -6,8 +6,9 @@ use crate::{OxrayRpcError, runtime};
 use oxray_runtime::client::{AssignmentStream, ClientError, CoreClient};
 use oxray_runtime::ids::{Id, id_from_bytes};
 use oxray_runtime::proto::{
-    ActorInfo, ActorRequest, Assignment, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest, TaskArg,
-    TaskDoneRequest, TaskKind, TaskSpec, task_arg,
+    ActorInfo, ActorRequest, Assignment, Bundle, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest,
+    PlacementGroupInfo, PlacementGroupRequest, PlacementGroupSpec, TaskArg, TaskDoneRequest, TaskKind, TaskSpec,
+    task_arg,
 };
 use parking_lot::Mutex;
 use pyo3::buffer::PyBuffer;
@@ -377,6 +378,60 @@ impl Client {
             .collect()
     }
 
+    // ------------------------------------------------------ placement groups
+
+    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string()))]
+    fn create_placement_group<'py>(
+        &self,
+        py: Python<'py>,
+        pg_id: Vec<u8>,
+        bundles: Vec<HashMap<String, f64>>,
+        strategy: String,
+        name: String,
+        namespace: String,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let spec = PlacementGroupSpec {
+            pg_id,
+            bundles: bundles.into_iter().map(|resources| Bundle { resources }).collect(),
+            strategy,
+            name,
+            namespace,
+        };
+        let mut agent = self.inner.agent();
+        let reply =
+            py.detach(|| runtime().block_on(agent.create_placement_group(spec))).map_err(|s| rpc_err(s.into()))?;
+        placement_group_dict(py, &reply.into_inner())
+    }
+
+    fn remove_placement_group(&self, py: Python<'_>, pg_id: Vec<u8>) -> PyResult<()> {
+        let mut agent = self.inner.agent();
+        let request = PlacementGroupRequest { pg_id, ..Default::default() };
+        py.detach(|| runtime().block_on(agent.remove_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    #[pyo3(signature = (pg_id=Vec::new(), name="".to_string(), namespace="".to_string()))]
+    fn get_placement_group<'py>(
+        &self,
+        py: Python<'py>,
+        pg_id: Vec<u8>,
+        name: String,
+        namespace: String,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let request = PlacementGroupRequest { pg_id, name, namespace };
+        let reply =
+            py.detach(|| runtime().block_on(agent.get_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
+        reply.into_inner().info.map(|info| placement_group_dict(py, &info)).transpose()
+    }
+
+    fn list_placement_groups<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let mut agent = self.inner.agent();
+        let reply =
+            py.detach(|| runtime().block_on(agent.list_placement_groups(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        reply.into_inner().groups.iter().map(|g| placement_group_dict(py, g)).collect()
+    }
+
     // ------------------------------------------------------------ worker side
 
     /// Opens this worker's assignment stream.
@@ -536,5 +591,20 @@ fn actor_dict<'py>(py: Python<'py>, a: &ActorInfo) -> PyResult<Bound<'py, PyDict
     d.set_item("death_cause", &a.death_cause)?;
     d.set_item("method_names", a.method_names.clone())?;
     d.set_item("max_task_retries", a.max_task_retries)?;
+    Ok(d)
+}
+
+fn placement_group_dict<'py>(py: Python<'py>, info: &PlacementGroupInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let spec = info.spec.clone().unwrap_or_default();
+    d.set_item("placement_group_id", hex::encode(&spec.pg_id))?;
+    d.set_item("name", spec.name)?;
+    d.set_item("namespace", spec.namespace)?;
+    d.set_item("strategy", spec.strategy)?;
+    d.set_item("state", &info.state)?;
+    let bundles: Vec<HashMap<String, f64>> = spec.bundles.into_iter().map(|b| b.resources).collect();
+    d.set_item("bundles", bundles)?;
+    let nodes: Vec<String> = info.bundle_nodes.iter().map(hex::encode).collect();
+    d.set_item("bundle_nodes", nodes)?;
     Ok(d)
 }

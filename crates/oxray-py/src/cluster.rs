@@ -1,7 +1,7 @@
 //! Starting and stopping the embedded cluster from Python.
 
 use crate::runtime;
-use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_embedded};
+use oxray_runtime::cluster::{ClusterConfig, HeadRole, RunningCluster, start_node};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ pub struct Cluster {
 #[pyfunction]
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
-    forward_output=true))]
+    forward_output=true, join=None, port=0, state_dir=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn start_cluster(
     py: Python<'_>,
@@ -43,8 +43,17 @@ pub fn start_cluster(
     host: String,
     token: Option<String>,
     forward_output: bool,
+    join: Option<String>,
+    port: u16,
+    state_dir: Option<PathBuf>,
 ) -> PyResult<Cluster> {
+    let (head, agent_port) = match join {
+        Some(address) => (HeadRole::Join { address }, port),
+        None => (HeadRole::Local { port, state_dir }, 0),
+    };
     let cfg = ClusterConfig {
+        head,
+        agent_port,
         num_cpus,
         num_gpus,
         resources,
@@ -58,9 +67,11 @@ pub fn start_cluster(
         token,
         forward_output,
     };
-    let started = py.detach(|| runtime().block_on(start_embedded(cfg)));
+    let started = py.detach(|| runtime().block_on(start_node(cfg)));
     let running = started.map_err(|e| match e {
         oxray_runtime::cluster::ClusterError::Config(m) => PyValueError::new_err(m),
+        oxray_runtime::cluster::ClusterError::Auth(m) => crate::OxrayAuthError::new_err(m),
+        e @ oxray_runtime::cluster::ClusterError::Bind { .. } => pyo3::exceptions::PyOSError::new_err(e.to_string()),
         other => PyRuntimeError::new_err(other.to_string()),
     })?;
     Ok(Cluster {

@@ -83,6 +83,10 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(10))
+        // Large windows: object transfers stream megabytes per round trip.
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(16 << 20))
         .connect()
         .await
         .map_err(|e| err(format!("{e}; is the cluster running and is the address right?")))

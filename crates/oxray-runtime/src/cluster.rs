@@ -1,5 +1,7 @@
-//! Starting a head and a node agent inside the current process (the embedded
-//! cluster that `oxray.init()` uses), and tearing them down without leftovers.
+//! Starting a node in the current process: a node agent, plus the head when
+//! this node hosts it (the embedded cluster that `oxray.init()` uses, or
+//! `oxray start --head`), or joined to a head elsewhere (`oxray start --address`);
+//! and tearing it down without leftovers.
 
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
@@ -20,8 +22,21 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
 
+/// Where this node's head is.
+#[derive(Debug, Clone)]
+pub enum HeadRole {
+    /// Serve the head here, on the agent's port (0 picks a free one). With a
+    /// state directory its tables survive a restart.
+    Local { port: u16, state_dir: Option<PathBuf> },
+    /// Join the head at this address.
+    Join { address: String },
+}
+
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
+    pub head: HeadRole,
+    /// The node agent's port when joining (0 picks a free one).
+    pub agent_port: u16,
     pub num_cpus: Option<f64>,
     pub num_gpus: Option<usize>,
     pub resources: HashMap<String, f64>,
@@ -45,7 +60,7 @@ pub struct RunningCluster {
     pub shm_dir: PathBuf,
     pub agent: Arc<AgentShared>,
     stop: Vec<oneshot::Sender<()>>,
-    heartbeat: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +71,8 @@ pub enum ClusterError {
     Bind { what: &'static str, addr: String, source: std::io::Error },
     #[error("cannot prepare {path}: {source}")]
     Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Auth(String),
     #[error("{0}")]
     Other(String),
 }
@@ -101,7 +118,7 @@ fn remove_stale_shm(root: &Path) {
     }
 }
 
-fn build_resources(cfg: &ClusterConfig, ip: &str) -> Result<(ResourceSet, usize, u64), ClusterError> {
+fn build_resources(cfg: &ClusterConfig, ip: &str, is_head: bool) -> Result<(ResourceSet, usize, u64), ClusterError> {
     let cpus =
         cfg.num_cpus.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64);
     let gpus = cfg.num_gpus.unwrap_or_else(detect_gpus);
@@ -124,7 +141,9 @@ fn build_resources(cfg: &ClusterConfig, ip: &str) -> Result<(ResourceSet, usize,
     set.set("memory", memory as f64).map_err(cfg_err)?;
     set.set("object_store_memory", store as f64).map_err(cfg_err)?;
     set.set(&format!("node:{ip}"), 1.0).map_err(cfg_err)?;
-    set.set("node:__internal_head__", 1.0).map_err(cfg_err)?;
+    if is_head {
+        set.set("node:__internal_head__", 1.0).map_err(cfg_err)?;
+    }
     for (name, value) in &cfg.resources {
         if matches!(name.as_str(), "CPU" | "GPU") {
             return Err(ClusterError::Config(format!("use num_cpus/num_gpus instead of resources={{{name:?}: ...}}")));
@@ -146,15 +165,21 @@ fn incoming_nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = s
     })
 }
 
-async fn bind(host: &str, what: &'static str) -> Result<TcpListener, ClusterError> {
-    let addr = format!("{host}:0");
+async fn bind(host: &str, port: u16, what: &'static str) -> Result<TcpListener, ClusterError> {
+    let addr = format!("{host}:{port}");
     TcpListener::bind(&addr).await.map_err(|source| ClusterError::Bind { what, addr, source })
 }
 
-pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, ClusterError> {
+/// Starts the node agent, and the head too when `cfg.head` says so.
+pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterError> {
     let node_id = new_id();
-    let token = cfg.token.clone().unwrap_or_else(crate::auth::generate_token);
-    let (total, num_gpus, store_bytes) = build_resources(&cfg, &cfg.host)?;
+    let is_head = matches!(cfg.head, HeadRole::Local { .. });
+    let token = match (&cfg.token, is_head) {
+        (Some(t), _) => t.clone(),
+        (None, true) => crate::auth::generate_token(),
+        (None, false) => return Err(ClusterError::Config("joining a cluster needs its token".into())),
+    };
+    let (total, num_gpus, store_bytes) = build_resources(&cfg, &cfg.host, is_head)?;
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| ClusterError::Io { path, source }
@@ -172,10 +197,16 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
     );
     let agent = AgentShared::new(state);
 
-    let head_listener = bind(&cfg.host, "the head service").await?;
-    let agent_listener = bind(&cfg.host, "the node agent").await?;
-    let head_address = head_listener.local_addr().map_err(io(&cfg.session_dir))?.to_string();
-    let agent_address = agent_listener.local_addr().map_err(io(&cfg.session_dir))?.to_string();
+    let listener = match &cfg.head {
+        HeadRole::Local { port, .. } => bind(&cfg.host, *port, "the head").await?,
+        HeadRole::Join { .. } => bind(&cfg.host, cfg.agent_port, "the node agent").await?,
+    };
+    let agent_address = listener.local_addr().map_err(io(&cfg.session_dir))?.to_string();
+    let head_address = match &cfg.head {
+        HeadRole::Local { .. } => agent_address.clone(),
+        HeadRole::Join { address } => address.clone(),
+    };
+    agent.state.lock().address = agent_address.clone();
     *agent.spawn.lock() = Some(SpawnConfig {
         python: cfg.python.clone(),
         agent_address: agent_address.clone(),
@@ -186,52 +217,77 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
         forward_output: cfg.forward_output,
     });
 
-    let mut stop = Vec::new();
-    let (head_stop, head_stopped) = oneshot::channel::<()>();
-    stop.push(head_stop);
-    let head_service = HeadServer::with_interceptor(HeadService::default(), RequireToken::new(&token));
-    tokio::spawn(tonic::transport::Server::builder().add_service(head_service).serve_with_incoming_shutdown(
-        incoming_nodelay(head_listener),
-        async {
-            let _ = head_stopped.await;
-        },
-    ));
-    let (agent_stop, agent_stopped) = oneshot::channel::<()>();
-    stop.push(agent_stop);
+    let mut background = Vec::new();
     let service = AgentService { shared: agent.clone(), address: agent_address.clone() };
     let agent_service = tonic::service::interceptor::InterceptedService::new(
         NodeAgentServer::new(service).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX),
         RequireToken::new(&token),
     );
-    tokio::spawn(tonic::transport::Server::builder().add_service(agent_service).serve_with_incoming_shutdown(
-        incoming_nodelay(agent_listener),
-        async {
-            let _ = agent_stopped.await;
-        },
-    ));
+    let server = tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(8 << 20))
+        .initial_connection_window_size(Some(16 << 20));
+    let mut server = server;
+    let router = match &cfg.head {
+        HeadRole::Local { state_dir, .. } => {
+            let head = match state_dir {
+                Some(dir) => HeadService::persistent(dir).map_err(|e| ClusterError::Other(e.to_string()))?,
+                None => HeadService::default(),
+            };
+            head.set_token(&token);
+            background.push(head.spawn_placement_loop());
+            let head_service = HeadServer::with_interceptor(head, RequireToken::new(&token));
+            server.add_service(head_service).add_service(agent_service)
+        }
+        HeadRole::Join { .. } => server.add_service(agent_service),
+    };
+    let (server_stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(router.serve_with_incoming_shutdown(incoming_nodelay(listener), async {
+        let _ = stopped.await;
+    }));
+    let stop = vec![server_stop];
 
-    let channel = connect_channel(&head_address).await.map_err(|e| ClusterError::Other(e.to_string()))?;
+    let unreachable = |e: String| {
+        ClusterError::Other(format!(
+            "cannot reach the head at {head_address}: {e}. Is `oxray start --head` running there, and is the port right?"
+        ))
+    };
+    let channel = connect_channel(&head_address).await.map_err(|e| unreachable(e.to_string()))?;
     let mut head = HeadClient::with_interceptor(channel, AttachToken::new(&token).map_err(ClusterError::Other)?);
     let mut info: NodeInfo = agent.node_info(&agent_address);
+    info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();
     info.start_time_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    head.register_node(RegisterNodeRequest { node: Some(info.clone()) })
-        .await
-        .map_err(|e| ClusterError::Other(format!("node registration with the head failed: {}", e.message())))?;
+    if let Err(status) = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await {
+        for s in stop {
+            let _ = s.send(());
+        }
+        agent.state.lock().store.destroy();
+        return Err(match status.code() {
+            tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ClusterError::Auth(format!(
+                "the head at {head_address} refused this node: {}. Pass the cluster's token with --token or OXRAY_TOKEN",
+                status.message()
+            )),
+            tonic::Code::Unavailable => unreachable(status.message().to_string()),
+            _ => ClusterError::Other(format!("node registration with the head failed: {}", status.message())),
+        });
+    }
     agent.attach_head(head.clone());
     let beat_agent = agent.clone();
-    let heartbeat = tokio::spawn(async move {
+    background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             let available = beat_agent.state.lock().available().to_map();
-            let beat = head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await;
-            if beat.is_err_and(|s| s.code() == tonic::Code::NotFound) {
-                // A head that restarted without this node on record: register again.
-                let _ = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await;
+            match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await {
+                Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
+                Err(s) if s.code() == tonic::Code::NotFound => {
+                    // A head that restarted without this node on record: register again.
+                    let _ = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await;
+                }
+                Err(_) => {}
             }
         }
-    });
+    }));
 
     Ok(RunningCluster {
         head_address,
@@ -242,7 +298,7 @@ pub async fn start_embedded(cfg: ClusterConfig) -> Result<RunningCluster, Cluste
         shm_dir,
         agent,
         stop,
-        heartbeat,
+        background,
     })
 }
 
@@ -260,7 +316,9 @@ impl RunningCluster {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         self.agent.state.lock().store.destroy();
-        self.heartbeat.abort();
+        for task in self.background.drain(..) {
+            task.abort();
+        }
         for s in self.stop.drain(..) {
             let _ = s.send(());
         }

@@ -1,10 +1,16 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
+use crate::auth::AttachToken;
 use crate::head_store::HeadStore;
+use crate::placement::{Strategy, plan};
+use crate::resources::{ResourceSet, bundle_resources};
 use oxray_proto::head_server::Head;
+use oxray_proto::node_agent_client::NodeAgentClient;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest,
-    ListActorsReply, NodeInfo, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest,
+    ActorInfo, ActorRequest, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
+    HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo, PlacementGroupReply,
+    PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest,
+    ReserveBundlesRequest,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -12,8 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
-/// A node that has not sent a heartbeat for this long is reported dead.
-pub const NODE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A node that has not sent a heartbeat for this long is reported dead
+/// (agents beat every second).
+pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct NodeRecord {
     info: NodeInfo,
@@ -33,6 +40,11 @@ pub struct HeadService {
     actors: Arc<Mutex<ActorTable>>,
     /// Durable copy of the tables, when the head has a state directory.
     store: Option<Arc<HeadStore>>,
+    groups: Arc<Mutex<HashMap<Vec<u8>, PlacementGroupInfo>>>,
+    /// One placement attempt at a time, so two never take the same resources.
+    placing: Arc<tokio::sync::Mutex<()>>,
+    /// The cluster token, for the head's own calls to node agents.
+    token: Arc<Mutex<String>>,
 }
 
 impl HeadService {
@@ -74,6 +86,111 @@ impl HeadService {
         }
     }
 
+    pub fn set_token(&self, token: &str) {
+        *self.token.lock() = token.to_string();
+    }
+
+    /// Retries pending placement groups as nodes join and resources free up.
+    pub fn spawn_placement_loop(&self) -> tokio::task::JoinHandle<()> {
+        let head = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                let pending: Vec<Vec<u8>> = head
+                    .groups
+                    .lock()
+                    .values()
+                    .filter(|g| g.state == "PENDING")
+                    .filter_map(|g| g.spec.as_ref().map(|s| s.pg_id.clone()))
+                    .collect();
+                for pg_id in pending {
+                    head.place_group(&pg_id).await;
+                }
+            }
+        })
+    }
+
+    async fn agent(
+        &self,
+        address: &str,
+    ) -> Result<
+        NodeAgentClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>>,
+        String,
+    > {
+        let channel = crate::client::connect_channel(address).await.map_err(|e| e.to_string())?;
+        let token = self.token.lock().clone();
+        Ok(NodeAgentClient::with_interceptor(channel, AttachToken::new(&token)?))
+    }
+
+    /// Tries to reserve a pending group's bundles: all of them, on the nodes
+    /// its strategy allows, or none.
+    async fn place_group(&self, pg_id: &[u8]) {
+        let _one_at_a_time = self.placing.lock().await;
+        let Some(spec) = self.groups.lock().get(pg_id).filter(|g| g.state == "PENDING").and_then(|g| g.spec.clone())
+        else {
+            return;
+        };
+        let Ok(strategy) = Strategy::parse(&spec.strategy) else { return };
+        let bundles: Vec<ResourceSet> =
+            spec.bundles.iter().map(|b| ResourceSet::from_map(&b.resources).unwrap_or_default()).collect();
+        let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
+        let free: Vec<ResourceSet> =
+            live.iter().map(|n| ResourceSet::from_map(&n.available).unwrap_or_default()).collect();
+        let Some(assignment) = plan(strategy, &bundles, &free) else { return };
+        let mut by_node: Vec<(usize, Vec<BundleSlot>)> = Vec::new();
+        for (index, node) in assignment.iter().enumerate() {
+            let slot = BundleSlot { index: index as u32, resources: spec.bundles[index].resources.clone() };
+            match by_node.iter_mut().find(|(n, _)| n == node) {
+                Some((_, slots)) => slots.push(slot),
+                None => by_node.push((*node, vec![slot])),
+            }
+        }
+        let mut reserved = Vec::new();
+        for (node, slots) in &by_node {
+            let address = &live[*node].address;
+            let request = ReserveBundlesRequest { pg_id: pg_id.to_vec(), bundles: slots.clone() };
+            let ok = match self.agent(address).await {
+                Ok(mut agent) => agent.reserve_bundles(request).await.is_ok(),
+                Err(_) => false,
+            };
+            if !ok {
+                // All or none: give back what the other nodes already reserved.
+                for address in reserved {
+                    if let Ok(mut agent) = self.agent(address).await {
+                        let _ = agent
+                            .return_bundles(PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() })
+                            .await;
+                    }
+                }
+                return;
+            }
+            reserved.push(address);
+        }
+        let pg_hex = hex::encode(pg_id);
+        {
+            let mut nodes = self.nodes.lock();
+            for (node, slots) in &by_node {
+                let Some(record) = nodes.get_mut(&live[*node].node_id) else { continue };
+                let mut total = ResourceSet::from_map(&record.info.total).unwrap_or_default();
+                let mut available = ResourceSet::from_map(&record.info.available).unwrap_or_default();
+                for slot in slots {
+                    let bundle = ResourceSet::from_map(&slot.resources).unwrap_or_default();
+                    let group = bundle_resources(&pg_hex, slot.index, &bundle);
+                    available.subtract(&bundle);
+                    total.add(&group);
+                    available.add(&group);
+                }
+                record.info.total = total.to_map();
+                record.info.available = available.to_map();
+            }
+        }
+        if let Some(group) = self.groups.lock().get_mut(pg_id) {
+            group.state = "CREATED".into();
+            group.bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
+        }
+    }
+
     pub fn nodes(&self) -> Vec<NodeInfo> {
         let nodes = self.nodes.lock();
         let mut out: Vec<NodeInfo> = nodes
@@ -101,7 +218,7 @@ impl Head for HeadService {
         Ok(Response::new(Empty {}))
     }
 
-    async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<Empty>, Status> {
+    async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<ClusterInfoReply>, Status> {
         let beat = request.into_inner();
         let mut nodes = self.nodes.lock();
         let record = nodes
@@ -109,7 +226,8 @@ impl Head for HeadService {
             .ok_or_else(|| Status::not_found("unknown node: register before sending heartbeats"))?;
         record.info.available = beat.available;
         record.last_seen = Instant::now();
-        Ok(Response::new(Empty {}))
+        drop(nodes);
+        Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
     }
 
     async fn list_nodes(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
@@ -178,6 +296,94 @@ impl Head for HeadService {
     async fn list_actors(&self, _request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
         let actors = self.actors.lock().actors.values().cloned().collect();
         Ok(Response::new(ListActorsReply { actors }))
+    }
+
+    async fn create_placement_group(
+        &self,
+        request: Request<PlacementGroupSpec>,
+    ) -> Result<Response<PlacementGroupInfo>, Status> {
+        let spec = request.into_inner();
+        Strategy::parse(&spec.strategy).map_err(Status::invalid_argument)?;
+        if spec.pg_id.len() != 16 {
+            return Err(Status::invalid_argument("pg_id must be 16 bytes"));
+        }
+        if spec.bundles.is_empty() {
+            return Err(Status::invalid_argument("a placement group needs at least one bundle"));
+        }
+        for (i, bundle) in spec.bundles.iter().enumerate() {
+            let resources = ResourceSet::from_map(&bundle.resources)
+                .map_err(|e| Status::invalid_argument(format!("bundle {i}: {e}")))?;
+            if resources.is_empty() {
+                return Err(Status::invalid_argument(format!(
+                    "bundle {i} is empty: every bundle needs at least one resource greater than 0"
+                )));
+            }
+        }
+        let pg_id = spec.pg_id.clone();
+        let info = PlacementGroupInfo { spec: Some(spec), state: "PENDING".into(), bundle_nodes: Vec::new() };
+        self.groups.lock().insert(pg_id.clone(), info);
+        self.place_group(&pg_id).await;
+        let info = self.groups.lock().get(&pg_id).cloned().unwrap_or_default();
+        Ok(Response::new(info))
+    }
+
+    async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let pg_id = request.into_inner().pg_id;
+        let _one_at_a_time = self.placing.lock().await;
+        let nodes = {
+            let mut groups = self.groups.lock();
+            let Some(group) = groups.get_mut(&pg_id) else {
+                return Err(Status::not_found(format!("no placement group {}", hex::encode(&pg_id))));
+            };
+            group.state = "REMOVED".into();
+            std::mem::take(&mut group.bundle_nodes)
+        };
+        let pg_hex = hex::encode(&pg_id);
+        let mut done: Vec<Vec<u8>> = Vec::new();
+        for node in nodes {
+            if done.contains(&node) {
+                continue;
+            }
+            let address = self.nodes.lock().get(&node).map(|r| r.info.address.clone());
+            if let Some(address) = address
+                && let Ok(mut agent) = self.agent(&address).await
+            {
+                let _ =
+                    agent.return_bundles(PlacementGroupRequest { pg_id: pg_id.clone(), ..Default::default() }).await;
+            }
+            if let Some(record) = self.nodes.lock().get_mut(&node) {
+                record.info.total.retain(|k, _| !k.ends_with(&pg_hex));
+            }
+            done.push(node);
+        }
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_placement_group(
+        &self,
+        request: Request<PlacementGroupRequest>,
+    ) -> Result<Response<PlacementGroupReply>, Status> {
+        let req = request.into_inner();
+        let groups = self.groups.lock();
+        let found = if req.pg_id.is_empty() {
+            groups
+                .values()
+                .find(|g| {
+                    g.state != "REMOVED"
+                        && g.spec.as_ref().is_some_and(|s| s.name == req.name && s.namespace == req.namespace)
+                })
+                .cloned()
+        } else {
+            groups.get(&req.pg_id).cloned()
+        };
+        Ok(Response::new(PlacementGroupReply { found: found.is_some(), info: found }))
+    }
+
+    async fn list_placement_groups(
+        &self,
+        _request: Request<Empty>,
+    ) -> Result<Response<ListPlacementGroupsReply>, Status> {
+        Ok(Response::new(ListPlacementGroupsReply { groups: self.groups.lock().values().cloned().collect() }))
     }
 }
 

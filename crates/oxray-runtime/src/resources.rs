@@ -45,6 +45,10 @@ impl ResourceSet {
         self.0.get(name).copied().unwrap_or(0) as f64 / SCALE
     }
 
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -79,6 +83,50 @@ impl ResourceSet {
     pub fn to_map(&self) -> std::collections::HashMap<String, f64> {
         self.0.iter().map(|(k, v)| (k.clone(), *v as f64 / SCALE)).collect()
     }
+}
+
+impl ResourceSet {
+    /// Drops names `total` does not have (a removed placement group's resources
+    /// returned by a task that was still running in it).
+    pub fn retain_in(&mut self, total: &ResourceSet) {
+        self.0.retain(|k, _| total.0.contains_key(k));
+    }
+
+    /// Removes every name that contains `needle`.
+    pub fn remove_containing(&mut self, needle: &str) {
+        self.0.retain(|k, _| !k.contains(needle));
+    }
+}
+
+/// Units of `bundle_group_*` a bundle provides (a task in the group takes 0.001).
+const BUNDLE_UNITS: f64 = 1000.0;
+
+/// The resources a reserved placement-group bundle adds to its node, named as
+/// Ray names them: `CPU_group_<i>_<pg>` for bundle `i`, `CPU_group_<pg>` for
+/// any bundle, and `bundle_group_<i>_<pg>` / `bundle_group_<pg>` markers.
+pub fn bundle_resources(pg_hex: &str, index: u32, bundle: &ResourceSet) -> ResourceSet {
+    let mut out = ResourceSet::new();
+    let mut add = |name: String, units: i64| *out.0.entry(name).or_insert(0) += units;
+    for (name, units) in &bundle.0 {
+        add(format!("{name}_group_{index}_{pg_hex}"), *units);
+        add(format!("{name}_group_{pg_hex}"), *units);
+    }
+    let marker = (BUNDLE_UNITS * SCALE) as i64;
+    add(format!("bundle_group_{index}_{pg_hex}"), marker);
+    add(format!("bundle_group_{pg_hex}"), marker);
+    out
+}
+
+/// GPUs a request takes from this node's devices: plain `GPU` plus GPUs held
+/// through a placement group (counted once, by the any-bundle name).
+pub fn gpu_amount(request: &ResourceSet) -> f64 {
+    let grouped: i64 = request
+        .0
+        .iter()
+        .filter(|(k, _)| k.strip_prefix("GPU_group_").is_some_and(|rest| !rest.contains('_')))
+        .map(|(_, v)| *v)
+        .sum();
+    request.get("GPU") + grouped as f64 / SCALE
 }
 
 impl fmt::Display for ResourceSet {

@@ -2,14 +2,16 @@
 //! object round trips and cleanup.
 
 use oxray_runtime::client::CoreClient;
-use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_embedded};
+use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_node};
 use oxray_runtime::proto::node_agent_client::NodeAgentClient;
 use oxray_runtime::proto::{Empty, ObjectLocation, object_location::Place};
 use std::collections::HashMap;
 
 async fn start() -> RunningCluster {
     let session_dir = std::env::temp_dir().join(format!("oxray-it-{}", rand::random::<u64>()));
-    start_embedded(ClusterConfig {
+    start_node(ClusterConfig {
+        head: oxray_runtime::cluster::HeadRole::Local { port: 0, state_dir: None },
+        agent_port: 0,
         num_cpus: Some(2.0),
         num_gpus: Some(0),
         resources: HashMap::from([("custom".to_string(), 3.0)]),

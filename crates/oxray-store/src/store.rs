@@ -180,6 +180,47 @@ impl ObjectStore {
         Some((e.place.clone(), e.size))
     }
 
+    /// Writes part of a reserved, not yet sealed object (a copy arriving from another node).
+    pub fn write_unsealed(&mut self, id: &ObjectId, offset: usize, data: &[u8]) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
+        let e =
+            self.entries.get(id).filter(|e| !e.sealed && !e.freed).ok_or_else(|| {
+                Error::new(ErrorKind::NotFound, format!("object {} is not reserved", hex::encode(id)))
+            })?;
+        if offset + data.len() > e.size {
+            return Err(Error::new(ErrorKind::InvalidInput, format!("write past the {}-byte object", e.size)));
+        }
+        match &e.place {
+            ObjectPlace::Arena { offset: base, .. } => {
+                let map = self.arena_map.as_ref().expect("arena objects imply an arena");
+                // SAFETY: the range is reserved for this unsealed object, which only this writer fills.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(data.as_ptr(), map.as_mut_ptr().add(base + offset), data.len())
+                };
+                Ok(())
+            }
+            ObjectPlace::Spilled(path) => {
+                use std::os::unix::fs::FileExt;
+                let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+                file.write_all_at(data, offset as u64)
+            }
+            ObjectPlace::Inline(_) => {
+                Err(Error::new(ErrorKind::InvalidInput, "inline objects are not written in parts"))
+            }
+        }
+    }
+
+    /// A copy of `len` arena bytes at `offset` (the caller holds a reader on that range).
+    pub fn read_arena(&self, offset: usize, len: usize) -> Vec<u8> {
+        match &self.arena_map {
+            // SAFETY: the range belongs to an object with a reader, so it is neither reused nor unmapped.
+            Some(map) if offset + len <= self.alloc.size() => unsafe {
+                std::slice::from_raw_parts(map.as_ptr().add(offset), len).to_vec()
+            },
+            _ => Vec::new(),
+        }
+    }
+
     /// Drops a reservation that was never sealed (its writer died or was superseded).
     pub fn discard_unsealed(&mut self, id: &ObjectId) {
         if self.entries.get(id).is_some_and(|e| !e.sealed && !e.freed) {

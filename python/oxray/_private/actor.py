@@ -58,6 +58,7 @@ class ActorClass:
         # Like Ray: an actor with no resources given needs 1 CPU to be placed but holds none.
         explicit = any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "resources", "memory"))
         placement = holds if explicit else {**holds, "CPU": 1.0}
+        holds, placement = opts.in_placement_group(holds, options), opts.in_placement_group(placement, options)
         namespace = options.get("namespace")
         namespace = STATE.namespace if namespace is None else namespace
         actor_id = os.urandom(16)

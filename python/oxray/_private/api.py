@@ -9,12 +9,44 @@ import time
 from typing import Any, Optional
 
 from oxray import _native, exceptions
+from oxray._private import node_files
 from oxray._private import options as opts
 from oxray._private import serialization
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
 
 DEFAULT_SESSION_ROOT = "/tmp/oxray"
+
+
+def _is_local_host(host: str) -> bool:
+    import socket
+
+    if host in ("localhost", "") or host.startswith("127."):
+        return True
+    try:
+        names = {socket.gethostname(), socket.getfqdn()}
+        local = {a[4][0] for n in names for a in socket.getaddrinfo(n, None)}
+    except OSError:
+        local = set()
+    return host in local
+
+
+def _local_agent(address: str, token: str) -> str:
+    """This host's node agent in the cluster at `address`: objects are read
+    through shared memory, so a driver talks to the agent on its own host."""
+    host = address.rsplit(":", 1)[0]
+    if _is_local_host(host):
+        return address
+    try:
+        nodes = _native.Client(address, token).cluster_info()
+    except Exception as e:
+        raise ConnectionError(f"Cannot join the cluster at {address}: {e}") from e
+    for n in nodes:
+        if n["alive"] and _is_local_host(n["ip"]):
+            return n["address"]
+    raise ConnectionError(
+        f"No node of the cluster at {address} runs on this host: start one with `oxray start --address={address}`"
+    )
 
 
 def is_initialized() -> bool:
@@ -67,10 +99,15 @@ def init(
             _check_count(f"resources[{k!r}]", v)
     opts.validate_runtime_env(runtime_env)
 
-    # "auto" means: the address in the environment, and an error if there is none.
+    # None and "auto": the address in the environment, then the cluster `oxray start`
+    # runs on this host; "auto" raises when there is none, None starts one.
     auto = address == "auto"
+    current = None
     if address in (None, "auto"):
-        address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS") or ("auto" if auto else None)
+        address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+        if not address:
+            current = node_files.read_current_cluster()
+            address = current["address"] if current else ("auto" if auto else None)
     env_vars = opts.env_vars({"runtime_env": runtime_env})
     if address in (None, "", "local"):
         session_dir = os.path.join(
@@ -104,11 +141,22 @@ def init(
             raise ConnectionError(
                 "init(address='auto') found no running cluster: set OXRAY_ADDRESS or start one with `oxray start --head`"
             )
+        given = [n for n, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("resources", resources),
+                                ("object_store_memory", object_store_memory)) if v is not None]
+        if given:
+            raise ValueError(
+                f"When connecting to an existing cluster, {', '.join(given)} must not be provided: "
+                "set them with `oxray start` on each node instead"
+            )
         token = os.environ.get("OXRAY_TOKEN")
         if not token:
+            current = current or node_files.read_current_cluster()
+            if current and current.get("address") == address:
+                token = node_files.read_token_file(current.get("token_file"))
+        if not token:
             raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
-        agent_address = address
-        STATE.address_info = {"address": address, "node_agent_address": address}
+        agent_address = _local_agent(address, token)
+        STATE.address_info = {"address": address, "node_agent_address": agent_address}
     try:
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)

@@ -140,5 +140,30 @@ def resource_request(options: dict, default_cpus: float) -> dict:
     return {k: v for k, v in out.items() if v > 0}
 
 
+def in_placement_group(request: dict, options: dict) -> dict:
+    """Renames a request to draw on a placement group's reserved bundles (as Ray
+    does: `CPU` becomes `CPU_group_<i>_<pg>` plus the any-bundle `CPU_group_<pg>`)."""
+    strategy = options.get("scheduling_strategy")
+    pg = getattr(strategy, "placement_group", None)
+    if pg is None:
+        return request
+    index = getattr(strategy, "placement_group_bundle_index", -1)
+    if not isinstance(index, int) or index < -1 or index >= pg.bundle_count:
+        raise ValueError(
+            f"placement_group_bundle_index={index!r} is out of range: the group has {pg.bundle_count} bundle(s), "
+            "so use -1 (any bundle) or 0.." + str(pg.bundle_count - 1)
+        )
+    pg_hex = pg.id.hex()
+    out = {}
+    for name, qty in request.items():
+        out[f"{name}_group_{pg_hex}"] = qty
+        if index >= 0:
+            out[f"{name}_group_{index}_{pg_hex}"] = qty
+    out[f"bundle_group_{pg_hex}"] = 0.001
+    if index >= 0:
+        out[f"bundle_group_{index}_{pg_hex}"] = 0.001
+    return out
+
+
 def env_vars(options: dict) -> dict:
     return dict(((options.get("runtime_env") or {}).get("env_vars")) or {})

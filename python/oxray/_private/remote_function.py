@@ -52,7 +52,7 @@ class RemoteFunction:
             args=encoded,
             kwarg_names=kwarg_names,
             return_ids=return_ids,
-            resources=opts.resource_request(options, default_cpus=1),
+            resources=opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),
             max_retries=DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
             retry_exceptions=bool(options.get("retry_exceptions", False)),
             env_vars=env,

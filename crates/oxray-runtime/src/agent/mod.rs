@@ -1,6 +1,7 @@
 //! The node agent: a gRPC service over `AgentState`, plus the worker processes
 //! it starts and watches.
 
+mod peers;
 pub mod state;
 mod workers;
 
@@ -26,6 +27,7 @@ pub struct AgentShared {
     pub head: Mutex<Option<HeadConn>>,
     /// Actor updates for the head, sent in order by one task.
     actor_updates: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ActorInfo>>>,
+    pub(crate) peers: peers::PeerLinks,
 }
 
 pub type HeadConn =
@@ -47,6 +49,7 @@ impl AgentShared {
             spawn: Mutex::new(None),
             head: Mutex::new(None),
             actor_updates: Mutex::new(None),
+            peers: peers::PeerLinks::default(),
         })
     }
 
@@ -74,7 +77,10 @@ impl AgentShared {
         let (out, actions) = {
             let mut st = self.state.lock();
             let out = f(&mut st);
-            (out, st.take_actions())
+            let actions = st.take_actions();
+            // Messages to other nodes are queued before the lock is released, so
+            // each node's link carries them in the order the state made them.
+            (out, self.send_to_peers(&st, actions))
         };
         self.changed.notify_waiters();
         self.run_actions(actions);
@@ -98,15 +104,29 @@ impl AgentShared {
                 Action::Log(message) => eprintln!("(oxray) {message}"),
                 Action::ActorChanged(actor_id) => {
                     // Deaths during shutdown are not news: the head is going away too.
-                    let info = {
+                    // An actor living elsewhere is reported by its own node.
+                    let (info, owner) = {
                         let st = self.state.lock();
-                        let actor = st.actors.get(&actor_id).filter(|_| !st.is_shutting_down());
-                        actor.map(|a| actor_info(a, &st.node_id))
+                        let actor = st.actors.get(&actor_id).filter(|a| !st.is_shutting_down() && a.remote.is_none());
+                        (actor.map(|a| actor_info(a, &st.node_id)), actor.and_then(|a| a.hosted_for))
                     };
+                    if let Some(owner) = owner
+                        && let Some(info) = &info
+                    {
+                        self.peers.send_event(owner, PeerEvent { event: Some(peer_event::Event::Actor(info.clone())) });
+                    }
                     if let (Some(info), Some(tx)) = (info, self.actor_updates.lock().as_ref()) {
                         let _ = tx.send(info);
                     }
                 }
+                Action::Pull { id, address } => {
+                    let this = self.clone();
+                    tokio::spawn(async move { this.pull(id, address).await });
+                }
+                Action::Forward { .. }
+                | Action::ReleaseRemote { .. }
+                | Action::PeerCancel { .. }
+                | Action::PeerKillActor { .. } => {}
             }
         }
     }
@@ -260,10 +280,11 @@ impl AgentShared {
     }
 
     /// Tasks and actor calls from one client, in the order it made them.
-    fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), Status> {
+    async fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), Status> {
         if specs.is_empty() {
             return Ok(());
         }
+        self.learn_before_submit(&specs).await;
         self.with_state(|st| {
             for spec in specs {
                 let owner = id_from_bytes(&spec.owner_id)?;
@@ -288,7 +309,7 @@ impl AgentShared {
             alive: true,
             total: st.total().to_map(),
             available: st.available().to_map(),
-            is_head: true,
+            is_head: false,
             session_dir: String::new(),
             start_time_ms: 0,
         }
@@ -323,6 +344,7 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let spec = req.spec.ok_or_else(|| bad("missing actor spec".into()))?;
         let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
+        self.shared.learn_before_submit(std::slice::from_ref(&spec)).await;
         if let Some(mut head) = self.shared.head() {
             let info = ActorInfo {
                 actor_id: spec.actor_id.clone(),
@@ -357,7 +379,7 @@ impl NodeAgent for AgentService {
     }
 
     async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
-        self.shared.apply_submissions(request.into_inner().specs)?;
+        self.shared.apply_submissions(request.into_inner().specs).await?;
         Ok(Response::new(Empty {}))
     }
 
@@ -401,10 +423,14 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let client = id_from_bytes(&req.client_id).map_err(bad)?;
         let submissions = req.submissions;
-        self.shared.with_ref_changes(client, &req.ref_deltas, || self.shared.apply_submissions(submissions))?;
+        self.shared.apply_increfs(client, &req.ref_deltas)?;
+        self.shared.apply_submissions(submissions).await?;
+        self.shared.apply_decrefs(client, &req.ref_deltas)?;
         let wanted = ids(&req.object_ids)?;
         let worker = self.shared.as_blocking_worker(client);
-        let ok = self.shared.wait_ready(&wanted, wanted.len(), timeout_deadline(req.timeout_ms), worker).await;
+        let deadline = timeout_deadline(req.timeout_ms);
+        let ok = self.shared.wait_ready(&wanted, wanted.len(), deadline, worker).await
+            && self.shared.wait_local(&wanted, deadline).await;
         if !ok {
             return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
         }
@@ -559,6 +585,82 @@ impl NodeAgent for AgentService {
         let req = request.into_inner();
         let worker = id_from_bytes(&req.worker_id).map_err(bad)?;
         self.shared.handle_task_done(worker, req)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    type PeerLinkStream = UnboundedReceiverStream<Result<PeerEvent, Status>>;
+
+    async fn peer_link(
+        &self,
+        request: Request<tonic::Streaming<PeerMessage>>,
+    ) -> Result<Response<Self::PeerLinkStream>, Status> {
+        let mut incoming = request.into_inner();
+        let hello = match incoming.message().await? {
+            Some(PeerMessage { msg: Some(peer_message::Msg::Hello(hello)) }) => hello,
+            _ => return Err(bad("a peer link must start with a hello".into())),
+        };
+        let owner = id_from_bytes(&hello.node_id).map_err(bad)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.serve_link(owner, incoming, tx);
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    type PullObjectStream = tokio_stream::wrappers::ReceiverStream<Result<ObjectChunk, Status>>;
+
+    async fn pull_object(&self, request: Request<PullRequest>) -> Result<Response<Self::PullObjectStream>, Status> {
+        let id = id_from_bytes(&request.into_inner().object_id).map_err(bad)?;
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(self.shared.serve_pull(id))))
+    }
+
+    async fn create_placement_group(
+        &self,
+        request: Request<PlacementGroupSpec>,
+    ) -> Result<Response<PlacementGroupInfo>, Status> {
+        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        let info = head.create_placement_group(request.into_inner()).await?;
+        // Learn at once where the bundles went, rather than at the next heartbeat.
+        if let Ok(nodes) = head.list_nodes(Empty {}).await {
+            self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
+        }
+        Ok(info)
+    }
+
+    async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        head.remove_placement_group(request.into_inner()).await
+    }
+
+    async fn get_placement_group(
+        &self,
+        request: Request<PlacementGroupRequest>,
+    ) -> Result<Response<PlacementGroupReply>, Status> {
+        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        head.get_placement_group(request.into_inner()).await
+    }
+
+    async fn list_placement_groups(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<ListPlacementGroupsReply>, Status> {
+        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        head.list_placement_groups(request.into_inner()).await
+    }
+
+    async fn reserve_bundles(&self, request: Request<ReserveBundlesRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let pg_id = id_from_bytes(&req.pg_id).map_err(bad)?;
+        let mut bundles = Vec::new();
+        for slot in &req.bundles {
+            let resources = crate::resources::ResourceSet::from_map(&slot.resources).map_err(|e| bad(e.to_string()))?;
+            bundles.push((slot.index, resources));
+        }
+        self.shared.with_state(|st| st.reserve_bundles(pg_id, &bundles)).map_err(Status::failed_precondition)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let pg_id = id_from_bytes(&request.into_inner().pg_id).map_err(bad)?;
+        self.shared.with_state(|st| st.return_bundles(pg_id));
         Ok(Response::new(Empty {}))
     }
 }

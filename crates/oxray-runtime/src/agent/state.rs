@@ -11,6 +11,9 @@ use oxray_store::{ObjectPlace, ObjectStore};
 use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::sync::mpsc::UnboundedSender;
 
+mod remote;
+pub use remote::PeerView;
+
 pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +29,31 @@ pub enum Action {
         signal: i32,
     },
     Log(String),
+    /// Send a task to another node over this node's link to it.
+    Forward {
+        node: Id,
+        task: Box<oxray_proto::ForwardTask>,
+    },
+    /// Copy an object's bytes from another node into this node's store.
+    Pull {
+        id: Id,
+        address: String,
+    },
+    /// Tell `node` it may drop the copy of `id` it holds for this node.
+    ReleaseRemote {
+        node: Id,
+        id: Id,
+    },
+    PeerCancel {
+        node: Id,
+        object_id: Id,
+        force: bool,
+    },
+    PeerKillActor {
+        node: Id,
+        actor_id: Id,
+        no_restart: bool,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -34,6 +62,16 @@ struct ObjectMeta {
     pins: u32,
     nested: Vec<Id>,
     ready: bool,
+    /// A copy on another node: where to pull it from.
+    remote: Option<RemoteCopy>,
+}
+
+#[derive(Debug, Clone)]
+struct RemoteCopy {
+    node: Id,
+    address: String,
+    /// That node holds the copy for this one: release it when freed here.
+    held: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +79,8 @@ enum TaskState {
     WaitingArgs,
     Ready,
     Running(Id),
+    /// Sent to another node, which runs it and reports back.
+    Forwarded(Id),
 }
 
 #[derive(Debug)]
@@ -54,6 +94,8 @@ struct TaskEntry {
     state: TaskState,
     cancelled: bool,
     gpus: Vec<(usize, i64)>,
+    /// The owner node that forwarded it here (it is never forwarded again).
+    from_peer: Option<Id>,
 }
 
 #[derive(Debug)]
@@ -106,6 +148,12 @@ pub struct ActorEntry {
     held: Option<(Vec<(usize, i64)>, ResourceSet)>,
     /// Constructor arguments, pinned until the actor is dead for good.
     arg_pins: Vec<Id>,
+    /// The node it lives on, when that is not this one.
+    pub remote: Option<Id>,
+    /// Known here only to route calls: created and restarted by another node.
+    proxy: bool,
+    /// The owner node this actor was created for, when it forwarded the creation here.
+    pub hosted_for: Option<Id>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -161,6 +209,18 @@ pub struct AgentState {
     views: HashMap<Id, HashMap<Id, u32>>,
     actions: Vec<Action>,
     shutting_down: bool,
+    /// This agent's address, given to other nodes as a source of objects.
+    pub address: String,
+    /// The other nodes, as the head last reported them.
+    peers: HashMap<Id, PeerView>,
+    /// Owner nodes with a link to this one (their tasks are never forwarded again).
+    peer_clients: HashSet<Id>,
+    /// Objects being copied in from another node.
+    pulling: HashSet<Id>,
+    /// Functions already sent to each node.
+    sent_functions: HashSet<(Id, Vec<u8>)>,
+    /// Placement-group bundles held here: what each group took from `available`.
+    bundles: HashMap<Id, ResourceSet>,
 }
 
 fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, String> {
@@ -203,6 +263,12 @@ impl AgentState {
             views: HashMap::new(),
             actions: Vec::new(),
             shutting_down: false,
+            address: String::new(),
+            peers: HashMap::new(),
+            peer_clients: HashSet::new(),
+            pulling: HashSet::new(),
+            sent_functions: HashSet::new(),
+            bundles: HashMap::new(),
         }
     }
 
@@ -266,6 +332,9 @@ impl AgentState {
         }
         let meta = self.objects.remove(&id).expect("checked above");
         self.store.free(&id);
+        if let Some(copy) = meta.remote.filter(|c| c.held) {
+            self.actions.push(Action::ReleaseRemote { node: copy.node, id });
+        }
         self.producer.remove(&id);
         for nested in meta.nested {
             self.unpin(nested);
@@ -325,7 +394,13 @@ impl AgentState {
         self.maybe_free(id);
     }
 
+    /// Ready here or on another node.
     pub fn is_ready(&self, id: &Id) -> bool {
+        self.objects.get(id).is_some_and(|m| m.ready && (m.remote.is_some() || self.store.contains_sealed(id)))
+    }
+
+    /// Ready, with its bytes in this node's store.
+    pub fn is_local(&self, id: &Id) -> bool {
         self.objects.get(id).is_some_and(|m| m.ready) && self.store.contains_sealed(id)
     }
 
@@ -409,10 +484,11 @@ impl AgentState {
     }
 
     fn infeasible_message(&self, what: &str, request: &ResourceSet) -> Option<String> {
-        let missing = self.total.shortfall(request);
-        if missing.is_empty() {
+        // Placement-group resources appear once the group is created: wait for them.
+        if self.feasible_anywhere(request) || request.names().any(|n| n.contains("_group_")) {
             return None;
         }
+        let missing = self.total.shortfall(request);
         let detail: Vec<String> =
             missing.iter().map(|(name, want, have)| format!("{name}: wants {want}, cluster has {have}")).collect();
         Some(format!(
@@ -503,6 +579,7 @@ impl AgentState {
             state,
             cancelled: false,
             gpus: Vec::new(),
+            from_peer: None,
         };
         self.tasks.insert(task_id, entry);
         if state == TaskState::Ready {
@@ -581,11 +658,27 @@ impl AgentState {
                 }
                 let q = &self.ready[qi];
                 if !self.available.fits(&q.placement) || !self.available.fits(&q.holds) {
-                    break;
+                    // Not here now: another node with room, or one that can run it at all.
+                    let placement = q.placement.clone();
+                    match self.pick_peer(task_id, &placement) {
+                        Some(node) => {
+                            self.ready[qi].tasks.pop_front();
+                            self.forward_task(task_id, node);
+                            continue;
+                        }
+                        None => break,
+                    }
                 }
+                let remote_args = self.nonlocal_args(task_id);
+                if !remote_args.is_empty() {
+                    self.ready[qi].tasks.pop_front();
+                    self.wait_for_copies(task_id, remote_args);
+                    continue;
+                }
+                let q = &self.ready[qi];
                 let holds = q.holds.clone();
                 if q.creation {
-                    let Some(gpus) = self.gpus.acquire(holds.get("GPU")) else { break };
+                    let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
                     self.ready[qi].tasks.pop_front();
                     self.start_actor_worker(task_id, gpus);
                     scratch.subtract(&holds);
@@ -605,7 +698,7 @@ impl AgentState {
                     wanted_workers += n;
                     break;
                 }
-                let Some(gpus) = self.gpus.acquire(holds.get("GPU")) else { break };
+                let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
                 let worker_id = self.idle.pop_front().expect("checked non-empty");
                 self.ready[qi].tasks.pop_front();
                 self.run_on(worker_id, task_id, gpus);
@@ -613,6 +706,7 @@ impl AgentState {
             }
         }
         self.ready.retain(|q| !q.tasks.is_empty());
+        self.available.retain_in(&self.total);
         let to_start = wanted_workers.min(self.max_starting).saturating_sub(self.starting_pool_workers);
         for _ in 0..to_start {
             self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new());
@@ -838,30 +932,7 @@ impl AgentState {
             }
             self.named_actors.insert(key, actor_id);
         }
-        self.actors.insert(
-            actor_id,
-            ActorEntry {
-                id: actor_id,
-                class_name: spec.name.clone(),
-                name: spec.actor_name.clone(),
-                namespace: spec.namespace.clone(),
-                state: ActorState::PendingCreation,
-                worker: None,
-                pid: 0,
-                creation: spec.clone(),
-                queue: VecDeque::new(),
-                inflight: Vec::new(),
-                num_restarts: 0,
-                max_restarts: spec.max_restarts,
-                max_task_retries: spec.max_task_retries,
-                death_cause: String::new(),
-                death_kind: SystemErrorKind::ActorDied,
-                method_names: Vec::new(),
-                no_restart: false,
-                held: None,
-                arg_pins: Vec::new(),
-            },
-        );
+        self.actors.insert(actor_id, ActorEntry::new(actor_id, spec));
         Ok((actor_id, false))
     }
 
@@ -983,13 +1054,21 @@ impl AgentState {
     /// from the same caller (as in Ray), never other callers'.
     fn dispatch_actor(&mut self, actor_id: Id) {
         let Some(actor) = self.actors.get(&actor_id) else { return };
-        if actor.state != ActorState::Alive {
+        // Calls to an actor on another node go there as soon as their arguments
+        // are ready anywhere; that node queues them until the actor is alive.
+        let remote = actor.remote.filter(|_| actor.state != ActorState::Dead);
+        if actor.state != ActorState::Alive && remote.is_none() {
             return;
         }
-        let Some(worker_id) = actor.worker else { return };
+        let worker_id = match (remote, actor.worker) {
+            (Some(_), _) => None,
+            (None, Some(w)) => Some(w),
+            (None, None) => return,
+        };
         let mut waiting_callers: HashSet<Vec<u8>> = HashSet::new();
         let mut ready = Vec::new();
         let mut gone = Vec::new();
+        let mut to_copy = Vec::new();
         for &task_id in &actor.queue {
             let Some(task) = self.tasks.get(&task_id) else {
                 gone.push(task_id);
@@ -998,11 +1077,19 @@ impl AgentState {
             if waiting_callers.contains(&task.spec.owner_id) {
                 continue;
             }
-            if task.missing_args.is_empty() {
+            let copies =
+                if remote.is_none() && task.missing_args.is_empty() { self.nonlocal_args(task_id) } else { Vec::new() };
+            if task.missing_args.is_empty() && copies.is_empty() {
                 ready.push(task_id);
             } else {
                 waiting_callers.insert(task.spec.owner_id.clone());
+                if !copies.is_empty() {
+                    to_copy.push((task_id, copies));
+                }
             }
+        }
+        for (task_id, copies) in to_copy {
+            self.wait_for_copies(task_id, copies);
         }
         if ready.is_empty() && gone.is_empty() {
             return;
@@ -1010,6 +1097,14 @@ impl AgentState {
         let actor = self.actors.get_mut(&actor_id).expect("exists");
         let taken: HashSet<Id> = ready.iter().chain(&gone).copied().collect();
         actor.queue.retain(|t| !taken.contains(t));
+        if let Some(node) = remote {
+            for task_id in ready {
+                self.actors.get_mut(&actor_id).expect("exists").inflight.push(task_id);
+                self.forward_task(task_id, node);
+            }
+            return;
+        }
+        let worker_id = worker_id.expect("a local actor has a worker");
         for task_id in ready {
             let assignment = self.assignment_for(task_id, worker_id);
             self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
@@ -1053,6 +1148,10 @@ impl AgentState {
         if no_restart {
             actor.no_restart = true;
             actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
+        }
+        if let Some(node) = actor.remote.filter(|_| actor.state != ActorState::Dead) {
+            self.actions.push(Action::PeerKillActor { node, actor_id, no_restart });
+            return Ok(());
         }
         match actor.worker.and_then(|w| self.workers.get(&w)) {
             Some(w) if w.pid != 0 => self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL }),
@@ -1201,23 +1300,33 @@ impl AgentState {
             self.gpus.release(&gpus);
             self.available.add(&holds);
             self.actions.push(Action::Log(format!("restarting actor {} after its worker died ({status})", spec.name)));
-            let mut fresh = spec.clone();
-            fresh.task_id = rand::random::<Id>().to_vec();
-            if let Ok(task_id) = id_from_bytes(&fresh.task_id) {
-                let holds = resources_of(&fresh.resources).unwrap_or_default();
-                let placement = if fresh.placement_resources.is_empty() {
-                    holds.clone()
-                } else {
-                    resources_of(&fresh.placement_resources).unwrap_or_default()
-                };
-                self.actors.get_mut(&actor_id).expect("exists").creation = fresh.clone();
-                let _ = self.insert_task(task_id, fresh, holds, placement, 0);
-            }
+            self.restart_creation(actor_id);
         } else {
             actor.state = ActorState::Dead;
             self.actions.push(Action::ActorChanged(actor_id));
             self.fail_actor_queue(actor_id);
             self.release_actor(actor_id);
+        }
+    }
+
+    /// Queues the actor's constructor again (a restart), on this node or, when
+    /// it was created for another node, here again.
+    fn restart_creation(&mut self, actor_id: Id) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        let mut fresh = actor.creation.clone();
+        fresh.task_id = rand::random::<Id>().to_vec();
+        actor.creation = fresh.clone();
+        let hosted_for = actor.hosted_for;
+        let Ok(task_id) = id_from_bytes(&fresh.task_id) else { return };
+        let holds = resources_of(&fresh.resources).unwrap_or_default();
+        let placement = if fresh.placement_resources.is_empty() {
+            holds.clone()
+        } else {
+            resources_of(&fresh.placement_resources).unwrap_or_default()
+        };
+        let _ = self.insert_task(task_id, fresh, holds, placement, 0);
+        if let Some(task) = self.tasks.get_mut(&task_id) {
+            task.from_peer = hosted_for;
         }
     }
 
@@ -1240,6 +1349,66 @@ impl AgentState {
                 self.release_actor(actor_id);
             }
         }
+    }
+
+    // ------------------------------------------------------- placement groups
+
+    /// Holds `bundles` of a placement group on this node: all of them or none.
+    pub fn reserve_bundles(&mut self, pg_id: Id, bundles: &[(u32, ResourceSet)]) -> Result<(), String> {
+        if self.bundles.contains_key(&pg_id) {
+            return Ok(());
+        }
+        let mut sum = ResourceSet::new();
+        for (_, b) in bundles {
+            sum.add(b);
+        }
+        if !self.available.fits(&sum) {
+            return Err(format!(
+                "node {} has {} available, not {sum}",
+                hex::encode(&self.node_id[..4]),
+                self.available
+            ));
+        }
+        self.available.subtract(&sum);
+        let pg_hex = hex::encode(pg_id);
+        for (index, b) in bundles {
+            let group = crate::resources::bundle_resources(&pg_hex, *index, b);
+            self.total.add(&group);
+            self.available.add(&group);
+        }
+        self.bundles.insert(pg_id, sum);
+        self.schedule();
+        Ok(())
+    }
+
+    /// Gives a placement group's bundles back: what runs in them is killed.
+    pub fn return_bundles(&mut self, pg_id: Id) {
+        let Some(sum) = self.bundles.remove(&pg_id) else { return };
+        let pg_hex = hex::encode(pg_id);
+        let uses_group = |holds: &ResourceSet| holds.names().any(|n| n.ends_with(&pg_hex));
+        let running: Vec<u32> = self
+            .tasks
+            .values()
+            .filter(|t| uses_group(&t.holds) || uses_group(&t.placement))
+            .filter_map(|t| match t.state {
+                TaskState::Running(w) => self.workers.get(&w).map(|w| w.pid),
+                _ => None,
+            })
+            .chain(
+                self.actors
+                    .values()
+                    .filter(|a| a.held.as_ref().is_some_and(|(_, h)| uses_group(h)))
+                    .filter_map(|a| a.worker.and_then(|w| self.workers.get(&w)).map(|w| w.pid)),
+            )
+            .filter(|pid| *pid != 0)
+            .collect();
+        for pid in running {
+            self.actions.push(Action::Signal { pid, signal: libc::SIGKILL });
+        }
+        self.total.remove_containing(&pg_hex);
+        self.available.remove_containing(&pg_hex);
+        self.available.add(&sum);
+        self.schedule();
     }
 
     pub fn has_worker(&self, worker_id: &Id) -> bool {
@@ -1265,6 +1434,9 @@ impl AgentState {
                     let signal = if force { libc::SIGKILL } else { libc::SIGINT };
                     self.actions.push(Action::Signal { pid: w.pid, signal });
                 }
+            }
+            TaskState::Forwarded(node) => {
+                self.actions.push(Action::PeerCancel { node, object_id, force });
             }
             TaskState::Ready | TaskState::WaitingArgs => {
                 if task.spec.kind == TaskKind::ActorTask as i32
@@ -1296,6 +1468,33 @@ impl AgentState {
 }
 
 impl ActorEntry {
+    fn new(id: Id, spec: &TaskSpec) -> Self {
+        ActorEntry {
+            id,
+            class_name: spec.name.clone(),
+            name: spec.actor_name.clone(),
+            namespace: spec.namespace.clone(),
+            state: ActorState::PendingCreation,
+            worker: None,
+            pid: 0,
+            creation: spec.clone(),
+            queue: VecDeque::new(),
+            inflight: Vec::new(),
+            num_restarts: 0,
+            max_restarts: spec.max_restarts,
+            max_task_retries: spec.max_task_retries,
+            death_cause: String::new(),
+            death_kind: SystemErrorKind::ActorDied,
+            method_names: Vec::new(),
+            no_restart: false,
+            held: None,
+            arg_pins: Vec::new(),
+            remote: None,
+            proxy: false,
+            hosted_for: None,
+        }
+    }
+
     fn held_gpus_and_resources(&mut self, gpus: Vec<(usize, i64)>, holds: ResourceSet) {
         self.held = Some((gpus, holds));
     }

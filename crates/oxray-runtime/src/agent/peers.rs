@@ -1,0 +1,369 @@
+//! Links between node agents: an owner node forwards tasks over one ordered
+//! stream per peer and gets completions and actor changes back; object bytes
+//! are pulled in chunks on request.
+
+use super::{AgentShared, bad, ids};
+use crate::auth::AttachToken;
+use crate::client::connect_channel;
+use crate::ids::{Id, id_from_bytes};
+use crate::resources::ResourceSet;
+use oxray_proto::node_agent_client::NodeAgentClient;
+use oxray_proto::*;
+use oxray_store::ObjectPlace;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::Status;
+
+use super::state::{Action, AgentState};
+
+/// Bytes per streamed chunk of an object.
+const CHUNK: usize = 4 << 20;
+/// Copies up to this size are kept inline rather than in the arena.
+const INLINE_COPY_MAX: usize = 64 << 10;
+
+pub type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
+type PeerClient =
+    NodeAgentClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>>;
+
+#[derive(Default)]
+pub struct PeerLinks {
+    /// Links this node opened to nodes it forwards tasks to.
+    outgoing: Mutex<HashMap<Id, UnboundedSender<PeerMessage>>>,
+    /// Links other nodes opened to this one: where their events go.
+    incoming: Mutex<HashMap<Id, EventSender>>,
+    channels: tokio::sync::Mutex<HashMap<String, tonic::transport::Channel>>,
+}
+
+impl PeerLinks {
+    pub fn send_event(&self, owner: Id, event: PeerEvent) {
+        if let Some(tx) = self.incoming.lock().get(&owner) {
+            let _ = tx.send(Ok(event));
+        }
+    }
+}
+
+impl AgentShared {
+    fn token(&self) -> String {
+        self.spawn.lock().as_ref().map(|c| c.token.clone()).unwrap_or_default()
+    }
+
+    async fn peer_client(&self, address: &str) -> Result<PeerClient, String> {
+        let channel = {
+            let mut channels = self.peers.channels.lock().await;
+            match channels.get(address) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = connect_channel(address).await.map_err(|e| e.to_string())?;
+                    channels.insert(address.to_string(), c.clone());
+                    c
+                }
+            }
+        };
+        let auth = AttachToken::new(&self.token())?;
+        Ok(NodeAgentClient::with_interceptor(channel, auth)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+
+    /// Queues the state's messages for other nodes on their links (opening a
+    /// link on first use) and returns the other actions.
+    pub(super) fn send_to_peers(self: &Arc<Self>, st: &AgentState, actions: Vec<Action>) -> Vec<Action> {
+        let mut rest = Vec::new();
+        for action in actions {
+            let (node, msg) = match action {
+                Action::Forward { node, task } => (node, peer_message::Msg::Task(*task)),
+                Action::ReleaseRemote { node, id } => {
+                    (node, peer_message::Msg::Refs(RefDeltas { decref: vec![id.to_vec()], ..Default::default() }))
+                }
+                Action::PeerCancel { node, object_id, force } => {
+                    (node, peer_message::Msg::Cancel(CancelRequest { object_id: object_id.to_vec(), force }))
+                }
+                Action::PeerKillActor { node, actor_id, no_restart } => {
+                    (node, peer_message::Msg::KillActor(ActorRequest { actor_id: actor_id.to_vec(), no_restart }))
+                }
+                other => {
+                    rest.push(other);
+                    continue;
+                }
+            };
+            if let Some(link) = self.link_to(st, node) {
+                let _ = link.send(PeerMessage { msg: Some(msg) });
+            }
+        }
+        rest
+    }
+
+    fn link_to(self: &Arc<Self>, st: &AgentState, node: Id) -> Option<UnboundedSender<PeerMessage>> {
+        let mut links = self.peers.outgoing.lock();
+        if let Some(tx) = links.get(&node).filter(|tx| !tx.is_closed()) {
+            return Some(tx.clone());
+        }
+        let address = st.peer_address(&node)?;
+        let (tx, rx) = unbounded_channel();
+        let hello = PeerHello { node_id: st.node_id.to_vec(), address: st.address.clone() };
+        let _ = tx.send(PeerMessage { msg: Some(peer_message::Msg::Hello(hello)) });
+        links.insert(node, tx.clone());
+        let this = self.clone();
+        let link = tx.clone();
+        tokio::spawn(async move {
+            let reason = this.run_link(node, &address, rx).await;
+            {
+                let mut links = this.peers.outgoing.lock();
+                if links.get(&node).is_some_and(|tx| tx.same_channel(&link)) {
+                    links.remove(&node);
+                }
+            }
+            if !this.state.lock().is_shutting_down() {
+                this.with_state(|st| st.node_died(node, &reason));
+            }
+        });
+        Some(tx)
+    }
+
+    /// Runs one outgoing link until it ends; returns why it ended.
+    async fn run_link(
+        self: &Arc<Self>,
+        node: Id,
+        address: &str,
+        outgoing: tokio::sync::mpsc::UnboundedReceiver<PeerMessage>,
+    ) -> String {
+        let mut client = match self.peer_client(address).await {
+            Ok(c) => c,
+            Err(e) => return format!("it cannot be reached: {e}"),
+        };
+        let mut events = match client.peer_link(UnboundedReceiverStream::new(outgoing)).await {
+            Ok(reply) => reply.into_inner(),
+            Err(status) => return format!("it refused a link: {}", status.message()),
+        };
+        loop {
+            match events.message().await {
+                Ok(Some(PeerEvent { event: Some(event) })) => {
+                    let outcome = match event {
+                        peer_event::Event::Done(done) => self.with_state(|st| st.remote_task_done(node, done)),
+                        peer_event::Event::Actor(info) => self.with_state(|st| st.remote_actor_state(node, info)),
+                    };
+                    if let Err(e) = outcome {
+                        eprintln!("(oxray) bad event from node {}: {e}", hex::encode(node));
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return "its connection closed".into(),
+                Err(status) => return format!("its connection failed: {}", status.message()),
+            }
+        }
+    }
+
+    /// Serves one owner node's link: applies its messages in order.
+    pub(super) fn serve_link(
+        self: &Arc<Self>,
+        owner: Id,
+        mut incoming: tonic::Streaming<PeerMessage>,
+        events: EventSender,
+    ) {
+        self.peers.incoming.lock().insert(owner, events.clone());
+        self.with_state(|st| st.peer_connected(owner));
+        let this = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = incoming.message().await {
+                if let Err(status) = this.apply_peer_message(owner, message) {
+                    eprintln!("(oxray) bad message from node {}: {}", hex::encode(owner), status.message());
+                }
+            }
+            {
+                let mut incoming = this.peers.incoming.lock();
+                if incoming.get(&owner).is_some_and(|tx| tx.same_channel(&events)) {
+                    incoming.remove(&owner);
+                }
+            }
+            this.with_state(|st| st.peer_gone(owner));
+        });
+    }
+
+    fn apply_peer_message(self: &Arc<Self>, owner: Id, message: PeerMessage) -> Result<(), Status> {
+        match message.msg {
+            Some(peer_message::Msg::Task(forward)) => {
+                let task_id = forward.spec.as_ref().map(|s| s.task_id.clone()).unwrap_or_default();
+                let task_id = id_from_bytes(&task_id).map_err(bad)?;
+                let return_ids = self.with_state(|st| st.accept_forward(owner, forward)).map_err(bad)?;
+                if !return_ids.is_empty() {
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        this.wait_ready(&return_ids, return_ids.len(), None, None).await;
+                        if let Some(done) = this.with_state(|st| st.remote_done_for(owner, task_id, &return_ids)) {
+                            this.peers.send_event(owner, PeerEvent { event: Some(peer_event::Event::Done(done)) });
+                        }
+                    });
+                }
+            }
+            Some(peer_message::Msg::Refs(deltas)) => {
+                let released = ids(&deltas.decref)?;
+                self.with_state(|st| st.remove_holders(owner, &released));
+            }
+            Some(peer_message::Msg::Cancel(req)) => {
+                let id = id_from_bytes(&req.object_id).map_err(bad)?;
+                self.with_state(|st| {
+                    st.cancel(id, req.force);
+                    st.schedule();
+                });
+            }
+            Some(peer_message::Msg::KillActor(req)) => {
+                let id = id_from_bytes(&req.actor_id).map_err(bad)?;
+                let _ = self.with_state(|st| st.kill_actor(id, req.no_restart));
+            }
+            Some(peer_message::Msg::Hello(_)) | None => return Err(bad("unexpected message on a peer link".into())),
+        }
+        Ok(())
+    }
+
+    /// Copies an object from another node into this node's store.
+    pub(super) async fn pull(self: Arc<Self>, id: Id, address: String) {
+        let outcome = self.copy_from(id, &address).await;
+        self.with_state(|st| st.pull_finished(id, outcome));
+    }
+
+    async fn copy_from(&self, id: Id, address: &str) -> Result<Option<Vec<u8>>, String> {
+        let fail =
+            |why: String| format!("Object {} could not be copied from the node at {address}: {why}", hex::encode(id));
+        let mut client = self.peer_client(address).await.map_err(fail)?;
+        let request = PullRequest { object_id: id.to_vec() };
+        let mut chunks = client.pull_object(request).await.map_err(|s| fail(s.message().to_string()))?.into_inner();
+        let next = |r: Result<Option<ObjectChunk>, Status>| r.map_err(|s| fail(s.message().to_string()));
+        let first = next(chunks.message().await)?.ok_or_else(|| fail("the stream was empty".into()))?;
+        if first.missing {
+            return Err(String::from_utf8_lossy(&first.data).into_owned());
+        }
+        let total = first.total_size as usize;
+        if total <= INLINE_COPY_MAX {
+            let mut data = first.data;
+            while let Some(chunk) = next(chunks.message().await)? {
+                data.extend_from_slice(&chunk.data);
+            }
+            return if data.len() == total { Ok(Some(data)) } else { Err(fail("the stream ended early".into())) };
+        }
+        self.state.lock().store.reserve(id, total).map_err(|e| fail(format!("no room here: {e}")))?;
+        let mut offset = 0;
+        let mut chunk = Some(first);
+        while let Some(c) = chunk {
+            self.state.lock().store.write_unsealed(&id, offset, &c.data).map_err(|e| fail(e.to_string()))?;
+            offset += c.data.len();
+            chunk = next(chunks.message().await)?;
+        }
+        if offset != total {
+            return Err(fail(format!("the stream ended after {offset} of {total} bytes")));
+        }
+        Ok(None)
+    }
+
+    /// Streams an object's bytes to another node.
+    pub(super) fn serve_pull(self: &Arc<Self>, id: Id) -> tokio::sync::mpsc::Receiver<Result<ObjectChunk, Status>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let found = {
+            let mut st = self.state.lock();
+            let found = st.store.lookup(&id);
+            if let Some((ObjectPlace::Arena { .. }, _)) = &found {
+                // Keeps the range from being reused or spilled while it streams.
+                st.store.add_reader(&id);
+            }
+            found
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Some((place, size)) = found else {
+                let node = hex::encode(&this.state.lock().node_id[..4]);
+                let message = format!("Object {} is not on node {node} (freed, or lost)", hex::encode(id));
+                let _ = tx.send(Ok(ObjectChunk { total_size: 0, data: message.into_bytes(), missing: true })).await;
+                return;
+            };
+            let file = match &place {
+                ObjectPlace::Spilled(path) => std::fs::File::open(path).ok(),
+                _ => None,
+            };
+            let mut offset = 0;
+            loop {
+                let len = CHUNK.min(size - offset);
+                let data = match &place {
+                    ObjectPlace::Inline(bytes) => bytes[offset..offset + len].to_vec(),
+                    ObjectPlace::Arena { offset: base, .. } => this.state.lock().store.read_arena(base + offset, len),
+                    ObjectPlace::Spilled(_) => {
+                        use std::os::unix::fs::FileExt;
+                        let mut buf = vec![0; len];
+                        match file.as_ref().map(|f| f.read_exact_at(&mut buf, offset as u64)) {
+                            Some(Ok(())) => buf,
+                            _ => break,
+                        }
+                    }
+                };
+                let chunk = ObjectChunk { total_size: if offset == 0 { size as u64 } else { 0 }, data, missing: false };
+                if tx.send(Ok(chunk)).await.is_err() {
+                    break;
+                }
+                offset += len;
+                if offset >= size {
+                    break;
+                }
+            }
+            if matches!(place, ObjectPlace::Arena { .. }) {
+                this.state.lock().store.remove_reader(&id);
+            }
+        });
+        rx
+    }
+
+    /// Waits until every ready object in `ids` has its bytes on this node, copying them in.
+    pub(super) async fn wait_local(self: &Arc<Self>, ids: &[Id], deadline: Option<Instant>) -> bool {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.with_state(|st| st.fetch_remote(ids)) == 0 {
+                return true;
+            }
+            match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d || tokio::time::timeout(d - now, notified).await.is_err() {
+                        return false;
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Before submitting: learn where unknown actors live, and refresh the node
+    /// table when a request fits no node this one knows of.
+    pub(super) async fn learn_before_submit(self: &Arc<Self>, specs: &[TaskSpec]) {
+        let Some(mut head) = self.head() else { return };
+        let (unknown_actors, refresh) = {
+            let st = self.state.lock();
+            let mut unknown: Vec<Vec<u8>> = Vec::new();
+            let mut refresh = false;
+            for spec in specs {
+                if spec.kind == TaskKind::ActorTask as i32 {
+                    let known = id_from_bytes(&spec.actor_id).is_ok_and(|a| st.actors.contains_key(&a));
+                    if !known && !unknown.contains(&spec.actor_id) {
+                        unknown.push(spec.actor_id.clone());
+                    }
+                } else {
+                    let map =
+                        if spec.placement_resources.is_empty() { &spec.resources } else { &spec.placement_resources };
+                    refresh |= ResourceSet::from_map(map).is_ok_and(|r| !st.feasible_anywhere(&r));
+                }
+            }
+            (unknown, refresh)
+        };
+        if refresh && let Ok(reply) = head.list_nodes(Empty {}).await {
+            self.with_state(|st| st.update_peers(&reply.into_inner().nodes));
+        }
+        for actor_id in unknown_actors {
+            let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
+            if let Some(info) = reply.into_inner().actor.filter(|a| a.state != "DEAD") {
+                let _ = self.with_state(|st| st.add_actor_proxy(&info));
+            }
+        }
+    }
+}

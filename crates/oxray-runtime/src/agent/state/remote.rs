@@ -1,0 +1,568 @@
+//! The parts of the node agent's state that involve other nodes: which node
+//! runs a task that does not fit here, copies of objects held elsewhere, tasks
+//! other nodes forwarded here, and what a node's death fails or retries.
+
+use super::*;
+use oxray_proto::{ActorInfo, ArgSource, ForwardTask, NodeInfo, RemoteObject, RemoteTaskDone};
+
+/// Another node, as the head last reported it (available is lowered by what
+/// this node forwarded there since).
+#[derive(Debug, Clone)]
+pub struct PeerView {
+    pub address: String,
+    pub alive: bool,
+    pub total: ResourceSet,
+    pub available: ResourceSet,
+}
+
+fn short(node: &Id) -> String {
+    hex::encode(&node[..4])
+}
+
+impl AgentState {
+    pub fn peer_address(&self, node: &Id) -> Option<String> {
+        self.peers.get(node).map(|p| p.address.clone())
+    }
+
+    pub fn describe_node(&self, node: &Id) -> String {
+        match self.peers.get(node) {
+            Some(p) => format!("node {} at {}", short(node), p.address),
+            None => format!("node {}", short(node)),
+        }
+    }
+
+    /// Applies the head's node table; nodes that stopped beating are failed over.
+    pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
+        let mut died = Vec::new();
+        for n in nodes {
+            let Ok(id) = id_from_bytes(&n.node_id) else { continue };
+            if id == self.node_id {
+                continue;
+            }
+            let total = ResourceSet::from_map(&n.total).unwrap_or_default();
+            let available = ResourceSet::from_map(&n.available).unwrap_or_default();
+            let view = PeerView { address: n.address.clone(), alive: n.alive, total, available };
+            if let Some(old) = self.peers.insert(id, view)
+                && old.alive
+                && !n.alive
+            {
+                died.push(id);
+            }
+        }
+        for node in died {
+            self.node_died(node, "it stopped sending heartbeats to the head");
+        }
+        self.schedule();
+    }
+
+    /// Whether any live node (this one included) could ever hold `request`.
+    pub fn feasible_anywhere(&self, request: &ResourceSet) -> bool {
+        self.total.fits(request) || self.peers.values().any(|p| p.alive && p.total.fits(request))
+    }
+
+    /// Another node to run a task that cannot run here now: one with room now,
+    /// else (when this node can never run it) one that can eventually.
+    pub(super) fn pick_peer(&self, task_id: Id, placement: &ResourceSet) -> Option<Id> {
+        let task = self.tasks.get(&task_id)?;
+        if task.from_peer.is_some() {
+            return None;
+        }
+        let alive = || self.peers.iter().filter(|(_, p)| p.alive);
+        if let Some((id, _)) = alive().find(|(_, p)| p.available.fits(placement)) {
+            return Some(*id);
+        }
+        if self.total.fits(placement) {
+            return None;
+        }
+        alive()
+            .filter(|(_, p)| p.total.fits(placement))
+            .max_by_key(|(_, p)| (p.available.get("CPU") * 1e4) as i64)
+            .map(|(id, _)| *id)
+    }
+
+    fn source_of(&self, id: Id) -> ArgSource {
+        let remote = self.objects.get(&id).and_then(|m| m.remote.as_ref()).filter(|_| !self.store.contains_sealed(&id));
+        match remote {
+            Some(copy) => {
+                ArgSource { object_id: id.to_vec(), address: copy.address.clone(), node_id: copy.node.to_vec() }
+            }
+            None => ArgSource { object_id: id.to_vec(), address: self.address.clone(), node_id: self.node_id.to_vec() },
+        }
+    }
+
+    /// Sends a task to `node`; it stays here, marked forwarded, until that node reports back.
+    pub(super) fn forward_task(&mut self, task_id: Id, node: Id) {
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        task.state = TaskState::Forwarded(node);
+        let mut spec = task.spec.clone();
+        let placement = task.placement.clone();
+        if let Some(peer) = self.peers.get_mut(&node) {
+            peer.available.subtract(&placement);
+        }
+        let mut sources = Vec::new();
+        let arg_ids = spec.args.iter().filter_map(|a| match &a.kind {
+            Some(Kind::ObjectId(raw)) => Some(raw.clone()),
+            _ => None,
+        });
+        for raw in arg_ids.chain(spec.nested_refs.iter().cloned()) {
+            if let Ok(id) = id_from_bytes(&raw) {
+                sources.push(self.source_of(id));
+            }
+        }
+        if spec.kind == TaskKind::ActorCreation as i32
+            && let Some(actor) = id_from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a))
+        {
+            actor.remote = Some(node);
+            if actor.max_restarts >= 0 {
+                spec.max_restarts = (actor.max_restarts - actor.num_restarts).max(0);
+            }
+        }
+        let function = if spec.function_id.is_empty() || !self.sent_functions.insert((node, spec.function_id.clone())) {
+            Vec::new()
+        } else {
+            self.functions.get(&spec.function_id).cloned().unwrap_or_default()
+        };
+        self.actions
+            .push(Action::Forward { node, task: Box::new(ForwardTask { spec: Some(spec), sources, function }) });
+    }
+
+    /// Reference arguments whose bytes are not on this node yet.
+    pub(super) fn nonlocal_args(&self, task_id: Id) -> Vec<Id> {
+        let Some(task) = self.tasks.get(&task_id) else { return Vec::new() };
+        task.spec
+            .args
+            .iter()
+            .filter_map(|a| match &a.kind {
+                Some(Kind::ObjectId(raw)) => id_from_bytes(raw).ok(),
+                _ => None,
+            })
+            .filter(|id| !self.is_local(id))
+            .collect()
+    }
+
+    /// Parks a task until `ids` are copied here, starting the copies.
+    pub(super) fn wait_for_copies(&mut self, task_id: Id, ids: Vec<Id>) {
+        for id in &ids {
+            self.request_pull(*id);
+            self.arg_waiters.entry(*id).or_default().push(task_id);
+        }
+        if let Some(task) = self.tasks.get_mut(&task_id) {
+            task.missing_args.extend(ids);
+            task.state = TaskState::WaitingArgs;
+        }
+    }
+
+    /// Starts copying `id` here from the node that has it (once).
+    pub fn request_pull(&mut self, id: Id) {
+        if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
+            return;
+        }
+        let Some(copy) = self.objects.get(&id).and_then(|m| m.remote.clone()) else { return };
+        self.pulling.insert(id);
+        self.actions.push(Action::Pull { id, address: copy.address });
+    }
+
+    /// Objects among `ids` that are ready elsewhere but not here; starts their copies.
+    pub fn fetch_remote(&mut self, ids: &[Id]) -> usize {
+        let missing: Vec<Id> = ids.iter().copied().filter(|id| self.is_ready(id) && !self.is_local(id)).collect();
+        for id in &missing {
+            self.request_pull(*id);
+        }
+        missing.len()
+    }
+
+    /// A copy finished arriving: `Some(bytes)` for a small object, `None` when it
+    /// was written into a reservation, or the reason it could not be copied.
+    pub fn pull_finished(&mut self, id: Id, outcome: Result<Option<Vec<u8>>, String>) {
+        self.pulling.remove(&id);
+        if !self.objects.contains_key(&id) {
+            // Freed while it was being copied.
+            self.store.discard_unsealed(&id);
+            self.store.free(&id);
+            return;
+        }
+        match outcome {
+            Ok(Some(data)) => self.store.insert_inline(id, data),
+            Ok(None) => {
+                if !self.store.seal(&id) {
+                    return;
+                }
+            }
+            Err(message) => {
+                self.store.discard_unsealed(&id);
+                if let Some(meta) = self.objects.get_mut(&id) {
+                    meta.remote = None;
+                }
+                self.store_error(id, SystemErrorKind::ObjectLost, &message);
+                self.schedule();
+                return;
+            }
+        }
+        if let Some(meta) = self.objects.get_mut(&id) {
+            meta.ready = true;
+        }
+        self.on_object_ready(id);
+        self.schedule();
+    }
+
+    /// Records that `node` holds a copy of `id` for this node (or gives it back
+    /// when this node already has one).
+    fn note_remote_copy(&mut self, id: Id, node: Id, address: &str) {
+        let have_local = self.store.contains_sealed(&id);
+        let meta = self.objects.entry(id).or_default();
+        if (meta.ready && have_local) || meta.remote.as_ref().is_some_and(|c| c.held && c.node != node) {
+            self.actions.push(Action::ReleaseRemote { node, id });
+            return;
+        }
+        meta.remote = Some(RemoteCopy { node, address: address.to_string(), held: true });
+        meta.ready = true;
+    }
+
+    /// A forwarded task finished on `node`.
+    pub fn remote_task_done(&mut self, node: Id, done: RemoteTaskDone) -> Result<(), String> {
+        let task_id = id_from_bytes(&done.task_id)?;
+        let nested = done.nested.iter().map(|n| id_from_bytes(n)).collect::<Result<Vec<_>, _>>()?;
+        let current = self.tasks.get(&task_id).is_some_and(|t| t.state == TaskState::Forwarded(node));
+        if !current {
+            // Cancelled or failed over meanwhile: give back what the node kept for us.
+            for r in done.returns.iter().filter(|r| !r.inline) {
+                self.actions.push(Action::ReleaseRemote { node, id: id_from_bytes(&r.object_id)? });
+            }
+            for id in nested {
+                self.actions.push(Action::ReleaseRemote { node, id });
+            }
+            return Ok(());
+        }
+        let address = self.peer_address(&node).unwrap_or_default();
+        for n in &nested {
+            self.note_remote_copy(*n, node, &address);
+        }
+        for r in done.returns {
+            let id = id_from_bytes(&r.object_id)?;
+            if r.inline {
+                let size = r.inline_data.len() as u64;
+                let loc =
+                    ObjectLocation { object_id: r.object_id, place: Some(Place::InlineData(r.inline_data)), size };
+                self.seal_object(&loc, &nested)?;
+            } else {
+                self.note_remote_copy(id, node, &address);
+                for n in &nested {
+                    self.pin(*n);
+                }
+                self.objects.entry(id).or_default().nested.extend_from_slice(&nested);
+                self.on_object_ready(id);
+            }
+        }
+        if let Some(actor) = self.actor_of_task(task_id) {
+            actor.inflight.retain(|t| *t != task_id);
+        }
+        self.finish_task(task_id, None);
+        self.schedule();
+        Ok(())
+    }
+
+    /// The node hosting an actor this node created (or routes to) reports its state.
+    pub fn remote_actor_state(&mut self, node: Id, info: ActorInfo) -> Result<(), String> {
+        let actor_id = id_from_bytes(&info.actor_id)?;
+        let Some(actor) = self.actors.get_mut(&actor_id).filter(|a| a.remote == Some(node)) else { return Ok(()) };
+        actor.pid = info.pid;
+        actor.num_restarts = actor.num_restarts.max(info.num_restarts);
+        if !info.method_names.is_empty() {
+            actor.method_names = info.method_names;
+        }
+        match info.state.as_str() {
+            "ALIVE" => {
+                actor.state = ActorState::Alive;
+                self.settle_creation(actor_id);
+                self.dispatch_actor(actor_id);
+            }
+            "RESTARTING" => actor.state = ActorState::Restarting,
+            "DEAD" => {
+                actor.state = ActorState::Dead;
+                actor.death_cause = info.death_cause;
+                actor.death_kind = SystemErrorKind::ActorDied;
+                self.settle_creation(actor_id);
+                self.fail_actor_queue(actor_id);
+                self.release_actor(actor_id);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Ends an actor's forwarded creation task, keeping its arguments pinned by the actor.
+    fn settle_creation(&mut self, actor_id: Id) {
+        let Some(creation) = self.actors.get(&actor_id).and_then(|a| id_from_bytes(&a.creation.task_id).ok()) else {
+            return;
+        };
+        if !self.tasks.contains_key(&creation) {
+            return;
+        }
+        let pinned = self.tasks.get_mut(&creation).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
+        self.finish_task(creation, None);
+        let actor = self.actors.get_mut(&actor_id).expect("checked");
+        if actor.arg_pins.is_empty() {
+            actor.arg_pins = pinned;
+        } else {
+            for id in pinned {
+                self.unpin(id);
+            }
+        }
+    }
+
+    /// `node` is gone: retry or fail what was forwarded there, restart its actors
+    /// (or fail them), and mark objects whose only copy was there as lost.
+    pub fn node_died(&mut self, node: Id, reason: &str) {
+        let what = self.describe_node(&node);
+        if let Some(peer) = self.peers.get_mut(&node) {
+            peer.alive = false;
+        }
+        self.sent_functions.retain(|(n, _)| *n != node);
+        let forwarded: Vec<Id> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.state == TaskState::Forwarded(node) && t.spec.kind == TaskKind::Normal as i32)
+            .map(|(id, _)| *id)
+            .collect();
+        for task_id in forwarded {
+            let task = &self.tasks[&task_id];
+            if task.retries_left != 0 && !task.cancelled && !self.shutting_down {
+                let name = task.spec.name.clone();
+                self.actions.push(Action::Log(format!("task {name} was running on {what}, which died; retrying")));
+                self.retry(task_id);
+            } else {
+                let message = format!(
+                    "The task {} was running on {what}, which died ({reason}), and the task has no retries left",
+                    task.spec.name
+                );
+                self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
+            }
+        }
+        let hosted: Vec<Id> = self.actors.values().filter(|a| a.remote == Some(node)).map(|a| a.id).collect();
+        for actor_id in hosted {
+            self.remote_actor_lost(actor_id, &format!("{what} died ({reason})"));
+        }
+        let lost: Vec<Id> = self
+            .objects
+            .iter()
+            .filter(|(id, m)| m.remote.as_ref().is_some_and(|c| c.node == node) && !self.pulling.contains(*id))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in lost {
+            let meta = self.objects.get_mut(&id).expect("listed");
+            meta.remote = None;
+            if !self.store.contains_sealed(&id) {
+                let message = format!("Object {} is lost: its only copy was on {what}, which died", hex::encode(id));
+                self.store_error(id, SystemErrorKind::ObjectLost, &message);
+            }
+        }
+        self.schedule();
+    }
+
+    fn remote_actor_lost(&mut self, actor_id: Id, cause: &str) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        actor.remote = None;
+        if actor.state == ActorState::Dead {
+            return;
+        }
+        let can_restart = !actor.proxy
+            && !actor.no_restart
+            && !self.shutting_down
+            && (actor.max_restarts < 0 || actor.num_restarts < actor.max_restarts);
+        actor.death_cause = format!("The actor {} died because {cause}", actor.class_name);
+        actor.death_kind = SystemErrorKind::ActorDied;
+        let inflight: Vec<Id> = actor.inflight.drain(..).collect();
+        let death = actor.death_cause.clone();
+        let proxy = actor.proxy;
+        let mut retry_ids = Vec::new();
+        for task_id in inflight {
+            if can_restart && self.tasks.get(&task_id).is_some_and(|t| t.retries_left != 0) {
+                retry_ids.push(task_id);
+            } else {
+                self.finish_task(task_id, Some((SystemErrorKind::ActorDied, death.clone())));
+            }
+        }
+        for task_id in retry_ids.into_iter().rev() {
+            self.retry(task_id);
+        }
+        if can_restart {
+            self.settle_creation(actor_id);
+            let actor = self.actors.get_mut(&actor_id).expect("exists");
+            actor.num_restarts += 1;
+            actor.state = ActorState::Restarting;
+            self.actions.push(Action::Log(format!("restarting actor {} because {cause}", actor.class_name)));
+            self.actions.push(Action::ActorChanged(actor_id));
+            self.restart_creation(actor_id);
+        } else {
+            self.settle_creation(actor_id);
+            let actor = self.actors.get_mut(&actor_id).expect("exists");
+            actor.state = ActorState::Dead;
+            self.fail_actor_queue(actor_id);
+            self.release_actor(actor_id);
+            if proxy {
+                // Only routed from here: the next call asks the head where it lives now.
+                self.actors.remove(&actor_id);
+            } else {
+                self.actions.push(Action::ActorChanged(actor_id));
+            }
+        }
+    }
+
+    /// Routes calls to an actor that another node created, wherever the head says it lives.
+    pub fn add_actor_proxy(&mut self, info: &ActorInfo) -> Result<(), String> {
+        let actor_id = id_from_bytes(&info.actor_id)?;
+        let node = id_from_bytes(&info.node_id)?;
+        if self.actors.contains_key(&actor_id) || node == self.node_id {
+            return Ok(());
+        }
+        let spec = TaskSpec { actor_id: info.actor_id.clone(), name: info.class_name.clone(), ..Default::default() };
+        let mut entry = ActorEntry::new(actor_id, &spec);
+        entry.proxy = true;
+        entry.remote = Some(node);
+        entry.max_task_retries = info.max_task_retries;
+        entry.method_names = info.method_names.clone();
+        entry.state = match info.state.as_str() {
+            "DEAD" => ActorState::Dead,
+            "ALIVE" => ActorState::Alive,
+            _ => ActorState::PendingCreation,
+        };
+        entry.death_cause = info.death_cause.clone();
+        self.actors.insert(actor_id, entry);
+        Ok(())
+    }
+
+    // ------------------------------------------------- tasks from other nodes
+
+    pub fn peer_connected(&mut self, owner: Id) {
+        self.peer_clients.insert(owner);
+    }
+
+    /// Accepts a task an owner node forwarded; returns the ids to report back when ready.
+    pub fn accept_forward(&mut self, owner: Id, forward: ForwardTask) -> Result<Vec<Id>, String> {
+        let spec = forward.spec.ok_or("a forwarded task needs a spec")?;
+        if !forward.function.is_empty() {
+            self.register_function(spec.function_id.clone(), forward.function);
+        }
+        for source in forward.sources {
+            let id = id_from_bytes(&source.object_id)?;
+            let node = id_from_bytes(&source.node_id).unwrap_or_default();
+            if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
+                continue;
+            }
+            let meta = self.objects.entry(id).or_default();
+            if !meta.ready {
+                meta.ready = true;
+                meta.remote = Some(RemoteCopy { node, address: source.address, held: false });
+            }
+        }
+        let task_id = id_from_bytes(&spec.task_id)?;
+        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        match spec.kind {
+            k if k == TaskKind::ActorCreation as i32 => {
+                let actor_id = id_from_bytes(&spec.actor_id)?;
+                if !self.actors.contains_key(&actor_id) {
+                    self.register_actor(&spec, false)?;
+                }
+                if let Some(actor) = self.actors.get_mut(&actor_id) {
+                    actor.hosted_for = Some(owner);
+                    actor.max_restarts = spec.max_restarts;
+                }
+                self.submit(owner, spec)?;
+            }
+            k if k == TaskKind::ActorTask as i32 => self.submit_actor_task(owner, spec)?,
+            _ => {
+                self.submit(owner, spec)?;
+            }
+        }
+        if let Some(task) = self.tasks.get_mut(&task_id) {
+            task.from_peer = Some(owner);
+        }
+        self.schedule();
+        Ok(return_ids)
+    }
+
+    /// What to tell the owner once a forwarded task's returns are ready: small
+    /// values travel now, larger ones (and refs nested in them) stay held here for it.
+    pub fn remote_done_for(&mut self, owner: Id, task_id: Id, return_ids: &[Id]) -> Option<RemoteTaskDone> {
+        if !self.peer_clients.contains(&owner) {
+            return None;
+        }
+        let mut nested = Vec::new();
+        for id in return_ids {
+            if let Some(meta) = self.objects.get(id) {
+                nested.extend(meta.nested.iter().copied());
+            }
+        }
+        self.add_holders(owner, &nested);
+        let mut returns = Vec::new();
+        let mut sent_inline = Vec::new();
+        for id in return_ids {
+            let object = match self.store.lookup(id) {
+                Some((ObjectPlace::Inline(data), _)) => {
+                    sent_inline.push(*id);
+                    RemoteObject { object_id: id.to_vec(), inline: true, inline_data: (*data).clone() }
+                }
+                Some(_) => RemoteObject { object_id: id.to_vec(), inline: false, inline_data: Vec::new() },
+                None => {
+                    let message = format!("Object {} is lost on {}", hex::encode(id), short(&self.node_id));
+                    let blob = system_error_object(SystemErrorKind::ObjectLost, &message);
+                    RemoteObject { object_id: id.to_vec(), inline: true, inline_data: blob }
+                }
+            };
+            returns.push(object);
+        }
+        self.remove_holders(owner, &sent_inline);
+        Some(RemoteTaskDone { task_id: task_id.to_vec(), returns, nested: nested.iter().map(|n| n.to_vec()).collect() })
+    }
+
+    /// An owner node's link closed: drop what was held for it, stop its tasks
+    /// and kill the actors it created (unless detached).
+    pub fn peer_gone(&mut self, owner: Id) {
+        self.peer_clients.remove(&owner);
+        let held: Vec<Id> =
+            self.objects.iter().filter(|(_, m)| m.holders.contains(&owner)).map(|(id, _)| *id).collect();
+        self.remove_holders(owner, &held);
+        let tasks: Vec<Id> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.from_peer == Some(owner) && t.spec.kind != TaskKind::ActorCreation as i32)
+            .map(|(id, _)| *id)
+            .collect();
+        for task_id in tasks {
+            let Some(task) = self.tasks.get_mut(&task_id) else { continue };
+            task.cancelled = true;
+            match task.state {
+                TaskState::Running(worker) if task.spec.kind == TaskKind::Normal as i32 => {
+                    if let Some(w) = self.workers.get(&worker).filter(|w| w.pid != 0) {
+                        self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
+                    }
+                }
+                TaskState::Running(_) => {}
+                _ => {
+                    if let Some(actor) = self.actor_of_task(task_id) {
+                        actor.queue.retain(|t| *t != task_id);
+                    }
+                    self.finish_task(
+                        task_id,
+                        Some((SystemErrorKind::TaskCancelled, "Its owner node went away".into())),
+                    );
+                }
+            }
+        }
+        let actors: Vec<Id> = self
+            .actors
+            .values()
+            .filter(|a| a.hosted_for == Some(owner) && !a.creation.detached && a.state != ActorState::Dead)
+            .map(|a| a.id)
+            .collect();
+        for actor_id in actors {
+            let _ = self.kill_actor(actor_id, true);
+        }
+        self.schedule();
+    }
+
+    /// The node an actor this node routes to lives on, and who to tell about its changes.
+    pub fn actor_host(&self, actor_id: &Id) -> (Option<Id>, Option<Id>) {
+        self.actors.get(actor_id).map(|a| (a.remote, a.hosted_for)).unwrap_or((None, None))
+    }
+}

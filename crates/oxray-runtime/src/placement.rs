@@ -1,0 +1,104 @@
+//! Placement-group planning: which node each bundle goes to, by strategy.
+//! Pure functions over the head's view of the nodes.
+
+use crate::resources::ResourceSet;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    Pack,
+    Spread,
+    StrictPack,
+    StrictSpread,
+}
+
+impl Strategy {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "PACK" => Ok(Strategy::Pack),
+            "SPREAD" => Ok(Strategy::Spread),
+            "STRICT_PACK" => Ok(Strategy::StrictPack),
+            "STRICT_SPREAD" => Ok(Strategy::StrictSpread),
+            other => Err(format!(
+                "unknown placement strategy {other:?}: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"
+            )),
+        }
+    }
+}
+
+/// The node index for each bundle, or `None` when the live nodes cannot hold
+/// the group right now. `nodes` are the available resources of live nodes, in preference order.
+pub fn plan(strategy: Strategy, bundles: &[ResourceSet], nodes: &[ResourceSet]) -> Option<Vec<usize>> {
+    let mut free: Vec<ResourceSet> = nodes.to_vec();
+    let mut sum = ResourceSet::new();
+    for b in bundles {
+        sum.add(b);
+    }
+    let one_node = || nodes.iter().position(|n| n.fits(&sum)).map(|i| vec![i; bundles.len()]);
+    match strategy {
+        Strategy::StrictPack => one_node(),
+        Strategy::Pack => one_node().or_else(|| {
+            let mut out = Vec::new();
+            for b in bundles {
+                // Fill the nodes already used first.
+                let i = out
+                    .iter()
+                    .copied()
+                    .find(|&i: &usize| free[i].fits(b))
+                    .or_else(|| free.iter().position(|n| n.fits(b)))?;
+                free[i].subtract(b);
+                out.push(i);
+            }
+            Some(out)
+        }),
+        Strategy::Spread | Strategy::StrictSpread => {
+            let mut out: Vec<usize> = Vec::new();
+            for b in bundles {
+                let unused = (0..free.len()).find(|i| !out.contains(i) && free[*i].fits(b));
+                let i = match (unused, strategy) {
+                    (Some(i), _) => i,
+                    (None, Strategy::StrictSpread) => return None,
+                    (None, _) => {
+                        // Every node has a bundle: the one holding the fewest that fits.
+                        (0..free.len())
+                            .filter(|i| free[*i].fits(b))
+                            .min_by_key(|i| out.iter().filter(|j| *j == i).count())?
+                    }
+                };
+                free[i].subtract(b);
+                out.push(i);
+            }
+            Some(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(n: f64) -> ResourceSet {
+        let mut r = ResourceSet::new();
+        r.set("CPU", n).unwrap();
+        r
+    }
+
+    #[test]
+    fn strategies_place_bundles_as_ray_does() {
+        let nodes = [cpus(2.0), cpus(2.0), cpus(1.0)];
+        let two = [cpus(1.0), cpus(1.0)];
+        assert_eq!(plan(Strategy::StrictPack, &two, &nodes), Some(vec![0, 0]));
+        assert_eq!(plan(Strategy::Pack, &two, &nodes), Some(vec![0, 0]));
+        assert_eq!(plan(Strategy::Spread, &two, &nodes), Some(vec![0, 1]));
+        assert_eq!(plan(Strategy::StrictSpread, &[cpus(1.0), cpus(1.0), cpus(1.0)], &nodes), Some(vec![0, 1, 2]));
+        // More bundles than nodes: STRICT_SPREAD waits, SPREAD doubles up.
+        let four = [cpus(1.0), cpus(1.0), cpus(1.0), cpus(1.0)];
+        assert_eq!(plan(Strategy::StrictSpread, &four, &nodes), None);
+        assert_eq!(plan(Strategy::Spread, &four, &nodes), Some(vec![0, 1, 2, 0]));
+        // PACK spills over when no node holds the whole group; STRICT_PACK does not.
+        let three = [cpus(2.0), cpus(2.0), cpus(1.0)];
+        assert_eq!(plan(Strategy::StrictPack, &three, &nodes), None);
+        assert_eq!(plan(Strategy::Pack, &three, &nodes), Some(vec![0, 1, 2]));
+        assert_eq!(plan(Strategy::Pack, &[cpus(3.0)], &nodes), None);
+        assert!(Strategy::parse("PAKC").unwrap_err().contains("PAKC"));
+    }
+}

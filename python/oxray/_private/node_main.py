@@ -1,0 +1,80 @@
+"""A node process started by `oxray start`: the node agent (and the head, with
+--head) until SIGTERM, then a clean shutdown that leaves no workers behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+from oxray import _native
+from oxray._private import node_files
+
+
+def run(config: dict, on_ready=None) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    session_dir = os.path.join(
+        node_files.temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
+    )
+    python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+    try:
+        cluster = _native.start_cluster(
+            session_dir=session_dir,
+            python=sys.executable,
+            cwd=os.getcwd(),
+            num_cpus=config.get("num_cpus"),
+            num_gpus=config.get("num_gpus"),
+            resources=config.get("resources") or {},
+            object_store_memory=config.get("object_store_memory"),
+            worker_env=[("PYTHONPATH", python_path)],
+            host=config["host"],
+            token=config["token"],
+            join=config.get("join"),
+            port=config.get("port") or 0,
+            state_dir=config.get("state_dir"),
+        )
+    except Exception as e:  # reported by `oxray start`, which reads this process's log
+        print(f"oxray node failed to start: {e}", file=sys.stderr, flush=True)
+        return 1
+    record = {
+        "pid": os.getpid(),
+        "head": config.get("join") is None,
+        "address": cluster.agent_address,
+        "head_address": cluster.head_address,
+        "node_id": cluster.node_id,
+        "session_dir": cluster.session_dir,
+    }
+    record_path = node_files.write_node_record(record)
+    if record["head"]:
+        node_files.write_current_cluster(cluster.head_address, config["token_file"], os.getpid())
+    print(f"oxray node {cluster.node_id} up at {cluster.agent_address}", flush=True)
+    if on_ready:
+        on_ready(record)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        cluster.shutdown()
+        for path in (record_path,):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        if record["head"]:
+            current = node_files.read_current_cluster()
+            if current is None or current.get("pid") == os.getpid():
+                try:
+                    os.unlink(node_files.current_cluster_file())
+                except FileNotFoundError:
+                    pass
+    return 0
+
+
+if __name__ == "__main__":
+    # The config (with the token) arrives on stdin, never in argv where `ps` shows it.
+    sys.exit(run(json.loads(sys.stdin.readline())))

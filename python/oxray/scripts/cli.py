@@ -1,0 +1,255 @@
+"""The `oxray` command: start, stop and inspect a cluster on this host."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from oxray._private import node_files
+
+DEFAULT_PORT = 6379
+
+
+def _fail(message: str) -> "NoReturn":  # noqa: F821
+    print(f"oxray: error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _resources(text):
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        _fail(f"--resources={text!r} is not valid JSON ({e}); expected e.g. '{{\"node_b\": 1}}'")
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for k, v in value.items()
+    ):
+        _fail(f"--resources={text!r} must be a JSON object of resource name -> number >= 0")
+    if "CPU" in value or "GPU" in value:
+        _fail("use --num-cpus / --num-gpus instead of CPU or GPU in --resources")
+    return {k: float(v) for k, v in value.items()}
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _start(args) -> None:
+    host = args.node_ip_address or "127.0.0.1"
+    config = {
+        "host": host,
+        "num_cpus": args.num_cpus,
+        "num_gpus": args.num_gpus,
+        "resources": _resources(args.resources),
+        "object_store_memory": args.object_store_memory,
+    }
+    if args.head:
+        port = DEFAULT_PORT if args.port is None else args.port
+        if _port_in_use(host, port):
+            _fail(
+                f"port {port} on {host} is already in use, so the head cannot listen there. "
+                f"Stop what uses it (`oxray stop` if it is an earlier oxray), or pick another with --port."
+            )
+        state_dir = os.path.abspath(args.state_dir or node_files.default_state_dir())
+        token = args.token or os.environ.get("OXRAY_TOKEN") or node_files.read_or_create_token(state_dir)
+        config.update(port=port, state_dir=state_dir, token=token, token_file=os.path.join(state_dir, "token"))
+        if args.token or os.environ.get("OXRAY_TOKEN"):
+            node_files._write_private(config["token_file"], token)
+    else:
+        current = node_files.read_current_cluster()
+        token = args.token or os.environ.get("OXRAY_TOKEN")
+        if not token and current and current.get("address") == args.address:
+            token = node_files.read_token_file(current.get("token_file"))
+        if not token:
+            _fail(
+                f"joining {args.address} needs the cluster token: pass --token or set OXRAY_TOKEN "
+                "(the head keeps it in <state dir>/token on its host)"
+            )
+        config.update(join=args.address, port=args.port or 0, token=token)
+    if args.block:
+        from oxray._private import node_main
+
+        sys.exit(node_main.run(config, on_ready=lambda record: _print_started(args, record, config)))
+    os.makedirs(node_files.temp_root(), mode=0o700, exist_ok=True)
+    log_path = os.path.join(node_files.temp_root(), f"node-start-{os.getpid()}.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "oxray._private.node_main"],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            text=True,
+        )
+        proc.stdin.write(json.dumps(config) + "\n")
+        proc.stdin.close()
+    deadline = time.time() + 60
+    record_path = os.path.join(node_files.nodes_dir(), f"{proc.pid}.json")
+    while time.time() < deadline:
+        if os.path.exists(record_path):
+            with open(record_path) as f:
+                _print_started(args, json.load(f), config)
+            return
+        if proc.poll() is not None:
+            with open(log_path) as f:
+                output = f.read().strip()
+            _fail(output.splitlines()[-1] if output else f"the node process exited with code {proc.returncode}")
+        time.sleep(0.05)
+    proc.kill()
+    _fail(f"the node did not start within 60 s; see {log_path}")
+
+
+def _print_started(args, record, config) -> None:
+    print(f"Local node IP: {config['host']}")
+    print("--------------------")
+    print("oxray runtime started.")
+    print("--------------------")
+    if record["head"]:
+        address = record["head_address"]
+        print("Next steps")
+        print("  To add another node to this cluster, run (with the token from " + config["token_file"] + "):")
+        print(f"    oxray start --address='{address}' --token=<token>")
+        print("  To connect to this cluster from Python on this host:")
+        print("    import oxray as ray")
+        print("    ray.init()")
+        print("  To see the cluster's nodes and resources:")
+        print("    oxray status")
+        print("  To stop oxray on this host:")
+        print("    oxray stop")
+    else:
+        print(f"This node ({record['node_id'][:8]}, at {record['address']}) joined the cluster at {record['head_address']}.")
+        print("  To stop oxray on this host: oxray stop")
+    sys.stdout.flush()
+
+
+def _stop(args) -> None:
+    records = [r for r in node_files.node_records() if node_files.pid_alive(int(r["pid"]))]
+    sig = signal.SIGKILL if args.force else signal.SIGTERM
+    for r in records:
+        try:
+            os.kill(int(r["pid"]), sig)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + args.grace_period
+    while time.time() < deadline and any(node_files.pid_alive(int(r["pid"])) for r in records):
+        time.sleep(0.05)
+    for r in records:
+        if node_files.pid_alive(int(r["pid"])):
+            os.kill(int(r["pid"]), signal.SIGKILL)
+    for r in node_files.node_records():
+        if not node_files.pid_alive(int(r["pid"])):
+            try:
+                os.unlink(os.path.join(node_files.nodes_dir(), f"{r['pid']}.json"))
+            except FileNotFoundError:
+                pass
+    if node_files.read_current_cluster() is None:
+        try:
+            os.unlink(node_files.current_cluster_file())
+        except FileNotFoundError:
+            pass
+    print(f"Stopped {len(records)} oxray node process(es).")
+
+
+def _fmt_amount(name: str, value: float) -> str:
+    if name in ("memory", "object_store_memory"):
+        return f"{value / 2**30:.2f}GiB"
+    return f"{value:g}"
+
+
+def _status(args) -> None:
+    from oxray import _native
+
+    current = node_files.read_current_cluster()
+    address = args.address or os.environ.get("OXRAY_ADDRESS") or (current or {}).get("address")
+    if not address:
+        _fail("no cluster found on this host: start one with `oxray start --head`, or pass --address")
+    token = os.environ.get("OXRAY_TOKEN") or node_files.read_token_file((current or {}).get("token_file"))
+    if not token:
+        _fail(f"reading the status of {address} needs the cluster token: set OXRAY_TOKEN")
+    try:
+        nodes = _native.Client(address, token).cluster_info()
+    except Exception as e:
+        _fail(f"cannot reach the cluster at {address}: {e}")
+    print(f"======== Cluster status: {time.strftime('%Y-%m-%d %H:%M:%S')} ========")
+    print("Node status")
+    print("-" * 60)
+    for title, alive in (("Active", True), ("Dead", False)):
+        group = [n for n in nodes if n["alive"] == alive]
+        print(f"{title}:")
+        if not group:
+            print(" (no nodes)")
+        for n in group:
+            role = ", head" if n["is_head"] else ""
+            print(f" 1 node_{n['node_id']} ({n['address']}{role})")
+    print()
+    print("Resources")
+    print("-" * 60)
+    live = [n for n in nodes if n["alive"]]
+    names = sorted({k for n in live for k in n["total"] if not k.startswith("node:") and "_group_" not in k})
+    print("Total Usage:")
+    for name in names:
+        total = sum(n["total"].get(name, 0.0) for n in live)
+        used = total - sum(n["available"].get(name, 0.0) for n in live)
+        print(f" {_fmt_amount(name, used)}/{_fmt_amount(name, total)} {name}")
+    print()
+    print("Per node:")
+    for n in live:
+        print(f" node_{n['node_id']} ({n['address']}):")
+        for name in sorted(k for k in n["total"] if not k.startswith("node:") and "_group_" not in k):
+            total = n["total"][name]
+            used = total - n["available"].get(name, 0.0)
+            print(f"  {_fmt_amount(name, used)}/{_fmt_amount(name, total)} {name}")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="oxray", description="Start, stop and inspect an oxray cluster.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start a head (--head) or join a node to a cluster (--address)")
+    role = start.add_mutually_exclusive_group(required=True)
+    role.add_argument("--head", action="store_true", help="start the head and a node agent on this host")
+    role.add_argument("--address", help="the head's HOST:PORT, to join this host to its cluster")
+    start.add_argument("--port", type=int, help=f"head port (default {DEFAULT_PORT}); with --address, this node's port")
+    start.add_argument("--dashboard-port", type=int, default=8265, help="dashboard port (default 8265)")
+    start.add_argument("--num-cpus", type=float, help="CPUs this node offers (default: all)")
+    start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")
+    start.add_argument("--resources", help="custom resources as JSON, e.g. '{\"node_b\": 1}'")
+    start.add_argument("--object-store-memory", type=int, help="bytes of shared memory for objects")
+    start.add_argument(
+        "--node-ip-address", help="address to listen on (default 127.0.0.1; anything else exposes the node)"
+    )
+    start.add_argument("--token", help="the cluster token (default: OXRAY_TOKEN, or the head's state dir)")
+    start.add_argument("--state-dir", help="the head's state directory (kept across restarts)")
+    start.add_argument("--block", action="store_true", help="stay in the foreground until interrupted")
+    stop = sub.add_parser("stop", help="stop every oxray node this host started")
+    stop.add_argument("-f", "--force", action="store_true", help="SIGKILL at once")
+    stop.add_argument("-g", "--grace-period", type=float, default=10.0, help="seconds to wait before SIGKILL")
+    status = sub.add_parser("status", help="nodes and resources of the cluster")
+    status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        for name in ("num_cpus", "num_gpus", "object_store_memory", "port"):
+            value = getattr(args, name)
+            if value is not None and value < 0:
+                _fail(f"--{name.replace('_', '-')}={value} must be >= 0")
+        _start(args)
+    elif args.command == "stop":
+        _stop(args)
+    else:
+        _status(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""Placement groups: bundles of resources reserved together (all or none)
+across the cluster, as in `ray.util.placement_group`."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Optional
+
+VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+
+
+class PlacementGroupID:
+    def __init__(self, binary: bytes):
+        self._binary = binary
+
+    def binary(self) -> bytes:
+        return self._binary
+
+    def hex(self) -> str:
+        return self._binary.hex()
+
+    def __eq__(self, other):
+        return isinstance(other, PlacementGroupID) and other._binary == self._binary
+
+    def __hash__(self):
+        return hash(self._binary)
+
+    def __repr__(self):
+        return f"PlacementGroupID({self.hex()})"
+
+
+class PlacementGroup:
+    """A handle to a placement group; it pickles, so tasks can use it too."""
+
+    def __init__(self, id: PlacementGroupID, bundle_specs: Optional[List[Dict[str, float]]] = None):
+        self.id = id
+        self._bundle_specs = bundle_specs
+
+    @property
+    def bundle_specs(self) -> List[Dict[str, float]]:
+        if self._bundle_specs is None:
+            info = _client().get_placement_group(pg_id=self.id.binary())
+            self._bundle_specs = info["bundles"] if info else []
+        return self._bundle_specs
+
+    @property
+    def bundle_count(self) -> int:
+        return len(self.bundle_specs)
+
+    def ready(self):
+        """An ObjectRef that resolves (to this group) once every bundle is reserved."""
+        from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        return _ready.options(
+            num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(self, placement_group_bundle_index=-1)
+        ).remote(self)
+
+    def wait(self, timeout_seconds: float = 30) -> bool:
+        import oxray
+
+        ready, _ = oxray.wait([self.ready()], timeout=timeout_seconds)
+        return bool(ready)
+
+    def __eq__(self, other):
+        return isinstance(other, PlacementGroup) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __reduce__(self):
+        return PlacementGroup, (self.id, self._bundle_specs)
+
+    def __repr__(self):
+        return f"PlacementGroup(id={self.id.hex()}, bundles={self._bundle_specs})"
+
+
+def _client():
+    from oxray._private.api import _client as client
+
+    return client()
+
+
+def _ready_fn(pg):
+    return pg
+
+
+_ready_remote = None
+
+
+class _LazyReady:
+    """The tiny task behind `ready()`, made remote on first use."""
+
+    def options(self, **options):
+        global _ready_remote
+        if _ready_remote is None:
+            import oxray
+
+            _ready_remote = oxray.remote(_ready_fn)
+        return _ready_remote.options(**options)
+
+
+_ready = _LazyReady()
+
+
+def _validate_bundles(bundles) -> List[Dict[str, float]]:
+    if not isinstance(bundles, (list, tuple)) or not bundles:
+        raise ValueError(f"placement_group() needs a non-empty list of bundles (dicts of resource -> amount), got {bundles!r}")
+    out = []
+    for i, bundle in enumerate(bundles):
+        if not isinstance(bundle, dict):
+            raise ValueError(f"Bundle {i} must be a dict of resource name -> amount, got {bundle!r}")
+        clean = {}
+        for name, amount in bundle.items():
+            if not isinstance(name, str):
+                raise ValueError(f"Bundle {i} has a resource name that is not a string: {name!r}")
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+                raise ValueError(f"Bundle {i} asks for {name}={amount!r}: expected a number >= 0")
+            if amount > 0:
+                clean[name] = float(amount)
+        if not clean:
+            raise ValueError(
+                f"Bundle {i} ({bundle!r}) is empty: every bundle needs at least one resource with an amount greater than 0"
+            )
+        out.append(clean)
+    return out
+
+
+def placement_group(
+    bundles: List[Dict[str, float]],
+    strategy: str = "PACK",
+    name: str = "",
+    lifetime: Optional[str] = None,
+    _soft_target_node_id: Optional[str] = None,
+    bundle_label_selector=None,
+) -> PlacementGroup:
+    """Reserves `bundles` with `strategy`; the group may stay pending until the
+    cluster has room (see `ready()` / `wait()`)."""
+    clean = _validate_bundles(bundles)
+    if strategy not in VALID_STRATEGIES:
+        raise ValueError(f"Invalid placement group strategy {strategy!r}: expected one of {', '.join(VALID_STRATEGIES)}")
+    if lifetime not in (None, "detached"):
+        raise ValueError(f"placement_group(lifetime=...) must be None or 'detached', got {lifetime!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"placement_group(name=...) must be a string, got {name!r}")
+    from oxray._private.state import STATE
+
+    pg_id = os.urandom(16)
+    _client().create_placement_group(pg_id, clean, strategy, name, STATE.namespace or "")
+    return PlacementGroup(PlacementGroupID(pg_id), clean)
+
+
+def remove_placement_group(placement_group: PlacementGroup) -> None:
+    """Frees the group's bundles; tasks and actors running in it are killed."""
+    if not isinstance(placement_group, PlacementGroup):
+        raise TypeError(f"remove_placement_group() needs a PlacementGroup, got {placement_group!r}")
+    _client().remove_placement_group(placement_group.id.binary())
+
+
+def get_placement_group(placement_group_name: str) -> PlacementGroup:
+    from oxray._private.state import STATE
+
+    info = _client().get_placement_group(name=placement_group_name, namespace=STATE.namespace or "")
+    if info is None:
+        raise ValueError(f"Failed to look up placement group with name: {placement_group_name}")
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(info["placement_group_id"])), info["bundles"])
+
+
+def placement_group_table(placement_group: Optional[PlacementGroup] = None) -> dict:
+    """State of one group, or of all groups keyed by id, in Ray's field names."""
+
+    def row(info):
+        return {
+            "placement_group_id": info["placement_group_id"],
+            "name": info["name"],
+            "bundles": dict(enumerate(info["bundles"])),
+            "bundles_to_node_id": dict(enumerate(info["bundle_nodes"])),
+            "strategy": info["strategy"],
+            "state": info["state"],
+        }
+
+    if placement_group is not None:
+        info = _client().get_placement_group(pg_id=placement_group.id.binary())
+        return row(info) if info else {}
+    return {info["placement_group_id"]: row(info) for info in _client().list_placement_groups()}
+
+
+def get_current_placement_group() -> Optional[PlacementGroup]:
+    return None
