@@ -13,6 +13,9 @@ pub struct PeerView {
     pub alive: bool,
     pub total: ResourceSet,
     pub available: ResourceSet,
+    /// This node saw it die (its link broke): it stays dead here even while the
+    /// head still lists it, so work is never sent to it again.
+    pub failed: bool,
 }
 
 fn short(node: &Id) -> String {
@@ -41,10 +44,12 @@ impl AgentState {
             }
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let available = ResourceSet::from_map(&n.available).unwrap_or_default();
-            let view = PeerView { address: n.address.clone(), alive: n.alive, total, available };
+            let failed = self.peers.get(&id).is_some_and(|p| p.failed);
+            let view = PeerView { address: n.address.clone(), alive: n.alive && !failed, total, available, failed };
             if let Some(old) = self.peers.insert(id, view)
                 && old.alive
                 && !n.alive
+                && !failed
             {
                 died.push(id);
             }
@@ -316,6 +321,7 @@ impl AgentState {
         let what = self.describe_node(&node);
         if let Some(peer) = self.peers.get_mut(&node) {
             peer.alive = false;
+            peer.failed = true;
         }
         self.sent_functions.retain(|(n, _)| *n != node);
         let forwarded: Vec<Id> = self

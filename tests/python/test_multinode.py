@@ -1,0 +1,302 @@
+"""A real multi-node cluster on this host: a head and node agents started with
+the `oxray` CLI as separate processes (own ports, own custom resources) that
+talk only over the network. Each test stops every process it started, even
+when it fails."""
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import oxray as ray
+from oxray.util import placement_group, placement_group_table, remove_placement_group
+from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from oxray_testutil import wait_until
+
+OXRAY = [sys.executable, "-m", "oxray.scripts.cli"]
+MiB = 1024**2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """`oxray start` processes under a private temp root (so `oxray stop` and
+    `ray.init()` see only this cluster)."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.env = {**os.environ, "OXRAY_TEMP_DIR": self.root}
+        self.env.pop("OXRAY_TOKEN", None)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def cli(self, *args, check=True, env=None):
+        proc = subprocess.run(OXRAY + list(args), env=env or self.env, capture_output=True, text=True, timeout=120)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"oxray {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    @property
+    def token(self):
+        with open(os.path.join(self.root, "state", "token")) as f:
+            return f.read().strip()
+
+    def start_head(self, num_cpus=1, resources=None):
+        return self.cli("start", "--head", "--port", str(self.port), "--num-cpus", str(num_cpus),
+                        "--object-store-memory", str(256 * MiB), "--resources", json.dumps(resources or {}))
+
+    def add_node(self, num_cpus=1, resources=None):
+        self.cli("start", "--address", self.address, "--token", self.token, "--num-cpus", str(num_cpus),
+                 "--object-store-memory", str(512 * MiB), "--resources", json.dumps(resources or {}))
+
+    def records(self):
+        out = []
+        for path in glob.glob(os.path.join(self.root, "nodes", "*.json")):
+            with open(path) as f:
+                out.append(json.load(f))
+        return out
+
+    def node_with(self, resource):
+        """The node record whose agent offers `resource`."""
+        nodes = {n["NodeID"]: n for n in ray.nodes()}
+        for record in self.records():
+            if resource in nodes.get(record["node_id"], {}).get("Resources", {}):
+                return record
+        raise AssertionError(f"no node offers {resource}")
+
+    def wait_nodes(self, n):
+        assert wait_until(lambda: sum(1 for x in ray.nodes() if x["Alive"]) == n, timeout=15), ray.nodes()
+
+    def status(self):
+        return self.cli("status").stdout
+
+    def stop(self):
+        pids = [int(r["pid"]) for r in self.records()]
+        self.cli("stop", "--force", check=False)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def local_cluster(tmp_path, monkeypatch):
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = LocalCluster(tmp_path / "oxray")
+    monkeypatch.setenv("OXRAY_TEMP_DIR", cluster.root)
+    monkeypatch.delenv("OXRAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
+
+
+@pytest.fixture
+def three_nodes(local_cluster):
+    local_cluster.start_head(num_cpus=1, resources={"node_a": 1})
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    local_cluster.add_node(num_cpus=1, resources={"node_c": 1})
+    ray.init()
+    local_cluster.wait_nodes(3)
+    return local_cluster
+
+
+def node_id():
+    return os.environ["OXRAY_NODE_ID"]
+
+
+@ray.remote
+def where():
+    return os.environ["OXRAY_NODE_ID"]
+
+
+@ray.remote
+def array_sum(x):
+    return float(np.asarray(x).sum()), os.environ["OXRAY_NODE_ID"]
+
+
+@ray.remote
+def make_array(n, value):
+    return np.full(n, value, dtype=np.float64)
+
+
+@ray.remote
+class Where:
+    def __init__(self):
+        self.calls = 0
+
+    def call(self):
+        self.calls += 1
+        return self.calls, os.environ["OXRAY_NODE_ID"]
+
+
+def test_custom_resources_pin_tasks_and_actors_to_nodes(three_nodes):
+    b, c = three_nodes.node_with("node_b"), three_nodes.node_with("node_c")
+    assert ray.get(where.options(resources={"node_b": 0.1}).remote()) == b["node_id"]
+    assert ray.get(where.options(resources={"node_c": 0.1}).remote()) == c["node_id"]
+    actor = Where.options(resources={"node_c": 0.5}).remote()
+    assert ray.get([actor.call.remote() for _ in range(20)]) == [(i, c["node_id"]) for i in range(1, 21)]
+    # With one CPU per node, four one-second tasks can only run in parallel across nodes.
+    slow = ray.remote(lambda: (time.sleep(1.0), os.environ["OXRAY_NODE_ID"])[1])
+    start = time.monotonic()
+    ran_on = ray.get([slow.remote() for _ in range(3)])
+    assert len(set(ran_on)) == 3, ran_on
+    assert time.monotonic() - start < 2.9
+    assert ray.cluster_resources()["CPU"] == 3
+
+
+def test_objects_move_between_nodes_both_ways(three_nodes):
+    b = three_nodes.node_with("node_b")
+    big = np.arange(40 * MiB // 8, dtype=np.float64)  # 40 MiB put on the head node
+    ref = ray.put(big)
+    total, ran_on = ray.get(array_sum.options(resources={"node_b": 0.1}).remote(ref))
+    assert (total, ran_on) == (float(big.sum()), b["node_id"])
+    # 300 MiB made on node_c is read by the driver on the head node.
+    out = ray.get(make_array.options(resources={"node_c": 0.1}).remote(300 * MiB // 8, 3.0))
+    assert out.shape == (300 * MiB // 8,) and float(out[0]) == 3.0 and float(out[-1]) == 3.0
+    # A ref made on node_b and returned inside a list stays readable on the head node.
+    nested = ray.remote(lambda: [ray.put(np.ones(1 * MiB)), ray.put("small")])
+    inner = ray.get(nested.options(resources={"node_b": 0.1}).remote())
+    assert float(ray.get(inner[0]).sum()) == 1 * MiB and ray.get(inner[1]) == "small"
+    # An object made on node_b is passed straight to a task on node_c.
+    made_on_b = make_array.options(resources={"node_b": 0.1}).remote(5 * MiB, 2.0)
+    assert ray.get(array_sum.options(resources={"node_c": 0.1}).remote(made_on_b))[0] == 10.0 * MiB
+
+
+def test_placement_group_strategies(three_nodes):
+    spread = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
+    assert ray.get(spread.ready(), timeout=15) == spread
+    nodes = placement_group_table(spread)["bundles_to_node_id"]
+    assert len(set(nodes.values())) == 3
+    for index in range(3):
+        strategy = PlacementGroupSchedulingStrategy(spread, placement_group_bundle_index=index)
+        assert ray.get(where.options(scheduling_strategy=strategy).remote()) == nodes[index]
+    # Every CPU is now reserved: a 4th STRICT_SPREAD bundle can never fit, and a
+    # second group waits until the first is removed.
+    waiting = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_PACK")
+    assert not waiting.wait(timeout_seconds=1)
+    assert placement_group_table(waiting)["state"] == "PENDING"
+    remove_placement_group(spread)
+    assert waiting.wait(timeout_seconds=15) is False  # no single node has 2 CPUs
+    remove_placement_group(waiting)
+    packed = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="STRICT_PACK")
+    assert packed.wait(timeout_seconds=15)
+    assert len(set(placement_group_table(packed)["bundles_to_node_id"].values())) == 1
+    actor = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(packed, 1), num_cpus=0.5).remote()
+    assert ray.get(actor.call.remote())[1] == placement_group_table(packed)["bundles_to_node_id"][1]
+    remove_placement_group(packed)
+    assert wait_until(lambda: ray.available_resources().get("CPU") == 3, timeout=10), ray.available_resources()
+    with pytest.raises(ValueError, match="SPREAD"):
+        placement_group([{"CPU": 1}], strategy="SPREADING")
+    with pytest.raises(ValueError, match="empty"):
+        placement_group([{"CPU": 0}])
+
+
+@ray.remote(max_retries=2)
+def slow_task(marker_dir):
+    open(os.path.join(marker_dir, f"{os.environ['OXRAY_NODE_ID']}-{os.getpid()}"), "w").close()
+    time.sleep(4)
+    return os.environ["OXRAY_NODE_ID"]
+
+
+def test_node_killed_mid_task_is_retried_and_reported_dead(local_cluster, tmp_path):
+    local_cluster.start_head(num_cpus=1)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    b = local_cluster.node_with("node_b")
+    kept_on_b = make_array.options(resources={"node_b": 0.1}).remote(2 * MiB, 1.0)
+    ray.wait([kept_on_b], timeout=30)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    refs = [slow_task.remote(str(markers)) for _ in range(2)]
+    assert wait_until(lambda: any(p.name.startswith(b["node_id"]) for p in markers.iterdir()), timeout=20)
+    os.kill(b["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    head_id = local_cluster.node_with("node:__internal_head__")["node_id"]
+    assert ray.get(refs, timeout=60) == [head_id, head_id]
+    # The head sees the node dead within 10 s, and `oxray status` says so.
+    assert wait_until(lambda: not next(n for n in ray.nodes() if n["NodeID"] == b["node_id"])["Alive"], timeout=12)
+    assert time.monotonic() - killed_at < 12
+    status = local_cluster.status()
+    assert f"node_{b['node_id']}" in status.split("Dead:")[1].split("Resources")[0], status
+    with pytest.raises(ray.exceptions.ObjectLostError, match=b["node_id"][:8]):
+        ray.get(kept_on_b, timeout=30)
+
+
+@ray.remote(resources={"node_b": 0.5}, lifetime="detached", name="keeper", namespace="kept")
+class Keeper:
+    def __init__(self):
+        self.value = 0
+
+    def add(self, k):
+        self.value += k
+        return self.value
+
+
+def test_head_restart_keeps_actors_and_nodes_rejoin(local_cluster):
+    local_cluster.start_head(num_cpus=1)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    keeper = Keeper.remote()
+    assert ray.get(keeper.add.remote(5)) == 5
+    head = local_cluster.node_with("node:__internal_head__")
+    os.kill(int(head["pid"]), signal.SIGKILL)
+    # The connected driver gets an error, not a hang.
+    start = time.monotonic()
+    with pytest.raises(Exception):
+        ray.get(keeper.add.remote(1), timeout=20)
+    assert time.monotonic() - start < 20
+    ray.shutdown()
+    assert wait_until(lambda: not os.path.exists(f"/proc/{head['pid']}"), timeout=10)
+    local_cluster.start_head(num_cpus=1)
+    ray.init()
+    local_cluster.wait_nodes(2)  # node_b registered again on its own
+    again = ray.get_actor("keeper", namespace="kept")
+    assert ray.get(again.add.remote(1)) == 6
+
+
+def test_join_with_wrong_token_is_refused(local_cluster):
+    local_cluster.start_head(num_cpus=1)
+    before = len(local_cluster.records())
+    refused = local_cluster.cli("start", "--address", local_cluster.address, "--token", "0" * 64, check=False)
+    assert refused.returncode == 1
+    assert "refused" in refused.stderr and "token" in refused.stderr, refused.stderr
+    no_token = local_cluster.cli("start", "--address", "127.0.0.1:1", check=False)
+    assert no_token.returncode == 1 and "token" in no_token.stderr
+    assert len(local_cluster.records()) == before
+    ray.init()
+    assert sum(1 for n in ray.nodes() if n["Alive"]) == 1
+
+
+def test_cli_reports_port_in_use_and_unreachable_head(local_cluster):
+    local_cluster.start_head(num_cpus=1)
+    again = local_cluster.cli("start", "--head", "--port", str(local_cluster.port), check=False)
+    assert again.returncode == 1 and f"port {local_cluster.port}" in again.stderr and "--port" in again.stderr
+    dead_port = free_port()
+    unreachable = local_cluster.cli(
+        "start", "--address", f"127.0.0.1:{dead_port}", "--token", local_cluster.token, check=False
+    )
+    assert unreachable.returncode == 1
+    assert f"127.0.0.1:{dead_port}" in unreachable.stderr and "oxray start --head" in unreachable.stderr
+    bad = local_cluster.cli("start", "--head", "--resources", "{not json", check=False)
+    assert bad.returncode == 1 and "--resources" in bad.stderr
+    with pytest.raises(ValueError, match="num_cpus"):
+        ray.init(num_cpus=3)
