@@ -32,6 +32,13 @@ _pp = os.environ.get("PYTHONPATH", "")
 if _HERE not in _pp.split(os.pathsep):
     os.environ["PYTHONPATH"] = _HERE + (os.pathsep + _pp if _pp else "")
 
+# A cluster `oxray start` left running on this host must not capture the suite's
+# `ray.init()` calls: give the suite its own temp root (multi-node tests set theirs).
+if "OXRAY_TEMP_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["OXRAY_TEMP_DIR"] = tempfile.mkdtemp(prefix="oxray-tests-")
+
 MiB = 1024**2
 
 STANDARD_INIT_KWARGS = dict(
