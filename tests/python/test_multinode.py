@@ -300,3 +300,29 @@ def test_cli_reports_port_in_use_and_unreachable_head(local_cluster):
     assert bad.returncode == 1 and "--resources" in bad.stderr
     with pytest.raises(ValueError, match="num_cpus"):
         ray.init(num_cpus=3)
+
+
+def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluster):
+    # The head offers no CPU, so both actors land on node b or c.
+    local_cluster.start_head(num_cpus=0)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    local_cluster.add_node(num_cpus=1, resources={"node_c": 1})
+    ray.init()
+    local_cluster.wait_nodes(3)
+    restartable = Where.options(max_restarts=1, num_cpus=0.5).remote()
+    mortal = Where.options(max_restarts=0, num_cpus=0.5).remote()
+    first_node = ray.get(restartable.call.remote())[1]
+    mortal_node = ray.get(mortal.call.remote())[1]
+    records = {r["node_id"]: r for r in local_cluster.records()}
+    os.kill(int(records[first_node]["pid"]), signal.SIGKILL)
+    # A fresh instance on the surviving node answers (its counter starts again).
+    def restarted():
+        try:
+            return ray.get(restartable.call.remote(), timeout=10)
+        except ray.exceptions.RayError:
+            return None
+    calls, node = wait_until(restarted, timeout=30, interval=0.5)
+    assert node != first_node and calls == 1
+    if mortal_node == first_node:
+        with pytest.raises(ray.exceptions.ActorDiedError, match=first_node[:8]):
+            ray.get(mortal.call.remote(), timeout=30)
