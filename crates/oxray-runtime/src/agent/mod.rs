@@ -209,14 +209,8 @@ impl AgentShared {
                 self.with_state(|st| st.set_worker_blocked(worker, true));
                 continue;
             }
-            match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d || tokio::time::timeout(d - now, notified).await.is_err() {
-                        break false;
-                    }
-                }
-                None => notified.await,
+            if !notified_before(notified, deadline).await {
+                break false;
             }
         };
         if let (Some(worker), true) = (blocked_worker, blocked) {
@@ -323,6 +317,23 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
         (_, Some(sig)) => format!("killed by signal {sig}"),
         (Some(code), _) => format!("exit code {code}"),
         _ => "unknown exit".into(),
+    }
+}
+
+/// Waits for a change notification; false when `deadline` passes first.
+async fn notified_before(
+    notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+    deadline: Option<Instant>,
+) -> bool {
+    match deadline {
+        Some(d) => {
+            let now = Instant::now();
+            now < d && tokio::time::timeout(d - now, notified).await.is_ok()
+        }
+        None => {
+            notified.await;
+            true
+        }
     }
 }
 

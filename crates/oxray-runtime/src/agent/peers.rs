@@ -322,14 +322,8 @@ impl AgentShared {
             if self.with_state(|st| st.fetch_remote(ids)) == 0 {
                 return true;
             }
-            match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d || tokio::time::timeout(d - now, notified).await.is_err() {
-                        return false;
-                    }
-                }
-                None => notified.await,
+            if !super::notified_before(notified, deadline).await {
+                return false;
             }
         }
     }
