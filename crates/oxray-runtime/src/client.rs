@@ -92,6 +92,30 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
         .map_err(|e| err(format!("{e}; is the cluster running and is the address right?")))
 }
 
+/// Connections to node agents by address, opened on first use and shared
+/// (agents forwarding to each other, the head reserving bundles).
+#[derive(Default)]
+pub struct AgentChannels(tokio::sync::Mutex<std::collections::HashMap<String, Channel>>);
+
+impl AgentChannels {
+    pub async fn client(&self, address: &str, token: &str) -> Result<AgentClient, String> {
+        let channel = {
+            let mut channels = self.0.lock().await;
+            match channels.get(address) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = connect_channel(address).await.map_err(|e| e.to_string())?;
+                    channels.insert(address.to_string(), c.clone());
+                    c
+                }
+            }
+        };
+        Ok(NodeAgentClient::with_interceptor(channel, AttachToken::new(token)?)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX))
+    }
+}
+
 impl CoreClient {
     pub async fn connect(address: &str, token: &str, client_id: Id) -> Result<Self, ClientError> {
         let channel = connect_channel(address).await?;

@@ -1,11 +1,10 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
-use crate::auth::AttachToken;
+use crate::client::{AgentChannels, AgentClient};
 use crate::head_store::HeadStore;
 use crate::placement::{Strategy, plan};
-use crate::resources::{ResourceSet, bundle_resources};
+use crate::resources::{ResourceSet, hold_bundle};
 use oxray_proto::head_server::Head;
-use oxray_proto::node_agent_client::NodeAgentClient;
 use oxray_proto::{
     ActorInfo, ActorRequest, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
     HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo, PlacementGroupReply,
@@ -45,6 +44,7 @@ pub struct HeadService {
     placing: Arc<tokio::sync::Mutex<()>>,
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
+    channels: Arc<AgentChannels>,
 }
 
 impl HeadService {
@@ -111,16 +111,9 @@ impl HeadService {
         })
     }
 
-    async fn agent(
-        &self,
-        address: &str,
-    ) -> Result<
-        NodeAgentClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>>,
-        String,
-    > {
-        let channel = crate::client::connect_channel(address).await.map_err(|e| e.to_string())?;
+    async fn agent(&self, address: &str) -> Result<AgentClient, String> {
         let token = self.token.lock().clone();
-        Ok(NodeAgentClient::with_interceptor(channel, AttachToken::new(&token)?))
+        self.channels.client(address, &token).await
     }
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes
@@ -176,10 +169,7 @@ impl HeadService {
                 let mut available = ResourceSet::from_map(&record.info.available).unwrap_or_default();
                 for slot in slots {
                     let bundle = ResourceSet::from_map(&slot.resources).unwrap_or_default();
-                    let group = bundle_resources(&pg_hex, slot.index, &bundle);
-                    available.subtract(&bundle);
-                    total.add(&group);
-                    available.add(&group);
+                    hold_bundle(&mut total, &mut available, &pg_hex, slot.index, &bundle);
                 }
                 record.info.total = total.to_map();
                 record.info.available = available.to_map();
@@ -330,7 +320,7 @@ impl Head for HeadService {
     async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = request.into_inner().pg_id;
         let _one_at_a_time = self.placing.lock().await;
-        let nodes = {
+        let mut nodes = {
             let mut groups = self.groups.lock();
             let Some(group) = groups.get_mut(&pg_id) else {
                 return Err(Status::not_found(format!("no placement group {}", hex::encode(&pg_id))));
@@ -339,11 +329,9 @@ impl Head for HeadService {
             std::mem::take(&mut group.bundle_nodes)
         };
         let pg_hex = hex::encode(&pg_id);
-        let mut done: Vec<Vec<u8>> = Vec::new();
+        nodes.sort();
+        nodes.dedup();
         for node in nodes {
-            if done.contains(&node) {
-                continue;
-            }
             let address = self.nodes.lock().get(&node).map(|r| r.info.address.clone());
             if let Some(address) = address
                 && let Ok(mut agent) = self.agent(&address).await
@@ -354,7 +342,6 @@ impl Head for HeadService {
             if let Some(record) = self.nodes.lock().get_mut(&node) {
                 record.info.total.retain(|k, _| !k.ends_with(&pg_hex));
             }
-            done.push(node);
         }
         Ok(Response::new(Empty {}))
     }

@@ -117,6 +117,21 @@ pub fn bundle_resources(pg_hex: &str, index: u32, bundle: &ResourceSet) -> Resou
     out
 }
 
+/// Moves `bundle` from `available` into placement group `pg_hex`'s bundle
+/// `index`: its resources under the group's names, in `total` and `available`.
+pub fn hold_bundle(
+    total: &mut ResourceSet,
+    available: &mut ResourceSet,
+    pg_hex: &str,
+    index: u32,
+    bundle: &ResourceSet,
+) {
+    let group = bundle_resources(pg_hex, index, bundle);
+    available.subtract(bundle);
+    total.add(&group);
+    available.add(&group);
+}
+
 /// GPUs a request takes from this node's devices: plain `GPU` plus GPUs held
 /// through a placement group (counted once, by the any-bundle name).
 pub fn gpu_amount(request: &ResourceSet) -> f64 {

@@ -72,6 +72,10 @@ impl AgentShared {
         self.head.lock().clone()
     }
 
+    fn head_or_unavailable(&self) -> Result<HeadConn, Status> {
+        self.head().ok_or_else(|| Status::unavailable("this node has no head"))
+    }
+
     /// Runs `f` under the state lock, then carries out the actions it queued.
     pub fn with_state<T>(self: &Arc<Self>, f: impl FnOnce(&mut AgentState) -> T) -> T {
         let (out, actions) = {
@@ -627,7 +631,7 @@ impl NodeAgent for AgentService {
         &self,
         request: Request<PlacementGroupSpec>,
     ) -> Result<Response<PlacementGroupInfo>, Status> {
-        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        let mut head = self.shared.head_or_unavailable()?;
         let info = head.create_placement_group(request.into_inner()).await?;
         // Learn at once where the bundles went, rather than at the next heartbeat.
         if let Ok(nodes) = head.list_nodes(Empty {}).await {
@@ -637,7 +641,7 @@ impl NodeAgent for AgentService {
     }
 
     async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
-        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        let mut head = self.shared.head_or_unavailable()?;
         head.remove_placement_group(request.into_inner()).await
     }
 
@@ -645,7 +649,7 @@ impl NodeAgent for AgentService {
         &self,
         request: Request<PlacementGroupRequest>,
     ) -> Result<Response<PlacementGroupReply>, Status> {
-        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        let mut head = self.shared.head_or_unavailable()?;
         head.get_placement_group(request.into_inner()).await
     }
 
@@ -653,7 +657,7 @@ impl NodeAgent for AgentService {
         &self,
         request: Request<Empty>,
     ) -> Result<Response<ListPlacementGroupsReply>, Status> {
-        let mut head = self.shared.head().ok_or_else(|| Status::unavailable("this node has no head"))?;
+        let mut head = self.shared.head_or_unavailable()?;
         head.list_placement_groups(request.into_inner()).await
     }
 

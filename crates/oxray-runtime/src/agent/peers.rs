@@ -3,11 +3,9 @@
 //! are pulled in chunks on request.
 
 use super::{AgentShared, bad, ids};
-use crate::auth::AttachToken;
-use crate::client::connect_channel;
+use crate::client::{AgentChannels, AgentClient};
 use crate::ids::{Id, id_from_bytes};
 use crate::resources::ResourceSet;
-use oxray_proto::node_agent_client::NodeAgentClient;
 use oxray_proto::*;
 use oxray_store::ObjectPlace;
 use parking_lot::Mutex;
@@ -26,8 +24,6 @@ const CHUNK: usize = 4 << 20;
 const INLINE_COPY_MAX: usize = 64 << 10;
 
 pub type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
-type PeerClient =
-    NodeAgentClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, AttachToken>>;
 
 #[derive(Default)]
 pub struct PeerLinks {
@@ -35,7 +31,7 @@ pub struct PeerLinks {
     outgoing: Mutex<HashMap<Id, UnboundedSender<PeerMessage>>>,
     /// Links other nodes opened to this one: where their events go.
     incoming: Mutex<HashMap<Id, EventSender>>,
-    channels: tokio::sync::Mutex<HashMap<String, tonic::transport::Channel>>,
+    channels: AgentChannels,
 }
 
 impl PeerLinks {
@@ -51,22 +47,8 @@ impl AgentShared {
         self.spawn.lock().as_ref().map(|c| c.token.clone()).unwrap_or_default()
     }
 
-    async fn peer_client(&self, address: &str) -> Result<PeerClient, String> {
-        let channel = {
-            let mut channels = self.peers.channels.lock().await;
-            match channels.get(address) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = connect_channel(address).await.map_err(|e| e.to_string())?;
-                    channels.insert(address.to_string(), c.clone());
-                    c
-                }
-            }
-        };
-        let auth = AttachToken::new(&self.token())?;
-        Ok(NodeAgentClient::with_interceptor(channel, auth)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+    async fn peer_client(&self, address: &str) -> Result<AgentClient, String> {
+        self.peers.channels.client(address, &self.token()).await
     }
 
     /// Queues the state's messages for other nodes on their links (opening a
@@ -315,6 +297,10 @@ impl AgentShared {
 
     /// Waits until every ready object in `ids` has its bytes on this node, copying them in.
     pub(super) async fn wait_local(self: &Arc<Self>, ids: &[Id], deadline: Option<Instant>) -> bool {
+        // The common case, everything already here, costs one lock and no wake-ups.
+        if self.state.lock().all_local_or_settled(ids) {
+            return true;
+        }
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);

@@ -1276,20 +1276,9 @@ impl AgentState {
         }
         // A creation task still running on the dead worker is finished here too.
         let creation_id = id_from_bytes(&self.actors[&actor_id].creation.task_id).unwrap_or_default();
-        if self.tasks.contains_key(&creation_id) {
-            self.release_task_resources_as(creation_id, was_blocked);
-            // Keep the constructor's arguments pinned (by the actor) for a restart.
-            let pinned = self.tasks.get_mut(&creation_id).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
-            self.finish_task(creation_id, None);
-            let actor = self.actors.get_mut(&actor_id).expect("exists");
-            if actor.arg_pins.is_empty() {
-                actor.arg_pins = pinned;
-            } else {
-                for id in pinned {
-                    self.unpin(id);
-                }
-            }
-        }
+        self.release_task_resources_as(creation_id, was_blocked);
+        // Its constructor's arguments stay pinned (by the actor) for a restart.
+        self.settle_creation(actor_id);
         let actor = self.actors.get_mut(&actor_id).expect("exists");
         if can_restart {
             actor.num_restarts += 1;
@@ -1369,12 +1358,9 @@ impl AgentState {
                 self.available
             ));
         }
-        self.available.subtract(&sum);
         let pg_hex = hex::encode(pg_id);
         for (index, b) in bundles {
-            let group = crate::resources::bundle_resources(&pg_hex, *index, b);
-            self.total.add(&group);
-            self.available.add(&group);
+            crate::resources::hold_bundle(&mut self.total, &mut self.available, &pg_hex, *index, b);
         }
         self.bundles.insert(pg_id, sum);
         self.schedule();

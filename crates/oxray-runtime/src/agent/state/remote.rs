@@ -167,6 +167,11 @@ impl AgentState {
         self.actions.push(Action::Pull { id, address: copy.address });
     }
 
+    /// Whether none of `ids` is ready elsewhere but missing here.
+    pub fn all_local_or_settled(&self, ids: &[Id]) -> bool {
+        ids.iter().all(|id| !self.is_ready(id) || self.is_local(id))
+    }
+
     /// Objects among `ids` that are ready elsewhere but not here; starts their copies.
     pub fn fetch_remote(&mut self, ids: &[Id]) -> usize {
         let missing: Vec<Id> = ids.iter().copied().filter(|id| self.is_ready(id) && !self.is_local(id)).collect();
@@ -295,8 +300,8 @@ impl AgentState {
         Ok(())
     }
 
-    /// Ends an actor's forwarded creation task, keeping its arguments pinned by the actor.
-    fn settle_creation(&mut self, actor_id: Id) {
+    /// Ends an actor's creation task (if still there), keeping its arguments pinned by the actor.
+    pub(super) fn settle_creation(&mut self, actor_id: Id) {
         let Some(creation) = self.actors.get(&actor_id).and_then(|a| id_from_bytes(&a.creation.task_id).ok()) else {
             return;
         };
