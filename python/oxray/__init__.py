@@ -24,6 +24,19 @@ from oxray._private.remote_function import RemoteFunction
 from oxray.runtime_context import get_runtime_context
 
 
+def __getattr__(name):
+    # `ray.train`, `ray.util`: subpackages load on first use, as attributes,
+    # so `import oxray as ray; ray.train.torch.TorchTrainer` works.
+    if name in ("train", "util"):
+        import importlib
+
+        module = importlib.import_module(f"oxray.{name}")
+        if name == "train":
+            importlib.import_module("oxray.train.torch")
+        return module
+    raise AttributeError(f"module 'oxray' has no attribute {name!r}")
+
+
 def remote(*args, **kwargs):
     """`@remote` / `@remote(num_cpus=..., ...)` on a function or a class."""
     import inspect

@@ -5,6 +5,7 @@
 mod buffers;
 mod client;
 mod cluster;
+mod storage;
 
 use pyo3::prelude::*;
 use std::sync::OnceLock;
@@ -43,6 +44,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffers::PreparedObject>()?;
     m.add_class::<client::Client>()?;
     m.add_class::<cluster::Cluster>()?;
+    m.add_class::<storage::Storage>()?;
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     m.add("INLINE_THRESHOLD", oxray_store::INLINE_THRESHOLD)?;

@@ -66,7 +66,8 @@ class ActorClass:
             kind="actor_creation",
             task_id=os.urandom(16),
             function_id=fid,
-            name=self.__name__,
+            # `_display_name` (internal) names the actor in its log prefix.
+            name=options.get("_display_name") or self.__name__,
             args=encoded,
             kwarg_names=kwarg_names,
             return_ids=[],

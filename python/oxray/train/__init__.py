@@ -1,0 +1,25 @@
+"""`oxray.train`: distributed training with Ray Train v2's API."""
+
+from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from oxray.train._internal.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
+from oxray.train._internal.session import get_checkpoint, get_context, get_dataset_shard, report
+from oxray.train._internal.trainer import DataParallelTrainer
+from oxray.train._result import Result
+
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "ControllerError",
+    "DataParallelTrainer",
+    "FailureConfig",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "TrainingFailedError",
+    "WorkerGroupError",
+    "get_checkpoint",
+    "get_context",
+    "get_dataset_shard",
+    "report",
+]

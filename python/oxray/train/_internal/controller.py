@@ -1,0 +1,196 @@
+"""Runs a training job from the driver: starts the worker group, registers
+reports and checkpoints, and restarts the group on failure."""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable, Optional
+
+import oxray
+from oxray.train._internal.checkpoint_manager import CheckpointManager
+from oxray.train._internal.config import RunConfig, ScalingConfig
+from oxray.train._internal.exceptions import ControllerError, WorkerGroupError
+from oxray.train._internal.storage import RunStorage
+from oxray.train._internal.worker_group import WorkerFailure, WorkerGroup, _log, gather
+from oxray.train._result import Result
+
+# A worker's setup in its process (e.g. joining the torch process group); gets
+# the rank layout and the group's rendezvous address.
+BackendSetup = Callable[[dict], Callable[[], None]]
+
+
+def check_feasible(scaling: ScalingConfig) -> None:
+    """Unknown resource names, or a worker no node can hold, fail before training."""
+    per_worker = scaling.worker_resources
+    nodes = [n for n in oxray.nodes() if n["Alive"]]
+    known = set().union(*(n["Resources"] for n in nodes)) if nodes else set()
+    for name in per_worker:
+        if name not in known and not name.startswith("accelerator_type:"):
+            raise ValueError(
+                f"ScalingConfig(resources_per_worker=...) asks for {name!r}, which no node in the cluster has; "
+                f"the cluster has {sorted(k for k in known if '_group_' not in k)}"
+            )
+    if not any(all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items()) for n in nodes):
+        raise ValueError(
+            f"No node can hold one training worker of {per_worker}; nodes have "
+            f"{[{k: v for k, v in n['Resources'].items() if '_group_' not in k} for n in nodes]}"
+        )
+    total = oxray.cluster_resources()
+    for name, amount in scaling.total_resources.items():
+        if total.get(name, 0) < amount:
+            raise ValueError(
+                f"ScalingConfig(num_workers={scaling.num_workers}) needs {amount:g} {name} in all "
+                f"({per_worker[name]:g} per worker), but the cluster has {total.get(name, 0):g}"
+            )
+
+
+class TrainController:
+    def __init__(
+        self,
+        train_fn: Callable,
+        train_config: Optional[dict],
+        scaling: ScalingConfig,
+        run_config: RunConfig,
+        backend_setup: BackendSetup,
+        datasets: Optional[dict],
+    ):
+        self.train_fn = train_fn
+        self.train_config = train_config
+        self.scaling = scaling
+        self.run_config = run_config
+        self.backend_setup = backend_setup
+        self.datasets = datasets or {}
+        self.storage = RunStorage(run_config.storage_path, run_config.name)
+        self.manager = CheckpointManager(self.storage, run_config.checkpoint_config)
+
+    def run(self) -> Result:
+        self.storage.validate()
+        if self.manager.load_snapshot():
+            _log(f"resuming run {self.run_config.name!r} from {self.manager.latest_checkpoint}")
+        check_feasible(self.scaling)
+        max_failures = self.run_config.failure_config.max_failures
+        failures = 0
+        while True:
+            group = WorkerGroup(
+                self.scaling.num_workers, self.scaling.worker_resources, self.scaling.placement_strategy, self.run_config.name
+            )
+            try:
+                return_value = self._attempt(group)
+                break
+            except WorkerFailure as failure:
+                failures += 1
+                error = _describe(failure)
+                if max_failures != -1 and failures > max_failures:
+                    raise WorkerGroupError(
+                        f"Training failed after {failures} attempt(s) (FailureConfig(max_failures={max_failures})). "
+                        f"Rank {failure.rank} failed:\n{error}",
+                        {failure.rank: failure.error},
+                    ) from None
+                _log(
+                    f"rank {failure.rank} failed ({_first_line(error)}); restarting the worker group "
+                    f"from {self.manager.latest_checkpoint} (failure {failures} of "
+                    f"{'unlimited' if max_failures == -1 else max_failures})"
+                )
+            finally:
+                group.shutdown()
+        latest = self.manager.latest
+        return Result(
+            metrics=latest.metrics if latest else None,
+            checkpoint=self.manager.latest_checkpoint,
+            error=None,
+            path=self.storage.experiment_fs_path,
+            best_checkpoints=self.manager.best_checkpoints(),
+            return_value=return_value,
+            _metrics_history=[r.metrics for r in self.manager.results],
+        )
+
+    def _attempt(self, group: WorkerGroup) -> Any:
+        try:
+            group.start()
+        except WorkerFailure:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. a worker died while starting
+            raise ControllerError(f"Could not start the training workers: {e}") from e
+        layout = group.rank_layout()
+        master_addr = group.node_ip(group.infos[0]["node_id"])
+        master_port = oxray.get(group.workers[0].free_port.remote())
+        cpus = int(group.resources.get("CPU", 1)) or 1
+        setups = []
+        for worker, ranks in zip(group.workers, layout):
+            env = {
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": str(master_port),
+                "RANK": str(ranks["world_rank"]),
+                "LOCAL_RANK": str(ranks["local_rank"]),
+                "WORLD_SIZE": str(ranks["world_size"]),
+                "LOCAL_WORLD_SIZE": str(ranks["local_world_size"]),
+                "NODE_RANK": str(ranks["node_rank"]),
+                "OMP_NUM_THREADS": str(cpus),
+            }
+            setups.append(worker.setup.remote(env, self.backend_setup(ranks)))
+        gather(setups)
+        latest = self.manager.latest_checkpoint
+        shards = _split_datasets(self.datasets, group.num_workers)
+        runs = []
+        for rank, (worker, ranks) in enumerate(zip(group.workers, layout)):
+            context_args = {
+                "storage_path": self.run_config.storage_path,
+                "name": self.run_config.name,
+                "info": ranks,
+                "trial_dir": self.storage.experiment_fs_path,
+            }
+            runs.append(
+                worker.run.remote(
+                    self.train_fn, self.train_config, context_args, group.sync, latest, {k: v[rank] for k, v in shards.items()}
+                )
+            )
+        return self._wait(group, runs)
+
+    def _wait(self, group: WorkerGroup, runs: list) -> Any:
+        pending = {r: i for i, r in enumerate(runs)}
+        results: list = [None] * len(runs)
+        events = group.sync.next_events.remote(30.0)
+        while pending:
+            ready, _ = oxray.wait([*pending, events], num_returns=1)
+            for ref in ready:
+                if ref == events:
+                    self._register(oxray.get(ref))
+                    events = group.sync.next_events.remote(30.0)
+                    continue
+                rank = pending.pop(ref)
+                try:
+                    results[rank] = oxray.get(ref)
+                except Exception as e:  # noqa: BLE001 - a rank's failure ends the attempt
+                    self._register(oxray.get(group.sync.next_events.remote(0.0)))
+                    raise WorkerFailure(rank, e) from None
+        # Reports completed before the last rank returned.
+        self._register(oxray.get(group.sync.next_events.remote(0.0)))
+        return results[0]
+
+    def _register(self, events: list) -> None:
+        for metrics, dir_name in events:
+            self.manager.on_report(metrics, dir_name)
+
+
+def _split_datasets(datasets: dict, n: int) -> dict:
+    shards = {}
+    for name, ds in datasets.items():
+        split = getattr(ds, "streaming_split", None)
+        if split is None:
+            raise TypeError(f"datasets[{name!r}] must be an oxray.data Dataset, got {type(ds).__name__}")
+        shards[name] = split(n, equal=True)
+    return shards
+
+
+def _describe(failure: WorkerFailure) -> str:
+    err = failure.error
+    text = getattr(err, "traceback_str", None)
+    if text:
+        return text
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__)) if err.__traceback__ else repr(err)
+
+
+def _first_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+

@@ -1,0 +1,166 @@
+"""What a training worker's code sees: `report`, `get_checkpoint`, `get_context`."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.storage import RunStorage
+
+
+@dataclass
+class WorkerInfo:
+    world_rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+
+
+class TrainContext:
+    """`oxray.train.get_context()`."""
+
+    def __init__(self, info: WorkerInfo, experiment_name: str, storage: RunStorage, trial_dir: str):
+        self._info = info
+        self._experiment_name = experiment_name
+        self._storage = storage
+        self._trial_dir = trial_dir
+
+    def get_world_size(self) -> int:
+        return self._info.world_size
+
+    def get_world_rank(self) -> int:
+        return self._info.world_rank
+
+    def get_local_rank(self) -> int:
+        return self._info.local_rank
+
+    def get_local_world_size(self) -> int:
+        return self._info.local_world_size
+
+    def get_node_rank(self) -> int:
+        return self._info.node_rank
+
+    def get_experiment_name(self) -> str:
+        return self._experiment_name
+
+    def get_trial_dir(self) -> str:
+        return self._trial_dir
+
+    def get_storage(self) -> RunStorage:
+        return self._storage
+
+    def __repr__(self):
+        i = self._info
+        return f"TrainContext(world_rank={i.world_rank}, world_size={i.world_size}, local_rank={i.local_rank}, node_rank={i.node_rank})"
+
+
+class Session:
+    def __init__(self, context: TrainContext, sync, latest_checkpoint: Optional[Checkpoint], datasets: dict):
+        self.context = context
+        self.sync = sync
+        self.latest_checkpoint = latest_checkpoint
+        self.datasets = datasets
+
+
+_SESSION: Optional[Session] = None
+_LOCK = threading.Lock()
+
+
+def set_session(session: Optional[Session]) -> None:
+    global _SESSION
+    with _LOCK:
+        _SESSION = session
+
+
+def get_session(fn_name: str) -> Session:
+    if _SESSION is None:
+        raise RuntimeError(
+            f"oxray.train.{fn_name}() was called outside a training worker; call it inside train_loop_per_worker"
+        )
+    return _SESSION
+
+
+def _plain(value: Any):
+    item = getattr(value, "item", None)  # numpy scalars
+    if callable(item) and getattr(value, "ndim", 1) == 0:
+        return item()
+    return repr(value)
+
+
+def _check_metrics(metrics) -> dict:
+    if not isinstance(metrics, dict):
+        raise TypeError(f"report(metrics=...) expects a dict of metrics, got {type(metrics).__name__}")
+    for key, value in metrics.items():
+        if type(value).__module__.startswith("torch"):
+            raise ValueError(
+                f"report(): the metric {key!r} is a torch {type(value).__name__}; pass a Python number instead, e.g. "
+                f"{key}=value.item()"
+            )
+    return json.loads(json.dumps(metrics, default=_plain))
+
+
+def _default_dir_name() -> str:
+    return "checkpoint_" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S.%f")
+
+
+def report(
+    metrics: dict,
+    checkpoint: Optional[Checkpoint] = None,
+    checkpoint_dir_name: Optional[str] = None,
+    checkpoint_upload_mode=None,
+    delete_local_checkpoint_after_upload: Optional[bool] = None,
+    checkpoint_upload_fn=None,
+    validation=False,
+) -> None:
+    """Reports metrics (and optionally a checkpoint) from this rank. A barrier:
+    every rank calls it the same number of times."""
+    from oxray._private.api import get
+
+    session = get_session("report")
+    plain = _check_metrics(metrics)
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise TypeError(f"report(checkpoint=...) expects an oxray.train.Checkpoint, got {type(checkpoint).__name__}")
+    if checkpoint_dir_name is not None and (not isinstance(checkpoint_dir_name, str) or "/" in checkpoint_dir_name):
+        raise ValueError(f"report(checkpoint_dir_name={checkpoint_dir_name!r}): expected a directory name without '/'")
+    rank = session.context.get_world_rank()
+    # Rank 0 names the directory that every rank's files go into.
+    proposed = (checkpoint_dir_name or _default_dir_name()) if rank == 0 else None
+    dir_name = get(session.sync.barrier.remote(rank, proposed))[0]
+    if checkpoint is not None:
+        storage = session.context.get_storage()
+        with checkpoint.as_directory() as local:
+            storage.upload_checkpoint(local, dir_name)
+        if delete_local_checkpoint_after_upload and not checkpoint._is_remote:
+            import shutil
+
+            shutil.rmtree(checkpoint.path, ignore_errors=True)
+    # Second barrier: all files are in place; the controller registers the report.
+    gave = get(session.sync.report.remote(rank, plain, dir_name, checkpoint is not None))
+    if gave:
+        session.latest_checkpoint = Checkpoint(session.context.get_storage().checkpoint_path(dir_name))
+
+
+def get_checkpoint() -> Optional[Checkpoint]:
+    """The latest checkpoint reported in this run (or the run it resumes), or None."""
+    return get_session("get_checkpoint").latest_checkpoint
+
+
+def get_context() -> TrainContext:
+    return get_session("get_context").context
+
+
+def get_dataset_shard(dataset_name: Optional[str] = None):
+    session = get_session("get_dataset_shard")
+    if dataset_name not in session.datasets:
+        raise KeyError(f"get_dataset_shard({dataset_name!r}): no such dataset; the trainer was given {sorted(session.datasets)}")
+    return session.datasets[dataset_name]
+
+
+def in_worker() -> bool:
+    return _SESSION is not None and os.environ.get("RANK") is not None

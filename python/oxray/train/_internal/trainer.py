@@ -1,0 +1,73 @@
+"""`DataParallelTrainer`: the base of `TorchTrainer`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import oxray
+from oxray.train._internal.config import RunConfig, ScalingConfig
+from oxray.train._internal.controller import TrainController
+from oxray.train._result import Result
+
+
+class DataParallelTrainer:
+    def __init__(
+        self,
+        train_loop_per_worker: Callable,
+        *,
+        train_loop_config: Optional[dict] = None,
+        backend_config: Any = None,
+        scaling_config: Optional[ScalingConfig] = None,
+        run_config: Optional[RunConfig] = None,
+        datasets: Optional[dict] = None,
+        dataset_config: Any = None,
+        validation_config: Any = None,
+        resume_from_checkpoint: Any = None,
+        metadata: Any = None,
+    ):
+        name = type(self).__name__
+        if not callable(train_loop_per_worker):
+            raise TypeError(f"{name}(train_loop_per_worker=...) must be a function, got {type(train_loop_per_worker).__name__}")
+        if resume_from_checkpoint is not None or metadata is not None:
+            raise DeprecationWarning(
+                f"{name}(resume_from_checkpoint=..., metadata=...) is deprecated in Ray Train v2: call "
+                "oxray.train.get_checkpoint() in the training function, and rerun with the same RunConfig(name, storage_path) to resume"
+            )
+        if train_loop_config is not None and not isinstance(train_loop_config, dict):
+            raise TypeError(f"{name}(train_loop_config=...) must be a dict, got {type(train_loop_config).__name__}")
+        scaling_config = scaling_config if scaling_config is not None else ScalingConfig()
+        run_config = run_config if run_config is not None else RunConfig()
+        if not isinstance(scaling_config, ScalingConfig):
+            raise TypeError(f"{name}(scaling_config=...) must be an oxray.train.ScalingConfig, got {type(scaling_config).__name__}")
+        if not isinstance(run_config, RunConfig):
+            raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
+        if datasets is not None and not isinstance(datasets, dict):
+            raise TypeError(f"{name}(datasets=...) must be a dict of name -> Dataset, got {type(datasets).__name__}")
+        self.train_loop_per_worker = train_loop_per_worker
+        self.train_loop_config = train_loop_config
+        self.backend_config = backend_config
+        self.scaling_config = scaling_config
+        self.run_config = run_config
+        self.datasets = datasets or {}
+
+    def _backend_setup(self, ranks: dict) -> Callable[[], None]:
+        return _no_setup
+
+    def fit(self) -> Result:
+        """Runs training to the end and returns its `Result`; raises
+        `TrainingFailedError` when it fails more than `max_failures` times."""
+        if not oxray.is_initialized():
+            oxray.init()
+        controller = TrainController(
+            self.train_loop_per_worker,
+            self.train_loop_config,
+            self.scaling_config,
+            self.run_config,
+            self._backend_setup,
+            self.datasets,
+        )
+        return controller.run()
+
+
+def _no_setup() -> None:
+    return None

@@ -1,0 +1,235 @@
+"""The training workers: N actors gang-scheduled in one placement group, plus
+the synchronization actor that `report` uses as its barrier."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import oxray
+from oxray import exceptions
+from oxray._private.actor import ActorClass
+
+
+class SyncActor:
+    """Barriers across ranks (`report` is one), and the queue of completed
+    reports that the controller drains."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.cond = threading.Condition()
+        self.arrived: dict = {}
+        self.generation = 0
+        self.completed: dict = {}
+        self.events: list = []
+
+    def _gather(self, rank: int, value, on_complete: Optional[Callable] = None) -> list:
+        with self.cond:
+            generation = self.generation
+            self.arrived[rank] = value
+            if len(self.arrived) == self.world_size:
+                values = [self.arrived[i] for i in range(self.world_size)]
+                self.arrived = {}
+                # Every rank has read generation - 1 before it could arrive here.
+                self.completed.pop(generation - 1, None)
+                self.completed[generation] = values
+                self.generation += 1
+                if on_complete is not None:
+                    on_complete(values)
+                self.cond.notify_all()
+            else:
+                while self.generation == generation:
+                    self.cond.wait()
+            return self.completed[generation]
+
+    def barrier(self, rank: int, value) -> list:
+        return self._gather(rank, value)
+
+    def report(self, rank: int, metrics: dict, dir_name: str, has_checkpoint: bool) -> bool:
+        def complete(values):
+            gave = any(v[1] for v in values)
+            # Only rank 0's metrics are kept, as in Ray.
+            self.events.append((values[0][0], dir_name if gave else None))
+
+        values = self._gather(rank, (metrics, has_checkpoint), complete)
+        return any(v[1] for v in values)
+
+    def next_events(self, timeout_s: float) -> list:
+        with self.cond:
+            self.cond.wait_for(lambda: self.events, timeout_s)
+            events, self.events = self.events, []
+            return events
+
+
+class RayTrainWorker:
+    """One training process. `run` executes the user's loop."""
+
+    def info(self) -> dict:
+        from oxray._private.state import STATE
+
+        return {"node_id": STATE.node_id, "pid": os.getpid(), "gpu_ids": oxray.get_gpu_ids()}
+
+    def free_port(self) -> int:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            return s.getsockname()[1]
+
+    def setup(self, env: dict, backend_setup: Callable[[], None]) -> None:
+        os.environ.update(env)
+        cpus = env.get("OMP_NUM_THREADS")
+        if cpus:
+            try:
+                import torch
+
+                torch.set_num_threads(int(cpus))
+            except ImportError:
+                pass
+        backend_setup()
+
+    def run(self, train_fn, config, context_args: dict, sync, latest_checkpoint, datasets: dict):
+        from oxray.train._internal import session as s
+        from oxray.train._internal.storage import RunStorage
+
+        storage = RunStorage(context_args["storage_path"], context_args["name"])
+        context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage, context_args["trial_dir"])
+        s.set_session(s.Session(context, sync, latest_checkpoint, datasets))
+        try:
+            return train_fn(config) if config is not None else _call_loop(train_fn)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+
+def _call_loop(train_fn):
+    import inspect
+
+    try:
+        takes_config = len(inspect.signature(train_fn).parameters) > 0
+    except (TypeError, ValueError):
+        takes_config = False
+    return train_fn({}) if takes_config else train_fn()
+
+
+def _log(msg: str) -> None:
+    print(f"(oxray.train) {msg}", file=sys.stderr, flush=True)
+
+
+class WorkerGroupStartError(Exception):
+    pass
+
+
+class WorkerGroup:
+    def __init__(self, num_workers: int, resources: dict, strategy: str, run_name: str):
+        self.num_workers = num_workers
+        self.resources = resources
+        self.strategy = strategy
+        self.run_name = run_name
+        self.pg = None
+        self.sync = None
+        self.workers: list = []
+        self.infos: list = []
+
+    def _actor_options(self, rank: int) -> dict:
+        from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        res = dict(self.resources)
+        options = {
+            "num_cpus": res.pop("CPU", 0.0),
+            "num_gpus": res.pop("GPU", 0.0),
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=rank),
+            # The log prefix of this worker's output in the driver.
+            "_display_name": f"RayTrainWorker rank={rank}",
+        }
+        if "memory" in res:
+            options["memory"] = res.pop("memory")
+        if res:
+            options["resources"] = res
+        return options
+
+    def start(self) -> None:
+        from oxray.util.placement_group import placement_group
+
+        self.pg = placement_group([dict(self.resources) for _ in range(self.num_workers)], strategy=self.strategy)
+        started = time.monotonic()
+        while not self.pg.wait(timeout_seconds=10):
+            _log(
+                f"waiting for resources for {self.num_workers} workers of {self.resources} each "
+                f"({time.monotonic() - started:.0f} s so far); the cluster has {oxray.available_resources()} free"
+            )
+        self.sync = ActorClass(SyncActor, {})._remote(
+            (self.num_workers,), {}, {"num_cpus": 0, "max_concurrency": self.num_workers + 4, "_display_name": "TrainSync"}
+        )
+        worker_cls = ActorClass(RayTrainWorker, {})
+        self.workers = [worker_cls._remote((), {}, self._actor_options(rank)) for rank in range(self.num_workers)]
+        self.infos = gather([w.info.remote() for w in self.workers])
+
+    def rank_layout(self) -> list[dict]:
+        """World/local/node ranks: rank follows the bundle order; nodes are
+        numbered in order of their first worker."""
+        node_order: list = []
+        layout = []
+        for rank, info in enumerate(self.infos):
+            if info["node_id"] not in node_order:
+                node_order.append(info["node_id"])
+            same_node = [i for i in self.infos[:rank] if i["node_id"] == info["node_id"]]
+            layout.append(
+                {
+                    "world_rank": rank,
+                    "world_size": self.num_workers,
+                    "local_rank": len(same_node),
+                    "local_world_size": sum(1 for i in self.infos if i["node_id"] == info["node_id"]),
+                    "node_rank": node_order.index(info["node_id"]),
+                }
+            )
+        return layout
+
+    def node_ip(self, node_id: str) -> str:
+        for n in oxray.nodes():
+            if n["NodeID"] == node_id:
+                return n["NodeManagerAddress"]
+        return "127.0.0.1"
+
+    def shutdown(self) -> None:
+        from oxray.util.placement_group import remove_placement_group
+
+        for actor in [*self.workers, self.sync]:
+            if actor is not None:
+                try:
+                    oxray.kill(actor)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+        if self.pg is not None:
+            try:
+                remove_placement_group(self.pg)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.workers, self.sync, self.pg = [], None, None
+
+
+class WorkerFailure(Exception):
+    """A rank failed: its error (with the remote traceback) and its rank."""
+
+    def __init__(self, rank: int, error: BaseException):
+        super().__init__(f"rank {rank}: {error}")
+        self.rank = rank
+        self.error = error
+
+
+def gather(refs: list) -> list:
+    """Results of one call per rank; the first failure raises at once (the
+    other ranks may be blocked waiting for the failed one)."""
+    pending = {r: i for i, r in enumerate(refs)}
+    results: list[Any] = [None] * len(refs)
+    while pending:
+        ready, _ = oxray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            rank = pending.pop(ref)
+            try:
+                results[rank] = oxray.get(ref)
+            except (exceptions.RayError, Exception) as e:  # noqa: BLE001 - a rank's failure ends the attempt
+                raise WorkerFailure(rank, e) from None
+    return results

@@ -1,0 +1,64 @@
+"""`Result`: what `fit()` returns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from oxray.train._checkpoint import Checkpoint
+
+
+@dataclass
+class Result:
+    metrics: Optional[dict]
+    checkpoint: Optional[Checkpoint]
+    error: Optional[BaseException]
+    path: str
+    best_checkpoints: list = field(default_factory=list)
+    return_value: Any = None
+    _metrics_history: list = field(default_factory=list, repr=False)
+
+    @property
+    def metrics_dataframe(self):
+        """The metrics of the retained checkpointed reports, one row each (pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self._metrics_history)
+
+    @property
+    def filesystem(self):
+        return None
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
+        if mode not in ("max", "min"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}): expected 'max' or 'min'")
+        scored = [(m[metric], c) for c, m in self.best_checkpoints if isinstance(m.get(metric), (int, float))]
+        if not scored:
+            raise RuntimeError(f"get_best_checkpoint: no retained checkpoint reported the metric {metric!r}")
+        pick = max if mode == "max" else min
+        return pick(scored, key=lambda t: t[0])[1]
+
+    @classmethod
+    def from_path(cls, path: str) -> "Result":
+        """The result of a finished run, read from its directory (local or s3://)."""
+        from oxray.train._internal.storage import SNAPSHOT_FILE, join, open_storage
+
+        raw = open_storage(path).read_bytes(SNAPSHOT_FILE)
+        if raw is None:
+            raise ValueError(f"Result.from_path({path!r}): no {SNAPSHOT_FILE} there; is it a train run directory?")
+        snap = json.loads(raw)
+        results = snap.get("checkpoint_results") or []
+        latest = snap.get("latest_checkpoint_result")
+        best = [(Checkpoint(join(path, r["checkpoint_dir_name"])), r["metrics"]) for r in results]
+        return cls(
+            metrics=latest["metrics"] if latest else None,
+            checkpoint=Checkpoint(join(path, latest["checkpoint_dir_name"])) if latest else None,
+            error=None,
+            path=path,
+            best_checkpoints=best,
+            _metrics_history=[r["metrics"] for r in results],
+        )
+
+    def __repr__(self):
+        return f"Result(metrics={self.metrics}, path={self.path!r}, filesystem='{'s3' if '://' in self.path else 'local'}', checkpoint={self.checkpoint})"
