@@ -161,11 +161,21 @@ class TrainController:
                 try:
                     results[rank] = oxray.get(ref)
                 except Exception as e:  # noqa: BLE001 - a rank's failure ends the attempt
-                    self._register(oxray.get(group.sync.next_events.remote(0.0)))
+                    self._drain(group, events)
                     raise WorkerFailure(rank, e) from None
-        # Reports completed before the last rank returned.
-        self._register(oxray.get(group.sync.next_events.remote(0.0)))
+        self._drain(group, events)
         return results[0]
+
+    def _drain(self, group: WorkerGroup, in_flight) -> None:
+        """Registers every report completed so far, including any that the
+        in-flight `next_events` call has already taken."""
+        try:
+            oxray.get(group.sync.close.remote())
+            self._register(oxray.get(in_flight))
+            self._register(oxray.get(group.sync.next_events.remote(0.0)))
+        except oxray.exceptions.RayError as e:
+            # The sync actor died with its node; reports it held were not checkpointed.
+            _log(f"could not collect the last reports: {e}")
 
     def _register(self, events: list) -> None:
         for metrics, dir_name in events:

@@ -26,6 +26,13 @@ class SyncActor:
         self.generation = 0
         self.completed: dict = {}
         self.events: list = []
+        self.closed = False
+
+    def close(self) -> None:
+        """Wakes a waiting `next_events`: the controller is about to drain the queue."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
 
     def _gather(self, rank: int, value, on_complete: Optional[Callable] = None) -> list:
         with self.cond:
@@ -60,7 +67,7 @@ class SyncActor:
 
     def next_events(self, timeout_s: float) -> list:
         with self.cond:
-            self.cond.wait_for(lambda: self.events, timeout_s)
+            self.cond.wait_for(lambda: self.events or self.closed, timeout_s)
             events, self.events = self.events, []
             return events
 
