@@ -6,6 +6,7 @@ when it fails."""
 import glob
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -326,3 +327,73 @@ def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluste
     if mortal_node == first_node:
         with pytest.raises(ray.exceptions.ActorDiedError, match=first_node[:8]):
             ray.get(mortal.call.remote(), timeout=30)
+
+
+def train_across_nodes_loop(config):
+    import tempfile
+
+    from oxray import train
+
+    ctx = train.get_context()
+    ckpt = train.get_checkpoint()
+    start = 0
+    if ckpt:
+        with ckpt.as_directory() as d:
+            start = int(open(os.path.join(d, "epoch")).read()) + 1
+    log = os.path.join(config["log_dir"], f"start-{ctx.get_world_rank()}-{os.getpid()}")
+    with open(log, "w") as f:
+        json.dump({"start": start, "node_rank": ctx.get_node_rank(), "local_rank": ctx.get_local_rank(),
+                   "node": ray.get_runtime_context().get_node_id(), "master": os.environ["MASTER_ADDR"]}, f)
+    print(f"rank {ctx.get_world_rank()} starts at epoch {start} on node rank {ctx.get_node_rank()}", flush=True)
+    for epoch in range(start, config["epochs"]):
+        open(os.path.join(config["log_dir"], f"epoch-{epoch}-rank-{ctx.get_world_rank()}"), "w").close()
+        time.sleep(0.5)
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "epoch"), "w") as f:
+                f.write(str(epoch))
+            train.report({"epoch": epoch}, checkpoint=train.Checkpoint.from_directory(d))
+
+
+def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
+    import threading
+
+    from oxray.train import FailureConfig, RunConfig, ScalingConfig
+    from oxray.train.torch import TorchTrainer
+
+    local_cluster.start_head(num_cpus=2)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    node_b = local_cluster.node_with("node_b")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def kill_node_b_mid_run():
+        if wait_until(lambda: (logs / "epoch-2-rank-1").exists(), timeout=120):
+            os.kill(int(node_b["pid"]), signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_node_b_mid_run, daemon=True)
+    killer.start()
+    result = TorchTrainer(
+        train_across_nodes_loop,
+        train_loop_config={"epochs": 5, "log_dir": str(logs)},
+        scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
+        run_config=RunConfig(storage_path=str(tmp_path / "results"), name="nodes",
+                             failure_config=FailureConfig(max_failures=1)),
+    ).fit()
+    killer.join(timeout=5)
+    runs = [json.load(open(logs / f)) for f in sorted(os.listdir(logs)) if f.startswith("start-")]
+    first = [r for r in runs if r["start"] == 0]
+    again = [r for r in runs if r["start"] > 0]
+    # First attempt: one worker per node, rank 1 on node b with node rank 1; both use rank 0's node address.
+    assert sorted(r["node_rank"] for r in first) == [0, 1] and {r["node"] for r in first} >= {node_b["node_id"]}
+    assert {r["master"] for r in runs} == {"127.0.0.1"} and {r["local_rank"] for r in first} == {0}
+    # After node b died, the group restarted on the head from the latest checkpoint (epoch >= 1).
+    assert len(again) == 2 and len({r["start"] for r in again}) == 1 and again[0]["start"] >= 2
+    assert {r["node"] for r in again} != {node_b["node_id"]} and sorted(r["local_rank"] for r in again) == [0, 1]
+    assert result.metrics == {"epoch": 4}
+    # Both workers' output reached this driver, the one on node b included, prefixed with rank, pid and ip.
+    out = capfd.readouterr().out
+    remote = [r for r in first if r["node"] == node_b["node_id"]]
+    assert re.search(r"\(RayTrainWorker rank=1 pid=\d+, ip=127.0.0.1\) rank 1 starts at epoch 0 on node rank 1", out), out
+    assert remote and re.search(r"\(RayTrainWorker rank=0 pid=\d+, ip=127.0.0.1\) rank 0 starts at epoch 0", out), out

@@ -354,6 +354,14 @@ impl Client {
         reply.into_inner().actors.iter().map(|a| actor_dict(py, a)).collect()
     }
 
+    /// Prints the output of this job's workers on other nodes in this
+    /// terminal (and on this node too when `skip_address` is None).
+    #[pyo3(signature = (token, job_id, skip_address=None))]
+    fn follow_logs(&self, py: Python<'_>, token: String, job_id: Vec<u8>, skip_address: Option<String>) {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.follow_logs(token, job_id, skip_address)));
+    }
+
     fn cluster_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.flush(py)?;
         let mut agent = self.inner.agent();

@@ -74,6 +74,8 @@ pub struct CoreClient {
     /// In a worker: its event stream to the agent. Task completions and all of
     /// the worker's reference changes travel on it, so they stay in order.
     worker_events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>>>,
+    /// Dropped with the client: ends the tasks that print other nodes' output.
+    log_stop: Mutex<Option<tokio::sync::watch::Sender<()>>>,
 }
 
 pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
@@ -135,6 +137,7 @@ impl CoreClient {
             send_error: Mutex::new(None),
             worker_events: Mutex::new(None),
             local: None,
+            log_stop: Mutex::new(None),
         })
     }
 
@@ -148,6 +151,34 @@ impl CoreClient {
         let mut client = Self::connect(address, token, client_id).await?;
         client.local = Some(service);
         Ok(client)
+    }
+
+    /// Prints, in this driver's terminal, what the workers of job `job_id`
+    /// print on every node except `skip` (the embedded agent prints its own).
+    /// Nodes that join later are followed within 2 s.
+    pub async fn follow_logs(self: &std::sync::Arc<Self>, token: String, job_id: Vec<u8>, skip: Option<String>) {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+        *self.log_stop.lock() = Some(stop_tx);
+        let follower = std::sync::Arc::new(LogFollower {
+            token,
+            job_id,
+            skip,
+            following: Mutex::new(std::collections::HashSet::new()),
+            channels: AgentChannels::default(),
+            stop: stop_rx,
+        });
+        let mut agent = self.agent.clone();
+        follower.follow_new_nodes(&mut agent).await;
+        tokio::spawn(async move {
+            let mut stop = follower.stop.clone();
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = stop.changed() => return,
+                }
+                follower.follow_new_nodes(&mut agent).await;
+            }
+        });
     }
 
     /// Queues a task or actor call; `run_sender` ships it.
@@ -415,6 +446,61 @@ impl CoreClient {
             None => {
                 agent_call!(self, task_done, done)?;
                 Ok(())
+            }
+        }
+    }
+}
+
+/// The driver's subscriptions to node agents' worker output.
+struct LogFollower {
+    token: String,
+    job_id: Vec<u8>,
+    skip: Option<String>,
+    following: Mutex<std::collections::HashSet<String>>,
+    channels: AgentChannels,
+    stop: tokio::sync::watch::Receiver<()>,
+}
+
+impl LogFollower {
+    async fn follow_new_nodes(self: &std::sync::Arc<Self>, agent: &mut AgentClient) {
+        let Ok(reply) = agent.cluster_info(Empty {}).await else { return };
+        for node in reply.into_inner().nodes {
+            if !node.alive || self.skip.as_deref() == Some(node.address.as_str()) {
+                continue;
+            }
+            if !self.following.lock().insert(node.address.clone()) {
+                continue;
+            }
+            let Some(stream) = self.subscribe(&node.address).await else {
+                self.following.lock().remove(&node.address);
+                continue;
+            };
+            let this = self.clone();
+            tokio::spawn(async move {
+                this.print(stream).await;
+                this.following.lock().remove(&node.address);
+            });
+        }
+    }
+
+    async fn subscribe(&self, address: &str) -> Option<tonic::Streaming<LogBatch>> {
+        let mut client = self.channels.client(address, &self.token).await.ok()?;
+        let request = SubscribeLogsRequest { job_id: self.job_id.clone() };
+        client.subscribe_logs(request).await.ok().map(|r| r.into_inner())
+    }
+
+    async fn print(&self, mut stream: tonic::Streaming<LogBatch>) {
+        let mut stop = self.stop.clone();
+        loop {
+            let batch = tokio::select! {
+                next = stream.message() => match next {
+                    Ok(Some(batch)) => batch,
+                    _ => return,
+                },
+                _ = stop.changed() => return,
+            };
+            for line in batch.lines {
+                crate::agent::print_worker_line(&line.prefix, &line.text, line.is_stderr);
             }
         }
     }

@@ -180,6 +180,9 @@ def init(
     STATE.runtime_env = dict(runtime_env or {})
     STATE.functions.clear()
     STATE.registered.clear()
+    if log_to_driver:
+        # The embedded agent prints its workers' output itself; other nodes' comes over the network.
+        client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
     atexit.register(shutdown)
     return RayContext(STATE.address_info)
 

@@ -1,9 +1,12 @@
 //! The node agent: a gRPC service over `AgentState`, plus the worker processes
 //! it starts and watches.
 
+mod logs;
 mod peers;
 pub mod state;
 mod workers;
+
+pub use workers::print_line as print_worker_line;
 
 pub use state::{Action, AgentConfig, AgentState};
 pub use workers::SpawnConfig;
@@ -28,6 +31,8 @@ pub struct AgentShared {
     /// Actor updates for the head, sent in order by one task.
     actor_updates: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ActorInfo>>>,
     pub(crate) peers: peers::PeerLinks,
+    /// Worker output for subscribed drivers.
+    logs: logs::LogHub,
 }
 
 pub type HeadConn =
@@ -50,6 +55,7 @@ impl AgentShared {
             head: Mutex::new(None),
             actor_updates: Mutex::new(None),
             peers: peers::PeerLinks::default(),
+            logs: logs::LogHub::default(),
         })
     }
 
@@ -158,12 +164,19 @@ impl AgentShared {
             let Some(stream) = stream else { continue };
             let this = self.clone();
             let path = log_path.clone();
+            let host = cfg.agent_address.rsplit_once(':').map_or(cfg.agent_address.clone(), |(h, _)| h.to_string());
             tokio::spawn(async move {
-                let prefix = move || match this.state.lock().worker_label(&worker_id) {
-                    Some((label, pid)) => format!("{label} pid={pid}"),
-                    None => format!("pid={pid}"),
+                let emit = move |line: &str| {
+                    let (label, job_id) = match this.state.lock().worker_label(&worker_id) {
+                        Some((label, pid, job_id)) => (format!("{label} pid={pid}"), job_id),
+                        None => (format!("pid={pid}"), Vec::new()),
+                    };
+                    if forward {
+                        workers::print_line(&label, line, to_stderr);
+                    }
+                    this.logs.publish(job_id, format!("{label}, ip={host}"), line.to_string(), to_stderr);
                 };
-                workers::forward_output(stream, path, to_stderr, forward, prefix).await;
+                workers::forward_output(stream, path, emit).await;
             });
         }
         let this = self.clone();
@@ -625,6 +638,15 @@ impl NodeAgent for AgentService {
     async fn pull_object(&self, request: Request<PullRequest>) -> Result<Response<Self::PullObjectStream>, Status> {
         let id = id_from_bytes(&request.into_inner().object_id).map_err(bad)?;
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(self.shared.serve_pull(id))))
+    }
+
+    type SubscribeLogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>>;
+
+    async fn subscribe_logs(
+        &self,
+        request: Request<SubscribeLogsRequest>,
+    ) -> Result<Response<Self::SubscribeLogsStream>, Status> {
+        Ok(Response::new(self.shared.logs.subscribe(request.into_inner().job_id)))
     }
 
     async fn create_placement_group(

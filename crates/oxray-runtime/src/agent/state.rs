@@ -172,6 +172,8 @@ struct WorkerEntry {
     pending: Option<Assignment>,
     held_refs: HashSet<Id>,
     label: String,
+    /// The job whose task or actor runs there: its output goes to that driver.
+    job_id: Vec<u8>,
     blocked: bool,
 }
 
@@ -709,11 +711,17 @@ impl AgentState {
         self.available.retain_in(&self.total);
         let to_start = wanted_workers.min(self.max_starting).saturating_sub(self.starting_pool_workers);
         for _ in 0..to_start {
-            self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new());
+            self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new(), Vec::new());
         }
     }
 
-    fn spawn_worker(&mut self, role: WorkerRole, label: String, extra_env: Vec<(String, String)>) -> Id {
+    fn spawn_worker(
+        &mut self,
+        role: WorkerRole,
+        label: String,
+        job_id: Vec<u8>,
+        extra_env: Vec<(String, String)>,
+    ) -> Id {
         let worker_id: Id = rand::random();
         if role == WorkerRole::Pool {
             self.starting_pool_workers += 1;
@@ -730,6 +738,7 @@ impl AgentState {
                 pending: None,
                 held_refs: HashSet::new(),
                 label,
+                job_id,
                 blocked: false,
             },
         );
@@ -743,10 +752,12 @@ impl AgentState {
         task.gpus = gpus;
         task.state = TaskState::Running(worker_id);
         let label = task.spec.name.clone();
+        let job_id = task.spec.job_id.clone();
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
         worker.running = Some(task_id);
         worker.label = label;
+        worker.job_id = job_id;
         if let Some(tx) = &worker.tx {
             let _ = tx.send(Ok(assignment));
         }
@@ -758,8 +769,9 @@ impl AgentState {
         }
     }
 
-    pub fn worker_label(&self, worker_id: &Id) -> Option<(String, u32)> {
-        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid))
+    /// The name, pid and job of what runs on a worker, for its output's prefix.
+    pub fn worker_label(&self, worker_id: &Id) -> Option<(String, u32, Vec<u8>)> {
+        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid, w.job_id.clone()))
     }
 
     /// A worker process opened its assignment stream.
@@ -946,9 +958,10 @@ impl AgentState {
         self.available.subtract(&task.holds);
         task.gpus = gpus;
         let label = task.spec.name.clone();
+        let job_id = task.spec.job_id.clone();
         let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, env);
+        let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, job_id, env);
         self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("just spawned");

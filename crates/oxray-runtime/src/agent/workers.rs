@@ -51,12 +51,12 @@ pub fn spawn_worker(cfg: &SpawnConfig, worker_id: Id, env: &[(String, String)]) 
     cmd.spawn()
 }
 
-/// Copies one output stream of a worker to its log file and, prefixed with the
-/// worker's current task name and pid, to the driver's terminal.
-pub async fn forward_output<R, F>(stream: R, log_path: PathBuf, to_stderr: bool, forward: bool, prefix: F)
+/// Copies one output stream of a worker to its log file, and hands each line
+/// to `emit` (which prints and publishes it).
+pub async fn forward_output<R, F>(stream: R, log_path: PathBuf, mut emit: F)
 where
     R: tokio::io::AsyncRead + Unpin,
-    F: Fn() -> String,
+    F: FnMut(&str),
 {
     let mut log = tokio::fs::OpenOptions::new().create(true).append(true).open(&log_path).await.ok();
     let mut lines = BufReader::new(stream).lines();
@@ -64,16 +64,19 @@ where
         if let Some(f) = log.as_mut() {
             let _ = f.write_all(format!("{line}\n").as_bytes()).await;
         }
-        if forward {
-            let text = format!("({}) {line}\n", prefix());
-            use std::io::Write;
-            if to_stderr {
-                let _ = std::io::stderr().lock().write_all(text.as_bytes());
-            } else {
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(text.as_bytes());
-                let _ = out.flush();
-            }
-        }
+        emit(&line);
+    }
+}
+
+/// Prints a line of worker output in this process's terminal as `(prefix) line`.
+pub fn print_line(prefix: &str, line: &str, to_stderr: bool) {
+    use std::io::Write;
+    let text = format!("({prefix}) {line}\n");
+    if to_stderr {
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+    } else {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
     }
 }
