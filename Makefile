@@ -52,6 +52,8 @@ test: lint rust-test py-test
 bench: release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"
 	$(PY) bench/core_bench.py
+	$(MAKE) $(MNIST_RAW)/train-images-idx3-ubyte
+	$(PY) bench/train_bench.py
 
 clean:
 	cargo clean
