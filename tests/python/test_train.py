@@ -279,6 +279,15 @@ def test_torch_tensor_metric_is_rejected(cluster, tmp_path):
         TorchTrainer(tensor_metric_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
 
 
+def fsdp_on_cpu_loop():
+    prepare_model(torch.nn.Linear(2, 1), parallel_strategy="fsdp")
+
+
+def test_fsdp_on_cpu_workers_is_a_clear_error(cluster, tmp_path):
+    with pytest.raises(train.TrainingFailedError, match=r"parallel_strategy='fsdp'\) needs a GPU"):
+        TorchTrainer(fsdp_on_cpu_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+
+
 # --- S3 storage on a real S3 API server (moto) ---
 
 

@@ -53,6 +53,11 @@ def prepare_model(
         return DistributedDataParallel(model, **kwargs)
     from torch.distributed.fsdp import FullyShardedDataParallel
 
+    if device.type == "cpu":
+        raise ValueError(
+            "prepare_model(parallel_strategy='fsdp') needs a GPU per worker (ScalingConfig(use_gpu=True)); "
+            "on CPU use parallel_strategy='ddp'"
+        )
     if device.type == "cuda":
         kwargs.setdefault("device_id", device)
     return FullyShardedDataParallel(model, **kwargs)
