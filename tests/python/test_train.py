@@ -52,11 +52,12 @@ def ddp_loop(config):
         opt.zero_grad()
         loss.backward()
         opt.step()
+    second_pass = [int(i) for (idx,) in loader for i in idx]  # the next pass reshuffles (set_epoch advanced)
     params = [p.detach().flatten().tolist() for p in model.parameters()]
     env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR")}
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, f"rank{ctx.get_world_rank()}.json"), "w") as f:
-            json.dump({"seen": seen, "params": params, "env": env}, f)
+            json.dump({"seen": seen, "second_pass": second_pass, "params": params, "env": env}, f)
         train.report({"loss": loss.item(), "steps": len(seen) // 4}, checkpoint=Checkpoint.from_directory(d))
     return ctx.get_world_rank()
 
@@ -71,6 +72,8 @@ def test_ddp_syncs_parameters_and_ranks_see_disjoint_shards(cluster, tmp_path):
     seen0, seen1 = set(per_rank[0]["seen"]), set(per_rank[1]["seen"])
     assert not seen0 & seen1 and seen0 | seen1 == set(range(64)), (sorted(seen0), sorted(seen1))
     assert per_rank[0]["seen"] != sorted(per_rank[0]["seen"])  # shuffle=True survived the DistributedSampler
+    assert per_rank[0]["second_pass"] != per_rank[0]["seen"]
+    assert set(per_rank[0]["second_pass"]) | set(per_rank[1]["second_pass"]) == set(range(64))
     assert [r["env"]["RANK"] for r in per_rank] == ["0", "1"]
     assert {r["env"]["WORLD_SIZE"] for r in per_rank} == {"2"} and {r["env"]["NODE_RANK"] for r in per_rank} == {"0"}
     assert [r["env"]["LOCAL_RANK"] for r in per_rank] == ["0", "1"]
@@ -227,6 +230,19 @@ def test_exception_in_one_rank_raises_without_hanging(cluster, tmp_path):
     assert time.monotonic() - started < 60
 
 
+def uneven_reports_loop():
+    train.report({"step": 0})
+    if train.get_context().get_world_rank() == 0:
+        train.report({"step": 1})  # rank 1 has already returned: this barrier can never complete
+
+
+def test_ranks_reporting_unequally_fail_instead_of_hanging(cluster, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] finished the training function without this report"):
+        TorchTrainer(uneven_reports_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+    assert time.monotonic() - started < 60
+
+
 # --- bad configuration ---
 
 
@@ -266,6 +282,13 @@ def test_bad_configs_fail_with_clear_errors(cluster, tmp_path):
     assert str(blocker) in str(info.value)
     with pytest.raises(ValueError, match="storage path"):
         TorchTrainer(never_runs, run_config=RunConfig(storage_path="gs://bucket/x", name="x")).fit()
+    with pytest.raises(ValueError, match="'..' is not a plain directory name"):
+        RunConfig(storage_path=str(tmp_path), name="..")
+    with pytest.raises(ValueError, match="takes no argument"):
+        TorchTrainer(raising_loop, train_loop_config={"lr": 0.1})
+    with pytest.raises(ValueError, match="STRICT_SPREAD.*only 1 node"):
+        TorchTrainer(never_runs, train_loop_config={"marker": str(marker)}, run_config=run_config(tmp_path),
+                     scaling_config=ScalingConfig(num_workers=2, placement_strategy="STRICT_SPREAD")).fit()
     assert not marker.exists()
     assert ray.available_resources().get("CPU") == 3
 
@@ -338,7 +361,6 @@ def test_s3_storage_on_moto(cluster, tmp_path, moto_s3):
     with result.checkpoint.as_directory() as d:
         assert open(os.path.join(d, "epoch")).read() == "2"
     # A rerun resumes from the checkpoint in the bucket.
-    config.name = "s3run"
     TorchTrainer(
         epochs_loop, train_loop_config={"epochs": 4, "log_dir": str(logs)}, scaling_config=ScalingConfig(num_workers=2), run_config=config
     ).fit()
@@ -347,8 +369,30 @@ def test_s3_storage_on_moto(cluster, tmp_path, moto_s3):
 
 def test_s3_bucket_that_does_not_exist_fails_fast(cluster, tmp_path, moto_s3):
     trainer = TorchTrainer(never_runs, train_loop_config={"marker": str(tmp_path / "m")}, run_config=RunConfig(storage_path="s3://no-such-bucket/x", name="r"))
+    started = time.monotonic()
     with pytest.raises(ValueError, match="no-such-bucket.*cannot be written"):
         trainer.fit()
+    assert time.monotonic() - started < 30 and not (tmp_path / "m").exists()
+
+
+def test_s3_multipart_upload_and_verbatim_key_names(tmp_path, moto_s3):
+    from oxray import _native
+
+    local = tmp_path / "ckpt"
+    (local / "sub").mkdir(parents=True)
+    big = os.urandom(23 * 1024 * 1024)  # above the 10 MB single-PUT limit: a multipart upload
+    (local / "sub" / "weights~1.bin").write_bytes(big)
+    (local / "meta %20 [x].json").write_text("{}")
+    storage = _native.Storage("s3://oxray-test/root")
+    assert storage.upload_dir(str(local), "run/checkpoint_1") == len(big) + 2
+    keys = sorted(o["Key"] for o in moto_s3.list_objects_v2(Bucket="oxray-test")["Contents"])
+    assert keys == ["root/run/checkpoint_1/meta %20 [x].json", "root/run/checkpoint_1/sub/weights~1.bin"]
+    storage.upload_dir(str(local), "run/checkpoint_10")
+    storage.delete_dir("run/checkpoint_1")  # must not touch checkpoint_10
+    assert storage.list("run") == ["checkpoint_10/meta %20 [x].json", "checkpoint_10/sub/weights~1.bin"]
+    out = tmp_path / "out"
+    storage.download_dir("run/checkpoint_10", str(out))
+    assert (out / "sub" / "weights~1.bin").read_bytes() == big and (out / "meta %20 [x].json").read_text() == "{}"
 
 
 # --- the driver: output and Ctrl-C ---
@@ -371,8 +415,18 @@ def test_worker_output_is_prefixed_with_rank_and_ctrl_c_stops_workers(tmp_path):
                 time.sleep(600)
 
             ray.init(num_cpus=2)
-            TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
-                         run_config=RunConfig(storage_path={str(tmp_path / "results")!r}, name="ctrlc")).fit()
+            try:
+                TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2),
+                             run_config=RunConfig(storage_path={str(tmp_path / "results")!r}, name="ctrlc")).fit()
+            except KeyboardInterrupt:
+                # The cluster is still up: the trainer itself must have stopped its workers.
+                from oxray.util import placement_group_table
+                deadline = time.time() + 10
+                while time.time() < deadline and ray.available_resources().get("CPU", 0) < 2:
+                    time.sleep(0.1)
+                states = {{pg["state"] for pg in placement_group_table().values()}}
+                print("after Ctrl-C: CPU free", ray.available_resources().get("CPU"), "groups", sorted(states), flush=True)
+                raise
             """
         )
     )
@@ -390,6 +444,7 @@ def test_worker_output_is_prefixed_with_rank_and_ctrl_c_stops_workers(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0 and "KeyboardInterrupt" in out
+    assert "after Ctrl-C: CPU free 2.0 groups ['REMOVED']" in out, out
     for pid, rank in pids.items():
         assert f"(RayTrainWorker rank={rank} pid={pid}) worker says hello" in out, out
     for pid in pids:

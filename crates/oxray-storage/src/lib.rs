@@ -62,7 +62,21 @@ impl Storage {
             if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
                 builder = builder.with_region("us-east-1");
             }
-            let store = builder.build().map_err(|e| invalid(&e.to_string()))?;
+            // Bounded retries: a dead endpoint fails in seconds, not minutes.
+            let retry = object_store::RetryConfig {
+                max_retries: 3,
+                retry_timeout: std::time::Duration::from_secs(20),
+                ..Default::default()
+            };
+            // Set through the config key: `with_client_options` would drop what
+            // `from_env` and `with_allow_http` already set.
+            let connect_timeout =
+                object_store::aws::AmazonS3ConfigKey::Client(object_store::ClientConfigKey::ConnectTimeout);
+            let store = builder
+                .with_retry(retry)
+                .with_config(connect_timeout, "5s")
+                .build()
+                .map_err(|e| invalid(&e.to_string()))?;
             let prefix = prefix.trim_matches('/').to_string();
             return Ok(Storage::S3 { store: Arc::new(store), prefix, uri: uri.trim_end_matches('/').to_string() });
         }
@@ -84,14 +98,18 @@ impl Storage {
         }
     }
 
-    fn key(&self, rel: &str) -> ObjectPath {
+    /// The object key of `rel`, kept verbatim (`~`, `%`, ... are not
+    /// percent-encoded), so it is the key other S3 tools see.
+    fn key(&self, rel: &str) -> Result<ObjectPath> {
         let Storage::S3 { prefix, .. } = self else { unreachable!("keys are for object stores") };
         let rel = rel.trim_matches('/');
-        match (prefix.is_empty(), rel.is_empty()) {
-            (true, _) => ObjectPath::from(rel),
-            (false, true) => ObjectPath::from(prefix.as_str()),
-            (false, false) => ObjectPath::from(format!("{prefix}/{rel}")),
-        }
+        let joined = match (prefix.is_empty(), rel.is_empty()) {
+            (true, _) => rel.to_string(),
+            (false, true) => prefix.clone(),
+            (false, false) => format!("{prefix}/{rel}"),
+        };
+        ObjectPath::parse(&joined)
+            .map_err(|e| StorageError::InvalidUri { uri: format!("{}/{rel}", self.uri()), reason: e.to_string() })
     }
 
     fn target(&self, rel: &str) -> String {
@@ -116,7 +134,7 @@ impl Storage {
                 tokio::fs::rename(&tmp, &path).await.map_err(io_err("cannot write", path.display()))
             }
             Storage::S3 { store, .. } => {
-                store.put(&self.key(rel), PutPayload::from(data)).await.map_err(self.remote("cannot write", rel))?;
+                store.put(&self.key(rel)?, PutPayload::from(data)).await.map_err(self.remote("cannot write", rel))?;
                 Ok(())
             }
         }
@@ -130,7 +148,7 @@ impl Storage {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(io_err("cannot read", root.join(rel).display())(e)),
             },
-            Storage::S3 { store, .. } => match store.get(&self.key(rel)).await {
+            Storage::S3 { store, .. } => match store.get(&self.key(rel)?).await {
                 Ok(got) => Ok(Some(got.bytes().await.map_err(self.remote("cannot read", rel))?.to_vec())),
                 Err(object_store::Error::NotFound { .. }) => Ok(None),
                 Err(e) => Err(self.remote("cannot read", rel)(e)),
@@ -146,21 +164,22 @@ impl Storage {
         for (path, sub) in files {
             let dest_rel = format!("{}/{}", rel.trim_matches('/'), sub);
             total += match self {
-                Storage::Local(root) => {
-                    let dest = root.join(&dest_rel);
-                    if let Some(parent) = dest.parent() {
-                        tokio::fs::create_dir_all(parent).await.map_err(io_err("cannot create", parent.display()))?;
-                    }
-                    tokio::fs::copy(&path, &dest).await.map_err(io_err("cannot copy to", dest.display()))?
-                }
+                Storage::Local(root) => copy_replacing(&path, &root.join(&dest_rel)).await?,
                 Storage::S3 { store, .. } => {
                     let mut file = tokio::fs::File::open(&path).await.map_err(io_err("cannot open", path.display()))?;
-                    let mut writer = BufWriter::new(store.clone(), self.key(&dest_rel));
-                    let n = tokio::io::copy(&mut file, &mut writer)
-                        .await
-                        .map_err(io_err("cannot upload to", self.target(&dest_rel)))?;
-                    writer.shutdown().await.map_err(io_err("cannot upload to", self.target(&dest_rel)))?;
-                    n
+                    let mut writer = BufWriter::new(store.clone(), self.key(&dest_rel)?);
+                    let copied = match tokio::io::copy(&mut file, &mut writer).await {
+                        Ok(n) => writer.shutdown().await.map(|_| n),
+                        Err(e) => Err(e),
+                    };
+                    match copied {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // No half-finished multipart upload is left behind.
+                            let _ = writer.abort().await;
+                            return Err(io_err("cannot upload to", self.target(&dest_rel))(e));
+                        }
+                    }
                 }
             };
         }
@@ -182,7 +201,7 @@ impl Storage {
                 Ok(total)
             }
             Storage::S3 { store, .. } => {
-                let base = self.key(rel);
+                let base = self.key(rel)?;
                 let mut total = 0;
                 for meta in self.list_keys(rel).await? {
                     let sub: Vec<String> = meta
@@ -211,7 +230,7 @@ impl Storage {
 
     async fn list_keys(&self, rel: &str) -> Result<Vec<ObjectPath>> {
         let Storage::S3 { store, .. } = self else { unreachable!("keys are for object stores") };
-        let base = self.key(rel);
+        let base = self.key(rel)?;
         let mut out = Vec::new();
         let mut listing = store.list(Some(&base));
         while let Some(meta) = listing.next().await {
@@ -231,7 +250,7 @@ impl Storage {
                 Ok(local_files(&dir)?.into_iter().map(|(_, sub)| sub).collect())
             }
             Storage::S3 { .. } => {
-                let base = self.key(rel);
+                let base = self.key(rel)?;
                 Ok(self
                     .list_keys(rel)
                     .await?
@@ -262,6 +281,36 @@ impl Storage {
             }
         }
     }
+}
+
+/// Copies `src` to `dest` through a temporary file and a rename, so ranks
+/// writing the same name never interleave and a reader never sees half a file.
+/// Copying a file onto itself is a no-op.
+async fn copy_replacing(src: &Path, dest: &Path) -> Result<u64> {
+    if let Some(parent) = dest.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(io_err("cannot create", parent.display()))?;
+    }
+    if let (Ok(a), Ok(b)) = (tokio::fs::canonicalize(src).await, tokio::fs::canonicalize(dest).await)
+        && a == b
+    {
+        return Ok(0);
+    }
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dest.with_file_name(format!(".{name}.{}-{:x}.tmp", std::process::id(), unique_suffix()));
+    let copied = tokio::fs::copy(src, &tmp).await.map_err(io_err("cannot copy to", tmp.display()));
+    let renamed = match copied {
+        Ok(n) => tokio::fs::rename(&tmp, dest).await.map(|_| n).map_err(io_err("cannot write", dest.display())),
+        Err(e) => Err(e),
+    };
+    if renamed.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    renamed
+}
+
+fn unique_suffix() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// Every regular file under `dir`, with its `/`-separated path relative to `dir`.
@@ -310,6 +359,21 @@ mod tests {
         assert!(storage.read_bytes("run/missing").await.unwrap().is_none());
         storage.delete_dir("run/ckpt").await.unwrap();
         assert!(storage.list("run/ckpt").await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn same_name_from_two_ranks_is_replaced_whole_and_self_copy_is_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let storage = Storage::open(root.path().to_str().unwrap()).unwrap();
+        let a = tempfile::tempdir().unwrap();
+        std::fs::write(a.path().join("model~1.pt"), vec![1u8; 4096]).unwrap();
+        storage.upload_dir(a.path(), "run/ckpt").await.unwrap();
+        storage.upload_dir(a.path(), "run/ckpt").await.unwrap();
+        let stored = root.path().join("run/ckpt");
+        assert_eq!(storage.list("run/ckpt").await.unwrap(), vec!["model~1.pt"]);
+        // Re-uploading the stored directory onto itself must not truncate it.
+        storage.upload_dir(&stored, "run/ckpt").await.unwrap();
+        assert_eq!(std::fs::read(stored.join("model~1.pt")).unwrap().len(), 4096);
     }
 
     #[test]

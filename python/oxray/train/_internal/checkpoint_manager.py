@@ -59,10 +59,16 @@ class CheckpointManager:
         result = CheckpointResult(dir_name, metrics, self.report_index)
         self.results.append(result)
         self.latest = result
-        for dropped in self._to_delete():
-            self.results.remove(dropped)
-            self.storage.delete_checkpoint(dropped.dir_name)
+        dropped = self._to_delete()
+        for r in dropped:
+            self.results.remove(r)
+        # The snapshot first: it never names a directory that is already gone.
         self.write_snapshot()
+        for r in dropped:
+            try:
+                self.storage.delete_checkpoint(r.dir_name)
+            except OSError as e:
+                print(f"(oxray.train) could not delete the old checkpoint {r.dir_name}: {e}", flush=True)
 
     def _score(self, r: CheckpointResult) -> float:
         attr = self.config.checkpoint_score_attribute

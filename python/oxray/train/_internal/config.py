@@ -143,8 +143,9 @@ class RunConfig:
             raise ValueError("RunConfig(storage_filesystem=...) is not supported; pass a path or an s3:// URI as storage_path")
         if self.name is None:
             self.name = "ray_train_run-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        if not isinstance(self.name, str) or not self.name or "/" in self.name:
-            raise ValueError(f"RunConfig(name={self.name!r}): expected a non-empty string without '/'")
+        from oxray.train._internal.storage import check_name
+
+        check_name("RunConfig(name=...)", self.name)
         if self.storage_path is None:
             self.storage_path = os.path.expanduser("~/ray_results")
         if not isinstance(self.storage_path, (str, os.PathLike)):
@@ -159,3 +160,7 @@ class RunConfig:
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise ValueError(f"RunConfig(checkpoint_config={self.checkpoint_config!r}): expected a CheckpointConfig")
         self.callbacks = list(self.callbacks or [])
+        if self.callbacks:
+            raise ValueError("RunConfig(callbacks=...) is not supported by oxray yet; remove the callbacks")
+        if self.worker_runtime_env is not None and not isinstance(self.worker_runtime_env, dict):
+            raise ValueError(f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): expected a dict like {{'env_vars': {{...}}}}")

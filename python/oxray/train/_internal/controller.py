@@ -35,6 +35,7 @@ def check_feasible(scaling: ScalingConfig) -> None:
             f"No node can hold one training worker of {per_worker}; nodes have "
             f"{[{k: v for k, v in n['Resources'].items() if '_group_' not in k} for n in nodes]}"
         )
+    _check_placement(scaling, nodes)
     total = oxray.cluster_resources()
     for name, amount in scaling.total_resources.items():
         if total.get(name, 0) < amount:
@@ -72,7 +73,11 @@ class TrainController:
         failures = 0
         while True:
             group = WorkerGroup(
-                self.scaling.num_workers, self.scaling.worker_resources, self.scaling.placement_strategy, self.run_config.name
+                self.scaling.num_workers,
+                self.scaling.worker_resources,
+                self.scaling.placement_strategy,
+                self.run_config.name,
+                self.run_config.worker_runtime_env,
             )
             try:
                 return_value = self._attempt(group)
@@ -81,13 +86,15 @@ class TrainController:
                 failures += 1
                 error = _describe(failure)
                 if max_failures != -1 and failures > max_failures:
-                    raise WorkerGroupError(
+                    message = (
                         f"Training failed after {failures} attempt(s) (FailureConfig(max_failures={max_failures})). "
-                        f"Rank {failure.rank} failed:\n{error}",
-                        {failure.rank: failure.error},
-                    ) from None
+                        f"{failure.who} failed:\n{error}"
+                    )
+                    if failure.rank is None:
+                        raise ControllerError(message) from None
+                    raise WorkerGroupError(message, {failure.rank: failure.error}) from None
                 _log(
-                    f"rank {failure.rank} failed ({_first_line(error)}); restarting the worker group "
+                    f"{failure.who.lower()} failed ({_first_line(error)}); restarting the worker group "
                     f"from {self.manager.latest_checkpoint} (failure {failures} of "
                     f"{'unlimited' if max_failures == -1 else max_failures})"
                 )
@@ -107,13 +114,13 @@ class TrainController:
     def _attempt(self, group: WorkerGroup) -> Any:
         try:
             group.start()
+            master_port = gather([group.workers[0].free_port.remote()])[0]
         except WorkerFailure:
             raise
-        except Exception as e:  # noqa: BLE001 - e.g. a worker died while starting
-            raise ControllerError(f"Could not start the training workers: {e}") from e
+        except oxray.exceptions.RayError as e:  # e.g. the sync actor could not start
+            raise WorkerFailure(None, e) from None
         layout = group.rank_layout()
         master_addr = group.node_ip(group.infos[0]["node_id"])
-        master_port = oxray.get(group.workers[0].free_port.remote())
         cpus = int(group.resources.get("CPU", 1)) or 1
         setups = []
         for worker, ranks in zip(group.workers, layout):
@@ -150,32 +157,37 @@ class TrainController:
         pending = {r: i for i, r in enumerate(runs)}
         results: list = [None] * len(runs)
         events = group.sync.next_events.remote(30.0)
-        while pending:
-            ready, _ = oxray.wait([*pending, events], num_returns=1)
-            for ref in ready:
-                if ref == events:
-                    self._register(oxray.get(ref))
-                    events = group.sync.next_events.remote(30.0)
-                    continue
-                rank = pending.pop(ref)
-                try:
-                    results[rank] = oxray.get(ref)
-                except Exception as e:  # noqa: BLE001 - a rank's failure ends the attempt
-                    self._drain(group, events)
-                    raise WorkerFailure(rank, e) from None
-        self._drain(group, events)
+        try:
+            while pending:
+                ready, _ = oxray.wait([*pending, events], num_returns=1)
+                for ref in ready:
+                    if ref == events:
+                        try:
+                            got = oxray.get(ref)
+                        except oxray.exceptions.RayError as e:  # the sync actor died (with its node)
+                            raise WorkerFailure(None, e) from None
+                        self._register(got)
+                        events = group.sync.next_events.remote(30.0)
+                        continue
+                    rank = pending.pop(ref)
+                    try:
+                        results[rank] = oxray.get(ref)
+                    except Exception as e:  # noqa: BLE001 - a rank's failure ends the attempt
+                        raise WorkerFailure(rank, e) from None
+        finally:
+            # Also on Ctrl-C: reports already completed keep their checkpoints.
+            self._drain(group, events)
         return results[0]
 
     def _drain(self, group: WorkerGroup, in_flight) -> None:
         """Registers every report completed so far, including any that the
         in-flight `next_events` call has already taken."""
         try:
-            oxray.get(group.sync.close.remote())
-            self._register(oxray.get(in_flight))
-            self._register(oxray.get(group.sync.next_events.remote(0.0)))
-        except oxray.exceptions.RayError as e:
-            # The sync actor died with its node; reports it held were not checkpointed.
-            _log(f"could not collect the last reports: {e}")
+            oxray.get(group.sync.close.remote(), timeout=10)
+            for ref in (in_flight, group.sync.next_events.remote(0.0)):
+                self._register(oxray.get(ref, timeout=10))
+        except Exception as e:  # noqa: BLE001 - best effort: the sync actor may be gone with its node
+            _log(f"could not collect the last reports: {e!r}")
 
     def _register(self, events: list) -> None:
         for metrics, dir_name in events:
@@ -190,6 +202,23 @@ def _split_datasets(datasets: dict, n: int) -> dict:
             raise TypeError(f"datasets[{name!r}] must be an oxray.data Dataset, got {type(ds).__name__}")
         shards[name] = split(n, equal=True)
     return shards
+
+
+def _check_placement(scaling: ScalingConfig, nodes: list) -> None:
+    per_worker = scaling.worker_resources
+    fits = [n for n in nodes if all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items())]
+    if scaling.placement_strategy == "STRICT_SPREAD" and len(fits) < scaling.num_workers:
+        raise ValueError(
+            f"ScalingConfig(placement_strategy='STRICT_SPREAD') puts each of the {scaling.num_workers} workers on its "
+            f"own node, but only {len(fits)} node(s) can hold a worker of {per_worker}"
+        )
+    if scaling.placement_strategy == "STRICT_PACK" and not any(
+        all(n["Resources"].get(k, 0) >= v * scaling.num_workers for k, v in per_worker.items()) for n in nodes
+    ):
+        raise ValueError(
+            f"ScalingConfig(placement_strategy='STRICT_PACK') puts all {scaling.num_workers} workers on one node, "
+            f"but no node has {scaling.total_resources}"
+        )
 
 
 def _describe(failure: WorkerFailure) -> str:

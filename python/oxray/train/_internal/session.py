@@ -126,8 +126,10 @@ def report(
     plain = _check_metrics(metrics)
     if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
         raise TypeError(f"report(checkpoint=...) expects an oxray.train.Checkpoint, got {type(checkpoint).__name__}")
-    if checkpoint_dir_name is not None and (not isinstance(checkpoint_dir_name, str) or "/" in checkpoint_dir_name):
-        raise ValueError(f"report(checkpoint_dir_name={checkpoint_dir_name!r}): expected a directory name without '/'")
+    if checkpoint_dir_name is not None:
+        from oxray.train._internal.storage import check_name
+
+        check_name("report(checkpoint_dir_name=...)", checkpoint_dir_name)
     rank = session.context.get_world_rank()
     # Rank 0 names the directory that every rank's files go into.
     proposed = (checkpoint_dir_name or _default_dir_name()) if rank == 0 else None

@@ -10,6 +10,12 @@ SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 VALIDATE_MARKER = ".validate_storage_marker"
 
 
+def check_name(what: str, name: str) -> None:
+    """A run or checkpoint directory name: one plain path component."""
+    if not isinstance(name, str) or not name or name in (".", "..", SNAPSHOT_FILE, VALIDATE_MARKER) or any(c in name for c in "/\\\0"):
+        raise ValueError(f"{what}: {name!r} is not a plain directory name (it must not be '.' or '..' or contain '/' or '\\')")
+
+
 def join(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *[p.strip("/") for p in parts if p]])
 
@@ -48,6 +54,17 @@ class RunStorage:
                 f"RunConfig(storage_path={self.storage_path!r}) cannot be written: {e}. "
                 "Pass a writable local/NFS directory or an s3://bucket/prefix the AWS credentials can write."
             ) from None
+
+    def check_shared(self) -> None:
+        """In a worker: the driver's marker must be visible, or this node does
+        not share the storage path (a local disk instead of NFS)."""
+        if self.root.read_bytes(f"{self.name}/{VALIDATE_MARKER}") is None:
+            import socket
+
+            raise RuntimeError(
+                f"The storage path {self.experiment_fs_path!r} is not shared with this node ({socket.gethostname()}): "
+                f"{VALIDATE_MARKER}, written by the driver, is missing here. Use a shared file system (NFS) or s3://."
+            )
 
     def upload_checkpoint(self, local_dir: str, dir_name: str) -> int:
         return self.root.upload_dir(local_dir, f"{self.name}/{dir_name}")

@@ -35,6 +35,11 @@ class DataParallelTrainer:
             )
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise TypeError(f"{name}(train_loop_config=...) must be a dict, got {type(train_loop_config).__name__}")
+        if train_loop_config is not None and _num_params(train_loop_per_worker) == 0:
+            raise ValueError(
+                f"{name}: train_loop_config was given, but {getattr(train_loop_per_worker, '__name__', 'the training function')} "
+                "takes no argument; define it as `def train_loop_per_worker(config):`"
+            )
         scaling_config = scaling_config if scaling_config is not None else ScalingConfig()
         run_config = run_config if run_config is not None else RunConfig()
         if not isinstance(scaling_config, ScalingConfig):
@@ -71,3 +76,12 @@ class DataParallelTrainer:
 
 def _no_setup() -> None:
     return None
+
+
+def _num_params(fn) -> int:
+    import inspect
+
+    try:
+        return len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return 1

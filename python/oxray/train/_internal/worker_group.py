@@ -27,6 +27,7 @@ class SyncActor:
         self.completed: dict = {}
         self.events: list = []
         self.closed = False
+        self.finished: set = set()
 
     def close(self) -> None:
         """Wakes a waiting `next_events`: the controller is about to drain the queue."""
@@ -38,6 +39,7 @@ class SyncActor:
         with self.cond:
             generation = self.generation
             self.arrived[rank] = value
+            self._check_no_rank_finished()
             if len(self.arrived) == self.world_size:
                 values = [self.arrived[i] for i in range(self.world_size)]
                 self.arrived = {}
@@ -51,7 +53,24 @@ class SyncActor:
             else:
                 while self.generation == generation:
                     self.cond.wait()
+                    if self.generation == generation:
+                        self._check_no_rank_finished()
             return self.completed[generation]
+
+    def _check_no_rank_finished(self) -> None:
+        gone = sorted(self.finished - set(self.arrived))
+        if gone:
+            self.arrived.clear()
+            raise RuntimeError(
+                f"rank(s) {gone} finished the training function without this report(): every rank must call "
+                "oxray.train.report() the same number of times"
+            )
+
+    def rank_finished(self, rank: int) -> None:
+        """A rank's training function returned: barriers it has not joined can never complete."""
+        with self.cond:
+            self.finished.add(rank)
+            self.cond.notify_all()
 
     def barrier(self, rank: int, value) -> list:
         return self._gather(rank, value)
@@ -102,13 +121,18 @@ class RayTrainWorker:
         from oxray.train._internal.storage import RunStorage
 
         storage = RunStorage(context_args["storage_path"], context_args["name"])
+        storage.check_shared()
+        rank = context_args["info"]["world_rank"]
         context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage, context_args["trial_dir"])
         s.set_session(s.Session(context, sync, latest_checkpoint, datasets))
         try:
-            return train_fn(config) if config is not None else _call_loop(train_fn)
+            result = train_fn(config) if config is not None else _call_loop(train_fn)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+        # Only on a normal return: a rank that raised is reported as itself by the controller.
+        oxray.get(sync.rank_finished.remote(rank))
+        return result
 
 
 def _call_loop(train_fn):
@@ -125,16 +149,18 @@ def _log(msg: str) -> None:
     print(f"(oxray.train) {msg}", file=sys.stderr, flush=True)
 
 
-class WorkerGroupStartError(Exception):
-    pass
+def start_timeout_s() -> float:
+    """How long a worker group may wait for its resources before the attempt fails."""
+    return float(os.environ.get("OXRAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300"))
 
 
 class WorkerGroup:
-    def __init__(self, num_workers: int, resources: dict, strategy: str, run_name: str):
+    def __init__(self, num_workers: int, resources: dict, strategy: str, run_name: str, runtime_env: Optional[dict] = None):
         self.num_workers = num_workers
         self.resources = resources
         self.strategy = strategy
         self.run_name = run_name
+        self.runtime_env = runtime_env
         self.pg = None
         self.sync = None
         self.workers: list = []
@@ -153,6 +179,8 @@ class WorkerGroup:
         }
         if "memory" in res:
             options["memory"] = res.pop("memory")
+        if self.runtime_env:
+            options["runtime_env"] = self.runtime_env
         if res:
             options["resources"] = res
         return options
@@ -163,6 +191,15 @@ class WorkerGroup:
         self.pg = placement_group([dict(self.resources) for _ in range(self.num_workers)], strategy=self.strategy)
         started = time.monotonic()
         while not self.pg.wait(timeout_seconds=10):
+            if time.monotonic() - started > start_timeout_s():
+                raise WorkerFailure(
+                    None,
+                    TimeoutError(
+                        f"could not reserve {self.num_workers} workers of {self.resources} ({self.strategy}) within "
+                        f"{start_timeout_s():g} s (OXRAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S); the cluster has "
+                        f"{oxray.available_resources()} free"
+                    ),
+                )
             _log(
                 f"waiting for resources for {self.num_workers} workers of {self.resources} each "
                 f"({time.monotonic() - started:.0f} s so far); the cluster has {oxray.available_resources()} free"
@@ -218,12 +255,17 @@ class WorkerGroup:
 
 
 class WorkerFailure(Exception):
-    """A rank failed: its error (with the remote traceback) and its rank."""
+    """An attempt failed: a rank's error (with the remote traceback), or with
+    `rank` None, the group's (its resources or its sync actor)."""
 
-    def __init__(self, rank: int, error: BaseException):
-        super().__init__(f"rank {rank}: {error}")
+    def __init__(self, rank: Optional[int], error: BaseException):
+        super().__init__(f"rank {rank}: {error}" if rank is not None else str(error))
         self.rank = rank
         self.error = error
+
+    @property
+    def who(self) -> str:
+        return f"Rank {self.rank}" if self.rank is not None else "The worker group"
 
 
 def gather(refs: list) -> list:

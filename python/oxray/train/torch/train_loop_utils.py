@@ -7,7 +7,7 @@ import random
 from typing import Any, Optional
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 
 
 def _world_size() -> int:
@@ -81,8 +81,7 @@ class _DeviceDataLoader:
     def __init__(self, loader: DataLoader, device: torch.device):
         self._loader = loader
         self._device = device
-        self._iterations = 0
-        self._epoch_we_set: Optional[int] = None
+        self._last_epoch: Optional[int] = None
 
     def __len__(self):
         return len(self._loader)
@@ -93,11 +92,11 @@ class _DeviceDataLoader:
     def __iter__(self):
         sampler = self._loader.sampler
         if isinstance(sampler, DistributedSampler):
-            # A loop that calls sampler.set_epoch() itself keeps its own numbering.
-            if self._epoch_we_set is None or sampler.epoch == self._epoch_we_set:
-                sampler.set_epoch(self._iterations)
-                self._epoch_we_set = self._iterations
-        self._iterations += 1
+            # Each pass reshuffles differently: unless the loop called set_epoch()
+            # since the last pass (then its numbering wins), advance the epoch.
+            if self._last_epoch is not None and sampler.epoch == self._last_epoch:
+                sampler.set_epoch(self._last_epoch + 1)
+            self._last_epoch = sampler.epoch
         for batch in self._loader:
             yield _move(batch, self._device)
 
@@ -109,10 +108,13 @@ def prepare_data_loader(
     loader's shuffle setting) and moves batches to the worker's device."""
     if not isinstance(data_loader, DataLoader):
         raise TypeError(f"prepare_data_loader expects a torch DataLoader, got {type(data_loader).__name__}")
-    if add_dist_sampler and _world_size() > 1 and not isinstance(data_loader.sampler, DistributedSampler):
+    iterable = isinstance(data_loader.dataset, torch.utils.data.IterableDataset)
+    if add_dist_sampler and _world_size() > 1 and not iterable and not isinstance(data_loader.sampler, DistributedSampler):
         if data_loader.batch_sampler is not None and type(data_loader.batch_sampler).__name__ != "BatchSampler":
             raise ValueError("prepare_data_loader cannot shard a DataLoader with a custom batch_sampler; pass add_dist_sampler=False")
-        shuffle = isinstance(data_loader.sampler, RandomSampler)
+        # As in Ray: anything but a sequential sampler means the data was shuffled.
+        shuffle = not isinstance(data_loader.sampler, SequentialSampler)
+        extra = {"prefetch_factor": data_loader.prefetch_factor} if data_loader.num_workers > 0 else {}
         data_loader = DataLoader(
             data_loader.dataset,
             batch_size=data_loader.batch_size,
@@ -126,6 +128,8 @@ def prepare_data_loader(
             worker_init_fn=data_loader.worker_init_fn,
             multiprocessing_context=data_loader.multiprocessing_context,
             persistent_workers=data_loader.persistent_workers if data_loader.num_workers > 0 else False,
+            generator=data_loader.generator,
+            **extra,
         )
     if move_to_device:
         return _DeviceDataLoader(data_loader, get_device())
