@@ -55,6 +55,7 @@ def ddp_loop(config):
     second_pass = [int(i) for (idx,) in loader for i in idx]  # the next pass reshuffles (set_epoch advanced)
     params = [p.detach().flatten().tolist() for p in model.parameters()]
     env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR")}
+    env["cwd"] = os.getcwd()
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, f"rank{ctx.get_world_rank()}.json"), "w") as f:
             json.dump({"seen": seen, "second_pass": second_pass, "params": params, "env": env}, f)
@@ -77,6 +78,7 @@ def test_ddp_syncs_parameters_and_ranks_see_disjoint_shards(cluster, tmp_path):
     assert [r["env"]["RANK"] for r in per_rank] == ["0", "1"]
     assert {r["env"]["WORLD_SIZE"] for r in per_rank} == {"2"} and {r["env"]["NODE_RANK"] for r in per_rank} == {"0"}
     assert [r["env"]["LOCAL_RANK"] for r in per_rank] == ["0", "1"]
+    assert {r["env"]["cwd"].split(os.sep)[-2:] == ["artifacts", "run"] for r in per_rank} == {True}
     assert result.metrics["steps"] == 8
 
 

@@ -122,6 +122,12 @@ class RayTrainWorker:
 
         storage = RunStorage(context_args["storage_path"], context_args["name"])
         storage.check_shared()
+        session_dir = os.environ.get("OXRAY_SESSION_DIR")
+        if session_dir and os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
+            # As in Ray: relative paths in the loop land in this run's artifacts directory.
+            artifacts = os.path.join(session_dir, "artifacts", context_args["name"])
+            os.makedirs(artifacts, exist_ok=True)
+            os.chdir(artifacts)
         rank = context_args["info"]["world_rank"]
         context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage, context_args["trial_dir"])
         s.set_session(s.Session(context, sync, latest_checkpoint, datasets))
