@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 

@@ -76,7 +76,6 @@ class TrainController:
                 self.scaling.num_workers,
                 self.scaling.worker_resources,
                 self.scaling.placement_strategy,
-                self.run_config.name,
                 self.run_config.worker_runtime_env,
             )
             try:

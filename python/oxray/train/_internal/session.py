@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -162,7 +161,3 @@ def get_dataset_shard(dataset_name: Optional[str] = None):
     if dataset_name not in session.datasets:
         raise KeyError(f"get_dataset_shard({dataset_name!r}): no such dataset; the trainer was given {sorted(session.datasets)}")
     return session.datasets[dataset_name]
-
-
-def in_worker() -> bool:
-    return _SESSION is not None and os.environ.get("RANK") is not None

@@ -161,11 +161,10 @@ def start_timeout_s() -> float:
 
 
 class WorkerGroup:
-    def __init__(self, num_workers: int, resources: dict, strategy: str, run_name: str, runtime_env: Optional[dict] = None):
+    def __init__(self, num_workers: int, resources: dict, strategy: str, runtime_env: Optional[dict] = None):
         self.num_workers = num_workers
         self.resources = resources
         self.strategy = strategy
-        self.run_name = run_name
         self.runtime_env = runtime_env
         self.pg = None
         self.sync = None
