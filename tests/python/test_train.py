@@ -136,6 +136,37 @@ def test_num_to_keep_without_score_keeps_newest(cluster, tmp_path):
     assert sorted(checkpoint_index(os.path.join(result.path, d)) for d in dirs) == [2, 3]
 
 
+class RecordingCallback(train.UserCallback):
+    def __init__(self):
+        self.reports = []
+        self.exceptions = []
+
+    def after_report(self, run_context, metrics, checkpoint):
+        self.reports.append((metrics, checkpoint))
+
+    def after_exception(self, run_context, worker_exceptions):
+        self.exceptions.append(worker_exceptions)
+
+
+def test_user_callback_sees_every_rank_and_each_failure(cluster, tmp_path):
+    callback = RecordingCallback()
+    TorchTrainer(
+        scored_loop,
+        train_loop_config={"accs": [0.5]},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path, callbacks=[callback]),
+    ).fit()
+    assert [len(m) for m, _ in callback.reports] == [2, 2]  # one metrics dict per rank
+    assert callback.reports[0][1] is not None and callback.reports[1][1] is None
+    assert callback.reports[0][0][1] == {"i": 0, "acc": 0.5}
+    failing = RecordingCallback()
+    with pytest.raises(train.TrainingFailedError):
+        TorchTrainer(raising_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path, name="f", callbacks=[failing])).fit()
+    assert len(failing.exceptions) == 1 and "boom in rank 1" in str(failing.exceptions[0][1])
+    with pytest.raises(ValueError, match="not an oxray.train.UserCallback"):
+        RunConfig(callbacks=[object()])
+
+
 # --- resume and fault tolerance ---
 
 

@@ -1,6 +1,7 @@
 """`oxray.train`: distributed training with Ray Train v2's API."""
 
 from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.callbacks import UserCallback
 from oxray.train._internal.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from oxray.train._internal.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 from oxray.train._internal.session import get_checkpoint, get_context, get_dataset_shard, report
@@ -17,6 +18,7 @@ __all__ = [
     "RunConfig",
     "ScalingConfig",
     "TrainingFailedError",
+    "UserCallback",
     "WorkerGroupError",
     "get_checkpoint",
     "get_context",

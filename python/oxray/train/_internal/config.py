@@ -160,7 +160,12 @@ class RunConfig:
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise ValueError(f"RunConfig(checkpoint_config={self.checkpoint_config!r}): expected a CheckpointConfig")
         self.callbacks = list(self.callbacks or [])
-        if self.callbacks:
-            raise ValueError("RunConfig(callbacks=...) is not supported by oxray yet; remove the callbacks")
+        from oxray.train._internal.callbacks import UserCallback
+
+        for callback in self.callbacks:
+            if not isinstance(callback, UserCallback):
+                raise ValueError(
+                    f"RunConfig(callbacks=...): {callback!r} is not an oxray.train.UserCallback; Train v2 accepts only UserCallback subclasses"
+                )
         if self.worker_runtime_env is not None and not isinstance(self.worker_runtime_env, dict):
             raise ValueError(f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): expected a dict like {{'env_vars': {{...}}}}")

@@ -7,6 +7,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 import oxray
+from oxray.train._internal.callbacks import TrainRunContext
 from oxray.train._internal.checkpoint_manager import CheckpointManager
 from oxray.train._internal.config import RunConfig, ScalingConfig
 from oxray.train._internal.exceptions import ControllerError, WorkerGroupError
@@ -63,6 +64,7 @@ class TrainController:
         self.datasets = datasets or {}
         self.storage = RunStorage(run_config.storage_path, run_config.name)
         self.manager = CheckpointManager(self.storage, run_config.checkpoint_config)
+        self.run_context = TrainRunContext(run_config, scaling, train_config)
 
     def run(self) -> Result:
         self.storage.validate()
@@ -84,6 +86,8 @@ class TrainController:
             except WorkerFailure as failure:
                 failures += 1
                 error = _describe(failure)
+                for callback in self.run_config.callbacks:
+                    callback.after_exception(self.run_context, {failure.rank if failure.rank is not None else -1: failure.error})
                 if max_failures != -1 and failures > max_failures:
                     message = (
                         f"Training failed after {failures} attempt(s) (FailureConfig(max_failures={max_failures})). "
@@ -189,8 +193,11 @@ class TrainController:
             _log(f"could not collect the last reports: {e!r}")
 
     def _register(self, events: list) -> None:
-        for metrics, dir_name in events:
-            self.manager.on_report(metrics, dir_name)
+        for per_rank, dir_name in events:
+            self.manager.on_report(per_rank[0], dir_name)
+            checkpoint = self.manager.latest_checkpoint if dir_name is not None else None
+            for callback in self.run_config.callbacks:
+                callback.after_report(self.run_context, per_rank, checkpoint)
 
 
 def _split_datasets(datasets: dict, n: int) -> dict:

@@ -78,8 +78,8 @@ class SyncActor:
     def report(self, rank: int, metrics: dict, dir_name: str, has_checkpoint: bool) -> bool:
         def complete(values):
             gave = any(v[1] for v in values)
-            # Only rank 0's metrics are kept, as in Ray.
-            self.events.append((values[0][0], dir_name if gave else None))
+            # Every rank's metrics, for callbacks; only rank 0's are kept, as in Ray.
+            self.events.append(([v[0] for v in values], dir_name if gave else None))
 
         values = self._gather(rank, (metrics, has_checkpoint), complete)
         return any(v[1] for v in values)
