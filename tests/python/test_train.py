@@ -330,6 +330,27 @@ def tensor_metric_loop():
     train.report({"loss": torch.tensor(1.0)})
 
 
+def no_upload_loop(config):
+    ctx = train.get_context()
+    target = os.path.join(ctx.get_storage().experiment_fs_path, "my_checkpoint")
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, f"rank{ctx.get_world_rank()}"), "w") as f:
+        f.write("written in place")
+    train.report({"done": 1}, checkpoint=Checkpoint(target), checkpoint_dir_name="my_checkpoint",
+                 checkpoint_upload_mode=train.CheckpointUploadMode.NO_UPLOAD)
+    if config.get("async"):
+        train.report({"done": 2}, checkpoint=Checkpoint(target), checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)
+
+
+def test_no_upload_mode_registers_a_checkpoint_written_in_place(cluster, tmp_path):
+    result = TorchTrainer(no_upload_loop, train_loop_config={}, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+    assert result.checkpoint.path == str(tmp_path / "results" / "run" / "my_checkpoint")
+    assert sorted(os.listdir(result.checkpoint.path)) == ["rank0", "rank1"]
+    with pytest.raises(train.TrainingFailedError, match="ASYNC.*not supported"):
+        TorchTrainer(no_upload_loop, train_loop_config={"async": True}, scaling_config=ScalingConfig(num_workers=2),
+                     run_config=run_config(tmp_path, name="async")).fit()
+
+
 def test_torch_tensor_metric_is_rejected(cluster, tmp_path):
     with pytest.raises(train.TrainingFailedError, match="'loss' is a torch Tensor"):
         TorchTrainer(tensor_metric_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()

@@ -4,13 +4,14 @@ from oxray.train._checkpoint import Checkpoint
 from oxray.train._internal.callbacks import UserCallback
 from oxray.train._internal.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from oxray.train._internal.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
-from oxray.train._internal.session import get_checkpoint, get_context, get_dataset_shard, report
+from oxray.train._internal.session import CheckpointUploadMode, get_checkpoint, get_context, get_dataset_shard, report
 from oxray.train._internal.trainer import DataParallelTrainer
 from oxray.train._result import Result
 
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointUploadMode",
     "ControllerError",
     "DataParallelTrainer",
     "FailureConfig",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import enum
 import json
 import threading
 from dataclasses import dataclass
@@ -108,11 +109,21 @@ def _default_dir_name() -> str:
     return "checkpoint_" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S.%f")
 
 
+class CheckpointUploadMode(enum.Enum):
+    """How `report` gets a checkpoint into storage: copied before `report`
+    returns (SYNC), or already written to `<storage>/<name>/<checkpoint_dir_name>`
+    by the loop itself (NO_UPLOAD). ASYNC is not supported yet."""
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    NO_UPLOAD = "NO_UPLOAD"
+
+
 def report(
     metrics: dict,
     checkpoint: Optional[Checkpoint] = None,
     checkpoint_dir_name: Optional[str] = None,
-    checkpoint_upload_mode=None,
+    checkpoint_upload_mode: CheckpointUploadMode = CheckpointUploadMode.SYNC,
     delete_local_checkpoint_after_upload: Optional[bool] = None,
     checkpoint_upload_fn=None,
     validation=False,
@@ -129,11 +140,18 @@ def report(
         from oxray.train._internal.storage import check_name
 
         check_name("report(checkpoint_dir_name=...)", checkpoint_dir_name)
+    mode = CheckpointUploadMode(getattr(checkpoint_upload_mode, "value", checkpoint_upload_mode) or "SYNC")
+    if mode is CheckpointUploadMode.ASYNC:
+        raise ValueError("report(checkpoint_upload_mode=ASYNC) is not supported by oxray yet; use SYNC (the default)")
+    if mode is CheckpointUploadMode.NO_UPLOAD and checkpoint_dir_name is None:
+        raise ValueError("report(checkpoint_upload_mode=NO_UPLOAD) needs checkpoint_dir_name: the directory the loop wrote under the run")
+    if checkpoint_upload_fn is not None or validation:
+        raise ValueError("report(checkpoint_upload_fn=..., validation=...) are not supported by oxray yet")
     rank = session.context.get_world_rank()
     # Rank 0 names the directory that every rank's files go into.
     proposed = (checkpoint_dir_name or _default_dir_name()) if rank == 0 else None
     dir_name = get(session.sync.barrier.remote(rank, proposed))[0]
-    if checkpoint is not None:
+    if checkpoint is not None and mode is CheckpointUploadMode.SYNC:
         storage = session.context.get_storage()
         with checkpoint.as_directory() as local:
             storage.upload_checkpoint(local, dir_name)
