@@ -41,6 +41,9 @@ class ScalingConfig:
             raise ValueError(f"ScalingConfig(use_gpu={self.use_gpu!r}): expected True or False")
         if self.use_tpu:
             raise ValueError("ScalingConfig(use_tpu=True): TPUs are not supported by oxray")
+        for unsupported in ("label_selector", "topology"):
+            if getattr(self, unsupported) is not None:
+                raise ValueError(f"ScalingConfig({unsupported}=...) is not supported by oxray yet; use resources_per_worker")
         if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
                 f"ScalingConfig(placement_strategy={self.placement_strategy!r}): expected one of "
@@ -139,6 +142,8 @@ class RunConfig:
         for old in _TUNE_ERAS:
             if getattr(self, old) is not None:
                 raise ValueError(f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2")
+        if self.logging_config is not None:
+            raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
         if self.storage_filesystem is not None:
             raise ValueError("RunConfig(storage_filesystem=...) is not supported; pass a path or an s3:// URI as storage_path")
         if self.name is None:

@@ -46,6 +46,10 @@ class DataParallelTrainer:
             raise TypeError(f"{name}(scaling_config=...) must be an oxray.train.ScalingConfig, got {type(scaling_config).__name__}")
         if not isinstance(run_config, RunConfig):
             raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
+        if validation_config is not None:
+            raise ValueError(f"{name}(validation_config=...) is not supported by oxray yet")
+        if dataset_config is not None and not datasets:
+            raise ValueError(f"{name}(dataset_config=...) was given without datasets=...")
         if datasets is not None and not isinstance(datasets, dict):
             raise TypeError(f"{name}(datasets=...) must be a dict of name -> Dataset, got {type(datasets).__name__}")
         self.train_loop_per_worker = train_loop_per_worker
