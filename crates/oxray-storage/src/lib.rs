@@ -192,23 +192,14 @@ impl Storage {
             Storage::Local(root) => {
                 let mut total = 0;
                 for (path, sub) in local_files(&root.join(rel))? {
-                    let dest = local.join(sub);
-                    if let Some(parent) = dest.parent() {
-                        tokio::fs::create_dir_all(parent).await.map_err(io_err("cannot create", parent.display()))?;
-                    }
-                    total += tokio::fs::copy(&path, &dest).await.map_err(io_err("cannot copy to", dest.display()))?;
+                    total += copy_replacing(&path, &local.join(sub)).await?;
                 }
                 Ok(total)
             }
             Storage::S3 { store, .. } => {
-                let base = self.key(rel)?;
                 let mut total = 0;
-                for meta in self.list_keys(rel).await? {
-                    let sub: Vec<String> = meta
-                        .prefix_match(&base)
-                        .map(|parts| parts.map(|p| p.as_ref().to_string()).collect())
-                        .unwrap_or_default();
-                    let dest = sub.iter().fold(local.to_path_buf(), |acc, p| acc.join(p));
+                for (meta, sub) in self.list_keys(rel).await? {
+                    let dest = sub.split('/').fold(local.to_path_buf(), |acc, p| acc.join(p));
                     if let Some(parent) = dest.parent() {
                         tokio::fs::create_dir_all(parent).await.map_err(io_err("cannot create", parent.display()))?;
                     }
@@ -228,13 +219,17 @@ impl Storage {
         }
     }
 
-    async fn list_keys(&self, rel: &str) -> Result<Vec<ObjectPath>> {
+    /// The keys under `rel/`, each with its `/`-separated path relative to `rel`.
+    async fn list_keys(&self, rel: &str) -> Result<Vec<(ObjectPath, String)>> {
         let Storage::S3 { store, .. } = self else { unreachable!("keys are for object stores") };
         let base = self.key(rel)?;
         let mut out = Vec::new();
         let mut listing = store.list(Some(&base));
         while let Some(meta) = listing.next().await {
-            out.push(meta.map_err(self.remote("cannot list", rel))?.location);
+            let key = meta.map_err(self.remote("cannot list", rel))?.location;
+            let Some(parts) = key.prefix_match(&base) else { continue };
+            let sub = parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/");
+            out.push((key, sub));
         }
         Ok(out)
     }
@@ -249,18 +244,7 @@ impl Storage {
                 }
                 Ok(local_files(&dir)?.into_iter().map(|(_, sub)| sub).collect())
             }
-            Storage::S3 { .. } => {
-                let base = self.key(rel)?;
-                Ok(self
-                    .list_keys(rel)
-                    .await?
-                    .iter()
-                    .filter_map(|k| {
-                        k.prefix_match(&base)
-                            .map(|parts| parts.map(|p| p.as_ref().to_string()).collect::<Vec<_>>().join("/"))
-                    })
-                    .collect())
-            }
+            Storage::S3 { .. } => Ok(self.list_keys(rel).await?.into_iter().map(|(_, sub)| sub).collect()),
         }
     }
 
@@ -274,7 +258,7 @@ impl Storage {
                 _ => Ok(()),
             },
             Storage::S3 { store, .. } => {
-                for key in self.list_keys(rel).await? {
+                for (key, _) in self.list_keys(rel).await? {
                     store.delete(&key).await.map_err(self.remote("cannot delete", key.as_ref()))?;
                 }
                 Ok(())

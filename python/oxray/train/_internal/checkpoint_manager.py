@@ -115,11 +115,6 @@ class CheckpointManager:
         }
 
     def write_snapshot(self) -> None:
-        self.storage.write_snapshot(json.dumps(self.snapshot(), indent=2, default=_json_default).encode())
+        # Metrics are plain JSON already: report() normalized them on the worker.
+        self.storage.write_snapshot(json.dumps(self.snapshot(), indent=2).encode())
 
-
-def _json_default(value):
-    item = getattr(value, "item", None)  # numpy scalars
-    if callable(item):
-        return item()
-    return repr(value)

@@ -15,9 +15,9 @@ from oxray.train._internal.storage import RunStorage
 from oxray.train._internal.worker_group import WorkerFailure, WorkerGroup, _log, gather
 from oxray.train._result import Result
 
-# A worker's setup in its process (e.g. joining the torch process group); gets
-# the rank layout and the group's rendezvous address.
-BackendSetup = Callable[[dict], Callable[[], None]]
+# Runs in each worker process after the rendezvous variables are set (e.g. joining
+# the torch process group).
+BackendSetup = Callable[[], None]
 
 
 def check_feasible(scaling: ScalingConfig) -> None:
@@ -31,12 +31,24 @@ def check_feasible(scaling: ScalingConfig) -> None:
                 f"ScalingConfig(resources_per_worker=...) asks for {name!r}, which no node in the cluster has; "
                 f"the cluster has {sorted(k for k in known if '_group_' not in k)}"
             )
-    if not any(all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items()) for n in nodes):
+    fits = [n for n in nodes if all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items())]
+    if not fits:
         raise ValueError(
             f"No node can hold one training worker of {per_worker}; nodes have "
             f"{[{k: v for k, v in n['Resources'].items() if '_group_' not in k} for n in nodes]}"
         )
-    _check_placement(scaling, nodes)
+    if scaling.placement_strategy == "STRICT_SPREAD" and len(fits) < scaling.num_workers:
+        raise ValueError(
+            f"ScalingConfig(placement_strategy='STRICT_SPREAD') puts each of the {scaling.num_workers} workers on its "
+            f"own node, but only {len(fits)} node(s) can hold a worker of {per_worker}"
+        )
+    if scaling.placement_strategy == "STRICT_PACK" and not any(
+        all(n["Resources"].get(k, 0) >= v * scaling.num_workers for k, v in per_worker.items()) for n in nodes
+    ):
+        raise ValueError(
+            f"ScalingConfig(placement_strategy='STRICT_PACK') puts all {scaling.num_workers} workers on one node, "
+            f"but no node has {scaling.total_resources}"
+        )
     total = oxray.cluster_resources()
     for name, amount in scaling.total_resources.items():
         if total.get(name, 0) < amount:
@@ -97,7 +109,7 @@ class TrainController:
                         raise ControllerError(message) from None
                     raise WorkerGroupError(message, {failure.rank: failure.error}) from None
                 _log(
-                    f"{failure.who.lower()} failed ({_first_line(error)}); restarting the worker group "
+                    f"{failure.who.lower()} failed ({_last_line(error)}); restarting the worker group "
                     f"from {self.manager.latest_checkpoint} (failure {failures} of "
                     f"{'unlimited' if max_failures == -1 else max_failures})"
                 )
@@ -137,7 +149,7 @@ class TrainController:
                 "NODE_RANK": str(ranks["node_rank"]),
                 "OMP_NUM_THREADS": str(cpus),
             }
-            setups.append(worker.setup.remote(env, self.backend_setup(ranks)))
+            setups.append(worker.setup.remote(env, self.backend_setup))
         gather(setups)
         latest = self.manager.latest_checkpoint
         shards = _split_datasets(self.datasets, group.num_workers)
@@ -147,7 +159,6 @@ class TrainController:
                 "storage_path": self.run_config.storage_path,
                 "name": self.run_config.name,
                 "info": ranks,
-                "trial_dir": self.storage.experiment_fs_path,
             }
             runs.append(
                 worker.run.remote(
@@ -210,23 +221,6 @@ def _split_datasets(datasets: dict, n: int) -> dict:
     return shards
 
 
-def _check_placement(scaling: ScalingConfig, nodes: list) -> None:
-    per_worker = scaling.worker_resources
-    fits = [n for n in nodes if all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items())]
-    if scaling.placement_strategy == "STRICT_SPREAD" and len(fits) < scaling.num_workers:
-        raise ValueError(
-            f"ScalingConfig(placement_strategy='STRICT_SPREAD') puts each of the {scaling.num_workers} workers on its "
-            f"own node, but only {len(fits)} node(s) can hold a worker of {per_worker}"
-        )
-    if scaling.placement_strategy == "STRICT_PACK" and not any(
-        all(n["Resources"].get(k, 0) >= v * scaling.num_workers for k, v in per_worker.items()) for n in nodes
-    ):
-        raise ValueError(
-            f"ScalingConfig(placement_strategy='STRICT_PACK') puts all {scaling.num_workers} workers on one node, "
-            f"but no node has {scaling.total_resources}"
-        )
-
-
 def _describe(failure: WorkerFailure) -> str:
     err = failure.error
     text = getattr(err, "traceback_str", None)
@@ -235,7 +229,8 @@ def _describe(failure: WorkerFailure) -> str:
     return "".join(traceback.format_exception(type(err), err, err.__traceback__)) if err.__traceback__ else repr(err)
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
+    """The exception line of a traceback."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
 

@@ -25,11 +25,10 @@ class WorkerInfo:
 class TrainContext:
     """`oxray.train.get_context()`."""
 
-    def __init__(self, info: WorkerInfo, experiment_name: str, storage: RunStorage, trial_dir: str):
+    def __init__(self, info: WorkerInfo, experiment_name: str, storage: RunStorage):
         self._info = info
         self._experiment_name = experiment_name
         self._storage = storage
-        self._trial_dir = trial_dir
 
     def get_world_size(self) -> int:
         return self._info.world_size
@@ -50,7 +49,7 @@ class TrainContext:
         return self._experiment_name
 
     def get_trial_dir(self) -> str:
-        return self._trial_dir
+        return self._storage.experiment_fs_path
 
     def get_storage(self) -> RunStorage:
         return self._storage

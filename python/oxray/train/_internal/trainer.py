@@ -53,13 +53,16 @@ class DataParallelTrainer:
         if datasets is not None and not isinstance(datasets, dict):
             raise TypeError(f"{name}(datasets=...) must be a dict of name -> Dataset, got {type(datasets).__name__}")
         self.train_loop_per_worker = train_loop_per_worker
+        # Ray calls the loop with a config only when it takes one.
+        if train_loop_config is None and _num_params(train_loop_per_worker) > 0:
+            train_loop_config = {}
         self.train_loop_config = train_loop_config
         self.backend_config = backend_config
         self.scaling_config = scaling_config
         self.run_config = run_config
         self.datasets = datasets or {}
 
-    def _backend_setup(self, ranks: dict) -> Callable[[], None]:
+    def _backend_setup(self) -> Callable[[], None]:
         return _no_setup
 
     def fit(self) -> Result:
@@ -72,7 +75,7 @@ class DataParallelTrainer:
             self.train_loop_config,
             self.scaling_config,
             self.run_config,
-            self._backend_setup,
+            self._backend_setup(),
             self.datasets,
         )
         return controller.run()

@@ -129,26 +129,16 @@ class RayTrainWorker:
             os.makedirs(artifacts, exist_ok=True)
             os.chdir(artifacts)
         rank = context_args["info"]["world_rank"]
-        context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage, context_args["trial_dir"])
+        context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage)
         s.set_session(s.Session(context, sync, latest_checkpoint, datasets))
         try:
-            result = train_fn(config) if config is not None else _call_loop(train_fn)
+            result = train_fn(config) if config is not None else train_fn()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
         # Only on a normal return: a rank that raised is reported as itself by the controller.
         oxray.get(sync.rank_finished.remote(rank))
         return result
-
-
-def _call_loop(train_fn):
-    import inspect
-
-    try:
-        takes_config = len(inspect.signature(train_fn).parameters) > 0
-    except (TypeError, ValueError):
-        takes_config = False
-    return train_fn({}) if takes_config else train_fn()
 
 
 def _log(msg: str) -> None:

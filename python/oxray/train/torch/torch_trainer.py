@@ -40,5 +40,5 @@ class TorchTrainer(DataParallelTrainer):
             metadata=metadata,
         )
 
-    def _backend_setup(self, ranks: dict):
+    def _backend_setup(self):
         return self.backend_config.worker_setup(self.scaling_config.use_gpu)
