@@ -5,7 +5,7 @@
 use oxray_runtime::client::CoreClient;
 use oxray_runtime::ids::Id;
 use oxray_runtime::proto::{ObjectLocation, object_location::Place};
-use oxray_store::{INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object};
+use oxray_object_store::{INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
@@ -79,7 +79,7 @@ impl ObjectBuffer {
     /// (flags, (pickle start, end), [(buffer start, end), ...]) within this buffer.
     #[allow(clippy::type_complexity)]
     fn layout(&self) -> PyResult<(u32, (usize, usize), Vec<(usize, usize)>)> {
-        let parsed = oxray_store::parse(self.data()).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let parsed = oxray_object_store::parse(self.data()).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok((
             parsed.flags,
             (parsed.pickle.start, parsed.pickle.end),

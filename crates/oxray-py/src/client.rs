@@ -546,7 +546,7 @@ impl Client {
         if let Some(map) = self.arenas.lock().get(path) {
             return Ok(map.clone());
         }
-        let map = Arc::new(ArenaMap(oxray_store::map_arena(std::path::Path::new(path)).map_err(|e| e.to_string())?));
+        let map = Arc::new(ArenaMap(oxray_object_store::map_arena(std::path::Path::new(path)).map_err(|e| e.to_string())?));
         self.arenas.lock().insert(path.to_string(), map.clone());
         Ok(map)
     }

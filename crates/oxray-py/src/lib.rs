@@ -47,7 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<storage::Storage>()?;
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
-    m.add("INLINE_THRESHOLD", oxray_store::INLINE_THRESHOLD)?;
+    m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
     m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

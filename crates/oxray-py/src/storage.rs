@@ -1,7 +1,7 @@
 //! `oxray._native.Storage`: Train's run storage (local path or S3) for Python.
 
 use crate::runtime;
-use oxray_storage::StorageError;
+use oxray_io::StorageError;
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -16,14 +16,14 @@ fn to_py(e: StorageError) -> PyErr {
 
 #[pyclass(frozen)]
 pub struct Storage {
-    inner: oxray_storage::Storage,
+    inner: oxray_io::Storage,
 }
 
 #[pymethods]
 impl Storage {
     #[new]
     fn new(uri: &str) -> PyResult<Self> {
-        Ok(Storage { inner: oxray_storage::Storage::open(uri).map_err(to_py)? })
+        Ok(Storage { inner: oxray_io::Storage::open(uri).map_err(to_py)? })
     }
 
     #[getter]

@@ -13,7 +13,7 @@ use oxray_proto::head_client::HeadClient;
 use oxray_proto::head_server::HeadServer;
 use oxray_proto::node_agent_server::NodeAgentServer;
 use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
-use oxray_store::ObjectStore;
+use oxray_object_store::ObjectStore;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,7 +113,7 @@ fn remove_stale_shm(root: &Path) {
         let Some(rest) = name.strip_prefix("oxray-") else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
         if !pid_alive(pid) {
-            let _ = oxray_store::remove_dir_if_exists(&entry.path());
+            let _ = oxray_object_store::remove_dir_if_exists(&entry.path());
         }
     }
 }

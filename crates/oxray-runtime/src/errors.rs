@@ -1,7 +1,7 @@
 //! Errors the runtime itself stores in place of a task's result. Python turns
 //! them into the matching `oxray.exceptions` class when the object is read.
 
-use oxray_store::{plan, write_object};
+use oxray_object_store::{plan, write_object};
 
 /// Object flags: what the pickle section of an object holds.
 pub const FLAG_VALUE: u32 = 0;
@@ -52,7 +52,7 @@ mod tests {
     #[test]
     fn system_error_round_trips_as_json() {
         let blob = system_error_object(SystemErrorKind::ActorDied, "the actor \"A\" died");
-        let parsed = oxray_store::parse(&blob).unwrap();
+        let parsed = oxray_object_store::parse(&blob).unwrap();
         assert_eq!(parsed.flags, FLAG_SYSTEM_ERROR);
         let json: serde_json::Value = serde_json::from_slice(&blob[parsed.pickle]).unwrap();
         assert_eq!(json["type"], "ActorDiedError");

@@ -63,7 +63,7 @@ async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
     let reserved = client.create_object([6; 16], size).await.unwrap();
     let Some(Place::Arena(range)) = reserved.place.clone() else { panic!("expected an arena range: {reserved:?}") };
     assert!(range.path.starts_with(cluster.shm_dir.to_str().unwrap()), "{} is in shared memory", range.path);
-    let arena = oxray_store::map_arena(std::path::Path::new(&range.path)).unwrap();
+    let arena = oxray_object_store::map_arena(std::path::Path::new(&range.path)).unwrap();
     // SAFETY: the agent reserved this range for object 6.
     unsafe { std::ptr::copy_nonoverlapping(b"big".as_ptr(), arena.as_mut_ptr().add(range.offset as usize), 3) };
     client.seal_object(reserved.clone(), vec![]).await.unwrap();

@@ -7,7 +7,7 @@ use crate::client::{AgentChannels, AgentClient};
 use crate::ids::{Id, id_from_bytes};
 use crate::resources::ResourceSet;
 use oxray_proto::*;
-use oxray_store::ObjectPlace;
+use oxray_object_store::ObjectPlace;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;

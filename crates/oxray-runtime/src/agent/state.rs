@@ -7,7 +7,7 @@ use crate::errors::{SystemErrorKind, system_error_object};
 use crate::ids::{Id, id_from_bytes};
 use crate::resources::{GpuSlots, ResourceSet};
 use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
-use oxray_store::{ObjectPlace, ObjectStore};
+use oxray_object_store::{ObjectPlace, ObjectStore};
 use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::sync::mpsc::UnboundedSender;
 

@@ -8,7 +8,7 @@ use crate::resources::ResourceSet;
 use oxray_proto::{
     Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place, task_arg,
 };
-use oxray_store::ObjectStore;
+use oxray_object_store::ObjectStore;
 use std::collections::HashMap;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -74,7 +74,7 @@ fn done(st: &mut AgentState, worker: Id, spec: &TaskSpec, value: &[u8]) {
 fn system_error_type(st: &mut AgentState, id: Id) -> Option<String> {
     let loc = st.locate(id, DRIVER);
     let Some(Place::InlineData(data)) = loc.place else { return None };
-    let parsed = oxray_store::parse(&data).ok()?;
+    let parsed = oxray_object_store::parse(&data).ok()?;
     (parsed.flags == FLAG_SYSTEM_ERROR).then(|| {
         let v: serde_json::Value = serde_json::from_slice(&data[parsed.pickle]).unwrap();
         v["type"].as_str().unwrap().to_string()
