@@ -9,8 +9,8 @@ from typing import Optional
 
 from oxray import __version__
 from oxray.train._checkpoint import Checkpoint
-from oxray.train._internal.config import CheckpointConfig
 from oxray.train._internal.storage import RunStorage
+from oxray.train.config import CheckpointConfig
 
 
 @dataclass

@@ -7,13 +7,13 @@ import traceback
 from typing import Any, Callable, Optional
 
 import oxray
-from oxray.train._internal.callbacks import TrainRunContext
 from oxray.train._internal.checkpoint_manager import CheckpointManager
-from oxray.train._internal.config import RunConfig, ScalingConfig
-from oxray.train._internal.exceptions import ControllerError, WorkerGroupError
 from oxray.train._internal.storage import RunStorage
 from oxray.train._internal.worker_group import WorkerFailure, WorkerGroup, _log, gather
 from oxray.train._result import Result
+from oxray.train.callback import TrainRunContext
+from oxray.train.config import RunConfig, ScalingConfig
+from oxray.train.exceptions import ControllerError, WorkerGroupError
 
 # Runs in each worker process after the rendezvous variables are set (e.g. joining
 # the torch process group).

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import oxray
-from oxray.train._internal.config import RunConfig, ScalingConfig
 from oxray.train._internal.controller import TrainController
 from oxray.train._result import Result
+from oxray.train.config import RunConfig, ScalingConfig
 
 
 class DataParallelTrainer:

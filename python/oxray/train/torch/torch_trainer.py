@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from oxray.train._internal.config import RunConfig, ScalingConfig
 from oxray.train._internal.trainer import DataParallelTrainer
+from oxray.train.config import RunConfig, ScalingConfig
 from oxray.train.torch.config import TorchConfig
 
 

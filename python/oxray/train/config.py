@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from oxray.train.callback import UserCallback
+
 
 def _is_number(v) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
@@ -165,8 +167,6 @@ class RunConfig:
         if not isinstance(self.checkpoint_config, CheckpointConfig):
             raise ValueError(f"RunConfig(checkpoint_config={self.checkpoint_config!r}): expected a CheckpointConfig")
         self.callbacks = list(self.callbacks or [])
-        from oxray.train._internal.callbacks import UserCallback
-
         for callback in self.callbacks:
             if not isinstance(callback, UserCallback):
                 raise ValueError(
