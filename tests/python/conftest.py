@@ -22,15 +22,25 @@ import oxray as ray
 
 # Remote functions defined at module level in these test files are pickled by
 # reference (module name + qualname), so worker processes must be able to
-# import the test modules and ``oxray_testutil``.  Workers inherit the
-# driver's environment, so put this directory on PYTHONPATH before any
+# import the test modules and ``oxray_testutil``.  The test directories
+# (``core/``, ``train/``, ...) have no ``__init__.py``: pytest's default
+# ``prepend`` import mode imports ``core/test_tasks.py`` as plain ``test_tasks``
+# (so test file names must be unique across directories).  Workers, and the
+# node processes ``oxray start`` runs, inherit the driver's environment, so put
+# this directory and each test directory on sys.path and PYTHONPATH before any
 # cluster starts (Ray itself only forwards the script directory and cwd).
 _HERE = os.path.dirname(os.path.abspath(__file__))
-if _HERE not in sys.path:
-    sys.path.insert(0, _HERE)
+_TEST_DIRS = [_HERE] + [
+    path
+    for path in (os.path.join(_HERE, name) for name in sorted(os.listdir(_HERE)))
+    if os.path.isdir(path) and not os.path.basename(path).startswith(("_", "."))
+]
+for _dir in reversed(_TEST_DIRS):
+    if _dir not in sys.path:
+        sys.path.insert(0, _dir)
 _pp = os.environ.get("PYTHONPATH", "")
-if _HERE not in _pp.split(os.pathsep):
-    os.environ["PYTHONPATH"] = _HERE + (os.pathsep + _pp if _pp else "")
+_pp = _pp.split(os.pathsep) if _pp else []
+os.environ["PYTHONPATH"] = os.pathsep.join([d for d in _TEST_DIRS if d not in _pp] + _pp)
 
 # A cluster `oxray start` left running on this host must not capture the suite's
 # `ray.init()` calls: give the suite its own temp root (multi-node tests set theirs).
