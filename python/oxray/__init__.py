@@ -25,15 +25,13 @@ from oxray.runtime_context import get_runtime_context
 
 
 def __getattr__(name):
-    # `ray.train`, `ray.util`: subpackages load on first use, as attributes,
-    # so `import oxray as ray; ray.train.torch.TorchTrainer` works.
+    # `ray.train`, `ray.util`: subpackages load on first use, as attributes
+    # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
+    # `import oxray as ray; ray.train.torch.TorchTrainer` works.
     if name in ("train", "util"):
         import importlib
 
-        module = importlib.import_module(f"oxray.{name}")
-        if name == "train":
-            importlib.import_module("oxray.train.torch")
-        return module
+        return importlib.import_module(f"oxray.{name}")
     raise AttributeError(f"module 'oxray' has no attribute {name!r}")
 
 

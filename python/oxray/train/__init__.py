@@ -8,6 +8,17 @@ from oxray.train.callback import UserCallback
 from oxray.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from oxray.train.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
 
+
+def __getattr__(name):
+    # `oxray.train.torch` (and with it torch itself) loads on first use, so
+    # `import oxray.train` stays light and `ray.train.torch.TorchTrainer` works.
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module("oxray.train.torch")
+    raise AttributeError(f"module 'oxray.train' has no attribute {name!r}")
+
+
 __all__ = [
     "Checkpoint",
     "CheckpointConfig",
