@@ -19,7 +19,8 @@ from oxray._private.api import (
     wait,
 )
 from oxray._private.object_ref import ObjectRef
-from oxray._private.options import validate as _validate_options
+from oxray._private.options import ACTOR_OPTIONS as _ACTOR_OPTIONS
+from oxray._private.options import TASK_OPTIONS as _TASK_OPTIONS
 from oxray._private.remote_function import RemoteFunction
 from oxray.runtime_context import get_runtime_context
 
@@ -50,7 +51,7 @@ def remote(*args, **kwargs):
         return make(args[0], {})
     if args:
         raise TypeError("@remote takes either a function/class or only keyword options, e.g. @remote(num_cpus=2)")
-    allowed = _validate_options.__globals__["TASK_OPTIONS"] | _validate_options.__globals__["ACTOR_OPTIONS"]
+    allowed = _TASK_OPTIONS | _ACTOR_OPTIONS
     for key in kwargs:
         if key not in allowed:
             raise ValueError(f"Invalid option keyword {key!r} for @remote. Valid ones are {sorted(allowed)}.")
