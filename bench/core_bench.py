@@ -33,8 +33,8 @@ import traceback
 FRAMEWORKS = ("oxray", "ray")
 MIB = 1024 * 1024
 ARRAY_BYTES = 256 * MIB
-N_TASKS = 2000          # batch size for throughput workloads (fixed, also in --quick)
-N_RTT = 500             # samples for the round-trip workloads (fixed, also in --quick)
+N_TASKS = 2000  # batch size for throughput workloads (fixed, also in --quick)
+N_RTT = 500  # samples for the round-trip workloads (fixed, also in --quick)
 
 # --------------------------------------------------------------------------
 # Metric catalogue: key -> (label, unit, better, group, format)
@@ -79,6 +79,7 @@ GOALS = [
 # Child side: runs the workloads in-process for one framework.
 # ==========================================================================
 
+
 def _noop():
     return None
 
@@ -92,8 +93,18 @@ class _Actor:
         return None
 
 
-WORKLOAD_GROUPS = ("define", "warmup", "memory", "task_rtt", "task_tput", "actor_rtt",
-                   "actor_tput", "putget", "pass_ref", "pass_value")
+WORKLOAD_GROUPS = (
+    "define",
+    "warmup",
+    "memory",
+    "task_rtt",
+    "task_tput",
+    "actor_rtt",
+    "actor_tput",
+    "putget",
+    "pass_ref",
+    "pass_value",
+)
 
 
 class WorkloadTimeout(Exception):
@@ -144,7 +155,7 @@ class Child:
             "metrics": {},
             "details": {},
             "errors": {},
-            "pids": [],      # [pid, create_time] of cluster processes seen; for cleanup
+            "pids": [],  # [pid, create_time] of cluster processes seen; for cleanup
             "done": False,
         }
         self.ray = None
@@ -153,7 +164,7 @@ class Child:
         self.initialized = False
         self.t_init_wall = time.time()
         self._seen = set()
-        self.ran = set()     # groups that went through run_step or skip
+        self.ran = set()  # groups that went through run_step or skip
         self.interrupted = False
 
     # -- bookkeeping -------------------------------------------------------
@@ -247,6 +258,7 @@ class Child:
         signal.signal(signal.SIGTERM, _term)
         try:
             import ctypes
+
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PDEATHSIG
             if os.getppid() == 1:
                 raise KeyboardInterrupt("parent already gone")
@@ -257,11 +269,13 @@ class Child:
         self.save()
         try:
             import numpy as np
+
             self.np = np
         except Exception as e:
             self.res["errors"]["numpy"] = f"numpy not importable: {e}"
         try:
             import psutil
+
             self.psutil = psutil
         except Exception as e:
             self.res["errors"]["psutil"] = f"psutil not importable: {e}"
@@ -300,7 +314,7 @@ class Child:
                 self.note_pids()
                 try:
                     self.workloads(base)
-                except Exception as e:   # a bug outside run_step: keep going
+                except Exception as e:  # a bug outside run_step: keep going
                     msg = f"{type(e).__name__}: {e}"
                     self.res["errors"]["workloads"] = msg
                     _log(fw, f"workloads aborted: {msg}")
@@ -313,14 +327,13 @@ class Child:
         finally:
             self.note_pids()
             if self.initialized or "init" in self.res["errors"]:
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)   # let shutdown finish
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let shutdown finish
                 self.run_step("shutdown", self.do_shutdown)
                 signal.signal(signal.SIGTERM, _term)
         if "shutdown" in self.res["errors"] or "init" in self.res["errors"]:
             self.skip("init_repeat", "first init/shutdown failed")
         elif self.args.init_repeats > 0:
-            self.run_step("init_repeat", self.do_init_repeat,
-                          timeout=self.args.workload_timeout * 2)
+            self.run_step("init_repeat", self.do_init_repeat, timeout=self.args.workload_timeout * 2)
         self.check_leftovers()
         self.finish()
 
@@ -347,8 +360,10 @@ class Child:
             self.initialized = False
             inits.append(t1 - t0)
             shuts.append(t2 - t1)
-        return ({"init_repeat_s": _median(inits), "shutdown_repeat_s": _median(shuts)},
-                {"init_s": inits, "shutdown_s": shuts})
+        return (
+            {"init_repeat_s": _median(inits), "shutdown_repeat_s": _median(shuts)},
+            {"init_s": inits, "shutdown_s": shuts},
+        )
 
     def check_leftovers(self):
         """Descendants still alive a few seconds after the last shutdown."""
@@ -401,7 +416,7 @@ class Child:
                 raise RuntimeError(f"actor unavailable: {state['actor_error']}")
             if "actor" not in state:
                 try:
-                    Actor = ray.remote(_Actor)   # == @ray.remote on the class
+                    Actor = ray.remote(_Actor)  # == @ray.remote on the class
                     a = Actor.remote()
                     assert ray.get(a.m.remote()) is None
                 except Exception as e:
@@ -416,7 +431,7 @@ class Child:
             assert ray.get(noop.remote()) is None
             t1 = _now()
             det = {"first_task_s": t1 - t0}
-            try:   # an actor failure shows up in the actor rows, not here
+            try:  # an actor failure shows up in the actor rows, not here
                 get_actor()
                 det["actor_create_and_first_call_s"] = _now() - t1
             except Exception as e:
@@ -441,19 +456,26 @@ class Child:
                     rss, pss, uss = self._mem(p)
                     if rss is None:
                         continue
-                    procs.append({"pid": p.pid, "name": p.name(),
-                                  "cmd": " ".join(p.cmdline())[:160],
-                                  "rss": rss, "pss": pss, "uss": uss})
+                    procs.append(
+                        {
+                            "pid": p.pid,
+                            "name": p.name(),
+                            "cmd": " ".join(p.cmdline())[:160],
+                            "rss": rss,
+                            "pss": pss,
+                            "uss": uss,
+                        }
+                    )
                 except Exception:
                     continue
-            have_pss = d_pss is not None and b_pss is not None and all(
-                p["pss"] is not None for p in procs)
-            have_uss = d_uss is not None and b_uss is not None and all(
-                p["uss"] is not None for p in procs)
+            have_pss = d_pss is not None and b_pss is not None and all(p["pss"] is not None for p in procs)
+            have_uss = d_uss is not None and b_uss is not None and all(p["uss"] is not None for p in procs)
             basis = "pss" if have_pss else ("uss" if have_uss else "rss")
-            drv = {"pss": (d_pss - b_pss) if have_pss else None,
-                   "uss": (d_uss - b_uss) if have_uss else None,
-                   "rss": d_rss - b_rss}
+            drv = {
+                "pss": (d_pss - b_pss) if have_pss else None,
+                "uss": (d_uss - b_uss) if have_uss else None,
+                "rss": d_rss - b_rss,
+            }
             total = drv[basis] + sum(p[basis] for p in procs)
             total_rss = drv["rss"] + sum(p["rss"] for p in procs)
             # Diagnostic (not counted): processes started since init() that
@@ -483,8 +505,10 @@ class Child:
                 "after_warmup": bool(warm_ok),
                 "actor_alive": "actor" in state,
             }
-            return ({"idle_mem_mib": total / MIB, "idle_mem_rss_mib": total_rss / MIB,
-                     "idle_procs": float(len(procs))}, details)
+            return (
+                {"idle_mem_mib": total / MIB, "idle_mem_rss_mib": total_rss / MIB, "idle_procs": float(len(procs))},
+                details,
+            )
 
         self.run_step("memory", memory)
 
@@ -515,8 +539,7 @@ class Child:
                 assert len(out) == N_TASKS
                 rates.append(N_TASKS / dt)
                 del out
-            return _median(rates), {"n": N_TASKS, "repeats": reps, "rates": rates,
-                                    "min": min(rates), "max": max(rates)}
+            return _median(rates), {"n": N_TASKS, "repeats": reps, "rates": rates, "min": min(rates), "max": max(rates)}
 
         def task_tput():
             r, d = tput(lambda: noop.remote())
@@ -552,7 +575,7 @@ class Child:
             for g in ("putget", "pass_ref", "pass_value"):
                 self.skip(g, "numpy not importable")
             return
-        arr = np.arange(ARRAY_BYTES // 8, dtype=np.int64)   # touches every page
+        arr = np.arange(ARRAY_BYTES // 8, dtype=np.int64)  # touches every page
         arr[0] = 42
         big_reps = args.big_repeats
 
@@ -596,19 +619,26 @@ class Child:
             del dst
             m_both = _median(both)
             m_mc = _median(mc)
-            return ({
-                "put_ms": _median(puts) * 1e3,
-                "get_ms": _median(gets) * 1e3,
-                "putget_gbps": ARRAY_BYTES / m_both / 1e9,
-                "memcpy_ms": m_mc * 1e3,
-                "putget_over_memcpy": m_both / m_mc,
-                "putget_over_memcpy_best": min(both) / min(mc),
-            }, {
-                "bytes": ARRAY_BYTES, "repeats": big_reps,
-                "put_s": puts, "get_s": gets, "putget_s": both, "np_copy_s": mc,
-                "copyto_prefaulted_s": mc_pref,
-                "copyto_prefaulted_gbps": ARRAY_BYTES / _median(mc_pref) / 1e9,
-            })
+            return (
+                {
+                    "put_ms": _median(puts) * 1e3,
+                    "get_ms": _median(gets) * 1e3,
+                    "putget_gbps": ARRAY_BYTES / m_both / 1e9,
+                    "memcpy_ms": m_mc * 1e3,
+                    "putget_over_memcpy": m_both / m_mc,
+                    "putget_over_memcpy_best": min(both) / min(mc),
+                },
+                {
+                    "bytes": ARRAY_BYTES,
+                    "repeats": big_reps,
+                    "put_s": puts,
+                    "get_s": gets,
+                    "putget_s": both,
+                    "np_copy_s": mc,
+                    "copyto_prefaulted_s": mc_pref,
+                    "copyto_prefaulted_gbps": ARRAY_BYTES / _median(mc_pref) / 1e9,
+                },
+            )
 
         def pass_ref():
             ref = ray.put(arr)
@@ -639,7 +669,7 @@ class Child:
         self.run_step("pass_ref", pass_ref)
         self.run_step("pass_value", pass_value)
         arr = None  # noqa: F841  (free 256 MiB before shutdown)
-        state.clear()   # drop the actor handle before shutdown
+        state.clear()  # drop the actor handle before shutdown
         gc.collect()
 
 
@@ -647,9 +677,11 @@ class Child:
 # Parent side: spawns one child per framework, collects, prints.
 # ==========================================================================
 
+
 def _psutil_or_none():
     try:
         import psutil
+
         return psutil
     except Exception:
         return None
@@ -730,8 +762,9 @@ def _become_subreaper():
     shows up in RUSAGE_CHILDREN."""
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     except Exception:
         return False
 
@@ -750,8 +783,7 @@ def _reap_orphans(timeout):
                 break
             time.sleep(0.1)
     try:
-        return [int(x) for x in os.listdir("/proc") if x.isdigit()
-                and _ppid(int(x)) == os.getpid()]
+        return [int(x) for x in os.listdir("/proc") if x.isdigit() and _ppid(int(x)) == os.getpid()]
     except Exception:
         return []
 
@@ -773,8 +805,8 @@ class _ProcSampler:
         self.me = os.getpid()
         self.hz = os.sysconf("SC_CLK_TCK")
         self.boot_ticks = None
-        self.start = {}     # (pid, starttime) -> cpu ticks at first sight
-        self.last = {}      # (pid, starttime) -> (cpu ticks, ours?)
+        self.start = {}  # (pid, starttime) -> cpu ticks at first sight
+        self.last = {}  # (pid, starttime) -> (cpu ticks, ours?)
         self.t0_ticks = None
 
     @staticmethod
@@ -784,8 +816,7 @@ class _ProcSampler:
         head, tail = raw.rsplit(")", 1)
         rest = tail.split()
         # fields after ")": state(0) ppid(1) ... utime(11) stime(12) ... starttime(19)
-        return (int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[19]),
-                head.split("(", 1)[-1][:40])
+        return (int(rest[1]), int(rest[11]) + int(rest[12]), int(rest[19]), head.split("(", 1)[-1][:40])
 
     def sample(self):
         procs = {}
@@ -820,12 +851,14 @@ class _ProcSampler:
             self.last[key] = (cpu, ours(pid) or self.last.get(key, (0, False))[1])
 
     def foreign_cpu_s(self):
-        return sum(c - self.start[k] for k, (c, o) in self.last.items()
-                   if not o and k[0] != self.me) / self.hz
+        return sum(c - self.start[k] for k, (c, o) in self.last.items() if not o and k[0] != self.me) / self.hz
 
     def top_foreign(self, n=8):
-        rows = [((c - self.start[k]) / self.hz, k[0], self.names.get(k, "?"))
-                for k, (c, o) in self.last.items() if not o and k[0] != self.me]
+        rows = [
+            ((c - self.start[k]) / self.hz, k[0], self.names.get(k, "?"))
+            for k, (c, o) in self.last.items()
+            if not o and k[0] != self.me
+        ]
         rows = [r for r in sorted(rows, reverse=True)[:n] if r[0] > 0]
         return [f"{cpu:.2f}s pid {pid} {name}" for cpu, pid, name in rows]
 
@@ -834,7 +867,7 @@ def _cpu_times():
     """(total, idle+iowait, steal) jiffies, machine-wide."""
     with open("/proc/stat") as f:
         vals = [int(x) for x in f.readline().split()[1:]]
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)   # idle + iowait
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
     return sum(vals[:8]), idle, (vals[7] if len(vals) > 7 else 0)
 
 
@@ -886,8 +919,7 @@ def merge_rounds(rounds):
 def probe_import(fw, python, timeout=180):
     code = f"import {fw} as m; print(getattr(m, '__version__', '?'))"
     try:
-        r = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                           timeout=timeout, env=_child_env())
+        r = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=timeout, env=_child_env())
     except subprocess.TimeoutExpired:
         return False, f"`import {fw}` timed out after {timeout}s"
     except OSError as e:
@@ -903,10 +935,24 @@ def run_side(fw, python, args):
     psutil = _psutil_or_none()
     fd, out = tempfile.mkstemp(prefix=f"core_bench_{fw}_", suffix=".json")
     os.close(fd)
-    cmd = [python, os.path.abspath(__file__), "--child", fw, "--out", out,
-           "--repeats", str(args.repeats), "--big-repeats", str(args.big_repeats),
-           "--init-repeats", str(args.init_repeats), "--settle", str(args.settle),
-           "--workload-timeout", str(args.workload_timeout)]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--child",
+        fw,
+        "--out",
+        out,
+        "--repeats",
+        str(args.repeats),
+        "--big-repeats",
+        str(args.big_repeats),
+        "--init-repeats",
+        str(args.init_repeats),
+        "--settle",
+        str(args.settle),
+        "--workload-timeout",
+        str(args.workload_timeout),
+    ]
     if args.quick:
         cmd.append("--quick")
     if args.wait_idle > 0:
@@ -915,21 +961,27 @@ def run_side(fw, python, args):
             b = background_cpu()
             quiet = quiet + 1 if (b is not None and b < 10) else 0
         if quiet < 3:
-            print(f"== {fw}: machine still busy after --wait-idle {args.wait_idle:.0f}s; "
-                  f"running anyway", file=sys.stderr, flush=True)
+            print(
+                f"== {fw}: machine still busy after --wait-idle {args.wait_idle:.0f}s; running anyway",
+                file=sys.stderr,
+                flush=True,
+            )
     bg = background_cpu()
-    print(f"== running {fw} side (background CPU before start: "
-          f"{'?' if bg is None else f'{bg:.0f}%'}): {' '.join(cmd)}", file=sys.stderr, flush=True)
+    print(
+        f"== running {fw} side (background CPU before start: {'?' if bg is None else f'{bg:.0f}%'}): {' '.join(cmd)}",
+        file=sys.stderr,
+        flush=True,
+    )
     t0 = time.time()
     try:
         import resource
+
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         st0 = _cpu_times()
     except Exception:
         ru0 = st0 = None
     # child stdout -> our stderr, so our stdout stays clean for --json
-    proc = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr,
-                            env=_child_env(), start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=sys.stderr, stderr=sys.stderr, env=_child_env(), start_new_session=True)
     timed_out = False
     sampler = None
     try:
@@ -958,8 +1010,7 @@ def run_side(fw, python, args):
         res = _load(out)
         n = _kill_tree(proc, res.get("pids", []), psutil)
         _reap_orphans(1.0)
-        print(f"== interrupted: killed the {fw} side and {n} cluster processes",
-              file=sys.stderr, flush=True)
+        print(f"== interrupted: killed the {fw} side and {n} cluster processes", file=sys.stderr, flush=True)
         for path in (out, out + ".tmp"):
             try:
                 os.unlink(path)
@@ -971,15 +1022,15 @@ def run_side(fw, python, args):
     if timed_out:
         n = _kill_tree(proc, recorded, psutil)
         res.setdefault("errors", {})["_side"] = (
-            f"side timed out after {args.timeout}s; killed child and {n} cluster processes")
+            f"side timed out after {args.timeout}s; killed child and {n} cluster processes"
+        )
     else:
         n = _kill_recorded(recorded, psutil, grace=10.0)
         if n:
             res.setdefault("details", {})["parent_killed_leftovers"] = n
             print(f"== {fw}: killed {n} leftover cluster processes", file=sys.stderr)
         if rc != 0 or not res.get("done"):
-            res.setdefault("errors", {})["_side"] = (
-                f"child exited with code {rc} before finishing (see log above)")
+            res.setdefault("errors", {})["_side"] = f"child exited with code {rc} before finishing (see log above)"
     # adopted orphans (we are a subreaper): give them a moment, then kill
     still = _reap_orphans(5.0)
     for pid in still:
@@ -1014,8 +1065,7 @@ def run_side(fw, python, args):
             acct["machine_busy_cpu_s"] = ((st1[0] - st1[1]) - (st0[0] - st0[1])) / hz
             # time the hypervisor gave our vCPUs to someone else
             acct["steal_pct"] = 100.0 * (st1[2] - st0[2]) / max(1, st1[0] - st0[0])
-            acct["our_tree_cpu_s"] = ((ru1.ru_utime - ru0.ru_utime)
-                                      + (ru1.ru_stime - ru0.ru_stime))
+            acct["our_tree_cpu_s"] = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         except Exception:
             pass
     res["cpu_accounting"] = acct
@@ -1104,8 +1154,9 @@ def print_table(sides, order, file=sys.stdout):
     right = set(range(3, 3 + len(cols) + (1 if both else 0)))
 
     def fmt_row(r):
-        return "  ".join((str(c).rjust(w) if i in right else str(c).ljust(w))
-                         for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        return "  ".join(
+            (str(c).rjust(w) if i in right else str(c).ljust(w)) for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
 
     print(fmt_row(header), file=file)
     print("  ".join("-" * w for w in widths), file=file)
@@ -1126,12 +1177,18 @@ def print_report(sides, order, args, file=sys.stdout):
             bg = s.get("bg_cpu_pct")
             rounds = f", median of {s['rounds']} rounds" if s.get("rounds", 1) > 1 else ""
             fc = s.get("foreign_cpu_pct")
-            print(f"  {fw}: version {s.get('version')} python {s.get('python')} "
-                  f"({s.get('python_exe')}), side wall time {s.get('wall_s', 0):.0f}s{rounds}", file=file)
+            print(
+                f"  {fw}: version {s.get('version')} python {s.get('python')} "
+                f"({s.get('python_exe')}), side wall time {s.get('wall_s', 0):.0f}s{rounds}",
+                file=file,
+            )
             steal = s.get("cpu_accounting", {}).get("steal_pct")
-            print(f"      other processes' CPU: {'?' if bg is None else f'{bg:.0f}%'} before start, "
-                  f"{'?' if fc is None else f'{fc:.0f}%'} during the run; hypervisor steal "
-                  f"{'?' if steal is None else f'{steal:.1f}%'}", file=file)
+            print(
+                f"      other processes' CPU: {'?' if bg is None else f'{bg:.0f}%'} before start, "
+                f"{'?' if fc is None else f'{fc:.0f}%'} during the run; hypervisor steal "
+                f"{'?' if steal is None else f'{steal:.1f}%'}",
+                file=file,
+            )
     try:
         ncpu = os.cpu_count()
     except Exception:
@@ -1147,36 +1204,36 @@ def print_report(sides, order, args, file=sys.stdout):
             continue
         for g, e in s.get("errors", {}).items():
             errs.append(f"  [{fw}] {g}: {e}")
-        all_details = [s.get("details", {})] + [
-            r.get("details", {}) for r in s.get("details", {}).get("rounds", [])]
+        all_details = [s.get("details", {})] + [r.get("details", {}) for r in s.get("details", {}).get("rounds", [])]
         for d in all_details:
             left = d.get("leftover_after_shutdown")
             if left:
                 errs.append(f"  [{fw}] processes still alive 10s after shutdown: {left}")
             for k in ("parent_killed_leftovers", "parent_killed_orphans"):
                 if d.get(k):
-                    errs.append(f"  [{fw}] the parent had to kill {d[k]} cluster processes "
-                                f"after the side ended ({k})")
+                    errs.append(f"  [{fw}] the parent had to kill {d[k]} cluster processes after the side ended ({k})")
             stray = d.get("memory", {}).get("not_descendants_not_counted")
             if stray:
-                errs.append(f"  [{fw}] {fw} processes not descending from the driver "
-                            f"(not counted in memory): {stray}")
+                errs.append(f"  [{fw}] {fw} processes not descending from the driver (not counted in memory): {stray}")
         bg = s.get("bg_cpu_pct")
         if bg is not None and bg > 20:
-            errs.append(f"  [{fw}] WARNING: machine was busy before this side started "
-                        f"({bg:.0f}% CPU used by other processes); timings are unreliable")
+            errs.append(
+                f"  [{fw}] WARNING: machine was busy before this side started "
+                f"({bg:.0f}% CPU used by other processes); timings are unreliable"
+            )
         fc = s.get("foreign_cpu_pct")
         if fc is not None and fc > 15:
-            errs.append(f"  [{fw}] WARNING: other processes used {fc:.0f}% of the machine's CPU "
-                        f"while this side ran; timings are unreliable")
+            errs.append(
+                f"  [{fw}] WARNING: other processes used {fc:.0f}% of the machine's CPU "
+                f"while this side ran; timings are unreliable"
+            )
         for g, e in s.get("details", {}).get("errors_in_some_rounds", {}).items():
             errs.append(f"  [{fw}] {g} failed in some rounds (median of the others shown): {e}")
     if errs:
         print("\nerrors / warnings:", file=file)
         for e in errs:
             print(e, file=file)
-    if "oxray" in sides and "ray" in sides and "skipped" not in sides["oxray"] \
-            and "skipped" not in sides["ray"]:
+    if "oxray" in sides and "ray" in sides and "skipped" not in sides["oxray"] and "skipped" not in sides["ray"]:
         print("\ngoals:", file=file)
         for g in GOALS:
             met, val = goal_status(g, sides)
@@ -1184,42 +1241,58 @@ def print_report(sides, order, args, file=sys.stdout):
             if met is None:
                 print(f"  [ n/a ] {label}: {g[4]} (missing data)", file=file)
             else:
-                print(f"  [{'MET' if met else 'NOT'}] {label}: {g[4]}; measured {val:.3g}",
-                      file=file)
+                print(f"  [{'MET' if met else 'NOT'}] {label}: {g[4]}; measured {val:.3g}", file=file)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--framework", choices=FRAMEWORKS,
-                    help="run only this side (default: every side that imports)")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--framework", choices=FRAMEWORKS, help="run only this side (default: every side that imports)")
     ap.add_argument("--json", action="store_true", help="print results as JSON on stdout")
-    ap.add_argument("--strict", action="store_true",
-                    help="exit 1 if a side was skipped or any workload failed")
+    ap.add_argument("--strict", action="store_true", help="exit 1 if a side was skipped or any workload failed")
     ap.add_argument("--quick", action="store_true", help="fewer repeats")
-    ap.add_argument("--timeout", type=float, default=None,
-                    help="hard timeout per side in s (default 1200, --quick 600)")
-    ap.add_argument("--workload-timeout", type=float, default=None,
-                    help="soft timeout per workload in s (default 300, --quick 150)")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="timed batches of 2,000 for the throughput workloads (default 5, --quick 2)")
-    ap.add_argument("--big-repeats", type=int, default=None,
-                    help="repeats of the 256 MiB workloads (default 7, --quick 3)")
-    ap.add_argument("--init-repeats", type=int, default=None,
-                    help="extra init()/shutdown() cycles after the workloads (default 3, --quick 1)")
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="run every side N times (alternating order), report per-metric medians")
-    ap.add_argument("--wait-idle", type=float, default=0.0,
-                    help="before each side, wait up to S s until other processes use <10%% CPU")
-    ap.add_argument("--settle", type=float, default=2.0,
-                    help="s to wait after warm-up before measuring idle memory (default 2)")
-    ap.add_argument("--python", default=sys.executable,
-                    help="interpreter for the child processes (default: this one)")
+    ap.add_argument(
+        "--timeout", type=float, default=None, help="hard timeout per side in s (default 1200, --quick 600)"
+    )
+    ap.add_argument(
+        "--workload-timeout", type=float, default=None, help="soft timeout per workload in s (default 300, --quick 150)"
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed batches of 2,000 for the throughput workloads (default 5, --quick 2)",
+    )
+    ap.add_argument(
+        "--big-repeats", type=int, default=None, help="repeats of the 256 MiB workloads (default 7, --quick 3)"
+    )
+    ap.add_argument(
+        "--init-repeats",
+        type=int,
+        default=None,
+        help="extra init()/shutdown() cycles after the workloads (default 3, --quick 1)",
+    )
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="run every side N times (alternating order), report per-metric medians"
+    )
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="before each side, wait up to S s until other processes use <10%% CPU",
+    )
+    ap.add_argument(
+        "--settle", type=float, default=2.0, help="s to wait after warm-up before measuring idle memory (default 2)"
+    )
+    ap.add_argument("--python", default=sys.executable, help="interpreter for the child processes (default: this one)")
     ap.add_argument("--oxray-python", default=None, help="interpreter for the oxray side")
     ap.add_argument("--ray-python", default=None, help="interpreter for the ray side")
-    ap.add_argument("--from-json", nargs="+", metavar="FILE",
-                    help="do not run anything: print the table from saved --json outputs "
-                         "(e.g. one file per side, possibly from different runs)")
+    ap.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="FILE",
+        help="do not run anything: print the table from saved --json outputs "
+        "(e.g. one file per side, possibly from different runs)",
+    )
     # internal
     ap.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -1301,8 +1374,9 @@ def main(argv=None):
         met, val = goal_status(g, sides)
         goals.append({"metric": g[0], "goal": g[4], "value": val, "met": met})
     if args.json:
-        json.dump({"sides": sides, "goals": goals, "order": order,
-                   "quick": args.quick}, sys.stdout, indent=1, default=str)
+        json.dump(
+            {"sides": sides, "goals": goals, "order": order, "quick": args.quick}, sys.stdout, indent=1, default=str
+        )
         print()
     else:
         print_report(sides, order, args)

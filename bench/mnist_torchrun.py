@@ -40,7 +40,9 @@ def main():
             loss.backward()
             optimizer.step()
         if rank == 0:
-            torch.save({"model": model.module.state_dict(), "epoch": epoch}, os.path.join(storage, f"checkpoint_{epoch}.pt"))
+            torch.save(
+                {"model": model.module.state_dict(), "epoch": epoch}, os.path.join(storage, f"checkpoint_{epoch}.pt")
+            )
             print(f"epoch {epoch}: {time.time() - started:.1f} s")
         dist.barrier()
     if rank == 0:

@@ -31,15 +31,35 @@ def start_oxray(root):
     env = {**os.environ, "OXRAY_TEMP_DIR": root}
     cli = [sys.executable, "-m", "oxray.scripts.cli"]
     store = str(2 * SIZE + 256 * MIB)
-    subprocess.run(cli + ["start", "--head", "--port", "0", "--num-cpus", "1", "--object-store-memory", store],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        cli + ["start", "--head", "--port", "0", "--num-cpus", "1", "--object-store-memory", store],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     with open(os.path.join(root, "oxray_current_cluster")) as f:
         address = json.load(f)["address"]
     with open(os.path.join(root, "state", "token")) as f:
         token = f.read().strip()
-    subprocess.run(cli + ["start", "--address", address, "--token", token, "--num-cpus", "1",
-                          "--object-store-memory", store, "--resources", '{"node_b": 1}'],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        cli
+        + [
+            "start",
+            "--address",
+            address,
+            "--token",
+            token,
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            store,
+            "--resources",
+            '{"node_b": 1}',
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     os.environ["OXRAY_TEMP_DIR"] = root
     import oxray as ray
 
@@ -78,6 +98,7 @@ def child(framework):
     ray, stop = start_oxray(root) if framework == "oxray" else start_ray()
     out = {}
     try:
+
         @ray.remote(resources={"node_b": 0.01}, num_cpus=0)
         def touch(x):
             return int(x[0]) + int(x[-1])
@@ -152,8 +173,9 @@ def main():
         return
     results = {}
     for fw in ("oxray", "ray"):
-        proc = subprocess.run([sys.executable, __file__, "--framework", fw, "--json"], capture_output=True, text=True,
-                              timeout=900)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--framework", fw, "--json"], capture_output=True, text=True, timeout=900
+        )
         lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
         results[fw] = json.loads(lines[-1]) if lines else None
         if not lines:
@@ -164,8 +186,11 @@ def main():
         r = (results["ray"] or {}).get(key)
         ratio = ""
         if o and r:
-            ratio = f"{(r / o if better == 'lower' else o / r):.2f}x better" if (o < r) == (better == "lower") else \
-                f"{(o / r if better == 'lower' else r / o):.2f}x worse"
+            ratio = (
+                f"{(r / o if better == 'lower' else o / r):.2f}x better"
+                if (o < r) == (better == "lower")
+                else f"{(o / r if better == 'lower' else r / o):.2f}x worse"
+            )
         fmt = lambda v: "-" if v is None else f"{v:.3f}"
         print(f"{label:<55} {fmt(o):>10} {fmt(r):>10} {ratio:>14}")
     print(json.dumps(results))

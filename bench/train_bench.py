@@ -100,7 +100,7 @@ def run_framework(framework: str) -> dict:
     }
 
 
-TORCHRUN_SCRIPT = r'''
+TORCHRUN_SCRIPT = r"""
 import json, os, shutil, sys, tempfile, time
 import torch, torch.distributed as dist
 dist.init_process_group("gloo")
@@ -127,7 +127,7 @@ for _ in range(5):
 if rank == 0:
     json.dump({"first_step": first_step, "ckpt": ckpt, "plain": plain}, open(out, "w"))
 dist.destroy_process_group()
-'''
+"""
 
 
 def run_torchrun() -> dict:
@@ -155,8 +155,17 @@ def run_torchrun() -> dict:
 def demo_wall_time(framework: str, data_dir: str) -> dict:
     storage = tempfile.mkdtemp(prefix=f"train-bench-demo-{framework}-")
     if framework == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               os.path.join(HERE, "mnist_torchrun.py"), "--data-dir", data_dir]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            os.path.join(HERE, "mnist_torchrun.py"),
+            "--data-dir",
+            data_dir,
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
     else:
         with open(os.path.join(ROOT, "examples", "mnist_demo.py")) as f:
@@ -179,12 +188,14 @@ def demo_wall_time(framework: str, data_dir: str) -> dict:
 
 
 def side(framework: str, skip_demo: bool, data_dir: str) -> dict:
-    cmd = [sys.executable, __file__, "--side", framework, "--data-dir", data_dir] + (["--skip-demo"] if skip_demo else [])
+    cmd = [sys.executable, __file__, "--side", framework, "--data-dir", data_dir] + (
+        ["--skip-demo"] if skip_demo else []
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
         return {"error": (proc.stderr or proc.stdout)[-3000:]}
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 def main():

@@ -58,8 +58,12 @@ def main():
     elapsed = time.perf_counter() - t
     total = NUM_TASKS * SAMPLES_PER_TASK
     pi = 4.0 * inside / total
-    print(f"pi ~= {pi:.6f} (error {abs(pi - math.pi):.2e}) from {total:,} samples in {NUM_TASKS} tasks: {elapsed:.2f} s")
-    print(f"progress actor saw {ray.get(progress.samples.remote()):,} samples, {ray.get(progress.fraction.remote()):.0%} of tasks")
+    print(
+        f"pi ~= {pi:.6f} (error {abs(pi - math.pi):.2e}) from {total:,} samples in {NUM_TASKS} tasks: {elapsed:.2f} s"
+    )
+    print(
+        f"progress actor saw {ray.get(progress.samples.remote()):,} samples, {ray.get(progress.fraction.remote()):.0%} of tasks"
+    )
 
     data = np.arange(50_000_000, dtype=np.float64)
     t = time.perf_counter()
@@ -68,7 +72,9 @@ def main():
     parts = ray.get([chunk_sum.remote(data_ref, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])])
     elapsed = time.perf_counter() - t
     expected = float(len(data) - 1) * len(data) / 2
-    print(f"sum of {data.nbytes / 2**20:.0f} MiB array in 8 tasks = {sum(parts):.6e} (expected {expected:.6e}): {elapsed:.2f} s")
+    print(
+        f"sum of {data.nbytes / 2**20:.0f} MiB array in 8 tasks = {sum(parts):.6e} (expected {expected:.6e}): {elapsed:.2f} s"
+    )
     assert abs(sum(parts) - expected) / expected < 1e-9, "parallel sum is wrong"
     assert abs(pi - math.pi) < 1e-2, "pi estimate is off"
 

@@ -71,7 +71,9 @@ def train_loop_per_worker(config):
     if checkpoint:
         with checkpoint.as_directory() as d:
             state = torch.load(os.path.join(d, "checkpoint.pt"))
-        model.module.load_state_dict(state["model"]) if hasattr(model, "module") else model.load_state_dict(state["model"])
+        model.module.load_state_dict(state["model"]) if hasattr(model, "module") else model.load_state_dict(
+            state["model"]
+        )
         optimizer.load_state_dict(state["optimizer"])
         start_epoch = state["epoch"] + 1
     for epoch in range(start_epoch, config["epochs"]):
@@ -87,7 +89,10 @@ def train_loop_per_worker(config):
         with tempfile.TemporaryDirectory() as d:
             if ctx.get_world_rank() == 0:
                 plain = model.module if hasattr(model, "module") else model
-                torch.save({"model": plain.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch}, os.path.join(d, "checkpoint.pt"))
+                torch.save(
+                    {"model": plain.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                    os.path.join(d, "checkpoint.pt"),
+                )
             ray.train.report(metrics, checkpoint=Checkpoint.from_directory(d) if ctx.get_world_rank() == 0 else None)
         if ctx.get_world_rank() == 0:
             print(f"epoch {epoch}: train loss {metrics['train_loss']:.4f} ({metrics['epoch_seconds']} s)")

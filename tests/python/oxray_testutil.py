@@ -88,11 +88,7 @@ def _proc_table():
 def live_children(pid=None):
     """Pids of the live (non-zombie) direct children of ``pid`` (default: self)."""
     pid = os.getpid() if pid is None else pid
-    return {
-        child
-        for child, (ppid, state) in _proc_table().items()
-        if ppid == pid and state not in ("Z", "X")
-    }
+    return {child for child, (ppid, state) in _proc_table().items() if ppid == pid and state not in ("Z", "X")}
 
 
 def descendants(pid=None):

@@ -96,7 +96,9 @@ class ActorMethod:
         self._options = options
 
     def __call__(self, *args, **kwargs):
-        raise TypeError(f"Actor methods cannot be called directly. Instead of '{self._name}()', try '{self._name}.remote()'.")
+        raise TypeError(
+            f"Actor methods cannot be called directly. Instead of '{self._name}()', try '{self._name}.remote()'."
+        )
 
     def options(self, **options):
         merged = {**self._options, **opts.validate(dict(options), "method")}

@@ -85,7 +85,17 @@ def init(
             "Maybe you called oxray.init twice by accident? This error can be suppressed by passing "
             "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
         )
-    unknown = set(kwargs) - {"labels", "local_mode", "dashboard_host", "dashboard_port", "job_config", "configure_logging", "log_to_driver", "_system_config", "_temp_dir"}
+    unknown = set(kwargs) - {
+        "labels",
+        "local_mode",
+        "dashboard_host",
+        "dashboard_port",
+        "job_config",
+        "configure_logging",
+        "log_to_driver",
+        "_system_config",
+        "_temp_dir",
+    }
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {sorted(unknown)}")
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("object_store_memory", object_store_memory)):
@@ -141,8 +151,16 @@ def init(
             raise ConnectionError(
                 "init(address='auto') found no running cluster: set OXRAY_ADDRESS or start one with `oxray start --head`"
             )
-        given = [n for n, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("resources", resources),
-                                ("object_store_memory", object_store_memory)) if v is not None]
+        given = [
+            n
+            for n, v in (
+                ("num_cpus", num_cpus),
+                ("num_gpus", num_gpus),
+                ("resources", resources),
+                ("object_store_memory", object_store_memory),
+            )
+            if v is not None
+        ]
         if given:
             raise ValueError(
                 f"When connecting to an existing cluster, {', '.join(given)} must not be provided: "
@@ -232,9 +250,13 @@ def _as_ref_list(object_refs, what):
     if isinstance(object_refs, (list, tuple)):
         for r in object_refs:
             if not isinstance(r, ObjectRef):
-                raise TypeError(f"{what}() expects an ObjectRef or a list of ObjectRefs, got a list containing {type(r).__name__}: {r!r}")
+                raise TypeError(
+                    f"{what}() expects an ObjectRef or a list of ObjectRefs, got a list containing {type(r).__name__}: {r!r}"
+                )
         return list(object_refs), False
-    raise TypeError(f"{what}() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}: {object_refs!r}")
+    raise TypeError(
+        f"{what}() expects an ObjectRef or a list of ObjectRefs, got {type(object_refs).__name__}: {object_refs!r}"
+    )
 
 
 def _check_timeout(timeout):
@@ -258,7 +280,9 @@ def get(object_refs, *, timeout: Optional[float] = None):
 def put(value, *, _owner=None) -> ObjectRef:
     """Stores `value` in the object store and returns its ObjectRef."""
     if isinstance(value, ObjectRef):
-        raise TypeError("Calling 'put' on an ObjectRef is not allowed. If you really want to do this, wrap it in a list: put([ref]).")
+        raise TypeError(
+            "Calling 'put' on an ObjectRef is not allowed. If you really want to do this, wrap it in a list: put([ref])."
+        )
     client = _client()
     data, buffers, nested = serialization.serialize(value)
     return put_serialized(client, data, buffers, nested)
@@ -315,7 +339,9 @@ def get_actor(name: str, namespace: Optional[str] = None):
     ns = STATE.namespace if namespace is None else namespace
     info = _client().get_named_actor(name, ns)
     if info is None:
-        raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'. It may not exist or may have died.")
+        raise ValueError(
+            f"Failed to look up actor with name '{name}' in namespace '{ns}'. It may not exist or may have died."
+        )
     return ActorHandle._from_info(info)
 
 

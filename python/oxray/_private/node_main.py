@@ -18,9 +18,7 @@ def run(config: dict, on_ready=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    session_dir = os.path.join(
-        node_files.temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
-    )
+    session_dir = os.path.join(node_files.temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid()))
     python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
     try:
         cluster = _native.start_cluster(

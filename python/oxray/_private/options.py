@@ -68,9 +68,7 @@ def validate(options: dict, kind: str) -> dict:
             if not isinstance(name, str):
                 raise TypeError(f"Resource names must be strings, got {name!r}")
             if name in ("CPU", "GPU"):
-                raise ValueError(
-                    f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}"
-                )
+                raise ValueError(f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}")
             _nonneg_number(f"resources[{name!r}]", qty)
     if options.get("num_returns") is not None and options["num_returns"] != "dynamic":
         _int_at_least("num_returns", options["num_returns"], 0)

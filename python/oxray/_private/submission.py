@@ -39,7 +39,11 @@ def encode_args(client, args, kwargs, name):
         if isinstance(value, ObjectRef):
             encoded.append((True, value._id))
             continue
-        what = f"argument {i} of {name}" if i < len(args) else f"keyword argument {list(kwargs)[i - len(args)]!r} of {name}"
+        what = (
+            f"argument {i} of {name}"
+            if i < len(args)
+            else f"keyword argument {list(kwargs)[i - len(args)]!r} of {name}"
+        )
         data, buffers, nested = serialization.serialize(value, what)
         if serialization.payload_size(data, buffers) <= _native.INLINE_THRESHOLD:
             encoded.append((False, _native.encode_object(data, buffers, serialization.FLAG_VALUE)))

@@ -86,7 +86,9 @@ class Worker:
                 STATE.actor_id = a["actor_id"]
                 with _UserCode():
                     self.actor = cls(*positional, **kwargs)
-                method_names = [n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")]
+                method_names = [
+                    n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")
+                ]
                 if a["max_concurrency"] > 1:
                     self.pool = ThreadPoolExecutor(max_workers=a["max_concurrency"])
                 result = None
@@ -167,7 +169,9 @@ class Worker:
 
 
 def main():
-    client = _native.Client(os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"]))
+    client = _native.Client(
+        os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"])
+    )
     STATE.epoch += 1
     STATE.client = client
     STATE.mode = "worker"

@@ -29,7 +29,8 @@ def _resources(text):
     except ValueError as e:
         _fail(f"--resources={text!r} is not valid JSON ({e}); expected e.g. '{{\"node_b\": 1}}'")
     if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for k, v in value.items()
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+        for k, v in value.items()
     ):
         _fail(f"--resources={text!r} must be a JSON object of resource name -> number >= 0")
     if "CPU" in value or "GPU" in value:
@@ -130,7 +131,9 @@ def _print_started(args, record, config) -> None:
         print("  To stop oxray on this host:")
         print("    oxray stop")
     else:
-        print(f"This node ({record['node_id'][:8]}, at {record['address']}) joined the cluster at {record['head_address']}.")
+        print(
+            f"This node ({record['node_id'][:8]}, at {record['address']}) joined the cluster at {record['head_address']}."
+        )
         print("  To stop oxray on this host: oxray stop")
     sys.stdout.flush()
 

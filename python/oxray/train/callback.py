@@ -20,7 +20,9 @@ class TrainRunContext:
 class UserCallback:
     """Subclass and pass in `RunConfig(callbacks=[...])`."""
 
-    def after_report(self, run_context: TrainRunContext, metrics: List[Dict[str, Any]], checkpoint: Optional[Any]) -> None:
+    def after_report(
+        self, run_context: TrainRunContext, metrics: List[Dict[str, Any]], checkpoint: Optional[Any]
+    ) -> None:
         """After every report: each rank's metrics (index = rank) and the
         registered checkpoint, if any rank gave one."""
 

@@ -45,7 +45,9 @@ class ScalingConfig:
             raise ValueError("ScalingConfig(use_tpu=True): TPUs are not supported by oxray")
         for unsupported in ("label_selector", "topology"):
             if getattr(self, unsupported) is not None:
-                raise ValueError(f"ScalingConfig({unsupported}=...) is not supported by oxray yet; use resources_per_worker")
+                raise ValueError(
+                    f"ScalingConfig({unsupported}=...) is not supported by oxray yet; use resources_per_worker"
+                )
         if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
                 f"ScalingConfig(placement_strategy={self.placement_strategy!r}): expected one of "
@@ -58,7 +60,9 @@ class ScalingConfig:
                 )
             for k, v in self.resources_per_worker.items():
                 if not isinstance(k, str) or not k:
-                    raise ValueError(f"ScalingConfig(resources_per_worker=...): resource names must be strings, got {k!r}")
+                    raise ValueError(
+                        f"ScalingConfig(resources_per_worker=...): resource names must be strings, got {k!r}"
+                    )
                 if not _is_number(v) or v < 0:
                     raise ValueError(f"ScalingConfig(resources_per_worker=...): {k!r} must be a number >= 0, got {v!r}")
             gpus = self.resources_per_worker.get("GPU", 0)
@@ -94,7 +98,9 @@ class FailureConfig:
 
     def __post_init__(self):
         if not _is_int(self.max_failures) or self.max_failures < -1:
-            raise ValueError(f"FailureConfig(max_failures={self.max_failures!r}): expected an integer >= 0, or -1 for unlimited")
+            raise ValueError(
+                f"FailureConfig(max_failures={self.max_failures!r}): expected an integer >= 0, or -1 for unlimited"
+            )
         if self.fail_fast is not None:
             raise DeprecationWarning("FailureConfig(fail_fast=...) is deprecated in Ray Train v2 and not supported")
 
@@ -109,16 +115,22 @@ class CheckpointConfig:
 
     def __post_init__(self):
         if self.num_to_keep is not None and (not _is_int(self.num_to_keep) or self.num_to_keep < 1):
-            raise ValueError(f"CheckpointConfig(num_to_keep={self.num_to_keep!r}): expected None (keep all) or an integer >= 1")
+            raise ValueError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep!r}): expected None (keep all) or an integer >= 1"
+            )
         if self.checkpoint_score_order not in ("max", "min"):
-            raise ValueError(f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): expected 'max' or 'min'")
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): expected 'max' or 'min'"
+            )
         if self.checkpoint_score_attribute is not None and not isinstance(self.checkpoint_score_attribute, str):
             raise ValueError(
                 f"CheckpointConfig(checkpoint_score_attribute={self.checkpoint_score_attribute!r}): expected a metric name"
             )
         for old in ("checkpoint_frequency", "checkpoint_at_end"):
             if getattr(self, old) is not None:
-                raise DeprecationWarning(f"CheckpointConfig({old}=...) is deprecated in Ray Train v2; call report() with a checkpoint instead")
+                raise DeprecationWarning(
+                    f"CheckpointConfig({old}=...) is deprecated in Ray Train v2; call report() with a checkpoint instead"
+                )
 
 
 _TUNE_ERAS = ("sync_config", "verbose", "stop", "progress_reporter", "log_to_file")
@@ -147,7 +159,9 @@ class RunConfig:
         if self.logging_config is not None:
             raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
         if self.storage_filesystem is not None:
-            raise ValueError("RunConfig(storage_filesystem=...) is not supported; pass a path or an s3:// URI as storage_path")
+            raise ValueError(
+                "RunConfig(storage_filesystem=...) is not supported; pass a path or an s3:// URI as storage_path"
+            )
         if self.name is None:
             self.name = "ray_train_run-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         from oxray.train._internal.storage import check_name
@@ -173,4 +187,6 @@ class RunConfig:
                     f"RunConfig(callbacks=...): {callback!r} is not an oxray.train.UserCallback; Train v2 accepts only UserCallback subclasses"
                 )
         if self.worker_runtime_env is not None and not isinstance(self.worker_runtime_env, dict):
-            raise ValueError(f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): expected a dict like {{'env_vars': {{...}}}}")
+            raise ValueError(
+                f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): expected a dict like {{'env_vars': {{...}}}}"
+            )

@@ -104,7 +104,9 @@ _ready = _LazyReady()
 
 def _validate_bundles(bundles) -> List[Dict[str, float]]:
     if not isinstance(bundles, (list, tuple)) or not bundles:
-        raise ValueError(f"placement_group() needs a non-empty list of bundles (dicts of resource -> amount), got {bundles!r}")
+        raise ValueError(
+            f"placement_group() needs a non-empty list of bundles (dicts of resource -> amount), got {bundles!r}"
+        )
     out = []
     for i, bundle in enumerate(bundles):
         if not isinstance(bundle, dict):
@@ -137,7 +139,9 @@ def placement_group(
     cluster has room (see `ready()` / `wait()`)."""
     clean = _validate_bundles(bundles)
     if strategy not in VALID_STRATEGIES:
-        raise ValueError(f"Invalid placement group strategy {strategy!r}: expected one of {', '.join(VALID_STRATEGIES)}")
+        raise ValueError(
+            f"Invalid placement group strategy {strategy!r}: expected one of {', '.join(VALID_STRATEGIES)}"
+        )
     if lifetime not in (None, "detached"):
         raise ValueError(f"placement_group(lifetime=...) must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):

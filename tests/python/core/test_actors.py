@@ -135,9 +135,7 @@ def test_get_if_exists_returns_the_same_actor(ray_cluster):
     # Constructor arguments are ignored for the existing actor: same state.
     assert ray.get(second.incr.remote(), timeout=TIMEOUT) == 2
     assert ray.get(first.get.remote(), timeout=TIMEOUT) == 2
-    assert ray.get(first.actor_id.remote(), timeout=TIMEOUT) == ray.get(
-        second.actor_id.remote(), timeout=TIMEOUT
-    )
+    assert ray.get(first.actor_id.remote(), timeout=TIMEOUT) == ray.get(second.actor_id.remote(), timeout=TIMEOUT)
 
 
 def test_kill_actor_then_calls_raise_actor_died(ray_cluster):

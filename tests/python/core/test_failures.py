@@ -123,6 +123,7 @@ def test_actor_restarts_once_then_dies(ray_cluster):
     assert calls == 1, "state must be reset: the constructor runs again on restart"
 
     _kill_and_wait(pid2)
+
     # No restarts left: calls fail with ActorDiedError (never succeed).
     def call_until_dead():
         try:
@@ -227,16 +228,12 @@ def test_shutdown_leaves_no_processes_or_shared_memory(fresh_cluster):
     ours = session_shm_entries(extra_pids=pids)
     del view, big
     ray.shutdown()
-    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10), [
-        p for p in pids if pid_alive(p)
-    ]
+    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10), [p for p in pids if pid_alive(p)]
     # Nor any helper process the driver started for the cluster (agents, stores).
     assert wait_until(lambda: not (live_children() - children_before), timeout=10), sorted(
         live_children() - children_before
     )
-    assert wait_until(lambda: not (ours & oxray_shm_entries()), timeout=5), sorted(
-        ours & oxray_shm_entries()
-    )
+    assert wait_until(lambda: not (ours & oxray_shm_entries()), timeout=5), sorted(ours & oxray_shm_entries())
 
 
 DRIVER_SCRIPT = textwrap.dedent(

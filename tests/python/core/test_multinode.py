@@ -54,12 +54,33 @@ class LocalCluster:
             return f.read().strip()
 
     def start_head(self, num_cpus=1, resources=None):
-        return self.cli("start", "--head", "--port", str(self.port), "--num-cpus", str(num_cpus),
-                        "--object-store-memory", str(256 * MiB), "--resources", json.dumps(resources or {}))
+        return self.cli(
+            "start",
+            "--head",
+            "--port",
+            str(self.port),
+            "--num-cpus",
+            str(num_cpus),
+            "--object-store-memory",
+            str(256 * MiB),
+            "--resources",
+            json.dumps(resources or {}),
+        )
 
     def add_node(self, num_cpus=1, resources=None):
-        self.cli("start", "--address", self.address, "--token", self.token, "--num-cpus", str(num_cpus),
-                 "--object-store-memory", str(512 * MiB), "--resources", json.dumps(resources or {}))
+        self.cli(
+            "start",
+            "--address",
+            self.address,
+            "--token",
+            self.token,
+            "--num-cpus",
+            str(num_cpus),
+            "--object-store-memory",
+            str(512 * MiB),
+            "--resources",
+            json.dumps(resources or {}),
+        )
 
     def records(self):
         out = []
@@ -316,12 +337,14 @@ def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluste
     mortal_node = ray.get(mortal.call.remote())[1]
     records = {r["node_id"]: r for r in local_cluster.records()}
     os.kill(int(records[first_node]["pid"]), signal.SIGKILL)
+
     # A fresh instance on the surviving node answers (its counter starts again).
     def restarted():
         try:
             return ray.get(restartable.call.remote(), timeout=10)
         except ray.exceptions.RayError:
             return None
+
     calls, node = wait_until(restarted, timeout=30, interval=0.5)
     assert node != first_node and calls == 1
     if mortal_node == first_node:
@@ -342,8 +365,16 @@ def train_across_nodes_loop(config):
             start = int(open(os.path.join(d, "epoch")).read()) + 1
     log = os.path.join(config["log_dir"], f"start-{ctx.get_world_rank()}-{os.getpid()}")
     with open(log, "w") as f:
-        json.dump({"start": start, "node_rank": ctx.get_node_rank(), "local_rank": ctx.get_local_rank(),
-                   "node": ray.get_runtime_context().get_node_id(), "master": os.environ["MASTER_ADDR"]}, f)
+        json.dump(
+            {
+                "start": start,
+                "node_rank": ctx.get_node_rank(),
+                "local_rank": ctx.get_local_rank(),
+                "node": ray.get_runtime_context().get_node_id(),
+                "master": os.environ["MASTER_ADDR"],
+            },
+            f,
+        )
     print(f"rank {ctx.get_world_rank()} starts at epoch {start} on node rank {ctx.get_node_rank()}", flush=True)
     for epoch in range(start, config["epochs"]):
         open(os.path.join(config["log_dir"], f"epoch-{epoch}-rank-{ctx.get_world_rank()}"), "w").close()
@@ -378,8 +409,9 @@ def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
         train_across_nodes_loop,
         train_loop_config={"epochs": 5, "log_dir": str(logs)},
         scaling_config=ScalingConfig(num_workers=2, placement_strategy="SPREAD"),
-        run_config=RunConfig(storage_path=str(tmp_path / "results"), name="nodes",
-                             failure_config=FailureConfig(max_failures=1)),
+        run_config=RunConfig(
+            storage_path=str(tmp_path / "results"), name="nodes", failure_config=FailureConfig(max_failures=1)
+        ),
     ).fit()
     killer.join(timeout=5)
     runs = [json.load(open(logs / f)) for f in sorted(os.listdir(logs)) if f.startswith("start-")]
@@ -395,5 +427,7 @@ def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
     # Both workers' output reached this driver, the one on node b included, prefixed with rank, pid and ip.
     out = capfd.readouterr().out
     remote = [r for r in first if r["node"] == node_b["node_id"]]
-    assert re.search(r"\(RayTrainWorker rank=1 pid=\d+, ip=127.0.0.1\) rank 1 starts at epoch 0 on node rank 1", out), out
+    assert re.search(r"\(RayTrainWorker rank=1 pid=\d+, ip=127.0.0.1\) rank 1 starts at epoch 0 on node rank 1", out), (
+        out
+    )
     assert remote and re.search(r"\(RayTrainWorker rank=0 pid=\d+, ip=127.0.0.1\) rank 0 starts at epoch 0", out), out

@@ -76,10 +76,7 @@ def test_available_resources_track_running_tasks(ray_cluster, tmp_path):
 
 
 def test_fractional_cpus_run_concurrently(ray_cluster, tmp_path):
-    refs = [
-        interval_with_barrier.options(num_cpus=0.5).remote(str(tmp_path / "b"), 4, 0.2)
-        for _ in range(4)
-    ]
+    refs = [interval_with_barrier.options(num_cpus=0.5).remote(str(tmp_path / "b"), 4, 0.2) for _ in range(4)]
     results = ray.get(refs, timeout=TIMEOUT)
     assert all(met for _, _, met in results), "4 half-CPU tasks did not run at once on 2 CPUs"
     assert max_overlap([(s, e) for s, e, _ in results]) >= 3
@@ -95,9 +92,7 @@ def test_custom_resource_limits_concurrency(ray_cluster, tmp_path):
 
 
 def _assert_infeasible_error(exc, *names):
-    assert not isinstance(exc, ray.exceptions.GetTimeoutError), (
-        "an unsatisfiable request must fail, not hang: %r" % exc
-    )
+    assert not isinstance(exc, ray.exceptions.GetTimeoutError), "an unsatisfiable request must fail, not hang: %r" % exc
     assert isinstance(exc, ray.exceptions.RayError), repr(exc)
     text = str(exc)
     for name in names:
@@ -123,9 +118,7 @@ def test_infeasible_task_fails_instead_of_hanging(ray_cluster):
         ray.get(noop.options(resources={"nonexistent": 1}).remote(), timeout=10)
     _assert_infeasible_error(ei.value, "nonexistent")
     if hasattr(ray.exceptions, "TaskUnschedulableError"):
-        assert isinstance(
-            ei.value, (ray.exceptions.TaskUnschedulableError, ray.exceptions.RayError)
-        )
+        assert isinstance(ei.value, (ray.exceptions.TaskUnschedulableError, ray.exceptions.RayError))
     # The cluster is unaffected.
     assert ray.get(noop.remote(), timeout=TIMEOUT) == 1
 

@@ -46,8 +46,7 @@ def describe(*args, **kwargs):
     return (
         [(type(a).__name__, a) for a in args],
         {k: (type(v).__name__, v) for k, v in kwargs.items()},
-        any(isinstance(a, ray.ObjectRef) for a in args)
-        or any(isinstance(v, ray.ObjectRef) for v in kwargs.values()),
+        any(isinstance(a, ray.ObjectRef) for a in args) or any(isinstance(v, ray.ObjectRef) for v in kwargs.values()),
     )
 
 
@@ -297,9 +296,7 @@ def test_force_cancel_kills_the_worker(ray_cluster, tmp_path):
     assert wait_until(lambda: os.path.exists(started), timeout=30), "task never started"
     ray.cancel(ref, force=True)
     # Ray documents WorkerCrashedError for force=True (the worker exits).
-    with pytest.raises(
-        (ray.exceptions.WorkerCrashedError, ray.exceptions.TaskCancelledError)
-    ):
+    with pytest.raises((ray.exceptions.WorkerCrashedError, ray.exceptions.TaskCancelledError)):
         ray.get(ref, timeout=30)
     assert ray.get(add.remote(2, 2), timeout=TIMEOUT) == 4
 
@@ -309,9 +306,7 @@ def test_cancel_queued_task(ray_cluster, tmp_path):
     # Fill both CPUs, then queue a third task behind them and cancel it.
     blockers = [wait_for_gate.remote(gate, str(tmp_path / f"s{i}")) for i in range(2)]
     try:
-        assert wait_until(
-            lambda: all(os.path.exists(tmp_path / f"s{i}") for i in range(2)), timeout=30
-        )
+        assert wait_until(lambda: all(os.path.exists(tmp_path / f"s{i}") for i in range(2)), timeout=30)
         queued = add.remote(1, 2)
         ray.cancel(queued)
         with pytest.raises(ray.exceptions.TaskCancelledError):
@@ -340,9 +335,7 @@ def test_runtime_env_env_vars_via_options(ray_cluster):
     name = "OXRAY_TEST_OPTIONS_VAR"
     assert name not in os.environ
     env = {"env_vars": {name: "from-options"}}
-    assert ray.get(read_env.options(runtime_env=env).remote(name), timeout=TIMEOUT) == (
-        "from-options"
-    )
+    assert ray.get(read_env.options(runtime_env=env).remote(name), timeout=TIMEOUT) == ("from-options")
     # It does not leak into tasks that did not ask for it, nor into the driver.
     assert ray.get(read_env.remote(name), timeout=TIMEOUT) is None
     assert name not in os.environ

@@ -54,7 +54,9 @@ def ddp_loop(config):
         opt.step()
     second_pass = [int(i) for (idx,) in loader for i in idx]  # the next pass reshuffles (set_epoch advanced)
     params = [p.detach().flatten().tolist() for p in model.parameters()]
-    env = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR")}
+    env = {
+        k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR")
+    }
     env["cwd"] = os.getcwd()
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, f"rank{ctx.get_world_rank()}.json"), "w") as f:
@@ -104,9 +106,14 @@ def checkpoint_index(path):
 def test_checkpoint_layout_snapshot_and_score_retention(cluster, tmp_path):
     accs = [0.1, 0.9, 0.5, 0.3, 0.2]
     config = run_config(
-        tmp_path, checkpoint_config=CheckpointConfig(num_to_keep=2, checkpoint_score_attribute="acc", checkpoint_score_order="max")
+        tmp_path,
+        checkpoint_config=CheckpointConfig(
+            num_to_keep=2, checkpoint_score_attribute="acc", checkpoint_score_order="max"
+        ),
     )
-    result = TorchTrainer(scored_loop, train_loop_config={"accs": accs}, scaling_config=ScalingConfig(num_workers=2), run_config=config).fit()
+    result = TorchTrainer(
+        scored_loop, train_loop_config={"accs": accs}, scaling_config=ScalingConfig(num_workers=2), run_config=config
+    ).fit()
     assert result.path == str(tmp_path / "results" / "run")
     entries = sorted(os.listdir(result.path))
     dirs = [e for e in entries if e.startswith("checkpoint_") and e != "checkpoint_manager_snapshot.json"]
@@ -123,7 +130,12 @@ def test_checkpoint_layout_snapshot_and_score_retention(cluster, tmp_path):
     assert [r["metrics"]["i"] for r in snap["checkpoint_results"]] == [1, 2, 4]
     assert snap["latest_checkpoint_result"]["checkpoint_dir_name"] == os.path.basename(result.checkpoint.path)
     assert snap["current_report_index"] == 9  # rewritten at each checkpoint; the last plain report came after
-    for key in ("ray_version", "checkpoint_report_indices", "pending_training_results", "validated_checkpoint_dir_names"):
+    for key in (
+        "ray_version",
+        "checkpoint_report_indices",
+        "pending_training_results",
+        "validated_checkpoint_dir_names",
+    ):
         assert key in snap
     reloaded = train.Result.from_path(result.path)
     assert reloaded.checkpoint == result.checkpoint and reloaded.metrics == result.metrics
@@ -131,7 +143,12 @@ def test_checkpoint_layout_snapshot_and_score_retention(cluster, tmp_path):
 
 def test_num_to_keep_without_score_keeps_newest(cluster, tmp_path):
     config = run_config(tmp_path, checkpoint_config=CheckpointConfig(num_to_keep=2))
-    result = TorchTrainer(scored_loop, train_loop_config={"accs": [5, 4, 3, 2]}, scaling_config=ScalingConfig(num_workers=2), run_config=config).fit()
+    result = TorchTrainer(
+        scored_loop,
+        train_loop_config={"accs": [5, 4, 3, 2]},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=config,
+    ).fit()
     dirs = [d for d in os.listdir(result.path) if d.startswith("checkpoint_2")]
     assert sorted(checkpoint_index(os.path.join(result.path, d)) for d in dirs) == [2, 3]
 
@@ -161,7 +178,11 @@ def test_user_callback_sees_every_rank_and_each_failure(cluster, tmp_path):
     assert callback.reports[0][0][1] == {"i": 0, "acc": 0.5}
     failing = RecordingCallback()
     with pytest.raises(train.TrainingFailedError):
-        TorchTrainer(raising_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path, name="f", callbacks=[failing])).fit()
+        TorchTrainer(
+            raising_loop,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=run_config(tmp_path, name="f", callbacks=[failing]),
+        ).fit()
     assert len(failing.exceptions) == 1 and "boom in rank 1" in str(failing.exceptions[0][1])
     with pytest.raises(ValueError, match="not an oxray.train.UserCallback"):
         RunConfig(callbacks=[object()])
@@ -201,11 +222,17 @@ def test_rerun_with_same_name_resumes_from_latest_checkpoint(cluster, tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     first = TorchTrainer(
-        epochs_loop, train_loop_config={"epochs": 2, "log_dir": str(logs)}, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
+        epochs_loop,
+        train_loop_config={"epochs": 2, "log_dir": str(logs)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path),
     ).fit()
     assert first.metrics == {"epoch": 1}
     second = TorchTrainer(
-        epochs_loop, train_loop_config={"epochs": 4, "log_dir": str(logs)}, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
+        epochs_loop,
+        train_loop_config={"epochs": 4, "log_dir": str(logs)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path),
     ).fit()
     assert starts(logs) == [0, 0, 2, 2]  # both ranks of the second run got the epoch-1 checkpoint
     assert second.metrics == {"epoch": 3} and len(second.best_checkpoints) == 4
@@ -271,8 +298,12 @@ def uneven_reports_loop():
 
 def test_ranks_reporting_unequally_fail_instead_of_hanging(cluster, tmp_path):
     started = time.monotonic()
-    with pytest.raises(train.TrainingFailedError, match=r"rank\(s\) \[1\] finished the training function without this report"):
-        TorchTrainer(uneven_reports_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+    with pytest.raises(
+        train.TrainingFailedError, match=r"rank\(s\) \[1\] finished the training function without this report"
+    ):
+        TorchTrainer(
+            uneven_reports_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
+        ).fit()
     assert time.monotonic() - started < 60
 
 
@@ -299,7 +330,12 @@ def test_bad_configs_fail_with_clear_errors(cluster, tmp_path):
     )
     with pytest.raises(ValueError, match="'TPUv9'"):
         unknown.fit()
-    too_many = TorchTrainer(never_runs, train_loop_config={"marker": str(marker)}, scaling_config=ScalingConfig(num_workers=8), run_config=run_config(tmp_path))
+    too_many = TorchTrainer(
+        never_runs,
+        train_loop_config={"marker": str(marker)},
+        scaling_config=ScalingConfig(num_workers=8),
+        run_config=run_config(tmp_path),
+    )
     with pytest.raises(ValueError, match="needs 8 CPU"):
         too_many.fit()
     blocker = tmp_path / "a-file"
@@ -320,8 +356,12 @@ def test_bad_configs_fail_with_clear_errors(cluster, tmp_path):
     with pytest.raises(ValueError, match="takes no argument"):
         TorchTrainer(raising_loop, train_loop_config={"lr": 0.1})
     with pytest.raises(ValueError, match="STRICT_SPREAD.*only 1 node"):
-        TorchTrainer(never_runs, train_loop_config={"marker": str(marker)}, run_config=run_config(tmp_path),
-                     scaling_config=ScalingConfig(num_workers=2, placement_strategy="STRICT_SPREAD")).fit()
+        TorchTrainer(
+            never_runs,
+            train_loop_config={"marker": str(marker)},
+            run_config=run_config(tmp_path),
+            scaling_config=ScalingConfig(num_workers=2, placement_strategy="STRICT_SPREAD"),
+        ).fit()
     assert not marker.exists()
     assert ray.available_resources().get("CPU") == 3
 
@@ -336,24 +376,41 @@ def no_upload_loop(config):
     os.makedirs(target, exist_ok=True)
     with open(os.path.join(target, f"rank{ctx.get_world_rank()}"), "w") as f:
         f.write("written in place")
-    train.report({"done": 1}, checkpoint=Checkpoint(target), checkpoint_dir_name="my_checkpoint",
-                 checkpoint_upload_mode=train.CheckpointUploadMode.NO_UPLOAD)
+    train.report(
+        {"done": 1},
+        checkpoint=Checkpoint(target),
+        checkpoint_dir_name="my_checkpoint",
+        checkpoint_upload_mode=train.CheckpointUploadMode.NO_UPLOAD,
+    )
     if config.get("async"):
-        train.report({"done": 2}, checkpoint=Checkpoint(target), checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC)
+        train.report(
+            {"done": 2}, checkpoint=Checkpoint(target), checkpoint_upload_mode=train.CheckpointUploadMode.ASYNC
+        )
 
 
 def test_no_upload_mode_registers_a_checkpoint_written_in_place(cluster, tmp_path):
-    result = TorchTrainer(no_upload_loop, train_loop_config={}, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+    result = TorchTrainer(
+        no_upload_loop,
+        train_loop_config={},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=run_config(tmp_path),
+    ).fit()
     assert result.checkpoint.path == str(tmp_path / "results" / "run" / "my_checkpoint")
     assert sorted(os.listdir(result.checkpoint.path)) == ["rank0", "rank1"]
     with pytest.raises(train.TrainingFailedError, match="ASYNC.*not supported"):
-        TorchTrainer(no_upload_loop, train_loop_config={"async": True}, scaling_config=ScalingConfig(num_workers=2),
-                     run_config=run_config(tmp_path, name="async")).fit()
+        TorchTrainer(
+            no_upload_loop,
+            train_loop_config={"async": True},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=run_config(tmp_path, name="async"),
+        ).fit()
 
 
 def test_torch_tensor_metric_is_rejected(cluster, tmp_path):
     with pytest.raises(train.TrainingFailedError, match="'loss' is a torch Tensor"):
-        TorchTrainer(tensor_metric_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+        TorchTrainer(
+            tensor_metric_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
+        ).fit()
 
 
 def fsdp_on_cpu_loop():
@@ -362,7 +419,9 @@ def fsdp_on_cpu_loop():
 
 def test_fsdp_on_cpu_workers_is_a_clear_error(cluster, tmp_path):
     with pytest.raises(train.TrainingFailedError, match=r"parallel_strategy='fsdp'\) needs a GPU"):
-        TorchTrainer(fsdp_on_cpu_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)).fit()
+        TorchTrainer(
+            fsdp_on_cpu_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
+        ).fit()
 
 
 # --- S3 storage on a real S3 API server (moto) ---
@@ -376,10 +435,17 @@ def moto_s3(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"
-    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     deadline = time.monotonic() + 30
@@ -402,27 +468,42 @@ def moto_s3(monkeypatch):
 def test_s3_storage_on_moto(cluster, tmp_path, moto_s3):
     logs = tmp_path / "logs"
     logs.mkdir()
-    config = RunConfig(storage_path="s3://oxray-test/experiments", name="s3run", checkpoint_config=CheckpointConfig(num_to_keep=1))
+    config = RunConfig(
+        storage_path="s3://oxray-test/experiments", name="s3run", checkpoint_config=CheckpointConfig(num_to_keep=1)
+    )
     result = TorchTrainer(
-        epochs_loop, train_loop_config={"epochs": 3, "log_dir": str(logs)}, scaling_config=ScalingConfig(num_workers=2), run_config=config
+        epochs_loop,
+        train_loop_config={"epochs": 3, "log_dir": str(logs)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=config,
     ).fit()
     assert result.path == "s3://oxray-test/experiments/s3run"
     assert result.checkpoint.path.startswith("s3://oxray-test/experiments/s3run/checkpoint_")
     keys = sorted(o["Key"] for o in moto_s3.list_objects_v2(Bucket="oxray-test")["Contents"])
     ckpt_keys = [k for k in keys if k.endswith("/epoch")]
     assert len(ckpt_keys) == 1, keys  # num_to_keep=1 deleted the older checkpoints from the bucket
-    assert "experiments/s3run/checkpoint_manager_snapshot.json" in keys and "experiments/s3run/.validate_storage_marker" in keys
+    assert (
+        "experiments/s3run/checkpoint_manager_snapshot.json" in keys
+        and "experiments/s3run/.validate_storage_marker" in keys
+    )
     with result.checkpoint.as_directory() as d:
         assert open(os.path.join(d, "epoch")).read() == "2"
     # A rerun resumes from the checkpoint in the bucket.
     TorchTrainer(
-        epochs_loop, train_loop_config={"epochs": 4, "log_dir": str(logs)}, scaling_config=ScalingConfig(num_workers=2), run_config=config
+        epochs_loop,
+        train_loop_config={"epochs": 4, "log_dir": str(logs)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=config,
     ).fit()
     assert starts(logs) == [0, 0, 3, 3]
 
 
 def test_s3_bucket_that_does_not_exist_fails_fast(cluster, tmp_path, moto_s3):
-    trainer = TorchTrainer(never_runs, train_loop_config={"marker": str(tmp_path / "m")}, run_config=RunConfig(storage_path="s3://no-such-bucket/x", name="r"))
+    trainer = TorchTrainer(
+        never_runs,
+        train_loop_config={"marker": str(tmp_path / "m")},
+        run_config=RunConfig(storage_path="s3://no-such-bucket/x", name="r"),
+    )
     started = time.monotonic()
     with pytest.raises(ValueError, match="no-such-bucket.*cannot be written"):
         trainer.fit()

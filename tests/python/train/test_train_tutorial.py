@@ -23,7 +23,9 @@ def train_func():
     from torch.utils.data import DataLoader
 
     # Model, Loss, Optimizer
-    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+    model = VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    )
     # [1] Prepare model.
     model = ray.train.torch.prepare_model(model)
     criterion = CrossEntropyLoss()
@@ -83,7 +85,9 @@ def test_vision_transformer_tutorial(tmp_path):
             model_state_dict = torch.load(os.path.join(checkpoint_dir, "model.pt"))
             from torchvision.models import VisionTransformer
 
-            model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+            model = VisionTransformer(
+                image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+            )
             model.load_state_dict(model_state_dict)
     finally:
         ray.shutdown()

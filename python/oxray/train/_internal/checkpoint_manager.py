@@ -117,4 +117,3 @@ class CheckpointManager:
     def write_snapshot(self) -> None:
         # Metrics are plain JSON already: report() normalized them on the worker.
         self.storage.write_snapshot(json.dumps(self.snapshot(), indent=2).encode())
-

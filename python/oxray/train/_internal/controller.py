@@ -99,7 +99,9 @@ class TrainController:
                 failures += 1
                 error = _describe(failure)
                 for callback in self.run_config.callbacks:
-                    callback.after_exception(self.run_context, {failure.rank if failure.rank is not None else -1: failure.error})
+                    callback.after_exception(
+                        self.run_context, {failure.rank if failure.rank is not None else -1: failure.error}
+                    )
                 if max_failures != -1 and failures > max_failures:
                     message = (
                         f"Training failed after {failures} attempt(s) (FailureConfig(max_failures={max_failures})). "
@@ -162,7 +164,12 @@ class TrainController:
             }
             runs.append(
                 worker.run.remote(
-                    self.train_fn, self.train_config, context_args, group.sync, latest, {k: v[rank] for k, v in shards.items()}
+                    self.train_fn,
+                    self.train_config,
+                    context_args,
+                    group.sync,
+                    latest,
+                    {k: v[rank] for k, v in shards.items()},
                 )
             )
         return self._wait(group, runs)
@@ -233,4 +240,3 @@ def _last_line(text: str) -> str:
     """The exception line of a traceback."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
-

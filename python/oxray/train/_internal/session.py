@@ -143,7 +143,9 @@ def report(
     if mode is CheckpointUploadMode.ASYNC:
         raise ValueError("report(checkpoint_upload_mode=ASYNC) is not supported by oxray yet; use SYNC (the default)")
     if mode is CheckpointUploadMode.NO_UPLOAD and checkpoint_dir_name is None:
-        raise ValueError("report(checkpoint_upload_mode=NO_UPLOAD) needs checkpoint_dir_name: the directory the loop wrote under the run")
+        raise ValueError(
+            "report(checkpoint_upload_mode=NO_UPLOAD) needs checkpoint_dir_name: the directory the loop wrote under the run"
+        )
     if checkpoint_upload_fn is not None or validation:
         raise ValueError("report(checkpoint_upload_fn=..., validation=...) are not supported by oxray yet")
     rank = session.context.get_world_rank()
@@ -176,5 +178,7 @@ def get_context() -> TrainContext:
 def get_dataset_shard(dataset_name: Optional[str] = None):
     session = get_session("get_dataset_shard")
     if dataset_name not in session.datasets:
-        raise KeyError(f"get_dataset_shard({dataset_name!r}): no such dataset; the trainer was given {sorted(session.datasets)}")
+        raise KeyError(
+            f"get_dataset_shard({dataset_name!r}): no such dataset; the trainer was given {sorted(session.datasets)}"
+        )
     return session.datasets[dataset_name]

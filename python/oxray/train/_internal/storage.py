@@ -12,8 +12,15 @@ VALIDATE_MARKER = ".validate_storage_marker"
 
 def check_name(what: str, name: str) -> None:
     """A run or checkpoint directory name: one plain path component."""
-    if not isinstance(name, str) or not name or name in (".", "..", SNAPSHOT_FILE, VALIDATE_MARKER) or any(c in name for c in "/\\\0"):
-        raise ValueError(f"{what}: {name!r} is not a plain directory name (it must not be '.' or '..' or contain '/' or '\\')")
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..", SNAPSHOT_FILE, VALIDATE_MARKER)
+        or any(c in name for c in "/\\\0")
+    ):
+        raise ValueError(
+            f"{what}: {name!r} is not a plain directory name (it must not be '.' or '..' or contain '/' or '\\')"
+        )
 
 
 def join(root: str, *parts: str) -> str:

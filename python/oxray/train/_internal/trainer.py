@@ -27,7 +27,9 @@ class DataParallelTrainer:
     ):
         name = type(self).__name__
         if not callable(train_loop_per_worker):
-            raise TypeError(f"{name}(train_loop_per_worker=...) must be a function, got {type(train_loop_per_worker).__name__}")
+            raise TypeError(
+                f"{name}(train_loop_per_worker=...) must be a function, got {type(train_loop_per_worker).__name__}"
+            )
         if resume_from_checkpoint is not None or metadata is not None:
             raise DeprecationWarning(
                 f"{name}(resume_from_checkpoint=..., metadata=...) is deprecated in Ray Train v2: call "
@@ -43,7 +45,9 @@ class DataParallelTrainer:
         scaling_config = scaling_config if scaling_config is not None else ScalingConfig()
         run_config = run_config if run_config is not None else RunConfig()
         if not isinstance(scaling_config, ScalingConfig):
-            raise TypeError(f"{name}(scaling_config=...) must be an oxray.train.ScalingConfig, got {type(scaling_config).__name__}")
+            raise TypeError(
+                f"{name}(scaling_config=...) must be an oxray.train.ScalingConfig, got {type(scaling_config).__name__}"
+            )
         if not isinstance(run_config, RunConfig):
             raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
         if validation_config is not None:

@@ -200,7 +200,9 @@ class WorkerGroup:
                 f"({time.monotonic() - started:.0f} s so far); the cluster has {oxray.available_resources()} free"
             )
         self.sync = ActorClass(SyncActor, {})._remote(
-            (self.num_workers,), {}, {"num_cpus": 0, "max_concurrency": self.num_workers + 4, "_display_name": "TrainSync"}
+            (self.num_workers,),
+            {},
+            {"num_cpus": 0, "max_concurrency": self.num_workers + 4, "_display_name": "TrainSync"},
         )
         worker_cls = ActorClass(RayTrainWorker, {})
         self.workers = [worker_cls._remote((), {}, self._actor_options(rank)) for rank in range(self.num_workers)]

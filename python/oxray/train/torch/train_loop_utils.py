@@ -13,7 +13,11 @@ from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 def _world_size() -> int:
     import torch.distributed as dist
 
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    return (
+        dist.get_world_size()
+        if dist.is_available() and dist.is_initialized()
+        else int(os.environ.get("WORLD_SIZE", "1"))
+    )
 
 
 def get_devices() -> list:
@@ -68,7 +72,13 @@ def _move(batch, device):
         return batch.to(device, non_blocking=device.type == "cuda")
     if isinstance(batch, (list, tuple)):
         moved = [_move(b, device) for b in batch]
-        return type(batch)(moved) if isinstance(batch, list) else tuple(moved) if type(batch) is tuple else type(batch)(*moved)
+        return (
+            type(batch)(moved)
+            if isinstance(batch, list)
+            else tuple(moved)
+            if type(batch) is tuple
+            else type(batch)(*moved)
+        )
     if isinstance(batch, dict):
         return {k: _move(v, device) for k, v in batch.items()}
     return batch
@@ -109,9 +119,16 @@ def prepare_data_loader(
     if not isinstance(data_loader, DataLoader):
         raise TypeError(f"prepare_data_loader expects a torch DataLoader, got {type(data_loader).__name__}")
     iterable = isinstance(data_loader.dataset, torch.utils.data.IterableDataset)
-    if add_dist_sampler and _world_size() > 1 and not iterable and not isinstance(data_loader.sampler, DistributedSampler):
+    if (
+        add_dist_sampler
+        and _world_size() > 1
+        and not iterable
+        and not isinstance(data_loader.sampler, DistributedSampler)
+    ):
         if data_loader.batch_sampler is not None and type(data_loader.batch_sampler).__name__ != "BatchSampler":
-            raise ValueError("prepare_data_loader cannot shard a DataLoader with a custom batch_sampler; pass add_dist_sampler=False")
+            raise ValueError(
+                "prepare_data_loader cannot shard a DataLoader with a custom batch_sampler; pass add_dist_sampler=False"
+            )
         # As in Ray: anything but a sequential sampler means the data was shuffled.
         shuffle = not isinstance(data_loader.sampler, SequentialSampler)
         extra = {"prefetch_factor": data_loader.prefetch_factor} if data_loader.num_workers > 0 else {}
