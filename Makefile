@@ -12,7 +12,7 @@ all: develop
 $(VENV)/.deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2"
+	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2" "ruff>=0.17,<0.18"
 	$(PIP) install --quiet torch torchvision "pandas>=2" "moto[server]>=5" "boto3>=1.28"
 	touch $@
 
@@ -37,9 +37,11 @@ $(MNIST_RAW)/train-images-idx3-ubyte:
 demo: release $(MNIST_RAW)/train-images-idx3-ubyte
 	$(PY) examples/mnist_demo.py --data-dir data
 
-lint:
+lint: venv
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests examples bench
+	$(VENV)/bin/ruff format --check python tests examples bench
 
 rust-test:
 	cargo test --workspace

@@ -842,7 +842,7 @@ class _ProcSampler:
         if self.t0_ticks is None:
             with open("/proc/uptime") as f:
                 self.t0_ticks = float(f.read().split()[0]) * self.hz
-        for pid, (ppid, cpu, st, comm) in procs.items():
+        for pid, (_ppid, cpu, st, comm) in procs.items():
             key = (pid, st)
             self.names[key] = comm
             if key not in self.start:
@@ -1137,7 +1137,7 @@ def print_table(sides, order, file=sys.stdout):
         header += ["oxray/ray"]
     header += ["goal", "met"]
     rows = []
-    for key, label, unit, better, group, fmt in METRICS:
+    for key, label, unit, better, _group, _fmt in METRICS:
         row = [label, unit, better] + [cell(sides[fw], key) for fw in cols]
         if both:
             a = sides["oxray"].get("metrics", {}).get(key) if "skipped" not in sides["oxray"] else None
@@ -1155,7 +1155,7 @@ def print_table(sides, order, file=sys.stdout):
 
     def fmt_row(r):
         return "  ".join(
-            (str(c).rjust(w) if i in right else str(c).ljust(w)) for i, (c, w) in enumerate(zip(r, widths))
+            (str(c).rjust(w) if i in right else str(c).ljust(w)) for i, (c, w) in enumerate(zip(r, widths, strict=True))
         ).rstrip()
 
     print(fmt_row(header), file=file)

@@ -162,6 +162,10 @@ METRICS = [
 ]
 
 
+def _fmt(value):
+    return "-" if value is None else f"{value:.3f}"
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--framework", choices=("oxray", "ray"))
@@ -176,7 +180,7 @@ def main():
         proc = subprocess.run(
             [sys.executable, __file__, "--framework", fw, "--json"], capture_output=True, text=True, timeout=900
         )
-        lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         results[fw] = json.loads(lines[-1]) if lines else None
         if not lines:
             print(f"{fw} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
@@ -191,8 +195,7 @@ def main():
                 if (o < r) == (better == "lower")
                 else f"{(o / r if better == 'lower' else r / o):.2f}x worse"
             )
-        fmt = lambda v: "-" if v is None else f"{v:.3f}"
-        print(f"{label:<55} {fmt(o):>10} {fmt(r):>10} {ratio:>14}")
+        print(f"{label:<55} {_fmt(o):>10} {_fmt(r):>10} {ratio:>14}")
     print(json.dumps(results))
 
 

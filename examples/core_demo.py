@@ -62,18 +62,20 @@ def main():
         f"pi ~= {pi:.6f} (error {abs(pi - math.pi):.2e}) from {total:,} samples in {NUM_TASKS} tasks: {elapsed:.2f} s"
     )
     print(
-        f"progress actor saw {ray.get(progress.samples.remote()):,} samples, {ray.get(progress.fraction.remote()):.0%} of tasks"
+        f"progress actor saw {ray.get(progress.samples.remote()):,} samples, "
+        f"{ray.get(progress.fraction.remote()):.0%} of tasks"
     )
 
     data = np.arange(50_000_000, dtype=np.float64)
     t = time.perf_counter()
     data_ref = ray.put(data)
     bounds = np.linspace(0, len(data), 9, dtype=np.int64)
-    parts = ray.get([chunk_sum.remote(data_ref, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])])
+    parts = ray.get([chunk_sum.remote(data_ref, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
     elapsed = time.perf_counter() - t
     expected = float(len(data) - 1) * len(data) / 2
     print(
-        f"sum of {data.nbytes / 2**20:.0f} MiB array in 8 tasks = {sum(parts):.6e} (expected {expected:.6e}): {elapsed:.2f} s"
+        f"sum of {data.nbytes / 2**20:.0f} MiB array in 8 tasks = {sum(parts):.6e} "
+        f"(expected {expected:.6e}): {elapsed:.2f} s"
     )
     assert abs(sum(parts) - expected) / expected < 1e-9, "parallel sum is wrong"
     assert abs(pi - math.pi) < 1e-2, "pi estimate is off"

@@ -29,7 +29,8 @@ class RayTaskError(RayError):
 
     def _message(self):
         where = f" (pid={self.pid}, ip={self.ip})" if self.pid is not None else ""
-        return f"{type(self.cause).__name__ if self.cause else 'Error'} in {self.function_name}(){where}:\n{self.traceback_str}"
+        kind = type(self.cause).__name__ if self.cause else "Error"
+        return f"{kind} in {self.function_name}(){where}:\n{self.traceback_str}"
 
     def __reduce__(self):
         return (RayTaskError, (self.function_name, self.traceback_str, self.cause, self.proctitle, self.pid, self.ip))

@@ -9,9 +9,8 @@ import time
 from typing import Any, Optional
 
 from oxray import _native, exceptions
-from oxray._private import node_files
+from oxray._private import node_files, serialization
 from oxray._private import options as opts
-from oxray._private import serialization
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
 
@@ -149,7 +148,8 @@ def init(
     else:
         if address == "auto":
             raise ConnectionError(
-                "init(address='auto') found no running cluster: set OXRAY_ADDRESS or start one with `oxray start --head`"
+                "init(address='auto') found no running cluster: "
+                "set OXRAY_ADDRESS or start one with `oxray start --head`"
             )
         given = [
             n
@@ -251,7 +251,8 @@ def _as_ref_list(object_refs, what):
         for r in object_refs:
             if not isinstance(r, ObjectRef):
                 raise TypeError(
-                    f"{what}() expects an ObjectRef or a list of ObjectRefs, got a list containing {type(r).__name__}: {r!r}"
+                    f"{what}() expects an ObjectRef or a list of ObjectRefs, "
+                    f"got a list containing {type(r).__name__}: {r!r}"
                 )
         return list(object_refs), False
     raise TypeError(
@@ -281,7 +282,8 @@ def put(value, *, _owner=None) -> ObjectRef:
     """Stores `value` in the object store and returns its ObjectRef."""
     if isinstance(value, ObjectRef):
         raise TypeError(
-            "Calling 'put' on an ObjectRef is not allowed. If you really want to do this, wrap it in a list: put([ref])."
+            "Calling 'put' on an ObjectRef is not allowed. "
+            "If you really want to do this, wrap it in a list: put([ref])."
         )
     client = _client()
     data, buffers, nested = serialization.serialize(value)

@@ -22,7 +22,8 @@ class RemoteFunction:
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
-            f"Remote functions cannot be called directly. Instead of running '{self.__name__}()', try '{self.__name__}.remote()'."
+            "Remote functions cannot be called directly. "
+            f"Instead of running '{self.__name__}()', try '{self.__name__}.remote()'."
         )
 
     def options(self, **options):

@@ -75,7 +75,7 @@ class Worker:
         try:
             args = [serialization.deserialize(b) for b in a["args"]]
             n_kw = len(a["kwarg_names"])
-            kwargs = dict(zip(a["kwarg_names"], args[len(args) - n_kw :])) if n_kw else {}
+            kwargs = dict(zip(a["kwarg_names"], args[len(args) - n_kw :], strict=True)) if n_kw else {}
             positional = args[: len(args) - n_kw]
             if kind == "task":
                 fn = self.load(a["function_id"])
@@ -123,7 +123,7 @@ class Worker:
                     f"return a tuple or list of {len(return_ids)} values"
                 )
         prepared, nested = [], []
-        for rid, value in zip(return_ids, values):
+        for rid, value in zip(return_ids, values, strict=True):
             data, buffers, inner = serialization.serialize(value, f"the return value of {name}")
             prepared.append(self.client.prepare(rid, data, buffers, serialization.FLAG_VALUE))
             nested.extend(inner)

@@ -132,7 +132,8 @@ def _print_started(args, record, config) -> None:
         print("    oxray stop")
     else:
         print(
-            f"This node ({record['node_id'][:8]}, at {record['address']}) joined the cluster at {record['head_address']}."
+            f"This node ({record['node_id'][:8]}, at {record['address']}) "
+            f"joined the cluster at {record['head_address']}."
         )
         print("  To stop oxray on this host: oxray stop")
     sys.stdout.flush()

@@ -61,4 +61,8 @@ class Result:
         )
 
     def __repr__(self):
-        return f"Result(metrics={self.metrics}, path={self.path!r}, filesystem='{'s3' if '://' in self.path else 'local'}', checkpoint={self.checkpoint})"
+        filesystem = "s3" if "://" in self.path else "local"
+        return (
+            f"Result(metrics={self.metrics}, path={self.path!r}, "
+            f"filesystem='{filesystem}', checkpoint={self.checkpoint})"
+        )

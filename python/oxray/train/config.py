@@ -56,7 +56,8 @@ class ScalingConfig:
         if self.resources_per_worker is not None:
             if not isinstance(self.resources_per_worker, dict):
                 raise ValueError(
-                    f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): expected a dict like {{'CPU': 1}}"
+                    f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): "
+                    "expected a dict like {'CPU': 1}"
                 )
             for k, v in self.resources_per_worker.items():
                 if not isinstance(k, str) or not k:
@@ -124,12 +125,14 @@ class CheckpointConfig:
             )
         if self.checkpoint_score_attribute is not None and not isinstance(self.checkpoint_score_attribute, str):
             raise ValueError(
-                f"CheckpointConfig(checkpoint_score_attribute={self.checkpoint_score_attribute!r}): expected a metric name"
+                f"CheckpointConfig(checkpoint_score_attribute={self.checkpoint_score_attribute!r}): "
+                "expected a metric name"
             )
         for old in ("checkpoint_frequency", "checkpoint_at_end"):
             if getattr(self, old) is not None:
                 raise DeprecationWarning(
-                    f"CheckpointConfig({old}=...) is deprecated in Ray Train v2; call report() with a checkpoint instead"
+                    f"CheckpointConfig({old}=...) is deprecated in Ray Train v2; "
+                    "call report() with a checkpoint instead"
                 )
 
 
@@ -184,9 +187,11 @@ class RunConfig:
         for callback in self.callbacks:
             if not isinstance(callback, UserCallback):
                 raise ValueError(
-                    f"RunConfig(callbacks=...): {callback!r} is not an oxray.train.UserCallback; Train v2 accepts only UserCallback subclasses"
+                    f"RunConfig(callbacks=...): {callback!r} is not an oxray.train.UserCallback; "
+                    "Train v2 accepts only UserCallback subclasses"
                 )
         if self.worker_runtime_env is not None and not isinstance(self.worker_runtime_env, dict):
             raise ValueError(
-                f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): expected a dict like {{'env_vars': {{...}}}}"
+                f"RunConfig(worker_runtime_env={self.worker_runtime_env!r}): "
+                "expected a dict like {'env_vars': {...}}"
             )

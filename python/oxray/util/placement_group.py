@@ -121,7 +121,8 @@ def _validate_bundles(bundles) -> List[Dict[str, float]]:
                 clean[name] = float(amount)
         if not clean:
             raise ValueError(
-                f"Bundle {i} ({bundle!r}) is empty: every bundle needs at least one resource with an amount greater than 0"
+                f"Bundle {i} ({bundle!r}) is empty: "
+                "every bundle needs at least one resource with an amount greater than 0"
             )
         out.append(clean)
     return out

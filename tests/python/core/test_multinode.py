@@ -281,9 +281,10 @@ def test_head_restart_keeps_actors_and_nodes_rejoin(local_cluster):
     assert ray.get(keeper.add.remote(5)) == 5
     head = local_cluster.node_with("node:__internal_head__")
     os.kill(int(head["pid"]), signal.SIGKILL)
-    # The connected driver gets an error, not a hang.
+    # The connected driver gets an error, not a hang (today the native client's RPC
+    # error; which one is not the point).
     start = time.monotonic()
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 - any error will do, as long as it comes at once
         ray.get(keeper.add.remote(1), timeout=20)
     assert time.monotonic() - start < 20
     ray.shutdown()

@@ -560,7 +560,8 @@ def test_worker_output_is_prefixed_with_rank_and_ctrl_c_stops_workers(tmp_path):
                 while time.time() < deadline and ray.available_resources().get("CPU", 0) < 2:
                     time.sleep(0.1)
                 states = {{pg["state"] for pg in placement_group_table().values()}}
-                print("after Ctrl-C: CPU free", ray.available_resources().get("CPU"), "groups", sorted(states), flush=True)
+                cpu_free = ray.available_resources().get("CPU")
+                print("after Ctrl-C: CPU free", cpu_free, "groups", sorted(states), flush=True)
                 raise
             """
         )

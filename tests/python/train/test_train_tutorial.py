@@ -15,12 +15,12 @@ import oxray as ray  # noqa: E402
 
 
 def train_func():
-    from torchvision.models import VisionTransformer
-    from torchvision.datasets import FakeData
-    from torchvision.transforms import ToTensor, Normalize, Compose
     from torch.nn import CrossEntropyLoss
     from torch.optim import Adam
     from torch.utils.data import DataLoader
+    from torchvision.datasets import FakeData
+    from torchvision.models import VisionTransformer
+    from torchvision.transforms import Compose, Normalize, ToTensor
 
     # Model, Loss, Optimizer
     model = VisionTransformer(

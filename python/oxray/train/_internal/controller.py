@@ -140,7 +140,7 @@ class TrainController:
         master_addr = group.node_ip(group.infos[0]["node_id"])
         cpus = int(group.resources.get("CPU", 1)) or 1
         setups = []
-        for worker, ranks in zip(group.workers, layout):
+        for worker, ranks in zip(group.workers, layout, strict=True):
             env = {
                 "MASTER_ADDR": master_addr,
                 "MASTER_PORT": str(master_port),
@@ -156,7 +156,7 @@ class TrainController:
         latest = self.manager.latest_checkpoint
         shards = _split_datasets(self.datasets, group.num_workers)
         runs = []
-        for rank, (worker, ranks) in enumerate(zip(group.workers, layout)):
+        for rank, (worker, ranks) in enumerate(zip(group.workers, layout, strict=True)):
             context_args = {
                 "storage_path": self.run_config.storage_path,
                 "name": self.run_config.name,

@@ -56,7 +56,10 @@ class TrainContext:
 
     def __repr__(self):
         i = self._info
-        return f"TrainContext(world_rank={i.world_rank}, world_size={i.world_size}, local_rank={i.local_rank}, node_rank={i.node_rank})"
+        return (
+            f"TrainContext(world_rank={i.world_rank}, world_size={i.world_size}, "
+            f"local_rank={i.local_rank}, node_rank={i.node_rank})"
+        )
 
 
 class Session:
@@ -144,7 +147,8 @@ def report(
         raise ValueError("report(checkpoint_upload_mode=ASYNC) is not supported by oxray yet; use SYNC (the default)")
     if mode is CheckpointUploadMode.NO_UPLOAD and checkpoint_dir_name is None:
         raise ValueError(
-            "report(checkpoint_upload_mode=NO_UPLOAD) needs checkpoint_dir_name: the directory the loop wrote under the run"
+            "report(checkpoint_upload_mode=NO_UPLOAD) needs checkpoint_dir_name: "
+            "the directory the loop wrote under the run"
         )
     if checkpoint_upload_fn is not None or validation:
         raise ValueError("report(checkpoint_upload_fn=..., validation=...) are not supported by oxray yet")

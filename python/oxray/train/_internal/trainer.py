@@ -33,13 +33,15 @@ class DataParallelTrainer:
         if resume_from_checkpoint is not None or metadata is not None:
             raise DeprecationWarning(
                 f"{name}(resume_from_checkpoint=..., metadata=...) is deprecated in Ray Train v2: call "
-                "oxray.train.get_checkpoint() in the training function, and rerun with the same RunConfig(name, storage_path) to resume"
+                "oxray.train.get_checkpoint() in the training function, "
+                "and rerun with the same RunConfig(name, storage_path) to resume"
             )
         if train_loop_config is not None and not isinstance(train_loop_config, dict):
             raise TypeError(f"{name}(train_loop_config=...) must be a dict, got {type(train_loop_config).__name__}")
         if train_loop_config is not None and _num_params(train_loop_per_worker) == 0:
             raise ValueError(
-                f"{name}: train_loop_config was given, but {getattr(train_loop_per_worker, '__name__', 'the training function')} "
+                f"{name}: train_loop_config was given, "
+                f"but {getattr(train_loop_per_worker, '__name__', 'the training function')} "
                 "takes no argument; define it as `def train_loop_per_worker(config):`"
             )
         scaling_config = scaling_config if scaling_config is not None else ScalingConfig()
