@@ -14,5 +14,4 @@ pub use store::{ObjectPlace, ObjectStore, SpillEvent, StoreStats};
 /// Objects up to this size travel inline in RPCs instead of through shared memory.
 pub const INLINE_THRESHOLD: usize = 100 * 1024;
 
-/// Object ids are 16 random bytes, printed as 32 hex characters.
-pub type ObjectId = [u8; 16];
+pub use oxray_ids::ObjectId;

@@ -62,7 +62,7 @@ pub struct ObjectStore {
 }
 
 fn file_name(id: &ObjectId) -> String {
-    hex::encode(id)
+    id.hex()
 }
 
 impl ObjectStore {
@@ -107,7 +107,7 @@ impl ObjectStore {
             Some(old) if old.sealed => {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::AlreadyExists,
-                    format!("object {} already exists", hex::encode(id)),
+                    format!("object {} already exists", id.hex()),
                 ));
             }
             // A reservation left by an attempt that died (the task is being retried).
@@ -183,10 +183,11 @@ impl ObjectStore {
     /// Writes part of a reserved, not yet sealed object (a copy arriving from another node).
     pub fn write_unsealed(&mut self, id: &ObjectId, offset: usize, data: &[u8]) -> std::io::Result<()> {
         use std::io::{Error, ErrorKind};
-        let e =
-            self.entries.get(id).filter(|e| !e.sealed && !e.freed).ok_or_else(|| {
-                Error::new(ErrorKind::NotFound, format!("object {} is not reserved", hex::encode(id)))
-            })?;
+        let e = self
+            .entries
+            .get(id)
+            .filter(|e| !e.sealed && !e.freed)
+            .ok_or_else(|| Error::new(ErrorKind::NotFound, format!("object {} is not reserved", id.hex())))?;
         if offset + data.len() > e.size {
             return Err(Error::new(ErrorKind::InvalidInput, format!("write past the {}-byte object", e.size)));
         }
@@ -325,7 +326,7 @@ mod tests {
     use crate::arena::ARENA_PAGE;
 
     fn id(n: u8) -> ObjectId {
-        [n; 16]
+        ObjectId::from_array([n; 16])
     }
 
     fn temp_store(capacity: usize) -> (ObjectStore, PathBuf) {

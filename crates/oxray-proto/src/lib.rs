@@ -1,4 +1,10 @@
-//! Messages and gRPC services of the oxray control plane, generated at build time.
-#![allow(clippy::all, clippy::pedantic)]
+//! Messages and gRPC services of the oxray control plane (package `oxray.v1`),
+//! generated at build time from `proto/oxray/v1/*.proto`.
 
-tonic::include_proto!("oxray");
+/// The `oxray.v1` package: one service per kind of caller.
+#[allow(clippy::all, clippy::pedantic, unreachable_pub, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("oxray.v1");
+}
+
+pub use v1::*;

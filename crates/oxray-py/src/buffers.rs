@@ -2,10 +2,12 @@
 //! (inline or a read-only shared-memory mapping) through the buffer protocol,
 //! so pickle-5 out-of-band buffers and numpy arrays view them without copying.
 
+use oxray_object_store::{
+    INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object,
+};
 use oxray_runtime::client::CoreClient;
-use oxray_runtime::ids::Id;
+use oxray_runtime::ids::ObjectId;
 use oxray_runtime::proto::{ObjectLocation, object_location::Place};
-use oxray_object_store::{INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
@@ -21,7 +23,7 @@ pub struct ArenaMap(pub memmap2::MmapRaw);
 /// Tells the agent when a view of an arena range is gone, so the range can be reused.
 pub struct ViewRelease {
     pub client: Arc<CoreClient>,
-    pub id: Id,
+    pub id: ObjectId,
 }
 
 impl Drop for ViewRelease {

@@ -2,9 +2,11 @@
 //! (in workers) receive assignments.
 
 use crate::buffers::{ArenaMap, ObjectBuffer, PreparedObject, ViewRelease, prepare};
+use crate::error::{bad_id, client_error as rpc_err};
 use crate::{OxrayRpcError, runtime};
-use oxray_runtime::client::{AssignmentStream, ClientError, CoreClient};
-use oxray_runtime::ids::{Id, id_from_bytes};
+use oxray_runtime::client::{AssignmentStream, CoreClient};
+use oxray_runtime::ids::{ClientId, JobId, ObjectId};
+use oxray_runtime::placement::Strategy;
 use oxray_runtime::proto::{
     ActorInfo, ActorRequest, Assignment, Bundle, CancelRequest, Empty, FunctionBlob, FunctionId, GetNamedActorRequest,
     PlacementGroupInfo, PlacementGroupRequest, PlacementGroupSpec, TaskArg, TaskDoneRequest, TaskKind, TaskSpec,
@@ -19,15 +21,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn rpc_err(e: ClientError) -> PyErr {
-    match e {
-        ClientError::Auth(m) => crate::OxrayAuthError::new_err(m),
-        other => OxrayRpcError::new_err(other.to_string()),
-    }
+fn to_id(raw: &[u8]) -> PyResult<ObjectId> {
+    ObjectId::from_bytes(raw).map_err(bad_id)
 }
 
-fn to_id(raw: &[u8]) -> PyResult<Id> {
-    id_from_bytes(raw).map_err(PyValueError::new_err)
+fn to_ids(raw: &[Vec<u8>]) -> PyResult<Vec<ObjectId>> {
+    raw.iter().map(|r| to_id(r)).collect()
 }
 
 fn deadline_after(timeout_s: Option<f64>) -> Option<Instant> {
@@ -67,8 +66,8 @@ impl Client {
         cluster: Option<PyRef<'_, crate::cluster::Cluster>>,
     ) -> PyResult<Self> {
         let id = match client_id {
-            Some(raw) => to_id(&raw)?,
-            None => oxray_runtime::ids::new_id(),
+            Some(raw) => ClientId::from_bytes(&raw).map_err(bad_id)?,
+            None => ClientId::random(),
         };
         let local = cluster.and_then(|c| c.local_service());
         let inner = py
@@ -100,7 +99,7 @@ impl Client {
 
     #[getter]
     fn client_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.inner.client_id)
+        PyBytes::new(py, self.inner.client_id.as_bytes())
     }
 
     fn incref(&self, id: &[u8]) -> PyResult<()> {
@@ -146,7 +145,8 @@ impl Client {
         let loc = prepared.location.take().ok_or_else(|| PyValueError::new_err("object already sealed"))?;
         let id = to_id(&loc.object_id)?;
         let c = self.inner.clone();
-        py.detach(|| runtime().block_on(c.seal_object(loc, nested))).map_err(rpc_err)?;
+        let nested = to_ids(&nested)?;
+        py.detach(|| runtime().block_on(c.seal_object(loc, &nested))).map_err(rpc_err)?;
         self.inner.mark_reported(id);
         Ok(())
     }
@@ -156,11 +156,11 @@ impl Client {
     #[pyo3(signature = (ids, timeout_s=None))]
     fn get(&self, py: Python<'_>, ids: Vec<Vec<u8>>, timeout_s: Option<f64>) -> PyResult<Option<Vec<ObjectBuffer>>> {
         let deadline = deadline_after(timeout_s);
+        let ids = to_ids(&ids)?;
         loop {
             let slice_ms = next_slice_ms(deadline);
             let c = self.inner.clone();
-            let wanted = ids.clone();
-            let got = py.detach(|| runtime().block_on(c.get_objects(wanted, slice_ms))).map_err(rpc_err)?;
+            let got = py.detach(|| runtime().block_on(c.get_objects(&ids, slice_ms))).map_err(rpc_err)?;
             if let Some(locations) = got {
                 return py.detach(|| self.map_locations(locations)).map(Some);
             }
@@ -180,14 +180,14 @@ impl Client {
         timeout_s: Option<f64>,
     ) -> PyResult<Vec<Vec<u8>>> {
         let deadline = deadline_after(timeout_s);
+        let ids = to_ids(&ids)?;
         loop {
             let slice_ms = next_slice_ms(deadline);
             let c = self.inner.clone();
-            let wanted = ids.clone();
             let ready =
-                py.detach(|| runtime().block_on(c.wait_objects(wanted, num_returns, slice_ms))).map_err(rpc_err)?;
+                py.detach(|| runtime().block_on(c.wait_objects(&ids, num_returns, slice_ms))).map_err(rpc_err)?;
             if ready.len() >= num_returns as usize || deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(ready);
+                return Ok(ready.into_iter().map(ObjectId::to_vec).collect());
             }
             py.check_signals()?;
         }
@@ -266,7 +266,7 @@ impl Client {
             placement_resources,
             owner_id: self.inner.client_id.to_vec(),
         };
-        let return_ids_copy: Vec<Vec<u8>> = spec.return_ids.clone();
+        let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();
         let out = PyDict::new(py);
         match kind {
@@ -277,11 +277,8 @@ impl Client {
             }
             TaskKind::ActorCreation => {
                 let (id, existing) =
-                    py.detach(|| runtime().block_on(c.create_actor(spec, get_if_exists))).map_err(|e| {
-                        let msg = e.to_string();
-                        PyValueError::new_err(msg)
-                    })?;
-                out.set_item("actor_id", PyBytes::new(py, &id))?;
+                    py.detach(|| runtime().block_on(c.create_actor(spec, get_if_exists))).map_err(rpc_err)?;
+                out.set_item("actor_id", PyBytes::new(py, id.as_bytes()))?;
                 out.set_item("existing", existing)?;
             }
         }
@@ -290,14 +287,14 @@ impl Client {
 
     fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }
 
     fn get_function<'py>(&self, py: Python<'py>, function_id: Vec<u8>) -> PyResult<Bound<'py, PyBytes>> {
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let blob = py
             .detach(|| runtime().block_on(agent.get_function(FunctionId { function_id })))
             .map_err(|s| rpc_err(s.into()))?;
@@ -307,7 +304,7 @@ impl Client {
     #[pyo3(signature = (object_id, force=false))]
     fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool) -> PyResult<()> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
@@ -316,7 +313,7 @@ impl Client {
     #[pyo3(signature = (actor_id, no_restart=true))]
     fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool) -> PyResult<()> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
@@ -329,7 +326,7 @@ impl Client {
         namespace: String,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply = py
             .detach(|| runtime().block_on(agent.get_named_actor(GetNamedActorRequest { name, namespace })))
             .map_err(|s| rpc_err(s.into()))?
@@ -339,7 +336,7 @@ impl Client {
 
     fn get_actor_info<'py>(&self, py: Python<'py>, actor_id: Vec<u8>) -> PyResult<Option<Bound<'py, PyDict>>> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply = py
             .detach(|| runtime().block_on(agent.get_actor_info(ActorRequest { actor_id, no_restart: false })))
             .map_err(|s| rpc_err(s.into()))?
@@ -349,7 +346,7 @@ impl Client {
 
     fn list_actors<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply = py.detach(|| runtime().block_on(agent.list_actors(Empty {}))).map_err(|s| rpc_err(s.into()))?;
         reply.into_inner().actors.iter().map(|a| actor_dict(py, a)).collect()
     }
@@ -357,14 +354,22 @@ impl Client {
     /// Prints the output of this job's workers on other nodes in this
     /// terminal (and on this node too when `skip_address` is None).
     #[pyo3(signature = (token, job_id, skip_address=None))]
-    fn follow_logs(&self, py: Python<'_>, token: String, job_id: Vec<u8>, skip_address: Option<String>) {
+    fn follow_logs(
+        &self,
+        py: Python<'_>,
+        token: String,
+        job_id: Vec<u8>,
+        skip_address: Option<String>,
+    ) -> PyResult<()> {
         let c = self.inner.clone();
+        let job_id = JobId::from_optional_bytes(&job_id).map_err(bad_id)?;
         py.detach(|| runtime().block_on(c.follow_logs(token, job_id, skip_address)));
+        Ok(())
     }
 
     fn cluster_info<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         self.flush(py)?;
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply = py.detach(|| runtime().block_on(agent.cluster_info(Empty {}))).map_err(|s| rpc_err(s.into()))?;
         reply
             .into_inner()
@@ -398,21 +403,22 @@ impl Client {
         name: String,
         namespace: String,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let strategy = Strategy::parse(&strategy).map_err(PyValueError::new_err)?;
         let spec = PlacementGroupSpec {
             pg_id,
             bundles: bundles.into_iter().map(|resources| Bundle { resources }).collect(),
-            strategy,
+            strategy: strategy.to_proto() as i32,
             name,
             namespace,
         };
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply =
             py.detach(|| runtime().block_on(agent.create_placement_group(spec))).map_err(|s| rpc_err(s.into()))?;
         placement_group_dict(py, &reply.into_inner())
     }
 
     fn remove_placement_group(&self, py: Python<'_>, pg_id: Vec<u8>) -> PyResult<()> {
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let request = PlacementGroupRequest { pg_id, ..Default::default() };
         py.detach(|| runtime().block_on(agent.remove_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
         Ok(())
@@ -426,7 +432,7 @@ impl Client {
         name: String,
         namespace: String,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let request = PlacementGroupRequest { pg_id, name, namespace };
         let reply =
             py.detach(|| runtime().block_on(agent.get_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
@@ -434,7 +440,7 @@ impl Client {
     }
 
     fn list_placement_groups<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let mut agent = self.inner.agent();
+        let mut agent = self.inner.driver();
         let reply =
             py.detach(|| runtime().block_on(agent.list_placement_groups(Empty {}))).map_err(|s| rpc_err(s.into()))?;
         reply.into_inner().groups.iter().map(|g| placement_group_dict(py, g)).collect()
@@ -546,7 +552,8 @@ impl Client {
         if let Some(map) = self.arenas.lock().get(path) {
             return Ok(map.clone());
         }
-        let map = Arc::new(ArenaMap(oxray_object_store::map_arena(std::path::Path::new(path)).map_err(|e| e.to_string())?));
+        let map =
+            Arc::new(ArenaMap(oxray_object_store::map_arena(std::path::Path::new(path)).map_err(|e| e.to_string())?));
         self.arenas.lock().insert(path.to_string(), map.clone());
         Ok(map)
     }
@@ -555,13 +562,13 @@ impl Client {
         use oxray_runtime::proto::object_location::Place;
         match loc.place {
             Some(Place::Arena(range)) => {
-                let id = id_from_bytes(&loc.object_id)?;
+                let id = ObjectId::from_bytes(&loc.object_id).map_err(|e| e.to_string())?;
                 // Report the view as released even if mapping fails below.
                 let release = ViewRelease { client: self.inner.clone(), id };
                 let map = self.arena(&range.path)?;
                 let (offset, len) = (range.offset as usize, loc.size as usize);
                 if offset + len > map.0.len() {
-                    return Err(format!("object {} lies outside the arena", hex::encode(id)));
+                    return Err(format!("object {id} lies outside the arena"));
                 }
                 Ok(ObjectBuffer::arena_view(map, offset, len, release))
             }
@@ -577,7 +584,7 @@ impl Client {
             match self.buffer_for(loc) {
                 Ok(b) => out.push(b),
                 Err(first) => {
-                    let again = runtime().block_on(self.inner.get_objects(vec![id], 10_000)).map_err(rpc_err)?;
+                    let again = runtime().block_on(self.inner.get_objects(&[to_id(&id)?], 10_000)).map_err(rpc_err)?;
                     let loc = again.and_then(|mut v| v.pop()).ok_or_else(|| OxrayRpcError::new_err(first.clone()))?;
                     out.push(self.buffer_for(loc).map_err(OxrayRpcError::new_err)?);
                 }
@@ -591,7 +598,7 @@ fn actor_dict<'py>(py: Python<'py>, a: &ActorInfo) -> PyResult<Bound<'py, PyDict
     let d = PyDict::new(py);
     d.set_item("actor_id", PyBytes::new(py, &a.actor_id))?;
     d.set_item("class_name", &a.class_name)?;
-    d.set_item("state", &a.state)?;
+    d.set_item("state", actor_state_name(a.state()))?;
     d.set_item("name", &a.name)?;
     d.set_item("namespace", &a.namespace)?;
     d.set_item("pid", a.pid)?;
@@ -602,14 +609,36 @@ fn actor_dict<'py>(py: Python<'py>, a: &ActorInfo) -> PyResult<Bound<'py, PyDict
     Ok(d)
 }
 
+/// Ray's name of an actor state.
+fn actor_state_name(state: oxray_runtime::proto::ActorState) -> &'static str {
+    use oxray_runtime::proto::ActorState as S;
+    match state {
+        S::PendingCreation | S::Unspecified => "PENDING_CREATION",
+        S::Alive => "ALIVE",
+        S::Restarting => "RESTARTING",
+        S::Dead => "DEAD",
+    }
+}
+
+/// Ray's name of a placement group state.
+fn placement_group_state_name(state: oxray_runtime::proto::PlacementGroupState) -> &'static str {
+    use oxray_runtime::proto::PlacementGroupState as S;
+    match state {
+        S::Pending | S::Unspecified => "PENDING",
+        S::Created => "CREATED",
+        S::Removed => "REMOVED",
+    }
+}
+
 fn placement_group_dict<'py>(py: Python<'py>, info: &PlacementGroupInfo) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let spec = info.spec.clone().unwrap_or_default();
+    let strategy = Strategy::from_proto(spec.strategy()).map(Strategy::as_str).unwrap_or("");
     d.set_item("placement_group_id", hex::encode(&spec.pg_id))?;
     d.set_item("name", spec.name)?;
     d.set_item("namespace", spec.namespace)?;
-    d.set_item("strategy", spec.strategy)?;
-    d.set_item("state", &info.state)?;
+    d.set_item("strategy", strategy)?;
+    d.set_item("state", placement_group_state_name(info.state()))?;
     let bundles: Vec<HashMap<String, f64>> = spec.bundles.into_iter().map(|b| b.resources).collect();
     d.set_item("bundles", bundles)?;
     let nodes: Vec<String> = info.bundle_nodes.iter().map(hex::encode).collect();

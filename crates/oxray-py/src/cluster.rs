@@ -78,7 +78,7 @@ pub fn start_cluster(
         agent_address: running.agent_address.clone(),
         head_address: running.head_address.clone(),
         token: running.token.clone(),
-        node_id: hex::encode(running.node_id),
+        node_id: running.node_id.hex(),
         session_dir: running.session_dir.display().to_string(),
         shm_dir: running.shm_dir.display().to_string(),
         inner: Some(running),

@@ -5,6 +5,7 @@
 mod buffers;
 mod client;
 mod cluster;
+mod error;
 mod storage;
 
 use pyo3::prelude::*;
@@ -35,11 +36,34 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-pyo3::create_exception!(_native, OxrayRpcError, pyo3::exceptions::PyRuntimeError);
-pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
+pub(crate) use error::{OxrayAuthError, OxrayRpcError};
+
+/// What `oxray` logs when `OXRAY_LOG` is unset: the engine's notices (spills,
+/// retries, restarts) and every other crate's warnings.
+const DEFAULT_LOG_FILTER: &str = "warn,oxray_runtime=info,oxray_object_store=info,oxray_io=info,_native=info";
+
+/// Sends the engine's `tracing` events to stderr, filtered by `OXRAY_LOG`
+/// (an `EnvFilter` directive such as `debug` or `oxray_runtime::agent=trace`).
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("OXRAY_LOG") {
+        Ok(directives) => EnvFilter::try_new(&directives).unwrap_or_else(|e| {
+            // Logging is not up yet: this is the one message that must go straight to stderr.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("oxray: ignoring OXRAY_LOG={directives:?} ({e}); using {DEFAULT_LOG_FILTER:?}");
+            }
+            EnvFilter::new(DEFAULT_LOG_FILTER)
+        }),
+        Err(_) => EnvFilter::new(DEFAULT_LOG_FILTER),
+    };
+    // A host process that installed its own subscriber keeps it.
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
     m.add_class::<buffers::ObjectBuffer>()?;
     m.add_class::<buffers::PreparedObject>()?;
     m.add_class::<client::Client>()?;

@@ -1,24 +1,28 @@
 //! The client every driver and worker process uses to talk to its node agent.
 
 use crate::auth::AttachToken;
-use crate::ids::Id;
+use crate::ids::{ActorId, ClientId, IdError, JobId, ObjectId};
 use crate::refs::RefTable;
-use oxray_proto::node_agent_client::NodeAgentClient;
+use oxray_proto::bundle_service_client::BundleServiceClient;
+use oxray_proto::driver_service_client::DriverServiceClient;
+use oxray_proto::peer_service_client::PeerServiceClient;
+use oxray_proto::worker_service_client::WorkerServiceClient;
 use oxray_proto::*;
 use parking_lot::Mutex;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-/// Calls the node agent: in-process when this client lives in the agent's own
-/// process (the embedded driver), else over gRPC. Same requests, same order.
+/// Calls the node agent's `DriverService`: in-process when this client lives in
+/// the agent's own process (the embedded driver), else over gRPC. Same requests,
+/// same order.
 macro_rules! agent_call {
     ($self:ident, $method:ident, $req:expr) => {
         match &$self.local {
             Some(service) => {
-                crate::proto::node_agent_server::NodeAgent::$method(service, tonic::Request::new($req)).await
+                crate::proto::driver_service_server::DriverService::$method(service, tonic::Request::new($req)).await
             }
-            None => $self.agent().$method($req).await,
+            None => $self.driver().$method($req).await,
         }
     };
 }
@@ -26,20 +30,62 @@ macro_rules! agent_call {
 /// The assignments a worker receives from its node agent.
 pub type AssignmentStream = tonic::Streaming<Assignment>;
 
-pub type AgentClient = NodeAgentClient<InterceptedService<Channel, AttachToken>>;
+/// A channel whose every call carries the cluster token.
+pub type AuthedChannel = InterceptedService<Channel, AttachToken>;
+pub type DriverClient = DriverServiceClient<AuthedChannel>;
+pub type WorkerClient = WorkerServiceClient<AuthedChannel>;
+pub type PeerClient = PeerServiceClient<AuthedChannel>;
+pub type BundleClient = BundleServiceClient<AuthedChannel>;
 
+/// A generated client over an authenticated channel, with no message size limit
+/// (objects stream through these calls).
+macro_rules! authed_client {
+    ($client:ident, $channel:expr, $auth:expr) => {
+        $client::with_interceptor($channel, $auth)
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    };
+}
+
+/// What a driver or worker sees go wrong when it calls its node agent. Every
+/// gRPC status becomes one of these in one place (`From<tonic::Status>`).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error("cannot connect to the oxray node agent at {address}: {reason}")]
     Connect { address: String, reason: String },
-    #[error("{0}")]
-    Rpc(String),
+    /// The cluster token is missing, wrong, or not printable.
     #[error("{0}")]
     Auth(String),
+    #[error("the oxray node agent is unreachable: {0}")]
+    Unavailable(String),
+    /// The agent refused the request as given.
+    #[error("{message}")]
+    Refused { reason: Refusal, message: String },
+    #[error(transparent)]
+    BadId(#[from] IdError),
+    /// Anything else the agent or the transport reported.
+    #[error("{0}")]
+    Rpc(String),
+}
+
+/// Why the agent refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A value the request carries is not acceptable.
+    InvalidArgument,
+    /// A name is taken (a named actor).
+    AlreadyExists,
+    /// An id the agent does not know.
+    NotFound,
+    /// The cluster is not in a state to do it (an object never reserved, bundles that do not fit).
+    FailedPrecondition,
+    /// No room: the object store is full.
+    ResourceExhausted,
 }
 
 impl From<tonic::Status> for ClientError {
     fn from(s: tonic::Status) -> Self {
+        let refused = |reason| ClientError::Refused { reason, message: s.message().to_string() };
         match s.code() {
             tonic::Code::Unauthenticated => {
                 ClientError::Auth(format!("the cluster requires its token ({}): set OXRAY_TOKEN", s.message()))
@@ -47,21 +93,25 @@ impl From<tonic::Status> for ClientError {
             tonic::Code::PermissionDenied => {
                 ClientError::Auth(format!("the cluster refused the token ({}): check OXRAY_TOKEN", s.message()))
             }
-            tonic::Code::Unavailable => {
-                ClientError::Rpc(format!("the oxray node agent is unreachable: {}", s.message()))
-            }
+            tonic::Code::Unavailable => ClientError::Unavailable(s.message().to_string()),
+            tonic::Code::InvalidArgument => refused(Refusal::InvalidArgument),
+            tonic::Code::AlreadyExists => refused(Refusal::AlreadyExists),
+            tonic::Code::NotFound => refused(Refusal::NotFound),
+            tonic::Code::FailedPrecondition => refused(Refusal::FailedPrecondition),
+            tonic::Code::ResourceExhausted => refused(Refusal::ResourceExhausted),
             _ => ClientError::Rpc(s.message().to_string()),
         }
     }
 }
 
 pub struct CoreClient {
-    pub client_id: Id,
+    pub client_id: ClientId,
     pub address: String,
-    agent: AgentClient,
+    driver: DriverClient,
+    worker: WorkerClient,
     refs: Mutex<RefTable>,
     /// Arena views dropped since the last report.
-    released: Mutex<Vec<Id>>,
+    released: Mutex<Vec<ObjectId>>,
     /// Tasks and actor calls not yet sent: submission returns at once and a
     /// background sender ships them in batches. Every other call sends them
     /// first, so the agent sees this client's requests in order.
@@ -100,35 +150,40 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
 pub struct AgentChannels(tokio::sync::Mutex<std::collections::HashMap<String, Channel>>);
 
 impl AgentChannels {
-    pub async fn client(&self, address: &str, token: &str) -> Result<AgentClient, String> {
-        let channel = {
-            let mut channels = self.0.lock().await;
-            match channels.get(address) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = connect_channel(address).await.map_err(|e| e.to_string())?;
-                    channels.insert(address.to_string(), c.clone());
-                    c
-                }
+    async fn channel(&self, address: &str) -> Result<Channel, String> {
+        let mut channels = self.0.lock().await;
+        match channels.get(address) {
+            Some(c) => Ok(c.clone()),
+            None => {
+                let c = connect_channel(address).await.map_err(|e| e.to_string())?;
+                channels.insert(address.to_string(), c.clone());
+                Ok(c)
             }
-        };
-        Ok(NodeAgentClient::with_interceptor(channel, AttachToken::new(token)?)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX))
+        }
+    }
+
+    pub async fn driver(&self, address: &str, token: &str) -> Result<DriverClient, String> {
+        Ok(authed_client!(DriverServiceClient, self.channel(address).await?, AttachToken::new(token)?))
+    }
+
+    pub async fn peer(&self, address: &str, token: &str) -> Result<PeerClient, String> {
+        Ok(authed_client!(PeerServiceClient, self.channel(address).await?, AttachToken::new(token)?))
+    }
+
+    pub async fn bundles(&self, address: &str, token: &str) -> Result<BundleClient, String> {
+        Ok(authed_client!(BundleServiceClient, self.channel(address).await?, AttachToken::new(token)?))
     }
 }
 
 impl CoreClient {
-    pub async fn connect(address: &str, token: &str, client_id: Id) -> Result<Self, ClientError> {
+    pub async fn connect(address: &str, token: &str, client_id: ClientId) -> Result<Self, ClientError> {
         let channel = connect_channel(address).await?;
         let auth = AttachToken::new(token).map_err(ClientError::Rpc)?;
-        let agent = NodeAgentClient::with_interceptor(channel, auth)
-            .max_decoding_message_size(usize::MAX)
-            .max_encoding_message_size(usize::MAX);
         Ok(CoreClient {
             client_id,
             address: address.to_string(),
-            agent,
+            driver: authed_client!(DriverServiceClient, channel.clone(), auth.clone()),
+            worker: authed_client!(WorkerServiceClient, channel, auth),
             refs: Mutex::new(RefTable::default()),
             released: Mutex::new(Vec::new()),
             queued: Mutex::new(Vec::new()),
@@ -145,7 +200,7 @@ impl CoreClient {
     pub async fn connect_local(
         address: &str,
         token: &str,
-        client_id: Id,
+        client_id: ClientId,
         service: crate::agent::AgentService,
     ) -> Result<Self, ClientError> {
         let mut client = Self::connect(address, token, client_id).await?;
@@ -156,7 +211,7 @@ impl CoreClient {
     /// Prints, in this driver's terminal, what the workers of job `job_id`
     /// print on every node except `skip` (the embedded agent prints its own).
     /// Nodes that join later are followed within 2 s.
-    pub async fn follow_logs(self: &std::sync::Arc<Self>, token: String, job_id: Vec<u8>, skip: Option<String>) {
+    pub async fn follow_logs(self: &std::sync::Arc<Self>, token: String, job_id: Option<JobId>, skip: Option<String>) {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
         *self.log_stop.lock() = Some(stop_tx);
         let follower = std::sync::Arc::new(LogFollower {
@@ -167,7 +222,7 @@ impl CoreClient {
             channels: AgentChannels::default(),
             stop: stop_rx,
         });
-        let mut agent = self.agent.clone();
+        let mut agent = self.driver.clone();
         follower.follow_new_nodes(&mut agent).await;
         tokio::spawn(async move {
             let mut stop = follower.stop.clone();
@@ -232,31 +287,29 @@ impl CoreClient {
         }
     }
 
-    /// The raw RPC client. Callers that depend on earlier submissions should
-    /// call `flush_submissions` first.
-    pub fn agent(&self) -> AgentClient {
-        self.agent.clone()
+    /// The raw RPC client of the agent's `DriverService`. Callers that depend on
+    /// earlier submissions should call `flush_submissions` first.
+    pub fn driver(&self) -> DriverClient {
+        self.driver.clone()
     }
 
-    pub fn incref(&self, id: Id) {
+    pub fn incref(&self, id: ObjectId) {
         self.refs.lock().incref(id);
     }
 
-    pub fn decref(&self, id: Id) {
+    pub fn decref(&self, id: ObjectId) {
         self.refs.lock().decref(id);
     }
 
-    pub fn mark_reported(&self, id: Id) {
+    pub fn mark_reported(&self, id: ObjectId) {
         self.refs.lock().mark_reported(id);
     }
 
     /// The agent registers the submitter as holder of a task's returns itself.
-    pub fn mark_reported_all(&self, ids: &[Vec<u8>]) {
+    pub fn mark_reported_all(&self, ids: &[ObjectId]) {
         let mut refs = self.refs.lock();
-        for raw in ids {
-            if let Ok(id) = crate::ids::id_from_bytes(raw) {
-                refs.mark_reported(id);
-            }
+        for id in ids {
+            refs.mark_reported(*id);
         }
     }
 
@@ -265,7 +318,7 @@ impl CoreClient {
     }
 
     /// This process dropped a view of the object's arena range.
-    pub fn release_view(&self, id: Id) {
+    pub fn release_view(&self, id: ObjectId) {
         self.released.lock().push(id);
     }
 
@@ -276,7 +329,7 @@ impl CoreClient {
         let _ = tx.send(WorkerEvent { event: Some(worker_event::Event::Hello(hello)) });
         *self.worker_events.lock() = Some(tx);
         let stream = tokio_stream::wrappers::UnboundedReceiverStream::new(rx);
-        Ok(self.agent().worker_connect(stream).await?.into_inner())
+        Ok(self.worker.clone().worker_connect(stream).await?.into_inner())
     }
 
     fn worker_stream(&self) -> Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>> {
@@ -323,15 +376,15 @@ impl CoreClient {
         Ok(())
     }
 
-    pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(Vec<u8>, bool), ClientError> {
+    pub async fn create_actor(&self, spec: TaskSpec, get_if_exists: bool) -> Result<(ActorId, bool), ClientError> {
         self.flush_submissions().await?;
         let reply =
             agent_call!(self, create_actor, CreateActorRequest { spec: Some(spec), get_if_exists })?.into_inner();
-        Ok((reply.actor_id, reply.existing))
+        Ok((ActorId::from_bytes(&reply.actor_id)?, reply.existing))
     }
 
     /// Where to write a new object of `size` bytes (an arena range or a file).
-    pub async fn create_object(&self, id: Id, size: usize) -> Result<ObjectLocation, ClientError> {
+    pub async fn create_object(&self, id: ObjectId, size: usize) -> Result<ObjectLocation, ClientError> {
         if self.worker_stream().is_some() && self.has_ref_changes() {
             self.flush_refs().await?;
         }
@@ -348,13 +401,13 @@ impl CoreClient {
         reply.into_inner().location.ok_or_else(|| ClientError::Rpc("the agent returned no location".into()))
     }
 
-    pub async fn seal_object(&self, object: ObjectLocation, nested: Vec<Vec<u8>>) -> Result<(), ClientError> {
+    pub async fn seal_object(&self, object: ObjectLocation, nested: &[ObjectId]) -> Result<(), ClientError> {
         let _turn = self.sending.lock().await;
         self.ship_queued().await?;
         let request = PutObjectRequest {
             client_id: self.client_id.to_vec(),
             object: Some(object),
-            nested_refs: nested,
+            nested_refs: nested.iter().map(|n| n.to_vec()).collect(),
             ref_deltas: self.deltas_for_rpc(),
         };
         agent_call!(self, put_object, request)?;
@@ -366,9 +419,10 @@ impl CoreClient {
     /// threads' submissions are never held up behind a long `get`.
     pub async fn get_objects(
         &self,
-        ids: Vec<Vec<u8>>,
+        ids: &[ObjectId],
         timeout_ms: i64,
     ) -> Result<Option<Vec<ObjectLocation>>, ClientError> {
+        let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.to_vec()).collect();
         const FIRST_WAIT_MS: i64 = 20;
         let first = if timeout_ms < 0 { FIRST_WAIT_MS } else { timeout_ms.min(FIRST_WAIT_MS) };
         let reply = {
@@ -405,14 +459,15 @@ impl CoreClient {
 
     pub async fn wait_objects(
         &self,
-        ids: Vec<Vec<u8>>,
+        ids: &[ObjectId],
         num_returns: u32,
         timeout_ms: i64,
-    ) -> Result<Vec<Vec<u8>>, ClientError> {
+    ) -> Result<Vec<ObjectId>, ClientError> {
         self.flush_submissions().await?;
-        let request =
-            WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids: ids, num_returns, timeout_ms };
-        Ok(agent_call!(self, wait_objects, request)?.into_inner().ready_ids)
+        let object_ids = ids.iter().map(|id| id.to_vec()).collect();
+        let request = WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids, num_returns, timeout_ms };
+        let ready = agent_call!(self, wait_objects, request)?.into_inner().ready_ids;
+        Ok(crate::ids::parse_all(&ready, ObjectId::from_bytes)?)
     }
 
     /// A worker's completion sent right away, when nothing is queued ahead of it
@@ -444,7 +499,16 @@ impl CoreClient {
                 .send(WorkerEvent { event: Some(worker_event::Event::Done(done)) })
                 .map_err(|_| ClientError::Rpc("the worker's stream to its node agent is closed".into())),
             None => {
-                agent_call!(self, task_done, done)?;
+                match &self.local {
+                    Some(service) => {
+                        crate::proto::worker_service_server::WorkerService::task_done(
+                            service,
+                            tonic::Request::new(done),
+                        )
+                        .await?
+                    }
+                    None => self.worker.clone().task_done(done).await?,
+                };
                 Ok(())
             }
         }
@@ -454,7 +518,7 @@ impl CoreClient {
 /// The driver's subscriptions to node agents' worker output.
 struct LogFollower {
     token: String,
-    job_id: Vec<u8>,
+    job_id: Option<JobId>,
     skip: Option<String>,
     following: Mutex<std::collections::HashSet<String>>,
     channels: AgentChannels,
@@ -462,7 +526,7 @@ struct LogFollower {
 }
 
 impl LogFollower {
-    async fn follow_new_nodes(self: &std::sync::Arc<Self>, agent: &mut AgentClient) {
+    async fn follow_new_nodes(self: &std::sync::Arc<Self>, agent: &mut DriverClient) {
         let Ok(reply) = agent.cluster_info(Empty {}).await else { return };
         for node in reply.into_inner().nodes {
             if !node.alive || self.skip.as_deref() == Some(node.address.as_str()) {
@@ -484,8 +548,8 @@ impl LogFollower {
     }
 
     async fn subscribe(&self, address: &str) -> Option<tonic::Streaming<LogBatch>> {
-        let mut client = self.channels.client(address, &self.token).await.ok()?;
-        let request = SubscribeLogsRequest { job_id: self.job_id.clone() };
+        let mut client = self.channels.driver(address, &self.token).await.ok()?;
+        let request = SubscribeLogsRequest { job_id: self.job_id.map(JobId::to_vec).unwrap_or_default() };
         client.subscribe_logs(request).await.ok().map(|r| r.into_inner())
     }
 

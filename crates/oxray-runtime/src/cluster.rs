@@ -6,14 +6,17 @@
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
 use crate::client::connect_channel;
-use crate::head::HeadService;
-use crate::ids::{Id, new_id};
+use crate::head::Head;
+use crate::ids::NodeId;
 use crate::resources::ResourceSet;
-use oxray_proto::head_client::HeadClient;
-use oxray_proto::head_server::HeadServer;
-use oxray_proto::node_agent_server::NodeAgentServer;
-use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
 use oxray_object_store::ObjectStore;
+use oxray_proto::bundle_service_server::BundleServiceServer;
+use oxray_proto::driver_service_server::DriverServiceServer;
+use oxray_proto::head_service_client::HeadServiceClient;
+use oxray_proto::head_service_server::HeadServiceServer;
+use oxray_proto::peer_service_server::PeerServiceServer;
+use oxray_proto::worker_service_server::WorkerServiceServer;
+use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -55,7 +58,7 @@ pub struct RunningCluster {
     pub head_address: String,
     pub agent_address: String,
     pub token: String,
-    pub node_id: Id,
+    pub node_id: NodeId,
     pub session_dir: PathBuf,
     pub shm_dir: PathBuf,
     pub agent: Arc<AgentShared>,
@@ -172,7 +175,7 @@ async fn bind(host: &str, port: u16, what: &'static str) -> Result<TcpListener, 
 
 /// Starts the node agent, and the head too when `cfg.head` says so.
 pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterError> {
-    let node_id = new_id();
+    let node_id = NodeId::random();
     let is_head = matches!(cfg.head, HeadRole::Local { .. });
     let token = match (&cfg.token, is_head) {
         (Some(t), _) => t.clone(),
@@ -187,7 +190,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     std::fs::create_dir_all(cfg.session_dir.join("logs")).map_err(io(&cfg.session_dir))?;
     let shm_root = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { cfg.session_dir.clone() };
     remove_stale_shm(&shm_root);
-    let shm_dir = shm_root.join(format!("oxray-{}-{}", std::process::id(), &hex::encode(node_id)[..8]));
+    let shm_dir = shm_root.join(format!("oxray-{}-{}", std::process::id(), node_id.short()));
     let store =
         ObjectStore::new(shm_dir.clone(), cfg.session_dir.join("spill"), store_bytes as usize).map_err(io(&shm_dir))?;
     let cpus = total.get("CPU").ceil().max(1.0) as usize;
@@ -219,27 +222,42 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
 
     let mut background = Vec::new();
     let service = AgentService { shared: agent.clone(), address: agent_address.clone() };
-    let agent_service = tonic::service::interceptor::InterceptedService::new(
-        NodeAgentServer::new(service).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX),
-        RequireToken::new(&token),
-    );
-    let server = tonic::transport::Server::builder()
+    let guard = RequireToken::new(&token);
+    // One port serves every caller's service: drivers, workers, peers, the head's bundle admin.
+    let mut router = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(8 << 20))
-        .initial_connection_window_size(Some(16 << 20));
-    let mut server = server;
-    let router = match &cfg.head {
-        HeadRole::Local { state_dir, .. } => {
-            let head = match state_dir {
-                Some(dir) => HeadService::persistent(dir).map_err(|e| ClusterError::Other(e.to_string()))?,
-                None => HeadService::default(),
-            };
-            head.set_token(&token);
-            background.push(head.spawn_placement_loop());
-            let head_service = HeadServer::with_interceptor(head, RequireToken::new(&token));
-            server.add_service(head_service).add_service(agent_service)
-        }
-        HeadRole::Join { .. } => server.add_service(agent_service),
-    };
+        .initial_connection_window_size(Some(16 << 20))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            DriverServiceServer::new(service.clone())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+            guard.clone(),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            WorkerServiceServer::new(service.clone())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+            guard.clone(),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            PeerServiceServer::new(service.clone())
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
+            guard.clone(),
+        ))
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            BundleServiceServer::new(service),
+            guard.clone(),
+        ));
+    if let HeadRole::Local { state_dir, .. } = &cfg.head {
+        let head = match state_dir {
+            Some(dir) => Head::persistent(dir).map_err(|e| ClusterError::Other(e.to_string()))?,
+            None => Head::default(),
+        };
+        head.set_token(&token);
+        background.push(head.spawn_placement_loop());
+        router = router.add_service(HeadServiceServer::with_interceptor(head, guard.clone()));
+    }
     let (server_stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(router.serve_with_incoming_shutdown(incoming_nodelay(listener), async {
         let _ = stopped.await;
@@ -252,7 +270,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         ))
     };
     let channel = connect_channel(&head_address).await.map_err(|e| unreachable(e.to_string()))?;
-    let mut head = HeadClient::with_interceptor(channel, AttachToken::new(&token).map_err(ClusterError::Other)?);
+    let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token).map_err(ClusterError::Other)?);
     let mut info: NodeInfo = agent.node_info(&agent_address);
     info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();

@@ -1,15 +1,15 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
-use crate::client::{AgentChannels, AgentClient};
+use crate::client::{AgentChannels, BundleClient};
 use crate::head_store::HeadStore;
 use crate::placement::{Strategy, plan};
 use crate::resources::{ResourceSet, hold_bundle};
-use oxray_proto::head_server::Head;
+use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
+    ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
     HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo, PlacementGroupReply,
-    PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest,
-    ReserveBundlesRequest,
+    PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState, RegisterActorReply, RegisterActorRequest,
+    RegisterNodeRequest, ReserveBundlesRequest,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -34,7 +34,7 @@ struct ActorTable {
 }
 
 #[derive(Clone, Default)]
-pub struct HeadService {
+pub struct Head {
     nodes: Arc<Mutex<HashMap<Vec<u8>, NodeRecord>>>,
     actors: Arc<Mutex<ActorTable>>,
     /// Durable copy of the tables, when the head has a state directory.
@@ -47,12 +47,12 @@ pub struct HeadService {
     channels: Arc<AgentChannels>,
 }
 
-impl HeadService {
+impl Head {
     /// A head whose tables live in `<state_dir>/head.redb` and survive a restart.
     /// Nodes loaded from it count as dead until they register or beat again.
     pub fn persistent(state_dir: &std::path::Path) -> Result<Self, crate::head_store::StoreError> {
         let store = HeadStore::open(state_dir)?;
-        let head = HeadService { store: None, ..Default::default() };
+        let head = Head { store: None, ..Default::default() };
         let stale = Instant::now().checked_sub(NODE_TIMEOUT).unwrap_or_else(Instant::now);
         let loaded_nodes = store.nodes().unwrap_or_default();
         let loaded_actors = store.actors().unwrap_or_default();
@@ -63,13 +63,13 @@ impl HeadService {
             }
             let mut table = head.actors.lock();
             for actor in loaded_actors {
-                if actor.state != "DEAD" && !actor.name.is_empty() {
+                if actor.state() != ActorState::Dead && !actor.name.is_empty() {
                     table.names.insert((actor.namespace.clone(), actor.name.clone()), actor.actor_id.clone());
                 }
                 table.actors.insert(actor.actor_id.clone(), actor);
             }
         }
-        Ok(HeadService { store: Some(Arc::new(store)), ..head })
+        Ok(Head { store: Some(Arc::new(store)), ..head })
     }
 
     fn persist_node(&self, info: &NodeInfo) -> Result<(), Status> {
@@ -101,7 +101,7 @@ impl HeadService {
                     .groups
                     .lock()
                     .values()
-                    .filter(|g| g.state == "PENDING")
+                    .filter(|g| g.state() == PlacementGroupState::Pending)
                     .filter_map(|g| g.spec.as_ref().map(|s| s.pg_id.clone()))
                     .collect();
                 for pg_id in pending {
@@ -111,20 +111,25 @@ impl HeadService {
         })
     }
 
-    async fn agent(&self, address: &str) -> Result<AgentClient, String> {
+    async fn agent(&self, address: &str) -> Result<BundleClient, String> {
         let token = self.token.lock().clone();
-        self.channels.client(address, &token).await
+        self.channels.bundles(address, &token).await
     }
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes
     /// its strategy allows, or none.
     async fn place_group(&self, pg_id: &[u8]) {
         let _one_at_a_time = self.placing.lock().await;
-        let Some(spec) = self.groups.lock().get(pg_id).filter(|g| g.state == "PENDING").and_then(|g| g.spec.clone())
+        let Some(spec) = self
+            .groups
+            .lock()
+            .get(pg_id)
+            .filter(|g| g.state() == PlacementGroupState::Pending)
+            .and_then(|g| g.spec.clone())
         else {
             return;
         };
-        let Ok(strategy) = Strategy::parse(&spec.strategy) else { return };
+        let Ok(strategy) = Strategy::from_proto(spec.strategy()) else { return };
         let bundles: Vec<ResourceSet> =
             spec.bundles.iter().map(|b| ResourceSet::from_map(&b.resources).unwrap_or_default()).collect();
         let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
@@ -176,7 +181,7 @@ impl HeadService {
             }
         }
         if let Some(group) = self.groups.lock().get_mut(pg_id) {
-            group.state = "CREATED".into();
+            group.set_state(PlacementGroupState::Created);
             group.bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
         }
     }
@@ -197,7 +202,7 @@ impl HeadService {
 }
 
 #[tonic::async_trait]
-impl Head for HeadService {
+impl HeadService for Head {
     async fn register_node(&self, request: Request<RegisterNodeRequest>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner().node.ok_or_else(|| Status::invalid_argument("missing node"))?;
         if info.node_id.len() != 16 {
@@ -257,7 +262,7 @@ impl Head for HeadService {
         let info = request.into_inner();
         self.persist_actor(&info)?;
         let mut table = self.actors.lock();
-        if info.state == "DEAD" && !info.name.is_empty() {
+        if info.state() == ActorState::Dead && !info.name.is_empty() {
             let key = (info.namespace.clone(), info.name.clone());
             if table.names.get(&key) == Some(&info.actor_id) {
                 table.names.remove(&key);
@@ -293,7 +298,7 @@ impl Head for HeadService {
         request: Request<PlacementGroupSpec>,
     ) -> Result<Response<PlacementGroupInfo>, Status> {
         let spec = request.into_inner();
-        Strategy::parse(&spec.strategy).map_err(Status::invalid_argument)?;
+        Strategy::from_proto(spec.strategy()).map_err(Status::invalid_argument)?;
         if spec.pg_id.len() != 16 {
             return Err(Status::invalid_argument("pg_id must be 16 bytes"));
         }
@@ -310,7 +315,11 @@ impl Head for HeadService {
             }
         }
         let pg_id = spec.pg_id.clone();
-        let info = PlacementGroupInfo { spec: Some(spec), state: "PENDING".into(), bundle_nodes: Vec::new() };
+        let info = PlacementGroupInfo {
+            spec: Some(spec),
+            state: PlacementGroupState::Pending as i32,
+            bundle_nodes: Vec::new(),
+        };
         self.groups.lock().insert(pg_id.clone(), info);
         self.place_group(&pg_id).await;
         let info = self.groups.lock().get(&pg_id).cloned().unwrap_or_default();
@@ -325,7 +334,7 @@ impl Head for HeadService {
             let Some(group) = groups.get_mut(&pg_id) else {
                 return Err(Status::not_found(format!("no placement group {}", hex::encode(&pg_id))));
             };
-            group.state = "REMOVED".into();
+            group.set_state(PlacementGroupState::Removed);
             std::mem::take(&mut group.bundle_nodes)
         };
         let pg_hex = hex::encode(&pg_id);
@@ -356,7 +365,7 @@ impl Head for HeadService {
             groups
                 .values()
                 .find(|g| {
-                    g.state != "REMOVED"
+                    g.state() != PlacementGroupState::Removed
                         && g.spec.as_ref().is_some_and(|s| s.name == req.name && s.namespace == req.namespace)
                 })
                 .cloned()
@@ -380,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn heartbeats_update_and_unknown_nodes_are_refused() {
-        let head = HeadService::default();
+        let head = Head::default();
         let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new() };
         assert_eq!(head.heartbeat(Request::new(beat.clone())).await.unwrap_err().code(), tonic::Code::NotFound);
         let info = NodeInfo { node_id: vec![1; 16], is_head: true, ..Default::default() };
@@ -398,19 +407,19 @@ mod tests {
     async fn a_restarted_head_keeps_its_actors_and_nodes() {
         let dir = std::env::temp_dir().join(format!("oxray-head-restart-{}", rand::random::<u64>()));
         {
-            let head = HeadService::persistent(&dir).unwrap();
+            let head = Head::persistent(&dir).unwrap();
             let info = NodeInfo { node_id: vec![7; 16], address: "127.0.0.1:9".into(), ..Default::default() };
             head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
             let register = RegisterActorRequest { actor: Some(named(1, "kept")), get_if_exists: false };
             head.register_actor(Request::new(register)).await.unwrap();
             let mut alive = named(1, "kept");
-            alive.state = "ALIVE".into();
+            alive.set_state(ActorState::Alive);
             head.update_actor(Request::new(alive)).await.unwrap();
         }
-        let head = HeadService::persistent(&dir).unwrap();
+        let head = Head::persistent(&dir).unwrap();
         let lookup = GetNamedActorRequest { name: "kept".into(), namespace: "ns".into() };
         let found = head.get_named_actor(Request::new(lookup)).await.unwrap().into_inner();
-        assert_eq!(found.actor.unwrap().state, "ALIVE");
+        assert_eq!(found.actor.unwrap().state(), ActorState::Alive);
         let nodes = head.nodes();
         assert_eq!(nodes.len(), 1);
         assert!(!nodes[0].alive, "a node is dead until it beats again");
@@ -429,14 +438,14 @@ mod tests {
             actor_id: vec![id; 16],
             name: name.into(),
             namespace: "ns".into(),
-            state: "PENDING_CREATION".into(),
+            state: ActorState::PendingCreation as i32,
             ..Default::default()
         }
     }
 
     #[tokio::test]
     async fn actor_names_are_unique_until_the_actor_dies() {
-        let head = HeadService::default();
+        let head = Head::default();
         let register = |info, get_if_exists| RegisterActorRequest { actor: Some(info), get_if_exists };
         head.register_actor(Request::new(register(named(1, "a"), false))).await.unwrap();
         let dup = head.register_actor(Request::new(register(named(2, "a"), false))).await.unwrap_err();
@@ -447,7 +456,7 @@ mod tests {
         let lookup = GetNamedActorRequest { name: "a".into(), namespace: "ns".into() };
         assert!(head.get_named_actor(Request::new(lookup.clone())).await.unwrap().into_inner().found);
         let mut dead = named(1, "a");
-        dead.state = "DEAD".into();
+        dead.set_state(ActorState::Dead);
         head.update_actor(Request::new(dead)).await.unwrap();
         assert!(!head.get_named_actor(Request::new(lookup)).await.unwrap().into_inner().found);
         head.register_actor(Request::new(register(named(4, "a"), false))).await.unwrap();

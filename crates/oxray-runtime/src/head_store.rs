@@ -1,6 +1,8 @@
 //! The head's durable state in redb: node and actor records (protobuf-encoded),
 //! written through on every change and loaded when the head starts again.
 
+#[cfg(test)]
+use oxray_proto::ActorState;
 use oxray_proto::{ActorInfo, NodeInfo};
 use prost::Message;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -84,10 +86,14 @@ mod tests {
             store
                 .put_node(&NodeInfo { node_id: vec![1; 16], address: "127.0.0.1:1".into(), ..Default::default() })
                 .unwrap();
-            let actor =
-                ActorInfo { actor_id: vec![2; 16], name: "a".into(), state: "ALIVE".into(), ..Default::default() };
+            let actor = ActorInfo {
+                actor_id: vec![2; 16],
+                name: "a".into(),
+                state: ActorState::Alive as i32,
+                ..Default::default()
+            };
             store.put_actor(&actor).unwrap();
-            store.put_actor(&ActorInfo { state: "DEAD".into(), ..actor }).unwrap();
+            store.put_actor(&ActorInfo { state: ActorState::Dead as i32, ..actor }).unwrap();
         }
         let store = HeadStore::open(&dir).unwrap();
         let nodes = store.nodes().unwrap();
@@ -95,7 +101,7 @@ mod tests {
         assert_eq!(nodes[0].address, "127.0.0.1:1");
         let actors = store.actors().unwrap();
         assert_eq!(actors.len(), 1);
-        assert_eq!(actors[0].state, "DEAD", "the latest write wins");
+        assert_eq!(actors[0].state(), ActorState::Dead, "the latest write wins");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,11 +1,9 @@
-//! Ids of objects, tasks, actors, workers and nodes: 16 random bytes.
+//! The engine's typed ids (see the `oxray-ids` crate): a newtype per kind, so a
+//! swapped argument fails to compile.
 
-pub type Id = [u8; 16];
+pub use oxray_ids::{ActorId, ClientId, IdError, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 
-pub fn id_from_bytes(raw: &[u8]) -> Result<Id, String> {
-    raw.try_into().map_err(|_| format!("expected a 16-byte id, got {} bytes", raw.len()))
-}
-
-pub fn new_id() -> Id {
-    rand::random()
+/// Parses a list of raw ids from a request.
+pub fn parse_all<T>(raw: &[Vec<u8>], parse: impl Fn(&[u8]) -> Result<T, IdError>) -> Result<Vec<T>, IdError> {
+    raw.iter().map(|r| parse(r)).collect()
 }

@@ -12,6 +12,40 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// The strategy a request names; `Unspecified` is refused.
+    pub fn from_proto(strategy: oxray_proto::PlacementStrategy) -> Result<Self, String> {
+        use oxray_proto::PlacementStrategy as P;
+        match strategy {
+            P::Pack => Ok(Strategy::Pack),
+            P::Spread => Ok(Strategy::Spread),
+            P::StrictPack => Ok(Strategy::StrictPack),
+            P::StrictSpread => Ok(Strategy::StrictSpread),
+            P::Unspecified => {
+                Err("no placement strategy given: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD".into())
+            }
+        }
+    }
+
+    pub fn to_proto(self) -> oxray_proto::PlacementStrategy {
+        use oxray_proto::PlacementStrategy as P;
+        match self {
+            Strategy::Pack => P::Pack,
+            Strategy::Spread => P::Spread,
+            Strategy::StrictPack => P::StrictPack,
+            Strategy::StrictSpread => P::StrictSpread,
+        }
+    }
+
+    /// Ray's name of the strategy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Pack => "PACK",
+            Strategy::Spread => "SPREAD",
+            Strategy::StrictPack => "STRICT_PACK",
+            Strategy::StrictSpread => "STRICT_SPREAD",
+        }
+    }
+
     pub fn parse(name: &str) -> Result<Self, String> {
         match name {
             "PACK" => Ok(Strategy::Pack),

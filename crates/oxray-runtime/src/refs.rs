@@ -2,18 +2,18 @@
 //! count up and down here; the agent only hears when this process starts or
 //! stops holding an object, batched and in net form.
 
-use crate::ids::Id;
+use crate::ids::ObjectId;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Default)]
 pub struct RefTable {
-    counts: HashMap<Id, u32>,
-    reported: HashSet<Id>,
-    dirty: HashSet<Id>,
+    counts: HashMap<ObjectId, u32>,
+    reported: HashSet<ObjectId>,
+    dirty: HashSet<ObjectId>,
 }
 
 impl RefTable {
-    pub fn incref(&mut self, id: Id) {
+    pub fn incref(&mut self, id: ObjectId) {
         let c = self.counts.entry(id).or_insert(0);
         *c += 1;
         if *c == 1 {
@@ -21,7 +21,7 @@ impl RefTable {
         }
     }
 
-    pub fn decref(&mut self, id: Id) {
+    pub fn decref(&mut self, id: ObjectId) {
         if let Some(c) = self.counts.get_mut(&id) {
             *c -= 1;
             if *c == 0 {
@@ -33,7 +33,7 @@ impl RefTable {
 
     /// Marks an id as already known to the agent as held (e.g. it registered the
     /// holder itself when the object was put).
-    pub fn mark_reported(&mut self, id: Id) {
+    pub fn mark_reported(&mut self, id: ObjectId) {
         self.reported.insert(id);
     }
 
@@ -42,7 +42,7 @@ impl RefTable {
     }
 
     /// Net changes since the last call: (incref, decref).
-    pub fn take_changes(&mut self) -> (Vec<Id>, Vec<Id>) {
+    pub fn take_changes(&mut self) -> (Vec<ObjectId>, Vec<ObjectId>) {
         let mut inc = Vec::new();
         let mut dec = Vec::new();
         for id in self.dirty.drain() {
@@ -71,8 +71,8 @@ mod tests {
     #[test]
     fn reports_only_net_changes() {
         let mut t = RefTable::default();
-        let a = [1; 16];
-        let b = [2; 16];
+        let a = ObjectId::from_array([1; 16]);
+        let b = ObjectId::from_array([2; 16]);
         t.incref(a);
         t.incref(a);
         t.incref(b);
@@ -90,7 +90,7 @@ mod tests {
     #[test]
     fn drop_then_reacquire_between_flushes_keeps_the_hold() {
         let mut t = RefTable::default();
-        let a = [3; 16];
+        let a = ObjectId::from_array([3; 16]);
         t.incref(a);
         t.take_changes();
         t.decref(a);

@@ -3,7 +3,8 @@
 
 use oxray_runtime::client::CoreClient;
 use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_node};
-use oxray_runtime::proto::node_agent_client::NodeAgentClient;
+use oxray_runtime::ids::{ClientId, ObjectId};
+use oxray_runtime::proto::driver_service_client::DriverServiceClient;
 use oxray_runtime::proto::{Empty, ObjectLocation, object_location::Place};
 use std::collections::HashMap;
 
@@ -35,16 +36,18 @@ async fn rpcs_without_the_right_token_are_refused() {
     assert!(cluster.agent_address.starts_with("127.0.0.1:"), "binds to loopback by default");
     assert!(cluster.head_address.starts_with("127.0.0.1:"));
 
-    let mut anonymous = NodeAgentClient::connect(format!("http://{}", cluster.agent_address)).await.unwrap();
+    let mut anonymous = DriverServiceClient::connect(format!("http://{}", cluster.agent_address)).await.unwrap();
     let err = anonymous.cluster_info(Empty {}).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
 
-    let wrong = CoreClient::connect(&cluster.agent_address, "not-the-token", [1; 16]).await.unwrap();
-    let err = wrong.agent().cluster_info(Empty {}).await.unwrap_err();
+    let wrong =
+        CoreClient::connect(&cluster.agent_address, "not-the-token", ClientId::from_array([1; 16])).await.unwrap();
+    let err = wrong.driver().cluster_info(Empty {}).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::PermissionDenied);
 
-    let right = CoreClient::connect(&cluster.agent_address, &cluster.token, [2; 16]).await.unwrap();
-    let nodes = right.agent().cluster_info(Empty {}).await.unwrap().into_inner().nodes;
+    let right =
+        CoreClient::connect(&cluster.agent_address, &cluster.token, ClientId::from_array([2; 16])).await.unwrap();
+    let nodes = right.driver().cluster_info(Empty {}).await.unwrap().into_inner().nodes;
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].total["CPU"], 2.0);
     assert_eq!(nodes[0].total["custom"], 3.0);
@@ -54,32 +57,37 @@ async fn rpcs_without_the_right_token_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
     let cluster = start().await;
-    let client = CoreClient::connect(&cluster.agent_address, &cluster.token, [3; 16]).await.unwrap();
+    let client =
+        CoreClient::connect(&cluster.agent_address, &cluster.token, ClientId::from_array([3; 16])).await.unwrap();
 
     let small = ObjectLocation { object_id: vec![5; 16], place: Some(Place::InlineData(b"tiny".to_vec())), size: 4 };
-    client.seal_object(small, vec![]).await.unwrap();
+    client.seal_object(small, &[]).await.unwrap();
 
     let size = 1 << 20;
-    let reserved = client.create_object([6; 16], size).await.unwrap();
+    let reserved = client.create_object(ObjectId::from_array([6; 16]), size).await.unwrap();
     let Some(Place::Arena(range)) = reserved.place.clone() else { panic!("expected an arena range: {reserved:?}") };
     assert!(range.path.starts_with(cluster.shm_dir.to_str().unwrap()), "{} is in shared memory", range.path);
     let arena = oxray_object_store::map_arena(std::path::Path::new(&range.path)).unwrap();
     // SAFETY: the agent reserved this range for object 6.
     unsafe { std::ptr::copy_nonoverlapping(b"big".as_ptr(), arena.as_mut_ptr().add(range.offset as usize), 3) };
-    client.seal_object(reserved.clone(), vec![]).await.unwrap();
+    client.seal_object(reserved.clone(), &[]).await.unwrap();
 
-    let got = client.get_objects(vec![vec![5; 16], vec![6; 16]], 1000).await.unwrap().expect("ready");
+    let got = client
+        .get_objects(&[ObjectId::from_array([5; 16]), ObjectId::from_array([6; 16])], 1000)
+        .await
+        .unwrap()
+        .expect("ready");
     assert_eq!(got[0].place, Some(Place::InlineData(b"tiny".to_vec())));
     assert_eq!(got[1].place, reserved.place);
     let view = unsafe { std::slice::from_raw_parts(arena.as_ptr().add(range.offset as usize), 3) };
     assert_eq!(view, b"big");
 
     // Unknown ids never hang: they come back at once (as object-lost errors).
-    let lost = client.get_objects(vec![vec![42; 16]], -1).await.unwrap().expect("answered");
+    let lost = client.get_objects(&[ObjectId::from_array([42; 16])], -1).await.unwrap().expect("answered");
     assert!(matches!(lost[0].place, Some(Place::InlineData(_))));
     // A get on an object that is pending times out as asked.
-    client.create_object([8; 16], 1 << 20).await.unwrap();
-    assert!(client.get_objects(vec![vec![8; 16]], 100).await.unwrap().is_none());
+    client.create_object(ObjectId::from_array([8; 16]), 1 << 20).await.unwrap();
+    assert!(client.get_objects(&[ObjectId::from_array([8; 16])], 100).await.unwrap().is_none());
 
     let shm_dir = cluster.shm_dir.clone();
     assert!(shm_dir.exists());

@@ -1,6 +1,7 @@
 //! Worker output published to drivers that subscribe (`SubscribeLogs`): each
 //! driver receives the lines of its own job's tasks and actors.
 
+use crate::ids::JobId;
 use oxray_proto::{LogBatch, LogLine};
 use std::sync::Arc;
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -11,7 +12,8 @@ const BACKLOG: usize = 8192;
 const MAX_BATCH: usize = 512;
 
 struct LogRecord {
-    job_id: Vec<u8>,
+    /// `None`: printed by a worker between jobs, which every subscriber sees.
+    job_id: Option<JobId>,
     line: LogLine,
 }
 
@@ -26,18 +28,18 @@ impl Default for LogHub {
 }
 
 impl LogHub {
-    pub fn publish(&self, job_id: Vec<u8>, prefix: String, text: String, is_stderr: bool) {
+    pub fn publish(&self, job_id: Option<JobId>, prefix: String, text: String, is_stderr: bool) {
         if self.tx.receiver_count() > 0 {
             let _ = self.tx.send(Arc::new(LogRecord { job_id, line: LogLine { prefix, text, is_stderr } }));
         }
     }
 
-    /// A stream of batches of the lines of `job_id` (every job when empty;
+    /// A stream of batches of the lines of `job_id` (every job when `None`;
     /// lines of a worker between jobs go to everyone).
-    pub fn subscribe(&self, job_id: Vec<u8>) -> tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>> {
+    pub fn subscribe(&self, job_id: Option<JobId>) -> tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>> {
         let mut rx = self.tx.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(64);
-        let wanted = move |r: &LogRecord| job_id.is_empty() || r.job_id.is_empty() || r.job_id == job_id;
+        let wanted = move |r: &LogRecord| job_id.is_none() || r.job_id.is_none() || r.job_id == job_id;
         tokio::spawn(async move {
             loop {
                 let mut lines = Vec::new();

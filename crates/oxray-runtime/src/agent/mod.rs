@@ -1,26 +1,27 @@
 //! The node agent: a gRPC service over `AgentState`, plus the worker processes
 //! it starts and watches.
 
+mod error;
 mod logs;
 mod peers;
+mod service;
 pub mod state;
 mod workers;
 
 pub use workers::print_line as print_worker_line;
 
-pub use state::{Action, AgentConfig, AgentState};
+pub use error::{AgentError, CopyError};
+pub use service::AgentService;
+pub use state::{Action, AgentConfig, AgentState, LogLevel};
 pub use workers::SpawnConfig;
 
-use crate::ids::{Id, id_from_bytes};
-use oxray_proto::head_client::HeadClient;
-use oxray_proto::node_agent_server::NodeAgent;
+use crate::ids::{ClientId, NodeId, ObjectId, TaskId, WorkerId};
+use oxray_proto::head_service_client::HeadServiceClient;
 use oxray_proto::*;
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::{Request, Response, Status};
 
 pub struct AgentShared {
     pub state: Mutex<AgentState>,
@@ -35,15 +36,13 @@ pub struct AgentShared {
     logs: logs::LogHub,
 }
 
-pub type HeadConn =
-    HeadClient<tonic::service::interceptor::InterceptedService<tonic::transport::Channel, crate::auth::AttachToken>>;
+pub type HeadConn = HeadServiceClient<
+    tonic::service::interceptor::InterceptedService<tonic::transport::Channel, crate::auth::AttachToken>,
+>;
 
-fn bad(e: String) -> Status {
-    Status::invalid_argument(e)
-}
-
-fn ids(raw: &[Vec<u8>]) -> Result<Vec<Id>, Status> {
-    raw.iter().map(|r| id_from_bytes(r).map_err(bad)).collect()
+/// Object ids from a request.
+pub(crate) fn object_ids(raw: &[Vec<u8>]) -> Result<Vec<ObjectId>, AgentError> {
+    Ok(crate::ids::parse_all(raw, ObjectId::from_bytes)?)
 }
 
 impl AgentShared {
@@ -66,7 +65,7 @@ impl AgentShared {
         tokio::spawn(async move {
             while let Some(info) = rx.recv().await {
                 if let Err(e) = sender.update_actor(info).await {
-                    eprintln!("(oxray) could not update the head's actor table: {}", e.message());
+                    tracing::warn!("could not update the head's actor table: {}", e.message());
                 }
             }
         });
@@ -78,8 +77,8 @@ impl AgentShared {
         self.head.lock().clone()
     }
 
-    fn head_or_unavailable(&self) -> Result<HeadConn, Status> {
-        self.head().ok_or_else(|| Status::unavailable("this node has no head"))
+    fn head_or_unavailable(&self) -> Result<HeadConn, AgentError> {
+        self.head().ok_or(AgentError::NoHead)
     }
 
     /// Runs `f` under the state lock, then carries out the actions it queued.
@@ -111,7 +110,8 @@ impl AgentShared {
                     // SAFETY: plain kill(2) on a pid we started.
                     unsafe { libc::kill(pid as i32, signal) };
                 }
-                Action::Log(message) => eprintln!("(oxray) {message}"),
+                Action::Log { level: LogLevel::Info, message } => tracing::info!("{message}"),
+                Action::Log { level: LogLevel::Warn, message } => tracing::warn!("{message}"),
                 Action::ActorChanged(actor_id) => {
                     // Deaths during shutdown are not news: the head is going away too.
                     // An actor living elsewhere is reported by its own node.
@@ -141,7 +141,7 @@ impl AgentShared {
         }
     }
 
-    fn start_worker(self: &Arc<Self>, worker_id: Id, env: Vec<(String, String)>) {
+    fn start_worker(self: &Arc<Self>, worker_id: WorkerId, env: Vec<(String, String)>) {
         let Some(cfg) = self.spawn.lock().clone() else { return };
         let spawned = workers::spawn_worker(&cfg, worker_id, &env);
         let mut child = match spawned {
@@ -155,7 +155,7 @@ impl AgentShared {
         let pid = child.id().unwrap_or(0);
         self.state.lock().set_worker_pid(worker_id, pid);
         let _ = std::fs::create_dir_all(cfg.log_dir());
-        let log_path = cfg.log_dir().join(format!("worker-{}-{pid}.log", &hex::encode(worker_id)[..8]));
+        let log_path = cfg.log_dir().join(format!("worker-{}-{pid}.log", worker_id.short()));
         let forward = cfg.forward_output;
         for (stream, to_stderr) in [
             (child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), false),
@@ -169,7 +169,7 @@ impl AgentShared {
                 let emit = move |line: &str| {
                     let (label, job_id) = match this.state.lock().worker_label(&worker_id) {
                         Some((label, pid, job_id)) => (format!("{label} pid={pid}"), job_id),
-                        None => (format!("pid={pid}"), Vec::new()),
+                        None => (format!("pid={pid}"), None),
                     };
                     if forward {
                         workers::print_line(&label, line, to_stderr);
@@ -192,13 +192,13 @@ impl AgentShared {
     /// Waits until every id is ready (or unknown), or the deadline passes.
     async fn wait_ready(
         self: &Arc<Self>,
-        ids: &[Id],
+        ids: &[ObjectId],
         need: usize,
         deadline: Option<Instant>,
-        blocked_worker: Option<Id>,
+        blocked_worker: Option<WorkerId>,
     ) -> bool {
         let mut blocked = false;
-        let mut pending: std::collections::VecDeque<Id> = ids.iter().copied().collect();
+        let mut pending: std::collections::VecDeque<ObjectId> = ids.iter().copied().collect();
         let needs_all = need >= ids.len();
         let done = loop {
             let notified = self.changed.notified();
@@ -206,7 +206,7 @@ impl AgentShared {
             notified.as_mut().enable();
             let ready = {
                 let st = self.state.lock();
-                let done = |id: &Id| st.is_settled(id);
+                let done = |id: &ObjectId| st.is_settled(id);
                 if needs_all {
                     // Objects mostly finish in order: drop finished ones from the
                     // front and stop at the first pending one (O(n) over the wait).
@@ -236,18 +236,18 @@ impl AgentShared {
         done
     }
 
-    fn apply_increfs(self: &Arc<Self>, client: Id, deltas: &Option<RefDeltas>) -> Result<(), Status> {
+    fn apply_increfs(self: &Arc<Self>, client: ClientId, deltas: &Option<RefDeltas>) -> Result<(), AgentError> {
         if let Some(d) = deltas {
-            let inc = ids(&d.incref)?;
+            let inc = object_ids(&d.incref)?;
             self.state.lock().add_holders(client, &inc);
         }
         Ok(())
     }
 
-    fn apply_decrefs(self: &Arc<Self>, client: Id, deltas: &Option<RefDeltas>) -> Result<(), Status> {
+    fn apply_decrefs(self: &Arc<Self>, client: ClientId, deltas: &Option<RefDeltas>) -> Result<(), AgentError> {
         if let Some(d) = deltas {
-            let dec = ids(&d.decref)?;
-            let released = ids(&d.released)?;
+            let dec = object_ids(&d.decref)?;
+            let released = object_ids(&d.released)?;
             if !dec.is_empty() || !released.is_empty() {
                 self.with_state(|st| {
                     st.release_views(client, &released);
@@ -263,10 +263,10 @@ impl AgentShared {
     /// unpin objects), then decrefs and released views.
     fn with_ref_changes<T>(
         self: &Arc<Self>,
-        client: Id,
+        client: ClientId,
         deltas: &Option<RefDeltas>,
-        request: impl FnOnce() -> Result<T, Status>,
-    ) -> Result<T, Status> {
+        request: impl FnOnce() -> Result<T, AgentError>,
+    ) -> Result<T, AgentError> {
         self.apply_increfs(client, deltas)?;
         let out = request()?;
         self.apply_decrefs(client, deltas)?;
@@ -275,30 +275,31 @@ impl AgentShared {
 
     /// `Some(client)` when the client is one of this node's workers: a worker
     /// waiting in get()/wait() lends its task's CPUs back meanwhile.
-    fn as_blocking_worker(&self, client: Id) -> Option<Id> {
-        self.state.lock().has_worker(&client).then_some(client)
+    fn as_blocking_worker(&self, client: ClientId) -> Option<WorkerId> {
+        let worker = client.as_worker();
+        self.state.lock().has_worker(&worker).then_some(worker)
     }
 
     /// A task's results: the worker may now hold refs it was passed, and the
     /// completion unpins the task's arguments.
-    fn handle_task_done(self: &Arc<Self>, worker: Id, done: TaskDoneRequest) -> Result<(), Status> {
-        let task = id_from_bytes(&done.task_id).map_err(bad)?;
-        let nested = ids(&done.nested_refs)?;
+    fn handle_task_done(self: &Arc<Self>, worker: WorkerId, done: TaskDoneRequest) -> Result<(), AgentError> {
+        let task = TaskId::from_bytes(&done.task_id)?;
+        let nested = object_ids(&done.nested_refs)?;
         let deltas = done.ref_deltas.clone();
-        self.with_ref_changes(worker, &deltas, || {
-            self.with_state(|st| st.task_done(worker, task, done, &nested)).map_err(bad)
+        self.with_ref_changes(worker.into(), &deltas, || {
+            self.with_state(|st| st.task_done(worker, task, done, &nested))
         })
     }
 
     /// Tasks and actor calls from one client, in the order it made them.
-    async fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), Status> {
+    async fn apply_submissions(self: &Arc<Self>, specs: Vec<TaskSpec>) -> Result<(), AgentError> {
         if specs.is_empty() {
             return Ok(());
         }
         self.learn_before_submit(&specs).await;
         self.with_state(|st| {
             for spec in specs {
-                let owner = id_from_bytes(&spec.owner_id)?;
+                let owner = ClientId::from_bytes(&spec.owner_id)?;
                 if spec.kind == TaskKind::ActorTask as i32 {
                     st.submit_actor_task(owner, spec)?;
                 } else {
@@ -306,9 +307,8 @@ impl AgentShared {
                 }
             }
             st.schedule();
-            Ok::<_, String>(())
+            Ok(())
         })
-        .map_err(bad)
     }
 
     pub fn node_info(&self, address: &str) -> NodeInfo {
@@ -338,7 +338,7 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 }
 
 /// Waits for a change notification; false when `deadline` passes first.
-async fn notified_before(
+pub(crate) async fn notified_before(
     notified: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
     deadline: Option<Instant>,
 ) -> bool {
@@ -354,359 +354,15 @@ async fn notified_before(
     }
 }
 
-fn timeout_deadline(ms: i64) -> Option<Instant> {
+pub(crate) fn timeout_deadline(ms: i64) -> Option<Instant> {
     (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64))
 }
 
-#[derive(Clone)]
-pub struct AgentService {
-    pub shared: Arc<AgentShared>,
-    pub address: String,
-}
-
-type AssignmentStream = UnboundedReceiverStream<Result<Assignment, Status>>;
-
-#[tonic::async_trait]
-impl NodeAgent for AgentService {
-    async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
-        let req = request.into_inner();
-        let spec = req.spec.ok_or_else(|| bad("missing actor spec".into()))?;
-        let owner = id_from_bytes(&spec.owner_id).map_err(bad)?;
-        self.shared.learn_before_submit(std::slice::from_ref(&spec)).await;
-        if let Some(mut head) = self.shared.head() {
-            let info = ActorInfo {
-                actor_id: spec.actor_id.clone(),
-                class_name: spec.name.clone(),
-                state: state::ActorState::PendingCreation.as_str().into(),
-                name: spec.actor_name.clone(),
-                namespace: spec.namespace.clone(),
-                max_task_retries: spec.max_task_retries,
-                node_id: self.shared.state.lock().node_id.to_vec(),
-                ..Default::default()
-            };
-            let reply = head
-                .register_actor(RegisterActorRequest { actor: Some(info), get_if_exists: req.get_if_exists })
-                .await?
-                .into_inner();
-            if reply.existing {
-                return Ok(Response::new(CreateActorReply { actor_id: reply.actor_id, existing: true }));
-            }
-        }
-        let (actor_id, existing) = self
-            .shared
-            .with_state(|st| {
-                let (actor_id, existing) = st.register_actor(&spec, req.get_if_exists)?;
-                if !existing {
-                    st.submit(owner, spec)?;
-                    st.schedule();
-                }
-                Ok::<_, String>((actor_id, existing))
-            })
-            .map_err(Status::already_exists)?;
-        Ok(Response::new(CreateActorReply { actor_id: actor_id.to_vec(), existing }))
-    }
-
-    async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
-        self.shared.apply_submissions(request.into_inner().specs).await?;
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn create_object(
-        &self,
-        request: Request<CreateObjectRequest>,
-    ) -> Result<Response<CreateObjectReply>, Status> {
-        let req = request.into_inner();
-        let id = id_from_bytes(&req.object_id).map_err(bad)?;
-        if req.ref_deltas.is_some() {
-            let client = id_from_bytes(&req.client_id).map_err(bad)?;
-            self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
-        }
-        let location = self
-            .shared
-            .with_state(|st| st.reserve_object(id, req.size as usize))
-            .map_err(Status::resource_exhausted)?;
-        Ok(Response::new(CreateObjectReply { location: Some(location) }))
-    }
-
-    async fn put_object(&self, request: Request<PutObjectRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        let object = req.object.ok_or_else(|| bad("missing object".into()))?;
-        let id = id_from_bytes(&object.object_id).map_err(bad)?;
-        let nested = ids(&req.nested_refs)?;
-        self.shared.with_ref_changes(client, &req.ref_deltas, || {
-            self.shared
-                .with_state(|st| {
-                    st.add_holders(client, &[id]);
-                    let sealed = st.seal_object(&object, &nested);
-                    st.schedule();
-                    sealed
-                })
-                .map_err(bad)
-        })?;
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
-        let req = request.into_inner();
-        let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        let submissions = req.submissions;
-        self.shared.apply_increfs(client, &req.ref_deltas)?;
-        self.shared.apply_submissions(submissions).await?;
-        self.shared.apply_decrefs(client, &req.ref_deltas)?;
-        let wanted = ids(&req.object_ids)?;
-        let worker = self.shared.as_blocking_worker(client);
-        let deadline = timeout_deadline(req.timeout_ms);
-        let ok = self.shared.wait_ready(&wanted, wanted.len(), deadline, worker).await
-            && self.shared.wait_local(&wanted, deadline).await;
-        if !ok {
-            return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
-        }
-        let objects = {
-            let mut st = self.shared.state.lock();
-            wanted.iter().map(|id| st.locate(*id, client)).collect()
-        };
-        Ok(Response::new(GetObjectsReply { objects, timed_out: false }))
-    }
-
-    async fn wait_objects(&self, request: Request<WaitObjectsRequest>) -> Result<Response<WaitObjectsReply>, Status> {
-        let req = request.into_inner();
-        let wanted = ids(&req.object_ids)?;
-        let need = (req.num_returns as usize).min(wanted.len());
-        let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        let worker = self.shared.as_blocking_worker(client);
-        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), worker).await;
-        let st = self.shared.state.lock();
-        let ready_ids = wanted.iter().filter(|id| st.is_settled(id)).map(|id| id.to_vec()).collect();
-        Ok(Response::new(WaitObjectsReply { ready_ids }))
-    }
-
-    async fn update_refs(&self, request: Request<UpdateRefsRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let client = id_from_bytes(&req.client_id).map_err(bad)?;
-        self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let id = id_from_bytes(&req.actor_id).map_err(bad)?;
-        self.shared.with_state(|st| st.kill_actor(id, req.no_restart)).map_err(Status::not_found)?;
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn cancel_task(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let id = id_from_bytes(&req.object_id).map_err(bad)?;
-        self.shared.with_state(|st| {
-            st.cancel(id, req.force);
-            st.schedule();
-        });
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn get_named_actor(
-        &self,
-        request: Request<GetNamedActorRequest>,
-    ) -> Result<Response<GetNamedActorReply>, Status> {
-        let req = request.into_inner();
-        if let Some(mut head) = self.shared.head() {
-            return head.get_named_actor(req).await;
-        }
-        let st = self.shared.state.lock();
-        let actor = st.named_actor(&req.namespace, &req.name).map(|a| actor_info(a, &st.node_id));
-        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
-    }
-
-    async fn get_actor_info(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
-        let req = request.into_inner();
-        let id = id_from_bytes(&req.actor_id).map_err(bad)?;
-        let local = {
-            let st = self.shared.state.lock();
-            st.actors.get(&id).map(|a| actor_info(a, &st.node_id))
-        };
-        match (local, self.shared.head()) {
-            (Some(actor), _) => Ok(Response::new(GetNamedActorReply { found: true, actor: Some(actor) })),
-            (None, Some(mut head)) => head.get_actor(req).await,
-            (None, None) => Ok(Response::new(GetNamedActorReply { found: false, actor: None })),
-        }
-    }
-
-    async fn list_actors(&self, request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
-        if let Some(mut head) = self.shared.head() {
-            return head.list_actors(request.into_inner()).await;
-        }
-        let st = self.shared.state.lock();
-        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(|a| actor_info(a, &st.node_id)).collect() }))
-    }
-
-    async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
-        let blob = request.into_inner();
-        self.shared.state.lock().register_function(blob.function_id, blob.data);
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn get_function(&self, request: Request<FunctionId>) -> Result<Response<FunctionBlob>, Status> {
-        let id = request.into_inner().function_id;
-        let data = self.shared.state.lock().function(&id);
-        match data {
-            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data })),
-            None => Err(Status::not_found(format!("function {} is not registered", hex::encode(&id)))),
-        }
-    }
-
-    async fn cluster_info(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
-        let own = self.shared.node_info(&self.address);
-        let head = self.shared.head.lock().clone();
-        let mut nodes = match head {
-            Some(mut head) => head.list_nodes(Empty {}).await.map(|r| r.into_inner().nodes).unwrap_or_default(),
-            None => Vec::new(),
-        };
-        // This node's own numbers are live; the head's lag by a heartbeat.
-        match nodes.iter_mut().find(|n| n.node_id == own.node_id) {
-            Some(n) => {
-                n.available = own.available;
-                n.total = own.total;
-            }
-            None => nodes.push(own),
-        }
-        Ok(Response::new(ClusterInfoReply { nodes }))
-    }
-
-    type WorkerConnectStream = AssignmentStream;
-
-    async fn worker_connect(
-        &self,
-        request: Request<tonic::Streaming<WorkerEvent>>,
-    ) -> Result<Response<Self::WorkerConnectStream>, Status> {
-        let mut events = request.into_inner();
-        let hello = match events.message().await? {
-            Some(WorkerEvent { event: Some(worker_event::Event::Hello(h)) }) => h,
-            _ => return Err(bad("a worker stream must start with a hello".into())),
-        };
-        let worker_id = id_from_bytes(&hello.worker_id).map_err(bad)?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.shared.with_state(|st| st.worker_connected(worker_id, tx)).map_err(Status::not_found)?;
-        let shared = self.shared.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(event)) = events.message().await {
-                // Events that arrive after the worker was declared dead are stale.
-                if !shared.state.lock().has_worker(&worker_id) {
-                    break;
-                }
-                let outcome = match event.event {
-                    Some(worker_event::Event::Done(done)) => shared.handle_task_done(worker_id, done),
-                    Some(worker_event::Event::Refs(deltas)) => {
-                        shared.with_ref_changes(worker_id, &Some(deltas), || Ok(()))
-                    }
-                    _ => Err(bad("unexpected worker event".into())),
-                };
-                if let Err(status) = outcome {
-                    eprintln!("(oxray) bad event from worker {}: {}", hex::encode(worker_id), status.message());
-                }
-            }
-        });
-        Ok(Response::new(UnboundedReceiverStream::new(rx)))
-    }
-
-    async fn task_done(&self, request: Request<TaskDoneRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let worker = id_from_bytes(&req.worker_id).map_err(bad)?;
-        self.shared.handle_task_done(worker, req)?;
-        Ok(Response::new(Empty {}))
-    }
-
-    type PeerLinkStream = UnboundedReceiverStream<Result<PeerEvent, Status>>;
-
-    async fn peer_link(
-        &self,
-        request: Request<tonic::Streaming<PeerMessage>>,
-    ) -> Result<Response<Self::PeerLinkStream>, Status> {
-        let mut incoming = request.into_inner();
-        let hello = match incoming.message().await? {
-            Some(PeerMessage { msg: Some(peer_message::Msg::Hello(hello)) }) => hello,
-            _ => return Err(bad("a peer link must start with a hello".into())),
-        };
-        let owner = id_from_bytes(&hello.node_id).map_err(bad)?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.shared.serve_link(owner, incoming, tx);
-        Ok(Response::new(UnboundedReceiverStream::new(rx)))
-    }
-
-    type PullObjectStream = tokio_stream::wrappers::ReceiverStream<Result<ObjectChunk, Status>>;
-
-    async fn pull_object(&self, request: Request<PullRequest>) -> Result<Response<Self::PullObjectStream>, Status> {
-        let id = id_from_bytes(&request.into_inner().object_id).map_err(bad)?;
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(self.shared.serve_pull(id))))
-    }
-
-    type SubscribeLogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>>;
-
-    async fn subscribe_logs(
-        &self,
-        request: Request<SubscribeLogsRequest>,
-    ) -> Result<Response<Self::SubscribeLogsStream>, Status> {
-        Ok(Response::new(self.shared.logs.subscribe(request.into_inner().job_id)))
-    }
-
-    async fn create_placement_group(
-        &self,
-        request: Request<PlacementGroupSpec>,
-    ) -> Result<Response<PlacementGroupInfo>, Status> {
-        let mut head = self.shared.head_or_unavailable()?;
-        let info = head.create_placement_group(request.into_inner()).await?;
-        // Learn at once where the bundles went, rather than at the next heartbeat.
-        if let Ok(nodes) = head.list_nodes(Empty {}).await {
-            self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
-        }
-        Ok(info)
-    }
-
-    async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
-        let mut head = self.shared.head_or_unavailable()?;
-        head.remove_placement_group(request.into_inner()).await
-    }
-
-    async fn get_placement_group(
-        &self,
-        request: Request<PlacementGroupRequest>,
-    ) -> Result<Response<PlacementGroupReply>, Status> {
-        let mut head = self.shared.head_or_unavailable()?;
-        head.get_placement_group(request.into_inner()).await
-    }
-
-    async fn list_placement_groups(
-        &self,
-        request: Request<Empty>,
-    ) -> Result<Response<ListPlacementGroupsReply>, Status> {
-        let mut head = self.shared.head_or_unavailable()?;
-        head.list_placement_groups(request.into_inner()).await
-    }
-
-    async fn reserve_bundles(&self, request: Request<ReserveBundlesRequest>) -> Result<Response<Empty>, Status> {
-        let req = request.into_inner();
-        let pg_id = id_from_bytes(&req.pg_id).map_err(bad)?;
-        let mut bundles = Vec::new();
-        for slot in &req.bundles {
-            let resources = crate::resources::ResourceSet::from_map(&slot.resources).map_err(|e| bad(e.to_string()))?;
-            bundles.push((slot.index, resources));
-        }
-        self.shared.with_state(|st| st.reserve_bundles(pg_id, &bundles)).map_err(Status::failed_precondition)?;
-        Ok(Response::new(Empty {}))
-    }
-
-    async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
-        let pg_id = id_from_bytes(&request.into_inner().pg_id).map_err(bad)?;
-        self.shared.with_state(|st| st.return_bundles(pg_id));
-        Ok(Response::new(Empty {}))
-    }
-}
-
-fn actor_info(a: &state::ActorEntry, node_id: &Id) -> ActorInfo {
+pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
     ActorInfo {
         actor_id: a.id.to_vec(),
         class_name: a.class_name.clone(),
-        state: a.state.as_str().to_string(),
+        state: a.state.to_proto() as i32,
         name: a.name.clone(),
         namespace: a.namespace.clone(),
         pid: a.pid,

@@ -2,12 +2,12 @@
 //! stream per peer and gets completions and actor changes back; object bytes
 //! are pulled in chunks on request.
 
-use super::{AgentShared, bad, ids};
-use crate::client::{AgentChannels, AgentClient};
-use crate::ids::{Id, id_from_bytes};
+use super::{AgentError, AgentShared, CopyError, object_ids};
+use crate::client::{AgentChannels, PeerClient};
+use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
-use oxray_proto::*;
 use oxray_object_store::ObjectPlace;
+use oxray_proto::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,14 +28,14 @@ pub type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
 #[derive(Default)]
 pub struct PeerLinks {
     /// Links this node opened to nodes it forwards tasks to.
-    outgoing: Mutex<HashMap<Id, UnboundedSender<PeerMessage>>>,
+    outgoing: Mutex<HashMap<NodeId, UnboundedSender<PeerMessage>>>,
     /// Links other nodes opened to this one: where their events go.
-    incoming: Mutex<HashMap<Id, EventSender>>,
+    incoming: Mutex<HashMap<NodeId, EventSender>>,
     channels: AgentChannels,
 }
 
 impl PeerLinks {
-    pub fn send_event(&self, owner: Id, event: PeerEvent) {
+    pub fn send_event(&self, owner: NodeId, event: PeerEvent) {
         if let Some(tx) = self.incoming.lock().get(&owner) {
             let _ = tx.send(Ok(event));
         }
@@ -47,8 +47,8 @@ impl AgentShared {
         self.spawn.lock().as_ref().map(|c| c.token.clone()).unwrap_or_default()
     }
 
-    async fn peer_client(&self, address: &str) -> Result<AgentClient, String> {
-        self.peers.channels.client(address, &self.token()).await
+    async fn peer_client(&self, address: &str) -> Result<PeerClient, String> {
+        self.peers.channels.peer(address, &self.token()).await
     }
 
     /// Queues the state's messages for other nodes on their links (opening a
@@ -79,7 +79,7 @@ impl AgentShared {
         rest
     }
 
-    fn link_to(self: &Arc<Self>, st: &AgentState, node: Id) -> Option<UnboundedSender<PeerMessage>> {
+    fn link_to(self: &Arc<Self>, st: &AgentState, node: NodeId) -> Option<UnboundedSender<PeerMessage>> {
         let mut links = self.peers.outgoing.lock();
         if let Some(tx) = links.get(&node).filter(|tx| !tx.is_closed()) {
             return Some(tx.clone());
@@ -109,7 +109,7 @@ impl AgentShared {
     /// Runs one outgoing link until it ends; returns why it ended.
     async fn run_link(
         self: &Arc<Self>,
-        node: Id,
+        node: NodeId,
         address: &str,
         outgoing: tokio::sync::mpsc::UnboundedReceiver<PeerMessage>,
     ) -> String {
@@ -129,7 +129,7 @@ impl AgentShared {
                         peer_event::Event::Actor(info) => self.with_state(|st| st.remote_actor_state(node, info)),
                     };
                     if let Err(e) = outcome {
-                        eprintln!("(oxray) bad event from node {}: {e}", hex::encode(node));
+                        tracing::warn!("bad event from node {node}: {e}");
                     }
                 }
                 Ok(Some(_)) => {}
@@ -142,7 +142,7 @@ impl AgentShared {
     /// Serves one owner node's link: applies its messages in order.
     pub(super) fn serve_link(
         self: &Arc<Self>,
-        owner: Id,
+        owner: NodeId,
         mut incoming: tonic::Streaming<PeerMessage>,
         events: EventSender,
     ) {
@@ -152,7 +152,7 @@ impl AgentShared {
         tokio::spawn(async move {
             while let Ok(Some(message)) = incoming.message().await {
                 if let Err(status) = this.apply_peer_message(owner, message) {
-                    eprintln!("(oxray) bad message from node {}: {}", hex::encode(owner), status.message());
+                    tracing::warn!("bad message from node {owner}: {status}");
                 }
             }
             {
@@ -165,12 +165,12 @@ impl AgentShared {
         });
     }
 
-    fn apply_peer_message(self: &Arc<Self>, owner: Id, message: PeerMessage) -> Result<(), Status> {
+    fn apply_peer_message(self: &Arc<Self>, owner: NodeId, message: PeerMessage) -> Result<(), AgentError> {
         match message.msg {
             Some(peer_message::Msg::Task(forward)) => {
                 let task_id = forward.spec.as_ref().map(|s| s.task_id.clone()).unwrap_or_default();
-                let task_id = id_from_bytes(&task_id).map_err(bad)?;
-                let return_ids = self.with_state(|st| st.accept_forward(owner, forward)).map_err(bad)?;
+                let task_id = TaskId::from_bytes(&task_id)?;
+                let return_ids = self.with_state(|st| st.accept_forward(owner, forward))?;
                 if !return_ids.is_empty() {
                     let this = self.clone();
                     tokio::spawn(async move {
@@ -182,41 +182,42 @@ impl AgentShared {
                 }
             }
             Some(peer_message::Msg::Refs(deltas)) => {
-                let released = ids(&deltas.decref)?;
-                self.with_state(|st| st.remove_holders(owner, &released));
+                let released = object_ids(&deltas.decref)?;
+                self.with_state(|st| st.remove_holders(owner.into(), &released));
             }
             Some(peer_message::Msg::Cancel(req)) => {
-                let id = id_from_bytes(&req.object_id).map_err(bad)?;
+                let id = ObjectId::from_bytes(&req.object_id)?;
                 self.with_state(|st| {
                     st.cancel(id, req.force);
                     st.schedule();
                 });
             }
             Some(peer_message::Msg::KillActor(req)) => {
-                let id = id_from_bytes(&req.actor_id).map_err(bad)?;
+                let id = ActorId::from_bytes(&req.actor_id)?;
                 let _ = self.with_state(|st| st.kill_actor(id, req.no_restart));
             }
-            Some(peer_message::Msg::Hello(_)) | None => return Err(bad("unexpected message on a peer link".into())),
+            Some(peer_message::Msg::Hello(_)) | None => {
+                return Err(AgentError::Malformed("a peer link sent a second hello or an empty message"));
+            }
         }
         Ok(())
     }
 
     /// Copies an object from another node into this node's store.
-    pub(super) async fn pull(self: Arc<Self>, id: Id, address: String) {
+    pub(super) async fn pull(self: Arc<Self>, id: ObjectId, address: String) {
         let outcome = self.copy_from(id, &address).await;
         self.with_state(|st| st.pull_finished(id, outcome));
     }
 
-    async fn copy_from(&self, id: Id, address: &str) -> Result<Option<Vec<u8>>, String> {
-        let fail =
-            |why: String| format!("Object {} could not be copied from the node at {address}: {why}", hex::encode(id));
+    async fn copy_from(&self, id: ObjectId, address: &str) -> Result<Option<Vec<u8>>, CopyError> {
+        let fail = |reason: String| CopyError::Failed { id, address: address.to_string(), reason };
         let mut client = self.peer_client(address).await.map_err(fail)?;
         let request = PullRequest { object_id: id.to_vec() };
         let mut chunks = client.pull_object(request).await.map_err(|s| fail(s.message().to_string()))?.into_inner();
         let next = |r: Result<Option<ObjectChunk>, Status>| r.map_err(|s| fail(s.message().to_string()));
         let first = next(chunks.message().await)?.ok_or_else(|| fail("the stream was empty".into()))?;
         if first.missing {
-            return Err(String::from_utf8_lossy(&first.data).into_owned());
+            return Err(CopyError::Missing(String::from_utf8_lossy(&first.data).into_owned()));
         }
         let total = first.total_size as usize;
         if total <= INLINE_COPY_MAX {
@@ -241,7 +242,10 @@ impl AgentShared {
     }
 
     /// Streams an object's bytes to another node.
-    pub(super) fn serve_pull(self: &Arc<Self>, id: Id) -> tokio::sync::mpsc::Receiver<Result<ObjectChunk, Status>> {
+    pub(super) fn serve_pull(
+        self: &Arc<Self>,
+        id: ObjectId,
+    ) -> tokio::sync::mpsc::Receiver<Result<ObjectChunk, Status>> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let found = {
             let mut st = self.state.lock();
@@ -255,8 +259,8 @@ impl AgentShared {
         let this = self.clone();
         tokio::spawn(async move {
             let Some((place, size)) = found else {
-                let node = hex::encode(&this.state.lock().node_id[..4]);
-                let message = format!("Object {} is not on node {node} (freed, or lost)", hex::encode(id));
+                let node = this.state.lock().node_id.short();
+                let message = format!("Object {id} is not on node {node} (freed, or lost)");
                 let _ = tx.send(Ok(ObjectChunk { total_size: 0, data: message.into_bytes(), missing: true })).await;
                 return;
             };
@@ -296,7 +300,7 @@ impl AgentShared {
     }
 
     /// Waits until every ready object in `ids` has its bytes on this node, copying them in.
-    pub(super) async fn wait_local(self: &Arc<Self>, ids: &[Id], deadline: Option<Instant>) -> bool {
+    pub(super) async fn wait_local(self: &Arc<Self>, ids: &[ObjectId], deadline: Option<Instant>) -> bool {
         // The common case, everything already here, costs one lock and no wake-ups.
         if self.state.lock().all_local_or_settled(ids) {
             return true;
@@ -324,7 +328,7 @@ impl AgentShared {
             let mut refresh = false;
             for spec in specs {
                 if spec.kind == TaskKind::ActorTask as i32 {
-                    let known = id_from_bytes(&spec.actor_id).is_ok_and(|a| st.actors.contains_key(&a));
+                    let known = ActorId::from_bytes(&spec.actor_id).is_ok_and(|a| st.actors.contains_key(&a));
                     if !known && !unknown.contains(&spec.actor_id) {
                         unknown.push(spec.actor_id.clone());
                     }
@@ -341,7 +345,7 @@ impl AgentShared {
         }
         for actor_id in unknown_actors {
             let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
-            if let Some(info) = reply.into_inner().actor.filter(|a| a.state != "DEAD") {
+            if let Some(info) = reply.into_inner().actor.filter(|a| a.state() != oxray_proto::ActorState::Dead) {
                 let _ = self.with_state(|st| st.add_actor_proxy(&info));
             }
         }

@@ -3,11 +3,12 @@
 //! methods change state and queue `Action`s (spawn a worker, signal a process)
 //! that the service layer carries out after releasing the lock.
 
+use super::error::{AgentError, CopyError};
 use crate::errors::{SystemErrorKind, system_error_object};
-use crate::ids::{Id, id_from_bytes};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use crate::resources::{GpuSlots, ResourceSet};
-use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
 use oxray_object_store::{ObjectPlace, ObjectStore};
+use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
 use std::collections::{HashMap, HashSet, VecDeque};
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -19,48 +20,69 @@ pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     SpawnWorker {
-        worker_id: Id,
+        worker_id: WorkerId,
         env: Vec<(String, String)>,
     },
     /// An actor's state, pid or restart count changed: tell the head.
-    ActorChanged(Id),
+    ActorChanged(ActorId),
     Signal {
         pid: u32,
         signal: i32,
     },
-    Log(String),
+    /// A line for the node's log (`tracing`), at `level`.
+    Log {
+        level: LogLevel,
+        message: String,
+    },
     /// Send a task to another node over this node's link to it.
     Forward {
-        node: Id,
+        node: NodeId,
         task: Box<oxray_proto::ForwardTask>,
     },
     /// Copy an object's bytes from another node into this node's store.
     Pull {
-        id: Id,
+        id: ObjectId,
         address: String,
     },
     /// Tell `node` it may drop the copy of `id` it holds for this node.
     ReleaseRemote {
-        node: Id,
-        id: Id,
+        node: NodeId,
+        id: ObjectId,
     },
     PeerCancel {
-        node: Id,
-        object_id: Id,
+        node: NodeId,
+        object_id: ObjectId,
         force: bool,
     },
     PeerKillActor {
-        node: Id,
-        actor_id: Id,
+        node: NodeId,
+        actor_id: ActorId,
         no_restart: bool,
     },
 }
 
+/// How much an operator needs to see a log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Warn,
+}
+
+impl Action {
+    fn info(message: String) -> Self {
+        Action::Log { level: LogLevel::Info, message }
+    }
+
+    fn warn(message: String) -> Self {
+        Action::Log { level: LogLevel::Warn, message }
+    }
+}
+
 #[derive(Debug, Default)]
 struct ObjectMeta {
-    holders: HashSet<Id>,
+    holders: HashSet<ClientId>,
     pins: u32,
-    nested: Vec<Id>,
+    nested: Vec<ObjectId>,
     ready: bool,
     /// A copy on another node: where to pull it from.
     remote: Option<RemoteCopy>,
@@ -68,7 +90,7 @@ struct ObjectMeta {
 
 #[derive(Debug, Clone)]
 struct RemoteCopy {
-    node: Id,
+    node: NodeId,
     address: String,
     /// That node holds the copy for this one: release it when freed here.
     held: bool,
@@ -78,9 +100,9 @@ struct RemoteCopy {
 enum TaskState {
     WaitingArgs,
     Ready,
-    Running(Id),
+    Running(WorkerId),
     /// Sent to another node, which runs it and reports back.
-    Forwarded(Id),
+    Forwarded(NodeId),
 }
 
 #[derive(Debug)]
@@ -88,14 +110,14 @@ struct TaskEntry {
     spec: TaskSpec,
     holds: ResourceSet,
     placement: ResourceSet,
-    missing_args: HashSet<Id>,
-    pinned: Vec<Id>,
+    missing_args: HashSet<ObjectId>,
+    pinned: Vec<ObjectId>,
     retries_left: i32,
     state: TaskState,
     cancelled: bool,
     gpus: Vec<(usize, i64)>,
     /// The owner node that forwarded it here (it is never forwarded again).
-    from_peer: Option<Id>,
+    from_peer: Option<NodeId>,
 }
 
 #[derive(Debug)]
@@ -103,7 +125,7 @@ struct ShapeQueue {
     holds: ResourceSet,
     placement: ResourceSet,
     creation: bool,
-    tasks: VecDeque<Id>,
+    tasks: VecDeque<TaskId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,28 +137,40 @@ pub enum ActorState {
 }
 
 impl ActorState {
-    pub fn as_str(self) -> &'static str {
+    pub fn to_proto(self) -> oxray_proto::ActorState {
         match self {
-            ActorState::PendingCreation => "PENDING_CREATION",
-            ActorState::Alive => "ALIVE",
-            ActorState::Restarting => "RESTARTING",
-            ActorState::Dead => "DEAD",
+            ActorState::PendingCreation => oxray_proto::ActorState::PendingCreation,
+            ActorState::Alive => oxray_proto::ActorState::Alive,
+            ActorState::Restarting => oxray_proto::ActorState::Restarting,
+            ActorState::Dead => oxray_proto::ActorState::Dead,
+        }
+    }
+
+    /// The state another node reported; `Unspecified` reads as pending.
+    pub fn from_proto(state: oxray_proto::ActorState) -> Self {
+        match state {
+            oxray_proto::ActorState::Alive => ActorState::Alive,
+            oxray_proto::ActorState::Restarting => ActorState::Restarting,
+            oxray_proto::ActorState::Dead => ActorState::Dead,
+            oxray_proto::ActorState::PendingCreation | oxray_proto::ActorState::Unspecified => {
+                ActorState::PendingCreation
+            }
         }
     }
 }
 
 #[derive(Debug)]
 pub struct ActorEntry {
-    pub id: Id,
+    pub id: ActorId,
     pub class_name: String,
     pub name: String,
     pub namespace: String,
     pub state: ActorState,
-    pub worker: Option<Id>,
+    pub worker: Option<WorkerId>,
     pub pid: u32,
     creation: TaskSpec,
-    queue: VecDeque<Id>,
-    inflight: Vec<Id>,
+    queue: VecDeque<TaskId>,
+    inflight: Vec<TaskId>,
     pub num_restarts: i32,
     pub max_restarts: i32,
     pub max_task_retries: i32,
@@ -147,19 +181,19 @@ pub struct ActorEntry {
     /// GPUs and resources the live actor holds, returned when it dies.
     held: Option<(Vec<(usize, i64)>, ResourceSet)>,
     /// Constructor arguments, pinned until the actor is dead for good.
-    arg_pins: Vec<Id>,
+    arg_pins: Vec<ObjectId>,
     /// The node it lives on, when that is not this one.
-    pub remote: Option<Id>,
+    pub remote: Option<NodeId>,
     /// Known here only to route calls: created and restarted by another node.
     proxy: bool,
     /// The owner node this actor was created for, when it forwarded the creation here.
-    pub hosted_for: Option<Id>,
+    pub hosted_for: Option<NodeId>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 enum WorkerRole {
     Pool,
-    Actor(Id),
+    Actor(ActorId),
 }
 
 #[derive(Debug)]
@@ -167,18 +201,18 @@ struct WorkerEntry {
     pid: u32,
     role: WorkerRole,
     tx: Option<AssignmentSender>,
-    running: Option<Id>,
+    running: Option<TaskId>,
     /// An assignment made before the worker connected (actor creation).
     pending: Option<Assignment>,
-    held_refs: HashSet<Id>,
+    held_refs: HashSet<ObjectId>,
     label: String,
     /// The job whose task or actor runs there: its output goes to that driver.
-    job_id: Vec<u8>,
+    job_id: Option<JobId>,
     blocked: bool,
 }
 
 pub struct AgentConfig {
-    pub node_id: Id,
+    pub node_id: NodeId,
     pub total: ResourceSet,
     pub num_gpus: usize,
     pub max_starting_workers: usize,
@@ -186,50 +220,55 @@ pub struct AgentConfig {
 }
 
 pub struct AgentState {
-    pub node_id: Id,
+    pub node_id: NodeId,
     total: ResourceSet,
     available: ResourceSet,
     gpus: GpuSlots,
     pub store: ObjectStore,
-    objects: HashMap<Id, ObjectMeta>,
-    tasks: HashMap<Id, TaskEntry>,
+    objects: HashMap<ObjectId, ObjectMeta>,
+    tasks: HashMap<TaskId, TaskEntry>,
     /// Tasks ready to place, one FIFO per resource shape, so a shape that
     /// does not fit is skipped in O(1) however many tasks it has.
     ready: Vec<ShapeQueue>,
-    arg_waiters: HashMap<Id, Vec<Id>>,
-    producer: HashMap<Id, Id>,
-    workers: HashMap<Id, WorkerEntry>,
-    idle: VecDeque<Id>,
+    arg_waiters: HashMap<ObjectId, Vec<TaskId>>,
+    producer: HashMap<ObjectId, TaskId>,
+    workers: HashMap<WorkerId, WorkerEntry>,
+    idle: VecDeque<WorkerId>,
     starting_pool_workers: usize,
     max_starting: usize,
-    pub actors: HashMap<Id, ActorEntry>,
-    named_actors: HashMap<(String, String), Id>,
+    pub actors: HashMap<ActorId, ActorEntry>,
+    named_actors: HashMap<(String, String), ActorId>,
     functions: HashMap<Vec<u8>, Vec<u8>>,
     worker_env: Vec<(String, String)>,
     failed_worker_starts: u32,
     /// Arena views handed to each client and not yet released.
-    views: HashMap<Id, HashMap<Id, u32>>,
+    views: HashMap<ClientId, HashMap<ObjectId, u32>>,
     actions: Vec<Action>,
     shutting_down: bool,
     /// This agent's address, given to other nodes as a source of objects.
     pub address: String,
     /// The other nodes, as the head last reported them.
-    peers: HashMap<Id, PeerView>,
+    peers: HashMap<NodeId, PeerView>,
     /// Owner nodes with a link to this one (their tasks are never forwarded again).
-    peer_clients: HashSet<Id>,
+    peer_clients: HashSet<NodeId>,
     /// Objects being copied in from another node.
-    pulling: HashSet<Id>,
+    pulling: HashSet<ObjectId>,
     /// Functions already sent to each node.
-    sent_functions: HashSet<(Id, Vec<u8>)>,
+    sent_functions: HashSet<(NodeId, Vec<u8>)>,
     /// Placement-group bundles held here: what each group took from `available`.
-    bundles: HashMap<Id, ResourceSet>,
+    bundles: HashMap<PlacementGroupId, ResourceSet>,
 }
 
-fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, String> {
-    ResourceSet::from_map(map).map_err(|e| e.to_string())
+fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
+    Ok(ResourceSet::from_map(map)?)
 }
 
-fn location(id: Id, place: ObjectPlace, size: usize, arena: &std::path::Path) -> ObjectLocation {
+/// The job a task belongs to (checked when the task was accepted).
+fn job_of(spec: &TaskSpec) -> Option<JobId> {
+    JobId::from_optional_bytes(&spec.job_id).ok().flatten()
+}
+
+fn location(id: ObjectId, place: ObjectPlace, size: usize, arena: &std::path::Path) -> ObjectLocation {
     let place = match place {
         ObjectPlace::Inline(data) => Place::InlineData((*data).clone()),
         ObjectPlace::Spilled(p) => Place::Path(p.to_string_lossy().into_owned()),
@@ -290,39 +329,39 @@ impl AgentState {
 
     /// Applies one client's reference changes: increfs now, decrefs after the
     /// caller has pinned whatever the same request needs.
-    pub fn add_holders(&mut self, client: Id, ids: &[Id]) {
+    pub fn add_holders(&mut self, client: ClientId, ids: &[ObjectId]) {
         for id in ids {
             self.objects.entry(*id).or_default().holders.insert(client);
-            if let Some(w) = self.workers.get_mut(&client) {
+            if let Some(w) = self.workers.get_mut(&client.as_worker()) {
                 w.held_refs.insert(*id);
             }
         }
     }
 
-    pub fn remove_holders(&mut self, client: Id, ids: &[Id]) {
+    pub fn remove_holders(&mut self, client: ClientId, ids: &[ObjectId]) {
         for id in ids {
             if let Some(meta) = self.objects.get_mut(id) {
                 meta.holders.remove(&client);
             }
-            if let Some(w) = self.workers.get_mut(&client) {
+            if let Some(w) = self.workers.get_mut(&client.as_worker()) {
                 w.held_refs.remove(id);
             }
             self.maybe_free(*id);
         }
     }
 
-    fn pin(&mut self, id: Id) {
+    fn pin(&mut self, id: ObjectId) {
         self.objects.entry(id).or_default().pins += 1;
     }
 
-    fn unpin(&mut self, id: Id) {
+    fn unpin(&mut self, id: ObjectId) {
         if let Some(meta) = self.objects.get_mut(&id) {
             meta.pins = meta.pins.saturating_sub(1);
         }
         self.maybe_free(id);
     }
 
-    fn maybe_free(&mut self, id: Id) {
+    fn maybe_free(&mut self, id: ObjectId) {
         let Some(meta) = self.objects.get(&id) else { return };
         if !meta.holders.is_empty() || meta.pins > 0 {
             return;
@@ -345,16 +384,18 @@ impl AgentState {
 
     /// Records a sealed object (inline bytes or a file already reserved) and
     /// wakes whatever was waiting for it.
-    pub fn seal_object(&mut self, loc: &ObjectLocation, nested: &[Id]) -> Result<(), String> {
-        let id = id_from_bytes(&loc.object_id)?;
+    pub fn seal_object(&mut self, loc: &ObjectLocation, nested: &[ObjectId]) -> Result<(), AgentError> {
+        let id = ObjectId::from_bytes(&loc.object_id)?;
         match &loc.place {
             Some(Place::InlineData(data)) => self.store.insert_inline(id, data.clone()),
             Some(Place::Path(_)) | Some(Place::Arena(_)) => {
                 if !self.store.seal(&id) {
-                    return Err(format!("object {} was never reserved with CreateObject", hex::encode(id)));
+                    return Err(AgentError::NotReserved(id));
                 }
             }
-            None => return Err("object location has neither inline data nor a path".into()),
+            None => {
+                return Err(AgentError::Malformed("an object location needs inline data, a path or an arena range"));
+            }
         }
         for n in nested {
             self.pin(*n);
@@ -366,14 +407,14 @@ impl AgentState {
         Ok(())
     }
 
-    fn store_error(&mut self, id: Id, kind: SystemErrorKind, message: &str) {
+    fn store_error(&mut self, id: ObjectId, kind: SystemErrorKind, message: &str) {
         self.store.insert_inline(id, system_error_object(kind, message));
         let meta = self.objects.entry(id).or_default();
         meta.ready = true;
         self.on_object_ready(id);
     }
 
-    fn on_object_ready(&mut self, id: Id) {
+    fn on_object_ready(&mut self, id: ObjectId) {
         let Some(waiting) = self.arg_waiters.remove(&id) else { return };
         let mut touched_actors = Vec::new();
         for task_id in waiting {
@@ -383,7 +424,7 @@ impl AgentState {
                 continue;
             }
             if task.spec.kind == TaskKind::ActorTask as i32 {
-                touched_actors.push(id_from_bytes(&task.spec.actor_id).unwrap_or_default());
+                touched_actors.push(ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default());
             } else if task.state == TaskState::WaitingArgs {
                 task.state = TaskState::Ready;
                 self.push_ready(task_id);
@@ -397,17 +438,17 @@ impl AgentState {
     }
 
     /// Ready here or on another node.
-    pub fn is_ready(&self, id: &Id) -> bool {
+    pub fn is_ready(&self, id: &ObjectId) -> bool {
         self.objects.get(id).is_some_and(|m| m.ready && (m.remote.is_some() || self.store.contains_sealed(id)))
     }
 
     /// Ready, with its bytes in this node's store.
-    pub fn is_local(&self, id: &Id) -> bool {
+    pub fn is_local(&self, id: &ObjectId) -> bool {
         self.objects.get(id).is_some_and(|m| m.ready) && self.store.contains_sealed(id)
     }
 
     /// Arena views a client dropped: their ranges may be reused once freed.
-    pub fn release_views(&mut self, client: Id, ids: &[Id]) {
+    pub fn release_views(&mut self, client: ClientId, ids: &[ObjectId]) {
         for id in ids {
             if let Some(views) = self.views.get_mut(&client)
                 && let Some(n) = views.get_mut(id)
@@ -423,7 +464,7 @@ impl AgentState {
 
     /// The object's location for `reader`, or an object-lost error object when
     /// it is gone. An arena location counts as a view until `reader` releases it.
-    pub fn locate(&mut self, id: Id, reader: Id) -> ObjectLocation {
+    pub fn locate(&mut self, id: ObjectId, reader: ClientId) -> ObjectLocation {
         let arena = self.store.arena_path().to_path_buf();
         match self.store.lookup(&id) {
             Some((place, size)) => {
@@ -438,8 +479,8 @@ impl AgentState {
                     SystemErrorKind::ObjectLost,
                     &format!(
                         "Object {} is lost: no reference kept it alive on node {}, or it was freed",
-                        hex::encode(id),
-                        hex::encode(self.node_id)
+                        id.hex(),
+                        self.node_id.hex()
                     ),
                 );
                 let size = blob.len();
@@ -450,22 +491,22 @@ impl AgentState {
 
     /// Whether a get/wait on `id` returns now: it is ready, or unknown (and so
     /// comes back as an object-lost error rather than waiting forever).
-    pub fn is_settled(&self, id: &Id) -> bool {
+    pub fn is_settled(&self, id: &ObjectId) -> bool {
         self.is_ready(id) || !self.is_known(id)
     }
 
     /// Whether `id` will ever become ready: known to the store, or produced by a live task.
-    pub fn is_known(&self, id: &Id) -> bool {
+    pub fn is_known(&self, id: &ObjectId) -> bool {
         self.objects.contains_key(id)
     }
 
     /// Where a writer should put a new `size`-byte object.
-    pub fn reserve_object(&mut self, id: Id, size: usize) -> Result<ObjectLocation, String> {
-        let (place, spills) = self.store.reserve(id, size).map_err(|e| format!("cannot reserve {size} bytes: {e}"))?;
+    pub fn reserve_object(&mut self, id: ObjectId, size: usize) -> Result<ObjectLocation, AgentError> {
+        let (place, spills) = self.store.reserve(id, size).map_err(|source| AgentError::StoreFull { size, source })?;
         for s in spills {
-            self.actions.push(Action::Log(format!(
+            self.actions.push(Action::info(format!(
                 "spilled object {} ({} MiB) to {}",
-                hex::encode(s.object_id),
+                s.object_id.hex(),
                 s.size >> 20,
                 s.to.display()
             )));
@@ -502,12 +543,12 @@ impl AgentState {
 
     /// Accepts a normal task or an actor creation. An impossible request fails
     /// its returns at once (never waits forever) and the message is returned.
-    pub fn submit(&mut self, client: Id, spec: TaskSpec) -> Result<Option<String>, String> {
-        let task_id = id_from_bytes(&spec.task_id)?;
+    pub fn submit(&mut self, client: ClientId, spec: TaskSpec) -> Result<Option<String>, AgentError> {
+        let task_id = TaskId::from_bytes(&spec.task_id)?;
         let holds = resources_of(&spec.resources)?;
         let placement =
             if spec.placement_resources.is_empty() { holds.clone() } else { resources_of(&spec.placement_resources)? };
-        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
         self.add_holders(client, &return_ids);
         for r in &return_ids {
             self.producer.insert(*r, task_id);
@@ -523,7 +564,7 @@ impl AgentState {
             } else {
                 SystemErrorKind::TaskUnschedulable
             };
-            if let Some(actor) = id_from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a)) {
+            if let Some(actor) = ActorId::from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a)) {
                 actor.state = ActorState::Dead;
                 actor.death_cause = message.clone();
                 actor.death_kind = kind;
@@ -533,7 +574,7 @@ impl AgentState {
             for r in return_ids {
                 self.store_error(r, kind, &message);
             }
-            self.actions.push(Action::Log(format!("warning: {message}")));
+            self.actions.push(Action::warn(message.clone()));
             return Ok(Some(message));
         }
         let retries = spec.max_retries;
@@ -543,17 +584,18 @@ impl AgentState {
 
     fn insert_task(
         &mut self,
-        task_id: Id,
+        task_id: TaskId,
         spec: TaskSpec,
         holds: ResourceSet,
         placement: ResourceSet,
         retries_left: i32,
-    ) -> Result<(), String> {
+    ) -> Result<(), AgentError> {
+        JobId::from_optional_bytes(&spec.job_id)?;
         let mut pinned = Vec::new();
         let mut missing = HashSet::new();
         for arg in &spec.args {
             if let Some(Kind::ObjectId(raw)) = &arg.kind {
-                let id = id_from_bytes(raw)?;
+                let id = ObjectId::from_bytes(raw)?;
                 pinned.push(id);
                 if !self.is_ready(&id) {
                     missing.insert(id);
@@ -561,7 +603,7 @@ impl AgentState {
             }
         }
         for raw in &spec.nested_refs {
-            pinned.push(id_from_bytes(raw)?);
+            pinned.push(ObjectId::from_bytes(raw)?);
         }
         for id in &pinned {
             self.pin(*id);
@@ -591,16 +633,16 @@ impl AgentState {
     }
 
     /// Ends a task for good: stores errors in returns that have no value, and unpins its arguments.
-    fn finish_task(&mut self, task_id: Id, error: Option<(SystemErrorKind, String)>) {
+    fn finish_task(&mut self, task_id: TaskId, error: Option<(SystemErrorKind, String)>) {
         let Some(task) = self.tasks.remove(&task_id) else { return };
         if let Some((kind, message)) = error {
             for raw in &task.spec.return_ids {
-                if let Ok(r) = id_from_bytes(raw) {
+                if let Ok(r) = ObjectId::from_bytes(raw) {
                     self.store_error(r, kind, &message);
                 }
             }
         }
-        for r in task.spec.return_ids.iter().filter_map(|r| id_from_bytes(r).ok()) {
+        for r in task.spec.return_ids.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
             self.producer.remove(&r);
             self.maybe_free(r);
         }
@@ -609,24 +651,24 @@ impl AgentState {
         }
     }
 
-    fn assignment_for(&mut self, task_id: Id, worker: Id) -> Assignment {
+    fn assignment_for(&mut self, task_id: TaskId, worker: WorkerId) -> Assignment {
         let task = &self.tasks[&task_id];
-        let ref_args: Vec<Id> = task
+        let ref_args: Vec<ObjectId> = task
             .spec
             .args
             .iter()
             .filter_map(|a| match &a.kind {
-                Some(Kind::ObjectId(raw)) => id_from_bytes(raw).ok(),
+                Some(Kind::ObjectId(raw)) => ObjectId::from_bytes(raw).ok(),
                 _ => None,
             })
             .collect();
         let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
         let spec = task.spec.clone();
-        let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker)).collect();
+        let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker.into())).collect();
         Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
     }
 
-    fn push_ready(&mut self, task_id: Id) {
+    fn push_ready(&mut self, task_id: TaskId) {
         let Some(task) = self.tasks.get(&task_id) else { return };
         let creation = task.spec.kind == TaskKind::ActorCreation as i32;
         match self
@@ -711,7 +753,7 @@ impl AgentState {
         self.available.retain_in(&self.total);
         let to_start = wanted_workers.min(self.max_starting).saturating_sub(self.starting_pool_workers);
         for _ in 0..to_start {
-            self.spawn_worker(WorkerRole::Pool, "worker".into(), Vec::new(), Vec::new());
+            self.spawn_worker(WorkerRole::Pool, "worker".into(), None, Vec::new());
         }
     }
 
@@ -719,10 +761,10 @@ impl AgentState {
         &mut self,
         role: WorkerRole,
         label: String,
-        job_id: Vec<u8>,
+        job_id: Option<JobId>,
         extra_env: Vec<(String, String)>,
-    ) -> Id {
-        let worker_id: Id = rand::random();
+    ) -> WorkerId {
+        let worker_id = WorkerId::random();
         if role == WorkerRole::Pool {
             self.starting_pool_workers += 1;
         }
@@ -746,13 +788,13 @@ impl AgentState {
         worker_id
     }
 
-    fn run_on(&mut self, worker_id: Id, task_id: Id, gpus: Vec<(usize, i64)>) {
+    fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>) {
         let task = self.tasks.get_mut(&task_id).expect("task exists");
         self.available.subtract(&task.holds);
         task.gpus = gpus;
         task.state = TaskState::Running(worker_id);
         let label = task.spec.name.clone();
-        let job_id = task.spec.job_id.clone();
+        let job_id = job_of(&task.spec);
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
         worker.running = Some(task_id);
@@ -763,20 +805,20 @@ impl AgentState {
         }
     }
 
-    pub fn set_worker_pid(&mut self, worker_id: Id, pid: u32) {
+    pub fn set_worker_pid(&mut self, worker_id: WorkerId, pid: u32) {
         if let Some(w) = self.workers.get_mut(&worker_id) {
             w.pid = pid;
         }
     }
 
     /// The name, pid and job of what runs on a worker, for its output's prefix.
-    pub fn worker_label(&self, worker_id: &Id) -> Option<(String, u32, Vec<u8>)> {
-        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid, w.job_id.clone()))
+    pub fn worker_label(&self, worker_id: &WorkerId) -> Option<(String, u32, Option<JobId>)> {
+        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid, w.job_id))
     }
 
     /// A worker process opened its assignment stream.
-    pub fn worker_connected(&mut self, worker_id: Id, tx: AssignmentSender) -> Result<(), String> {
-        let worker = self.workers.get_mut(&worker_id).ok_or_else(|| "unknown worker id".to_string())?;
+    pub fn worker_connected(&mut self, worker_id: WorkerId, tx: AssignmentSender) -> Result<(), AgentError> {
+        let worker = self.workers.get_mut(&worker_id).ok_or(AgentError::UnknownWorker(worker_id))?;
         self.failed_worker_starts = 0;
         if let WorkerRole::Actor(actor_id) = worker.role
             && self.actors.get(&actor_id).is_none_or(|a| a.state == ActorState::Dead || a.worker != Some(worker_id))
@@ -801,7 +843,7 @@ impl AgentState {
 
     /// Release a blocked worker's resources while it waits in `get`, so nested
     /// tasks can use them (as Ray does); `false` takes them back.
-    pub fn set_worker_blocked(&mut self, worker_id: Id, blocked: bool) {
+    pub fn set_worker_blocked(&mut self, worker_id: WorkerId, blocked: bool) {
         let Some(worker) = self.workers.get_mut(&worker_id) else { return };
         if worker.blocked == blocked {
             return;
@@ -820,11 +862,11 @@ impl AgentState {
     /// A worker finished a task: record its results and free the worker.
     pub fn task_done(
         &mut self,
-        worker_id: Id,
-        task_id: Id,
+        worker_id: WorkerId,
+        task_id: TaskId,
         done: oxray_proto::TaskDoneRequest,
-        nested: &[Id],
-    ) -> Result<(), String> {
+        nested: &[ObjectId],
+    ) -> Result<(), AgentError> {
         let oxray_proto::TaskDoneRequest { returns, application_error, method_names, error_text, .. } = done;
         let returns = &returns[..];
         let current = self.tasks.get(&task_id).is_some_and(|t| match t.state {
@@ -835,7 +877,7 @@ impl AgentState {
             // Stale: the task already finished (cancelled) or was retried elsewhere
             // after this worker was given up for dead. Drop its unsealed results.
             for loc in returns {
-                if let Ok(id) = id_from_bytes(&loc.object_id) {
+                if let Ok(id) = ObjectId::from_bytes(&loc.object_id) {
                     self.store.discard_unsealed(&id);
                 }
             }
@@ -863,7 +905,7 @@ impl AgentState {
         }
         if retry_app_error {
             for loc in returns {
-                if let Ok(id) = id_from_bytes(&loc.object_id) {
+                if let Ok(id) = ObjectId::from_bytes(&loc.object_id) {
                     self.store.free(&id);
                 }
             }
@@ -882,7 +924,7 @@ impl AgentState {
         Ok(())
     }
 
-    fn release_task_resources(&mut self, task_id: Id) {
+    fn release_task_resources(&mut self, task_id: TaskId) {
         let blocked = match self.tasks.get(&task_id).map(|t| t.state) {
             Some(TaskState::Running(worker)) => self.workers.get(&worker).is_some_and(|w| w.blocked),
             _ => false,
@@ -891,7 +933,7 @@ impl AgentState {
     }
 
     /// `blocked`: the worker was waiting in get(), so its CPUs are already lent back.
-    fn release_task_resources_as(&mut self, task_id: Id, blocked: bool) {
+    fn release_task_resources_as(&mut self, task_id: TaskId, blocked: bool) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if let TaskState::Running(_) = task.state {
             if !blocked {
@@ -902,12 +944,12 @@ impl AgentState {
         }
     }
 
-    fn actor_of_task(&mut self, task_id: Id) -> Option<&mut ActorEntry> {
-        let actor_id = id_from_bytes(&self.tasks.get(&task_id)?.spec.actor_id).ok()?;
+    fn actor_of_task(&mut self, task_id: TaskId) -> Option<&mut ActorEntry> {
+        let actor_id = ActorId::from_bytes(&self.tasks.get(&task_id)?.spec.actor_id).ok()?;
         self.actors.get_mut(&actor_id)
     }
 
-    fn retry(&mut self, task_id: Id) {
+    fn retry(&mut self, task_id: TaskId) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if task.retries_left > 0 {
             task.retries_left -= 1;
@@ -915,7 +957,7 @@ impl AgentState {
         task.state = TaskState::Ready;
         if task.spec.kind == TaskKind::ActorTask as i32 {
             task.state = TaskState::WaitingArgs;
-            let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+            let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
             if let Some(actor) = self.actors.get_mut(&actor_id) {
                 actor.queue.push_front(task_id);
             }
@@ -926,8 +968,8 @@ impl AgentState {
 
     // ---------------------------------------------------------------- actors
 
-    pub fn register_actor(&mut self, spec: &TaskSpec, get_if_exists: bool) -> Result<(Id, bool), String> {
-        let actor_id = id_from_bytes(&spec.actor_id)?;
+    pub fn register_actor(&mut self, spec: &TaskSpec, get_if_exists: bool) -> Result<(ActorId, bool), AgentError> {
+        let actor_id = ActorId::from_bytes(&spec.actor_id)?;
         if !spec.actor_name.is_empty() {
             let key = (spec.namespace.clone(), spec.actor_name.clone());
             if let Some(existing) = self.named_actors.get(&key) {
@@ -936,10 +978,10 @@ impl AgentState {
                     if get_if_exists {
                         return Ok((*existing, true));
                     }
-                    return Err(format!(
-                        "An actor named {:?} already exists in namespace {:?}; use get_if_exists=True or a different name",
-                        spec.actor_name, spec.namespace
-                    ));
+                    return Err(AgentError::NameTaken {
+                        name: spec.actor_name.clone(),
+                        namespace: spec.namespace.clone(),
+                    });
                 }
             }
             self.named_actors.insert(key, actor_id);
@@ -953,13 +995,13 @@ impl AgentState {
         self.actors.get(id).filter(|a| a.state != ActorState::Dead)
     }
 
-    fn start_actor_worker(&mut self, task_id: Id, gpus: Vec<(usize, i64)>) {
+    fn start_actor_worker(&mut self, task_id: TaskId, gpus: Vec<(usize, i64)>) {
         let task = self.tasks.get_mut(&task_id).expect("creation task exists");
         self.available.subtract(&task.holds);
         task.gpus = gpus;
         let label = task.spec.name.clone();
-        let job_id = task.spec.job_id.clone();
-        let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+        let job_id = job_of(&task.spec);
+        let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, job_id, env);
         self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
@@ -974,14 +1016,14 @@ impl AgentState {
 
     fn creation_done(
         &mut self,
-        worker_id: Id,
-        task_id: Id,
+        worker_id: WorkerId,
+        task_id: TaskId,
         failed: bool,
         method_names: Vec<String>,
         error_text: String,
     ) {
         let Some(task) = self.tasks.get(&task_id) else { return };
-        let actor_id = id_from_bytes(&task.spec.actor_id).unwrap_or_default();
+        let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
         let pid = self.workers.get(&worker_id).map(|w| w.pid).unwrap_or(0);
         if let Some(w) = self.workers.get_mut(&worker_id) {
             w.running = None;
@@ -1034,10 +1076,10 @@ impl AgentState {
         self.dispatch_actor(actor_id);
     }
 
-    pub fn submit_actor_task(&mut self, client: Id, spec: TaskSpec) -> Result<(), String> {
-        let actor_id = id_from_bytes(&spec.actor_id)?;
-        let task_id = id_from_bytes(&spec.task_id)?;
-        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+    pub fn submit_actor_task(&mut self, client: ClientId, spec: TaskSpec) -> Result<(), AgentError> {
+        let actor_id = ActorId::from_bytes(&spec.actor_id)?;
+        let task_id = TaskId::from_bytes(&spec.task_id)?;
+        let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
         self.add_holders(client, &return_ids);
         for r in &return_ids {
             self.producer.insert(*r, task_id);
@@ -1065,7 +1107,7 @@ impl AgentState {
     /// Sends queued calls to a live actor: each caller's calls in the order it
     /// made them, so a call waiting for its arguments holds back only later calls
     /// from the same caller (as in Ray), never other callers'.
-    fn dispatch_actor(&mut self, actor_id: Id) {
+    fn dispatch_actor(&mut self, actor_id: ActorId) {
         let Some(actor) = self.actors.get(&actor_id) else { return };
         // Calls to an actor on another node go there as soon as their arguments
         // are ready anywhere; that node queues them until the actor is alive.
@@ -1108,7 +1150,7 @@ impl AgentState {
             return;
         }
         let actor = self.actors.get_mut(&actor_id).expect("exists");
-        let taken: HashSet<Id> = ready.iter().chain(&gone).copied().collect();
+        let taken: HashSet<TaskId> = ready.iter().chain(&gone).copied().collect();
         actor.queue.retain(|t| !taken.contains(t));
         if let Some(node) = remote {
             for task_id in ready {
@@ -1128,16 +1170,16 @@ impl AgentState {
         }
     }
 
-    fn fail_actor_queue(&mut self, actor_id: Id) {
+    fn fail_actor_queue(&mut self, actor_id: ActorId) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
-        let pending: Vec<Id> = actor.queue.drain(..).chain(actor.inflight.drain(..)).collect();
+        let pending: Vec<TaskId> = actor.queue.drain(..).chain(actor.inflight.drain(..)).collect();
         let (kind, cause) = (actor.death_kind, actor.death_cause.clone());
         for task_id in pending {
             self.finish_task(task_id, Some((kind, cause.clone())));
         }
     }
 
-    fn release_actor(&mut self, actor_id: Id) {
+    fn release_actor(&mut self, actor_id: ActorId) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let pins = if actor.state == ActorState::Dead { std::mem::take(&mut actor.arg_pins) } else { Vec::new() };
         let (gpus, holds) = actor.take_held();
@@ -1156,8 +1198,8 @@ impl AgentState {
         self.schedule();
     }
 
-    pub fn kill_actor(&mut self, actor_id: Id, no_restart: bool) -> Result<(), String> {
-        let actor = self.actors.get_mut(&actor_id).ok_or_else(|| format!("no actor {}", hex::encode(actor_id)))?;
+    pub fn kill_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
+        let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
         if no_restart {
             actor.no_restart = true;
             actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
@@ -1174,7 +1216,7 @@ impl AgentState {
                     if actor.death_cause.is_empty() {
                         actor.death_cause = format!("The actor {} was killed before it started", actor.class_name);
                     }
-                    let creation = id_from_bytes(&actor.creation.task_id).unwrap_or_default();
+                    let creation = TaskId::from_bytes(&actor.creation.task_id).unwrap_or_default();
                     self.actions.push(Action::ActorChanged(actor_id));
                     // Its constructor must never run now: drop the creation task and
                     // whatever it held (a worker still starting is killed on connect).
@@ -1192,20 +1234,20 @@ impl AgentState {
 
     /// A worker process exited. Retries or fails what it was running, and
     /// restarts or buries its actor.
-    pub fn worker_exited(&mut self, worker_id: Id, status: String) {
+    pub fn worker_exited(&mut self, worker_id: WorkerId, status: String) {
         let Some(worker) = self.workers.remove(&worker_id) else { return };
         self.idle.retain(|w| *w != worker_id);
-        if let Some(views) = self.views.remove(&worker_id) {
+        if let Some(views) = self.views.remove(&worker_id.into()) {
             for (id, n) in views {
                 for _ in 0..n {
                     self.store.remove_reader(&id);
                 }
             }
         }
-        let held: Vec<Id> = worker.held_refs.iter().copied().collect();
+        let held: Vec<ObjectId> = worker.held_refs.iter().copied().collect();
         for id in held {
             if let Some(meta) = self.objects.get_mut(&id) {
-                meta.holders.remove(&worker_id);
+                meta.holders.remove(&worker_id.into());
             }
             self.maybe_free(id);
         }
@@ -1236,13 +1278,13 @@ impl AgentState {
         self.schedule();
     }
 
-    fn after_crash(&mut self, task_id: Id, pid: u32, status: &str) {
+    fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str) {
         let Some(task) = self.tasks.get(&task_id) else { return };
         if task.cancelled {
             self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
         } else if task.retries_left != 0 && !self.shutting_down {
             let name = task.spec.name.clone();
-            self.actions.push(Action::Log(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));
+            self.actions.push(Action::warn(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));
             self.retry(task_id);
         } else {
             let message = format!(
@@ -1253,7 +1295,14 @@ impl AgentState {
         }
     }
 
-    fn actor_worker_exited(&mut self, actor_id: Id, worker_id: Id, pid: u32, was_blocked: bool, status: &str) {
+    fn actor_worker_exited(
+        &mut self,
+        actor_id: ActorId,
+        worker_id: WorkerId,
+        pid: u32,
+        was_blocked: bool,
+        status: &str,
+    ) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         if actor.worker != Some(worker_id) {
             return;
@@ -1273,7 +1322,7 @@ impl AgentState {
         }
         actor.death_kind = SystemErrorKind::ActorDied;
         // Calls that were running: retried if max_task_retries allows, else failed.
-        let inflight: Vec<Id> = actor.inflight.drain(..).collect();
+        let inflight: Vec<TaskId> = actor.inflight.drain(..).collect();
         let cause = actor.death_cause.clone();
         let mut retry_ids = Vec::new();
         for task_id in inflight {
@@ -1288,7 +1337,7 @@ impl AgentState {
             self.retry(task_id);
         }
         // A creation task still running on the dead worker is finished here too.
-        let creation_id = id_from_bytes(&self.actors[&actor_id].creation.task_id).unwrap_or_default();
+        let creation_id = TaskId::from_bytes(&self.actors[&actor_id].creation.task_id).unwrap_or_default();
         self.release_task_resources_as(creation_id, was_blocked);
         // Its constructor's arguments stay pinned (by the actor) for a restart.
         self.settle_creation(actor_id);
@@ -1301,7 +1350,7 @@ impl AgentState {
             let spec = actor.creation.clone();
             self.gpus.release(&gpus);
             self.available.add(&holds);
-            self.actions.push(Action::Log(format!("restarting actor {} after its worker died ({status})", spec.name)));
+            self.actions.push(Action::warn(format!("restarting actor {} after its worker died ({status})", spec.name)));
             self.restart_creation(actor_id);
         } else {
             actor.state = ActorState::Dead;
@@ -1313,13 +1362,13 @@ impl AgentState {
 
     /// Queues the actor's constructor again (a restart), on this node or, when
     /// it was created for another node, here again.
-    fn restart_creation(&mut self, actor_id: Id) {
+    fn restart_creation(&mut self, actor_id: ActorId) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let mut fresh = actor.creation.clone();
-        fresh.task_id = rand::random::<Id>().to_vec();
+        fresh.task_id = TaskId::random().to_vec();
         actor.creation = fresh.clone();
         let hosted_for = actor.hosted_for;
-        let Ok(task_id) = id_from_bytes(&fresh.task_id) else { return };
+        let Ok(task_id) = TaskId::from_bytes(&fresh.task_id) else { return };
         let holds = resources_of(&fresh.resources).unwrap_or_default();
         let placement = if fresh.placement_resources.is_empty() {
             holds.clone()
@@ -1333,13 +1382,13 @@ impl AgentState {
     }
 
     fn fail_all_ready(&mut self, message: &str) {
-        let ready: Vec<Id> = self.ready.drain(..).flat_map(|q| q.tasks).collect();
+        let ready: Vec<TaskId> = self.ready.drain(..).flat_map(|q| q.tasks).collect();
         for task_id in ready {
             let creation_of = self
                 .tasks
                 .get(&task_id)
                 .filter(|t| t.spec.kind == TaskKind::ActorCreation as i32)
-                .and_then(|t| id_from_bytes(&t.spec.actor_id).ok());
+                .and_then(|t| ActorId::from_bytes(&t.spec.actor_id).ok());
             self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
             if let Some(actor_id) = creation_of
                 && let Some(actor) = self.actors.get_mut(&actor_id)
@@ -1356,7 +1405,11 @@ impl AgentState {
     // ------------------------------------------------------- placement groups
 
     /// Holds `bundles` of a placement group on this node: all of them or none.
-    pub fn reserve_bundles(&mut self, pg_id: Id, bundles: &[(u32, ResourceSet)]) -> Result<(), String> {
+    pub fn reserve_bundles(
+        &mut self,
+        pg_id: PlacementGroupId,
+        bundles: &[(u32, ResourceSet)],
+    ) -> Result<(), AgentError> {
         if self.bundles.contains_key(&pg_id) {
             return Ok(());
         }
@@ -1365,13 +1418,13 @@ impl AgentState {
             sum.add(b);
         }
         if !self.available.fits(&sum) {
-            return Err(format!(
-                "node {} has {} available, not {sum}",
-                hex::encode(&self.node_id[..4]),
-                self.available
-            ));
+            return Err(AgentError::BundlesDoNotFit {
+                node: self.node_id.short(),
+                available: self.available.clone(),
+                wanted: sum,
+            });
         }
-        let pg_hex = hex::encode(pg_id);
+        let pg_hex = pg_id.hex();
         for (index, b) in bundles {
             crate::resources::hold_bundle(&mut self.total, &mut self.available, &pg_hex, *index, b);
         }
@@ -1381,9 +1434,9 @@ impl AgentState {
     }
 
     /// Gives a placement group's bundles back: what runs in them is killed.
-    pub fn return_bundles(&mut self, pg_id: Id) {
+    pub fn return_bundles(&mut self, pg_id: PlacementGroupId) {
         let Some(sum) = self.bundles.remove(&pg_id) else { return };
-        let pg_hex = hex::encode(pg_id);
+        let pg_hex = pg_id.hex();
         let uses_group = |holds: &ResourceSet| holds.names().any(|n| n.ends_with(&pg_hex));
         let running: Vec<u32> = self
             .tasks
@@ -1410,13 +1463,13 @@ impl AgentState {
         self.schedule();
     }
 
-    pub fn has_worker(&self, worker_id: &Id) -> bool {
+    pub fn has_worker(&self, worker_id: &WorkerId) -> bool {
         self.workers.contains_key(worker_id)
     }
 
     /// Cancels the task that produces `object_id`: dropped if queued, interrupted
     /// (or killed with `force`) if running.
-    pub fn cancel(&mut self, object_id: Id, force: bool) {
+    pub fn cancel(&mut self, object_id: ObjectId, force: bool) {
         let Some(&task_id) = self.producer.get(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if task.cancelled {
@@ -1467,7 +1520,7 @@ impl AgentState {
 }
 
 impl ActorEntry {
-    fn new(id: Id, spec: &TaskSpec) -> Self {
+    fn new(id: ActorId, spec: &TaskSpec) -> Self {
         ActorEntry {
             id,
             class_name: spec.name.clone(),

@@ -3,16 +3,20 @@
 
 use super::state::*;
 use crate::errors::FLAG_SYSTEM_ERROR;
-use crate::ids::Id;
+use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
+use oxray_object_store::ObjectStore;
 use oxray_proto::{
     Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place, task_arg,
 };
-use oxray_object_store::ObjectStore;
 use std::collections::HashMap;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-const DRIVER: Id = [0xd; 16];
+const DRIVER: ClientId = ClientId::from_array([0xd; 16]);
+
+fn oid(n: u8) -> ObjectId {
+    ObjectId::from_array([n; 16])
+}
 
 fn new_state(cpus: f64, gpus: usize) -> AgentState {
     let root = std::env::temp_dir().join(format!("oxray-state-test-{}", rand::random::<u64>()));
@@ -22,7 +26,13 @@ fn new_state(cpus: f64, gpus: usize) -> AgentState {
     total.set("GPU", gpus as f64).unwrap();
     total.set("custom", 1.0).unwrap();
     AgentState::new(
-        AgentConfig { node_id: [1; 16], total, num_gpus: gpus, max_starting_workers: 2, worker_env: vec![] },
+        AgentConfig {
+            node_id: NodeId::from_array([1; 16]),
+            total,
+            num_gpus: gpus,
+            max_starting_workers: 2,
+            worker_env: vec![],
+        },
         store,
     )
 }
@@ -40,7 +50,7 @@ fn task(n: u8, resources: &[(&str, f64)]) -> TaskSpec {
     }
 }
 
-fn spawned(st: &mut AgentState) -> Vec<Id> {
+fn spawned(st: &mut AgentState) -> Vec<WorkerId> {
     st.take_actions()
         .into_iter()
         .filter_map(|a| match a {
@@ -50,7 +60,7 @@ fn spawned(st: &mut AgentState) -> Vec<Id> {
         .collect()
 }
 
-fn connect(st: &mut AgentState, worker: Id, pid: u32) -> UnboundedReceiver<Result<Assignment, tonic::Status>> {
+fn connect(st: &mut AgentState, worker: WorkerId, pid: u32) -> UnboundedReceiver<Result<Assignment, tonic::Status>> {
     let (tx, rx) = unbounded_channel();
     st.set_worker_pid(worker, pid);
     st.worker_connected(worker, tx).unwrap();
@@ -61,17 +71,17 @@ fn next(rx: &mut UnboundedReceiver<Result<Assignment, tonic::Status>>) -> Option
     rx.try_recv().ok().map(|a| a.unwrap().task.unwrap())
 }
 
-fn done(st: &mut AgentState, worker: Id, spec: &TaskSpec, value: &[u8]) {
+fn done(st: &mut AgentState, worker: WorkerId, spec: &TaskSpec, value: &[u8]) {
     let returns = spec
         .return_ids
         .iter()
         .map(|r| ObjectLocation { object_id: r.clone(), place: Some(Place::InlineData(value.to_vec())), size: 1 })
         .collect();
     let req = TaskDoneRequest { task_id: spec.task_id.clone(), returns, ..Default::default() };
-    st.task_done(worker, spec.task_id[..].try_into().unwrap(), req, &[]).unwrap();
+    st.task_done(worker, TaskId::from_bytes(&spec.task_id).unwrap(), req, &[]).unwrap();
 }
 
-fn system_error_type(st: &mut AgentState, id: Id) -> Option<String> {
+fn system_error_type(st: &mut AgentState, id: ObjectId) -> Option<String> {
     let loc = st.locate(id, DRIVER);
     let Some(Place::InlineData(data)) = loc.place else { return None };
     let parsed = oxray_object_store::parse(&data).ok()?;
@@ -98,7 +108,7 @@ fn tasks_wait_for_cpus_and_reuse_workers() {
     let second = next(&mut rx).expect("the same worker takes the next task");
     assert_eq!(second.name, "t2");
     assert!(spawned(&mut st).is_empty());
-    assert!(st.is_ready(&[101; 16]));
+    assert!(st.is_ready(&oid(101)));
 }
 
 #[test]
@@ -125,7 +135,7 @@ fn infeasible_request_fails_at_once_with_a_clear_message() {
     let msg = st.submit(DRIVER, task(1, &[("CPU", 64.0)])).unwrap().expect("infeasible");
     assert!(msg.contains("CPU") && msg.contains("64"), "{msg}");
     assert!(msg.contains("cluster"), "{msg}");
-    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("TaskUnschedulableError"));
+    assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("TaskUnschedulableError"));
     let msg = st.submit(DRIVER, task(2, &[("nonexistent", 1.0)])).unwrap().expect("infeasible");
     assert!(msg.contains("nonexistent"), "{msg}");
 }
@@ -146,7 +156,7 @@ fn crashed_worker_retries_then_reports_worker_crashed() {
     let mut rx2 = connect(&mut st, w2, 31);
     assert!(next(&mut rx2).is_some(), "retried on a new worker");
     st.worker_exited(w2, "killed by SIGKILL".into());
-    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("WorkerCrashedError"));
+    assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("WorkerCrashedError"));
 }
 
 #[test]
@@ -163,11 +173,11 @@ fn arguments_gate_tasks_and_are_freed_when_unreferenced() {
     done(&mut st, w, &producer, b"arg");
     let consumer = next(&mut rx).expect("runs once its argument exists");
     // The driver drops its ref; the running task still pins the argument.
-    st.remove_holders(DRIVER, &[[101; 16]]);
-    assert!(st.is_ready(&[101; 16]));
+    st.remove_holders(DRIVER, &[oid(101)]);
+    assert!(st.is_ready(&oid(101)));
     done(&mut st, w, &consumer, b"out");
-    assert!(!st.is_known(&[101; 16]), "freed once nothing holds or pins it");
-    assert!(st.is_ready(&[102; 16]));
+    assert!(!st.is_known(&oid(101)), "freed once nothing holds or pins it");
+    assert!(st.is_ready(&oid(102)));
 }
 
 #[test]
@@ -216,7 +226,7 @@ fn actor_call(n: u8) -> TaskSpec {
 }
 
 /// Registers and places the test actor: returns its starting worker's id.
-fn place_actor(st: &mut AgentState, max_restarts: i32) -> Id {
+fn place_actor(st: &mut AgentState, max_restarts: i32) -> WorkerId {
     let spec = actor_spec(max_restarts);
     st.register_actor(&spec, false).unwrap();
     st.submit(DRIVER, spec).unwrap();
@@ -236,19 +246,19 @@ fn actor_calls_run_in_order_and_restart_after_a_crash() {
     assert_eq!(creation.kind, TaskKind::ActorCreation as i32);
     assert!(next(&mut rx).is_none(), "calls wait for the constructor");
     let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
-    st.task_done(w, [7; 16], req, &[]).unwrap();
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
     let order: Vec<String> = std::iter::from_fn(|| next(&mut rx)).map(|t| hex::encode(&t.task_id[..1])).collect();
     assert_eq!(order, vec!["14", "15", "16", "17", "18"], "submission order");
     // The actor holds no CPU but needed one to be placed.
     assert_eq!(st.available().get("CPU"), 2.0);
     st.worker_exited(w, "killed by SIGKILL".into());
-    assert_eq!(system_error_type(&mut st, [120; 16]).as_deref(), Some("ActorDiedError"), "in-flight call fails");
+    assert_eq!(system_error_type(&mut st, oid(120)).as_deref(), Some("ActorDiedError"), "in-flight call fails");
     st.schedule();
     let w2 = spawned(&mut st);
     assert_eq!(w2.len(), 1, "restarted on a new worker");
     st.worker_exited(w2[0], "killed by SIGKILL".into());
     st.submit_actor_task(DRIVER, actor_call(30)).unwrap();
-    assert_eq!(system_error_type(&mut st, [130; 16]).as_deref(), Some("ActorDiedError"), "past max_restarts");
+    assert_eq!(system_error_type(&mut st, oid(130)).as_deref(), Some("ActorDiedError"), "past max_restarts");
 }
 
 #[test]
@@ -260,8 +270,8 @@ fn named_actors_are_unique_per_namespace() {
     st.register_actor(&spec, false).unwrap();
     let mut again = spec.clone();
     again.actor_id = vec![10; 16];
-    assert!(st.register_actor(&again, false).unwrap_err().contains("already exists"));
-    assert_eq!(st.register_actor(&again, true).unwrap(), ([9; 16], true));
+    assert!(st.register_actor(&again, false).unwrap_err().to_string().contains("already exists"));
+    assert_eq!(st.register_actor(&again, true).unwrap(), (ActorId::from_array([9; 16]), true));
     assert!(st.named_actor("ns", "counter").is_some());
     assert!(st.named_actor("other", "counter").is_none());
 }
@@ -271,8 +281,8 @@ fn cancelling_a_queued_task_fails_its_result() {
     let mut st = new_state(1.0, 0);
     st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
     st.submit(DRIVER, task(2, &[("CPU", 1.0)])).unwrap();
-    st.cancel([102; 16], false);
-    assert_eq!(system_error_type(&mut st, [102; 16]).as_deref(), Some("TaskCancelledError"));
+    st.cancel(oid(102), false);
+    assert_eq!(system_error_type(&mut st, oid(102)).as_deref(), Some("TaskCancelledError"));
     st.schedule();
     let w = spawned(&mut st)[0];
     let mut rx = connect(&mut st, w, 70);
@@ -286,18 +296,24 @@ fn a_call_waiting_for_arguments_only_holds_back_its_own_caller() {
     let w = place_actor(&mut st, 0);
     let mut rx = connect(&mut st, w, 80);
     let creation = next(&mut rx).unwrap();
-    st.task_done(w, [7; 16], TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() }, &[]).unwrap();
+    st.task_done(
+        w,
+        TaskId::from_array([7; 16]),
+        TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() },
+        &[],
+    )
+    .unwrap();
     // The driver's call waits for an object nobody has produced yet.
     let mut blocked = actor_call(40);
     blocked.args = vec![TaskArg { kind: Some(task_arg::Kind::ObjectId(vec![0xee; 16])) }];
-    st.add_holders(DRIVER, &[[0xee; 16]]);
+    st.add_holders(DRIVER, &[oid(0xee)]);
     st.submit_actor_task(DRIVER, blocked).unwrap();
     let mut later_same_caller = actor_call(41);
     later_same_caller.return_ids = vec![vec![141; 16]];
     st.submit_actor_task(DRIVER, later_same_caller).unwrap();
     let mut other_caller = actor_call(42);
     other_caller.owner_id = vec![0xc; 16];
-    st.submit_actor_task([0xc; 16], other_caller).unwrap();
+    st.submit_actor_task(ClientId::from_array([0xc; 16]), other_caller).unwrap();
     let sent: Vec<u8> = std::iter::from_fn(|| next(&mut rx)).map(|t| t.task_id[0]).collect();
     assert_eq!(sent, vec![42], "only the other caller's call may pass");
     st.seal_object(
@@ -323,20 +339,20 @@ fn a_worker_dying_while_blocked_in_get_returns_its_cpu_once() {
     st.worker_exited(w, "killed by SIGKILL".into());
     // Not 3.0: the lent CPU must not be returned a second time.
     assert_eq!(st.available().get("CPU"), 2.0);
-    assert_eq!(system_error_type(&mut st, [101; 16]).as_deref(), Some("WorkerCrashedError"));
+    assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("WorkerCrashedError"));
 }
 
 #[test]
 fn killing_an_actor_before_it_starts_keeps_it_dead() {
     let mut st = new_state(2.0, 0);
     let w = place_actor(&mut st, 3);
-    st.kill_actor([9; 16], true).unwrap();
-    assert_eq!(st.actors[&[9; 16]].state, ActorState::Dead);
+    st.kill_actor(ActorId::from_array([9; 16]), true).unwrap();
+    assert_eq!(st.actors[&ActorId::from_array([9; 16])].state, ActorState::Dead);
     // The worker that was starting connects afterwards: it gets no constructor and is killed.
     let mut rx = connect(&mut st, w, 95);
     assert!(next(&mut rx).is_none());
     assert!(st.take_actions().iter().any(|a| matches!(a, Action::Signal { pid: 95, .. })));
     assert_eq!(st.available().get("CPU"), 2.0);
     st.submit_actor_task(DRIVER, actor_call(50)).unwrap();
-    assert_eq!(system_error_type(&mut st, [150; 16]).as_deref(), Some("ActorDiedError"));
+    assert_eq!(system_error_type(&mut st, oid(150)).as_deref(), Some("ActorDiedError"));
 }

@@ -1,6 +1,6 @@
 //! Starting Python worker processes and forwarding what they print.
 
-use crate::ids::Id;
+use crate::ids::{NodeId, WorkerId};
 use std::path::PathBuf;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -11,7 +11,7 @@ pub struct SpawnConfig {
     pub python: String,
     pub agent_address: String,
     pub token: String,
-    pub node_id: Id,
+    pub node_id: NodeId,
     pub session_dir: PathBuf,
     pub cwd: PathBuf,
     pub forward_output: bool,
@@ -23,13 +23,13 @@ impl SpawnConfig {
     }
 }
 
-pub fn spawn_worker(cfg: &SpawnConfig, worker_id: Id, env: &[(String, String)]) -> std::io::Result<Child> {
+pub fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
     let mut cmd = Command::new(&cfg.python);
     cmd.args(["-m", "oxray._private.worker_main"])
         .env("OXRAY_AGENT_ADDRESS", &cfg.agent_address)
         .env("OXRAY_TOKEN", &cfg.token)
-        .env("OXRAY_WORKER_ID", hex::encode(worker_id))
-        .env("OXRAY_NODE_ID", hex::encode(cfg.node_id))
+        .env("OXRAY_WORKER_ID", worker_id.hex())
+        .env("OXRAY_NODE_ID", cfg.node_id.hex())
         .env("OXRAY_SESSION_DIR", &cfg.session_dir)
         .env("PYTHONUNBUFFERED", "1")
         .env("OXRAY_RUNTIME_THREADS", "0")

@@ -18,19 +18,15 @@ pub struct PeerView {
     pub failed: bool,
 }
 
-fn short(node: &Id) -> String {
-    hex::encode(&node[..4])
-}
-
 impl AgentState {
-    pub fn peer_address(&self, node: &Id) -> Option<String> {
+    pub fn peer_address(&self, node: &NodeId) -> Option<String> {
         self.peers.get(node).map(|p| p.address.clone())
     }
 
-    pub fn describe_node(&self, node: &Id) -> String {
+    pub fn describe_node(&self, node: &NodeId) -> String {
         match self.peers.get(node) {
-            Some(p) => format!("node {} at {}", short(node), p.address),
-            None => format!("node {}", short(node)),
+            Some(p) => format!("node {} at {}", node.short(), p.address),
+            None => format!("node {}", node.short()),
         }
     }
 
@@ -38,7 +34,7 @@ impl AgentState {
     pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
         let mut died = Vec::new();
         for n in nodes {
-            let Ok(id) = id_from_bytes(&n.node_id) else { continue };
+            let Ok(id) = NodeId::from_bytes(&n.node_id) else { continue };
             if id == self.node_id {
                 continue;
             }
@@ -67,7 +63,7 @@ impl AgentState {
 
     /// Another node to run a task that cannot run here now: one with room now,
     /// else (when this node can never run it) one that can eventually.
-    pub(super) fn pick_peer(&self, task_id: Id, placement: &ResourceSet) -> Option<Id> {
+    pub(super) fn pick_peer(&self, task_id: TaskId, placement: &ResourceSet) -> Option<NodeId> {
         let task = self.tasks.get(&task_id)?;
         if task.from_peer.is_some() {
             return None;
@@ -85,7 +81,7 @@ impl AgentState {
             .map(|(id, _)| *id)
     }
 
-    fn source_of(&self, id: Id) -> ArgSource {
+    fn source_of(&self, id: ObjectId) -> ArgSource {
         let remote = self.objects.get(&id).and_then(|m| m.remote.as_ref()).filter(|_| !self.store.contains_sealed(&id));
         match remote {
             Some(copy) => {
@@ -96,7 +92,7 @@ impl AgentState {
     }
 
     /// Sends a task to `node`; it stays here, marked forwarded, until that node reports back.
-    pub(super) fn forward_task(&mut self, task_id: Id, node: Id) {
+    pub(super) fn forward_task(&mut self, task_id: TaskId, node: NodeId) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         task.state = TaskState::Forwarded(node);
         let mut spec = task.spec.clone();
@@ -110,12 +106,12 @@ impl AgentState {
             _ => None,
         });
         for raw in arg_ids.chain(spec.nested_refs.iter().cloned()) {
-            if let Ok(id) = id_from_bytes(&raw) {
+            if let Ok(id) = ObjectId::from_bytes(&raw) {
                 sources.push(self.source_of(id));
             }
         }
         if spec.kind == TaskKind::ActorCreation as i32
-            && let Some(actor) = id_from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a))
+            && let Some(actor) = ActorId::from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a))
         {
             actor.remote = Some(node);
             if actor.max_restarts >= 0 {
@@ -132,13 +128,13 @@ impl AgentState {
     }
 
     /// Reference arguments whose bytes are not on this node yet.
-    pub(super) fn nonlocal_args(&self, task_id: Id) -> Vec<Id> {
+    pub(super) fn nonlocal_args(&self, task_id: TaskId) -> Vec<ObjectId> {
         let Some(task) = self.tasks.get(&task_id) else { return Vec::new() };
         task.spec
             .args
             .iter()
             .filter_map(|a| match &a.kind {
-                Some(Kind::ObjectId(raw)) => id_from_bytes(raw).ok(),
+                Some(Kind::ObjectId(raw)) => ObjectId::from_bytes(raw).ok(),
                 _ => None,
             })
             .filter(|id| !self.is_local(id))
@@ -146,7 +142,7 @@ impl AgentState {
     }
 
     /// Parks a task until `ids` are copied here, starting the copies.
-    pub(super) fn wait_for_copies(&mut self, task_id: Id, ids: Vec<Id>) {
+    pub(super) fn wait_for_copies(&mut self, task_id: TaskId, ids: Vec<ObjectId>) {
         for id in &ids {
             self.request_pull(*id);
             self.arg_waiters.entry(*id).or_default().push(task_id);
@@ -158,7 +154,7 @@ impl AgentState {
     }
 
     /// Starts copying `id` here from the node that has it (once).
-    pub fn request_pull(&mut self, id: Id) {
+    pub fn request_pull(&mut self, id: ObjectId) {
         if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
             return;
         }
@@ -168,13 +164,13 @@ impl AgentState {
     }
 
     /// Whether none of `ids` is ready elsewhere but missing here.
-    pub fn all_local_or_settled(&self, ids: &[Id]) -> bool {
+    pub fn all_local_or_settled(&self, ids: &[ObjectId]) -> bool {
         ids.iter().all(|id| !self.is_ready(id) || self.is_local(id))
     }
 
     /// Objects among `ids` that are ready elsewhere but not here; starts their copies.
-    pub fn fetch_remote(&mut self, ids: &[Id]) -> usize {
-        let missing: Vec<Id> = ids.iter().copied().filter(|id| self.is_ready(id) && !self.is_local(id)).collect();
+    pub fn fetch_remote(&mut self, ids: &[ObjectId]) -> usize {
+        let missing: Vec<ObjectId> = ids.iter().copied().filter(|id| self.is_ready(id) && !self.is_local(id)).collect();
         for id in &missing {
             self.request_pull(*id);
         }
@@ -183,7 +179,7 @@ impl AgentState {
 
     /// A copy finished arriving: `Some(bytes)` for a small object, `None` when it
     /// was written into a reservation, or the reason it could not be copied.
-    pub fn pull_finished(&mut self, id: Id, outcome: Result<Option<Vec<u8>>, String>) {
+    pub fn pull_finished(&mut self, id: ObjectId, outcome: Result<Option<Vec<u8>>, CopyError>) {
         self.pulling.remove(&id);
         if !self.objects.contains_key(&id) {
             // Freed while it was being copied.
@@ -198,7 +194,8 @@ impl AgentState {
                     return;
                 }
             }
-            Err(message) => {
+            Err(error) => {
+                let message = error.to_string();
                 self.store.discard_unsealed(&id);
                 if let Some(meta) = self.objects.get_mut(&id) {
                     meta.remote = None;
@@ -217,7 +214,7 @@ impl AgentState {
 
     /// Records that `node` holds a copy of `id` for this node (or gives it back
     /// when this node already has one).
-    fn note_remote_copy(&mut self, id: Id, node: Id, address: &str) {
+    fn note_remote_copy(&mut self, id: ObjectId, node: NodeId, address: &str) {
         let have_local = self.store.contains_sealed(&id);
         let meta = self.objects.entry(id).or_default();
         if (meta.ready && have_local) || meta.remote.as_ref().is_some_and(|c| c.held && c.node != node) {
@@ -229,14 +226,14 @@ impl AgentState {
     }
 
     /// A forwarded task finished on `node`.
-    pub fn remote_task_done(&mut self, node: Id, done: RemoteTaskDone) -> Result<(), String> {
-        let task_id = id_from_bytes(&done.task_id)?;
-        let nested = done.nested.iter().map(|n| id_from_bytes(n)).collect::<Result<Vec<_>, _>>()?;
+    pub fn remote_task_done(&mut self, node: NodeId, done: RemoteTaskDone) -> Result<(), AgentError> {
+        let task_id = TaskId::from_bytes(&done.task_id)?;
+        let nested = done.nested.iter().map(|n| ObjectId::from_bytes(n)).collect::<Result<Vec<_>, _>>()?;
         let current = self.tasks.get(&task_id).is_some_and(|t| t.state == TaskState::Forwarded(node));
         if !current {
             // Cancelled or failed over meanwhile: give back what the node kept for us.
             for r in done.returns.iter().filter(|r| !r.inline) {
-                self.actions.push(Action::ReleaseRemote { node, id: id_from_bytes(&r.object_id)? });
+                self.actions.push(Action::ReleaseRemote { node, id: ObjectId::from_bytes(&r.object_id)? });
             }
             for id in nested {
                 self.actions.push(Action::ReleaseRemote { node, id });
@@ -248,7 +245,7 @@ impl AgentState {
             self.note_remote_copy(*n, node, &address);
         }
         for r in done.returns {
-            let id = id_from_bytes(&r.object_id)?;
+            let id = ObjectId::from_bytes(&r.object_id)?;
             if r.inline {
                 let size = r.inline_data.len() as u64;
                 let loc =
@@ -272,22 +269,23 @@ impl AgentState {
     }
 
     /// The node hosting an actor this node created (or routes to) reports its state.
-    pub fn remote_actor_state(&mut self, node: Id, info: ActorInfo) -> Result<(), String> {
-        let actor_id = id_from_bytes(&info.actor_id)?;
+    pub fn remote_actor_state(&mut self, node: NodeId, info: ActorInfo) -> Result<(), AgentError> {
+        let actor_id = ActorId::from_bytes(&info.actor_id)?;
         let Some(actor) = self.actors.get_mut(&actor_id).filter(|a| a.remote == Some(node)) else { return Ok(()) };
+        let reported = ActorState::from_proto(info.state());
         actor.pid = info.pid;
         actor.num_restarts = actor.num_restarts.max(info.num_restarts);
         if !info.method_names.is_empty() {
             actor.method_names = info.method_names;
         }
-        match info.state.as_str() {
-            "ALIVE" => {
+        match reported {
+            ActorState::Alive => {
                 actor.state = ActorState::Alive;
                 self.settle_creation(actor_id);
                 self.dispatch_actor(actor_id);
             }
-            "RESTARTING" => actor.state = ActorState::Restarting,
-            "DEAD" => {
+            ActorState::Restarting => actor.state = ActorState::Restarting,
+            ActorState::Dead => {
                 actor.state = ActorState::Dead;
                 actor.death_cause = info.death_cause;
                 actor.death_kind = SystemErrorKind::ActorDied;
@@ -295,14 +293,15 @@ impl AgentState {
                 self.fail_actor_queue(actor_id);
                 self.release_actor(actor_id);
             }
-            _ => {}
+            ActorState::PendingCreation => {}
         }
         Ok(())
     }
 
     /// Ends an actor's creation task (if still there), keeping its arguments pinned by the actor.
-    pub(super) fn settle_creation(&mut self, actor_id: Id) {
-        let Some(creation) = self.actors.get(&actor_id).and_then(|a| id_from_bytes(&a.creation.task_id).ok()) else {
+    pub(super) fn settle_creation(&mut self, actor_id: ActorId) {
+        let Some(creation) = self.actors.get(&actor_id).and_then(|a| TaskId::from_bytes(&a.creation.task_id).ok())
+        else {
             return;
         };
         if !self.tasks.contains_key(&creation) {
@@ -322,14 +321,14 @@ impl AgentState {
 
     /// `node` is gone: retry or fail what was forwarded there, restart its actors
     /// (or fail them), and mark objects whose only copy was there as lost.
-    pub fn node_died(&mut self, node: Id, reason: &str) {
+    pub fn node_died(&mut self, node: NodeId, reason: &str) {
         let what = self.describe_node(&node);
         if let Some(peer) = self.peers.get_mut(&node) {
             peer.alive = false;
             peer.failed = true;
         }
         self.sent_functions.retain(|(n, _)| *n != node);
-        let forwarded: Vec<Id> = self
+        let forwarded: Vec<TaskId> = self
             .tasks
             .iter()
             .filter(|(_, t)| t.state == TaskState::Forwarded(node) && t.spec.kind == TaskKind::Normal as i32)
@@ -339,7 +338,7 @@ impl AgentState {
             let task = &self.tasks[&task_id];
             if task.retries_left != 0 && !task.cancelled && !self.shutting_down {
                 let name = task.spec.name.clone();
-                self.actions.push(Action::Log(format!("task {name} was running on {what}, which died; retrying")));
+                self.actions.push(Action::warn(format!("task {name} was running on {what}, which died; retrying")));
                 self.retry(task_id);
             } else {
                 let message = format!(
@@ -349,11 +348,11 @@ impl AgentState {
                 self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
             }
         }
-        let hosted: Vec<Id> = self.actors.values().filter(|a| a.remote == Some(node)).map(|a| a.id).collect();
+        let hosted: Vec<ActorId> = self.actors.values().filter(|a| a.remote == Some(node)).map(|a| a.id).collect();
         for actor_id in hosted {
             self.remote_actor_lost(actor_id, &format!("{what} died ({reason})"));
         }
-        let lost: Vec<Id> = self
+        let lost: Vec<ObjectId> = self
             .objects
             .iter()
             .filter(|(id, m)| m.remote.as_ref().is_some_and(|c| c.node == node) && !self.pulling.contains(*id))
@@ -363,14 +362,14 @@ impl AgentState {
             let meta = self.objects.get_mut(&id).expect("listed");
             meta.remote = None;
             if !self.store.contains_sealed(&id) {
-                let message = format!("Object {} is lost: its only copy was on {what}, which died", hex::encode(id));
+                let message = format!("Object {} is lost: its only copy was on {what}, which died", id.hex());
                 self.store_error(id, SystemErrorKind::ObjectLost, &message);
             }
         }
         self.schedule();
     }
 
-    fn remote_actor_lost(&mut self, actor_id: Id, cause: &str) {
+    fn remote_actor_lost(&mut self, actor_id: ActorId, cause: &str) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.remote = None;
         if actor.state == ActorState::Dead {
@@ -382,7 +381,7 @@ impl AgentState {
             && (actor.max_restarts < 0 || actor.num_restarts < actor.max_restarts);
         actor.death_cause = format!("The actor {} died because {cause}", actor.class_name);
         actor.death_kind = SystemErrorKind::ActorDied;
-        let inflight: Vec<Id> = actor.inflight.drain(..).collect();
+        let inflight: Vec<TaskId> = actor.inflight.drain(..).collect();
         let death = actor.death_cause.clone();
         let proxy = actor.proxy;
         let mut retry_ids = Vec::new();
@@ -401,7 +400,7 @@ impl AgentState {
             let actor = self.actors.get_mut(&actor_id).expect("exists");
             actor.num_restarts += 1;
             actor.state = ActorState::Restarting;
-            self.actions.push(Action::Log(format!("restarting actor {} because {cause}", actor.class_name)));
+            self.actions.push(Action::warn(format!("restarting actor {} because {cause}", actor.class_name)));
             self.actions.push(Action::ActorChanged(actor_id));
             self.restart_creation(actor_id);
         } else {
@@ -420,9 +419,9 @@ impl AgentState {
     }
 
     /// Routes calls to an actor that another node created, wherever the head says it lives.
-    pub fn add_actor_proxy(&mut self, info: &ActorInfo) -> Result<(), String> {
-        let actor_id = id_from_bytes(&info.actor_id)?;
-        let node = id_from_bytes(&info.node_id)?;
+    pub fn add_actor_proxy(&mut self, info: &ActorInfo) -> Result<(), AgentError> {
+        let actor_id = ActorId::from_bytes(&info.actor_id)?;
+        let node = NodeId::from_bytes(&info.node_id)?;
         if self.actors.contains_key(&actor_id) || node == self.node_id {
             return Ok(());
         }
@@ -432,10 +431,9 @@ impl AgentState {
         entry.remote = Some(node);
         entry.max_task_retries = info.max_task_retries;
         entry.method_names = info.method_names.clone();
-        entry.state = match info.state.as_str() {
-            "DEAD" => ActorState::Dead,
-            "ALIVE" => ActorState::Alive,
-            _ => ActorState::PendingCreation,
+        entry.state = match ActorState::from_proto(info.state()) {
+            ActorState::Restarting => ActorState::PendingCreation,
+            state => state,
         };
         entry.death_cause = info.death_cause.clone();
         self.actors.insert(actor_id, entry);
@@ -444,19 +442,19 @@ impl AgentState {
 
     // ------------------------------------------------- tasks from other nodes
 
-    pub fn peer_connected(&mut self, owner: Id) {
+    pub fn peer_connected(&mut self, owner: NodeId) {
         self.peer_clients.insert(owner);
     }
 
     /// Accepts a task an owner node forwarded; returns the ids to report back when ready.
-    pub fn accept_forward(&mut self, owner: Id, forward: ForwardTask) -> Result<Vec<Id>, String> {
-        let spec = forward.spec.ok_or("a forwarded task needs a spec")?;
+    pub fn accept_forward(&mut self, owner: NodeId, forward: ForwardTask) -> Result<Vec<ObjectId>, AgentError> {
+        let spec = forward.spec.ok_or(AgentError::Malformed("a forwarded task needs a spec"))?;
         if !forward.function.is_empty() {
             self.register_function(spec.function_id.clone(), forward.function);
         }
         for source in forward.sources {
-            let id = id_from_bytes(&source.object_id)?;
-            let node = id_from_bytes(&source.node_id).unwrap_or_default();
+            let id = ObjectId::from_bytes(&source.object_id)?;
+            let node = NodeId::from_bytes(&source.node_id).unwrap_or_default();
             if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
                 continue;
             }
@@ -466,11 +464,11 @@ impl AgentState {
                 meta.remote = Some(RemoteCopy { node, address: source.address, held: false });
             }
         }
-        let task_id = id_from_bytes(&spec.task_id)?;
-        let return_ids = spec.return_ids.iter().map(|r| id_from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        let task_id = TaskId::from_bytes(&spec.task_id)?;
+        let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
         match spec.kind {
             k if k == TaskKind::ActorCreation as i32 => {
-                let actor_id = id_from_bytes(&spec.actor_id)?;
+                let actor_id = ActorId::from_bytes(&spec.actor_id)?;
                 if !self.actors.contains_key(&actor_id) {
                     self.register_actor(&spec, false)?;
                 }
@@ -478,11 +476,11 @@ impl AgentState {
                     actor.hosted_for = Some(owner);
                     actor.max_restarts = spec.max_restarts;
                 }
-                self.submit(owner, spec)?;
+                self.submit(owner.into(), spec)?;
             }
-            k if k == TaskKind::ActorTask as i32 => self.submit_actor_task(owner, spec)?,
+            k if k == TaskKind::ActorTask as i32 => self.submit_actor_task(owner.into(), spec)?,
             _ => {
-                self.submit(owner, spec)?;
+                self.submit(owner.into(), spec)?;
             }
         }
         if let Some(task) = self.tasks.get_mut(&task_id) {
@@ -494,7 +492,12 @@ impl AgentState {
 
     /// What to tell the owner once a forwarded task's returns are ready: small
     /// values travel now, larger ones (and refs nested in them) stay held here for it.
-    pub fn remote_done_for(&mut self, owner: Id, task_id: Id, return_ids: &[Id]) -> Option<RemoteTaskDone> {
+    pub fn remote_done_for(
+        &mut self,
+        owner: NodeId,
+        task_id: TaskId,
+        return_ids: &[ObjectId],
+    ) -> Option<RemoteTaskDone> {
         if !self.peer_clients.contains(&owner) {
             return None;
         }
@@ -504,7 +507,7 @@ impl AgentState {
                 nested.extend(meta.nested.iter().copied());
             }
         }
-        self.add_holders(owner, &nested);
+        self.add_holders(owner.into(), &nested);
         let mut returns = Vec::new();
         let mut sent_inline = Vec::new();
         for id in return_ids {
@@ -515,25 +518,25 @@ impl AgentState {
                 }
                 Some(_) => RemoteObject { object_id: id.to_vec(), inline: false, inline_data: Vec::new() },
                 None => {
-                    let message = format!("Object {} is lost on {}", hex::encode(id), short(&self.node_id));
+                    let message = format!("Object {} is lost on {}", id.hex(), self.node_id.short());
                     let blob = system_error_object(SystemErrorKind::ObjectLost, &message);
                     RemoteObject { object_id: id.to_vec(), inline: true, inline_data: blob }
                 }
             };
             returns.push(object);
         }
-        self.remove_holders(owner, &sent_inline);
+        self.remove_holders(owner.into(), &sent_inline);
         Some(RemoteTaskDone { task_id: task_id.to_vec(), returns, nested: nested.iter().map(|n| n.to_vec()).collect() })
     }
 
     /// An owner node's link closed: drop what was held for it, stop its tasks
     /// and kill the actors it created (unless detached).
-    pub fn peer_gone(&mut self, owner: Id) {
+    pub fn peer_gone(&mut self, owner: NodeId) {
         self.peer_clients.remove(&owner);
-        let held: Vec<Id> =
-            self.objects.iter().filter(|(_, m)| m.holders.contains(&owner)).map(|(id, _)| *id).collect();
-        self.remove_holders(owner, &held);
-        let tasks: Vec<Id> = self
+        let held: Vec<ObjectId> =
+            self.objects.iter().filter(|(_, m)| m.holders.contains(&owner.into())).map(|(id, _)| *id).collect();
+        self.remove_holders(owner.into(), &held);
+        let tasks: Vec<TaskId> = self
             .tasks
             .iter()
             .filter(|(_, t)| t.from_peer == Some(owner) && t.spec.kind != TaskKind::ActorCreation as i32)
@@ -560,7 +563,7 @@ impl AgentState {
                 }
             }
         }
-        let actors: Vec<Id> = self
+        let actors: Vec<ActorId> = self
             .actors
             .values()
             .filter(|a| a.hosted_for == Some(owner) && !a.creation.detached && a.state != ActorState::Dead)
@@ -573,7 +576,7 @@ impl AgentState {
     }
 
     /// The node an actor this node routes to lives on, and who to tell about its changes.
-    pub fn actor_host(&self, actor_id: &Id) -> (Option<Id>, Option<Id>) {
+    pub fn actor_host(&self, actor_id: &ActorId) -> (Option<NodeId>, Option<NodeId>) {
         self.actors.get(actor_id).map(|a| (a.remote, a.hosted_for)).unwrap_or((None, None))
     }
 }

@@ -1,0 +1,360 @@
+//! The node agent's gRPC services, one per kind of caller: drivers (and workers
+//! acting as clients), worker sessions, peer agents, and the head's bundle admin.
+//! Each method decodes its request, runs it against `AgentShared`, and replies.
+
+use super::{AgentError, AgentShared, actor_info, object_ids, timeout_deadline};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
+use oxray_proto::bundle_service_server::BundleService;
+use oxray_proto::driver_service_server::DriverService;
+use oxray_proto::peer_service_server::PeerService;
+use oxray_proto::worker_service_server::WorkerService;
+use oxray_proto::*;
+use std::sync::Arc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status};
+
+#[derive(Clone)]
+pub struct AgentService {
+    pub shared: Arc<AgentShared>,
+    pub address: String,
+}
+
+type AssignmentStream = UnboundedReceiverStream<Result<Assignment, Status>>;
+
+#[tonic::async_trait]
+impl DriverService for AgentService {
+    async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
+        let req = request.into_inner();
+        let spec = req.spec.ok_or(AgentError::Malformed("CreateActor needs a spec"))?;
+        let owner = ClientId::from_bytes(&spec.owner_id).map_err(AgentError::from)?;
+        self.shared.learn_before_submit(std::slice::from_ref(&spec)).await;
+        if let Some(mut head) = self.shared.head() {
+            let info = ActorInfo {
+                actor_id: spec.actor_id.clone(),
+                class_name: spec.name.clone(),
+                state: ActorState::PendingCreation as i32,
+                name: spec.actor_name.clone(),
+                namespace: spec.namespace.clone(),
+                max_task_retries: spec.max_task_retries,
+                node_id: self.shared.state.lock().node_id.to_vec(),
+                ..Default::default()
+            };
+            let reply = head
+                .register_actor(RegisterActorRequest { actor: Some(info), get_if_exists: req.get_if_exists })
+                .await?
+                .into_inner();
+            if reply.existing {
+                return Ok(Response::new(CreateActorReply { actor_id: reply.actor_id, existing: true }));
+            }
+        }
+        let (actor_id, existing) = self.shared.with_state(|st| {
+            let (actor_id, existing) = st.register_actor(&spec, req.get_if_exists)?;
+            if !existing {
+                st.submit(owner, spec)?;
+                st.schedule();
+            }
+            Ok::<_, AgentError>((actor_id, existing))
+        })?;
+        Ok(Response::new(CreateActorReply { actor_id: actor_id.to_vec(), existing }))
+    }
+
+    async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
+        self.shared.apply_submissions(request.into_inner().specs).await?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn create_object(
+        &self,
+        request: Request<CreateObjectRequest>,
+    ) -> Result<Response<CreateObjectReply>, Status> {
+        let req = request.into_inner();
+        let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
+        if req.ref_deltas.is_some() {
+            let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+            self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
+        }
+        let location = self.shared.with_state(|st| st.reserve_object(id, req.size as usize))?;
+        Ok(Response::new(CreateObjectReply { location: Some(location) }))
+    }
+
+    async fn put_object(&self, request: Request<PutObjectRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+        let object = req.object.ok_or(AgentError::Malformed("PutObject needs an object"))?;
+        let id = ObjectId::from_bytes(&object.object_id).map_err(AgentError::from)?;
+        let nested = object_ids(&req.nested_refs)?;
+        self.shared.with_ref_changes(client, &req.ref_deltas, || {
+            self.shared.with_state(|st| {
+                st.add_holders(client, &[id]);
+                let sealed = st.seal_object(&object, &nested);
+                st.schedule();
+                sealed
+            })
+        })?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
+        let req = request.into_inner();
+        let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+        let submissions = req.submissions;
+        self.shared.apply_increfs(client, &req.ref_deltas)?;
+        self.shared.apply_submissions(submissions).await?;
+        self.shared.apply_decrefs(client, &req.ref_deltas)?;
+        let wanted = object_ids(&req.object_ids)?;
+        let worker = self.shared.as_blocking_worker(client);
+        let deadline = timeout_deadline(req.timeout_ms);
+        let ok = self.shared.wait_ready(&wanted, wanted.len(), deadline, worker).await
+            && self.shared.wait_local(&wanted, deadline).await;
+        if !ok {
+            return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
+        }
+        let objects = {
+            let mut st = self.shared.state.lock();
+            wanted.iter().map(|id| st.locate(*id, client)).collect()
+        };
+        Ok(Response::new(GetObjectsReply { objects, timed_out: false }))
+    }
+
+    async fn wait_objects(&self, request: Request<WaitObjectsRequest>) -> Result<Response<WaitObjectsReply>, Status> {
+        let req = request.into_inner();
+        let wanted = object_ids(&req.object_ids)?;
+        let need = (req.num_returns as usize).min(wanted.len());
+        let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+        let worker = self.shared.as_blocking_worker(client);
+        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), worker).await;
+        let st = self.shared.state.lock();
+        let ready_ids = wanted.iter().filter(|id| st.is_settled(id)).map(|id| id.to_vec()).collect();
+        Ok(Response::new(WaitObjectsReply { ready_ids }))
+    }
+
+    async fn update_refs(&self, request: Request<UpdateRefsRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+        self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
+        self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn cancel_task(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
+        self.shared.with_state(|st| {
+            st.cancel(id, req.force);
+            st.schedule();
+        });
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_named_actor(
+        &self,
+        request: Request<GetNamedActorRequest>,
+    ) -> Result<Response<GetNamedActorReply>, Status> {
+        let req = request.into_inner();
+        if let Some(mut head) = self.shared.head() {
+            return head.get_named_actor(req).await;
+        }
+        let st = self.shared.state.lock();
+        let actor = st.named_actor(&req.namespace, &req.name).map(|a| actor_info(a, &st.node_id));
+        Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
+    }
+
+    async fn get_actor_info(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
+        let req = request.into_inner();
+        let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
+        let local = {
+            let st = self.shared.state.lock();
+            st.actors.get(&id).map(|a| actor_info(a, &st.node_id))
+        };
+        match (local, self.shared.head()) {
+            (Some(actor), _) => Ok(Response::new(GetNamedActorReply { found: true, actor: Some(actor) })),
+            (None, Some(mut head)) => head.get_actor(req).await,
+            (None, None) => Ok(Response::new(GetNamedActorReply { found: false, actor: None })),
+        }
+    }
+
+    async fn list_actors(&self, request: Request<Empty>) -> Result<Response<ListActorsReply>, Status> {
+        if let Some(mut head) = self.shared.head() {
+            return head.list_actors(request.into_inner()).await;
+        }
+        let st = self.shared.state.lock();
+        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(|a| actor_info(a, &st.node_id)).collect() }))
+    }
+
+    async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
+        let blob = request.into_inner();
+        self.shared.state.lock().register_function(blob.function_id, blob.data);
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_function(&self, request: Request<FunctionId>) -> Result<Response<FunctionBlob>, Status> {
+        let id = request.into_inner().function_id;
+        let data = self.shared.state.lock().function(&id);
+        match data {
+            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data })),
+            None => Err(AgentError::UnknownFunction(hex::encode(&id)).into()),
+        }
+    }
+
+    async fn cluster_info(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
+        let own = self.shared.node_info(&self.address);
+        let head = self.shared.head.lock().clone();
+        let mut nodes = match head {
+            Some(mut head) => head.list_nodes(Empty {}).await.map(|r| r.into_inner().nodes).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        // This node's own numbers are live; the head's lag by a heartbeat.
+        match nodes.iter_mut().find(|n| n.node_id == own.node_id) {
+            Some(n) => {
+                n.available = own.available;
+                n.total = own.total;
+            }
+            None => nodes.push(own),
+        }
+        Ok(Response::new(ClusterInfoReply { nodes }))
+    }
+
+    type SubscribeLogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>>;
+
+    async fn subscribe_logs(
+        &self,
+        request: Request<SubscribeLogsRequest>,
+    ) -> Result<Response<Self::SubscribeLogsStream>, Status> {
+        let job = JobId::from_optional_bytes(&request.into_inner().job_id).map_err(AgentError::from)?;
+        Ok(Response::new(self.shared.logs.subscribe(job)))
+    }
+
+    async fn create_placement_group(
+        &self,
+        request: Request<PlacementGroupSpec>,
+    ) -> Result<Response<PlacementGroupInfo>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        let info = head.create_placement_group(request.into_inner()).await?;
+        // Learn at once where the bundles went, rather than at the next heartbeat.
+        if let Ok(nodes) = head.list_nodes(Empty {}).await {
+            self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
+        }
+        Ok(info)
+    }
+
+    async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.remove_placement_group(request.into_inner()).await
+    }
+
+    async fn get_placement_group(
+        &self,
+        request: Request<PlacementGroupRequest>,
+    ) -> Result<Response<PlacementGroupReply>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.get_placement_group(request.into_inner()).await
+    }
+
+    async fn list_placement_groups(
+        &self,
+        request: Request<Empty>,
+    ) -> Result<Response<ListPlacementGroupsReply>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.list_placement_groups(request.into_inner()).await
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerService for AgentService {
+    type WorkerConnectStream = AssignmentStream;
+
+    async fn worker_connect(
+        &self,
+        request: Request<tonic::Streaming<WorkerEvent>>,
+    ) -> Result<Response<Self::WorkerConnectStream>, Status> {
+        let mut events = request.into_inner();
+        let hello = match events.message().await? {
+            Some(WorkerEvent { event: Some(worker_event::Event::Hello(h)) }) => h,
+            _ => return Err(AgentError::Malformed("a worker stream must start with a hello").into()),
+        };
+        let worker_id = WorkerId::from_bytes(&hello.worker_id).map_err(AgentError::from)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.with_state(|st| st.worker_connected(worker_id, tx))?;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = events.message().await {
+                // Events that arrive after the worker was declared dead are stale.
+                if !shared.state.lock().has_worker(&worker_id) {
+                    break;
+                }
+                let outcome = match event.event {
+                    Some(worker_event::Event::Done(done)) => shared.handle_task_done(worker_id, done),
+                    Some(worker_event::Event::Refs(deltas)) => {
+                        shared.with_ref_changes(worker_id.into(), &Some(deltas), || Ok(()))
+                    }
+                    _ => Err(AgentError::Malformed("a worker sent a second hello or an empty event")),
+                };
+                if let Err(status) = outcome {
+                    tracing::warn!("bad event from worker {worker_id}: {status}");
+                }
+            }
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn task_done(&self, request: Request<TaskDoneRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let worker = WorkerId::from_bytes(&req.worker_id).map_err(AgentError::from)?;
+        self.shared.handle_task_done(worker, req)?;
+        Ok(Response::new(Empty {}))
+    }
+}
+
+#[tonic::async_trait]
+impl PeerService for AgentService {
+    type PeerLinkStream = UnboundedReceiverStream<Result<PeerEvent, Status>>;
+
+    async fn peer_link(
+        &self,
+        request: Request<tonic::Streaming<PeerMessage>>,
+    ) -> Result<Response<Self::PeerLinkStream>, Status> {
+        let mut incoming = request.into_inner();
+        let hello = match incoming.message().await? {
+            Some(PeerMessage { msg: Some(peer_message::Msg::Hello(hello)) }) => hello,
+            _ => return Err(AgentError::Malformed("a peer link must start with a hello").into()),
+        };
+        let owner = NodeId::from_bytes(&hello.node_id).map_err(AgentError::from)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared.serve_link(owner, incoming, tx);
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    type PullObjectStream = tokio_stream::wrappers::ReceiverStream<Result<ObjectChunk, Status>>;
+
+    async fn pull_object(&self, request: Request<PullRequest>) -> Result<Response<Self::PullObjectStream>, Status> {
+        let id = ObjectId::from_bytes(&request.into_inner().object_id).map_err(AgentError::from)?;
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(self.shared.serve_pull(id))))
+    }
+}
+
+#[tonic::async_trait]
+impl BundleService for AgentService {
+    async fn reserve_bundles(&self, request: Request<ReserveBundlesRequest>) -> Result<Response<Empty>, Status> {
+        let req = request.into_inner();
+        let pg_id = PlacementGroupId::from_bytes(&req.pg_id).map_err(AgentError::from)?;
+        let mut bundles = Vec::new();
+        for slot in &req.bundles {
+            let resources = crate::resources::ResourceSet::from_map(&slot.resources).map_err(AgentError::from)?;
+            bundles.push((slot.index, resources));
+        }
+        self.shared.with_state(|st| st.reserve_bundles(pg_id, &bundles))?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
+        self.shared.with_state(|st| st.return_bundles(pg_id));
+        Ok(Response::new(Empty {}))
+    }
+}
