@@ -403,7 +403,7 @@ impl Client {
         name: String,
         namespace: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let strategy = Strategy::parse(&strategy).map_err(PyValueError::new_err)?;
+        let strategy = Strategy::parse(&strategy).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let spec = PlacementGroupSpec {
             pg_id,
             bundles: bundles.into_iter().map(|resources| Bundle { resources }).collect(),

@@ -2,7 +2,6 @@
 
 use crate::runtime;
 use oxray_runtime::cluster::{ClusterConfig, HeadRole, RunningCluster, start_node};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -68,12 +67,8 @@ pub fn start_cluster(
         forward_output,
     };
     let started = py.detach(|| runtime().block_on(start_node(cfg)));
-    let running = started.map_err(|e| match e {
-        oxray_runtime::cluster::ClusterError::Config(m) => PyValueError::new_err(m),
-        oxray_runtime::cluster::ClusterError::Auth(m) => crate::OxrayAuthError::new_err(m),
-        e @ oxray_runtime::cluster::ClusterError::Bind { .. } => pyo3::exceptions::PyOSError::new_err(e.to_string()),
-        other => PyRuntimeError::new_err(other.to_string()),
-    })?;
+    let running = started.map_err(crate::error::cluster_error)?;
+
     Ok(Cluster {
         agent_address: running.agent_address.clone(),
         head_address: running.head_address.clone(),
@@ -109,7 +104,7 @@ impl Cluster {
 
     fn store_stats(&self) -> HashMap<String, u64> {
         let Some(c) = &self.inner else { return HashMap::new() };
-        let s = c.agent.state.lock().store.stats();
+        let s = c.agent.state.lock().store_stats();
         HashMap::from([
             ("capacity".into(), s.capacity as u64),
             ("shm_used".into(), s.shm_used as u64),

@@ -1,9 +1,11 @@
 //! The one place Rust errors become Python exceptions.
 
+use oxray_io::StorageError;
 use oxray_runtime::client::{ClientError, Refusal};
+use oxray_runtime::cluster::ClusterError;
 use oxray_runtime::ids::IdError;
 use pyo3::PyErr;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 
 pyo3::create_exception!(_native, OxrayRpcError, pyo3::exceptions::PyRuntimeError);
 pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
@@ -14,6 +16,7 @@ pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
 pub(crate) fn client_error(e: ClientError) -> PyErr {
     match e {
         ClientError::Auth(m) => OxrayAuthError::new_err(m),
+        e @ ClientError::Token(_) => OxrayAuthError::new_err(e.to_string()),
         ClientError::Refused { reason: Refusal::InvalidArgument | Refusal::AlreadyExists, message } => {
             PyValueError::new_err(message)
         }
@@ -25,4 +28,24 @@ pub(crate) fn client_error(e: ClientError) -> PyErr {
 /// An id passed in from Python with the wrong length.
 pub(crate) fn bad_id(e: IdError) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// Starting a node: a bad option is `ValueError`, a port in use `OSError`, a
+/// refused token `OxrayAuthError`, anything else `RuntimeError`.
+pub(crate) fn cluster_error(e: ClusterError) -> PyErr {
+    match e {
+        ClusterError::Config(m) => PyValueError::new_err(m),
+        ClusterError::Auth(m) => OxrayAuthError::new_err(m),
+        e @ ClusterError::Token(_) => OxrayAuthError::new_err(e.to_string()),
+        e @ ClusterError::Bind { .. } => PyOSError::new_err(e.to_string()),
+        other => PyRuntimeError::new_err(other.to_string()),
+    }
+}
+
+/// Run storage: a URI we cannot use is `ValueError`; I/O and S3 failures are `OSError`.
+pub(crate) fn storage_error(e: StorageError) -> PyErr {
+    match e {
+        StorageError::InvalidUri { .. } => PyValueError::new_err(e.to_string()),
+        _ => PyOSError::new_err(e.to_string()),
+    }
 }

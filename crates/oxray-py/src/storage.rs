@@ -1,18 +1,10 @@
 //! `oxray._native.Storage`: Train's run storage (local path or S3) for Python.
 
+use crate::error::storage_error as to_py;
 use crate::runtime;
-use oxray_io::StorageError;
-use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::path::PathBuf;
-
-fn to_py(e: StorageError) -> PyErr {
-    match e {
-        StorageError::InvalidUri { .. } => PyValueError::new_err(e.to_string()),
-        _ => PyOSError::new_err(e.to_string()),
-    }
-}
 
 #[pyclass(frozen)]
 pub struct Storage {

@@ -39,10 +39,14 @@ pub struct AttachToken {
     header: MetadataValue<tonic::metadata::Ascii>,
 }
 
+/// A token that cannot travel in an HTTP header.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the cluster token must be printable ASCII: check OXRAY_TOKEN or the token file")]
+pub struct TokenError;
+
 impl AttachToken {
-    pub fn new(token: &str) -> Result<Self, String> {
-        let header =
-            format!("Bearer {token}").parse().map_err(|_| "the cluster token must be printable ASCII".to_string())?;
+    pub fn new(token: &str) -> Result<Self, TokenError> {
+        let header = format!("Bearer {token}").parse().map_err(|_| TokenError)?;
         Ok(AttachToken { header })
     }
 }

@@ -63,6 +63,8 @@ pub enum ClientError {
     Refused { reason: Refusal, message: String },
     #[error(transparent)]
     BadId(#[from] IdError),
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
     /// Anything else the agent or the transport reported.
     #[error("{0}")]
     Rpc(String),
@@ -150,27 +152,27 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
 pub struct AgentChannels(tokio::sync::Mutex<std::collections::HashMap<String, Channel>>);
 
 impl AgentChannels {
-    async fn channel(&self, address: &str) -> Result<Channel, String> {
+    async fn channel(&self, address: &str) -> Result<Channel, ClientError> {
         let mut channels = self.0.lock().await;
         match channels.get(address) {
             Some(c) => Ok(c.clone()),
             None => {
-                let c = connect_channel(address).await.map_err(|e| e.to_string())?;
+                let c = connect_channel(address).await?;
                 channels.insert(address.to_string(), c.clone());
                 Ok(c)
             }
         }
     }
 
-    pub async fn driver(&self, address: &str, token: &str) -> Result<DriverClient, String> {
+    pub async fn driver(&self, address: &str, token: &str) -> Result<DriverClient, ClientError> {
         Ok(authed_client!(DriverServiceClient, self.channel(address).await?, AttachToken::new(token)?))
     }
 
-    pub async fn peer(&self, address: &str, token: &str) -> Result<PeerClient, String> {
+    pub async fn peer(&self, address: &str, token: &str) -> Result<PeerClient, ClientError> {
         Ok(authed_client!(PeerServiceClient, self.channel(address).await?, AttachToken::new(token)?))
     }
 
-    pub async fn bundles(&self, address: &str, token: &str) -> Result<BundleClient, String> {
+    pub async fn bundles(&self, address: &str, token: &str) -> Result<BundleClient, ClientError> {
         Ok(authed_client!(BundleServiceClient, self.channel(address).await?, AttachToken::new(token)?))
     }
 }
@@ -178,7 +180,7 @@ impl AgentChannels {
 impl CoreClient {
     pub async fn connect(address: &str, token: &str, client_id: ClientId) -> Result<Self, ClientError> {
         let channel = connect_channel(address).await?;
-        let auth = AttachToken::new(token).map_err(ClientError::Rpc)?;
+        let auth = AttachToken::new(token)?;
         Ok(CoreClient {
             client_id,
             address: address.to_string(),

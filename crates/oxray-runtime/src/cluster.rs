@@ -76,8 +76,16 @@ pub enum ClusterError {
     Io { path: String, source: std::io::Error },
     #[error("{0}")]
     Auth(String),
-    #[error("{0}")]
-    Other(String),
+    #[error(transparent)]
+    Token(#[from] crate::auth::TokenError),
+    #[error("cannot start the head: {0}")]
+    Head(#[from] crate::head::HeadError),
+    #[error(
+        "cannot reach the head at {address}: {reason}. Is `oxray start --head` running there, and is the port right?"
+    )]
+    HeadUnreachable { address: String, reason: String },
+    #[error("node registration with the head at {address} failed: {reason}")]
+    Registration { address: String, reason: String },
 }
 
 fn read_meminfo(key: &str) -> Option<u64> {
@@ -251,7 +259,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         ));
     if let HeadRole::Local { state_dir, .. } = &cfg.head {
         let head = match state_dir {
-            Some(dir) => Head::persistent(dir).map_err(|e| ClusterError::Other(e.to_string()))?,
+            Some(dir) => Head::persistent(dir)?,
             None => Head::default(),
         };
         head.set_token(&token);
@@ -264,13 +272,9 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     }));
     let stop = vec![server_stop];
 
-    let unreachable = |e: String| {
-        ClusterError::Other(format!(
-            "cannot reach the head at {head_address}: {e}. Is `oxray start --head` running there, and is the port right?"
-        ))
-    };
+    let unreachable = |reason: String| ClusterError::HeadUnreachable { address: head_address.clone(), reason };
     let channel = connect_channel(&head_address).await.map_err(|e| unreachable(e.to_string()))?;
-    let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token).map_err(ClusterError::Other)?);
+    let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token)?);
     let mut info: NodeInfo = agent.node_info(&agent_address);
     info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();
@@ -279,14 +283,14 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         for s in stop {
             let _ = s.send(());
         }
-        agent.state.lock().store.destroy();
+        agent.state.lock().store_mut().destroy();
         return Err(match status.code() {
             tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => ClusterError::Auth(format!(
                 "the head at {head_address} refused this node: {}. Pass the cluster's token with --token or OXRAY_TOKEN",
                 status.message()
             )),
             tonic::Code::Unavailable => unreachable(status.message().to_string()),
-            _ => ClusterError::Other(format!("node registration with the head failed: {}", status.message())),
+            _ => ClusterError::Registration { address: head_address.clone(), reason: status.message().to_string() },
         });
     }
     agent.attach_head(head.clone());
@@ -333,7 +337,7 @@ impl RunningCluster {
         while tokio::time::Instant::now() < deadline && !self.agent.state.lock().worker_pids().is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        self.agent.state.lock().store.destroy();
+        self.agent.state.lock().store_mut().destroy();
         for task in self.background.drain(..) {
             task.abort();
         }

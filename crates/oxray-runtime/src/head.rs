@@ -1,9 +1,10 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
-use crate::client::{AgentChannels, BundleClient};
-use crate::head_store::HeadStore;
-use crate::placement::{Strategy, plan};
-use crate::resources::{ResourceSet, hold_bundle};
+use crate::client::{AgentChannels, BundleClient, ClientError};
+use crate::head_store::{HeadStore, StoreError};
+use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
+use crate::placement::{Strategy, StrategyError, plan};
+use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
@@ -21,6 +22,51 @@ use tonic::{Request, Response, Status};
 /// (agents beat every second).
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What the head refuses, and the one place each refusal becomes a gRPC status.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    #[error(transparent)]
+    BadId(#[from] IdError),
+    /// A request missing a part it must have.
+    #[error("{0}")]
+    Malformed(&'static str),
+    #[error("unknown node {0}: register before sending heartbeats")]
+    UnknownNode(NodeId),
+    #[error(
+        "An actor named {name:?} already exists in namespace {namespace:?}; use get_if_exists=True or a different name"
+    )]
+    NameTaken { name: String, namespace: String },
+    #[error("no placement group {0}")]
+    UnknownPlacementGroup(PlacementGroupId),
+    #[error(transparent)]
+    Strategy(#[from] StrategyError),
+    #[error("a placement group needs at least one bundle")]
+    NoBundles,
+    #[error("bundle {index}: {source}")]
+    BadBundle { index: usize, source: ResourceError },
+    #[error("bundle {0} is empty: every bundle needs at least one resource greater than 0")]
+    EmptyBundle(usize),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<HeadError> for Status {
+    fn from(e: HeadError) -> Self {
+        let message = e.to_string();
+        match e {
+            HeadError::BadId(_)
+            | HeadError::Malformed(_)
+            | HeadError::Strategy(_)
+            | HeadError::NoBundles
+            | HeadError::BadBundle { .. }
+            | HeadError::EmptyBundle(_) => Status::invalid_argument(message),
+            HeadError::UnknownNode(_) | HeadError::UnknownPlacementGroup(_) => Status::not_found(message),
+            HeadError::NameTaken { .. } => Status::already_exists(message),
+            HeadError::Store(_) => Status::internal(message),
+        }
+    }
+}
+
 struct NodeRecord {
     info: NodeInfo,
     last_seen: Instant,
@@ -28,18 +74,18 @@ struct NodeRecord {
 
 #[derive(Default)]
 struct ActorTable {
-    actors: HashMap<Vec<u8>, ActorInfo>,
+    actors: HashMap<ActorId, ActorInfo>,
     /// (namespace, name) -> actor id, for live named actors.
-    names: HashMap<(String, String), Vec<u8>>,
+    names: HashMap<(String, String), ActorId>,
 }
 
 #[derive(Clone, Default)]
 pub struct Head {
-    nodes: Arc<Mutex<HashMap<Vec<u8>, NodeRecord>>>,
+    nodes: Arc<Mutex<HashMap<NodeId, NodeRecord>>>,
     actors: Arc<Mutex<ActorTable>>,
     /// Durable copy of the tables, when the head has a state directory.
     store: Option<Arc<HeadStore>>,
-    groups: Arc<Mutex<HashMap<Vec<u8>, PlacementGroupInfo>>>,
+    groups: Arc<Mutex<HashMap<PlacementGroupId, PlacementGroupInfo>>>,
     /// One placement attempt at a time, so two never take the same resources.
     placing: Arc<tokio::sync::Mutex<()>>,
     /// The cluster token, for the head's own calls to node agents.
@@ -50,38 +96,39 @@ pub struct Head {
 impl Head {
     /// A head whose tables live in `<state_dir>/head.redb` and survive a restart.
     /// Nodes loaded from it count as dead until they register or beat again.
-    pub fn persistent(state_dir: &std::path::Path) -> Result<Self, crate::head_store::StoreError> {
+    pub fn persistent(state_dir: &std::path::Path) -> Result<Self, HeadError> {
         let store = HeadStore::open(state_dir)?;
         let head = Head { store: None, ..Default::default() };
         let stale = Instant::now().checked_sub(NODE_TIMEOUT).unwrap_or_else(Instant::now);
-        let loaded_nodes = store.nodes().unwrap_or_default();
-        let loaded_actors = store.actors().unwrap_or_default();
+        let loaded_nodes = store.nodes()?;
+        let loaded_actors = store.actors()?;
         {
             let mut nodes = head.nodes.lock();
             for info in loaded_nodes {
-                nodes.insert(info.node_id.clone(), NodeRecord { info, last_seen: stale });
+                nodes.insert(NodeId::from_bytes(&info.node_id)?, NodeRecord { info, last_seen: stale });
             }
             let mut table = head.actors.lock();
             for actor in loaded_actors {
+                let id = ActorId::from_bytes(&actor.actor_id)?;
                 if actor.state() != ActorState::Dead && !actor.name.is_empty() {
-                    table.names.insert((actor.namespace.clone(), actor.name.clone()), actor.actor_id.clone());
+                    table.names.insert((actor.namespace.clone(), actor.name.clone()), id);
                 }
-                table.actors.insert(actor.actor_id.clone(), actor);
+                table.actors.insert(id, actor);
             }
         }
         Ok(Head { store: Some(Arc::new(store)), ..head })
     }
 
-    fn persist_node(&self, info: &NodeInfo) -> Result<(), Status> {
+    fn persist_node(&self, info: &NodeInfo) -> Result<(), HeadError> {
         match &self.store {
-            Some(store) => store.put_node(info).map_err(Status::internal),
+            Some(store) => Ok(store.put_node(info)?),
             None => Ok(()),
         }
     }
 
-    fn persist_actor(&self, info: &ActorInfo) -> Result<(), Status> {
+    fn persist_actor(&self, info: &ActorInfo) -> Result<(), HeadError> {
         match &self.store {
-            Some(store) => store.put_actor(info).map_err(Status::internal),
+            Some(store) => Ok(store.put_actor(info)?),
             None => Ok(()),
         }
     }
@@ -97,33 +144,33 @@ impl Head {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
-                let pending: Vec<Vec<u8>> = head
+                let pending: Vec<PlacementGroupId> = head
                     .groups
                     .lock()
-                    .values()
-                    .filter(|g| g.state() == PlacementGroupState::Pending)
-                    .filter_map(|g| g.spec.as_ref().map(|s| s.pg_id.clone()))
+                    .iter()
+                    .filter(|(_, g)| g.state() == PlacementGroupState::Pending)
+                    .map(|(id, _)| *id)
                     .collect();
                 for pg_id in pending {
-                    head.place_group(&pg_id).await;
+                    head.place_group(pg_id).await;
                 }
             }
         })
     }
 
-    async fn agent(&self, address: &str) -> Result<BundleClient, String> {
+    async fn agent(&self, address: &str) -> Result<BundleClient, ClientError> {
         let token = self.token.lock().clone();
         self.channels.bundles(address, &token).await
     }
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes
     /// its strategy allows, or none.
-    async fn place_group(&self, pg_id: &[u8]) {
+    async fn place_group(&self, pg_id: PlacementGroupId) {
         let _one_at_a_time = self.placing.lock().await;
         let Some(spec) = self
             .groups
             .lock()
-            .get(pg_id)
+            .get(&pg_id)
             .filter(|g| g.state() == PlacementGroupState::Pending)
             .and_then(|g| g.spec.clone())
         else {
@@ -165,11 +212,12 @@ impl Head {
             }
             reserved.push(address);
         }
-        let pg_hex = hex::encode(pg_id);
+        let pg_hex = pg_id.hex();
         {
             let mut nodes = self.nodes.lock();
             for (node, slots) in &by_node {
-                let Some(record) = nodes.get_mut(&live[*node].node_id) else { continue };
+                let Ok(node_id) = NodeId::from_bytes(&live[*node].node_id) else { continue };
+                let Some(record) = nodes.get_mut(&node_id) else { continue };
                 let mut total = ResourceSet::from_map(&record.info.total).unwrap_or_default();
                 let mut available = ResourceSet::from_map(&record.info.available).unwrap_or_default();
                 for slot in slots {
@@ -180,7 +228,7 @@ impl Head {
                 record.info.available = available.to_map();
             }
         }
-        if let Some(group) = self.groups.lock().get_mut(pg_id) {
+        if let Some(group) = self.groups.lock().get_mut(&pg_id) {
             group.set_state(PlacementGroupState::Created);
             group.bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
         }
@@ -204,21 +252,18 @@ impl Head {
 #[tonic::async_trait]
 impl HeadService for Head {
     async fn register_node(&self, request: Request<RegisterNodeRequest>) -> Result<Response<Empty>, Status> {
-        let info = request.into_inner().node.ok_or_else(|| Status::invalid_argument("missing node"))?;
-        if info.node_id.len() != 16 {
-            return Err(Status::invalid_argument("node_id must be 16 bytes"));
-        }
+        let info = request.into_inner().node.ok_or(HeadError::Malformed("RegisterNode needs a node"))?;
+        let node_id = NodeId::from_bytes(&info.node_id).map_err(HeadError::from)?;
         self.persist_node(&info)?;
-        self.nodes.lock().insert(info.node_id.clone(), NodeRecord { info, last_seen: Instant::now() });
+        self.nodes.lock().insert(node_id, NodeRecord { info, last_seen: Instant::now() });
         Ok(Response::new(Empty {}))
     }
 
     async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<ClusterInfoReply>, Status> {
         let beat = request.into_inner();
+        let node_id = NodeId::from_bytes(&beat.node_id).map_err(HeadError::from)?;
         let mut nodes = self.nodes.lock();
-        let record = nodes
-            .get_mut(&beat.node_id)
-            .ok_or_else(|| Status::not_found("unknown node: register before sending heartbeats"))?;
+        let record = nodes.get_mut(&node_id).ok_or(HeadError::UnknownNode(node_id))?;
         record.info.available = beat.available;
         record.last_seen = Instant::now();
         drop(nodes);
@@ -234,41 +279,39 @@ impl HeadService for Head {
         request: Request<RegisterActorRequest>,
     ) -> Result<Response<RegisterActorReply>, Status> {
         let req = request.into_inner();
-        let actor = req.actor.ok_or_else(|| Status::invalid_argument("missing actor"))?;
+        let actor = req.actor.ok_or(HeadError::Malformed("RegisterActor needs an actor"))?;
+        let actor_id = ActorId::from_bytes(&actor.actor_id).map_err(HeadError::from)?;
         let mut table = self.actors.lock();
         if !actor.name.is_empty() {
             let key = (actor.namespace.clone(), actor.name.clone());
             if let Some(existing) = table.names.get(&key) {
                 if req.get_if_exists {
-                    return Ok(Response::new(RegisterActorReply { actor_id: existing.clone(), existing: true }));
+                    return Ok(Response::new(RegisterActorReply { actor_id: existing.to_vec(), existing: true }));
                 }
-                return Err(Status::already_exists(format!(
-                    "An actor named {:?} already exists in namespace {:?}; use get_if_exists=True or a different name",
-                    actor.name, actor.namespace
-                )));
+                return Err(HeadError::NameTaken { name: actor.name, namespace: actor.namespace }.into());
             }
-            table.names.insert(key, actor.actor_id.clone());
+            table.names.insert(key, actor_id);
         }
-        let actor_id = actor.actor_id.clone();
         if let Err(e) = self.persist_actor(&actor) {
             table.names.retain(|_, id| *id != actor_id);
-            return Err(e);
+            return Err(e.into());
         }
-        table.actors.insert(actor_id.clone(), actor);
-        Ok(Response::new(RegisterActorReply { actor_id, existing: false }))
+        table.actors.insert(actor_id, actor);
+        Ok(Response::new(RegisterActorReply { actor_id: actor_id.to_vec(), existing: false }))
     }
 
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner();
+        let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
         self.persist_actor(&info)?;
         let mut table = self.actors.lock();
         if info.state() == ActorState::Dead && !info.name.is_empty() {
             let key = (info.namespace.clone(), info.name.clone());
-            if table.names.get(&key) == Some(&info.actor_id) {
+            if table.names.get(&key) == Some(&actor_id) {
                 table.names.remove(&key);
             }
         }
-        table.actors.insert(info.actor_id.clone(), info);
+        table.actors.insert(actor_id, info);
         Ok(Response::new(Empty {}))
     }
 
@@ -283,7 +326,7 @@ impl HeadService for Head {
     }
 
     async fn get_actor(&self, request: Request<ActorRequest>) -> Result<Response<GetNamedActorReply>, Status> {
-        let id = request.into_inner().actor_id;
+        let id = ActorId::from_bytes(&request.into_inner().actor_id).map_err(HeadError::from)?;
         let actor = self.actors.lock().actors.get(&id).cloned();
         Ok(Response::new(GetNamedActorReply { found: actor.is_some(), actor }))
     }
@@ -298,55 +341,51 @@ impl HeadService for Head {
         request: Request<PlacementGroupSpec>,
     ) -> Result<Response<PlacementGroupInfo>, Status> {
         let spec = request.into_inner();
-        Strategy::from_proto(spec.strategy()).map_err(Status::invalid_argument)?;
-        if spec.pg_id.len() != 16 {
-            return Err(Status::invalid_argument("pg_id must be 16 bytes"));
-        }
+        Strategy::from_proto(spec.strategy()).map_err(HeadError::from)?;
+        let pg_id = PlacementGroupId::from_bytes(&spec.pg_id).map_err(HeadError::from)?;
         if spec.bundles.is_empty() {
-            return Err(Status::invalid_argument("a placement group needs at least one bundle"));
+            return Err(HeadError::NoBundles.into());
         }
-        for (i, bundle) in spec.bundles.iter().enumerate() {
-            let resources = ResourceSet::from_map(&bundle.resources)
-                .map_err(|e| Status::invalid_argument(format!("bundle {i}: {e}")))?;
+        for (index, bundle) in spec.bundles.iter().enumerate() {
+            let resources =
+                ResourceSet::from_map(&bundle.resources).map_err(|source| HeadError::BadBundle { index, source })?;
             if resources.is_empty() {
-                return Err(Status::invalid_argument(format!(
-                    "bundle {i} is empty: every bundle needs at least one resource greater than 0"
-                )));
+                return Err(HeadError::EmptyBundle(index).into());
             }
         }
-        let pg_id = spec.pg_id.clone();
         let info = PlacementGroupInfo {
             spec: Some(spec),
             state: PlacementGroupState::Pending as i32,
             bundle_nodes: Vec::new(),
         };
-        self.groups.lock().insert(pg_id.clone(), info);
-        self.place_group(&pg_id).await;
+        self.groups.lock().insert(pg_id, info);
+        self.place_group(pg_id).await;
         let info = self.groups.lock().get(&pg_id).cloned().unwrap_or_default();
         Ok(Response::new(info))
     }
 
     async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
-        let pg_id = request.into_inner().pg_id;
+        let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(HeadError::from)?;
         let _one_at_a_time = self.placing.lock().await;
         let mut nodes = {
             let mut groups = self.groups.lock();
             let Some(group) = groups.get_mut(&pg_id) else {
-                return Err(Status::not_found(format!("no placement group {}", hex::encode(&pg_id))));
+                return Err(HeadError::UnknownPlacementGroup(pg_id).into());
             };
             group.set_state(PlacementGroupState::Removed);
             std::mem::take(&mut group.bundle_nodes)
         };
-        let pg_hex = hex::encode(&pg_id);
+        let pg_hex = pg_id.hex();
         nodes.sort();
         nodes.dedup();
         for node in nodes {
+            let Ok(node) = NodeId::from_bytes(&node) else { continue };
             let address = self.nodes.lock().get(&node).map(|r| r.info.address.clone());
             if let Some(address) = address
                 && let Ok(mut agent) = self.agent(&address).await
             {
                 let _ =
-                    agent.return_bundles(PlacementGroupRequest { pg_id: pg_id.clone(), ..Default::default() }).await;
+                    agent.return_bundles(PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() }).await;
             }
             if let Some(record) = self.nodes.lock().get_mut(&node) {
                 record.info.total.retain(|k, _| !k.ends_with(&pg_hex));
@@ -360,8 +399,15 @@ impl HeadService for Head {
         request: Request<PlacementGroupRequest>,
     ) -> Result<Response<PlacementGroupReply>, Status> {
         let req = request.into_inner();
+        let by_id = if req.pg_id.is_empty() {
+            None
+        } else {
+            Some(PlacementGroupId::from_bytes(&req.pg_id).map_err(HeadError::from)?)
+        };
         let groups = self.groups.lock();
-        let found = if req.pg_id.is_empty() {
+        let found = if let Some(pg_id) = by_id {
+            groups.get(&pg_id).cloned()
+        } else {
             groups
                 .values()
                 .find(|g| {
@@ -369,8 +415,6 @@ impl HeadService for Head {
                         && g.spec.as_ref().is_some_and(|s| s.name == req.name && s.namespace == req.namespace)
                 })
                 .cloned()
-        } else {
-            groups.get(&req.pg_id).cloned()
         };
         Ok(Response::new(PlacementGroupReply { found: found.is_some(), info: found }))
     }

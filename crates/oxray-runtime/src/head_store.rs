@@ -15,33 +15,44 @@ pub struct HeadStore {
     db: Database,
 }
 
+/// What can go wrong with the head's durable state.
 #[derive(Debug, thiserror::Error)]
-#[error("head state store {path}: {reason}")]
-pub struct StoreError {
-    path: String,
-    reason: String,
+pub enum StoreError {
+    #[error("cannot create the head's state directory {path}: {source}")]
+    Dir { path: String, source: std::io::Error },
+    #[error("cannot open the head's state store {path}: {source}")]
+    Open { path: String, source: redb::DatabaseError },
+    #[error("the head's state store failed: {0}")]
+    Db(#[from] redb::Error),
+    #[error("a record in the head's state store is corrupt: {0}")]
+    Corrupt(#[from] prost::DecodeError),
 }
 
-fn put(db: &Database, table: TableDefinition<&[u8], &[u8]>, key: &[u8], value: &[u8]) -> Result<(), String> {
-    let txn = db.begin_write().map_err(|e| e.to_string())?;
+/// Any redb failure inside a transaction.
+fn db(e: impl Into<redb::Error>) -> StoreError {
+    StoreError::Db(e.into())
+}
+
+fn put(db_: &Database, table: TableDefinition<&[u8], &[u8]>, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+    let txn = db_.begin_write().map_err(db)?;
     {
-        let mut t = txn.open_table(table).map_err(|e| e.to_string())?;
-        t.insert(key, value).map_err(|e| e.to_string())?;
+        let mut t = txn.open_table(table).map_err(db)?;
+        t.insert(key, value).map_err(db)?;
     }
-    txn.commit().map_err(|e| e.to_string())
+    txn.commit().map_err(db)
 }
 
-fn load<M: Message + Default>(db: &Database, table: TableDefinition<&[u8], &[u8]>) -> Result<Vec<M>, String> {
-    let txn = db.begin_read().map_err(|e| e.to_string())?;
+fn load<M: Message + Default>(db_: &Database, table: TableDefinition<&[u8], &[u8]>) -> Result<Vec<M>, StoreError> {
+    let txn = db_.begin_read().map_err(db)?;
     let t = match txn.open_table(table) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(db(e)),
     };
     let mut out = Vec::new();
-    for row in t.iter().map_err(|e| e.to_string())? {
-        let (_, value) = row.map_err(|e| e.to_string())?;
-        out.push(M::decode(value.value()).map_err(|e| format!("corrupt record: {e}"))?);
+    for row in t.iter().map_err(db)? {
+        let (_, value) = row.map_err(db)?;
+        out.push(M::decode(value.value())?);
     }
     Ok(out)
 }
@@ -50,25 +61,25 @@ impl HeadStore {
     /// Opens (or creates) `<dir>/head.redb`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join("head.redb");
-        let err = |reason: String| StoreError { path: path.display().to_string(), reason };
-        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
-        let db = Database::create(&path).map_err(|e| err(e.to_string()))?;
+        let shown = || path.display().to_string();
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: shown(), source })?;
+        let db = Database::create(&path).map_err(|source| StoreError::Open { path: shown(), source })?;
         Ok(HeadStore { db })
     }
 
-    pub fn put_node(&self, node: &NodeInfo) -> Result<(), String> {
+    pub fn put_node(&self, node: &NodeInfo) -> Result<(), StoreError> {
         put(&self.db, NODES, &node.node_id, &node.encode_to_vec())
     }
 
-    pub fn put_actor(&self, actor: &ActorInfo) -> Result<(), String> {
+    pub fn put_actor(&self, actor: &ActorInfo) -> Result<(), StoreError> {
         put(&self.db, ACTORS, &actor.actor_id, &actor.encode_to_vec())
     }
 
-    pub fn nodes(&self) -> Result<Vec<NodeInfo>, String> {
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         load(&self.db, NODES)
     }
 
-    pub fn actors(&self) -> Result<Vec<ActorInfo>, String> {
+    pub fn actors(&self) -> Result<Vec<ActorInfo>, StoreError> {
         load(&self.db, ACTORS)
     }
 }

@@ -11,18 +11,25 @@ pub enum Strategy {
     StrictSpread,
 }
 
+/// A placement strategy a request named that is not one of Ray's four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StrategyError {
+    #[error("unknown placement strategy {0:?}: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")]
+    Unknown(String),
+    #[error("no placement strategy given: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")]
+    Unspecified,
+}
+
 impl Strategy {
     /// The strategy a request names; `Unspecified` is refused.
-    pub fn from_proto(strategy: oxray_proto::PlacementStrategy) -> Result<Self, String> {
+    pub fn from_proto(strategy: oxray_proto::PlacementStrategy) -> Result<Self, StrategyError> {
         use oxray_proto::PlacementStrategy as P;
         match strategy {
             P::Pack => Ok(Strategy::Pack),
             P::Spread => Ok(Strategy::Spread),
             P::StrictPack => Ok(Strategy::StrictPack),
             P::StrictSpread => Ok(Strategy::StrictSpread),
-            P::Unspecified => {
-                Err("no placement strategy given: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD".into())
-            }
+            P::Unspecified => Err(StrategyError::Unspecified),
         }
     }
 
@@ -46,15 +53,14 @@ impl Strategy {
         }
     }
 
-    pub fn parse(name: &str) -> Result<Self, String> {
+    /// The strategy with Ray's name `name`.
+    pub fn parse(name: &str) -> Result<Self, StrategyError> {
         match name {
             "PACK" => Ok(Strategy::Pack),
             "SPREAD" => Ok(Strategy::Spread),
             "STRICT_PACK" => Ok(Strategy::StrictPack),
             "STRICT_SPREAD" => Ok(Strategy::StrictSpread),
-            other => Err(format!(
-                "unknown placement strategy {other:?}: expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"
-            )),
+            other => Err(StrategyError::Unknown(other.to_string())),
         }
     }
 }
@@ -133,6 +139,6 @@ mod tests {
         assert_eq!(plan(Strategy::StrictPack, &three, &nodes), None);
         assert_eq!(plan(Strategy::Pack, &three, &nodes), Some(vec![0, 1, 2]));
         assert_eq!(plan(Strategy::Pack, &[cpus(3.0)], &nodes), None);
-        assert!(Strategy::parse("PAKC").unwrap_err().contains("PAKC"));
+        assert!(Strategy::parse("PAKC").unwrap_err().to_string().contains("PAKC"));
     }
 }

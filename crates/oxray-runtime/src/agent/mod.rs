@@ -117,7 +117,7 @@ impl AgentShared {
                     // An actor living elsewhere is reported by its own node.
                     let (info, owner) = {
                         let st = self.state.lock();
-                        let actor = st.actors.get(&actor_id).filter(|a| !st.is_shutting_down() && a.remote.is_none());
+                        let actor = st.actor(&actor_id).filter(|a| !st.is_shutting_down() && a.remote.is_none());
                         (actor.map(|a| actor_info(a, &st.node_id)), actor.and_then(|a| a.hosted_for))
                     };
                     if let Some(owner) = owner
@@ -373,6 +373,3 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
         node_id: node_id.to_vec(),
     }
 }
-
-#[cfg(test)]
-mod state_tests;

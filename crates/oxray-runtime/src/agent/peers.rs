@@ -3,7 +3,7 @@
 //! are pulled in chunks on request.
 
 use super::{AgentError, AgentShared, CopyError, object_ids};
-use crate::client::{AgentChannels, PeerClient};
+use crate::client::{AgentChannels, ClientError, PeerClient};
 use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
@@ -47,7 +47,7 @@ impl AgentShared {
         self.spawn.lock().as_ref().map(|c| c.token.clone()).unwrap_or_default()
     }
 
-    async fn peer_client(&self, address: &str) -> Result<PeerClient, String> {
+    async fn peer_client(&self, address: &str) -> Result<PeerClient, ClientError> {
         self.peers.channels.peer(address, &self.token()).await
     }
 
@@ -211,7 +211,7 @@ impl AgentShared {
 
     async fn copy_from(&self, id: ObjectId, address: &str) -> Result<Option<Vec<u8>>, CopyError> {
         let fail = |reason: String| CopyError::Failed { id, address: address.to_string(), reason };
-        let mut client = self.peer_client(address).await.map_err(fail)?;
+        let mut client = self.peer_client(address).await.map_err(|e| fail(e.to_string()))?;
         let request = PullRequest { object_id: id.to_vec() };
         let mut chunks = client.pull_object(request).await.map_err(|s| fail(s.message().to_string()))?.into_inner();
         let next = |r: Result<Option<ObjectChunk>, Status>| r.map_err(|s| fail(s.message().to_string()));
@@ -227,11 +227,11 @@ impl AgentShared {
             }
             return if data.len() == total { Ok(Some(data)) } else { Err(fail("the stream ended early".into())) };
         }
-        self.state.lock().store.reserve(id, total).map_err(|e| fail(format!("no room here: {e}")))?;
+        self.state.lock().store_mut().reserve(id, total).map_err(|e| fail(format!("no room here: {e}")))?;
         let mut offset = 0;
         let mut chunk = Some(first);
         while let Some(c) = chunk {
-            self.state.lock().store.write_unsealed(&id, offset, &c.data).map_err(|e| fail(e.to_string()))?;
+            self.state.lock().store_mut().write_unsealed(&id, offset, &c.data).map_err(|e| fail(e.to_string()))?;
             offset += c.data.len();
             chunk = next(chunks.message().await)?;
         }
@@ -249,10 +249,10 @@ impl AgentShared {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let found = {
             let mut st = self.state.lock();
-            let found = st.store.lookup(&id);
+            let found = st.store_mut().lookup(&id);
             if let Some((ObjectPlace::Arena { .. }, _)) = &found {
                 // Keeps the range from being reused or spilled while it streams.
-                st.store.add_reader(&id);
+                st.store_mut().add_reader(&id);
             }
             found
         };
@@ -273,7 +273,9 @@ impl AgentShared {
                 let len = CHUNK.min(size - offset);
                 let data = match &place {
                     ObjectPlace::Inline(bytes) => bytes[offset..offset + len].to_vec(),
-                    ObjectPlace::Arena { offset: base, .. } => this.state.lock().store.read_arena(base + offset, len),
+                    ObjectPlace::Arena { offset: base, .. } => {
+                        this.state.lock().store_mut().read_arena(base + offset, len)
+                    }
                     ObjectPlace::Spilled(_) => {
                         use std::os::unix::fs::FileExt;
                         let mut buf = vec![0; len];
@@ -293,7 +295,7 @@ impl AgentShared {
                 }
             }
             if matches!(place, ObjectPlace::Arena { .. }) {
-                this.state.lock().store.remove_reader(&id);
+                this.state.lock().store_mut().remove_reader(&id);
             }
         });
         rx
@@ -328,7 +330,7 @@ impl AgentShared {
             let mut refresh = false;
             for spec in specs {
                 if spec.kind == TaskKind::ActorTask as i32 {
-                    let known = ActorId::from_bytes(&spec.actor_id).is_ok_and(|a| st.actors.contains_key(&a));
+                    let known = ActorId::from_bytes(&spec.actor_id).is_ok_and(|a| st.actor(&a).is_some());
                     if !known && !unknown.contains(&spec.actor_id) {
                         unknown.push(spec.actor_id.clone());
                     }

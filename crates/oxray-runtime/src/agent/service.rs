@@ -170,7 +170,7 @@ impl DriverService for AgentService {
         let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
         let local = {
             let st = self.shared.state.lock();
-            st.actors.get(&id).map(|a| actor_info(a, &st.node_id))
+            st.actor(&id).map(|a| actor_info(a, &st.node_id))
         };
         match (local, self.shared.head()) {
             (Some(actor), _) => Ok(Response::new(GetNamedActorReply { found: true, actor: Some(actor) })),
@@ -184,7 +184,7 @@ impl DriverService for AgentService {
             return head.list_actors(request.into_inner()).await;
         }
         let st = self.shared.state.lock();
-        Ok(Response::new(ListActorsReply { actors: st.actors.values().map(|a| actor_info(a, &st.node_id)).collect() }))
+        Ok(Response::new(ListActorsReply { actors: st.actors().map(|a| actor_info(a, &st.node_id)).collect() }))
     }
 
     async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {

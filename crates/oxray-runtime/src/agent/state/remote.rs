@@ -2,6 +2,7 @@
 //! runs a task that does not fit here, copies of objects held elsewhere, tasks
 //! other nodes forwarded here, and what a node's death fails or retries.
 
+use super::objects::RemoteCopy;
 use super::*;
 use oxray_proto::{ActorInfo, ArgSource, ForwardTask, NodeInfo, RemoteObject, RemoteTaskDone};
 
@@ -18,13 +19,24 @@ pub struct PeerView {
     pub failed: bool,
 }
 
+/// The other nodes, as this one knows them.
+#[derive(Default)]
+pub(super) struct PeerTable {
+    /// Each other node as the head last reported it.
+    nodes: HashMap<NodeId, PeerView>,
+    /// Owner nodes with a link to this one (their tasks are never forwarded again).
+    owners: HashSet<NodeId>,
+    /// Functions already sent to each node.
+    sent_functions: HashSet<(NodeId, Vec<u8>)>,
+}
+
 impl AgentState {
     pub fn peer_address(&self, node: &NodeId) -> Option<String> {
-        self.peers.get(node).map(|p| p.address.clone())
+        self.peers.nodes.get(node).map(|p| p.address.clone())
     }
 
     pub fn describe_node(&self, node: &NodeId) -> String {
-        match self.peers.get(node) {
+        match self.peers.nodes.get(node) {
             Some(p) => format!("node {} at {}", node.short(), p.address),
             None => format!("node {}", node.short()),
         }
@@ -40,9 +52,9 @@ impl AgentState {
             }
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let available = ResourceSet::from_map(&n.available).unwrap_or_default();
-            let failed = self.peers.get(&id).is_some_and(|p| p.failed);
+            let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
             let view = PeerView { address: n.address.clone(), alive: n.alive && !failed, total, available, failed };
-            if let Some(old) = self.peers.insert(id, view)
+            if let Some(old) = self.peers.nodes.insert(id, view)
                 && old.alive
                 && !n.alive
                 && !failed
@@ -58,7 +70,7 @@ impl AgentState {
 
     /// Whether any live node (this one included) could ever hold `request`.
     pub fn feasible_anywhere(&self, request: &ResourceSet) -> bool {
-        self.total.fits(request) || self.peers.values().any(|p| p.alive && p.total.fits(request))
+        self.total.fits(request) || self.peers.nodes.values().any(|p| p.alive && p.total.fits(request))
     }
 
     /// Another node to run a task that cannot run here now: one with room now,
@@ -68,7 +80,7 @@ impl AgentState {
         if task.from_peer.is_some() {
             return None;
         }
-        let alive = || self.peers.iter().filter(|(_, p)| p.alive);
+        let alive = || self.peers.nodes.iter().filter(|(_, p)| p.alive);
         if let Some((id, _)) = alive().find(|(_, p)| p.available.fits(placement)) {
             return Some(*id);
         }
@@ -81,8 +93,12 @@ impl AgentState {
             .map(|(id, _)| *id)
     }
 
-    fn source_of(&self, id: ObjectId) -> ArgSource {
-        let remote = self.objects.get(&id).and_then(|m| m.remote.as_ref()).filter(|_| !self.store.contains_sealed(&id));
+    pub(super) fn source_of(&self, id: ObjectId) -> ArgSource {
+        let remote = self
+            .objects
+            .get(&id)
+            .and_then(|m| m.remote.as_ref())
+            .filter(|_| !self.objects.store().contains_sealed(&id));
         match remote {
             Some(copy) => {
                 ArgSource { object_id: id.to_vec(), address: copy.address.clone(), node_id: copy.node.to_vec() }
@@ -97,7 +113,7 @@ impl AgentState {
         task.state = TaskState::Forwarded(node);
         let mut spec = task.spec.clone();
         let placement = task.placement.clone();
-        if let Some(peer) = self.peers.get_mut(&node) {
+        if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.available.subtract(&placement);
         }
         let mut sources = Vec::new();
@@ -118,11 +134,12 @@ impl AgentState {
                 spec.max_restarts = (actor.max_restarts - actor.num_restarts).max(0);
             }
         }
-        let function = if spec.function_id.is_empty() || !self.sent_functions.insert((node, spec.function_id.clone())) {
-            Vec::new()
-        } else {
-            self.functions.get(&spec.function_id).cloned().unwrap_or_default()
-        };
+        let function =
+            if spec.function_id.is_empty() || !self.peers.sent_functions.insert((node, spec.function_id.clone())) {
+                Vec::new()
+            } else {
+                self.functions.get(&spec.function_id).cloned().unwrap_or_default()
+            };
         self.actions
             .push(Action::Forward { node, task: Box::new(ForwardTask { spec: Some(spec), sources, function }) });
     }
@@ -145,7 +162,7 @@ impl AgentState {
     pub(super) fn wait_for_copies(&mut self, task_id: TaskId, ids: Vec<ObjectId>) {
         for id in &ids {
             self.request_pull(*id);
-            self.arg_waiters.entry(*id).or_default().push(task_id);
+            self.tasks.add_waiter(*id, task_id);
         }
         if let Some(task) = self.tasks.get_mut(&task_id) {
             task.missing_args.extend(ids);
@@ -155,11 +172,11 @@ impl AgentState {
 
     /// Starts copying `id` here from the node that has it (once).
     pub fn request_pull(&mut self, id: ObjectId) {
-        if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
+        if self.objects.store().contains_sealed(&id) || self.objects.is_pulling(&id) {
             return;
         }
         let Some(copy) = self.objects.get(&id).and_then(|m| m.remote.clone()) else { return };
-        self.pulling.insert(id);
+        self.objects.start_pull(id);
         self.actions.push(Action::Pull { id, address: copy.address });
     }
 
@@ -180,23 +197,23 @@ impl AgentState {
     /// A copy finished arriving: `Some(bytes)` for a small object, `None` when it
     /// was written into a reservation, or the reason it could not be copied.
     pub fn pull_finished(&mut self, id: ObjectId, outcome: Result<Option<Vec<u8>>, CopyError>) {
-        self.pulling.remove(&id);
+        self.objects.end_pull(&id);
         if !self.objects.contains_key(&id) {
             // Freed while it was being copied.
-            self.store.discard_unsealed(&id);
-            self.store.free(&id);
+            self.objects.store_mut().discard_unsealed(&id);
+            self.objects.store_mut().free(&id);
             return;
         }
         match outcome {
-            Ok(Some(data)) => self.store.insert_inline(id, data),
+            Ok(Some(data)) => self.objects.store_mut().insert_inline(id, data),
             Ok(None) => {
-                if !self.store.seal(&id) {
+                if !self.objects.store_mut().seal(&id) {
                     return;
                 }
             }
             Err(error) => {
                 let message = error.to_string();
-                self.store.discard_unsealed(&id);
+                self.objects.store_mut().discard_unsealed(&id);
                 if let Some(meta) = self.objects.get_mut(&id) {
                     meta.remote = None;
                 }
@@ -214,9 +231,9 @@ impl AgentState {
 
     /// Records that `node` holds a copy of `id` for this node (or gives it back
     /// when this node already has one).
-    fn note_remote_copy(&mut self, id: ObjectId, node: NodeId, address: &str) {
-        let have_local = self.store.contains_sealed(&id);
-        let meta = self.objects.entry(id).or_default();
+    pub(super) fn note_remote_copy(&mut self, id: ObjectId, node: NodeId, address: &str) {
+        let have_local = self.objects.store().contains_sealed(&id);
+        let meta = self.objects.entry(id);
         if (meta.ready && have_local) || meta.remote.as_ref().is_some_and(|c| c.held && c.node != node) {
             self.actions.push(Action::ReleaseRemote { node, id });
             return;
@@ -256,7 +273,7 @@ impl AgentState {
                 for n in &nested {
                     self.pin(*n);
                 }
-                self.objects.entry(id).or_default().nested.extend_from_slice(&nested);
+                self.objects.entry(id).nested.extend_from_slice(&nested);
                 self.on_object_ready(id);
             }
         }
@@ -323,11 +340,11 @@ impl AgentState {
     /// (or fail them), and mark objects whose only copy was there as lost.
     pub fn node_died(&mut self, node: NodeId, reason: &str) {
         let what = self.describe_node(&node);
-        if let Some(peer) = self.peers.get_mut(&node) {
+        if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.alive = false;
             peer.failed = true;
         }
-        self.sent_functions.retain(|(n, _)| *n != node);
+        self.peers.sent_functions.retain(|(n, _)| *n != node);
         let forwarded: Vec<TaskId> = self
             .tasks
             .iter()
@@ -335,7 +352,7 @@ impl AgentState {
             .map(|(id, _)| *id)
             .collect();
         for task_id in forwarded {
-            let task = &self.tasks[&task_id];
+            let task = self.tasks.get(&task_id).expect("listed above");
             if task.retries_left != 0 && !task.cancelled && !self.shutting_down {
                 let name = task.spec.name.clone();
                 self.actions.push(Action::warn(format!("task {name} was running on {what}, which died; retrying")));
@@ -355,13 +372,13 @@ impl AgentState {
         let lost: Vec<ObjectId> = self
             .objects
             .iter()
-            .filter(|(id, m)| m.remote.as_ref().is_some_and(|c| c.node == node) && !self.pulling.contains(*id))
+            .filter(|(id, m)| m.remote.as_ref().is_some_and(|c| c.node == node) && !self.objects.is_pulling(id))
             .map(|(id, _)| *id)
             .collect();
         for id in lost {
             let meta = self.objects.get_mut(&id).expect("listed");
             meta.remote = None;
-            if !self.store.contains_sealed(&id) {
+            if !self.objects.store().contains_sealed(&id) {
                 let message = format!("Object {} is lost: its only copy was on {what}, which died", id.hex());
                 self.store_error(id, SystemErrorKind::ObjectLost, &message);
             }
@@ -369,7 +386,7 @@ impl AgentState {
         self.schedule();
     }
 
-    fn remote_actor_lost(&mut self, actor_id: ActorId, cause: &str) {
+    pub(super) fn remote_actor_lost(&mut self, actor_id: ActorId, cause: &str) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.remote = None;
         if actor.state == ActorState::Dead {
@@ -443,7 +460,7 @@ impl AgentState {
     // ------------------------------------------------- tasks from other nodes
 
     pub fn peer_connected(&mut self, owner: NodeId) {
-        self.peer_clients.insert(owner);
+        self.peers.owners.insert(owner);
     }
 
     /// Accepts a task an owner node forwarded; returns the ids to report back when ready.
@@ -455,10 +472,10 @@ impl AgentState {
         for source in forward.sources {
             let id = ObjectId::from_bytes(&source.object_id)?;
             let node = NodeId::from_bytes(&source.node_id).unwrap_or_default();
-            if self.store.contains_sealed(&id) || self.pulling.contains(&id) {
+            if self.objects.store().contains_sealed(&id) || self.objects.is_pulling(&id) {
                 continue;
             }
-            let meta = self.objects.entry(id).or_default();
+            let meta = self.objects.entry(id);
             if !meta.ready {
                 meta.ready = true;
                 meta.remote = Some(RemoteCopy { node, address: source.address, held: false });
@@ -498,7 +515,7 @@ impl AgentState {
         task_id: TaskId,
         return_ids: &[ObjectId],
     ) -> Option<RemoteTaskDone> {
-        if !self.peer_clients.contains(&owner) {
+        if !self.peers.owners.contains(&owner) {
             return None;
         }
         let mut nested = Vec::new();
@@ -511,7 +528,7 @@ impl AgentState {
         let mut returns = Vec::new();
         let mut sent_inline = Vec::new();
         for id in return_ids {
-            let object = match self.store.lookup(id) {
+            let object = match self.objects.store_mut().lookup(id) {
                 Some((ObjectPlace::Inline(data), _)) => {
                     sent_inline.push(*id);
                     RemoteObject { object_id: id.to_vec(), inline: true, inline_data: (*data).clone() }
@@ -532,7 +549,7 @@ impl AgentState {
     /// An owner node's link closed: drop what was held for it, stop its tasks
     /// and kill the actors it created (unless detached).
     pub fn peer_gone(&mut self, owner: NodeId) {
-        self.peer_clients.remove(&owner);
+        self.peers.owners.remove(&owner);
         let held: Vec<ObjectId> =
             self.objects.iter().filter(|(_, m)| m.holders.contains(&owner.into())).map(|(id, _)| *id).collect();
         self.remove_holders(owner.into(), &held);

@@ -1,7 +1,7 @@
 //! Scheduling, reference counting and failure handling of `AgentState`, driven
 //! directly: "workers" are channels, and process spawns are observed as actions.
 
-use super::state::*;
+use super::*;
 use crate::errors::FLAG_SYSTEM_ERROR;
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
@@ -347,7 +347,7 @@ fn killing_an_actor_before_it_starts_keeps_it_dead() {
     let mut st = new_state(2.0, 0);
     let w = place_actor(&mut st, 3);
     st.kill_actor(ActorId::from_array([9; 16]), true).unwrap();
-    assert_eq!(st.actors[&ActorId::from_array([9; 16])].state, ActorState::Dead);
+    assert_eq!(st.actor(&ActorId::from_array([9; 16])).unwrap().state, ActorState::Dead);
     // The worker that was starting connects afterwards: it gets no constructor and is killed.
     let mut rx = connect(&mut st, w, 95);
     assert!(next(&mut rx).is_none());
@@ -355,4 +355,164 @@ fn killing_an_actor_before_it_starts_keeps_it_dead() {
     assert_eq!(st.available().get("CPU"), 2.0);
     st.submit_actor_task(DRIVER, actor_call(50)).unwrap();
     assert_eq!(system_error_type(&mut st, oid(150)).as_deref(), Some("ActorDiedError"));
+}
+
+// ------------------------------------------------------------ other nodes
+
+const PEER: NodeId = NodeId::from_array([2; 16]);
+const PEER_ADDRESS: &str = "127.0.0.1:7001";
+
+/// Another node with `cpus` CPUs, alive or not, as the head would report it.
+fn peer_info(cpus: f64, alive: bool) -> oxray_proto::NodeInfo {
+    let resources = HashMap::from([("CPU".to_string(), cpus)]);
+    oxray_proto::NodeInfo {
+        node_id: PEER.to_vec(),
+        address: PEER_ADDRESS.into(),
+        alive,
+        total: resources.clone(),
+        available: resources,
+        ..Default::default()
+    }
+}
+
+/// Submits a 2-CPU task to a 1-CPU node that knows a 4-CPU peer: it is forwarded.
+fn forward_big_task(st: &mut AgentState, retries: i32) -> TaskSpec {
+    st.update_peers(&[peer_info(4.0, true)]);
+    let mut spec = task(1, &[("CPU", 2.0)]);
+    spec.max_retries = retries;
+    st.submit(DRIVER, spec.clone()).unwrap();
+    st.schedule();
+    let forwarded: Vec<NodeId> = st
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Forward { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(forwarded, vec![PEER], "the task goes to the only node with room");
+    spec
+}
+
+#[test]
+fn a_forwarded_task_fails_when_its_node_dies_and_no_retries_are_left() {
+    let mut st = new_state(1.0, 0);
+    forward_big_task(&mut st, 0);
+    assert!(!st.is_ready(&oid(101)));
+    st.update_peers(&[peer_info(4.0, false)]);
+    assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("WorkerCrashedError"));
+    // Dead to this node from now on, even if the head lists it alive again.
+    st.update_peers(&[peer_info(4.0, true)]);
+    st.submit(DRIVER, task(2, &[("CPU", 2.0)])).unwrap();
+    st.schedule();
+    assert!(!st.take_actions().iter().any(|a| matches!(a, Action::Forward { .. })), "never sent to a dead node");
+}
+
+#[test]
+fn a_forwarded_task_is_retried_when_its_node_dies() {
+    let mut st = new_state(1.0, 0);
+    forward_big_task(&mut st, 1);
+    st.node_died(PEER, "its link broke");
+    let logs: Vec<String> = st
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Log { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect();
+    assert!(logs.iter().any(|m| m.contains("retrying")), "{logs:?}");
+    assert!(!st.is_ready(&oid(101)), "queued again, not failed");
+    assert!(st.is_known(&oid(101)));
+}
+
+#[test]
+fn remote_task_done_keeps_large_returns_on_the_executing_node() {
+    let mut st = new_state(1.0, 0);
+    let spec = forward_big_task(&mut st, 0);
+    let done = oxray_proto::RemoteTaskDone {
+        task_id: spec.task_id.clone(),
+        returns: vec![oxray_proto::RemoteObject { object_id: oid(101).to_vec(), inline: false, inline_data: vec![] }],
+        nested: vec![],
+    };
+    st.remote_task_done(PEER, done.clone()).unwrap();
+    assert!(st.is_ready(&oid(101)));
+    assert!(!st.is_local(&oid(101)), "its bytes stay on the node that ran it");
+    assert_eq!(st.fetch_remote(&[oid(101)]), 1);
+    let pulls: Vec<(ObjectId, String)> = st
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Pull { id, address } => Some((id, address)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pulls, vec![(oid(101), PEER_ADDRESS.to_string())]);
+    // A late duplicate report gives back what the node kept for it.
+    st.remote_task_done(PEER, done).unwrap();
+    assert!(
+        st.take_actions()
+            .iter()
+            .any(|a| matches!(a, Action::ReleaseRemote { node, id } if *node == PEER && *id == oid(101))),
+        "a stale completion releases its copy"
+    );
+    // Dropping the last reference releases the copy on the other node.
+    st.remove_holders(DRIVER, &[oid(101)]);
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::ReleaseRemote { id, .. } if *id == oid(101))));
+}
+
+#[test]
+fn remote_task_done_stores_small_returns_here() {
+    let mut st = new_state(1.0, 0);
+    let spec = forward_big_task(&mut st, 0);
+    let done = oxray_proto::RemoteTaskDone {
+        task_id: spec.task_id.clone(),
+        returns: vec![oxray_proto::RemoteObject {
+            object_id: oid(101).to_vec(),
+            inline: true,
+            inline_data: b"v".to_vec(),
+        }],
+        nested: vec![],
+    };
+    st.remote_task_done(PEER, done).unwrap();
+    assert!(st.is_local(&oid(101)));
+    assert_eq!(st.locate(oid(101), DRIVER).place, Some(Place::InlineData(b"v".to_vec())));
+}
+
+#[test]
+fn peer_gone_drops_its_holds_cancels_its_tasks_and_kills_its_actors() {
+    let mut st = new_state(1.0, 0);
+    let owner = PEER;
+    st.peer_connected(owner);
+    // A task that waits for a CPU (the only one is taken by a long task), and an actor.
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 10);
+    let first = next(&mut rx).expect("the driver's task runs");
+    let mut queued = task(2, &[("CPU", 1.0)]);
+    queued.owner_id = owner.to_vec();
+    st.accept_forward(owner, oxray_proto::ForwardTask { spec: Some(queued), sources: vec![], function: vec![] })
+        .unwrap();
+    let mut detached = actor_spec(0);
+    detached.actor_id = vec![8; 16];
+    detached.task_id = vec![6; 16];
+    detached.detached = true;
+    for spec in [actor_spec(0), detached] {
+        st.accept_forward(owner, oxray_proto::ForwardTask { spec: Some(spec), sources: vec![], function: vec![] })
+            .unwrap();
+    }
+    st.add_holders(owner.into(), &[oid(0xee)]);
+    st.seal_object(
+        &ObjectLocation { object_id: oid(0xee).to_vec(), place: Some(Place::InlineData(b"x".to_vec())), size: 1 },
+        &[],
+    )
+    .unwrap();
+    st.peer_gone(owner);
+    assert!(!st.is_known(&oid(102)), "the owner's queued task and its return are gone");
+    done(&mut st, w, &first, b"x");
+    assert!(next(&mut rx).is_none(), "the cancelled task never runs");
+    assert!(!st.is_known(&oid(0xee)), "what was held only for the owner is freed");
+    assert_eq!(st.actor(&ActorId::from_array([9; 16])).unwrap().state, ActorState::Dead);
+    assert_ne!(st.actor(&ActorId::from_array([8; 16])).unwrap().state, ActorState::Dead, "detached actors live on");
 }

@@ -1,0 +1,204 @@
+//! The node agent's state machine. It does no I/O: methods change state and
+//! queue `Action`s (spawn a worker, signal a process, message another node) that
+//! the service layer carries out after releasing the lock, so every test can
+//! drive it without a runtime.
+//!
+//! `AgentState` composes one part per concern, each a struct with private fields
+//! and a small API, and each file also holds the `AgentState` methods of its concern:
+//! - `objects`: `ObjectTable` (the store, holders and pins, views, copies in flight);
+//! - `tasks`: `TaskTable` and its `ReadyQueues` (tasks waiting for arguments or
+//!   resources, who produces which object), `FunctionTable`, and scheduling;
+//! - `workers`: `WorkerPool` (worker processes, idle workers, starts) and worker deaths;
+//! - `actors`: `ActorTable` (actors, names, calls queued and in flight) and restarts;
+//! - `bundles`: `BundleTable` (placement-group bundles held on this node);
+//! - `remote`: `PeerTable` (other nodes) and everything that involves them.
+
+use super::error::{AgentError, CopyError};
+use crate::errors::{SystemErrorKind, system_error_object};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
+use crate::resources::{GpuSlots, ResourceSet};
+use oxray_object_store::{ObjectPlace, ObjectStore, StoreStats};
+use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
+use std::collections::{HashMap, HashSet, VecDeque};
+use tokio::sync::mpsc::UnboundedSender;
+
+mod actors;
+mod bundles;
+mod objects;
+mod remote;
+mod tasks;
+#[cfg(test)]
+mod tests;
+mod workers;
+
+pub use actors::{ActorEntry, ActorState};
+pub use remote::PeerView;
+
+use actors::ActorTable;
+use bundles::BundleTable;
+use objects::ObjectTable;
+use remote::PeerTable;
+use tasks::{FunctionTable, TaskState, TaskTable};
+use workers::{WorkerPool, WorkerRole};
+
+pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    SpawnWorker {
+        worker_id: WorkerId,
+        env: Vec<(String, String)>,
+    },
+    /// An actor's state, pid or restart count changed: tell the head.
+    ActorChanged(ActorId),
+    Signal {
+        pid: u32,
+        signal: i32,
+    },
+    /// A line for the node's log (`tracing`), at `level`.
+    Log {
+        level: LogLevel,
+        message: String,
+    },
+    /// Send a task to another node over this node's link to it.
+    Forward {
+        node: NodeId,
+        task: Box<oxray_proto::ForwardTask>,
+    },
+    /// Copy an object's bytes from another node into this node's store.
+    Pull {
+        id: ObjectId,
+        address: String,
+    },
+    /// Tell `node` it may drop the copy of `id` it holds for this node.
+    ReleaseRemote {
+        node: NodeId,
+        id: ObjectId,
+    },
+    PeerCancel {
+        node: NodeId,
+        object_id: ObjectId,
+        force: bool,
+    },
+    PeerKillActor {
+        node: NodeId,
+        actor_id: ActorId,
+        no_restart: bool,
+    },
+}
+
+/// How much an operator needs to see a log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    Info,
+    Warn,
+}
+
+impl Action {
+    fn info(message: String) -> Self {
+        Action::Log { level: LogLevel::Info, message }
+    }
+
+    fn warn(message: String) -> Self {
+        Action::Log { level: LogLevel::Warn, message }
+    }
+}
+
+pub struct AgentConfig {
+    pub node_id: NodeId,
+    pub total: ResourceSet,
+    pub num_gpus: usize,
+    pub max_starting_workers: usize,
+    pub worker_env: Vec<(String, String)>,
+}
+
+pub struct AgentState {
+    /// This node.
+    pub node_id: NodeId,
+    /// This agent's address, given to other nodes as a source of objects.
+    pub address: String,
+    /// Everything this node has, placement-group bundle names included.
+    total: ResourceSet,
+    /// What is free now: lowered while tasks and actors hold resources.
+    available: ResourceSet,
+    /// Which GPU indices (and fractions of them) are handed out.
+    gpus: GpuSlots,
+    objects: ObjectTable,
+    tasks: TaskTable,
+    functions: FunctionTable,
+    workers: WorkerPool,
+    actors: ActorTable,
+    bundles: BundleTable,
+    peers: PeerTable,
+    /// Side effects for the service layer, taken after each call.
+    actions: Vec<Action>,
+    /// Set once the node is stopping: nothing new is scheduled or restarted.
+    shutting_down: bool,
+}
+
+fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
+    Ok(ResourceSet::from_map(map)?)
+}
+
+/// The job a task belongs to (checked when the task was accepted).
+fn job_of(spec: &TaskSpec) -> Option<JobId> {
+    JobId::from_optional_bytes(&spec.job_id).ok().flatten()
+}
+
+impl AgentState {
+    pub fn new(config: AgentConfig, store: ObjectStore) -> Self {
+        AgentState {
+            node_id: config.node_id,
+            address: String::new(),
+            available: config.total.clone(),
+            total: config.total,
+            gpus: GpuSlots::new(config.num_gpus),
+            objects: ObjectTable::new(store),
+            tasks: TaskTable::default(),
+            functions: FunctionTable::default(),
+            workers: WorkerPool::new(config.max_starting_workers, config.worker_env),
+            actors: ActorTable::default(),
+            bundles: BundleTable::default(),
+            peers: PeerTable::default(),
+            actions: Vec::new(),
+            shutting_down: false,
+        }
+    }
+
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    pub fn total(&self) -> &ResourceSet {
+        &self.total
+    }
+
+    pub fn available(&self) -> &ResourceSet {
+        &self.available
+    }
+
+    /// The object store's capacity and use.
+    pub fn store_stats(&self) -> StoreStats {
+        self.objects.store().stats()
+    }
+
+    /// The node's object store, for copying bytes in and out of it (`peers.rs`)
+    /// and for removing its files when the node stops.
+    pub fn store_mut(&mut self) -> &mut ObjectStore {
+        self.objects.store_mut()
+    }
+
+    /// Stops scheduling and returns every worker pid, for the caller to kill.
+    pub fn begin_shutdown(&mut self) -> Vec<u32> {
+        self.shutting_down = true;
+        self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down
+    }
+
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.workers.values().map(|w| w.pid).filter(|p| *p != 0).collect()
+    }
+}

@@ -1,0 +1,572 @@
+//! Tasks on this node: those waiting for arguments or resources, who produces
+//! which object, the functions they run, and the scheduler that places ready
+//! tasks on workers (or hands them to another node).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TaskState {
+    WaitingArgs,
+    Ready,
+    Running(WorkerId),
+    /// Sent to another node, which runs it and reports back.
+    Forwarded(NodeId),
+}
+
+#[derive(Debug)]
+pub(super) struct TaskEntry {
+    pub(super) spec: TaskSpec,
+    pub(super) holds: ResourceSet,
+    pub(super) placement: ResourceSet,
+    pub(super) missing_args: HashSet<ObjectId>,
+    pub(super) pinned: Vec<ObjectId>,
+    pub(super) retries_left: i32,
+    pub(super) state: TaskState,
+    pub(super) cancelled: bool,
+    pub(super) gpus: Vec<(usize, i64)>,
+    /// The owner node that forwarded it here (it is never forwarded again).
+    pub(super) from_peer: Option<NodeId>,
+}
+
+#[derive(Debug)]
+struct ShapeQueue {
+    holds: ResourceSet,
+    placement: ResourceSet,
+    creation: bool,
+    tasks: VecDeque<TaskId>,
+}
+
+/// Every task this node owns or runs, with the indices scheduling needs.
+#[derive(Default)]
+pub(super) struct TaskTable {
+    entries: HashMap<TaskId, TaskEntry>,
+    ready: ReadyQueues,
+    /// Tasks waiting for each object to become ready (or to arrive here).
+    waiters: HashMap<ObjectId, Vec<TaskId>>,
+    /// The task that produces each return object, while it is queued or running.
+    producer: HashMap<ObjectId, TaskId>,
+}
+
+impl TaskTable {
+    pub(super) fn get(&self, id: &TaskId) -> Option<&TaskEntry> {
+        self.entries.get(id)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &TaskId) -> Option<&mut TaskEntry> {
+        self.entries.get_mut(id)
+    }
+
+    pub(super) fn contains_key(&self, id: &TaskId) -> bool {
+        self.entries.contains_key(id)
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&TaskId, &TaskEntry)> {
+        self.entries.iter()
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &TaskEntry> {
+        self.entries.values()
+    }
+
+    pub(super) fn add_waiter(&mut self, object: ObjectId, task: TaskId) {
+        self.waiters.entry(object).or_default().push(task);
+    }
+
+    /// The tasks that were waiting for `object`, which is now ready.
+    pub(super) fn take_waiters(&mut self, object: &ObjectId) -> Option<Vec<TaskId>> {
+        self.waiters.remove(object)
+    }
+
+    pub(super) fn set_producer(&mut self, object: ObjectId, task: TaskId) {
+        self.producer.insert(object, task);
+    }
+
+    pub(super) fn producer_of(&self, object: &ObjectId) -> Option<TaskId> {
+        self.producer.get(object).copied()
+    }
+
+    pub(super) fn clear_producer(&mut self, object: &ObjectId) {
+        self.producer.remove(object);
+    }
+
+    /// Whether a queued or running task will still write `object`.
+    pub(super) fn produces_pending(&self, object: &ObjectId) -> bool {
+        self.producer.get(object).is_some_and(|t| self.entries.contains_key(t))
+    }
+}
+
+/// Ready tasks, one FIFO per resource shape, so a shape that does not fit is
+/// skipped in O(1) however many tasks it has.
+#[derive(Default)]
+struct ReadyQueues {
+    queues: Vec<ShapeQueue>,
+}
+
+impl ReadyQueues {
+    fn push(&mut self, task_id: TaskId, task: &TaskEntry) {
+        let creation = task.spec.kind == TaskKind::ActorCreation as i32;
+        match self
+            .queues
+            .iter_mut()
+            .find(|q| q.creation == creation && q.holds == task.holds && q.placement == task.placement)
+        {
+            Some(q) => q.tasks.push_back(task_id),
+            None => self.queues.push(ShapeQueue {
+                holds: task.holds.clone(),
+                placement: task.placement.clone(),
+                creation,
+                tasks: VecDeque::from([task_id]),
+            }),
+        }
+    }
+
+    fn remove(&mut self, task_id: TaskId) {
+        for q in &mut self.queues {
+            q.tasks.retain(|t| *t != task_id);
+        }
+    }
+
+    /// Every ready task, in queue order, leaving the queues empty.
+    fn drain(&mut self) -> Vec<TaskId> {
+        self.queues.drain(..).flat_map(|q| q.tasks).collect()
+    }
+
+    fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn shape(&self, qi: usize) -> &ShapeQueue {
+        &self.queues[qi]
+    }
+
+    fn front(&self, qi: usize) -> Option<TaskId> {
+        self.queues[qi].tasks.front().copied()
+    }
+
+    fn pop_front(&mut self, qi: usize) {
+        self.queues[qi].tasks.pop_front();
+    }
+
+    fn drop_empty(&mut self) {
+        self.queues.retain(|q| !q.tasks.is_empty());
+    }
+}
+
+/// Pickled functions registered by clients, by content id.
+#[derive(Default)]
+pub(super) struct FunctionTable {
+    blobs: HashMap<Vec<u8>, Vec<u8>>,
+}
+
+impl FunctionTable {
+    fn register(&mut self, id: Vec<u8>, data: Vec<u8>) {
+        self.blobs.entry(id).or_insert(data);
+    }
+
+    pub(super) fn get(&self, id: &[u8]) -> Option<&Vec<u8>> {
+        self.blobs.get(id)
+    }
+}
+
+impl AgentState {
+    pub fn register_function(&mut self, id: Vec<u8>, data: Vec<u8>) {
+        self.functions.register(id, data);
+    }
+
+    pub fn function(&self, id: &[u8]) -> Option<Vec<u8>> {
+        self.functions.get(id).cloned()
+    }
+
+    pub(super) fn infeasible_message(&self, what: &str, request: &ResourceSet) -> Option<String> {
+        // Placement-group resources appear once the group is created: wait for them.
+        if self.feasible_anywhere(request) || request.names().any(|n| n.contains("_group_")) {
+            return None;
+        }
+        let missing = self.total.shortfall(request);
+        let detail: Vec<String> =
+            missing.iter().map(|(name, want, have)| format!("{name}: wants {want}, cluster has {have}")).collect();
+        Some(format!(
+            "{what} requires {request} but no node in the cluster can ever provide it ({}). The cluster's total resources are {}.",
+            detail.join("; "),
+            self.total
+        ))
+    }
+
+    /// Accepts a normal task or an actor creation. An impossible request fails
+    /// its returns at once (never waits forever) and the message is returned.
+    pub fn submit(&mut self, client: ClientId, spec: TaskSpec) -> Result<Option<String>, AgentError> {
+        let task_id = TaskId::from_bytes(&spec.task_id)?;
+        let holds = resources_of(&spec.resources)?;
+        let placement =
+            if spec.placement_resources.is_empty() { holds.clone() } else { resources_of(&spec.placement_resources)? };
+        let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
+        self.add_holders(client, &return_ids);
+        for r in &return_ids {
+            self.tasks.set_producer(*r, task_id);
+        }
+        let what = if spec.kind == TaskKind::ActorCreation as i32 {
+            format!("Actor {}", spec.name)
+        } else {
+            format!("Task {}", spec.name)
+        };
+        if let Some(message) = self.infeasible_message(&what, &placement) {
+            let kind = if spec.kind == TaskKind::ActorCreation as i32 {
+                SystemErrorKind::ActorUnschedulable
+            } else {
+                SystemErrorKind::TaskUnschedulable
+            };
+            if let Some(actor) = ActorId::from_bytes(&spec.actor_id).ok().and_then(|a| self.actors.get_mut(&a)) {
+                actor.state = ActorState::Dead;
+                actor.death_cause = message.clone();
+                actor.death_kind = kind;
+                let id = actor.id;
+                self.actions.push(Action::ActorChanged(id));
+            }
+            for r in return_ids {
+                self.store_error(r, kind, &message);
+            }
+            self.actions.push(Action::warn(message.clone()));
+            return Ok(Some(message));
+        }
+        let retries = spec.max_retries;
+        self.insert_task(task_id, spec, holds, placement, retries)?;
+        Ok(None)
+    }
+
+    pub(super) fn insert_task(
+        &mut self,
+        task_id: TaskId,
+        spec: TaskSpec,
+        holds: ResourceSet,
+        placement: ResourceSet,
+        retries_left: i32,
+    ) -> Result<(), AgentError> {
+        JobId::from_optional_bytes(&spec.job_id)?;
+        let mut pinned = Vec::new();
+        let mut missing = HashSet::new();
+        for arg in &spec.args {
+            if let Some(Kind::ObjectId(raw)) = &arg.kind {
+                let id = ObjectId::from_bytes(raw)?;
+                pinned.push(id);
+                if !self.is_ready(&id) {
+                    missing.insert(id);
+                }
+            }
+        }
+        for raw in &spec.nested_refs {
+            pinned.push(ObjectId::from_bytes(raw)?);
+        }
+        for id in &pinned {
+            self.pin(*id);
+        }
+        for id in &missing {
+            self.tasks.add_waiter(*id, task_id);
+        }
+        let is_actor_task = spec.kind == TaskKind::ActorTask as i32;
+        let state = if missing.is_empty() && !is_actor_task { TaskState::Ready } else { TaskState::WaitingArgs };
+        let entry = TaskEntry {
+            spec,
+            holds,
+            placement,
+            missing_args: missing,
+            pinned,
+            retries_left,
+            state,
+            cancelled: false,
+            gpus: Vec::new(),
+            from_peer: None,
+        };
+        self.tasks.entries.insert(task_id, entry);
+        if state == TaskState::Ready {
+            self.push_ready(task_id);
+        }
+        Ok(())
+    }
+
+    /// Ends a task for good: stores errors in returns that have no value, and unpins its arguments.
+    pub(super) fn finish_task(&mut self, task_id: TaskId, error: Option<(SystemErrorKind, String)>) {
+        let Some(task) = self.tasks.entries.remove(&task_id) else { return };
+        if let Some((kind, message)) = error {
+            for raw in &task.spec.return_ids {
+                if let Ok(r) = ObjectId::from_bytes(raw) {
+                    self.store_error(r, kind, &message);
+                }
+            }
+        }
+        for r in task.spec.return_ids.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
+            self.tasks.clear_producer(&r);
+            self.maybe_free(r);
+        }
+        for id in task.pinned {
+            self.unpin(id);
+        }
+    }
+
+    pub(super) fn assignment_for(&mut self, task_id: TaskId, worker: WorkerId) -> Assignment {
+        let task = &self.tasks.entries[&task_id];
+        let ref_args: Vec<ObjectId> = task
+            .spec
+            .args
+            .iter()
+            .filter_map(|a| match &a.kind {
+                Some(Kind::ObjectId(raw)) => ObjectId::from_bytes(raw).ok(),
+                _ => None,
+            })
+            .collect();
+        let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
+        let spec = task.spec.clone();
+        let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker.into())).collect();
+        Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
+    }
+
+    pub(super) fn push_ready(&mut self, task_id: TaskId) {
+        let Some(task) = self.tasks.entries.get(&task_id) else { return };
+        self.tasks.ready.push(task_id, task);
+    }
+
+    /// Places ready tasks on idle workers while resources allow, and asks for
+    /// new workers when tasks fit but no worker is free.
+    pub fn schedule(&mut self) {
+        if self.shutting_down {
+            return;
+        }
+        let mut scratch = self.available.clone();
+        let mut wanted_workers = 0usize;
+        for qi in 0..self.tasks.ready.len() {
+            while let Some(task_id) = self.tasks.ready.front(qi) {
+                if self.tasks.get(&task_id).is_none_or(|t| t.state != TaskState::Ready) {
+                    self.tasks.ready.pop_front(qi);
+                    continue;
+                }
+                let q = self.tasks.ready.shape(qi);
+                if !self.available.fits(&q.placement) || !self.available.fits(&q.holds) {
+                    // Not here now: another node with room, or one that can run it at all.
+                    let placement = q.placement.clone();
+                    match self.pick_peer(task_id, &placement) {
+                        Some(node) => {
+                            self.tasks.ready.pop_front(qi);
+                            self.forward_task(task_id, node);
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                let remote_args = self.nonlocal_args(task_id);
+                if !remote_args.is_empty() {
+                    self.tasks.ready.pop_front(qi);
+                    self.wait_for_copies(task_id, remote_args);
+                    continue;
+                }
+                let q = self.tasks.ready.shape(qi);
+                let holds = q.holds.clone();
+                if q.creation {
+                    let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
+                    self.tasks.ready.pop_front(qi);
+                    self.start_actor_worker(task_id, gpus);
+                    scratch.subtract(&holds);
+                    continue;
+                }
+                if !self.workers.has_idle() {
+                    // Count how many more of this shape could run, to start that many workers.
+                    let queued = q.tasks.len();
+                    let mut n = 0;
+                    while n < queued && scratch.fits(&holds) {
+                        scratch.subtract(&holds);
+                        n += 1;
+                        if holds.is_empty() {
+                            n = queued;
+                        }
+                    }
+                    wanted_workers += n;
+                    break;
+                }
+                let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
+                let worker_id = self.workers.take_idle().expect("checked non-empty");
+                self.tasks.ready.pop_front(qi);
+                self.run_on(worker_id, task_id, gpus);
+                scratch.subtract(&holds);
+            }
+        }
+        self.tasks.ready.drop_empty();
+        self.available.retain_in(&self.total);
+        let to_start = self.workers.to_start(wanted_workers);
+        for _ in 0..to_start {
+            self.spawn_worker(WorkerRole::Pool, "worker".into(), None, Vec::new());
+        }
+    }
+
+    /// A worker finished a task: record its results and free the worker.
+    pub fn task_done(
+        &mut self,
+        worker_id: WorkerId,
+        task_id: TaskId,
+        done: oxray_proto::TaskDoneRequest,
+        nested: &[ObjectId],
+    ) -> Result<(), AgentError> {
+        let oxray_proto::TaskDoneRequest { returns, application_error, method_names, error_text, .. } = done;
+        let returns = &returns[..];
+        let current = self.tasks.get(&task_id).is_some_and(|t| match t.state {
+            TaskState::Running(w) => w == worker_id,
+            _ => false,
+        });
+        let Some(task) = self.tasks.get(&task_id).filter(|_| current) else {
+            // Stale: the task already finished (cancelled) or was retried elsewhere
+            // after this worker was given up for dead. Drop its unsealed results.
+            for loc in returns {
+                if let Ok(id) = ObjectId::from_bytes(&loc.object_id) {
+                    self.objects.store_mut().discard_unsealed(&id);
+                }
+            }
+            return Ok(());
+        };
+        let kind = task.spec.kind;
+        let cancelled = task.cancelled;
+        let retry_app_error = application_error && task.spec.retry_exceptions && task.retries_left != 0 && !cancelled;
+        if kind == TaskKind::ActorCreation as i32 {
+            self.creation_done(worker_id, task_id, application_error, method_names, error_text);
+            return Ok(());
+        }
+        if kind == TaskKind::Normal as i32 {
+            self.release_task_resources(task_id);
+            if let Some(worker) = self.workers.get_mut(&worker_id) {
+                // The label stays: output read after the task ended still names it.
+                worker.running = None;
+                if worker.blocked {
+                    worker.blocked = false;
+                }
+                self.workers.make_idle(worker_id);
+            }
+        } else if let Some(actor) = self.actor_of_task(task_id) {
+            actor.inflight.retain(|t| *t != task_id);
+        }
+        if retry_app_error {
+            for loc in returns {
+                if let Ok(id) = ObjectId::from_bytes(&loc.object_id) {
+                    self.objects.store_mut().free(&id);
+                }
+            }
+            self.retry(task_id);
+        } else if cancelled {
+            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+        } else {
+            for loc in returns {
+                // Each return pins every nested ref: which return holds which is not
+                // reported, and dropping one return must not free refs inside another.
+                self.seal_object(loc, nested)?;
+            }
+            self.finish_task(task_id, None);
+        }
+        self.schedule();
+        Ok(())
+    }
+
+    pub(super) fn release_task_resources(&mut self, task_id: TaskId) {
+        let blocked = match self.tasks.get(&task_id).map(|t| t.state) {
+            Some(TaskState::Running(worker)) => self.workers.get(&worker).is_some_and(|w| w.blocked),
+            _ => false,
+        };
+        self.release_task_resources_as(task_id, blocked);
+    }
+
+    /// `blocked`: the worker was waiting in get(), so its CPUs are already lent back.
+    pub(super) fn release_task_resources_as(&mut self, task_id: TaskId, blocked: bool) {
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if let TaskState::Running(_) = task.state {
+            if !blocked {
+                self.available.add(&task.holds);
+            }
+            let gpus = std::mem::take(&mut task.gpus);
+            self.gpus.release(&gpus);
+        }
+    }
+
+    pub(super) fn retry(&mut self, task_id: TaskId) {
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if task.retries_left > 0 {
+            task.retries_left -= 1;
+        }
+        task.state = TaskState::Ready;
+        if task.spec.kind == TaskKind::ActorTask as i32 {
+            task.state = TaskState::WaitingArgs;
+            let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
+            if let Some(actor) = self.actors.get_mut(&actor_id) {
+                actor.queue.push_front(task_id);
+            }
+        } else {
+            self.push_ready(task_id);
+        }
+    }
+
+    /// Cancels the task that produces `object_id`: dropped if queued, interrupted
+    /// (or killed with `force`) if running.
+    pub fn cancel(&mut self, object_id: ObjectId, force: bool) {
+        let Some(task_id) = self.tasks.producer_of(&object_id) else { return };
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        if task.cancelled {
+            return;
+        }
+        task.cancelled = true;
+        match task.state {
+            TaskState::Running(worker_id) => {
+                let is_actor_task = task.spec.kind == TaskKind::ActorTask as i32;
+                if let Some(w) = self.workers.get(&worker_id)
+                    && w.pid != 0
+                    && !is_actor_task
+                {
+                    let signal = if force { libc::SIGKILL } else { libc::SIGINT };
+                    self.actions.push(Action::Signal { pid: w.pid, signal });
+                }
+            }
+            TaskState::Forwarded(node) => {
+                self.actions.push(Action::PeerCancel { node, object_id, force });
+            }
+            TaskState::Ready | TaskState::WaitingArgs => {
+                if task.spec.kind == TaskKind::ActorTask as i32
+                    && let Some(actor) = self.actor_of_task(task_id)
+                {
+                    actor.queue.retain(|t| *t != task_id);
+                }
+                self.tasks.ready.remove(task_id);
+                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+            }
+        }
+    }
+
+    pub(super) fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str) {
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        if task.cancelled {
+            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+        } else if task.retries_left != 0 && !self.shutting_down {
+            let name = task.spec.name.clone();
+            self.actions.push(Action::warn(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));
+            self.retry(task_id);
+        } else {
+            let message = format!(
+                "The worker running task {} (pid={pid}) died unexpectedly ({status}), and the task has no retries left",
+                task.spec.name
+            );
+            self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
+        }
+    }
+
+    pub(super) fn fail_all_ready(&mut self, message: &str) {
+        let ready = self.tasks.ready.drain();
+        for task_id in ready {
+            let creation_of = self
+                .tasks
+                .get(&task_id)
+                .filter(|t| t.spec.kind == TaskKind::ActorCreation as i32)
+                .and_then(|t| ActorId::from_bytes(&t.spec.actor_id).ok());
+            self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
+            if let Some(actor_id) = creation_of
+                && let Some(actor) = self.actors.get_mut(&actor_id)
+            {
+                actor.state = ActorState::Dead;
+                actor.death_cause = message.to_string();
+                self.actions.push(Action::ActorChanged(actor_id));
+                self.fail_actor_queue(actor_id);
+                self.release_actor(actor_id);
+            }
+        }
+    }
+}

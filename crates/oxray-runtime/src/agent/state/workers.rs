@@ -1,0 +1,237 @@
+//! The worker pool: worker processes this node started, which are idle, how
+//! many are still starting, and what happens when one exits.
+
+use super::*;
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum WorkerRole {
+    Pool,
+    Actor(ActorId),
+}
+
+#[derive(Debug)]
+pub(super) struct WorkerEntry {
+    pub(super) pid: u32,
+    pub(super) role: WorkerRole,
+    pub(super) tx: Option<AssignmentSender>,
+    pub(super) running: Option<TaskId>,
+    /// An assignment made before the worker connected (actor creation).
+    pub(super) pending: Option<Assignment>,
+    pub(super) held_refs: HashSet<ObjectId>,
+    pub(super) label: String,
+    /// The job whose task or actor runs there: its output goes to that driver.
+    pub(super) job_id: Option<JobId>,
+    pub(super) blocked: bool,
+}
+
+/// The worker processes of this node.
+pub(super) struct WorkerPool {
+    workers: HashMap<WorkerId, WorkerEntry>,
+    /// Connected pool workers with nothing to run, oldest first.
+    idle: VecDeque<WorkerId>,
+    /// Pool workers spawned but not connected yet.
+    starting: usize,
+    /// At most this many pool workers start at once.
+    max_starting: usize,
+    /// Environment every worker starts with.
+    env: Vec<(String, String)>,
+    /// Workers that exited before connecting, in a row: three fail the ready tasks.
+    failed_starts: u32,
+}
+
+impl WorkerPool {
+    pub(super) fn new(max_starting: usize, env: Vec<(String, String)>) -> Self {
+        WorkerPool {
+            workers: HashMap::new(),
+            idle: VecDeque::new(),
+            starting: 0,
+            max_starting: max_starting.max(1),
+            env,
+            failed_starts: 0,
+        }
+    }
+
+    pub(super) fn get(&self, id: &WorkerId) -> Option<&WorkerEntry> {
+        self.workers.get(id)
+    }
+
+    pub(super) fn get_mut(&mut self, id: &WorkerId) -> Option<&mut WorkerEntry> {
+        self.workers.get_mut(id)
+    }
+
+    pub(super) fn contains_key(&self, id: &WorkerId) -> bool {
+        self.workers.contains_key(id)
+    }
+
+    pub(super) fn values(&self) -> impl Iterator<Item = &WorkerEntry> {
+        self.workers.values()
+    }
+
+    pub(super) fn has_idle(&self) -> bool {
+        !self.idle.is_empty()
+    }
+
+    pub(super) fn take_idle(&mut self) -> Option<WorkerId> {
+        self.idle.pop_front()
+    }
+
+    pub(super) fn make_idle(&mut self, id: WorkerId) {
+        self.idle.push_back(id);
+    }
+
+    /// How many more pool workers to start for `wanted` runnable tasks.
+    pub(super) fn to_start(&self, wanted: usize) -> usize {
+        wanted.min(self.max_starting).saturating_sub(self.starting)
+    }
+}
+
+impl AgentState {
+    pub(super) fn spawn_worker(
+        &mut self,
+        role: WorkerRole,
+        label: String,
+        job_id: Option<JobId>,
+        extra_env: Vec<(String, String)>,
+    ) -> WorkerId {
+        let worker_id = WorkerId::random();
+        if role == WorkerRole::Pool {
+            self.workers.starting += 1;
+        }
+        let mut env = self.workers.env.clone();
+        env.extend(extra_env);
+        self.workers.workers.insert(
+            worker_id,
+            WorkerEntry {
+                pid: 0,
+                role,
+                tx: None,
+                running: None,
+                pending: None,
+                held_refs: HashSet::new(),
+                label,
+                job_id,
+                blocked: false,
+            },
+        );
+        self.actions.push(Action::SpawnWorker { worker_id, env });
+        worker_id
+    }
+
+    pub(super) fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>) {
+        let task = self.tasks.get_mut(&task_id).expect("task exists");
+        self.available.subtract(&task.holds);
+        task.gpus = gpus;
+        task.state = TaskState::Running(worker_id);
+        let label = task.spec.name.clone();
+        let job_id = job_of(&task.spec);
+        let assignment = self.assignment_for(task_id, worker_id);
+        let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
+        worker.running = Some(task_id);
+        worker.label = label;
+        worker.job_id = job_id;
+        if let Some(tx) = &worker.tx {
+            let _ = tx.send(Ok(assignment));
+        }
+    }
+
+    pub fn set_worker_pid(&mut self, worker_id: WorkerId, pid: u32) {
+        if let Some(w) = self.workers.get_mut(&worker_id) {
+            w.pid = pid;
+        }
+    }
+
+    /// The name, pid and job of what runs on a worker, for its output's prefix.
+    pub fn worker_label(&self, worker_id: &WorkerId) -> Option<(String, u32, Option<JobId>)> {
+        self.workers.get(worker_id).map(|w| (w.label.clone(), w.pid, w.job_id))
+    }
+
+    /// A worker process opened its assignment stream.
+    pub fn worker_connected(&mut self, worker_id: WorkerId, tx: AssignmentSender) -> Result<(), AgentError> {
+        if !self.workers.contains_key(&worker_id) {
+            return Err(AgentError::UnknownWorker(worker_id));
+        }
+        self.workers.failed_starts = 0;
+        let worker = self.workers.get_mut(&worker_id).expect("checked above");
+        if let WorkerRole::Actor(actor_id) = worker.role
+            && self.actors.get(&actor_id).is_none_or(|a| a.state == ActorState::Dead || a.worker != Some(worker_id))
+        {
+            // The actor was killed while this worker was starting.
+            worker.pending = None;
+            self.actions.push(Action::Signal { pid: worker.pid, signal: libc::SIGKILL });
+            return Ok(());
+        }
+        if let Some(pending) = worker.pending.take() {
+            let _ = tx.send(Ok(pending));
+        }
+        let is_pool = worker.role == WorkerRole::Pool;
+        worker.tx = Some(tx);
+        if is_pool {
+            self.workers.starting = self.workers.starting.saturating_sub(1);
+            self.workers.make_idle(worker_id);
+            self.schedule();
+        }
+        Ok(())
+    }
+
+    /// Release a blocked worker's resources while it waits in `get`, so nested
+    /// tasks can use them (as Ray does); `false` takes them back.
+    pub fn set_worker_blocked(&mut self, worker_id: WorkerId, blocked: bool) {
+        let Some(worker) = self.workers.get_mut(&worker_id) else { return };
+        if worker.blocked == blocked {
+            return;
+        }
+        let Some(task_id) = worker.running else { return };
+        let Some(task) = self.tasks.get(&task_id) else { return };
+        worker.blocked = blocked;
+        if blocked {
+            self.available.add(&task.holds);
+            self.schedule();
+        } else {
+            self.available.subtract(&task.holds);
+        }
+    }
+
+    /// A worker process exited. Retries or fails what it was running, and
+    /// restarts or buries its actor.
+    pub fn worker_exited(&mut self, worker_id: WorkerId, status: String) {
+        let Some(worker) = self.workers.workers.remove(&worker_id) else { return };
+        self.workers.idle.retain(|w| *w != worker_id);
+        self.objects.release_all_views(worker_id.into());
+        let held: Vec<ObjectId> = worker.held_refs.iter().copied().collect();
+        for id in held {
+            if let Some(meta) = self.objects.get_mut(&id) {
+                meta.holders.remove(&worker_id.into());
+            }
+            self.maybe_free(id);
+        }
+        if worker.tx.is_none() && !self.shutting_down {
+            if worker.role == WorkerRole::Pool {
+                self.workers.starting = self.workers.starting.saturating_sub(1);
+            }
+            self.workers.failed_starts += 1;
+            if self.workers.failed_starts >= 3 {
+                self.workers.failed_starts = 0;
+                self.fail_all_ready(&format!(
+                    "Worker processes keep exiting before they start ({status}); see the worker logs in the session directory"
+                ));
+            }
+        }
+        match worker.role {
+            WorkerRole::Pool => {
+                if let Some(task_id) = worker.running {
+                    // The worker entry is gone: pass on whether it had lent its CPUs back.
+                    self.release_task_resources_as(task_id, worker.blocked);
+                    self.after_crash(task_id, worker.pid, &status);
+                }
+            }
+            WorkerRole::Actor(actor_id) => {
+                self.actor_worker_exited(actor_id, worker_id, worker.pid, worker.blocked, &status)
+            }
+        }
+        self.schedule();
+    }
+
+    pub fn has_worker(&self, worker_id: &WorkerId) -> bool {
+        self.workers.contains_key(worker_id)
+    }
+}
