@@ -14,7 +14,7 @@ pub struct ArenaAllocator {
     used: usize,
 }
 
-pub fn round_up(len: usize) -> usize {
+pub(crate) fn round_up(len: usize) -> usize {
     len.max(1).div_ceil(ARENA_PAGE) * ARENA_PAGE
 }
 

@@ -116,7 +116,7 @@ impl ObjectBuffer {
 
 /// A serialized object ready to hand to the agent: inline bytes or a sealed-to-be file.
 #[pyclass(module = "oxray._native")]
-pub struct PreparedObject {
+pub(crate) struct PreparedObject {
     pub location: Option<ObjectLocation>,
 }
 
@@ -128,12 +128,14 @@ unsafe impl Send for RawSlice {}
 impl RawSlice {
     /// SAFETY: the memory must be valid for the returned lifetime.
     unsafe fn bytes<'a>(&self) -> &'a [u8] {
+        // SAFETY: the caller guarantees the memory is valid for 'a.
         unsafe { std::slice::from_raw_parts(self.0, self.1) }
     }
 
     /// SAFETY: the memory must be valid, writable and unaliased for the returned lifetime.
     #[allow(clippy::mut_from_ref)]
     unsafe fn bytes_mut<'a>(&self) -> &'a mut [u8] {
+        // SAFETY: the caller guarantees the memory is valid, writable and unaliased for 'a.
         unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u8, self.1) }
     }
 }
@@ -168,9 +170,11 @@ pub(crate) fn write_into(
     let dst_ptr = RawSlice(dst.as_mut_ptr(), dst.len());
     let pickle_raw = RawSlice(pickle.as_ptr(), pickle.len());
     py.detach(move || {
-        // SAFETY: see RawSlice; dst and pickle outlive this closure.
+        // SAFETY: see RawSlice: the Python buffers are held by the caller for this call.
         let bufs: Vec<&[u8]> = slices.iter().map(|s| unsafe { s.bytes() }).collect();
+        // SAFETY: dst is this object's own reservation, written by nobody else.
         let dst = unsafe { dst_ptr.bytes_mut() };
+        // SAFETY: the pickle bytes outlive this closure (the caller holds them).
         let pickle = unsafe { pickle_raw.bytes() };
         write_object(dst, layout, flags, pickle, &bufs);
     });
@@ -178,7 +182,7 @@ pub(crate) fn write_into(
 
 /// Serializes into inline bytes (used for small task arguments).
 #[pyfunction]
-pub fn encode_object<'py>(
+pub(crate) fn encode_object<'py>(
     py: Python<'py>,
     pickle: &[u8],
     buffers: Vec<PyBuffer<u8>>,

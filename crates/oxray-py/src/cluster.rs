@@ -28,7 +28,7 @@ pub struct Cluster {
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
     forward_output=true, join=None, port=0, state_dir=None))]
 #[allow(clippy::too_many_arguments)]
-pub fn start_cluster(
+pub(crate) fn start_cluster(
     py: Python<'_>,
     session_dir: PathBuf,
     python: String,

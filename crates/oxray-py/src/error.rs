@@ -7,7 +7,7 @@ use oxray_runtime::ids::IdError;
 use pyo3::PyErr;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 
-pyo3::create_exception!(_native, OxrayRpcError, pyo3::exceptions::PyRuntimeError);
+pyo3::create_exception!(_native, OxrayRpcError, PyRuntimeError);
 pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
 
 /// A failed call to the node agent: a refused value or name is the caller's

@@ -7,7 +7,11 @@ use oxray_proto::bundle_service_client::BundleServiceClient;
 use oxray_proto::driver_service_client::DriverServiceClient;
 use oxray_proto::peer_service_client::PeerServiceClient;
 use oxray_proto::worker_service_client::WorkerServiceClient;
-use oxray_proto::*;
+use oxray_proto::{
+    Assignment, CreateActorRequest, CreateObjectRequest, Empty, GetObjectsRequest, LogBatch, ObjectLocation,
+    PutObjectRequest, RefDeltas, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest, TaskSpec,
+    UpdateRefsRequest, WaitObjectsRequest, WorkerEvent, WorkerHello, worker_event, worker_service_server,
+};
 use parking_lot::Mutex;
 use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
@@ -503,11 +507,7 @@ impl CoreClient {
             None => {
                 match &self.local {
                     Some(service) => {
-                        crate::proto::worker_service_server::WorkerService::task_done(
-                            service,
-                            tonic::Request::new(done),
-                        )
-                        .await?
+                        worker_service_server::WorkerService::task_done(service, tonic::Request::new(done)).await?
                     }
                     None => self.worker.clone().task_done(done).await?,
                 };

@@ -98,6 +98,7 @@ fn read_meminfo(key: &str) -> Option<u64> {
 /// Free bytes on the filesystem holding `path`.
 fn free_space(path: &Path) -> Option<u64> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: statvfs is plain old data; all-zero bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid C string and out-pointer.
     (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)

@@ -79,6 +79,8 @@ async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
         .expect("ready");
     assert_eq!(got[0].place, Some(Place::InlineData(b"tiny".to_vec())));
     assert_eq!(got[1].place, reserved.place);
+    // SAFETY: the agent reserved this range for the object, which is sealed and
+    // held by this client, and the arena stays mapped for the rest of the test.
     let view = unsafe { std::slice::from_raw_parts(arena.as_ptr().add(range.offset as usize), 3) };
     assert_eq!(view, b"big");
 

@@ -17,7 +17,7 @@ struct LogRecord {
     line: LogLine,
 }
 
-pub struct LogHub {
+pub(super) struct LogHub {
     tx: broadcast::Sender<Arc<LogRecord>>,
 }
 
@@ -28,7 +28,7 @@ impl Default for LogHub {
 }
 
 impl LogHub {
-    pub fn publish(&self, job_id: Option<JobId>, prefix: String, text: String, is_stderr: bool) {
+    pub(super) fn publish(&self, job_id: Option<JobId>, prefix: String, text: String, is_stderr: bool) {
         if self.tx.receiver_count() > 0 {
             let _ = self.tx.send(Arc::new(LogRecord { job_id, line: LogLine { prefix, text, is_stderr } }));
         }
@@ -36,7 +36,10 @@ impl LogHub {
 
     /// A stream of batches of the lines of `job_id` (every job when `None`;
     /// lines of a worker between jobs go to everyone).
-    pub fn subscribe(&self, job_id: Option<JobId>) -> tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>> {
+    pub(super) fn subscribe(
+        &self,
+        job_id: Option<JobId>,
+    ) -> tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>> {
         let mut rx = self.tx.subscribe();
         let (out, out_rx) = tokio::sync::mpsc::channel(64);
         let wanted = move |r: &LogRecord| job_id.is_none() || r.job_id.is_none() || r.job_id == job_id;

@@ -17,7 +17,7 @@ pub use workers::SpawnConfig;
 
 use crate::ids::{ClientId, NodeId, ObjectId, TaskId, WorkerId};
 use oxray_proto::head_service_client::HeadServiceClient;
-use oxray_proto::*;
+use oxray_proto::{ActorInfo, NodeInfo, PeerEvent, RefDeltas, TaskDoneRequest, TaskKind, TaskSpec, peer_event};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -7,7 +7,10 @@ use crate::client::{AgentChannels, ClientError, PeerClient};
 use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
-use oxray_proto::*;
+use oxray_proto::{
+    ActorRequest, ActorState, CancelRequest, Empty, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
+    RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
+};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,10 +26,10 @@ const CHUNK: usize = 4 << 20;
 /// Copies up to this size are kept inline rather than in the arena.
 const INLINE_COPY_MAX: usize = 64 << 10;
 
-pub type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
+pub(super) type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
 
 #[derive(Default)]
-pub struct PeerLinks {
+pub(crate) struct PeerLinks {
     /// Links this node opened to nodes it forwards tasks to.
     outgoing: Mutex<HashMap<NodeId, UnboundedSender<PeerMessage>>>,
     /// Links other nodes opened to this one: where their events go.
@@ -35,7 +38,7 @@ pub struct PeerLinks {
 }
 
 impl PeerLinks {
-    pub fn send_event(&self, owner: NodeId, event: PeerEvent) {
+    pub(crate) fn send_event(&self, owner: NodeId, event: PeerEvent) {
         if let Some(tx) = self.incoming.lock().get(&owner) {
             let _ = tx.send(Ok(event));
         }
@@ -347,7 +350,7 @@ impl AgentShared {
         }
         for actor_id in unknown_actors {
             let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
-            if let Some(info) = reply.into_inner().actor.filter(|a| a.state() != oxray_proto::ActorState::Dead) {
+            if let Some(info) = reply.into_inner().actor.filter(|a| a.state() != ActorState::Dead) {
                 let _ = self.with_state(|st| st.add_actor_proxy(&info));
             }
         }

@@ -8,7 +8,15 @@ use oxray_proto::bundle_service_server::BundleService;
 use oxray_proto::driver_service_server::DriverService;
 use oxray_proto::peer_service_server::PeerService;
 use oxray_proto::worker_service_server::WorkerService;
-use oxray_proto::*;
+use oxray_proto::{
+    ActorInfo, ActorRequest, ActorState, Assignment, CancelRequest, ClusterInfoReply, CreateActorReply,
+    CreateActorRequest, CreateObjectReply, CreateObjectRequest, Empty, FunctionBlob, FunctionId, GetNamedActorReply,
+    GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch,
+    ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest,
+    PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest,
+    SubscribeLogsRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
+    peer_message, worker_event,
+};
 use std::sync::Arc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};

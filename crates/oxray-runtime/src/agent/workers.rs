@@ -23,7 +23,7 @@ impl SpawnConfig {
     }
 }
 
-pub fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
+pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
     let mut cmd = Command::new(&cfg.python);
     cmd.args(["-m", "oxray._private.worker_main"])
         .env("OXRAY_AGENT_ADDRESS", &cfg.agent_address)
@@ -53,7 +53,7 @@ pub fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, Stri
 
 /// Copies one output stream of a worker to its log file, and hands each line
 /// to `emit` (which prints and publishes it).
-pub async fn forward_output<R, F>(stream: R, log_path: PathBuf, mut emit: F)
+pub(super) async fn forward_output<R, F>(stream: R, log_path: PathBuf, mut emit: F)
 where
     R: tokio::io::AsyncRead + Unpin,
     F: FnMut(&str),

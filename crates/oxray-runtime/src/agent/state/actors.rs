@@ -1,7 +1,13 @@
 //! Actors on this node (and routes to actors elsewhere): their lifecycle, names
 //! unique per namespace, calls queued per caller, and restarts after a death.
 
-use super::*;
+use super::{Action, AgentState, TaskState, WorkerRole, job_of, resources_of};
+use crate::agent::AgentError;
+use crate::errors::SystemErrorKind;
+use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
+use crate::resources::ResourceSet;
+use oxray_proto::TaskSpec;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActorState {

@@ -1,7 +1,11 @@
 //! Placement-group bundles held on this node: reserved all-or-none at the
 //! head's request, named as Ray names them, and given back with what runs in them.
 
-use super::*;
+use super::{Action, AgentState, TaskState};
+use crate::agent::AgentError;
+use crate::ids::PlacementGroupId;
+use crate::resources::ResourceSet;
+use std::collections::HashMap;
 
 /// What each placement group took from this node's available resources.
 #[derive(Default)]

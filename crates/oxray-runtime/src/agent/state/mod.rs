@@ -13,13 +13,12 @@
 //! - `bundles`: `BundleTable` (placement-group bundles held on this node);
 //! - `remote`: `PeerTable` (other nodes) and everything that involves them.
 
-use super::error::{AgentError, CopyError};
-use crate::errors::{SystemErrorKind, system_error_object};
-use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
+use super::error::AgentError;
+use crate::ids::{ActorId, JobId, NodeId, ObjectId, WorkerId};
 use crate::resources::{GpuSlots, ResourceSet};
-use oxray_object_store::{ObjectPlace, ObjectStore, StoreStats};
-use oxray_proto::{Assignment, ObjectLocation, TaskKind, TaskSpec, object_location::Place, task_arg::Kind};
-use std::collections::{HashMap, HashSet, VecDeque};
+use oxray_object_store::{ObjectStore, StoreStats};
+use oxray_proto::{Assignment, TaskSpec};
+use std::collections::HashMap;
 use tokio::sync::mpsc::UnboundedSender;
 
 mod actors;

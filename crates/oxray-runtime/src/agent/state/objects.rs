@@ -2,7 +2,14 @@
 //! each one, which readers view which arena range, and copies arriving from
 //! other nodes. An object is freed once nothing holds, pins or produces it.
 
-use super::*;
+use super::{Action, AgentState, TaskState};
+use crate::agent::AgentError;
+use crate::errors::{SystemErrorKind, system_error_object};
+use crate::ids::{ActorId, ClientId, NodeId, ObjectId};
+use oxray_object_store::{ObjectPlace, ObjectStore};
+use oxray_proto::object_location::Place;
+use oxray_proto::{ObjectLocation, TaskKind};
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, Default)]
 pub(super) struct ObjectMeta {

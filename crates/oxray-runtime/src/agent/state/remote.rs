@@ -3,8 +3,17 @@
 //! other nodes forwarded here, and what a node's death fails or retries.
 
 use super::objects::RemoteCopy;
-use super::*;
+use super::{Action, ActorEntry, ActorState, AgentState, TaskState};
+use crate::agent::{AgentError, CopyError};
+use crate::errors::{SystemErrorKind, system_error_object};
+use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
+use crate::resources::ResourceSet;
+use oxray_object_store::ObjectPlace;
+use oxray_proto::object_location::Place;
+use oxray_proto::task_arg::Kind;
 use oxray_proto::{ActorInfo, ArgSource, ForwardTask, NodeInfo, RemoteObject, RemoteTaskDone};
+use oxray_proto::{ObjectLocation, TaskKind, TaskSpec};
+use std::collections::{HashMap, HashSet};
 
 /// Another node, as the head last reported it (available is lowered by what
 /// this node forwarded there since).

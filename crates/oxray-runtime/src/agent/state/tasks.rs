@@ -2,7 +2,14 @@
 //! which object, the functions they run, and the scheduler that places ready
 //! tasks on workers (or hands them to another node).
 
-use super::*;
+use super::{Action, ActorState, AgentState, WorkerRole, resources_of};
+use crate::agent::AgentError;
+use crate::errors::SystemErrorKind;
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
+use crate::resources::ResourceSet;
+use oxray_proto::task_arg::Kind;
+use oxray_proto::{Assignment, TaskKind, TaskSpec};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TaskState {

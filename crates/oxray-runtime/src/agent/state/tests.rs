@@ -6,9 +6,8 @@ use crate::errors::FLAG_SYSTEM_ERROR;
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectStore;
-use oxray_proto::{
-    Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place, task_arg,
-};
+use oxray_proto::task_arg::Kind;
+use oxray_proto::{Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place};
 use std::collections::HashMap;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -163,7 +162,7 @@ fn crashed_worker_retries_then_reports_worker_crashed() {
 fn arguments_gate_tasks_and_are_freed_when_unreferenced() {
     let mut st = new_state(1.0, 0);
     let mut consumer = task(2, &[("CPU", 1.0)]);
-    consumer.args = vec![TaskArg { kind: Some(task_arg::Kind::ObjectId(vec![101; 16])) }];
+    consumer.args = vec![TaskArg { kind: Some(Kind::ObjectId(vec![101; 16])) }];
     st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
     st.submit(DRIVER, consumer).unwrap();
     st.schedule();
@@ -305,7 +304,7 @@ fn a_call_waiting_for_arguments_only_holds_back_its_own_caller() {
     .unwrap();
     // The driver's call waits for an object nobody has produced yet.
     let mut blocked = actor_call(40);
-    blocked.args = vec![TaskArg { kind: Some(task_arg::Kind::ObjectId(vec![0xee; 16])) }];
+    blocked.args = vec![TaskArg { kind: Some(Kind::ObjectId(vec![0xee; 16])) }];
     st.add_holders(DRIVER, &[oid(0xee)]);
     st.submit_actor_task(DRIVER, blocked).unwrap();
     let mut later_same_caller = actor_call(41);

@@ -1,7 +1,11 @@
 //! The worker pool: worker processes this node started, which are idle, how
 //! many are still starting, and what happens when one exits.
 
-use super::*;
+use super::{Action, ActorState, AgentState, AssignmentSender, TaskState, job_of};
+use crate::agent::AgentError;
+use crate::ids::{ActorId, JobId, ObjectId, TaskId, WorkerId};
+use oxray_proto::Assignment;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum WorkerRole {
