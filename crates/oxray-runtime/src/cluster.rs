@@ -232,32 +232,24 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     let mut background = Vec::new();
     let service = AgentService { shared: agent.clone(), address: agent_address.clone() };
     let guard = RequireToken::new(&token);
+    // A generated server that checks the token and takes messages of any size
+    // (objects stream through these services).
+    macro_rules! guarded {
+        ($server:ident, $service:expr) => {
+            tonic::service::interceptor::InterceptedService::new(
+                $server::new($service).max_decoding_message_size(usize::MAX).max_encoding_message_size(usize::MAX),
+                guard.clone(),
+            )
+        };
+    }
     // One port serves every caller's service: drivers, workers, peers, the head's bundle admin.
     let mut router = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(8 << 20))
         .initial_connection_window_size(Some(16 << 20))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            DriverServiceServer::new(service.clone())
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
-            guard.clone(),
-        ))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            WorkerServiceServer::new(service.clone())
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
-            guard.clone(),
-        ))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            PeerServiceServer::new(service.clone())
-                .max_decoding_message_size(usize::MAX)
-                .max_encoding_message_size(usize::MAX),
-            guard.clone(),
-        ))
-        .add_service(tonic::service::interceptor::InterceptedService::new(
-            BundleServiceServer::new(service),
-            guard.clone(),
-        ));
+        .add_service(guarded!(DriverServiceServer, service.clone()))
+        .add_service(guarded!(WorkerServiceServer, service.clone()))
+        .add_service(guarded!(PeerServiceServer, service.clone()))
+        .add_service(guarded!(BundleServiceServer, service));
     if let HeadRole::Local { state_dir, .. } = &cfg.head {
         let head = match state_dir {
             Some(dir) => Head::persistent(dir)?,
