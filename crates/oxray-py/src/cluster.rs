@@ -1,5 +1,6 @@
 //! Starting and stopping the embedded cluster from Python.
 
+use crate::records::StoreStats;
 use crate::runtime;
 use oxray_runtime::cluster::{ClusterConfig, HeadRole, RunningCluster, start_node};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -107,16 +108,10 @@ impl Cluster {
         self.inner.as_ref().map(|c| c.agent.state.lock().worker_pids()).unwrap_or_default()
     }
 
-    fn store_stats(&self) -> HashMap<String, u64> {
-        let Some(c) = &self.inner else { return HashMap::new() };
-        let s = c.agent.state.lock().store.stats();
-        HashMap::from([
-            ("capacity".into(), s.capacity as u64),
-            ("shm_used".into(), s.shm_used as u64),
-            ("spilled_bytes".into(), s.spilled_bytes as u64),
-            ("inline_bytes".into(), s.inline_bytes as u64),
-            ("num_objects".into(), s.num_objects as u64),
-            ("num_spilled_total".into(), s.num_spilled_total),
-        ])
+    /// The object store's figures; None once the cluster is shut down.
+    fn store_stats(&self) -> Option<StoreStats> {
+        let c = self.inner.as_ref()?;
+        let stats = c.agent.state.lock().store.stats();
+        Some(stats.into())
     }
 }

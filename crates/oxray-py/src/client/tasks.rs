@@ -3,11 +3,11 @@
 
 use super::{Client, to_ids};
 use crate::error::client_error as rpc_err;
+use crate::records::{CreatedActor, TaskKind};
 use crate::runtime;
-use oxray_runtime::proto::{CancelRequest, FunctionBlob, FunctionId, TaskArg, TaskKind, TaskSpec, task_arg};
-use pyo3::exceptions::PyValueError;
+use oxray_runtime::proto::{self, CancelRequest, FunctionBlob, FunctionId, TaskArg, TaskSpec, task_arg};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 use std::collections::HashMap;
 
 /// A task argument from Python: (is_ref, bytes) — an object id or an encoded value.
@@ -15,19 +15,20 @@ type PyArg = (bool, Vec<u8>);
 
 #[pymethods]
 impl Client {
-    /// Submits a task, an actor creation or an actor call. Returns an error
-    /// message when the request can never be scheduled ("" otherwise), or for
-    /// an actor creation, the (actor id, existed) pair as a dict.
+    /// Submits a task, an actor creation or an actor call. A task or an actor
+    /// call returns None at once (a request that can never be scheduled fails
+    /// in its returns); an actor creation waits for the actor to be registered
+    /// and returns it as a `CreatedActor`.
     #[pyo3(signature = (*, kind, task_id, function_id, name, args, kwarg_names, return_ids, resources,
         max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
         env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
         placement_resources=HashMap::new(), get_if_exists=false))]
     #[allow(clippy::too_many_arguments)]
-    fn submit<'py>(
+    fn submit(
         &self,
-        py: Python<'py>,
-        kind: &str,
+        py: Python<'_>,
+        kind: TaskKind,
         task_id: Vec<u8>,
         function_id: Vec<u8>,
         name: String,
@@ -50,13 +51,7 @@ impl Client {
         detached: bool,
         placement_resources: HashMap<String, f64>,
         get_if_exists: bool,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let kind = match kind {
-            "task" => TaskKind::Normal,
-            "actor_creation" => TaskKind::ActorCreation,
-            "actor_task" => TaskKind::ActorTask,
-            other => return Err(PyValueError::new_err(format!("unknown task kind {other:?}"))),
-        };
+    ) -> PyResult<Option<CreatedActor>> {
         let args = args
             .into_iter()
             .map(|(is_ref, data)| TaskArg {
@@ -67,7 +62,7 @@ impl Client {
             task_id,
             function_id,
             name,
-            kind: kind as i32,
+            kind: proto::TaskKind::from(kind) as i32,
             args,
             kwarg_names,
             return_ids,
@@ -90,21 +85,19 @@ impl Client {
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();
-        let out = PyDict::new(py);
         match kind {
             TaskKind::Normal | TaskKind::ActorTask => {
                 // Returns at once; impossible requests surface as errors in the returns.
                 c.enqueue(spec).map_err(rpc_err)?;
                 self.inner.mark_reported_all(&return_ids_copy);
+                Ok(None)
             }
             TaskKind::ActorCreation => {
                 let (id, existing) =
                     py.detach(|| runtime().block_on(c.create_actor(spec, get_if_exists))).map_err(rpc_err)?;
-                out.set_item("actor_id", PyBytes::new(py, id.as_bytes()))?;
-                out.set_item("existing", existing)?;
+                Ok(Some(CreatedActor { actor_id: id.to_vec(), existing }))
             }
         }
-        Ok(out)
     }
 
     fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {

@@ -1,15 +1,15 @@
 //! The worker side: opening the assignment stream, taking the next
-//! assignment (its reference arguments already mapped), and reporting a
+//! `Assignment` (its reference arguments already mapped), and reporting a
 //! task done.
 
 use super::Client;
 use crate::buffers::{ObjectBuffer, PreparedObject};
 use crate::error::client_error as rpc_err;
+use crate::records::Assignment;
 use crate::{OxrayRpcError, runtime};
-use oxray_runtime::proto::{Assignment, TaskDoneRequest, TaskKind, task_arg};
+use oxray_runtime::proto::{self, TaskDoneRequest, task_arg};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
 use std::time::Duration;
 
 #[pymethods]
@@ -22,10 +22,10 @@ impl Client {
         Ok(())
     }
 
-    /// The next assignment as a dict, None on timeout; raises when the agent is gone.
+    /// The next assignment, None on timeout; raises when the agent is gone.
     /// The calling thread reads the stream itself (in a worker the runtime runs on
     /// the calling threads), so a task reaches Python with no thread hand-off.
-    fn next_assignment<'py>(&self, py: Python<'py>, timeout_s: f64) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn next_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Assignment>> {
         // Taken out while waiting: the stream is moved into the GIL-free section.
         let mut stream =
             self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
@@ -41,42 +41,37 @@ impl Client {
             Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
             Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
         };
-        let Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
+        let proto::Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
         let spec = task.unwrap_or_default();
         let resolved = py.detach(|| self.map_locations(resolved_args))?;
         let mut resolved = resolved.into_iter();
-        let d = PyDict::new(py);
-        let mut args = Vec::new();
+        let mut args = Vec::with_capacity(spec.args.len());
         for arg in spec.args {
-            match arg.kind {
-                Some(task_arg::Kind::Value(v)) => args.push(Py::new(py, ObjectBuffer::from_location_bytes(v))?),
+            let buf = match arg.kind {
+                Some(task_arg::Kind::Value(v)) => ObjectBuffer::from_location_bytes(v),
                 Some(task_arg::Kind::ObjectId(_)) => {
-                    let buf = resolved.next().ok_or_else(|| PyValueError::new_err("missing resolved argument"))?;
-                    args.push(Py::new(py, buf)?);
+                    resolved.next().ok_or_else(|| PyValueError::new_err("missing resolved argument"))?
                 }
                 None => return Err(PyValueError::new_err("empty task argument")),
-            }
+            };
+            args.push(Py::new(py, buf)?);
         }
-        let kind = match spec.kind {
-            k if k == TaskKind::ActorCreation as i32 => "actor_creation",
-            k if k == TaskKind::ActorTask as i32 => "actor_task",
-            _ => "task",
-        };
-        d.set_item("kind", kind)?;
-        d.set_item("task_id", PyBytes::new(py, &spec.task_id))?;
-        d.set_item("function_id", PyBytes::new(py, &spec.function_id))?;
-        d.set_item("name", spec.name)?;
-        d.set_item("args", args)?;
-        d.set_item("kwarg_names", spec.kwarg_names)?;
-        d.set_item("return_ids", spec.return_ids.iter().map(|r| PyBytes::new(py, r)).collect::<Vec<_>>())?;
-        d.set_item("actor_id", PyBytes::new(py, &spec.actor_id))?;
-        d.set_item("method_name", spec.method_name)?;
-        d.set_item("env_vars", spec.env_vars)?;
-        d.set_item("job_id", PyBytes::new(py, &spec.job_id))?;
-        d.set_item("max_concurrency", spec.max_concurrency)?;
-        d.set_item("namespace", spec.namespace)?;
-        d.set_item("cuda_visible_devices", cuda_visible_devices)?;
-        Ok(Some(d))
+        Ok(Some(Assignment {
+            kind: proto::TaskKind::try_from(spec.kind).unwrap_or(proto::TaskKind::Normal).into(),
+            task_id: spec.task_id,
+            function_id: spec.function_id,
+            name: spec.name,
+            args,
+            kwarg_names: spec.kwarg_names,
+            return_ids: spec.return_ids,
+            actor_id: spec.actor_id,
+            method_name: spec.method_name,
+            env_vars: spec.env_vars,
+            job_id: spec.job_id,
+            max_concurrency: spec.max_concurrency,
+            namespace: spec.namespace,
+            cuda_visible_devices,
+        }))
     }
 
     #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(), error_text=String::new()))]
