@@ -2,6 +2,7 @@
 //! (inline or a read-only shared-memory mapping) through the buffer protocol,
 //! so pickle-5 out-of-band buffers and numpy arrays view them without copying.
 
+use crate::error::MapError;
 use oxray_object_store::{
     INLINE_THRESHOLD, Layout, MappedObject, create_object_file, map_object_file, plan, write_object,
 };
@@ -18,10 +19,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// A process's one mapping of its node's arena.
-pub struct ArenaMap(pub memmap2::MmapRaw);
+pub(crate) struct ArenaMap(pub memmap2::MmapRaw);
 
 /// Tells the agent when a view of an arena range is gone, so the range can be reused.
-pub struct ViewRelease {
+pub(crate) struct ViewRelease {
     pub client: Arc<CoreClient>,
     pub id: ObjectId,
 }
@@ -39,7 +40,7 @@ enum Bytes {
 }
 
 #[pyclass(frozen, module = "oxray._native")]
-pub struct ObjectBuffer {
+pub(crate) struct ObjectBuffer {
     bytes: Bytes,
 }
 
@@ -56,22 +57,22 @@ impl ObjectBuffer {
         }
     }
 
-    pub fn arena_view(map: Arc<ArenaMap>, offset: usize, len: usize, release: ViewRelease) -> Self {
+    pub(crate) fn arena_view(map: Arc<ArenaMap>, offset: usize, len: usize, release: ViewRelease) -> Self {
         ObjectBuffer { bytes: Bytes::Arena { map, offset, len, _release: release } }
     }
 
-    pub fn from_location_bytes(data: Vec<u8>) -> Self {
+    pub(crate) fn from_location_bytes(data: Vec<u8>) -> Self {
         ObjectBuffer { bytes: Bytes::Owned(data) }
     }
 
-    pub fn from_location(loc: ObjectLocation) -> Result<Self, String> {
+    pub(crate) fn from_location(loc: ObjectLocation) -> Result<Self, MapError> {
         match loc.place {
             Some(Place::InlineData(data)) => Ok(ObjectBuffer { bytes: Bytes::Owned(data) }),
             Some(Place::Path(path)) => map_object_file(Path::new(&path))
                 .map(|m| ObjectBuffer { bytes: Bytes::Mapped(m) })
-                .map_err(|e| e.to_string()),
-            Some(Place::Arena(_)) => Err("arena views are made by the client that maps the arena".into()),
-            None => Err("object location is empty".into()),
+                .map_err(MapError::from),
+            Some(Place::Arena(_)) => Err(MapError::ArenaView),
+            None => Err(MapError::Empty),
         }
     }
 }
@@ -79,7 +80,7 @@ impl ObjectBuffer {
 #[pymethods]
 impl ObjectBuffer {
     /// (flags, (pickle start, end), [(buffer start, end), ...]) within this buffer.
-    #[allow(clippy::type_complexity)]
+    #[allow(clippy::type_complexity, reason = "the plain tuple is what the Python side unpacks")]
     fn layout(&self) -> PyResult<(u32, (usize, usize), Vec<(usize, usize)>)> {
         let parsed = oxray_object_store::parse(self.data()).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok((
@@ -133,7 +134,7 @@ impl RawSlice {
     }
 
     /// SAFETY: the memory must be valid, writable and unaliased for the returned lifetime.
-    #[allow(clippy::mut_from_ref)]
+    #[allow(clippy::mut_from_ref, reason = "hands back the caller's own buffer; see the SAFETY notes")]
     unsafe fn bytes_mut<'a>(&self) -> &'a mut [u8] {
         // SAFETY: the caller guarantees the memory is valid, writable and unaliased for 'a.
         unsafe { std::slice::from_raw_parts_mut(self.0 as *mut u8, self.1) }

@@ -1,5 +1,6 @@
 //! Starting and stopping the embedded cluster from Python.
 
+use crate::records::StoreStats;
 use crate::runtime;
 use oxray_runtime::cluster::{ClusterConfig, HeadRole, RunningCluster, start_node};
 use pyo3::prelude::*;
@@ -7,7 +8,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[pyclass(module = "oxray._native")]
-pub struct Cluster {
+pub(crate) struct Cluster {
     inner: Option<RunningCluster>,
     #[pyo3(get)]
     agent_address: String,
@@ -27,7 +28,7 @@ pub struct Cluster {
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
     forward_output=true, join=None, port=0, state_dir=None))]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python start_cluster()")]
 pub(crate) fn start_cluster(
     py: Python<'_>,
     session_dir: PathBuf,
@@ -102,16 +103,10 @@ impl Cluster {
         self.inner.as_ref().map(|c| c.agent.state.lock().worker_pids()).unwrap_or_default()
     }
 
-    fn store_stats(&self) -> HashMap<String, u64> {
-        let Some(c) = &self.inner else { return HashMap::new() };
-        let s = c.agent.state.lock().store_stats();
-        HashMap::from([
-            ("capacity".into(), s.capacity as u64),
-            ("shm_used".into(), s.shm_used as u64),
-            ("spilled_bytes".into(), s.spilled_bytes as u64),
-            ("inline_bytes".into(), s.inline_bytes as u64),
-            ("num_objects".into(), s.num_objects as u64),
-            ("num_spilled_total".into(), s.num_spilled_total),
-        ])
+    /// The object store's figures; None once the cluster is shut down.
+    fn store_stats(&self) -> Option<StoreStats> {
+        let c = self.inner.as_ref()?;
+        let stats = c.agent.state.lock().store_stats();
+        Some(stats.into())
     }
 }

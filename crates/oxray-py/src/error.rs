@@ -1,9 +1,10 @@
 //! The one place Rust errors become Python exceptions.
 
 use oxray_io::StorageError;
+use oxray_object_store::ShmError;
 use oxray_runtime::client::{ClientError, Refusal};
 use oxray_runtime::cluster::ClusterError;
-use oxray_runtime::ids::IdError;
+use oxray_runtime::ids::{IdError, ObjectId};
 use pyo3::PyErr;
 use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 
@@ -47,5 +48,26 @@ pub(crate) fn storage_error(e: StorageError) -> PyErr {
     match e {
         StorageError::InvalidUri { .. } => PyValueError::new_err(e.to_string()),
         _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+/// Why an object's bytes could not be mapped in this process.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MapError {
+    #[error(transparent)]
+    Shm(#[from] ShmError),
+    #[error(transparent)]
+    BadId(#[from] IdError),
+    #[error("object {0} lies outside the arena")]
+    OutsideArena(ObjectId),
+    #[error("arena views are made by the client that maps the arena")]
+    ArenaView,
+    #[error("the object location is empty")]
+    Empty,
+}
+
+impl From<MapError> for PyErr {
+    fn from(e: MapError) -> Self {
+        OxrayRpcError::new_err(e.to_string())
     }
 }

@@ -6,6 +6,7 @@ mod buffers;
 mod client;
 mod cluster;
 mod error;
+mod records;
 mod storage;
 
 use pyo3::prelude::*;
@@ -49,7 +50,7 @@ fn init_logging() {
     let filter = match std::env::var("OXRAY_LOG") {
         Ok(directives) => EnvFilter::try_new(&directives).unwrap_or_else(|e| {
             // Logging is not up yet: this is the one message that must go straight to stderr.
-            #[allow(clippy::print_stderr)]
+            #[allow(clippy::print_stderr, reason = "the log subscriber is not installed yet")]
             {
                 eprintln!("oxray: ignoring OXRAY_LOG={directives:?} ({e}); using {DEFAULT_LOG_FILTER:?}");
             }
@@ -69,6 +70,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<cluster::Cluster>()?;
     m.add_class::<storage::Storage>()?;
+    m.add_class::<records::TaskKind>()?;
+    m.add_class::<records::ActorInfo>()?;
+    m.add_class::<records::NodeInfo>()?;
+    m.add_class::<records::PlacementGroupInfo>()?;
+    m.add_class::<records::CreatedActor>()?;
+    m.add_class::<records::Assignment>()?;
+    m.add_class::<records::StoreStats>()?;
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;

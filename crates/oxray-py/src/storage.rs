@@ -7,7 +7,7 @@ use pyo3::types::PyBytes;
 use std::path::PathBuf;
 
 #[pyclass(frozen)]
-pub struct Storage {
+pub(crate) struct Storage {
     inner: oxray_io::Storage,
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 
+from oxray._native import TaskKind
 from oxray._private import options as opts
 from oxray._private.state import STATE
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
@@ -62,8 +63,8 @@ class ActorClass:
         namespace = options.get("namespace")
         namespace = STATE.namespace if namespace is None else namespace
         actor_id = os.urandom(16)
-        reply = client.submit(
-            kind="actor_creation",
+        created = client.submit(
+            kind=TaskKind.ACTOR_CREATION,
             task_id=os.urandom(16),
             function_id=fid,
             # `_display_name` (internal) names the actor in its log prefix.
@@ -86,7 +87,7 @@ class ActorClass:
             get_if_exists=bool(options.get("get_if_exists", False)),
         )
         del keep
-        return ActorHandle(reply["actor_id"], self.__name__, self._methods)
+        return ActorHandle(created.actor_id, self.__name__, self._methods)
 
 
 class ActorMethod:
@@ -116,8 +117,8 @@ class ActorHandle:
 
     @classmethod
     def _from_info(cls, info):
-        names = info.get("method_names") or None
-        return cls(info["actor_id"], info["class_name"], {n: {} for n in names} if names else None)
+        names = info.method_names or None
+        return cls(info.actor_id, info.class_name, {n: {} for n in names} if names else None)
 
     def __getattr__(self, name):
         if name.startswith("_") and name != "__call__":
@@ -136,7 +137,7 @@ class ActorHandle:
         num_returns = options.get("num_returns", 1)
         return_ids, refs = new_return_refs(num_returns)
         client.submit(
-            kind="actor_task",
+            kind=TaskKind.ACTOR_TASK,
             task_id=os.urandom(16),
             function_id=b"",
             name=name,

@@ -41,8 +41,8 @@ def _local_agent(address: str, token: str) -> str:
     except Exception as e:
         raise ConnectionError(f"Cannot join the cluster at {address}: {e}") from e
     for n in nodes:
-        if n["alive"] and _is_local_host(n["ip"]):
-            return n["address"]
+        if n.alive and _is_local_host(n.ip):
+            return n.address
     raise ConnectionError(
         f"No node of the cluster at {address} runs on this host: start one with `oxray start --address={address}`"
     )
@@ -194,7 +194,7 @@ def init(
     STATE.job_id = os.urandom(4)
     STATE.driver_task_id = os.urandom(16)
     STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
-    STATE.node_id = STATE.address_info.get("node_id") or (nodes[0]["node_id"] if nodes else "")
+    STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
     STATE.runtime_env = dict(runtime_env or {})
     STATE.functions.clear()
     STATE.registered.clear()
@@ -350,9 +350,9 @@ def get_actor(name: str, namespace: Optional[str] = None):
 def _sum_nodes(key):
     total: dict = {}
     for node in _client().cluster_info():
-        if not node["alive"]:
+        if not node.alive:
             continue
-        for name, qty in node[key].items():
+        for name, qty in getattr(node, key).items():
             total[name] = total.get(name, 0.0) + qty
     return total
 
@@ -369,19 +369,19 @@ def nodes() -> list:
     """One dict per node, with Ray's key names."""
     out = []
     for n in _client().cluster_info():
-        host = n["ip"] or "127.0.0.1"
+        host = n.ip or "127.0.0.1"
         out.append(
             {
-                "NodeID": n["node_id"],
-                "Alive": n["alive"],
+                "NodeID": n.node_id,
+                "Alive": n.alive,
                 "NodeManagerAddress": host,
                 "NodeManagerHostname": os.uname().nodename,
-                "NodeManagerPort": int(n["address"].rsplit(":", 1)[-1]) if ":" in n["address"] else 0,
+                "NodeManagerPort": int(n.address.rsplit(":", 1)[-1]) if ":" in n.address else 0,
                 "NodeName": host,
-                "Resources": dict(n["total"]),
-                "alive": n["alive"],
-                "IsHeadNode": n["is_head"],
-                "SessionDir": n["session_dir"],
+                "Resources": dict(n.total),
+                "alive": n.alive,
+                "IsHeadNode": n.is_head,
+                "SessionDir": n.session_dir,
             }
         )
     return out

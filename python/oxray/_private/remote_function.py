@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from oxray._native import TaskKind
 from oxray._private import options as opts
 from oxray._private.state import STATE
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
@@ -46,7 +47,7 @@ class RemoteFunction:
         max_retries = options.get("max_retries")
         env = {**opts.env_vars({"runtime_env": STATE.runtime_env}), **opts.env_vars(options)}
         client.submit(
-            kind="task",
+            kind=TaskKind.NORMAL,
             task_id=os.urandom(16),
             function_id=fid,
             name=name,

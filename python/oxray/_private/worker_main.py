@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import cloudpickle
 
 from oxray import _native, exceptions
+from oxray._native import TaskKind
 from oxray._private import serialization
 from oxray._private.state import CURRENT, STATE
 
@@ -51,57 +52,58 @@ class Worker:
             STATE.functions[function_id] = fn
         return fn
 
-    def run(self, a):
-        kind = a["kind"]
-        if kind == "actor_creation":
-            self.actor_gpus = a["cuda_visible_devices"]
-        elif kind == "actor_task":
-            a["cuda_visible_devices"] = self.actor_gpus
-        CURRENT.task_id = a["task_id"]
-        CURRENT.job_id = a["job_id"]
-        CURRENT.cuda_visible_devices = a["cuda_visible_devices"]
+    def run(self, a: _native.Assignment):
+        kind = a.kind
+        if kind == TaskKind.ACTOR_CREATION:
+            self.actor_gpus = a.cuda_visible_devices
+        # An actor's calls run on the GPUs it was created with.
+        gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
+        CURRENT.task_id = a.task_id
+        CURRENT.job_id = a.job_id
+        CURRENT.cuda_visible_devices = gpus
         saved_env = {}
-        env = dict(a["env_vars"])
-        env["CUDA_VISIBLE_DEVICES"] = a["cuda_visible_devices"]
-        if kind != "actor_creation":
+        env = dict(a.env_vars)
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+        if kind != TaskKind.ACTOR_CREATION:
             for k, v in env.items():
                 saved_env[k] = os.environ.get(k)
                 os.environ[k] = v
         else:
             os.environ.update(env)
-        returns_ids = a["return_ids"]
-        name = a["name"]
+        returns_ids = a.return_ids
+        name = a.name
         method_names = []
         try:
-            args = [serialization.deserialize(b) for b in a["args"]]
-            n_kw = len(a["kwarg_names"])
-            kwargs = dict(zip(a["kwarg_names"], args[len(args) - n_kw :], strict=True)) if n_kw else {}
+            args = [serialization.deserialize(b) for b in a.args]
+            kwarg_names = a.kwarg_names
+            n_kw = len(kwarg_names)
+            kwargs = dict(zip(kwarg_names, args[len(args) - n_kw :], strict=True)) if n_kw else {}
             positional = args[: len(args) - n_kw]
-            if kind == "task":
-                fn = self.load(a["function_id"])
+            if kind == TaskKind.NORMAL:
+                fn = self.load(a.function_id)
                 with _UserCode():
                     result = fn(*positional, **kwargs)
-            elif kind == "actor_creation":
-                cls = self.load(a["function_id"])
-                STATE.actor_id = a["actor_id"]
+            elif kind == TaskKind.ACTOR_CREATION:
+                cls = self.load(a.function_id)
+                STATE.actor_id = a.actor_id
                 with _UserCode():
                     self.actor = cls(*positional, **kwargs)
                 method_names = [
                     n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")
                 ]
-                if a["max_concurrency"] > 1:
-                    self.pool = ThreadPoolExecutor(max_workers=a["max_concurrency"])
+                if a.max_concurrency > 1:
+                    self.pool = ThreadPoolExecutor(max_workers=a.max_concurrency)
                 result = None
             else:
-                result = getattr(self.actor, a["method_name"])(*positional, **kwargs)
+                result = getattr(self.actor, a.method_name)(*positional, **kwargs)
             prepared, nested = self.prepare_returns(returns_ids, result, name)
-            self.client.task_done(a["task_id"], prepared, False, nested, method_names)
+            self.client.task_done(a.task_id, prepared, False, nested, method_names)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
             try:
                 self.report_error(a, returns_ids, name, e)
             except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
                 print(f"(oxray) could not report the failure of {name}: {report_failure!r}", file=sys.stderr)
-                self.client.task_done(a["task_id"], [], True, [], [], str(e))
+                self.client.task_done(a.task_id, [], True, [], [], str(e))
         finally:
             for k, v in saved_env.items():
                 if v is None:
@@ -145,7 +147,7 @@ class Worker:
         if not return_ids:
             prepared = []
         text = getattr(error, "traceback_str", "") or str(e)
-        self.client.task_done(a["task_id"], prepared, True, [], [], text)
+        self.client.task_done(a.task_id, prepared, True, [], [], text)
 
     def loop(self):
         while True:
@@ -157,7 +159,7 @@ class Worker:
                 return  # the agent is gone
             if a is None:
                 continue
-            if self.pool is not None and a["kind"] == "actor_task":
+            if self.pool is not None and a.kind == TaskKind.ACTOR_TASK:
                 self.pool.submit(self.run, a)
             else:
                 try:

@@ -191,30 +191,30 @@ def _status(args) -> None:
     print("Node status")
     print("-" * 60)
     for title, alive in (("Active", True), ("Dead", False)):
-        group = [n for n in nodes if n["alive"] == alive]
+        group = [n for n in nodes if n.alive == alive]
         print(f"{title}:")
         if not group:
             print(" (no nodes)")
         for n in group:
-            role = ", head" if n["is_head"] else ""
-            print(f" 1 node_{n['node_id']} ({n['address']}{role})")
+            role = ", head" if n.is_head else ""
+            print(f" 1 node_{n.node_id} ({n.address}{role})")
     print()
     print("Resources")
     print("-" * 60)
-    live = [n for n in nodes if n["alive"]]
-    names = sorted({k for n in live for k in n["total"] if not k.startswith("node:") and "_group_" not in k})
+    live = [n for n in nodes if n.alive]
+    names = sorted({k for n in live for k in n.total if not k.startswith("node:") and "_group_" not in k})
     print("Total Usage:")
     for name in names:
-        total = sum(n["total"].get(name, 0.0) for n in live)
-        used = total - sum(n["available"].get(name, 0.0) for n in live)
+        total = sum(n.total.get(name, 0.0) for n in live)
+        used = total - sum(n.available.get(name, 0.0) for n in live)
         print(f" {_fmt_amount(name, used)}/{_fmt_amount(name, total)} {name}")
     print()
     print("Per node:")
     for n in live:
-        print(f" node_{n['node_id']} ({n['address']}):")
-        for name in sorted(k for k in n["total"] if not k.startswith("node:") and "_group_" not in k):
-            total = n["total"][name]
-            used = total - n["available"].get(name, 0.0)
+        print(f" node_{n.node_id} ({n.address}):")
+        for name in sorted(k for k in n.total if not k.startswith("node:") and "_group_" not in k):
+            total = n.total[name]
+            used = total - n.available.get(name, 0.0)
             print(f"  {_fmt_amount(name, used)}/{_fmt_amount(name, total)} {name}")
 
 

@@ -40,7 +40,7 @@ class PlacementGroup:
     def bundle_specs(self) -> List[Dict[str, float]]:
         if self._bundle_specs is None:
             info = _client().get_placement_group(pg_id=self.id.binary())
-            self._bundle_specs = info["bundles"] if info else []
+            self._bundle_specs = info.bundles if info else []
         return self._bundle_specs
 
     @property
@@ -167,7 +167,7 @@ def get_placement_group(placement_group_name: str) -> PlacementGroup:
     info = _client().get_placement_group(name=placement_group_name, namespace=STATE.namespace or "")
     if info is None:
         raise ValueError(f"Failed to look up placement group with name: {placement_group_name}")
-    return PlacementGroup(PlacementGroupID(bytes.fromhex(info["placement_group_id"])), info["bundles"])
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(info.placement_group_id)), info.bundles)
 
 
 def placement_group_table(placement_group: Optional[PlacementGroup] = None) -> dict:
@@ -175,18 +175,18 @@ def placement_group_table(placement_group: Optional[PlacementGroup] = None) -> d
 
     def row(info):
         return {
-            "placement_group_id": info["placement_group_id"],
-            "name": info["name"],
-            "bundles": dict(enumerate(info["bundles"])),
-            "bundles_to_node_id": dict(enumerate(info["bundle_nodes"])),
-            "strategy": info["strategy"],
-            "state": info["state"],
+            "placement_group_id": info.placement_group_id,
+            "name": info.name,
+            "bundles": dict(enumerate(info.bundles)),
+            "bundles_to_node_id": dict(enumerate(info.bundle_nodes)),
+            "strategy": info.strategy,
+            "state": info.state,
         }
 
     if placement_group is not None:
         info = _client().get_placement_group(pg_id=placement_group.id.binary())
         return row(info) if info else {}
-    return {info["placement_group_id"]: row(info) for info in _client().list_placement_groups()}
+    return {info.placement_group_id: row(info) for info in _client().list_placement_groups()}
 
 
 def get_current_placement_group() -> Optional[PlacementGroup]:

@@ -288,15 +288,15 @@ def test_arena_memory_is_reused_after_release(ray_cluster):
     stats = STATE.cluster.store_stats
     first = ray.put(np.ones(8 * MiB // 8))
     arr = ray.get(first)
-    used_with_one = stats()["shm_used"]
+    used_with_one = stats().shm_used
     del first, arr
     for _ in range(10):
         ref = ray.put(np.ones(8 * MiB // 8))
         assert ray.get(ref)[0] == 1.0
         del ref
     # Give the background reference flush a moment, then check nothing accumulated.
-    wait_until(lambda: stats()["shm_used"] <= used_with_one, timeout=5)
-    assert stats()["shm_used"] <= used_with_one
+    wait_until(lambda: stats().shm_used <= used_with_one, timeout=5)
+    assert stats().shm_used <= used_with_one
 
 
 def test_numpy_and_arrow_reads_are_zero_copy(ray_cluster):

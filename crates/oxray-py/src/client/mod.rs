@@ -1,0 +1,101 @@
+//! The per-process `Client`: the struct, its construction (connecting to the
+//! node agent and starting the background flushers), and the helpers its
+//! methods share. The methods are split by concern, each file one
+//! `#[pymethods]` block of the same class (pyo3's `multiple-pymethods`):
+//! objects and references (`objects.rs`), tasks and functions (`tasks.rs`),
+//! actors (`actors.rs`), placement groups (`placement.rs`), the cluster's
+//! nodes and logs (`nodes.rs`), and the worker side (`worker.rs`).
+
+mod actors;
+mod nodes;
+mod objects;
+mod placement;
+mod tasks;
+mod worker;
+
+use crate::buffers::ArenaMap;
+use crate::error::{bad_id, client_error as rpc_err};
+use crate::runtime;
+use oxray_runtime::client::{AssignmentStream, CoreClient};
+use oxray_runtime::ids::{ClientId, ObjectId};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn to_id(raw: &[u8]) -> PyResult<ObjectId> {
+    ObjectId::from_bytes(raw).map_err(bad_id)
+}
+
+fn to_ids(raw: &[Vec<u8>]) -> PyResult<Vec<ObjectId>> {
+    raw.iter().map(|r| to_id(r)).collect()
+}
+
+#[pyclass(module = "oxray._native")]
+pub(crate) struct Client {
+    inner: Arc<CoreClient>,
+    assignments: Mutex<Option<AssignmentStream>>,
+    /// This process's mapping of each node arena it has seen (mapped once, kept warm).
+    arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    /// `cluster`: the embedded cluster of this process, whose agent is then called
+    /// directly instead of over the network.
+    #[pyo3(signature = (address, token, client_id=None, cluster=None))]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        token: String,
+        client_id: Option<Vec<u8>>,
+        cluster: Option<PyRef<'_, crate::cluster::Cluster>>,
+    ) -> PyResult<Self> {
+        let id = match client_id {
+            Some(raw) => ClientId::from_bytes(&raw).map_err(bad_id)?,
+            None => ClientId::random(),
+        };
+        let local = cluster.and_then(|c| c.local_service());
+        let inner = py
+            .detach(|| {
+                runtime().block_on(async {
+                    match local {
+                        Some(service) => CoreClient::connect_local(&address, &token, id, service).await,
+                        None => CoreClient::connect(&address, &token, id).await,
+                    }
+                })
+            })
+            .map_err(rpc_err)?;
+        let inner = Arc::new(inner);
+        // Reference drops are flushed in the background too, so idle drivers free memory.
+        let weak = Arc::downgrade(&inner);
+        runtime().spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                tick.tick().await;
+                let Some(client) = weak.upgrade() else { break };
+                if client.has_ref_changes() {
+                    let _ = client.flush_refs().await;
+                }
+            }
+        });
+        runtime().spawn(CoreClient::run_sender(Arc::downgrade(&inner)));
+        Ok(Client { inner, assignments: Mutex::new(None), arenas: Mutex::new(HashMap::new()) })
+    }
+
+    #[getter]
+    fn client_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, self.inner.client_id.as_bytes())
+    }
+}
+
+impl Client {
+    /// Sends the submissions queued so far, so a later request sees them.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.flush_submissions())).map_err(rpc_err)
+    }
+}

@@ -1,0 +1,37 @@
+//! The cluster's nodes: listing them as `NodeInfo` records, and following the
+//! output of this job's workers on them.
+
+use super::Client;
+use crate::error::{bad_id, client_error as rpc_err};
+use crate::records::NodeInfo;
+use crate::runtime;
+use oxray_runtime::ids::JobId;
+use oxray_runtime::proto::Empty;
+use pyo3::prelude::*;
+
+#[pymethods]
+impl Client {
+    /// Every node the head knows, alive or not.
+    fn cluster_info(&self, py: Python<'_>) -> PyResult<Vec<NodeInfo>> {
+        self.flush(py)?;
+        let mut agent = self.inner.driver();
+        let reply = py.detach(|| runtime().block_on(agent.cluster_info(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        Ok(reply.into_inner().nodes.into_iter().map(NodeInfo::from).collect())
+    }
+
+    /// Prints the output of this job's workers on other nodes in this
+    /// terminal (and on this node too when `skip_address` is None).
+    #[pyo3(signature = (token, job_id, skip_address=None))]
+    fn follow_logs(
+        &self,
+        py: Python<'_>,
+        token: String,
+        job_id: Vec<u8>,
+        skip_address: Option<String>,
+    ) -> PyResult<()> {
+        let c = self.inner.clone();
+        let job_id = JobId::from_optional_bytes(&job_id).map_err(bad_id)?;
+        py.detach(|| runtime().block_on(c.follow_logs(token, job_id, skip_address)));
+        Ok(())
+    }
+}

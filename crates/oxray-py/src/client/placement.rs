@@ -1,0 +1,69 @@
+//! Placement groups: creating, removing, and looking them up (by id or name,
+//! or all of them) as `PlacementGroupInfo` records.
+
+use super::Client;
+use crate::error::client_error as rpc_err;
+use crate::records::PlacementGroupInfo;
+use crate::runtime;
+use oxray_runtime::placement::Strategy;
+use oxray_runtime::proto::{Bundle, Empty, PlacementGroupRequest, PlacementGroupSpec};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use std::collections::HashMap;
+
+#[pymethods]
+impl Client {
+    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string()))]
+    fn create_placement_group(
+        &self,
+        py: Python<'_>,
+        pg_id: Vec<u8>,
+        bundles: Vec<HashMap<String, f64>>,
+        strategy: String,
+        name: String,
+        namespace: String,
+    ) -> PyResult<PlacementGroupInfo> {
+        let strategy = Strategy::parse(&strategy).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let spec = PlacementGroupSpec {
+            pg_id,
+            bundles: bundles.into_iter().map(|resources| Bundle { resources }).collect(),
+            strategy: strategy.to_proto() as i32,
+            name,
+            namespace,
+        };
+        let mut agent = self.inner.driver();
+        let reply =
+            py.detach(|| runtime().block_on(agent.create_placement_group(spec))).map_err(|s| rpc_err(s.into()))?;
+        Ok(reply.into_inner().into())
+    }
+
+    fn remove_placement_group(&self, py: Python<'_>, pg_id: Vec<u8>) -> PyResult<()> {
+        let mut agent = self.inner.driver();
+        let request = PlacementGroupRequest { pg_id, ..Default::default() };
+        py.detach(|| runtime().block_on(agent.remove_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    /// The group with this id, or else with this name in this namespace; None if there is none.
+    #[pyo3(signature = (pg_id=Vec::new(), name="".to_string(), namespace="".to_string()))]
+    fn get_placement_group(
+        &self,
+        py: Python<'_>,
+        pg_id: Vec<u8>,
+        name: String,
+        namespace: String,
+    ) -> PyResult<Option<PlacementGroupInfo>> {
+        let mut agent = self.inner.driver();
+        let request = PlacementGroupRequest { pg_id, name, namespace };
+        let reply =
+            py.detach(|| runtime().block_on(agent.get_placement_group(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(reply.into_inner().info.map(PlacementGroupInfo::from))
+    }
+
+    fn list_placement_groups(&self, py: Python<'_>) -> PyResult<Vec<PlacementGroupInfo>> {
+        let mut agent = self.inner.driver();
+        let reply =
+            py.detach(|| runtime().block_on(agent.list_placement_groups(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        Ok(reply.into_inner().groups.into_iter().map(PlacementGroupInfo::from).collect())
+    }
+}

@@ -1,0 +1,127 @@
+//! Tasks: submitting a task, an actor creation or an actor call, the function
+//! table (register and fetch pickled functions), and cancelling a task.
+
+use super::{Client, to_ids};
+use crate::error::client_error as rpc_err;
+use crate::records::{CreatedActor, TaskKind};
+use crate::runtime;
+use oxray_runtime::proto::{self, CancelRequest, FunctionBlob, FunctionId, TaskArg, TaskSpec, task_arg};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::collections::HashMap;
+
+/// A task argument from Python: (is_ref, bytes) — an object id or an encoded value.
+type PyArg = (bool, Vec<u8>);
+
+#[pymethods]
+impl Client {
+    /// Submits a task, an actor creation or an actor call. A task or an actor
+    /// call returns None at once (a request that can never be scheduled fails
+    /// in its returns); an actor creation waits for the actor to be registered
+    /// and returns it as a `CreatedActor`.
+    #[pyo3(signature = (*, kind, task_id, function_id, name, args, kwarg_names, return_ids, resources,
+        max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
+        env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
+        max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
+        placement_resources=HashMap::new(), get_if_exists=false))]
+    #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        kind: TaskKind,
+        task_id: Vec<u8>,
+        function_id: Vec<u8>,
+        name: String,
+        args: Vec<PyArg>,
+        kwarg_names: Vec<String>,
+        return_ids: Vec<Vec<u8>>,
+        resources: HashMap<String, f64>,
+        max_retries: i32,
+        retry_exceptions: bool,
+        actor_id: Option<Vec<u8>>,
+        method_name: String,
+        env_vars: HashMap<String, String>,
+        nested_refs: Vec<Vec<u8>>,
+        job_id: Vec<u8>,
+        max_restarts: i32,
+        max_task_retries: i32,
+        max_concurrency: i32,
+        actor_name: String,
+        namespace: String,
+        detached: bool,
+        placement_resources: HashMap<String, f64>,
+        get_if_exists: bool,
+    ) -> PyResult<Option<CreatedActor>> {
+        let args = args
+            .into_iter()
+            .map(|(is_ref, data)| TaskArg {
+                kind: Some(if is_ref { task_arg::Kind::ObjectId(data) } else { task_arg::Kind::Value(data) }),
+            })
+            .collect();
+        let spec = TaskSpec {
+            task_id,
+            function_id,
+            name,
+            kind: proto::TaskKind::from(kind) as i32,
+            args,
+            kwarg_names,
+            return_ids,
+            resources,
+            max_retries,
+            retry_exceptions,
+            actor_id: actor_id.unwrap_or_default(),
+            method_name,
+            env_vars,
+            nested_refs,
+            job_id,
+            max_restarts,
+            max_task_retries,
+            max_concurrency,
+            actor_name,
+            namespace,
+            detached,
+            placement_resources,
+            owner_id: self.inner.client_id.to_vec(),
+        };
+        let return_ids_copy = to_ids(&spec.return_ids)?;
+        let c = self.inner.clone();
+        match kind {
+            TaskKind::Normal | TaskKind::ActorTask => {
+                // Returns at once; impossible requests surface as errors in the returns.
+                c.enqueue(spec).map_err(rpc_err)?;
+                self.inner.mark_reported_all(&return_ids_copy);
+                Ok(None)
+            }
+            TaskKind::ActorCreation => {
+                let (id, existing) =
+                    py.detach(|| runtime().block_on(c.create_actor(spec, get_if_exists))).map_err(rpc_err)?;
+                Ok(Some(CreatedActor { actor_id: id.to_vec(), existing }))
+            }
+        }
+    }
+
+    fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {
+        self.flush(py)?;
+        let mut agent = self.inner.driver();
+        py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    fn get_function<'py>(&self, py: Python<'py>, function_id: Vec<u8>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut agent = self.inner.driver();
+        let blob = py
+            .detach(|| runtime().block_on(agent.get_function(FunctionId { function_id })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(PyBytes::new(py, &blob.into_inner().data))
+    }
+
+    #[pyo3(signature = (object_id, force=false))]
+    fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool) -> PyResult<()> {
+        self.flush(py)?;
+        let mut agent = self.inner.driver();
+        py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force })))
+            .map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+}

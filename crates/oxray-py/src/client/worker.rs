@@ -1,0 +1,104 @@
+//! The worker side: opening the assignment stream, taking the next
+//! `Assignment` (its reference arguments already mapped), and reporting a
+//! task done.
+
+use super::Client;
+use crate::buffers::{ObjectBuffer, PreparedObject};
+use crate::error::client_error as rpc_err;
+use crate::records::Assignment;
+use crate::{OxrayRpcError, runtime};
+use oxray_runtime::proto::{self, TaskDoneRequest, task_arg};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use std::time::Duration;
+
+#[pymethods]
+impl Client {
+    /// Opens this worker's assignment stream.
+    fn worker_connect(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.clone();
+        let stream = py.detach(|| runtime().block_on(c.worker_connect())).map_err(rpc_err)?;
+        *self.assignments.lock() = Some(stream);
+        Ok(())
+    }
+
+    /// The next assignment, None on timeout; raises when the agent is gone.
+    /// The calling thread reads the stream itself (in a worker the runtime runs on
+    /// the calling threads), so a task reaches Python with no thread hand-off.
+    fn next_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Assignment>> {
+        // Taken out while waiting: the stream is moved into the GIL-free section.
+        let mut stream =
+            self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
+        let wait = Duration::from_secs_f64(timeout_s);
+        let (item, stream) = py.detach(move || {
+            let item = runtime().block_on(async { tokio::time::timeout(wait, stream.message()).await });
+            (item, stream)
+        });
+        *self.assignments.lock() = Some(stream);
+        let assignment = match item {
+            Err(_elapsed) => return Ok(None),
+            Ok(Ok(Some(a))) => Box::new(a),
+            Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
+            Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
+        };
+        let proto::Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
+        let spec = task.unwrap_or_default();
+        let resolved = py.detach(|| self.map_locations(resolved_args))?;
+        let mut resolved = resolved.into_iter();
+        let mut args = Vec::with_capacity(spec.args.len());
+        for arg in spec.args {
+            let buf = match arg.kind {
+                Some(task_arg::Kind::Value(v)) => ObjectBuffer::from_location_bytes(v),
+                Some(task_arg::Kind::ObjectId(_)) => {
+                    resolved.next().ok_or_else(|| PyValueError::new_err("missing resolved argument"))?
+                }
+                None => return Err(PyValueError::new_err("empty task argument")),
+            };
+            args.push(Py::new(py, buf)?);
+        }
+        Ok(Some(Assignment {
+            kind: proto::TaskKind::try_from(spec.kind).unwrap_or(proto::TaskKind::Normal).into(),
+            task_id: spec.task_id,
+            function_id: spec.function_id,
+            name: spec.name,
+            args,
+            kwarg_names: spec.kwarg_names,
+            return_ids: spec.return_ids,
+            actor_id: spec.actor_id,
+            method_name: spec.method_name,
+            env_vars: spec.env_vars,
+            job_id: spec.job_id,
+            max_concurrency: spec.max_concurrency,
+            namespace: spec.namespace,
+            cuda_visible_devices,
+        }))
+    }
+
+    #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(), error_text=String::new()))]
+    #[allow(clippy::too_many_arguments, reason = "one argument per keyword of task_done() in Python")]
+    fn task_done(
+        &self,
+        py: Python<'_>,
+        task_id: Vec<u8>,
+        returns: Vec<PyRefMut<'_, PreparedObject>>,
+        application_error: bool,
+        nested_refs: Vec<Vec<u8>>,
+        method_names: Vec<String>,
+        error_text: String,
+    ) -> PyResult<()> {
+        let returns = returns.into_iter().filter_map(|mut p| p.location.take()).collect();
+        let done = TaskDoneRequest {
+            worker_id: self.inner.client_id.to_vec(),
+            task_id,
+            returns,
+            application_error,
+            nested_refs,
+            ref_deltas: None,
+            method_names,
+            error_text,
+        };
+        let Some(done) = self.inner.try_task_done_now(done) else { return Ok(()) };
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.task_done(done))).map_err(rpc_err)
+    }
+}

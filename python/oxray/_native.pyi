@@ -1,0 +1,372 @@
+"""Type stub of `oxray._native`, the engine's Python extension module (the
+`oxray-py` crate): the embedded cluster, the per-process `Client` of a node
+agent, zero-copy object buffers, Train's run storage, and the typed records
+those return. tests/python/core/test_native_stub.py checks it against the
+built module, name by name and parameter by parameter."""
+
+import builtins
+from collections.abc import Sequence
+from os import PathLike
+from typing import ClassVar, final
+
+from typing_extensions import Buffer
+
+_StrPath = str | PathLike[str]
+
+__all__ = [
+    "ObjectBuffer",
+    "PreparedObject",
+    "Client",
+    "Cluster",
+    "Storage",
+    "TaskKind",
+    "ActorInfo",
+    "NodeInfo",
+    "PlacementGroupInfo",
+    "CreatedActor",
+    "Assignment",
+    "StoreStats",
+    "start_cluster",
+    "encode_object",
+    "INLINE_THRESHOLD",
+    "OxrayRpcError",
+    "OxrayAuthError",
+    "__version__",
+]
+
+__version__: str
+INLINE_THRESHOLD: int
+"""Objects whose serialized size is at most this many bytes travel inline."""
+
+class OxrayRpcError(RuntimeError):
+    """A call to the node agent failed: it is unreachable or its stream broke."""
+
+class OxrayAuthError(OxrayRpcError):
+    """The node agent refused the cluster token."""
+
+@final
+class TaskKind:
+    """What a task is: a plain task, the creation of an actor, or a call on one."""
+
+    NORMAL: ClassVar[TaskKind]
+    ACTOR_CREATION: ClassVar[TaskKind]
+    ACTOR_TASK: ClassVar[TaskKind]
+    def __eq__(self, value: object, /) -> bool:
+        """Equal to the same kind, and to its integer value."""
+    def __hash__(self) -> int: ...
+    def __int__(self) -> int: ...
+    def __repr__(self) -> str: ...
+
+@final
+class ObjectBuffer:
+    """An object's bytes, read-only, through the buffer protocol (inline, a
+    mapped file, or a view of the node's shared-memory arena)."""
+
+    def layout(self) -> tuple[int, tuple[int, int], list[tuple[int, int]]]:
+        """(flags, (pickle start, end), [(buffer start, end), ...]) within this buffer."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class PreparedObject:
+    """A serialized object ready to seal or return: inline bytes or reserved shared memory."""
+
+@final
+class ActorInfo:
+    """An actor as the cluster knows it."""
+
+    @property
+    def actor_id(self) -> bytes: ...
+    @property
+    def class_name(self) -> str: ...
+    @property
+    def state(self) -> str:
+        """Ray's name: "PENDING_CREATION", "ALIVE", "RESTARTING" or "DEAD"."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def num_restarts(self) -> int: ...
+    @property
+    def death_cause(self) -> str: ...
+    @property
+    def method_names(self) -> list[str]: ...
+    @property
+    def max_task_retries(self) -> int: ...
+    def __repr__(self) -> str: ...
+
+@final
+class NodeInfo:
+    """A node of the cluster."""
+
+    @property
+    def node_id(self) -> str:
+        """The node id in hex."""
+    @property
+    def address(self) -> str:
+        """The node agent's host:port."""
+    @property
+    def ip(self) -> str: ...
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def total(self) -> dict[str, float]: ...
+    @property
+    def available(self) -> dict[str, float]: ...
+    @property
+    def is_head(self) -> bool: ...
+    @property
+    def session_dir(self) -> str: ...
+    @property
+    def start_time_ms(self) -> int: ...
+    def __repr__(self) -> str: ...
+
+@final
+class PlacementGroupInfo:
+    """A placement group and where its bundles are."""
+
+    @property
+    def placement_group_id(self) -> str:
+        """The group id in hex."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def strategy(self) -> str:
+        """ "PACK", "SPREAD", "STRICT_PACK" or "STRICT_SPREAD"."""
+    @property
+    def state(self) -> str:
+        """ "PENDING", "CREATED" or "REMOVED"."""
+    @property
+    def bundles(self) -> list[dict[str, float]]: ...
+    @property
+    def bundle_nodes(self) -> list[str]:
+        """The hex node id of each bundle, once the group is created."""
+    def __repr__(self) -> str: ...
+
+@final
+class CreatedActor:
+    """What `Client.submit` returns for an actor creation."""
+
+    @property
+    def actor_id(self) -> bytes: ...
+    @property
+    def existing(self) -> bool:
+        """The actor was already there (`get_if_exists`)."""
+    def __repr__(self) -> str: ...
+
+@final
+class Assignment:
+    """A task given to this worker by its node agent."""
+
+    @property
+    def kind(self) -> TaskKind: ...
+    @property
+    def task_id(self) -> bytes: ...
+    @property
+    def function_id(self) -> bytes: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def args(self) -> list[ObjectBuffer]:
+        """Every argument in order, values and resolved references alike."""
+    @property
+    def kwarg_names(self) -> list[str]:
+        """The names of the last len(kwarg_names) arguments."""
+    @property
+    def return_ids(self) -> list[bytes]: ...
+    @property
+    def actor_id(self) -> bytes: ...
+    @property
+    def method_name(self) -> str: ...
+    @property
+    def env_vars(self) -> dict[str, str]: ...
+    @property
+    def job_id(self) -> bytes: ...
+    @property
+    def max_concurrency(self) -> int: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def cuda_visible_devices(self) -> str: ...
+    def __repr__(self) -> str: ...
+
+@final
+class StoreStats:
+    """The embedded node's object store, in bytes and object counts."""
+
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def shm_used(self) -> int: ...
+    @property
+    def spilled_bytes(self) -> int: ...
+    @property
+    def inline_bytes(self) -> int: ...
+    @property
+    def num_objects(self) -> int: ...
+    @property
+    def num_spilled_total(self) -> int: ...
+    def __repr__(self) -> str: ...
+
+@final
+class Cluster:
+    """The node (and head, unless it joined one) this process started."""
+
+    @property
+    def agent_address(self) -> str: ...
+    @property
+    def head_address(self) -> str: ...
+    @property
+    def token(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def session_dir(self) -> str: ...
+    @property
+    def shm_dir(self) -> str: ...
+    def shutdown(self) -> None:
+        """Kills all workers, removes the object store's files and stops the servers."""
+    def worker_pids(self) -> list[int]: ...
+    def store_stats(self) -> StoreStats | None:
+        """None once the cluster is shut down."""
+
+def start_cluster(
+    *,
+    session_dir: _StrPath,
+    python: str,
+    cwd: _StrPath,
+    num_cpus: float | None = None,
+    num_gpus: int | None = None,
+    resources: dict[str, float] = ...,
+    memory: int | None = None,
+    object_store_memory: int | None = None,
+    worker_env: Sequence[tuple[str, str]] = ...,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    forward_output: bool = True,
+    join: str | None = None,
+    port: int = 0,
+    state_dir: _StrPath | None = None,
+) -> Cluster:
+    """Starts a node in this process, with its own head (listening on `port`,
+    keeping its state in `state_dir`) or joining the head at `join` (its agent
+    then listens on `port`)."""
+
+def encode_object(pickle: bytes, buffers: Sequence[Buffer], flags: int) -> bytes:
+    """Serializes into inline bytes (used for small task arguments)."""
+
+@final
+class Client:
+    """A process's client of its node agent: submits work, moves objects,
+    counts references and, in a worker, receives assignments."""
+
+    def __new__(
+        cls, address: str, token: str, client_id: bytes | None = None, cluster: Cluster | None = None
+    ) -> Client:
+        """`cluster`: the embedded cluster of this process, whose agent is then
+        called directly instead of over the network."""
+    @property
+    def client_id(self) -> bytes: ...
+
+    # objects and references
+    def incref(self, id: bytes) -> None: ...
+    def decref(self, id: bytes) -> None: ...
+    def flush_refs(self) -> None: ...
+    def prepare(self, id: bytes, pickle: bytes, buffers: Sequence[Buffer], flags: int) -> PreparedObject:
+        """Serializes an object into its final place (inline or shared memory)."""
+    def seal(self, prepared: PreparedObject, nested: Sequence[bytes]) -> None:
+        """Makes a prepared object readable and records this process as its holder."""
+    def get(self, ids: Sequence[bytes], timeout_s: float | None = None) -> list[ObjectBuffer] | None:
+        """Objects by id, in order; None when the timeout passed first."""
+    def wait(self, ids: Sequence[bytes], num_returns: int, timeout_s: float | None = None) -> list[bytes]:
+        """The ids of those objects that are ready, once `num_returns` are or the timeout passed."""
+
+    # tasks
+    def submit(
+        self,
+        *,
+        kind: TaskKind,
+        task_id: bytes,
+        function_id: bytes,
+        name: str,
+        args: Sequence[tuple[bool, bytes]],
+        kwarg_names: Sequence[str],
+        return_ids: Sequence[bytes],
+        resources: dict[str, float],
+        max_retries: int = 0,
+        retry_exceptions: bool = False,
+        actor_id: bytes | None = None,
+        method_name: str = "",
+        env_vars: dict[str, str] = ...,
+        nested_refs: Sequence[bytes] = ...,
+        job_id: bytes = b"",
+        max_restarts: int = 0,
+        max_task_retries: int = 0,
+        max_concurrency: int = 1,
+        actor_name: str = "",
+        namespace: str = "",
+        detached: bool = False,
+        placement_resources: dict[str, float] = ...,
+        get_if_exists: bool = False,
+    ) -> CreatedActor | None:
+        """Submits a task or an actor call (returns None at once) or an actor
+        creation (returns the `CreatedActor` once registered). `args` are
+        (is_ref, object id or encoded value) pairs."""
+    def register_function(self, function_id: bytes, data: bytes) -> None: ...
+    def get_function(self, function_id: bytes) -> bytes: ...
+    def cancel(self, object_id: bytes, force: bool = False) -> None: ...
+
+    # actors
+    def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> None: ...
+    def get_named_actor(self, name: str, namespace: str) -> ActorInfo | None: ...
+    def get_actor_info(self, actor_id: bytes) -> ActorInfo | None: ...
+    def list_actors(self) -> list[ActorInfo]: ...
+
+    # the cluster's nodes
+    def cluster_info(self) -> list[NodeInfo]: ...
+    def follow_logs(self, token: str, job_id: bytes, skip_address: str | None = None) -> None:
+        """Prints, from now on and in the background, the output of this job's
+        workers on other nodes (and on this node too when `skip_address` is None)."""
+
+    # placement groups
+    def create_placement_group(
+        self, pg_id: bytes, bundles: Sequence[dict[str, float]], strategy: str, name: str = "", namespace: str = ""
+    ) -> PlacementGroupInfo: ...
+    def remove_placement_group(self, pg_id: bytes) -> None: ...
+    def get_placement_group(self, pg_id: bytes = b"", name: str = "", namespace: str = "") -> PlacementGroupInfo | None:
+        """By id, or else by name in the namespace."""
+    def list_placement_groups(self) -> list[PlacementGroupInfo]: ...
+
+    # worker side
+    def worker_connect(self) -> None: ...
+    def next_assignment(self, timeout_s: float) -> Assignment | None:
+        """The next assignment, None on timeout; raises OxrayRpcError when the agent is gone."""
+    def task_done(
+        self,
+        task_id: bytes,
+        returns: Sequence[PreparedObject],
+        application_error: bool = False,
+        nested_refs: Sequence[bytes] = ...,
+        method_names: Sequence[str] = ...,
+        error_text: str = "",
+    ) -> None: ...
+
+@final
+class Storage:
+    """Train's run storage: a local directory or an s3:// prefix."""
+
+    def __new__(cls, uri: str) -> Storage: ...
+    @property
+    def uri(self) -> str: ...
+    def write_bytes(self, rel: str, data: bytes) -> None: ...
+    def read_bytes(self, rel: str) -> bytes | None: ...
+    def upload_dir(self, local: _StrPath, rel: str) -> int:
+        """Copies a local directory's files under `rel/`, merging with what is there."""
+    def download_dir(self, rel: str, local: _StrPath) -> int: ...
+    def list(self, rel: str) -> builtins.list[str]: ...
+    def delete_dir(self, rel: str) -> None: ...
