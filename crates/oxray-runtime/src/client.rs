@@ -17,16 +17,19 @@ use std::time::Duration;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
-/// Calls the node agent's `DriverService`: in-process when this client lives in
-/// the agent's own process (the embedded driver), else over gRPC. Same requests,
-/// same order.
+/// Calls one of the node agent's services (`DriverService` unless named):
+/// in-process when this client lives in the agent's own process (the embedded
+/// driver), else over gRPC through the client field given. Same requests, same order.
 macro_rules! agent_call {
     ($self:ident, $method:ident, $req:expr) => {
+        agent_call!($self, crate::proto::driver_service_server::DriverService, driver, $method, $req)
+    };
+    ($self:ident, $service:path, $client:ident, $method:ident, $req:expr) => {
         match &$self.local {
             Some(service) => {
-                crate::proto::driver_service_server::DriverService::$method(service, tonic::Request::new($req)).await
+                <crate::agent::AgentService as $service>::$method(service, tonic::Request::new($req)).await
             }
-            None => $self.driver().$method($req).await,
+            None => $self.$client.clone().$method($req).await,
         }
     };
 }
@@ -505,12 +508,7 @@ impl CoreClient {
                 .send(WorkerEvent { event: Some(worker_event::Event::Done(done)) })
                 .map_err(|_| ClientError::Rpc("the worker's stream to its node agent is closed".into())),
             None => {
-                match &self.local {
-                    Some(service) => {
-                        worker_service_server::WorkerService::task_done(service, tonic::Request::new(done)).await?
-                    }
-                    None => self.worker.clone().task_done(done).await?,
-                };
+                agent_call!(self, worker_service_server::WorkerService, worker, task_done, done)?;
                 Ok(())
             }
         }

@@ -1,7 +1,7 @@
 //! Actors on this node (and routes to actors elsewhere): their lifecycle, names
 //! unique per namespace, calls queued per caller, and restarts after a death.
 
-use super::{Action, AgentState, TaskState, WorkerRole, job_of, resources_of};
+use super::{Action, AgentState, TaskState, WorkerRole, resources_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
@@ -138,7 +138,7 @@ impl AgentState {
         self.available.subtract(&task.holds);
         task.gpus = gpus;
         let label = task.spec.name.clone();
-        let job_id = job_of(&task.spec);
+        let job_id = task.job;
         let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, job_id, env);

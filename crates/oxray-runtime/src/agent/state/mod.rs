@@ -14,10 +14,10 @@
 //! - `remote`: `PeerTable` (other nodes) and everything that involves them.
 
 use super::error::AgentError;
-use crate::ids::{ActorId, JobId, NodeId, ObjectId, WorkerId};
+use crate::ids::{ActorId, NodeId, ObjectId, WorkerId};
 use crate::resources::{GpuSlots, ResourceSet};
 use oxray_object_store::{ObjectStore, StoreStats};
-use oxray_proto::{Assignment, TaskSpec};
+use oxray_proto::Assignment;
 use std::collections::HashMap;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -137,11 +137,6 @@ pub struct AgentState {
 
 fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
     Ok(ResourceSet::from_map(map)?)
-}
-
-/// The job a task belongs to (checked when the task was accepted).
-fn job_of(spec: &TaskSpec) -> Option<JobId> {
-    JobId::from_optional_bytes(&spec.job_id).ok().flatten()
 }
 
 impl AgentState {

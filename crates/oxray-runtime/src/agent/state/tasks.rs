@@ -33,6 +33,8 @@ pub(super) struct TaskEntry {
     pub(super) gpus: Vec<(usize, i64)>,
     /// The owner node that forwarded it here (it is never forwarded again).
     pub(super) from_peer: Option<NodeId>,
+    /// The job it belongs to: its worker's output goes to that job's driver.
+    pub(super) job: Option<JobId>,
 }
 
 #[derive(Debug)]
@@ -248,7 +250,7 @@ impl AgentState {
         placement: ResourceSet,
         retries_left: i32,
     ) -> Result<(), AgentError> {
-        JobId::from_optional_bytes(&spec.job_id)?;
+        let job = JobId::from_optional_bytes(&spec.job_id)?;
         let mut pinned = Vec::new();
         let mut missing = HashSet::new();
         for arg in &spec.args {
@@ -282,6 +284,7 @@ impl AgentState {
             cancelled: false,
             gpus: Vec::new(),
             from_peer: None,
+            job,
         };
         self.tasks.entries.insert(task_id, entry);
         if state == TaskState::Ready {

@@ -1,7 +1,7 @@
 //! The worker pool: worker processes this node started, which are idle, how
 //! many are still starting, and what happens when one exits.
 
-use super::{Action, ActorState, AgentState, AssignmentSender, TaskState, job_of};
+use super::{Action, ActorState, AgentState, AssignmentSender, TaskState};
 use crate::agent::AgentError;
 use crate::ids::{ActorId, JobId, ObjectId, TaskId, WorkerId};
 use oxray_proto::Assignment;
@@ -127,7 +127,7 @@ impl AgentState {
         task.gpus = gpus;
         task.state = TaskState::Running(worker_id);
         let label = task.spec.name.clone();
-        let job_id = job_of(&task.spec);
+        let job_id = task.job;
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
         worker.running = Some(task_id);
