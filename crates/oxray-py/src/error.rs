@@ -18,6 +18,7 @@ pub(crate) fn client_error(e: ClientError) -> PyErr {
     match e {
         ClientError::Auth(m) => OxrayAuthError::new_err(m),
         e @ ClientError::Token(_) => OxrayAuthError::new_err(e.to_string()),
+        e @ ClientError::Tls(_) => PyValueError::new_err(e.to_string()),
         ClientError::Refused { reason: Refusal::InvalidArgument | Refusal::AlreadyExists, message } => {
             PyValueError::new_err(message)
         }
@@ -38,6 +39,7 @@ pub(crate) fn cluster_error(e: ClusterError) -> PyErr {
         ClusterError::Config(m) => PyValueError::new_err(m),
         ClusterError::Auth(m) => OxrayAuthError::new_err(m),
         e @ ClusterError::Token(_) => OxrayAuthError::new_err(e.to_string()),
+        e @ (ClusterError::Tls(_) | ClusterError::TlsServer(_)) => PyValueError::new_err(e.to_string()),
         e @ ClusterError::Bind { .. } => PyOSError::new_err(e.to_string()),
         other => PyRuntimeError::new_err(other.to_string()),
     }

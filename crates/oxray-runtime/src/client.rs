@@ -3,6 +3,7 @@
 use crate::auth::AttachToken;
 use crate::ids::{ActorId, ClientId, IdError, JobId, ObjectId};
 use crate::refs::RefTable;
+use crate::tls::TlsSettings;
 use oxray_proto::bundle_service_client::BundleServiceClient;
 use oxray_proto::driver_service_client::DriverServiceClient;
 use oxray_proto::peer_service_client::PeerServiceClient;
@@ -72,6 +73,8 @@ pub enum ClientError {
     BadId(#[from] IdError),
     #[error(transparent)]
     Token(#[from] crate::auth::TokenError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     /// Anything else the agent or the transport reported.
     #[error("{0}")]
     Rpc(String),
@@ -102,13 +105,18 @@ impl From<tonic::Status> for ClientError {
             tonic::Code::PermissionDenied => {
                 ClientError::Auth(format!("the cluster refused the token ({}): check OXRAY_TOKEN", s.message()))
             }
-            tonic::Code::Unavailable => ClientError::Unavailable(s.message().to_string()),
+            // A plaintext client talking to a TLS server reads garbage frames.
+            _ if s.message().contains("h2 protocol error") && !tls_configured() => ClientError::Unavailable(format!(
+                "{}; if the cluster uses TLS, set OXRAY_TLS_CA (and OXRAY_TLS_CERT/OXRAY_TLS_KEY)",
+                s.message()
+            )),
+            tonic::Code::Unavailable => ClientError::Unavailable(with_causes(s.message(), &s)),
             tonic::Code::InvalidArgument => refused(Refusal::InvalidArgument),
             tonic::Code::AlreadyExists => refused(Refusal::AlreadyExists),
             tonic::Code::NotFound => refused(Refusal::NotFound),
             tonic::Code::FailedPrecondition => refused(Refusal::FailedPrecondition),
             tonic::Code::ResourceExhausted => refused(Refusal::ResourceExhausted),
-            _ => ClientError::Rpc(s.message().to_string()),
+            _ => ClientError::Rpc(with_causes(s.message(), &s)),
         }
     }
 }
@@ -137,10 +145,17 @@ pub struct CoreClient {
     log_stop: Mutex<Option<tokio::sync::watch::Sender<()>>>,
 }
 
+/// Opens a channel to a node agent or the head: TLS when this process's
+/// environment configures it (see [`crate::tls`]), else plaintext.
 pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
     let err = |reason: String| ClientError::Connect { address: address.to_string(), reason };
-    Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| err(e.to_string()))?
+    let tls = TlsSettings::from_env()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{address}")).map_err(|e| err(e.to_string()))?;
+    if let Some(tls) = &tls {
+        endpoint = endpoint.tls_config(tls.client_config()).map_err(|e| err(format!("bad TLS settings: {e}")))?;
+    }
+    endpoint
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(10))
@@ -150,7 +165,42 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
         .initial_connection_window_size(Some(16 << 20))
         .connect()
         .await
-        .map_err(|e| err(format!("{e}; is the cluster running and is the address right?")))
+        .map_err(|e| err(connect_failure(&e, tls.is_some())))
+}
+
+fn tls_configured() -> bool {
+    [crate::tls::CERT_VAR, crate::tls::CA_VAR].iter().any(|v| std::env::var_os(v).is_some_and(|v| !v.is_empty()))
+}
+
+/// `message` followed by the causes of `error`: tonic's own message is often
+/// just "transport error", and the chain says what happened (a refused TLS
+/// certificate, a reset connection).
+fn with_causes(message: &str, error: &dyn std::error::Error) -> String {
+    let mut reason = message.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause = cause.to_string();
+        if !reason.contains(&cause) {
+            reason = format!("{reason}: {cause}");
+        }
+        source = error_source(source);
+    }
+    reason
+}
+
+fn error_source<'a>(e: Option<&'a (dyn std::error::Error + 'static)>) -> Option<&'a (dyn std::error::Error + 'static)> {
+    e.and_then(|e| e.source())
+}
+
+/// Why a connect failed, with the likely fix.
+fn connect_failure(e: &tonic::transport::Error, tls: bool) -> String {
+    let reason = with_causes(&e.to_string(), e);
+    let hint = if tls {
+        "is the cluster running, is the address right, and does the cluster use TLS with a certificate this CA signed?"
+    } else {
+        "is the cluster running and is the address right? If the cluster uses TLS, set OXRAY_TLS_CA (and OXRAY_TLS_CERT/OXRAY_TLS_KEY)"
+    };
+    format!("{reason}; {hint}")
 }
 
 /// Connections to node agents by address, opened on first use and shared

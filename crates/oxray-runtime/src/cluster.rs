@@ -9,6 +9,7 @@ use crate::client::connect_channel;
 use crate::head::Head;
 use crate::ids::NodeId;
 use crate::resources::ResourceSet;
+use crate::tls::TlsSettings;
 use oxray_object_store::ObjectStore;
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -78,6 +79,12 @@ pub enum ClusterError {
     Auth(String),
     #[error(transparent)]
     Token(#[from] crate::auth::TokenError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
+    #[error(
+        "cannot serve TLS: {0}. Check that OXRAY_TLS_CERT and OXRAY_TLS_KEY are a matching PEM certificate and key"
+    )]
+    TlsServer(tonic::transport::Error),
     #[error("cannot start the head: {0}")]
     Head(#[from] crate::head::HeadError),
     #[error(
@@ -177,6 +184,11 @@ fn incoming_nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = s
     })
 }
 
+/// Whether `host` only accepts connections from this machine.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 async fn bind(host: &str, port: u16, what: &'static str) -> Result<TcpListener, ClusterError> {
     let addr = format!("{host}:{port}");
     TcpListener::bind(&addr).await.map_err(|source| ClusterError::Bind { what, addr, source })
@@ -243,7 +255,18 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         };
     }
     // One port serves every caller's service: drivers, workers, peers, the head's bundle admin.
-    let mut router = tonic::transport::Server::builder()
+    let tls = TlsSettings::from_env()?;
+    let mut server = tonic::transport::Server::builder();
+    match &tls {
+        Some(tls) => server = server.tls_config(tls.server_config()?).map_err(ClusterError::TlsServer)?,
+        None if !is_loopback(&cfg.host) => tracing::warn!(
+            host = %cfg.host,
+            "serving on a non-loopback address without TLS: the token and all data travel in cleartext; \
+             pass --tls-cert/--tls-key/--tls-ca to `oxray start` (or set OXRAY_TLS_CERT/KEY/CA)"
+        ),
+        None => {}
+    }
+    let mut router = server
         .initial_stream_window_size(Some(8 << 20))
         .initial_connection_window_size(Some(16 << 20))
         .add_service(guarded!(DriverServiceServer, service.clone()))

@@ -12,5 +12,6 @@ pub mod ids;
 pub mod placement;
 pub mod refs;
 pub mod resources;
+pub mod tls;
 
 pub use oxray_proto as proto;

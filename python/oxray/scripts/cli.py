@@ -48,7 +48,29 @@ def _port_in_use(host: str, port: int) -> bool:
     return False
 
 
+_TLS_FLAGS = {
+    "tls_cert": "OXRAY_TLS_CERT",
+    "tls_key": "OXRAY_TLS_KEY",
+    "tls_ca": "OXRAY_TLS_CA",
+}
+
+
+def _apply_tls(args) -> None:
+    """Puts the --tls-* options into this process's environment, where the node
+    (in this process or the one it spawns) and every worker it starts read them."""
+    for name, var in _TLS_FLAGS.items():
+        path = getattr(args, name)
+        if path is None:
+            continue
+        if not os.path.isfile(path):
+            _fail(f"--{name.replace('_', '-')}={path!r} is not a readable file; expected a PEM file")
+        os.environ[var] = os.path.abspath(path)
+    if args.tls_client_auth is not None:
+        os.environ["OXRAY_TLS_CLIENT_AUTH"] = args.tls_client_auth
+
+
 def _start(args) -> None:
+    _apply_tls(args)
     host = args.node_ip_address or "127.0.0.1"
     config = {
         "host": host,
@@ -237,6 +259,15 @@ def main(argv=None) -> None:
     start.add_argument("--token", help="the cluster token (default: OXRAY_TOKEN, or the head's state dir)")
     start.add_argument("--state-dir", help="the head's state directory (kept across restarts)")
     start.add_argument("--block", action="store_true", help="stay in the foreground until interrupted")
+    tls = start.add_argument_group("TLS", "encrypt every connection (or set OXRAY_TLS_CERT/KEY/CA on every host)")
+    tls.add_argument("--tls-cert", help="this node's certificate (PEM)")
+    tls.add_argument("--tls-key", help="the certificate's private key (PEM)")
+    tls.add_argument("--tls-ca", help="the CA (PEM) that signed the cluster's certificates")
+    tls.add_argument(
+        "--tls-client-auth",
+        choices=("none", "require"),
+        help="require: mutual TLS, refuse clients without a certificate the CA signed (default none)",
+    )
     stop = sub.add_parser("stop", help="stop every oxray node this host started")
     stop.add_argument("-f", "--force", action="store_true", help="SIGKILL at once")
     stop.add_argument("-g", "--grace-period", type=float, default=10.0, help="seconds to wait before SIGKILL")
