@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 
 import pytest
@@ -19,6 +20,7 @@ import oxray as ray  # noqa: E402
 from oxray import train  # noqa: E402
 from oxray.train import Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: E402
 from oxray.train.torch import TorchTrainer, prepare_data_loader, prepare_model  # noqa: E402
+from oxray_testutil import wait_until  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -567,15 +569,23 @@ def test_worker_output_is_prefixed_with_rank_and_ctrl_c_stops_workers(tmp_path):
         )
     )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 90
-        while len([f for f in os.listdir(tmp_path) if f.startswith("pid-")]) < 2:
-            assert time.monotonic() < deadline and proc.poll() is None, "workers did not start"
-            time.sleep(0.2)
+        # Interrupt once both workers' output has reached the driver: then fit() is
+        # running and the output path is proven, whatever the machine's speed.
+        def started():
+            pid_files = [f for f in os.listdir(tmp_path) if f.startswith("pid-")]
+            return len(pid_files) == 2 and sum("worker says hello" in line for line in list(lines)) >= 2
+
+        assert wait_until(lambda: started() or proc.poll() is not None, timeout=90), "workers did not start"
+        assert proc.poll() is None, "".join(lines)
         pids = {int(f.split("-")[2]): int(f.split("-")[1]) for f in os.listdir(tmp_path) if f.startswith("pid-")}
-        time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=30)
+        proc.wait(timeout=30)
+        reader.join(timeout=30)
+        out = "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()
