@@ -220,7 +220,8 @@ def _fmt_amount(name: str, value: float) -> str:
 def _status(args) -> None:
     from oxray import _native
 
-    current = node_files.read_current_cluster()
+    # The cluster `oxray start` runs here, else one a driver's init() started.
+    current = node_files.find_local_cluster(args.address or os.environ.get("OXRAY_ADDRESS"))
     address = args.address or os.environ.get("OXRAY_ADDRESS") or (current or {}).get("address")
     if not address:
         _fail("no cluster found on this host: start one with `oxray start --head`, or pass --address")
