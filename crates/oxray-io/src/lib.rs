@@ -15,6 +15,10 @@ use tokio::io::AsyncWriteExt;
 pub enum StorageError {
     #[error("invalid storage path {uri:?}: {reason}")]
     InvalidUri { uri: String, reason: String },
+    #[error(
+        "{rel:?} is not a relative path inside the storage root {root}: it must not start with '/' or contain '..'"
+    )]
+    OutsideRoot { rel: String, root: String },
     #[error("{op} {target}: {source}")]
     Io {
         op: &'static str,
@@ -90,6 +94,14 @@ impl Storage {
         Ok(Storage::Local(PathBuf::from(path)))
     }
 
+    /// `rel`, once it is known to stay under the root: not absolute, no `..`.
+    fn inside<'a>(&self, rel: &'a str) -> Result<&'a str> {
+        if rel.starts_with('/') || rel.contains('\0') || rel.split(['/', '\\']).any(|part| part == "..") {
+            return Err(StorageError::OutsideRoot { rel: rel.to_string(), root: self.uri() });
+        }
+        Ok(rel)
+    }
+
     /// The root as the user sees it.
     pub fn uri(&self) -> String {
         match self {
@@ -122,6 +134,7 @@ impl Storage {
     }
 
     pub async fn write_bytes(&self, rel: &str, data: Vec<u8>) -> Result<()> {
+        let rel = self.inside(rel)?;
         match self {
             Storage::Local(root) => {
                 let path = root.join(rel);
@@ -142,6 +155,7 @@ impl Storage {
 
     /// The file's bytes, or `None` when it does not exist.
     pub async fn read_bytes(&self, rel: &str) -> Result<Option<Vec<u8>>> {
+        let rel = self.inside(rel)?;
         match self {
             Storage::Local(root) => match tokio::fs::read(root.join(rel)).await {
                 Ok(data) => Ok(Some(data)),
@@ -159,6 +173,7 @@ impl Storage {
     /// Copies every file under `local` to `rel/`, keeping relative paths and
     /// leaving files already there (other ranks' files merge in).
     pub async fn upload_dir(&self, local: &Path, rel: &str) -> Result<u64> {
+        let rel = self.inside(rel)?;
         let files = local_files(local)?;
         let mut total = 0;
         for (path, sub) in files {
@@ -188,6 +203,7 @@ impl Storage {
 
     /// Copies every file under `rel/` into the local directory `local`.
     pub async fn download_dir(&self, rel: &str, local: &Path) -> Result<u64> {
+        let rel = self.inside(rel)?;
         match self {
             Storage::Local(root) => {
                 let mut total = 0;
@@ -236,6 +252,7 @@ impl Storage {
 
     /// Relative paths of the files under `rel/`.
     pub async fn list(&self, rel: &str) -> Result<Vec<String>> {
+        let rel = self.inside(rel)?;
         match self {
             Storage::Local(root) => {
                 let dir = root.join(rel);
@@ -250,6 +267,7 @@ impl Storage {
 
     /// Removes `rel/` and everything under it; a missing directory is fine.
     pub async fn delete_dir(&self, rel: &str) -> Result<()> {
+        let rel = self.inside(rel)?;
         match self {
             Storage::Local(root) => match tokio::fs::remove_dir_all(root.join(rel)).await {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -322,6 +340,23 @@ fn local_files(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn paths_that_leave_the_root_are_refused() {
+        let outer = tempfile::tempdir().unwrap();
+        let root = outer.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let storage = Storage::open(root.to_str().unwrap()).unwrap();
+        let absolute = outer.path().join("abs").display().to_string();
+        for rel in ["../x", "a/../../x", "a/..", absolute.as_str()] {
+            let refused = storage.write_bytes(rel, b"x".to_vec()).await;
+            assert!(matches!(refused, Err(StorageError::OutsideRoot { .. })), "{rel}: {refused:?}");
+            assert!(matches!(storage.delete_dir(rel).await, Err(StorageError::OutsideRoot { .. })), "{rel}");
+        }
+        storage.write_bytes("a/b..c/ok", b"x".to_vec()).await.unwrap();
+        assert_eq!(storage.read_bytes("a/b..c/ok").await.unwrap().as_deref(), Some(&b"x"[..]));
+        assert_eq!(std::fs::read_dir(outer.path()).unwrap().count(), 1, "nothing was written outside the root");
+    }
 
     #[tokio::test]
     async fn local_round_trip_merges_and_deletes() {

@@ -22,7 +22,7 @@ pub enum ShmError {
 /// error here, not a SIGBUS later) and maps it writable.
 pub fn create_object_file(path: &Path, size: usize) -> Result<MmapMut, ShmError> {
     let shown = || path.display().to_string();
-    let file = OpenOptions::new()
+    let file = crate::private_file_options()
         .read(true)
         .write(true)
         .create_new(true)

@@ -7,7 +7,6 @@ use crate::ObjectId;
 use crate::arena::ArenaAllocator;
 use memmap2::{MmapOptions, MmapRaw};
 use std::collections::HashMap;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -69,10 +68,11 @@ impl ObjectStore {
     /// Creates the arena as a sparse file of `capacity` bytes: pages are
     /// allocated on first write and stay warm for reuse.
     pub fn new(shm_dir: PathBuf, spill_dir: PathBuf, capacity: usize) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&shm_dir)?;
+        crate::create_private_dir_all(&shm_dir)?;
         let arena_path = shm_dir.join("arena");
         let alloc = ArenaAllocator::new(capacity);
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&arena_path)?;
+        let file =
+            crate::private_file_options().read(true).write(true).create(true).truncate(true).open(&arena_path)?;
         file.set_len(alloc.size() as u64)?;
         let arena_map = if alloc.size() > 0 { Some(MmapOptions::new().map_raw(&file)?) } else { None };
         Ok(ObjectStore {
@@ -136,7 +136,7 @@ impl ObjectStore {
     }
 
     fn spill_file(&self, id: &ObjectId) -> std::io::Result<ObjectPlace> {
-        std::fs::create_dir_all(&self.spill_dir)?;
+        crate::create_private_dir_all(&self.spill_dir)?;
         Ok(ObjectPlace::Spilled(self.spill_dir.join(file_name(id))))
     }
 
@@ -202,7 +202,7 @@ impl ObjectStore {
             }
             ObjectPlace::Spilled(path) => {
                 use std::os::unix::fs::FileExt;
-                let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
+                let file = crate::private_file_options().write(true).create(true).truncate(false).open(path)?;
                 file.write_all_at(data, offset as u64)
             }
             ObjectPlace::Inline(_) => {
@@ -279,14 +279,14 @@ impl ObjectStore {
             .min_by_key(|(_, e)| e.last_use)
             .map(|(id, _)| *id);
         let Some(id) = victim else { return Ok(None) };
-        std::fs::create_dir_all(&self.spill_dir)?;
+        crate::create_private_dir_all(&self.spill_dir)?;
         let to = self.spill_dir.join(file_name(&id));
         let entry = self.entries.get_mut(&id).expect("victim exists");
         let ObjectPlace::Arena { offset, len } = entry.place else { unreachable!("victim is in the arena") };
         let map = self.arena_map.as_ref().expect("arena objects imply an arena");
         // SAFETY: the range is allocated to this sealed object and nobody writes it any more.
         let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset), len) };
-        std::fs::write(&to, bytes)?;
+        crate::write_private_file(&to, bytes)?;
         entry.place = ObjectPlace::Spilled(to.clone());
         self.alloc.free(offset, len);
         self.num_spilled_total += 1;

@@ -48,7 +48,7 @@ pub(crate) fn cluster_error(e: ClusterError) -> PyErr {
 /// Run storage: a URI we cannot use is `ValueError`; I/O and S3 failures are `OSError`.
 pub(crate) fn storage_error(e: StorageError) -> PyErr {
     match e {
-        StorageError::InvalidUri { .. } => PyValueError::new_err(e.to_string()),
+        StorageError::InvalidUri { .. } | StorageError::OutsideRoot { .. } => PyValueError::new_err(e.to_string()),
         _ => PyOSError::new_err(e.to_string()),
     }
 }

@@ -119,20 +119,70 @@ pub fn detect_gpus() -> usize {
     std::fs::read_dir("/proc/driver/nvidia/gpus").map(|d| d.count()).unwrap_or(0)
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+/// A process's start time in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`): with its pid it names one process, even once the pid is reused.
+fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and ')': fields after it follow the last ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Removes shared-memory directories left by oxray processes that died without cleanup.
+/// This process as `<pid>-<start ticks>`, the owner recorded on its arena and session.
+fn owner_tag() -> String {
+    let pid = std::process::id();
+    format!("{pid}-{}", process_start_ticks(pid).unwrap_or(0))
+}
+
+/// Whether the process an owner tag (`<pid>-<start ticks>`, or a bare pid from
+/// older versions) names is still running; a reused pid is not it.
+fn owner_alive(tag: &str) -> bool {
+    let (pid, ticks) = match tag.trim().split_once('-') {
+        Some((pid, ticks)) => (pid, Some(ticks)),
+        None => (tag.trim(), None),
+    };
+    let Ok(pid) = pid.parse::<u32>() else { return true }; // not ours to judge
+    match ticks.map(str::parse::<u64>) {
+        Some(Ok(ticks)) => process_start_ticks(pid) == Some(ticks),
+        Some(Err(_)) => true,
+        None => Path::new(&format!("/proc/{pid}")).exists(),
+    }
+}
+
+fn owned_by_me(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && m.uid() == unsafe { libc::geteuid() })
+}
+
+/// Removes the shared-memory directories (`oxray-<pid>-<start ticks>-<node>`) of
+/// oxray processes that died without cleaning up.
 fn remove_stale_shm(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix("oxray-") else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
-        if !pid_alive(pid) {
+        let Some((owner, _node)) = rest.rsplit_once('-') else { continue };
+        if !owner_alive(owner) && owned_by_me(&entry.path()) {
             let _ = oxray_object_store::remove_dir_if_exists(&entry.path());
+        }
+    }
+}
+
+/// The file in a session directory that names the process owning it.
+const SESSION_OWNER_FILE: &str = "owner";
+
+/// Removes the spilled objects of sessions under `root` whose owner died without
+/// cleaning up; their logs stay for a post-mortem.
+fn remove_stale_spill(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else { return };
+    for entry in entries.flatten() {
+        let session = entry.path();
+        if !entry.file_name().to_string_lossy().starts_with("session_") || !owned_by_me(&session) {
+            continue;
+        }
+        let Ok(owner) = std::fs::read_to_string(session.join(SESSION_OWNER_FILE)) else { continue };
+        if !owner_alive(&owner) {
+            let _ = oxray_object_store::remove_dir_if_exists(&session.join("spill"));
         }
     }
 }
@@ -208,10 +258,17 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         let path = path.display().to_string();
         move |source| ClusterError::Io { path, source }
     };
-    std::fs::create_dir_all(cfg.session_dir.join("logs")).map_err(io(&cfg.session_dir))?;
+    let owner = owner_tag();
+    oxray_object_store::create_private_dir_all(&cfg.session_dir.join("logs")).map_err(io(&cfg.session_dir))?;
+    oxray_object_store::create_private_dir_all(&cfg.session_dir).map_err(io(&cfg.session_dir))?;
+    let owner_file = cfg.session_dir.join(SESSION_OWNER_FILE);
+    oxray_object_store::write_private_file(&owner_file, owner.as_bytes()).map_err(io(&owner_file))?;
+    if let Some(root) = cfg.session_dir.parent() {
+        remove_stale_spill(root);
+    }
     let shm_root = if Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { cfg.session_dir.clone() };
     remove_stale_shm(&shm_root);
-    let shm_dir = shm_root.join(format!("oxray-{}-{}", std::process::id(), node_id.short()));
+    let shm_dir = shm_root.join(format!("oxray-{owner}-{}", node_id.short()));
     let store =
         ObjectStore::new(shm_dir.clone(), cfg.session_dir.join("spill"), store_bytes as usize).map_err(io(&shm_dir))?;
     let cpus = total.get("CPU").ceil().max(1.0) as usize;
@@ -360,5 +417,21 @@ impl RunningCluster {
         for s in self.stop.drain(..) {
             let _ = s.send(());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_is_alive_only_with_its_own_start_time() {
+        assert!(owner_alive(&owner_tag()));
+        let pid = std::process::id();
+        let ticks = process_start_ticks(pid).unwrap();
+        assert!(!owner_alive(&format!("{pid}-{}", ticks + 1)), "a reused pid is another process");
+        assert!(!owner_alive(&format!("{}-1", u32::MAX)));
+        assert!(owner_alive(&pid.to_string()));
+        assert!(owner_alive("not-an-owner"), "names we did not write are left alone");
     }
 }

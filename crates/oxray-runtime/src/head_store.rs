@@ -22,6 +22,11 @@ pub enum StoreError {
     Dir { path: String, source: std::io::Error },
     #[error("cannot open the head's state store {path}: {source}")]
     Open { path: String, source: redb::DatabaseError },
+    #[error(
+        "the state directory {dir} is in use by another head (its store is locked). Stop that head \
+         (`oxray stop`), or give this one its own directory with --state-dir"
+    )]
+    InUse { dir: String },
     #[error("the head's state store failed: {0}")]
     Db(#[from] redb::Error),
     #[error("a record in the head's state store is corrupt: {0}")]
@@ -62,8 +67,18 @@ impl HeadStore {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join("head.redb");
         let shown = || path.display().to_string();
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: shown(), source })?;
-        let db = Database::create(&path).map_err(|source| StoreError::Open { path: shown(), source })?;
+        oxray_object_store::create_private_dir_all(dir).map_err(|source| StoreError::Dir { path: shown(), source })?;
+        // Created 0600 here, since redb would create it with the umask's mode.
+        oxray_object_store::private_file_options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|source| StoreError::Dir { path: shown(), source })?;
+        let db = Database::create(&path).map_err(|source| match source {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { dir: dir.display().to_string() },
+            source => StoreError::Open { path: shown(), source },
+        })?;
         Ok(HeadStore { db })
     }
 
@@ -113,6 +128,19 @@ mod tests {
         let actors = store.actors().unwrap();
         assert_eq!(actors.len(), 1);
         assert_eq!(actors[0].state(), ActorState::Dead, "the latest write wins");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_second_open_names_the_state_dir_and_the_store_is_private() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("oxray-head-store-{}", rand::random::<u64>()));
+        let _first = HeadStore::open(&dir).unwrap();
+        let Err(second) = HeadStore::open(&dir) else { panic!("a second head opened a locked store") };
+        let message = second.to_string();
+        assert!(message.contains(&dir.display().to_string()) && message.contains("--state-dir"), "{message}");
+        assert_eq!(std::fs::metadata(dir.join("head.redb")).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -14,8 +14,6 @@ from oxray._private import options as opts
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
 
-DEFAULT_SESSION_ROOT = "/tmp/oxray"
-
 
 def _is_local_host(host: str) -> bool:
     import socket
@@ -109,19 +107,20 @@ def init(
     opts.validate_runtime_env(runtime_env)
 
     # None and "auto": the address in the environment, then the cluster `oxray start`
-    # runs on this host; "auto" raises when there is none, None starts one.
+    # runs on this host; "auto" also joins one another driver's init() started (as
+    # in Ray). "auto" raises when there is none, None starts one.
     auto = address == "auto"
     current = None
     if address in (None, "auto"):
         address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
         if not address:
-            current = node_files.read_current_cluster()
+            current = node_files.find_local_cluster() if auto else node_files.read_current_cluster()
             address = current["address"] if current else ("auto" if auto else None)
     env_vars = opts.env_vars({"runtime_env": runtime_env})
     if address in (None, "", "local"):
+        root = node_files.ensure_private_dir(kwargs["_temp_dir"]) if kwargs.get("_temp_dir") else None
         session_dir = os.path.join(
-            kwargs.get("_temp_dir") or DEFAULT_SESSION_ROOT,
-            time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}",
+            root or node_files.ensure_temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}"
         )
         python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
         worker_env = [("PYTHONPATH", python_path), *env_vars.items()]
@@ -139,6 +138,7 @@ def init(
         )
         agent_address, token = cluster.agent_address, cluster.token
         STATE.cluster = cluster
+        STATE.published = node_files.publish_embedded_cluster(cluster.head_address, cluster.token, cluster.session_dir)
         STATE.address_info = {
             "address": cluster.head_address,
             "node_agent_address": agent_address,
@@ -168,9 +168,8 @@ def init(
             )
         token = os.environ.get("OXRAY_TOKEN")
         if not token:
-            current = current or node_files.read_current_cluster()
-            if current and current.get("address") == address:
-                token = node_files.read_token_file(current.get("token_file"))
+            current = node_files.find_local_cluster(address)
+            token = node_files.read_token_file(current.get("token_file")) if current else None
         if not token:
             raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
         agent_address = _local_agent(address, token)
@@ -181,6 +180,7 @@ def init(
         nodes = client.cluster_info()
     except Exception as e:
         if STATE.cluster is not None:
+            _unpublish()
             STATE.cluster.shutdown()
             STATE.cluster = None
         if isinstance(e, _native.OxrayAuthError):
@@ -234,8 +234,18 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
     STATE.mode = None
     STATE.epoch += 1
     if cluster is not None:
+        _unpublish()
         cluster.shutdown()
     del client
+
+
+def _unpublish() -> None:
+    if STATE.published:
+        try:
+            os.unlink(STATE.published)
+        except FileNotFoundError:
+            pass
+        STATE.published = None
 
 
 def _client():

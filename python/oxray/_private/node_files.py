@@ -1,16 +1,41 @@
-"""Where `oxray start` leaves its traces on a host: the current cluster's
-address, each running node's pid file, the head's state directory and token."""
+"""Where oxray leaves its traces on a host: the current cluster's address and
+token file, each running node's pid file, the head's state directory, and the
+session directories. All of it lives under a per-user root that must be owned
+by this user and private; anything else found there is refused, not trusted."""
 
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import stat
+import tempfile
 from typing import Optional
+
+import psutil
+
+
+class InsecurePathError(PermissionError):
+    """A local oxray file or directory that another user owns or may write or read."""
+
+
+def _private_dir_usable(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def temp_root() -> str:
-    return os.environ.get("OXRAY_TEMP_DIR") or "/tmp/oxray"
+    """`OXRAY_TEMP_DIR`, else `$XDG_RUNTIME_DIR/oxray` when that dir is private to
+    this user, else `/tmp/oxray-<uid>`."""
+    if os.environ.get("OXRAY_TEMP_DIR"):
+        return os.environ["OXRAY_TEMP_DIR"]
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir and _private_dir_usable(runtime_dir):
+        return os.path.join(runtime_dir, "oxray")
+    return f"/tmp/oxray-{os.getuid()}"
 
 
 def current_cluster_file() -> str:
@@ -25,68 +50,195 @@ def default_state_dir() -> str:
     return os.path.join(temp_root(), "state")
 
 
-def pid_alive(pid: int) -> bool:
+def _check_private(path: str, st: os.stat_result) -> None:
+    is_dir = stat.S_ISDIR(st.st_mode)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid == os.getuid() and not mode & 0o077:
+        return
+    kind = "directory" if is_dir else "file"
+    if st.st_uid != os.getuid():
+        fix = "it is not yours: remove it, or set OXRAY_TEMP_DIR to a directory of your own"
+    else:
+        fix = f"run `chmod {'700' if is_dir else '600'} {path}`, or remove it"
+    raise InsecurePathError(
+        f"refusing to use the {kind} {path}: it is owned by uid {st.st_uid} with mode {oct(mode)}, "
+        f"but oxray keeps its token and cluster address there, so it must be owned by you "
+        f"(uid {os.getuid()}) and private to you; {fix}"
+    )
+
+
+def ensure_private_dir(path: str) -> str:
+    """Creates `path` (and missing parents) as 0700, or checks an existing one is ours and private."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        os.makedirs(path, mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise InsecurePathError(f"refusing to use {path}: it is not a directory (a symbolic link or file is there)")
+    _check_private(path, st)
+    return path
 
 
-def _write_private(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
+def ensure_temp_root() -> str:
+    return ensure_private_dir(temp_root())
+
+
+def read_private(path: str) -> Optional[str]:
+    """The text of a file only this user can read or write; None when it does not
+    exist. A symbolic link, or a file another user owns or may read, is refused."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if os.path.islink(path):
+            raise InsecurePathError(f"refusing to read {path}: it is a symbolic link; remove it") from e
+        raise
+    with os.fdopen(fd) as f:
+        _check_private(path, os.fstat(fd))
+        return f.read()
+
+
+def write_private(path: str, text: str) -> None:
+    """Writes `path` as a new 0600 file (never through a planted link) and moves it into place."""
+    directory = ensure_private_dir(os.path.dirname(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def read_or_create_token(state_dir: str) -> str:
     """The head's token, kept (0600) in its state directory so a restart keeps it."""
-    path = os.path.join(state_dir, "token")
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-        if token:
-            return token
-    except FileNotFoundError:
-        pass
+    path = os.path.join(ensure_private_dir(state_dir), "token")
+    token = (read_private(path) or "").strip()
+    if token:
+        return token
     token = secrets.token_hex(32)
-    _write_private(path, token)
+    write_private(path, token)
     return token
-
-
-def write_current_cluster(address: str, token_file: str, pid: int) -> None:
-    _write_private(current_cluster_file(), json.dumps({"address": address, "token_file": token_file, "pid": pid}))
-
-
-def read_current_cluster() -> Optional[dict]:
-    """The cluster `oxray start --head` runs on this host, if its process is alive."""
-    try:
-        with open(current_cluster_file()) as f:
-            info = json.load(f)
-    except (FileNotFoundError, ValueError):
-        return None
-    if not pid_alive(int(info.get("pid", 0))):
-        return None
-    return info
 
 
 def read_token_file(path: Optional[str]) -> Optional[str]:
     if not path:
         return None
+    return (read_private(path) or "").strip() or None
+
+
+def process_create_time(pid: int) -> Optional[float]:
+    """When process `pid` started (None when there is none): with the pid it names
+    one process, even once the pid is reused."""
     try:
-        with open(path) as f:
-            return f.read().strip() or None
-    except OSError:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
 
+def same_process(pid: int, create_time: Optional[float]) -> Optional[psutil.Process]:
+    """The running process `pid` if it is the one that started at `create_time`."""
+    if create_time is None:
+        return None
+    try:
+        proc = psutil.Process(int(pid))
+        if abs(proc.create_time() - float(create_time)) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+            return proc
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied, ValueError, TypeError):
+        pass
+    return None
+
+
+def write_current_cluster(address: str, token_file: str, pid: int) -> None:
+    record = {"address": address, "token_file": token_file, "pid": pid, "create_time": process_create_time(pid)}
+    write_private(current_cluster_file(), json.dumps(record))
+
+
+def read_current_cluster() -> Optional[dict]:
+    """The cluster this user runs on this host (`oxray start --head`, or a driver's
+    `init()`), if the process that published it still runs."""
+    ensure_temp_root()
+    text = read_private(current_cluster_file())
+    if text is None:
+        return None
+    try:
+        info = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or same_process(info.get("pid", 0), info.get("create_time")) is None:
+        return None
+    return info
+
+
+def remove_current_cluster_if(address: str) -> None:
+    """Removes the current-cluster file if it still names `address` and this process."""
+    try:
+        current = read_current_cluster()
+    except (OSError, ValueError):
+        return
+    if current is None or (current.get("address") == address and current.get("pid") == os.getpid()):
+        try:
+            os.unlink(current_cluster_file())
+        except FileNotFoundError:
+            pass
+
+
+def drivers_dir() -> str:
+    return os.path.join(temp_root(), "drivers")
+
+
+def publish_embedded_cluster(address: str, token: str, session_dir: str) -> str:
+    """Records the cluster this driver's `init()` started, so other drivers on
+    this host can join it by address or with `init(address="auto")`."""
+    token_file = os.path.join(session_dir, "token")
+    write_private(token_file, token)
+    path = os.path.join(drivers_dir(), f"{os.getpid()}.json")
+    record = {"address": address, "token_file": token_file, "pid": os.getpid()}
+    write_private(path, json.dumps({**record, "create_time": process_create_time(os.getpid())}))
+    return path
+
+
+def embedded_clusters() -> list:
+    """The clusters running drivers on this host started with `init()`, newest first;
+    records of drivers that are gone are removed."""
+    try:
+        names = os.listdir(drivers_dir())
+    except FileNotFoundError:
+        return []
+    live = []
+    for name in names:
+        path = os.path.join(drivers_dir(), name)
+        try:
+            info = json.loads(read_private(path) or "null")
+        except ValueError:
+            info = None
+        if isinstance(info, dict) and same_process(info.get("pid", 0), info.get("create_time")):
+            live.append(info)
+        elif name.endswith(".json"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    return sorted(live, key=lambda info: -float(info["create_time"]))
+
+
+def find_local_cluster(address: Optional[str] = None) -> Optional[dict]:
+    """The cluster on this host at `address` (any, if None): the one `oxray start`
+    runs first, then those drivers started."""
+    candidates = [c for c in [read_current_cluster()] if c] + embedded_clusters()
+    return next((c for c in candidates if address is None or c.get("address") == address), None)
+
+
 def write_node_record(record: dict) -> str:
+    record = {**record, "create_time": process_create_time(int(record["pid"]))}
     path = os.path.join(nodes_dir(), f"{record['pid']}.json")
-    _write_private(path, json.dumps(record))
+    write_private(path, json.dumps(record))
     return path
 
 
@@ -100,8 +252,7 @@ def node_records() -> list:
         if not name.endswith(".json"):
             continue
         try:
-            with open(os.path.join(nodes_dir(), name)) as f:
-                out.append(json.load(f))
-        except (OSError, ValueError):
+            out.append(json.loads(read_private(os.path.join(nodes_dir(), name)) or "null"))
+        except ValueError:
             continue
-    return out
+    return [r for r in out if isinstance(r, dict) and "pid" in r]

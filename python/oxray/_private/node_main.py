@@ -18,7 +18,9 @@ def run(config: dict, on_ready=None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: stop.set())
-    session_dir = os.path.join(node_files.temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid()))
+    session_dir = os.path.join(
+        node_files.ensure_temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + str(os.getpid())
+    )
     python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
     try:
         cluster = _native.start_cluster(
@@ -64,12 +66,7 @@ def run(config: dict, on_ready=None) -> int:
             except FileNotFoundError:
                 pass
         if record["head"]:
-            current = node_files.read_current_cluster()
-            if current is None or current.get("pid") == os.getpid():
-                try:
-                    os.unlink(node_files.current_cluster_file())
-                except FileNotFoundError:
-                    pass
+            node_files.remove_current_cluster_if(cluster.head_address)
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Any, Optional
 class ProcessState:
     client: Any = None
     cluster: Any = None  # the embedded cluster, when this driver started one
+    published: Optional[str] = None  # the record that lets other drivers join the embedded cluster
     mode: Optional[str] = None  # "driver" or "worker"
     epoch: int = 0  # bumps on every init, so refs from an old session are ignored
     job_id: bytes = b""

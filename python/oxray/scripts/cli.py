@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from oxray._private import node_files
 
 DEFAULT_PORT = 6379
@@ -36,6 +38,42 @@ def _resources(text):
     if "CPU" in value or "GPU" in value:
         _fail("use --num-cpus / --num-gpus instead of CPU or GPU in --resources")
     return {k: float(v) for k, v in value.items()}
+
+
+def _port(text: str) -> int:
+    """An argparse type: a TCP port number, 0 meaning "pick a free one"."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: expected an integer in 0-65535")
+    return port
+
+
+def _token_from_args(args) -> "str | None":
+    """The token from --token-file (a path, or - for stdin), --token, or OXRAY_TOKEN."""
+    if args.token_file == "-":
+        token = sys.stdin.readline().strip()
+        if not token:
+            _fail("--token-file -: no token on stdin")
+        return token
+    if args.token_file:
+        try:
+            token = node_files.read_token_file(args.token_file)
+        except OSError as e:
+            _fail(f"--token-file {args.token_file}: {e}")
+        if token is None:
+            _fail(f"--token-file {args.token_file}: no such file, or it is empty")
+        return token
+    if args.token:
+        print(
+            "oxray: warning: --token leaves the token in this command's argv, where any local user sees it "
+            "(`ps`); use --token-file PATH, --token-file - (stdin) or OXRAY_TOKEN instead",
+            file=sys.stderr,
+        )
+        return args.token
+    return os.environ.get("OXRAY_TOKEN") or None
 
 
 def _port_in_use(host: str, port: int) -> bool:
@@ -71,6 +109,7 @@ def _apply_tls(args) -> None:
 
 def _start(args) -> None:
     _apply_tls(args)
+    node_files.ensure_temp_root()
     host = args.node_ip_address or "127.0.0.1"
     config = {
         "host": host,
@@ -87,28 +126,28 @@ def _start(args) -> None:
                 f"Stop what uses it (`oxray stop` if it is an earlier oxray), or pick another with --port."
             )
         state_dir = os.path.abspath(args.state_dir or node_files.default_state_dir())
-        token = args.token or os.environ.get("OXRAY_TOKEN") or node_files.read_or_create_token(state_dir)
+        given = _token_from_args(args)
+        token = given or node_files.read_or_create_token(state_dir)
         config.update(port=port, state_dir=state_dir, token=token, token_file=os.path.join(state_dir, "token"))
-        if args.token or os.environ.get("OXRAY_TOKEN"):
-            node_files._write_private(config["token_file"], token)
+        if given:
+            node_files.write_private(config["token_file"], token)
     else:
         current = node_files.read_current_cluster()
-        token = args.token or os.environ.get("OXRAY_TOKEN")
+        token = _token_from_args(args)
         if not token and current and current.get("address") == args.address:
             token = node_files.read_token_file(current.get("token_file"))
         if not token:
             _fail(
-                f"joining {args.address} needs the cluster token: pass --token or set OXRAY_TOKEN "
-                "(the head keeps it in <state dir>/token on its host)"
+                f"joining {args.address} needs the cluster token: pass --token-file PATH (or - for stdin) "
+                "or set OXRAY_TOKEN (the head keeps it in <state dir>/token on its host)"
             )
         config.update(join=args.address, port=args.port or 0, token=token)
     if args.block:
         from oxray._private import node_main
 
         sys.exit(node_main.run(config, on_ready=lambda record: _print_started(args, record, config)))
-    os.makedirs(node_files.temp_root(), mode=0o700, exist_ok=True)
-    log_path = os.path.join(node_files.temp_root(), f"node-start-{os.getpid()}.log")
-    with open(log_path, "w") as log:
+    log_path = os.path.join(node_files.ensure_temp_root(), f"node-start-{os.getpid()}.log")
+    with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600), "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "oxray._private.node_main"],
             stdin=subprocess.PIPE,
@@ -143,8 +182,9 @@ def _print_started(args, record, config) -> None:
     if record["head"]:
         address = record["head_address"]
         print("Next steps")
-        print("  To add another node to this cluster, run (with the token from " + config["token_file"] + "):")
-        print(f"    oxray start --address='{address}' --token=<token>")
+        print("  To add another node to this cluster, copy the token file " + config["token_file"])
+        print("  to that host (keep it private: chmod 600) and run there:")
+        print(f"    oxray start --address='{address}' --token-file=<the copied token file>")
         print("  To connect to this cluster from Python on this host:")
         print("    import oxray as ray")
         print("    ray.init()")
@@ -162,21 +202,25 @@ def _print_started(args, record, config) -> None:
 
 
 def _stop(args) -> None:
-    records = [r for r in node_files.node_records() if node_files.pid_alive(int(r["pid"]))]
+    # A recorded pid counts only while it is the process that wrote the record
+    # (same start time): a pid reused by another process is never signalled.
+    records = node_files.node_records()
+    procs = [p for p in (node_files.same_process(r["pid"], r.get("create_time")) for r in records) if p]
     sig = signal.SIGKILL if args.force else signal.SIGTERM
-    for r in records:
+    for proc in procs:
         try:
-            os.kill(int(r["pid"]), sig)
-        except ProcessLookupError:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
             pass
-    deadline = time.time() + args.grace_period
-    while time.time() < deadline and any(node_files.pid_alive(int(r["pid"])) for r in records):
-        time.sleep(0.05)
+    _, alive = psutil.wait_procs(procs, timeout=args.grace_period)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
     for r in records:
-        if node_files.pid_alive(int(r["pid"])):
-            os.kill(int(r["pid"]), signal.SIGKILL)
-    for r in node_files.node_records():
-        if not node_files.pid_alive(int(r["pid"])):
+        if node_files.same_process(r["pid"], r.get("create_time")) is None:
             try:
                 os.unlink(os.path.join(node_files.nodes_dir(), f"{r['pid']}.json"))
             except FileNotFoundError:
@@ -186,7 +230,7 @@ def _stop(args) -> None:
             os.unlink(node_files.current_cluster_file())
         except FileNotFoundError:
             pass
-    print(f"Stopped {len(records)} oxray node process(es).")
+    print(f"Stopped {len(procs)} oxray node process(es).")
 
 
 def _fmt_amount(name: str, value: float) -> str:
@@ -198,7 +242,8 @@ def _fmt_amount(name: str, value: float) -> str:
 def _status(args) -> None:
     from oxray import _native
 
-    current = node_files.read_current_cluster()
+    # The cluster `oxray start` runs here, else one a driver's init() started.
+    current = node_files.find_local_cluster(args.address or os.environ.get("OXRAY_ADDRESS"))
     address = args.address or os.environ.get("OXRAY_ADDRESS") or (current or {}).get("address")
     if not address:
         _fail("no cluster found on this host: start one with `oxray start --head`, or pass --address")
@@ -247,8 +292,10 @@ def main(argv=None) -> None:
     role = start.add_mutually_exclusive_group(required=True)
     role.add_argument("--head", action="store_true", help="start the head and a node agent on this host")
     role.add_argument("--address", help="the head's HOST:PORT, to join this host to its cluster")
-    start.add_argument("--port", type=int, help=f"head port (default {DEFAULT_PORT}); with --address, this node's port")
-    start.add_argument("--dashboard-port", type=int, default=8265, help="dashboard port (default 8265)")
+    start.add_argument(
+        "--port", type=_port, help=f"head port (default {DEFAULT_PORT}); with --address, this node's port"
+    )
+    start.add_argument("--dashboard-port", type=_port, default=8265, help="dashboard port (default 8265)")
     start.add_argument("--num-cpus", type=float, help="CPUs this node offers (default: all)")
     start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")
     start.add_argument("--resources", help="custom resources as JSON, e.g. '{\"node_b\": 1}'")
@@ -256,7 +303,14 @@ def main(argv=None) -> None:
     start.add_argument(
         "--node-ip-address", help="address to listen on (default 127.0.0.1; anything else exposes the node)"
     )
-    start.add_argument("--token", help="the cluster token (default: OXRAY_TOKEN, or the head's state dir)")
+    token = start.add_mutually_exclusive_group()
+    token.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="a file (mode 0600) holding the cluster token, or - to read it from stdin "
+        "(default: OXRAY_TOKEN, else the head's state dir)",
+    )
+    token.add_argument("--token", help="the cluster token (deprecated: visible in `ps`; use --token-file)")
     start.add_argument("--state-dir", help="the head's state directory (kept across restarts)")
     start.add_argument("--block", action="store_true", help="stay in the foreground until interrupted")
     tls = start.add_argument_group("TLS", "encrypt every connection (or set OXRAY_TLS_CERT/KEY/CA on every host)")
@@ -274,8 +328,15 @@ def main(argv=None) -> None:
     status = sub.add_parser("status", help="nodes and resources of the cluster")
     status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
     args = parser.parse_args(argv)
+    try:
+        _run(args)
+    except node_files.InsecurePathError as e:
+        _fail(str(e))
+
+
+def _run(args) -> None:
     if args.command == "start":
-        for name in ("num_cpus", "num_gpus", "object_store_memory", "port"):
+        for name in ("num_cpus", "num_gpus", "object_store_memory"):
             value = getattr(args, name)
             if value is not None and value < 0:
                 _fail(f"--{name.replace('_', '-')}={value} must be >= 0")

@@ -72,14 +72,13 @@ class LocalCluster:
             "start",
             "--address",
             self.address,
-            "--token",
-            self.token,
             "--num-cpus",
             str(num_cpus),
             "--object-store-memory",
             str(512 * MiB),
             "--resources",
             json.dumps(resources or {}),
+            env={**self.env, "OXRAY_TOKEN": self.token},
         )
 
     def records(self):

@@ -154,7 +154,7 @@ impl AgentShared {
         };
         let pid = child.id().unwrap_or(0);
         self.state.lock().set_worker_pid(worker_id, pid);
-        let _ = std::fs::create_dir_all(cfg.log_dir());
+        let _ = oxray_object_store::create_private_dir_all(&cfg.log_dir());
         let log_path = cfg.log_dir().join(format!("worker-{}-{pid}.log", worker_id.short()));
         let forward = cfg.forward_output;
         for (stream, to_stderr) in [

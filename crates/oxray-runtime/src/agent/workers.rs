@@ -58,7 +58,7 @@ where
     R: tokio::io::AsyncRead + Unpin,
     F: FnMut(&str),
 {
-    let mut log = tokio::fs::OpenOptions::new().create(true).append(true).open(&log_path).await.ok();
+    let mut log = tokio::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).await.ok();
     let mut lines = BufReader::new(stream).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         if let Some(f) = log.as_mut() {

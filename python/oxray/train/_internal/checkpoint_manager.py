@@ -9,7 +9,7 @@ from typing import Optional
 
 from oxray import __version__
 from oxray.train._checkpoint import Checkpoint
-from oxray.train._internal.storage import RunStorage
+from oxray.train._internal.storage import SNAPSHOT_FILE, RunStorage, check_name
 from oxray.train.config import CheckpointConfig
 
 
@@ -34,6 +34,11 @@ class CheckpointManager:
         if not raw:
             return False
         snap = json.loads(raw)
+        for r in snap.get("checkpoint_results") or []:
+            # A name from the file must not lead outside the run's directory.
+            check_name(
+                f"checkpoint_dir_name in {self.storage.experiment_fs_path}/{SNAPSHOT_FILE}", r["checkpoint_dir_name"]
+            )
         indices = snap.get("checkpoint_report_indices") or []
         self.results = [
             CheckpointResult(r["checkpoint_dir_name"], r["metrics"], indices[i] if i < len(indices) else i)
