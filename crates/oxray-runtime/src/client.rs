@@ -105,10 +105,11 @@ impl From<tonic::Status> for ClientError {
             tonic::Code::PermissionDenied => {
                 ClientError::Auth(format!("the cluster refused the token ({}): check OXRAY_TOKEN", s.message()))
             }
-            // A plaintext client talking to a TLS server reads garbage frames.
-            _ if s.message().contains("h2 protocol error") && !tls_configured() => ClientError::Unavailable(format!(
+            // A plaintext client talking to a TLS server sees its connection
+            // closed or garbage frames, depending on timing.
+            _ if is_transport_failure(&s) && !tls_configured() => ClientError::Unavailable(format!(
                 "{}; if the cluster uses TLS, set OXRAY_TLS_CA (and OXRAY_TLS_CERT/OXRAY_TLS_KEY)",
-                s.message()
+                with_causes(s.message(), &s)
             )),
             tonic::Code::Unavailable => ClientError::Unavailable(with_causes(s.message(), &s)),
             tonic::Code::InvalidArgument => refused(Refusal::InvalidArgument),
@@ -166,6 +167,12 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
         .connect()
         .await
         .map_err(|e| err(connect_failure(&e, tls.is_some())))
+}
+
+/// A call that failed in the connection itself, not in the agent.
+fn is_transport_failure(s: &tonic::Status) -> bool {
+    let message = with_causes(s.message(), s);
+    ["transport error", "h2 protocol error", "connection closed", "broken pipe"].iter().any(|m| message.contains(m))
 }
 
 fn tls_configured() -> bool {
