@@ -198,6 +198,9 @@ def init(
     STATE.runtime_env = dict(runtime_env or {})
     STATE.functions.clear()
     STATE.registered.clear()
+    if STATE.cluster is None:
+        # Its end (shutdown, exit, or a crash) makes the agent clean up after this job.
+        client.open_driver_session(STATE.job_id)
     if log_to_driver:
         # The embedded agent prints its workers' output itself; other nodes' comes over the network.
         client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
@@ -235,6 +238,8 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
     STATE.epoch += 1
     if cluster is not None:
         cluster.shutdown()
+    elif client is not None:
+        client.end_driver_session()
     del client
 
 

@@ -150,7 +150,9 @@ def placement_group(
     from oxray._private.state import STATE
 
     pg_id = os.urandom(16)
-    _client().create_placement_group(pg_id, clean, strategy, name, STATE.namespace or "")
+    _client().create_placement_group(
+        pg_id, clean, strategy, name, STATE.namespace or "", job_id=STATE.job_id, detached=lifetime == "detached"
+    )
     return PlacementGroup(PlacementGroupID(pg_id), clean)
 
 

@@ -118,6 +118,10 @@ impl AgentState {
     /// Applies one client's reference changes: increfs now, decrefs after the
     /// caller has pinned whatever the same request needs.
     pub fn add_holders(&mut self, client: ClientId, ids: &[ObjectId]) {
+        // A request that arrives after its driver's session ended holds nothing.
+        if self.drivers.has_ended(&client) {
+            return;
+        }
         for id in ids {
             self.objects.entry(*id).holders.insert(client);
             if let Some(w) = self.workers.get_mut(&client.as_worker()) {
