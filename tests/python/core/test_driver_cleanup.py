@@ -71,19 +71,20 @@ def cpus_free(total):
     return ray.available_resources().get("CPU", 0) == total
 
 
-def run_driver(cluster, body, *, kill, while_stopped=None):
+def run_driver(cluster, body, *, kill, while_stopped=None, address=None):
     """Runs `body` in a driver process joined to `cluster` and returns what it
     printed. The body prints READY when it has made what it makes; the driver
     then exits cleanly, or (`kill`) waits to be SIGKILLed. With `while_stopped`,
     the driver is SIGSTOPped (its connection stays open, its pings stop) and
     `while_stopped()` runs before it is killed."""
     script = "import os, sys, time\nimport numpy as np\nimport oxray as ray\n"
-    script += f"ray.init(address={cluster.address!r})\n" + textwrap.dedent(body)
+    script += f"ray.init(address={address or cluster.address!r})\n" + textwrap.dedent(body)
     script += "print('READY', flush=True)\n"
     if kill:
         script += "time.sleep(600)\n"
+    env = cluster.env if address is None else {**cluster.env, "OXRAY_TOKEN": cluster.token}
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     printed = []
     try:
@@ -151,7 +152,10 @@ def test_joined_drivers_leave_nothing_behind_over_twenty_cycles(cli_cluster):
             rss_early = anon_rss(node)
     assert wait_until(lambda: cpus_free(num_cpus), timeout=20), ray.available_resources()
     # No actor of theirs is alive (the head's table).
-    assert [a.class_name for a in _client().list_actors() if a.state != "DEAD"] == []
+    def live_actors():
+        return [(a.class_name, a.state, a.death_cause) for a in _client().list_actors() if a.state != "DEAD"]
+
+    assert wait_until(lambda: not live_actors(), timeout=20), live_actors()
     # Every actor's worker is gone: what is left is the task pool (at most a worker per CPU).
     assert wait_until(lambda: len(worker_pids(node)) <= num_cpus, timeout=20), worker_pids(node)
     # 2 GB went through a 256 MiB store: had any of it been kept, it would have spilled.
@@ -243,6 +247,67 @@ def read_pid(path):
     assert wait_until(lambda: os.path.exists(path), timeout=30), path
     with open(path) as f:
         return int(f.read())
+
+
+ACROSS_NODES = """
+@ray.remote(resources={"node_a": 0.1})
+class Remote:
+    def pid(self):
+        return os.getpid()
+
+def write_pid(marker):
+    with open(marker + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+
+@ray.remote(resources={"node_a": 0.1})
+def nested(marker):
+    write_pid(marker)
+    time.sleep(600)
+
+@ray.remote(resources={"node_a": 0.1})
+def busy(marker):
+    write_pid(marker)
+    ray.get(nested.remote(marker + "-nested"))
+
+from oxray.util import placement_group
+pg = placement_group([{"CPU": 1}])
+ray.get(pg.ready(), timeout=60)
+actor = Remote.remote()
+print("ACTOR_PIDS", ray.get(actor.pid.remote(), timeout=60), flush=True)
+marker = os.path.join(os.environ["MARKERS"], "busy")
+task = busy.remote(marker)
+while not os.path.exists(marker + "-nested"):
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["clean_exit", "sigkill"])
+def test_a_driver_joined_to_a_worker_node_is_cleaned_up_on_the_head_node_too(cli_cluster, tmp_path, kill):
+    """The driver joins the second node's agent; its actor and task run on the
+    head's node (forwarded there), and so does a task that task submitted (owned
+    by the head's node); its placement group lives at the head."""
+    cli_cluster.cli(
+        "start", "--head", "--port", str(cli_cluster.port), "--num-cpus", "2", "--resources", '{"node_a": 1}'
+    )
+    cli_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    agent_b = next(r for r in cli_cluster.records() if not r["head"])
+    ray.init(address=cli_cluster.address)
+    cli_cluster.wait_nodes(2)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    cli_cluster.env["MARKERS"] = str(markers)
+    printed = run_driver(cli_cluster, ACROSS_NODES, kill=kill, address=agent_b["address"])
+    actor_pid = int(next(line for line in printed if line.startswith("ACTOR_PIDS")).split()[1])
+    task_pid = int((markers / "busy").read_text())
+    assert wait_until(lambda: not pid_alive(actor_pid), timeout=15), "the driver's actor on the head node survived"
+    assert wait_until(lambda: not pid_alive(task_pid), timeout=15), "the driver's task on the head node still runs"
+    nested_pid = int((markers / "busy-nested").read_text())
+    assert wait_until(lambda: not pid_alive(nested_pid), timeout=15), "the task's nested task still runs"
+    assert wait_until(lambda: cpus_free(3), timeout=15), ray.available_resources()
+    assert ray.util.placement_group_table() == {} or all(
+        row["state"] == "REMOVED" for row in ray.util.placement_group_table().values()
+    )
 
 
 @pytest.mark.parametrize("how", ["force_cancel", "actor_kill"])

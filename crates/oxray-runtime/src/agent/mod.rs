@@ -146,7 +146,8 @@ impl AgentShared {
                 Action::Forward { .. }
                 | Action::ReleaseRemote { .. }
                 | Action::PeerCancel { .. }
-                | Action::PeerKillActor { .. } => {}
+                | Action::PeerKillActor { .. }
+                | Action::PeerJobEnded { .. } => {}
             }
         }
     }

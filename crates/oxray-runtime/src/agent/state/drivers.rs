@@ -9,7 +9,7 @@
 
 use super::{Action, ActorState, AgentState, TaskState};
 use crate::errors::SystemErrorKind;
-use crate::ids::{ActorId, ClientId, JobId, ObjectId, PlacementGroupId, TaskId};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId};
 use oxray_proto::TaskKind;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -86,6 +86,13 @@ impl AgentState {
         self.remove_holders(client, &held);
         let job_still_live = self.drivers.live.values().any(|j| *j == job);
         let (tasks, actors) = if job_still_live { (0, 0) } else { self.end_job(job) };
+        if !job_still_live {
+            // The job's work on other nodes (nested tasks, actors they made) goes too.
+            let nodes: Vec<_> = self.peers.alive_nodes().collect();
+            for node in nodes {
+                self.actions.push(Action::PeerJobEnded { node, job });
+            }
+        }
         self.actions.push(Action::info(format!(
             "driver {} of job {job} is gone ({why}): released {} objects, cancelled {tasks} tasks, killed {actors} actors",
             client.short(),
@@ -93,6 +100,18 @@ impl AgentState {
         )));
         self.schedule();
         true
+    }
+
+    /// Another node reports that the driver of `job` is gone: its work here stops too.
+    pub fn job_ended_elsewhere(&mut self, job: JobId, from: NodeId) {
+        let (tasks, actors) = self.end_job(job);
+        if tasks + actors > 0 {
+            self.actions.push(Action::info(format!(
+                "job {job} ended (its driver left node {}): cancelled {tasks} tasks, killed {actors} actors",
+                from.short()
+            )));
+        }
+        self.schedule();
     }
 
     /// Cancels the job's tasks and kills its actors, detached ones (and what

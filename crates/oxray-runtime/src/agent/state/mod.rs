@@ -15,7 +15,7 @@
 //! - `remote`: `PeerTable` (other nodes) and everything that involves them.
 
 use super::error::AgentError;
-use crate::ids::{ActorId, NodeId, ObjectId, PlacementGroupId, WorkerId};
+use crate::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use crate::resources::{GpuSlots, ResourceSet};
 use oxray_object_store::{ObjectStore, StoreStats};
 use oxray_proto::Assignment;
@@ -89,6 +89,11 @@ pub enum Action {
     },
     /// Ask the head to remove a placement group (its job's driver is gone).
     RemovePlacementGroup(PlacementGroupId),
+    /// Tell `node` that a job's driver is gone, so it stops the job's work too.
+    PeerJobEnded {
+        node: NodeId,
+        job: JobId,
+    },
 }
 
 /// How much an operator needs to see a log line.
