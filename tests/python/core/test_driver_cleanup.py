@@ -151,6 +151,7 @@ def test_joined_drivers_leave_nothing_behind_over_twenty_cycles(cli_cluster):
         if cycle == 4:
             rss_early = anon_rss(node)
     assert wait_until(lambda: cpus_free(num_cpus), timeout=20), ray.available_resources()
+
     # No actor of theirs is alive (the head's table).
     def live_actors():
         return [(a.class_name, a.state, a.death_cause) for a in _client().list_actors() if a.state != "DEAD"]
