@@ -311,6 +311,10 @@ impl AgentShared {
         self.with_state(|st| {
             for spec in specs {
                 let owner = ClientId::from_bytes(&spec.owner_id)?;
+                if st.driver_has_ended(&owner) {
+                    // Sent just before its driver's end was seen: the driver is gone, so is its work.
+                    continue;
+                }
                 if spec.kind == TaskKind::ActorTask as i32 {
                     st.submit_actor_task(owner, spec)?;
                 } else {

@@ -58,6 +58,11 @@ impl AgentState {
         true
     }
 
+    /// Whether `client` was a driver whose session has ended (its late requests are dropped).
+    pub fn driver_has_ended(&self, client: &ClientId) -> bool {
+        self.drivers.has_ended(client)
+    }
+
     /// A placement group was created for `job` through this node; it goes with the job's driver.
     pub fn note_placement_group(&mut self, job: JobId, pg_id: PlacementGroupId) {
         if self.drivers.job_ended(&job) {

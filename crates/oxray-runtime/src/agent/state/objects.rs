@@ -262,7 +262,8 @@ impl AgentState {
         let arena = self.objects.store().arena_path().to_path_buf();
         match self.objects.store_mut().lookup(&id) {
             Some((place, size)) => {
-                if matches!(place, ObjectPlace::Arena { .. }) {
+                // A driver already gone will never release a view (a get that finished after its end).
+                if matches!(place, ObjectPlace::Arena { .. }) && !self.drivers.has_ended(&reader) {
                     self.objects.store_mut().add_reader(&id);
                     *self.objects.views.entry(reader).or_default().entry(id).or_insert(0) += 1;
                 }
