@@ -175,10 +175,14 @@ def init(
             raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
         agent_address = _local_agent(address, token)
         STATE.address_info = {"address": address, "node_agent_address": agent_address}
+    job_id = os.urandom(4)
     try:
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)
         nodes = client.cluster_info()
+        if STATE.cluster is None:
+            # Its end (shutdown, exit, or a crash) makes the agent clean up after this job.
+            client.open_driver_session(job_id)
     except Exception as e:
         if STATE.cluster is not None:
             STATE.cluster.shutdown()
@@ -191,16 +195,13 @@ def init(
     STATE.epoch += 1
     STATE.client = client
     STATE.mode = "driver"
-    STATE.job_id = os.urandom(4)
+    STATE.job_id = job_id
     STATE.driver_task_id = os.urandom(16)
     STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
     STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
     STATE.runtime_env = dict(runtime_env or {})
     STATE.functions.clear()
     STATE.registered.clear()
-    if STATE.cluster is None:
-        # Its end (shutdown, exit, or a crash) makes the agent clean up after this job.
-        client.open_driver_session(STATE.job_id)
     if log_to_driver:
         # The embedded agent prints its workers' output itself; other nodes' comes over the network.
         client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
