@@ -272,6 +272,9 @@ class Client:
         called directly instead of over the network."""
     @property
     def client_id(self) -> bytes: ...
+    def open_driver_session(self, job_id: bytes) -> None:
+        """A joined driver's session: its end makes the agent clean up after the job."""
+    def end_driver_session(self) -> None: ...
 
     # objects and references
     def incref(self, id: bytes) -> None: ...
@@ -335,7 +338,14 @@ class Client:
 
     # placement groups
     def create_placement_group(
-        self, pg_id: bytes, bundles: Sequence[dict[str, float]], strategy: str, name: str = "", namespace: str = ""
+        self,
+        pg_id: bytes,
+        bundles: Sequence[dict[str, float]],
+        strategy: str,
+        name: str = "",
+        namespace: str = "",
+        job_id: bytes = b"",
+        detached: bool = False,
     ) -> PlacementGroupInfo: ...
     def remove_placement_group(self, pg_id: bytes) -> None: ...
     def get_placement_group(self, pg_id: bytes = b"", name: str = "", namespace: str = "") -> PlacementGroupInfo | None:

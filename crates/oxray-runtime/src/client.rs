@@ -9,9 +9,10 @@ use oxray_proto::driver_service_client::DriverServiceClient;
 use oxray_proto::peer_service_client::PeerServiceClient;
 use oxray_proto::worker_service_client::WorkerServiceClient;
 use oxray_proto::{
-    Assignment, CreateActorRequest, CreateObjectRequest, Empty, GetObjectsRequest, LogBatch, ObjectLocation,
-    PutObjectRequest, RefDeltas, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest, TaskSpec,
-    UpdateRefsRequest, WaitObjectsRequest, WorkerEvent, WorkerHello, worker_event, worker_service_server,
+    Assignment, CreateActorRequest, CreateObjectRequest, DriverHello, DriverSessionEvent, Empty, GetObjectsRequest,
+    LogBatch, ObjectLocation, PutObjectRequest, RefDeltas, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest,
+    TaskSpec, UpdateRefsRequest, WaitObjectsRequest, WorkerEvent, WorkerHello, driver_session_event, worker_event,
+    worker_service_server,
 };
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -144,6 +145,16 @@ pub struct CoreClient {
     worker_events: Mutex<Option<tokio::sync::mpsc::UnboundedSender<WorkerEvent>>>,
     /// Dropped with the client: ends the tasks that print other nodes' output.
     log_stop: Mutex<Option<tokio::sync::watch::Sender<()>>>,
+    /// A joined driver's session with its agent (`open_driver_session`).
+    driver_session: Mutex<Option<DriverSessionHandle>>,
+}
+
+/// The task that keeps a driver's session alive, and how to end it.
+struct DriverSessionHandle {
+    /// Sent (or dropped with the client) to end the session.
+    stop: tokio::sync::oneshot::Sender<()>,
+    /// Done once the agent has cleaned up after the session (or gave no word in time).
+    done: tokio::task::JoinHandle<()>,
 }
 
 /// Opens a channel to a node agent or the head: TLS when this process's
@@ -259,6 +270,7 @@ impl CoreClient {
             worker_events: Mutex::new(None),
             local: None,
             log_stop: Mutex::new(None),
+            driver_session: Mutex::new(None),
         })
     }
 
@@ -272,6 +284,61 @@ impl CoreClient {
         let mut client = Self::connect(address, token, client_id).await?;
         client.local = Some(service);
         Ok(client)
+    }
+
+    /// Opens this driver's session with its agent, kept alive by pings until
+    /// `end_driver_session` or until the client is dropped; its end makes the
+    /// agent clean up after the driver (its objects, its job's tasks, actors and
+    /// placement groups). Only for drivers that joined by address: an embedded
+    /// driver's cluster ends with it.
+    pub async fn open_driver_session(&self, job_id: JobId) -> Result<(), ClientError> {
+        if self.local.is_some() || self.driver_session.lock().is_some() {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let hello = DriverHello { client_id: self.client_id.to_vec(), job_id: job_id.to_vec() };
+        let _ = tx.send(DriverSessionEvent { event: Some(driver_session_event::Event::Hello(hello)) }).await;
+        let mut replies =
+            self.driver.clone().driver_session(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();
+        let lease_ms = replies
+            .message()
+            .await?
+            .ok_or_else(|| ClientError::Rpc("the agent closed the driver session as it opened".into()))?
+            .lease_ms;
+        let ping_every = Duration::from_millis((lease_ms / 3).max(10));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let done = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(ping_every);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {
+                        let ping = DriverSessionEvent { event: Some(driver_session_event::Event::Ping(Empty {})) };
+                        if tx.send(ping).await.is_err() {
+                            return;
+                        }
+                    }
+                    _ = &mut stopped => break,
+                    // The agent ended the session (it only ever sends the first message).
+                    _ = replies.message() => return,
+                }
+            }
+            drop(tx);
+            // The agent closes its side once it has cleaned up after this driver.
+            let _ = tokio::time::timeout(Duration::from_secs(10), async {
+                while let Ok(Some(_)) = replies.message().await {}
+            })
+            .await;
+        });
+        *self.driver_session.lock() = Some(DriverSessionHandle { stop, done });
+        Ok(())
+    }
+
+    /// Ends this driver's session and waits (up to 10 s) until the agent has
+    /// cleaned up after it. Does nothing if no session is open.
+    pub async fn end_driver_session(&self) {
+        let Some(session) = self.driver_session.lock().take() else { return };
+        let _ = session.stop.send(());
+        let _ = session.done.await;
     }
 
     /// Prints, in this driver's terminal, what the workers of job `job_id`

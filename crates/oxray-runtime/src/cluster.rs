@@ -403,8 +403,7 @@ impl RunningCluster {
     pub async fn shutdown(mut self) {
         let pids = self.agent.state.lock().begin_shutdown();
         for pid in &pids {
-            // SAFETY: kill(2) on worker pids this agent started.
-            unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+            crate::agent::signal_worker(*pid, libc::SIGKILL);
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while tokio::time::Instant::now() < deadline && !self.agent.state.lock().worker_pids().is_empty() {

@@ -7,7 +7,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
-from oxray._private.state import STATE
+from oxray._private.state import STATE, current_job_id
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
 
 
@@ -76,7 +76,7 @@ class ActorClass:
             actor_id=actor_id,
             env_vars={**opts.env_vars({"runtime_env": STATE.runtime_env}), **opts.env_vars(options)},
             nested_refs=nested,
-            job_id=STATE.job_id,
+            job_id=current_job_id(),
             max_restarts=options.get("max_restarts") or 0,
             max_task_retries=options.get("max_task_retries") or 0,
             max_concurrency=options.get("max_concurrency") or 1,
@@ -148,7 +148,7 @@ class ActorHandle:
             actor_id=self._actor_id,
             method_name=method_name,
             nested_refs=nested,
-            job_id=STATE.job_id,
+            job_id=current_job_id(),
         )
         del keep
         return returns_for(refs, num_returns)

@@ -174,10 +174,14 @@ def init(
             raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
         agent_address = _local_agent(address, token)
         STATE.address_info = {"address": address, "node_agent_address": agent_address}
+    job_id = os.urandom(4)
     try:
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)
         nodes = client.cluster_info()
+        if STATE.cluster is None:
+            # Its end (shutdown, exit, or a crash) makes the agent clean up after this job.
+            client.open_driver_session(job_id)
     except Exception as e:
         if STATE.cluster is not None:
             _unpublish()
@@ -191,7 +195,7 @@ def init(
     STATE.epoch += 1
     STATE.client = client
     STATE.mode = "driver"
-    STATE.job_id = os.urandom(4)
+    STATE.job_id = job_id
     STATE.driver_task_id = os.urandom(16)
     STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
     STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
@@ -236,6 +240,8 @@ def shutdown(_exiting_interpreter: bool = False) -> None:
     if cluster is not None:
         _unpublish()
         cluster.shutdown()
+    elif client is not None:
+        client.end_driver_session()
     del client
 
 

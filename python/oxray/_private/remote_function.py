@@ -6,7 +6,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
-from oxray._private.state import STATE
+from oxray._private.state import STATE, current_job_id
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
 
 DEFAULT_TASK_RETRIES = 3
@@ -59,7 +59,7 @@ class RemoteFunction:
             retry_exceptions=bool(options.get("retry_exceptions", False)),
             env_vars=env,
             nested_refs=nested,
-            job_id=STATE.job_id,
+            job_id=current_job_id(),
         )
         del keep
         return returns_for(refs, num_returns)

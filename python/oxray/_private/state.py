@@ -36,5 +36,11 @@ def current_task_id() -> bytes:
     return getattr(CURRENT, "task_id", None) or STATE.driver_task_id
 
 
+def current_job_id() -> bytes:
+    """The job of the task running on this thread (a worker), else the driver's:
+    work submitted from a task belongs to its job and ends with its driver."""
+    return getattr(CURRENT, "job_id", None) or STATE.job_id
+
+
 def current_gpu_ids() -> str:
     return getattr(CURRENT, "cuda_visible_devices", "")

@@ -147,10 +147,12 @@ def placement_group(
         raise ValueError(f"placement_group(lifetime=...) must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):
         raise TypeError(f"placement_group(name=...) must be a string, got {name!r}")
-    from oxray._private.state import STATE
+    from oxray._private.state import STATE, current_job_id
 
     pg_id = os.urandom(16)
-    _client().create_placement_group(pg_id, clean, strategy, name, STATE.namespace or "")
+    _client().create_placement_group(
+        pg_id, clean, strategy, name, STATE.namespace or "", job_id=current_job_id(), detached=lifetime == "detached"
+    )
     return PlacementGroup(PlacementGroupID(pg_id), clean)
 
 

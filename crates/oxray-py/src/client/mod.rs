@@ -17,7 +17,7 @@ use crate::buffers::ArenaMap;
 use crate::error::{bad_id, client_error as rpc_err};
 use crate::runtime;
 use oxray_runtime::client::{AssignmentStream, CoreClient};
-use oxray_runtime::ids::{ClientId, ObjectId};
+use oxray_runtime::ids::{ClientId, JobId, ObjectId};
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -89,6 +89,20 @@ impl Client {
     #[getter]
     fn client_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, self.inner.client_id.as_bytes())
+    }
+
+    /// Opens this driver's session with its agent (a joined driver only; a no-op
+    /// in the embedded driver): when it ends, the agent cleans up after job `job_id`.
+    fn open_driver_session(&self, py: Python<'_>, job_id: Vec<u8>) -> PyResult<()> {
+        let job = JobId::from_bytes(&job_id).map_err(bad_id)?;
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.open_driver_session(job))).map_err(rpc_err)
+    }
+
+    /// Ends the driver's session and waits until the agent has cleaned up after it.
+    fn end_driver_session(&self, py: Python<'_>) {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.end_driver_session()));
     }
 }
 

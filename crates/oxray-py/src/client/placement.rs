@@ -13,7 +13,9 @@ use std::collections::HashMap;
 
 #[pymethods]
 impl Client {
-    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string()))]
+    /// `job_id`: the job whose driver's exit removes the group, unless `detached`.
+    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string(), job_id=Vec::new(), detached=false))]
+    #[allow(clippy::too_many_arguments, reason = "mirrors placement_group()'s keyword arguments")]
     fn create_placement_group(
         &self,
         py: Python<'_>,
@@ -22,6 +24,8 @@ impl Client {
         strategy: String,
         name: String,
         namespace: String,
+        job_id: Vec<u8>,
+        detached: bool,
     ) -> PyResult<PlacementGroupInfo> {
         let strategy = Strategy::parse(&strategy).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let spec = PlacementGroupSpec {
@@ -30,6 +34,8 @@ impl Client {
             strategy: strategy.to_proto() as i32,
             name,
             namespace,
+            job_id,
+            detached,
         };
         let mut agent = self.inner.driver();
         let reply =

@@ -106,9 +106,19 @@ impl AgentShared {
                     let this = self.clone();
                     tokio::spawn(async move { this.start_worker(worker_id, env) });
                 }
-                Action::Signal { pid, signal } => {
-                    // SAFETY: plain kill(2) on a pid we started.
-                    unsafe { libc::kill(pid as i32, signal) };
+                Action::Signal { pid, signal } => signal_worker(pid, signal),
+                Action::RemovePlacementGroup(pg_id) => {
+                    let Some(mut head) = self.head() else { continue };
+                    tokio::spawn(async move {
+                        let request =
+                            oxray_proto::PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
+                        if let Err(e) = head.remove_placement_group(request).await {
+                            tracing::warn!(
+                                "could not remove placement group {pg_id} of a gone driver: {}",
+                                e.message()
+                            );
+                        }
+                    });
                 }
                 Action::Log { level: LogLevel::Info, message } => tracing::info!("{message}"),
                 Action::Log { level: LogLevel::Warn, message } => tracing::warn!("{message}"),
@@ -136,7 +146,8 @@ impl AgentShared {
                 Action::Forward { .. }
                 | Action::ReleaseRemote { .. }
                 | Action::PeerCancel { .. }
-                | Action::PeerKillActor { .. } => {}
+                | Action::PeerKillActor { .. }
+                | Action::PeerJobEnded { .. } => {}
             }
         }
     }
@@ -300,6 +311,10 @@ impl AgentShared {
         self.with_state(|st| {
             for spec in specs {
                 let owner = ClientId::from_bytes(&spec.owner_id)?;
+                if st.driver_has_ended(&owner) {
+                    // Sent just before its driver's end was seen: the driver is gone, so is its work.
+                    continue;
+                }
                 if spec.kind == TaskKind::ActorTask as i32 {
                     st.submit_actor_task(owner, spec)?;
                 } else {
@@ -325,6 +340,22 @@ impl AgentShared {
             start_time_ms: 0,
         }
     }
+}
+
+/// Sends `signal` to a worker. SIGKILL goes to its whole process group (each
+/// worker leads its own session), so processes a task started die with it.
+pub(crate) fn signal_worker(pid: u32, signal: i32) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    if pid <= 1 {
+        return;
+    }
+    if signal == libc::SIGKILL {
+        // SAFETY: kill(2) on the process group of a worker this agent started
+        // (setsid made its pid the group id); a group already gone gives ESRCH.
+        unsafe { libc::kill(-pid, signal) };
+    }
+    // SAFETY: plain kill(2) on a pid we started.
+    unsafe { libc::kill(pid, signal) };
 }
 
 fn describe_exit(status: std::process::ExitStatus) -> String {

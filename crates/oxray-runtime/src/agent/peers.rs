@@ -4,12 +4,12 @@
 
 use super::{AgentError, AgentShared, CopyError, object_ids};
 use crate::client::{AgentChannels, ClientError, PeerClient};
-use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
+use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
 use oxray_proto::{
-    ActorRequest, ActorState, CancelRequest, Empty, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
-    RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
+    ActorRequest, ActorState, CancelRequest, Empty, JobEnded, ObjectChunk, PeerEvent, PeerHello, PeerMessage,
+    PullRequest, RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -69,6 +69,9 @@ impl AgentShared {
                 }
                 Action::PeerKillActor { node, actor_id, no_restart } => {
                     (node, peer_message::Msg::KillActor(ActorRequest { actor_id: actor_id.to_vec(), no_restart }))
+                }
+                Action::PeerJobEnded { node, job } => {
+                    (node, peer_message::Msg::JobEnded(JobEnded { job_id: job.to_vec() }))
                 }
                 other => {
                     rest.push(other);
@@ -198,6 +201,10 @@ impl AgentShared {
             Some(peer_message::Msg::KillActor(req)) => {
                 let id = ActorId::from_bytes(&req.actor_id)?;
                 let _ = self.with_state(|st| st.kill_actor(id, req.no_restart));
+            }
+            Some(peer_message::Msg::JobEnded(req)) => {
+                let job = JobId::from_bytes(&req.job_id)?;
+                self.with_state(|st| st.job_ended_elsewhere(job, owner));
             }
             Some(peer_message::Msg::Hello(_)) | None => {
                 return Err(AgentError::Malformed("a peer link sent a second hello or an empty message"));

@@ -10,14 +10,16 @@ use oxray_proto::peer_service_server::PeerService;
 use oxray_proto::worker_service_server::WorkerService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, Assignment, CancelRequest, ClusterInfoReply, CreateActorReply,
-    CreateActorRequest, CreateObjectReply, CreateObjectRequest, Empty, FunctionBlob, FunctionId, GetNamedActorReply,
-    GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch,
-    ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest,
-    PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest,
-    SubscribeLogsRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
-    peer_message, worker_event,
+    CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent, DriverSessionReply, Empty,
+    FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest,
+    ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo,
+    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
+    RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest,
+    UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent, driver_session_event, peer_message,
+    worker_event,
 };
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -29,8 +31,62 @@ pub struct AgentService {
 
 type AssignmentStream = UnboundedReceiverStream<Result<Assignment, Status>>;
 
+/// How long a joined driver may stay silent before its session ends.
+const DEFAULT_DRIVER_LEASE: Duration = Duration::from_secs(30);
+
+/// The driver lease: `OXRAY_DRIVER_LEASE_S` seconds (tests shorten it), else 30 s.
+fn driver_lease() -> Duration {
+    let Ok(raw) = std::env::var("OXRAY_DRIVER_LEASE_S") else { return DEFAULT_DRIVER_LEASE };
+    match raw.trim().parse::<f64>().ok().and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+        Some(lease) if lease >= Duration::from_millis(100) => lease,
+        _ => {
+            tracing::warn!(
+                "OXRAY_DRIVER_LEASE_S={raw:?} is not a number of seconds >= 0.1; using {} s",
+                DEFAULT_DRIVER_LEASE.as_secs()
+            );
+            DEFAULT_DRIVER_LEASE
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl DriverService for AgentService {
+    type DriverSessionStream = tokio_stream::wrappers::ReceiverStream<Result<DriverSessionReply, Status>>;
+
+    async fn driver_session(
+        &self,
+        request: Request<tonic::Streaming<DriverSessionEvent>>,
+    ) -> Result<Response<Self::DriverSessionStream>, Status> {
+        let mut events = request.into_inner();
+        let hello = match events.message().await? {
+            Some(DriverSessionEvent { event: Some(driver_session_event::Event::Hello(h)) }) => h,
+            _ => return Err(AgentError::Malformed("a driver session must start with a hello").into()),
+        };
+        let client = ClientId::from_bytes(&hello.client_id).map_err(AgentError::from)?;
+        let job = JobId::from_bytes(&hello.job_id).map_err(AgentError::from)?;
+        if !self.shared.with_state(|st| st.driver_connected(client, job)) {
+            return Err(AgentError::Malformed("this client already opened a driver session").into());
+        }
+        let lease = driver_lease();
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let _ = tx.send(Ok(DriverSessionReply { lease_ms: lease.as_millis() as u64 })).await;
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let why = loop {
+                match tokio::time::timeout(lease, events.message()).await {
+                    Ok(Ok(Some(_))) => continue,
+                    Ok(Ok(None)) => break "it ended its session".to_string(),
+                    Ok(Err(e)) => break format!("its connection broke: {}", e.message()),
+                    Err(_) => break format!("no ping within its {:.1} s lease", lease.as_secs_f64()),
+                }
+            };
+            shared.with_state(|st| st.driver_gone(client, &why));
+            // Dropping `tx` ends the reply stream: a driver shutting down waits for it.
+            drop(tx);
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+    }
+
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let req = request.into_inner();
         let spec = req.spec.ok_or(AgentError::Malformed("CreateActor needs a spec"))?;
@@ -243,7 +299,16 @@ impl DriverService for AgentService {
         request: Request<PlacementGroupSpec>,
     ) -> Result<Response<PlacementGroupInfo>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
-        let info = head.create_placement_group(request.into_inner()).await?;
+        let spec = request.into_inner();
+        let pg_id = PlacementGroupId::from_bytes(&spec.pg_id).map_err(AgentError::from)?;
+        let owner_job = match JobId::from_optional_bytes(&spec.job_id).map_err(AgentError::from)? {
+            Some(job) if !spec.detached => Some(job),
+            _ => None,
+        };
+        let info = head.create_placement_group(spec).await?;
+        if let Some(job) = owner_job {
+            self.shared.with_state(|st| st.note_placement_group(job, pg_id));
+        }
         // Learn at once where the bundles went, rather than at the next heartbeat.
         if let Ok(nodes) = head.list_nodes(Empty {}).await {
             self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
@@ -253,7 +318,11 @@ impl DriverService for AgentService {
 
     async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
-        head.remove_placement_group(request.into_inner()).await
+        let request = request.into_inner();
+        if let Ok(pg_id) = PlacementGroupId::from_bytes(&request.pg_id) {
+            self.shared.with_state(|st| st.forget_placement_group(&pg_id));
+        }
+        head.remove_placement_group(request).await
     }
 
     async fn get_placement_group(

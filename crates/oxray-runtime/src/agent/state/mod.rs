@@ -11,10 +11,11 @@
 //! - `workers`: `WorkerPool` (worker processes, idle workers, starts) and worker deaths;
 //! - `actors`: `ActorTable` (actors, names, calls queued and in flight) and restarts;
 //! - `bundles`: `BundleTable` (placement-group bundles held on this node);
+//! - `drivers`: `DriverTable` (joined drivers' sessions) and cleaning up after a driver that is gone;
 //! - `remote`: `PeerTable` (other nodes) and everything that involves them.
 
 use super::error::AgentError;
-use crate::ids::{ActorId, NodeId, ObjectId, WorkerId};
+use crate::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
 use crate::resources::{GpuSlots, ResourceSet};
 use oxray_object_store::{ObjectStore, StoreStats};
 use oxray_proto::Assignment;
@@ -23,6 +24,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 mod actors;
 mod bundles;
+mod drivers;
 mod objects;
 mod remote;
 mod tasks;
@@ -35,6 +37,7 @@ pub use remote::PeerView;
 
 use actors::ActorTable;
 use bundles::BundleTable;
+use drivers::DriverTable;
 use objects::ObjectTable;
 use remote::PeerTable;
 use tasks::{FunctionTable, TaskState, TaskTable};
@@ -84,6 +87,13 @@ pub enum Action {
         actor_id: ActorId,
         no_restart: bool,
     },
+    /// Ask the head to remove a placement group (its job's driver is gone).
+    RemovePlacementGroup(PlacementGroupId),
+    /// Tell `node` that a job's driver is gone, so it stops the job's work too.
+    PeerJobEnded {
+        node: NodeId,
+        job: JobId,
+    },
 }
 
 /// How much an operator needs to see a log line.
@@ -129,6 +139,7 @@ pub struct AgentState {
     actors: ActorTable,
     bundles: BundleTable,
     peers: PeerTable,
+    drivers: DriverTable,
     /// Side effects for the service layer, taken after each call.
     actions: Vec<Action>,
     /// Set once the node is stopping: nothing new is scheduled or restarted.
@@ -154,6 +165,7 @@ impl AgentState {
             actors: ActorTable::default(),
             bundles: BundleTable::default(),
             peers: PeerTable::default(),
+            drivers: DriverTable::default(),
             actions: Vec::new(),
             shutting_down: false,
         }

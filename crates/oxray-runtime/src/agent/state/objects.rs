@@ -118,6 +118,10 @@ impl AgentState {
     /// Applies one client's reference changes: increfs now, decrefs after the
     /// caller has pinned whatever the same request needs.
     pub fn add_holders(&mut self, client: ClientId, ids: &[ObjectId]) {
+        // A request that arrives after its driver's session ended holds nothing.
+        if self.drivers.has_ended(&client) {
+            return;
+        }
         for id in ids {
             self.objects.entry(*id).holders.insert(client);
             if let Some(w) = self.workers.get_mut(&client.as_worker()) {
@@ -258,7 +262,8 @@ impl AgentState {
         let arena = self.objects.store().arena_path().to_path_buf();
         match self.objects.store_mut().lookup(&id) {
             Some((place, size)) => {
-                if matches!(place, ObjectPlace::Arena { .. }) {
+                // A driver already gone will never release a view (a get that finished after its end).
+                if matches!(place, ObjectPlace::Arena { .. }) && !self.drivers.has_ended(&reader) {
                     self.objects.store_mut().add_reader(&id);
                     *self.objects.views.entry(reader).or_default().entry(id).or_insert(0) += 1;
                 }

@@ -39,6 +39,13 @@ pub(super) struct PeerTable {
     sent_functions: HashSet<(NodeId, Vec<u8>)>,
 }
 
+impl PeerTable {
+    /// The other nodes this one believes alive.
+    pub(super) fn alive_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().filter(|(_, p)| p.alive).map(|(id, _)| *id)
+    }
+}
+
 impl AgentState {
     pub fn peer_address(&self, node: &NodeId) -> Option<String> {
         self.peers.nodes.get(node).map(|p| p.address.clone())

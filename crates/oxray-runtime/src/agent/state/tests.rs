@@ -515,3 +515,61 @@ fn peer_gone_drops_its_holds_cancels_its_tasks_and_kills_its_actors() {
     assert_eq!(st.actor(&ActorId::from_array([9; 16])).unwrap().state, ActorState::Dead);
     assert_ne!(st.actor(&ActorId::from_array([8; 16])).unwrap().state, ActorState::Dead, "detached actors live on");
 }
+
+const JOB: [u8; 4] = [0, 0, 0, 7];
+
+fn job_actor(id: u8, detached: bool) -> TaskSpec {
+    TaskSpec {
+        task_id: vec![id; 16],
+        name: format!("Actor{id}"),
+        kind: TaskKind::ActorCreation as i32,
+        actor_id: vec![id; 16],
+        placement_resources: HashMap::from([("CPU".to_string(), 0.5)]),
+        owner_id: DRIVER.to_vec(),
+        job_id: JOB.to_vec(),
+        detached,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_gone_driver_is_cleaned_up_once_and_detached_actors_stay() {
+    let mut st = new_state(2.0, 0);
+    let job = JobId::from_bytes(&JOB).unwrap();
+    assert!(st.driver_connected(DRIVER, job));
+    for detached in [true, false] {
+        let spec = job_actor(if detached { 40 } else { 41 }, detached);
+        st.register_actor(&spec, false).unwrap();
+        st.submit(DRIVER, spec).unwrap();
+    }
+    let running = TaskSpec { job_id: JOB.to_vec(), ..task(1, &[("CPU", 1.0)]) };
+    let queued = TaskSpec { job_id: JOB.to_vec(), ..task(2, &[("CPU", 2.0)]) };
+    st.submit(DRIVER, running).unwrap();
+    st.submit(DRIVER, queued).unwrap();
+    st.schedule();
+    let pool = spawned(&mut st).into_iter().find(|w| st.worker_label(w).is_some_and(|(l, _, _)| l == "worker"));
+    let mut rx = connect(&mut st, pool.unwrap(), 4242);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    // Another process still holds the queued task's result: it must read as cancelled.
+    let other = ClientId::from_array([0xe; 16]);
+    st.add_holders(other, &[oid(102)]);
+    let pg = PlacementGroupId::from_array([5; 16]);
+    st.note_placement_group(job, pg);
+    st.take_actions();
+
+    assert!(st.driver_gone(DRIVER, "its connection broke"));
+    let actions = st.take_actions();
+    assert!(actions.contains(&Action::Signal { pid: 4242, signal: libc::SIGKILL }), "{actions:?}");
+    assert!(actions.contains(&Action::RemovePlacementGroup(pg)), "{actions:?}");
+    assert_eq!(system_error_type(&mut st, oid(102)).as_deref(), Some("TaskCancelledError"));
+    assert_eq!(st.actor(&ActorId::from_array([41; 16])).unwrap().state, ActorState::Dead);
+    assert_ne!(st.actor(&ActorId::from_array([40; 16])).unwrap().state, ActorState::Dead);
+
+    // Exactly once: a second end, or a late reference from the driver, changes nothing.
+    assert!(!st.driver_gone(DRIVER, "again"));
+    st.add_holders(DRIVER, &[oid(103)]);
+    assert!(!st.is_known(&oid(103)));
+    assert!(!st.driver_connected(DRIVER, job));
+    let again = st.take_actions();
+    assert!(!again.iter().any(|a| matches!(a, Action::Signal { .. } | Action::RemovePlacementGroup(_))), "{again:?}");
+}

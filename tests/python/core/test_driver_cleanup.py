@@ -1,0 +1,363 @@
+"""Drivers that join a CLI-started cluster by address and then leave (cleanly or
+SIGKILLed) are cleaned up: their tasks are cancelled, their non-detached actors
+and placement groups removed, their objects freed. Killing a worker kills its
+whole process group, so a task's own child processes die with it."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+from test_multinode import LocalCluster, MiB
+
+import oxray as ray
+from oxray._private.api import _client
+from oxray_testutil import pid_alive, wait_until
+
+# Joined drivers of these tests ping their agent often, and a silent one is
+# dropped after this lease (the default is 30 s).
+LEASE_ENV = {"OXRAY_DRIVER_LEASE_S": "3"}
+
+
+@pytest.fixture
+def cli_cluster(tmp_path, monkeypatch):
+    """A head started with `oxray start` (not yet: `start_head`), stopped after the test."""
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = LocalCluster(tmp_path / "oxray")
+    cluster.env.update(LEASE_ENV)
+    monkeypatch.setenv("OXRAY_TEMP_DIR", cluster.root)
+    monkeypatch.delenv("OXRAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        yield cluster
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        cluster.stop()
+
+
+def start_head(cluster, num_cpus):
+    cluster.start_head(num_cpus=num_cpus)
+
+
+def node_pid(cluster):
+    (record,) = cluster.records()
+    return int(record["pid"])
+
+
+def spill_files(cluster):
+    return [p for p in glob.glob(os.path.join(cluster.root, "**", "spill", "*"), recursive=True) if os.path.isfile(p)]
+
+
+def worker_pids(node):
+    return [c.pid for c in psutil.Process(node).children() if "worker_main" in " ".join(c.cmdline())]
+
+
+def anon_rss(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no RssAnon for pid {pid}")
+
+
+def cpus_free(total):
+    return ray.available_resources().get("CPU", 0) == total
+
+
+def run_driver(cluster, body, *, kill, while_stopped=None, address=None):
+    """Runs `body` in a driver process joined to `cluster` and returns what it
+    printed. The body prints READY when it has made what it makes; the driver
+    then exits cleanly, or (`kill`) waits to be SIGKILLed. With `while_stopped`,
+    the driver is SIGSTOPped (its connection stays open, its pings stop) and
+    `while_stopped()` runs before it is killed."""
+    script = "import os, sys, time\nimport numpy as np\nimport oxray as ray\n"
+    script += f"ray.init(address={address or cluster.address!r})\n" + textwrap.dedent(body)
+    script += "print('READY', flush=True)\n"
+    if kill:
+        script += "time.sleep(600)\n"
+    env = cluster.env if address is None else {**cluster.env, "OXRAY_TOKEN": cluster.token}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    printed = []
+    try:
+        line = ""
+        deadline = time.monotonic() + 60
+        while line.strip() != "READY" and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            printed.append(line.strip())
+            if not line and proc.poll() is not None:
+                break
+        if line.strip() != "READY":
+            proc.kill()
+            _, err = proc.communicate()
+            raise AssertionError(f"the driver never got ready:\n{err[-3000:]}")
+        if while_stopped is not None:
+            proc.send_signal(signal.SIGSTOP)
+            while_stopped()
+        if kill:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        if not kill:
+            assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    return printed
+
+
+SOAK_DRIVER = """
+@ray.remote
+class Holder:
+    def __init__(self):
+        self.data = np.ones(5 * 1024 * 1024, dtype=np.uint8)
+
+    def pid(self):
+        return os.getpid()
+
+actors = [Holder.remote() for _ in range(2)]
+print("ACTOR_PIDS", *ray.get([a.pid.remote() for a in actors], timeout=60), flush=True)
+from oxray.util import placement_group
+pg = placement_group([{"CPU": 1}])
+ray.get(pg.ready(), timeout=60)
+objects = [ray.put(np.full(25 * 1024 * 1024, i, dtype=np.uint8)) for i in range(4)]
+"""
+
+
+def test_joined_drivers_leave_nothing_behind_over_twenty_cycles(cli_cluster):
+    """The issue's soak: 20 drivers (every other one SIGKILLed) each make two
+    actors, a placement group and 100 MB of objects, then go."""
+    num_cpus = 4
+    start_head(cli_cluster, num_cpus)
+    node = node_pid(cli_cluster)
+    ray.init(address=cli_cluster.address)
+    rss_early = None
+    for cycle in range(20):
+        printed = run_driver(cli_cluster, SOAK_DRIVER, kill=cycle % 2 == 1)
+        actor_pids = [int(p) for line in printed if line.startswith("ACTOR_PIDS") for p in line.split()[1:]]
+        assert len(actor_pids) == 2, printed
+        assert wait_until(lambda: cpus_free(num_cpus), timeout=20), (cycle, ray.available_resources())
+        assert wait_until(lambda pids=actor_pids: not any(map(pid_alive, pids)), timeout=20), (cycle, actor_pids)
+        if cycle == 4:
+            rss_early = anon_rss(node)
+    assert wait_until(lambda: cpus_free(num_cpus), timeout=20), ray.available_resources()
+
+    # No actor of theirs is alive (the head's table).
+    def live_actors():
+        return [(a.class_name, a.state, a.death_cause) for a in _client().list_actors() if a.state != "DEAD"]
+
+    assert wait_until(lambda: not live_actors(), timeout=20), live_actors()
+    # Every actor's worker is gone: what is left is the task pool (at most a worker per CPU).
+    assert wait_until(lambda: len(worker_pids(node)) <= num_cpus, timeout=20), worker_pids(node)
+    # 2 GB went through a 256 MiB store: had any of it been kept, it would have spilled.
+    assert spill_files(cli_cluster) == []
+    # And the whole store is free again: 200 MB more fit without spilling.
+    held = [ray.put(b"x" * (50 * MiB)) for _ in range(4)]
+    assert spill_files(cli_cluster) == []
+    del held
+    rss_late = anon_rss(node)
+    print(f"agent RssAnon after cycle 5: {rss_early / MiB:.1f} MiB, after cycle 20: {rss_late / MiB:.1f} MiB")
+    assert rss_late - rss_early < 16 * MiB, (rss_early, rss_late)
+
+
+def test_a_silent_driver_is_dropped_when_its_lease_runs_out(cli_cluster):
+    """A stopped driver keeps its connection open but stops pinging: after the
+    lease (3 s here) its actors and placement group go all the same."""
+    num_cpus = 4
+    start_head(cli_cluster, num_cpus)
+    ray.init(address=cli_cluster.address)
+    seen = {}
+
+    def cleaned_up_while_stopped():
+        seen["freed"] = wait_until(lambda: cpus_free(num_cpus), timeout=20)
+        seen["actors"] = [a.class_name for a in _client().list_actors() if a.state != "DEAD"]
+
+    run_driver(cli_cluster, SOAK_DRIVER, kill=True, while_stopped=cleaned_up_while_stopped)
+    assert seen["freed"], ray.available_resources()
+    assert seen["actors"] == []
+
+
+SIX_SLOW_TASKS = """
+@ray.remote(num_cpus=1)
+def slow(marker_dir, i):
+    with open(os.path.join(marker_dir, f"{i}.{os.getpid()}"), "w"):
+        pass
+    time.sleep(10)
+
+marker_dir = os.environ["MARKERS"]
+refs = [slow.remote(marker_dir, i) for i in range(6)]
+while len(os.listdir(marker_dir)) < 2:
+    time.sleep(0.05)
+"""
+
+
+@ray.remote
+def one_line():
+    return "ran"
+
+
+def test_sigkilled_drivers_queued_tasks_are_cancelled(cli_cluster, tmp_path):
+    num_cpus = 2
+    start_head(cli_cluster, num_cpus)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    cli_cluster.env["MARKERS"] = str(markers)
+    run_driver(cli_cluster, SIX_SLOW_TASKS, kill=True)
+    started = os.listdir(markers)
+    assert len(started) == 2, started
+    ray.init(address=cli_cluster.address)
+    # The running two are killed and the queued four dropped: the CPUs come back long before 10 s.
+    assert wait_until(lambda: cpus_free(num_cpus), timeout=5), ray.available_resources()
+    for name in started:
+        pid = int(name.split(".")[1])
+        assert wait_until(lambda pid=pid: not pid_alive(pid), timeout=5), f"task worker {pid} still runs"
+    assert ray.get(one_line.remote(), timeout=5) == "ran"
+    assert sorted(os.listdir(markers)) == sorted(started), "a queued task of the dead driver ran"
+
+
+@ray.remote
+def spawn_grandchild(path):
+    child = subprocess.Popen(["sleep", "600"])
+    with open(path + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(path + ".tmp", path)
+    time.sleep(600)
+
+
+@ray.remote
+class Spawner:
+    def spawn(self, path):
+        child = subprocess.Popen(["sleep", "600"])
+        with open(path + ".tmp", "w") as f:
+            f.write(str(child.pid))
+        os.replace(path + ".tmp", path)
+        return child.pid
+
+
+def read_pid(path):
+    assert wait_until(lambda: os.path.exists(path), timeout=30), path
+    with open(path) as f:
+        return int(f.read())
+
+
+ACROSS_NODES = """
+@ray.remote(resources={"node_a": 0.1})
+class Remote:
+    def pid(self):
+        return os.getpid()
+
+def write_pid(marker):
+    with open(marker + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+
+@ray.remote(resources={"node_a": 0.1})
+def nested(marker):
+    write_pid(marker)
+    time.sleep(600)
+
+@ray.remote(resources={"node_a": 0.1})
+def busy(marker):
+    write_pid(marker)
+    ray.get(nested.remote(marker + "-nested"))
+
+from oxray.util import placement_group
+pg = placement_group([{"CPU": 1}])
+ray.get(pg.ready(), timeout=60)
+actor = Remote.remote()
+print("ACTOR_PIDS", ray.get(actor.pid.remote(), timeout=60), flush=True)
+marker = os.path.join(os.environ["MARKERS"], "busy")
+task = busy.remote(marker)
+while not os.path.exists(marker + "-nested"):
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["clean_exit", "sigkill"])
+def test_a_driver_joined_to_a_worker_node_is_cleaned_up_on_the_head_node_too(cli_cluster, tmp_path, kill):
+    """The driver joins the second node's agent; its actor and task run on the
+    head's node (forwarded there), and so does a task that task submitted (owned
+    by the head's node); its placement group lives at the head."""
+    cli_cluster.cli(
+        "start", "--head", "--port", str(cli_cluster.port), "--num-cpus", "2", "--resources", '{"node_a": 1}'
+    )
+    cli_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    agent_b = next(r for r in cli_cluster.records() if not r["head"])
+    ray.init(address=cli_cluster.address)
+    cli_cluster.wait_nodes(2)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    cli_cluster.env["MARKERS"] = str(markers)
+    printed = run_driver(cli_cluster, ACROSS_NODES, kill=kill, address=agent_b["address"])
+    actor_pid = int(next(line for line in printed if line.startswith("ACTOR_PIDS")).split()[1])
+    task_pid = int((markers / "busy").read_text())
+    assert wait_until(lambda: not pid_alive(actor_pid), timeout=15), "the driver's actor on the head node survived"
+    assert wait_until(lambda: not pid_alive(task_pid), timeout=15), "the driver's task on the head node still runs"
+    nested_pid = int((markers / "busy-nested").read_text())
+    assert wait_until(lambda: not pid_alive(nested_pid), timeout=15), "the task's nested task still runs"
+    assert wait_until(lambda: cpus_free(3), timeout=15), ray.available_resources()
+    assert ray.util.placement_group_table() == {} or all(
+        row["state"] == "REMOVED" for row in ray.util.placement_group_table().values()
+    )
+
+
+@pytest.mark.parametrize("how", ["force_cancel", "actor_kill"])
+def test_a_tasks_grandchild_dies_with_its_worker(fresh_cluster, tmp_path, how):
+    fresh_cluster(num_cpus=2)
+    path = str(tmp_path / "grandchild")
+    if how == "force_cancel":
+        ref = spawn_grandchild.remote(path)
+        grandchild = read_pid(path)
+        ray.cancel(ref, force=True)
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=30)
+    else:
+        actor = Spawner.remote()
+        grandchild = ray.get(actor.spawn.remote(path), timeout=30)
+        ray.kill(actor)
+    try:
+        assert wait_until(lambda: not pid_alive(grandchild), timeout=10), f"grandchild {grandchild} survived"
+    finally:
+        if pid_alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+DETACHED_AND_NOT = """
+@ray.remote
+class Named:
+    def pid(self):
+        return os.getpid()
+
+keep = Named.options(name="keep", namespace="cleanup", lifetime="detached").remote()
+temp = Named.options(name="temp", namespace="cleanup").remote()
+ray.get([keep.pid.remote(), temp.pid.remote()], timeout=60)
+"""
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["clean_exit", "sigkill"])
+def test_detached_actor_survives_its_creators_exit(cli_cluster, kill):
+    start_head(cli_cluster, 2)
+    run_driver(cli_cluster, DETACHED_AND_NOT, kill=kill)
+    ray.init(address=cli_cluster.address, namespace="cleanup")
+
+    def temp_gone():
+        try:
+            ray.get_actor("temp")
+        except ValueError:
+            return True
+        return False
+
+    assert wait_until(temp_gone, timeout=10), "the non-detached actor outlived its driver"
+    keep = ray.get_actor("keep")
+    assert ray.get(keep.pid.remote(), timeout=30) > 0
+    ray.kill(keep)
