@@ -130,10 +130,19 @@ fn remove_stale_shm(root: &Path) {
     }
 }
 
+/// The most GPUs one node may declare.
+const MAX_GPUS: usize = 65_536;
+
 fn build_resources(cfg: &ClusterConfig, ip: &str, is_head: bool) -> Result<(ResourceSet, usize, u64), ClusterError> {
     let cpus =
         cfg.num_cpus.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64);
     let gpus = cfg.num_gpus.unwrap_or_else(detect_gpus);
+    // One slot is kept per GPU: an absurd count would abort on allocation.
+    if gpus > MAX_GPUS {
+        return Err(ClusterError::Config(format!(
+            "num_gpus={gpus} is more than the {MAX_GPUS} GPUs one node may have"
+        )));
+    }
     let system_memory = read_meminfo("MemAvailable:").unwrap_or(8 << 30);
     let shm_free = free_space(Path::new("/dev/shm")).unwrap_or(system_memory / 2);
     let store =
