@@ -168,18 +168,27 @@ class Where:
         return self.calls, os.environ["OXRAY_NODE_ID"]
 
 
-def test_custom_resources_pin_tasks_and_actors_to_nodes(three_nodes):
+@ray.remote(num_cpus=1)
+def wait_for_all_started(barrier_dir, count):
+    """Marks this task started, then waits (generously) until `count` have:
+    (node id, whether they all started)."""
+    open(os.path.join(barrier_dir, f"{os.environ['OXRAY_NODE_ID']}-{os.getpid()}"), "w").close()
+    return os.environ["OXRAY_NODE_ID"], wait_until(lambda: len(os.listdir(barrier_dir)) >= count, timeout=60)
+
+
+def test_custom_resources_pin_tasks_and_actors_to_nodes(three_nodes, tmp_path):
     b, c = three_nodes.node_with("node_b"), three_nodes.node_with("node_c")
     assert ray.get(where.options(resources={"node_b": 0.1}).remote()) == b["node_id"]
     assert ray.get(where.options(resources={"node_c": 0.1}).remote()) == c["node_id"]
     actor = Where.options(resources={"node_c": 0.5}).remote()
     assert ray.get([actor.call.remote() for _ in range(20)]) == [(i, c["node_id"]) for i in range(1, 21)]
-    # With one CPU per node, four one-second tasks can only run in parallel across nodes.
-    slow = ray.remote(lambda: (time.sleep(1.0), os.environ["OXRAY_NODE_ID"])[1])
-    start = time.monotonic()
-    ran_on = ray.get([slow.remote() for _ in range(3)])
-    assert len(set(ran_on)) == 3, ran_on
-    assert time.monotonic() - start < 2.9
+    # With one CPU per node, three tasks that each wait until all three have
+    # started can only finish if they run at once, one per node.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    ran_on = ray.get([wait_for_all_started.remote(str(barrier), 3) for _ in range(3)], timeout=120)
+    assert all(all_started for _, all_started in ran_on), ran_on
+    assert len({node for node, _ in ran_on}) == 3, ran_on
     assert ray.cluster_resources()["CPU"] == 3
 
 
