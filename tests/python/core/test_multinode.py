@@ -441,3 +441,31 @@ def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
         out
     )
     assert remote and re.search(r"\(RayTrainWorker rank=0 pid=\d+, ip=127.0.0.1\) rank 0 starts at epoch 0", out), out
+
+
+def node_logs(cluster):
+    """The output of every node process `oxray start` ran under this cluster's root."""
+    text = ""
+    for path in glob.glob(os.path.join(cluster.root, "node-start-*.log")):
+        with open(path, errors="replace") as f:
+            text += f.read()
+    return text
+
+
+def test_infeasible_request_on_a_cli_cluster_waits_for_a_node_that_fits(local_cluster):
+    # A CLI cluster can grow: a request no node can meet stays PENDING (as in
+    # Ray), with a periodic warning, and runs once a node that fits joins.
+    local_cluster.env["OXRAY_INFEASIBLE_WARNING_INTERVAL_S"] = "0.2"
+    local_cluster.start_head(num_cpus=1)
+    ray.init()
+    task = where.options(resources={"gpu_like": 1}).remote()
+    actor = Where.options(resources={"gpu_like": 0.5}).remote()
+    call = actor.call.remote()
+    assert wait_until(lambda: "waiting for a node" in node_logs(local_cluster), timeout=30), node_logs(local_cluster)
+    warning = next(line for line in node_logs(local_cluster).splitlines() if "waiting for a node" in line)
+    assert "gpu_like" in warning and "CPU" in warning, warning
+    assert ray.wait([task, call], num_returns=2, timeout=0) == ([], [task, call])
+    local_cluster.add_node(num_cpus=1, resources={"gpu_like": 2})  # room for the task and the actor
+    fits = local_cluster.node_with("gpu_like")["node_id"]
+    assert ray.get(task, timeout=60) == fits
+    assert ray.get(call, timeout=60) == (1, fits)

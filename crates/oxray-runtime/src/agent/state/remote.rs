@@ -37,6 +37,9 @@ pub(super) struct PeerTable {
     owners: HashSet<NodeId>,
     /// Functions already sent to each node.
     sent_functions: HashSet<(NodeId, Vec<u8>)>,
+    /// Nodes may join this cluster (it was started by `oxray start`, or another
+    /// node has joined): a request no live node can meet waits instead of failing.
+    may_grow: bool,
 }
 
 impl AgentState {
@@ -51,6 +54,24 @@ impl AgentState {
         }
     }
 
+    /// This node belongs to a cluster that other nodes may join (`oxray start`).
+    pub fn expect_joining_nodes(&mut self) {
+        self.peers.may_grow = true;
+    }
+
+    pub(super) fn nodes_may_join(&self) -> bool {
+        self.peers.may_grow
+    }
+
+    /// What every live node (this one included) offers in all.
+    pub(super) fn cluster_total(&self) -> ResourceSet {
+        let mut total = self.total.clone();
+        for peer in self.peers.nodes.values().filter(|p| p.alive) {
+            total.add(&peer.total);
+        }
+        total
+    }
+
     /// Applies the head's node table; nodes that stopped beating are failed over.
     pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
         let mut died = Vec::new();
@@ -59,6 +80,7 @@ impl AgentState {
             if id == self.node_id {
                 continue;
             }
+            self.peers.may_grow = true;
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let available = ResourceSet::from_map(&n.available).unwrap_or_default();
             let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
