@@ -469,3 +469,37 @@ def test_infeasible_request_on_a_cli_cluster_waits_for_a_node_that_fits(local_cl
     fits = local_cluster.node_with("gpu_like")["node_id"]
     assert ray.get(task, timeout=60) == fits
     assert ray.get(call, timeout=60) == (1, fits)
+
+
+@ray.remote
+def ones_after(n, marker):
+    """`n` ones, once `marker` exists (empty: at once)."""
+    if marker:
+        wait_until(lambda: os.path.exists(marker), timeout=60)
+    return np.ones(n)
+
+
+@ray.remote
+def launch_on(resource, n, marker, wait_inner):
+    """Launches `ones_after` on the node offering `resource` and returns its ref in a list."""
+    ref = ones_after.options(resources={resource: 0.1}).remote(n, marker)
+    if wait_inner:
+        ray.wait([ref], timeout=60)
+    return [ref]
+
+
+def test_return_made_by_a_nested_task_on_another_node_is_readable(local_cluster, tmp_path):
+    local_cluster.start_head(num_cpus=1, resources={"node_a": 1})
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    for index, (n, wait_inner) in enumerate([(10, False), (MiB, False), (10, True), (MiB, True)]):
+        # The driver's node owns the outer task, which runs on node b and launches
+        # the inner one back on the head node; the inner one finishes only after
+        # the outer one has returned its ref (or before, with wait_inner).
+        marker = "" if wait_inner else str(tmp_path / f"release-{index}")
+        outer = launch_on.options(resources={"node_b": 0.1}).remote("node_a", n, marker, wait_inner)
+        [inner] = ray.get(outer, timeout=60)
+        if marker:
+            open(marker, "w").close()
+        assert float(ray.get(inner, timeout=60).sum()) == n, (n, wait_inner)

@@ -242,6 +242,8 @@ impl AgentState {
                     return;
                 }
             }
+            // Made here meanwhile (its task ran on this node): the copy is not needed.
+            Err(_) if self.objects.store().contains_sealed(&id) => return,
             Err(error) => {
                 let message = error.to_string();
                 self.objects.store_mut().discard_unsealed(&id);
@@ -258,6 +260,11 @@ impl AgentState {
         }
         self.on_object_ready(id);
         self.schedule();
+    }
+
+    /// Whether `id` is not here yet but a task this node owns or runs will make it.
+    pub fn awaits_its_task(&self, id: &ObjectId) -> bool {
+        !self.is_local(id) && self.tasks.produces_pending(id)
     }
 
     /// Records that `node` holds a copy of `id` for this node (or gives it back

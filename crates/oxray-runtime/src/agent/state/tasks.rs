@@ -438,6 +438,11 @@ impl AgentState {
         }
     }
 
+    /// Whether `task_id` is still queued, running or forwarded here.
+    pub fn has_task(&self, task_id: &TaskId) -> bool {
+        self.tasks.contains_key(task_id)
+    }
+
     /// A worker finished a task: record its results and free the worker.
     pub fn task_done(
         &mut self,
