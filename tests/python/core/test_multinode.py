@@ -97,6 +97,11 @@ class LocalCluster:
                 return record
         raise AssertionError(f"no node offers {resource}")
 
+    def node_with_pid_record(self, head):
+        """The one node record of the head (or of a non-head node)."""
+        [record] = [r for r in self.records() if bool(r["head"]) == head]
+        return record
+
     def wait_nodes(self, n):
         assert wait_until(lambda: sum(1 for x in ray.nodes() if x["Alive"]) == n, timeout=15), ray.nodes()
 
@@ -503,3 +508,50 @@ def test_return_made_by_a_nested_task_on_another_node_is_readable(local_cluster,
         if marker:
             open(marker, "w").close()
         assert float(ray.get(inner, timeout=60).sum()) == n, (n, wait_inner)
+
+
+ON_HEAD_DRIVER = """
+import sys
+import cloudpickle
+import oxray as ray
+
+ray.init()
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.value = 0
+
+    def add(self, k):
+        self.value += k
+        return self.value
+
+
+counter = Counter.options(name="on_head", namespace="kept", lifetime="detached", max_restarts=1).remote()
+assert ray.get(counter.add.remote(1)) == 1
+with open(sys.argv[1], "wb") as f:
+    f.write(cloudpickle.dumps(counter))
+"""
+
+
+def test_head_restart_fails_a_detached_actor_that_lived_on_the_head_node(local_cluster, tmp_path):
+    local_cluster.start_head(num_cpus=1)
+    handle_file = tmp_path / "handle.pkl"
+    subprocess.run(
+        [sys.executable, "-c", ON_HEAD_DRIVER, str(handle_file)], env=local_cluster.env, check=True, timeout=120
+    )
+    head = local_cluster.node_with_pid_record(head=True)
+    os.kill(int(head["pid"]), signal.SIGKILL)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{head['pid']}"), timeout=10)
+    local_cluster.start_head(num_cpus=1)  # same state dir: the head's tables come back
+    ray.init()
+    # The actor's node went down with the old head: the actor is dead, so its
+    # name is free (as in Ray), and a call through an old handle fails at once.
+    with pytest.raises(ValueError, match="on_head"):
+        ray.get_actor("on_head", namespace="kept")
+    import cloudpickle
+
+    handle = cloudpickle.loads(handle_file.read_bytes())
+    with pytest.raises(ray.exceptions.ActorDiedError, match=head["node_id"][:8]):
+        ray.get(handle.add.remote(1), timeout=30)

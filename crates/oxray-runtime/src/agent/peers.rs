@@ -8,8 +8,8 @@ use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
 use oxray_proto::{
-    ActorRequest, ActorState, CancelRequest, Empty, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
-    RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
+    ActorRequest, CancelRequest, Empty, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest, RefDeltas,
+    TaskKind, TaskSpec, peer_event, peer_message,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -355,7 +355,8 @@ impl AgentShared {
         }
         for actor_id in unknown_actors {
             let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
-            if let Some(info) = reply.into_inner().actor.filter(|a| a.state() != ActorState::Dead) {
+            // A dead one too: its calls then fail with the cause the head recorded.
+            if let Some(info) = reply.into_inner().actor {
                 let _ = self.with_state(|st| st.add_actor_proxy(&info));
             }
         }
