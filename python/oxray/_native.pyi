@@ -252,10 +252,12 @@ def start_cluster(
     join: str | None = None,
     port: int = 0,
     state_dir: _StrPath | None = None,
+    nodes_may_join: bool = False,
 ) -> Cluster:
     """Starts a node in this process, with its own head (listening on `port`,
     keeping its state in `state_dir`) or joining the head at `join` (its agent
-    then listens on `port`)."""
+    then listens on `port`). With `nodes_may_join` (and always when joining) a
+    request no live node can meet waits for one instead of failing at once."""
 
 def encode_object(pickle: bytes, buffers: Sequence[Buffer], flags: int) -> bytes:
     """Serializes into inline bytes (used for small task arguments)."""

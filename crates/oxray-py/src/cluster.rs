@@ -27,7 +27,7 @@ pub(crate) struct Cluster {
 #[pyfunction]
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
-    forward_output=true, join=None, port=0, state_dir=None))]
+    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false))]
 #[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python start_cluster()")]
 pub(crate) fn start_cluster(
     py: Python<'_>,
@@ -46,6 +46,7 @@ pub(crate) fn start_cluster(
     join: Option<String>,
     port: u16,
     state_dir: Option<PathBuf>,
+    nodes_may_join: bool,
 ) -> PyResult<Cluster> {
     let (head, agent_port) = match join {
         Some(address) => (HeadRole::Join { address }, port),
@@ -66,6 +67,7 @@ pub(crate) fn start_cluster(
         host,
         token,
         forward_output,
+        nodes_may_join,
     };
     let started = py.detach(|| runtime().block_on(start_node(cfg)));
     let running = started.map_err(crate::error::cluster_error)?;

@@ -53,6 +53,9 @@ pub struct ClusterConfig {
     pub host: String,
     pub token: Option<String>,
     pub forward_output: bool,
+    /// Other nodes may join (`oxray start`): a request no live node can meet
+    /// waits for one instead of failing at once. Always so for a joining node.
+    pub nodes_may_join: bool,
 }
 
 pub struct RunningCluster {
@@ -187,10 +190,32 @@ fn remove_stale_spill(root: &Path) {
     }
 }
 
+/// How often work that no live node can run is reported (Ray: 30 s);
+/// `OXRAY_INFEASIBLE_WARNING_INTERVAL_S` overrides it.
+fn infeasible_warning_interval() -> Result<Duration, ClusterError> {
+    const VAR: &str = "OXRAY_INFEASIBLE_WARNING_INTERVAL_S";
+    let Ok(text) = std::env::var(VAR) else { return Ok(Duration::from_secs(30)) };
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| ClusterError::Config(format!("{VAR}={text:?}: expected a number of seconds > 0")))
+}
+
+/// The most GPUs one node may declare.
+const MAX_GPUS: usize = 65_536;
+
 fn build_resources(cfg: &ClusterConfig, ip: &str, is_head: bool) -> Result<(ResourceSet, usize, u64), ClusterError> {
     let cpus =
         cfg.num_cpus.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64);
     let gpus = cfg.num_gpus.unwrap_or_else(detect_gpus);
+    // One slot is kept per GPU: an absurd count would abort on allocation.
+    if gpus > MAX_GPUS {
+        return Err(ClusterError::Config(format!(
+            "num_gpus={gpus} is more than the {MAX_GPUS} GPUs one node may have"
+        )));
+    }
     let system_memory = read_meminfo("MemAvailable:").unwrap_or(8 << 30);
     let shm_free = free_space(Path::new("/dev/shm")).unwrap_or(system_memory / 2);
     let store =
@@ -254,6 +279,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         (None, false) => return Err(ClusterError::Config("joining a cluster needs its token".into())),
     };
     let (total, num_gpus, store_bytes) = build_resources(&cfg, &cfg.host, is_head)?;
+    let warn_every = infeasible_warning_interval()?;
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| ClusterError::Io { path, source }
@@ -287,7 +313,13 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         HeadRole::Local { .. } => agent_address.clone(),
         HeadRole::Join { address } => address.clone(),
     };
-    agent.state.lock().address = agent_address.clone();
+    {
+        let mut st = agent.state.lock();
+        st.address = agent_address.clone();
+        if cfg.nodes_may_join || !is_head {
+            st.expect_joining_nodes();
+        }
+    }
     *agent.spawn.lock() = Some(SpawnConfig {
         python: cfg.python.clone(),
         agent_address: agent_address.clone(),
@@ -367,6 +399,15 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         });
     }
     agent.attach_head(head.clone());
+    let warn_agent = agent.clone();
+    background.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(warn_every);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            warn_agent.with_state(|st| st.warn_infeasible());
+        }
+    }));
     let beat_agent = agent.clone();
     background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -101,7 +101,8 @@ impl Head {
         let head = Head { store: None, ..Default::default() };
         let stale = Instant::now().checked_sub(NODE_TIMEOUT).unwrap_or_else(Instant::now);
         let loaded_nodes = store.nodes()?;
-        let loaded_actors = store.actors()?;
+        let mut loaded_actors = store.actors()?;
+        fail_actors_of_previous_head(&store, &loaded_nodes, &mut loaded_actors)?;
         {
             let mut nodes = head.nodes.lock();
             for info in loaded_nodes {
@@ -249,6 +250,32 @@ impl Head {
     }
 }
 
+/// The head's own node agent runs in its process, so a head node on record is an
+/// earlier run of this one: the actors it hosted went with it. They are marked
+/// dead (their owners, if elsewhere, may still restart them), so callers get
+/// `ActorDiedError` instead of waiting on a node that is gone.
+fn fail_actors_of_previous_head(
+    store: &HeadStore,
+    nodes: &[NodeInfo],
+    actors: &mut [ActorInfo],
+) -> Result<(), HeadError> {
+    let old_heads: Vec<&[u8]> = nodes.iter().filter(|n| n.is_head).map(|n| n.node_id.as_slice()).collect();
+    for actor in actors.iter_mut() {
+        if actor.state() == ActorState::Dead || !old_heads.contains(&actor.node_id.as_slice()) {
+            continue;
+        }
+        let node = NodeId::from_bytes(&actor.node_id)?;
+        actor.set_state(ActorState::Dead);
+        actor.death_cause = format!(
+            "The actor {} died because its node {} (the head node) stopped; the head has restarted since",
+            actor.class_name,
+            node.short()
+        );
+        store.put_actor(actor)?;
+    }
+    Ok(())
+}
+
 #[tonic::async_trait]
 impl HeadService for Head {
     async fn register_node(&self, request: Request<RegisterNodeRequest>) -> Result<Response<Empty>, Status> {
@@ -305,10 +332,16 @@ impl HeadService for Head {
         let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
         self.persist_actor(&info)?;
         let mut table = self.actors.lock();
-        if info.state() == ActorState::Dead && !info.name.is_empty() {
+        if !info.name.is_empty() {
             let key = (info.namespace.clone(), info.name.clone());
-            if table.names.get(&key) == Some(&actor_id) {
-                table.names.remove(&key);
+            if info.state() == ActorState::Dead {
+                if table.names.get(&key) == Some(&actor_id) {
+                    table.names.remove(&key);
+                }
+            } else {
+                // Its owner restarted it after the head had given it up for dead
+                // (its node went with an earlier head): the name is its again if free.
+                table.names.entry(key).or_insert(actor_id);
             }
         }
         table.actors.insert(actor_id, info);
@@ -445,6 +478,41 @@ mod tests {
         assert_eq!(nodes.len(), 1);
         assert!(nodes[0].alive);
         assert_eq!(nodes[0].available["CPU"], 1.5);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_head_fails_the_actors_of_its_previous_head_node() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-restart-{}", rand::random::<u64>()));
+        {
+            let head = Head::persistent(&dir).unwrap();
+            for (id, is_head) in [(7u8, true), (8, false)] {
+                let info = NodeInfo { node_id: vec![id; 16], is_head, ..Default::default() };
+                head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+            }
+            for (id, name, node) in [(1u8, "on_head", 7u8), (2, "elsewhere", 8)] {
+                let register = RegisterActorRequest { actor: Some(named(id, name)), get_if_exists: false };
+                head.register_actor(Request::new(register)).await.unwrap();
+                let mut alive = ActorInfo { node_id: vec![node; 16], ..named(id, name) };
+                alive.set_state(ActorState::Alive);
+                head.update_actor(Request::new(alive)).await.unwrap();
+            }
+        }
+        let head = Head::persistent(&dir).unwrap();
+        let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
+        let gone = head.get_named_actor(Request::new(lookup("on_head"))).await.unwrap().into_inner();
+        assert!(!gone.found, "its name is free");
+        let dead = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], no_restart: false }));
+        let dead = dead.await.unwrap().into_inner().actor.unwrap();
+        assert_eq!(dead.state(), ActorState::Dead);
+        assert!(dead.death_cause.contains("07070707") && dead.death_cause.contains("head"), "{}", dead.death_cause);
+        let kept = head.get_named_actor(Request::new(lookup("elsewhere"))).await.unwrap().into_inner();
+        assert_eq!(kept.actor.unwrap().state(), ActorState::Alive, "its node may still beat again");
+        // Its owner may restart it elsewhere: then the name is its again.
+        let mut restarted = ActorInfo { node_id: vec![8; 16], ..named(1, "on_head") };
+        restarted.set_state(ActorState::Alive);
+        head.update_actor(Request::new(restarted)).await.unwrap();
+        assert!(head.get_named_actor(Request::new(lookup("on_head"))).await.unwrap().into_inner().found);
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]

@@ -6,12 +6,16 @@ use std::fmt;
 
 const SCALE: f64 = 10_000.0;
 
+/// The largest quantity of one resource (10^14, e.g. 100 TB of `memory` in
+/// bytes): sums of such quantities still fit in i64 units.
+pub const MAX_QUANTITY: f64 = 1e14;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResourceSet(BTreeMap<String, i64>);
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ResourceError {
-    #[error("resource {name:?} has invalid quantity {value}: expected a finite number >= 0")]
+    #[error("resource {name:?} has invalid quantity {value}: expected a finite number >= 0 and <= {MAX_QUANTITY:e}")]
     Invalid { name: String, value: f64 },
 }
 
@@ -29,7 +33,7 @@ impl ResourceSet {
     }
 
     pub fn set(&mut self, name: &str, value: f64) -> Result<(), ResourceError> {
-        if !value.is_finite() || value < 0.0 {
+        if !value.is_finite() || !(0.0..=MAX_QUANTITY).contains(&value) {
             return Err(ResourceError::Invalid { name: name.to_string(), value });
         }
         let units = (value * SCALE).round() as i64;
@@ -68,15 +72,18 @@ impl ResourceSet {
             .collect()
     }
 
+    // Saturating: totals reported by many nodes may sum past i64; a wrap would be a panic in debug builds.
     pub fn subtract(&mut self, request: &ResourceSet) {
         for (k, v) in &request.0 {
-            *self.0.entry(k.clone()).or_insert(0) -= v;
+            let units = self.0.entry(k.clone()).or_insert(0);
+            *units = units.saturating_sub(*v);
         }
     }
 
     pub fn add(&mut self, request: &ResourceSet) {
         for (k, v) in &request.0 {
-            *self.0.entry(k.clone()).or_insert(0) += v;
+            let units = self.0.entry(k.clone()).or_insert(0);
+            *units = units.saturating_add(*v);
         }
     }
 
@@ -106,7 +113,10 @@ const BUNDLE_UNITS: f64 = 1000.0;
 /// any bundle, and `bundle_group_<i>_<pg>` / `bundle_group_<pg>` markers.
 pub fn bundle_resources(pg_hex: &str, index: u32, bundle: &ResourceSet) -> ResourceSet {
     let mut out = ResourceSet::new();
-    let mut add = |name: String, units: i64| *out.0.entry(name).or_insert(0) += units;
+    let mut add = |name: String, units: i64| {
+        let total = out.0.entry(name).or_insert(0);
+        *total = total.saturating_add(units);
+    };
     for (name, units) in &bundle.0 {
         add(format!("{name}_group_{index}_{pg_hex}"), *units);
         add(format!("{name}_group_{pg_hex}"), *units);
@@ -204,6 +214,27 @@ mod tests {
             s.set(k, *v).unwrap();
         }
         s
+    }
+
+    #[test]
+    fn quantities_off_the_network_are_checked_and_sums_saturate() {
+        let mut s = ResourceSet::new();
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 1e300, MAX_QUANTITY * 2.0] {
+            assert!(s.set("x", bad).is_err(), "{bad} must be refused");
+        }
+        let max = set(&[("x", MAX_QUANTITY)]);
+        let mut total = ResourceSet::new();
+        for _ in 0..1000 {
+            total.add(&max);
+        }
+        assert!(total.fits(&max));
+        let mut empty = ResourceSet::new();
+        for _ in 0..1000 {
+            empty.subtract(&max);
+        }
+        assert!(!empty.fits(&max));
+        let marked = bundle_resources("ab", 0, &max);
+        assert!(marked.get("x_group_ab") > 0.0);
     }
 
     #[test]

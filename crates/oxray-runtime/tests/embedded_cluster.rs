@@ -25,6 +25,7 @@ async fn start() -> RunningCluster {
         host: "127.0.0.1".into(),
         token: None,
         forward_output: false,
+        nodes_may_join: false,
     })
     .await
     .expect("cluster starts")

@@ -37,6 +37,7 @@ def run(config: dict, on_ready=None) -> int:
             join=config.get("join"),
             port=config.get("port") or 0,
             state_dir=config.get("state_dir"),
+            nodes_may_join=True,
         )
     except Exception as e:  # reported by `oxray start`, which reads this process's log
         print(f"oxray node failed to start: {e}", file=sys.stderr, flush=True)

@@ -96,6 +96,11 @@ class LocalCluster:
                 return record
         raise AssertionError(f"no node offers {resource}")
 
+    def node_with_pid_record(self, head):
+        """The one node record of the head (or of a non-head node)."""
+        [record] = [r for r in self.records() if bool(r["head"]) == head]
+        return record
+
     def wait_nodes(self, n):
         assert wait_until(lambda: sum(1 for x in ray.nodes() if x["Alive"]) == n, timeout=15), ray.nodes()
 
@@ -167,18 +172,27 @@ class Where:
         return self.calls, os.environ["OXRAY_NODE_ID"]
 
 
-def test_custom_resources_pin_tasks_and_actors_to_nodes(three_nodes):
+@ray.remote(num_cpus=1)
+def wait_for_all_started(barrier_dir, count):
+    """Marks this task started, then waits (generously) until `count` have:
+    (node id, whether they all started)."""
+    open(os.path.join(barrier_dir, f"{os.environ['OXRAY_NODE_ID']}-{os.getpid()}"), "w").close()
+    return os.environ["OXRAY_NODE_ID"], wait_until(lambda: len(os.listdir(barrier_dir)) >= count, timeout=60)
+
+
+def test_custom_resources_pin_tasks_and_actors_to_nodes(three_nodes, tmp_path):
     b, c = three_nodes.node_with("node_b"), three_nodes.node_with("node_c")
     assert ray.get(where.options(resources={"node_b": 0.1}).remote()) == b["node_id"]
     assert ray.get(where.options(resources={"node_c": 0.1}).remote()) == c["node_id"]
     actor = Where.options(resources={"node_c": 0.5}).remote()
     assert ray.get([actor.call.remote() for _ in range(20)]) == [(i, c["node_id"]) for i in range(1, 21)]
-    # With one CPU per node, four one-second tasks can only run in parallel across nodes.
-    slow = ray.remote(lambda: (time.sleep(1.0), os.environ["OXRAY_NODE_ID"])[1])
-    start = time.monotonic()
-    ran_on = ray.get([slow.remote() for _ in range(3)])
-    assert len(set(ran_on)) == 3, ran_on
-    assert time.monotonic() - start < 2.9
+    # With one CPU per node, three tasks that each wait until all three have
+    # started can only finish if they run at once, one per node.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    ran_on = ray.get([wait_for_all_started.remote(str(barrier), 3) for _ in range(3)], timeout=120)
+    assert all(all_started for _, all_started in ran_on), ran_on
+    assert len({node for node, _ in ran_on}) == 3, ran_on
     assert ray.cluster_resources()["CPU"] == 3
 
 
@@ -431,3 +445,112 @@ def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
         out
     )
     assert remote and re.search(r"\(RayTrainWorker rank=0 pid=\d+, ip=127.0.0.1\) rank 0 starts at epoch 0", out), out
+
+
+def node_logs(cluster):
+    """The output of every node process `oxray start` ran under this cluster's root."""
+    text = ""
+    for path in glob.glob(os.path.join(cluster.root, "node-start-*.log")):
+        with open(path, errors="replace") as f:
+            text += f.read()
+    return text
+
+
+def test_infeasible_request_on_a_cli_cluster_waits_for_a_node_that_fits(local_cluster):
+    # A CLI cluster can grow: a request no node can meet stays PENDING (as in
+    # Ray), with a periodic warning, and runs once a node that fits joins.
+    local_cluster.env["OXRAY_INFEASIBLE_WARNING_INTERVAL_S"] = "0.2"
+    local_cluster.start_head(num_cpus=1)
+    ray.init()
+    task = where.options(resources={"gpu_like": 1}).remote()
+    actor = Where.options(resources={"gpu_like": 0.5}).remote()
+    call = actor.call.remote()
+    assert wait_until(lambda: "waiting for a node" in node_logs(local_cluster), timeout=30), node_logs(local_cluster)
+    warning = next(line for line in node_logs(local_cluster).splitlines() if "waiting for a node" in line)
+    assert "gpu_like" in warning and "CPU" in warning, warning
+    assert ray.wait([task, call], num_returns=2, timeout=0) == ([], [task, call])
+    local_cluster.add_node(num_cpus=1, resources={"gpu_like": 2})  # room for the task and the actor
+    fits = local_cluster.node_with("gpu_like")["node_id"]
+    assert ray.get(task, timeout=60) == fits
+    assert ray.get(call, timeout=60) == (1, fits)
+
+
+@ray.remote
+def ones_after(n, marker):
+    """`n` ones, once `marker` exists (empty: at once)."""
+    if marker:
+        wait_until(lambda: os.path.exists(marker), timeout=60)
+    return np.ones(n)
+
+
+@ray.remote
+def launch_on(resource, n, marker, wait_inner):
+    """Launches `ones_after` on the node offering `resource` and returns its ref in a list."""
+    ref = ones_after.options(resources={resource: 0.1}).remote(n, marker)
+    if wait_inner:
+        ray.wait([ref], timeout=60)
+    return [ref]
+
+
+def test_return_made_by_a_nested_task_on_another_node_is_readable(local_cluster, tmp_path):
+    local_cluster.start_head(num_cpus=1, resources={"node_a": 1})
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    for index, (n, wait_inner) in enumerate([(10, False), (MiB, False), (10, True), (MiB, True)]):
+        # The driver's node owns the outer task, which runs on node b and launches
+        # the inner one back on the head node; the inner one finishes only after
+        # the outer one has returned its ref (or before, with wait_inner).
+        marker = "" if wait_inner else str(tmp_path / f"release-{index}")
+        outer = launch_on.options(resources={"node_b": 0.1}).remote("node_a", n, marker, wait_inner)
+        [inner] = ray.get(outer, timeout=60)
+        if marker:
+            open(marker, "w").close()
+        assert float(ray.get(inner, timeout=60).sum()) == n, (n, wait_inner)
+
+
+ON_HEAD_DRIVER = """
+import sys
+import cloudpickle
+import oxray as ray
+
+ray.init()
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.value = 0
+
+    def add(self, k):
+        self.value += k
+        return self.value
+
+
+counter = Counter.options(name="on_head", namespace="kept", lifetime="detached", max_restarts=1).remote()
+assert ray.get(counter.add.remote(1)) == 1
+with open(sys.argv[1], "wb") as f:
+    f.write(cloudpickle.dumps(counter))
+"""
+
+
+def test_head_restart_fails_a_detached_actor_that_lived_on_the_head_node(local_cluster, tmp_path):
+    local_cluster.start_head(num_cpus=1)
+    handle_file = tmp_path / "handle.pkl"
+    subprocess.run(
+        [sys.executable, "-c", ON_HEAD_DRIVER, str(handle_file)], env=local_cluster.env, check=True, timeout=120
+    )
+    head = local_cluster.node_with_pid_record(head=True)
+    os.kill(int(head["pid"]), signal.SIGKILL)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{head['pid']}"), timeout=10)
+    local_cluster.start_head(num_cpus=1)  # same state dir: the head's tables come back
+    ray.init()
+    # The actor's node went down with the old head: the actor is dead, so its
+    # name is free (as in Ray), and a call through an old handle fails at once.
+    with pytest.raises(ValueError, match="on_head"):
+        ray.get_actor("on_head", namespace="kept")
+    import cloudpickle
+
+    handle = cloudpickle.loads(handle_file.read_bytes())
+    with pytest.raises(ray.exceptions.ActorDiedError, match=head["node_id"][:8]):
+        ray.get(handle.add.remote(1), timeout=30)

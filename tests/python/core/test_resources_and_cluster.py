@@ -100,9 +100,10 @@ def _assert_infeasible_error(exc, *names):
 
 
 # oxray's contract (stricter than Ray, which leaves infeasible work pending and
-# only logs an autoscaler warning): on a fixed cluster a request that no node can
-# ever satisfy fails promptly with an error naming the resource and what the
-# cluster has, instead of hanging.
+# only logs an autoscaler warning): on a lone embedded cluster, which no node can
+# join, a request that no node can ever satisfy fails promptly with an error
+# naming the resource and what the cluster has, instead of hanging. (On a CLI
+# cluster it waits for a node: test_multinode.py.)
 
 
 def test_infeasible_task_fails_instead_of_hanging(ray_cluster):

@@ -16,8 +16,14 @@ use pyo3::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn deadline_after(timeout_s: Option<f64>) -> Option<Instant> {
-    timeout_s.map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)))
+/// The deadline of a user's `timeout`: None (and `inf`, or a timeout too long
+/// to represent) waits without limit; NaN and negative values are refused.
+pub(crate) fn deadline_after(timeout_s: Option<f64>) -> PyResult<Option<Instant>> {
+    let Some(t) = timeout_s else { return Ok(None) };
+    if t.is_nan() || t < 0.0 {
+        return Err(PyValueError::new_err(format!("timeout must be None or a number >= 0, got {t:?}")));
+    }
+    Ok(Duration::try_from_secs_f64(t).ok().and_then(|wait| Instant::now().checked_add(wait)))
 }
 
 /// Waits are cut into slices of at most a second so Ctrl-C is noticed between them.
@@ -83,7 +89,7 @@ impl Client {
     /// are sliced so Ctrl-C is noticed.
     #[pyo3(signature = (ids, timeout_s=None))]
     fn get(&self, py: Python<'_>, ids: Vec<Vec<u8>>, timeout_s: Option<f64>) -> PyResult<Option<Vec<ObjectBuffer>>> {
-        let deadline = deadline_after(timeout_s);
+        let deadline = deadline_after(timeout_s)?;
         let ids = to_ids(&ids)?;
         loop {
             let slice_ms = next_slice_ms(deadline);
@@ -109,7 +115,7 @@ impl Client {
         num_returns: u32,
         timeout_s: Option<f64>,
     ) -> PyResult<Vec<Vec<u8>>> {
-        let deadline = deadline_after(timeout_s);
+        let deadline = deadline_after(timeout_s)?;
         let ids = to_ids(&ids)?;
         loop {
             let slice_ms = next_slice_ms(deadline);
@@ -143,7 +149,7 @@ impl Client {
                 let release = ViewRelease { client: self.inner.clone(), id };
                 let map = self.arena(&range.path)?;
                 let (offset, len) = (range.offset as usize, loc.size as usize);
-                if offset + len > map.0.len() {
+                if offset.checked_add(len).is_none_or(|end| end > map.0.len()) {
                     return Err(MapError::OutsideArena(id));
                 }
                 Ok(ObjectBuffer::arena_view(map, offset, len, release))

@@ -6,6 +6,8 @@ use crate::error::client_error as rpc_err;
 use crate::records::{CreatedActor, TaskKind};
 use crate::runtime;
 use oxray_runtime::proto::{self, CancelRequest, FunctionBlob, FunctionId, TaskArg, TaskSpec, task_arg};
+use oxray_runtime::resources::ResourceSet;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::collections::HashMap;
@@ -52,6 +54,10 @@ impl Client {
         placement_resources: HashMap<String, f64>,
         get_if_exists: bool,
     ) -> PyResult<Option<CreatedActor>> {
+        // Refused here, at the call: a batched submission's error would reach no caller.
+        for quantities in [&resources, &placement_resources] {
+            ResourceSet::from_map(quantities).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
         let args = args
             .into_iter()
             .map(|(is_ref, data)| TaskArg {

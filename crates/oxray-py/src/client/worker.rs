@@ -10,7 +10,6 @@ use crate::{OxrayRpcError, runtime};
 use oxray_runtime::proto::{self, TaskDoneRequest, task_arg};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::time::Duration;
 
 #[pymethods]
 impl Client {
@@ -29,9 +28,14 @@ impl Client {
         // Taken out while waiting: the stream is moved into the GIL-free section.
         let mut stream =
             self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
-        let wait = Duration::from_secs_f64(timeout_s);
+        let deadline = super::objects::deadline_after(Some(timeout_s))?;
         let (item, stream) = py.detach(move || {
-            let item = runtime().block_on(async { tokio::time::timeout(wait, stream.message()).await });
+            let item = runtime().block_on(async {
+                match deadline {
+                    Some(d) => tokio::time::timeout_at(d.into(), stream.message()).await,
+                    None => Ok(stream.message().await),
+                }
+            });
             (item, stream)
         });
         *self.assignments.lock() = Some(stream);

@@ -247,6 +247,19 @@ impl AgentShared {
         done
     }
 
+    /// Waits until `done` holds of the state (checked again after every change).
+    pub(crate) async fn wait_for_state(self: &Arc<Self>, done: impl Fn(&AgentState) -> bool) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if done(&self.state.lock()) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     fn apply_increfs(self: &Arc<Self>, client: ClientId, deltas: &Option<RefDeltas>) -> Result<(), AgentError> {
         if let Some(d) = deltas {
             let inc = object_ids(&d.incref)?;

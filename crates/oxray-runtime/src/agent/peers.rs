@@ -8,8 +8,8 @@ use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
 use oxray_proto::{
-    ActorRequest, ActorState, CancelRequest, Empty, JobEnded, ObjectChunk, PeerEvent, PeerHello, PeerMessage,
-    PullRequest, RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
+    ActorRequest, CancelRequest, Empty, JobEnded, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
+    RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -180,7 +180,9 @@ impl AgentShared {
                 if !return_ids.is_empty() {
                     let this = self.clone();
                     tokio::spawn(async move {
-                        this.wait_ready(&return_ids, return_ids.len(), None, None).await;
+                        // Its returns are made here: a return the owner already passed on
+                        // (nested in another task's result) reads as ready before that.
+                        this.wait_for_state(|st| !st.has_task(&task_id)).await;
                         if let Some(done) = this.with_state(|st| st.remote_done_for(owner, task_id, &return_ids)) {
                             this.peers.send_event(owner, PeerEvent { event: Some(peer_event::Event::Done(done)) });
                         }
@@ -257,17 +259,20 @@ impl AgentShared {
         id: ObjectId,
     ) -> tokio::sync::mpsc::Receiver<Result<ObjectChunk, Status>> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let found = {
-            let mut st = self.state.lock();
-            let found = st.store_mut().lookup(&id);
-            if let Some((ObjectPlace::Arena { .. }, _)) = &found {
-                // Keeps the range from being reused or spilled while it streams.
-                st.store_mut().add_reader(&id);
-            }
-            found
-        };
         let this = self.clone();
         tokio::spawn(async move {
+            // An object this node owns may be asked for before it is made (its ref
+            // travelled nested in another result): serve it once it is.
+            this.wait_for_state(|st| !st.awaits_its_task(&id)).await;
+            let found = {
+                let mut st = this.state.lock();
+                let found = st.store_mut().lookup(&id);
+                if let Some((ObjectPlace::Arena { .. }, _)) = &found {
+                    // Keeps the range from being reused or spilled while it streams.
+                    st.store_mut().add_reader(&id);
+                }
+                found
+            };
             let Some((place, size)) = found else {
                 let node = this.state.lock().node_id.short();
                 let message = format!("Object {id} is not on node {node} (freed, or lost)");
@@ -357,7 +362,8 @@ impl AgentShared {
         }
         for actor_id in unknown_actors {
             let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
-            if let Some(info) = reply.into_inner().actor.filter(|a| a.state() != ActorState::Dead) {
+            // A dead one too: its calls then fail with the cause the head recorded.
+            if let Some(info) = reply.into_inner().actor {
                 let _ = self.with_state(|st| st.add_actor_proxy(&info));
             }
         }

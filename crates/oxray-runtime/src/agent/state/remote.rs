@@ -37,6 +37,9 @@ pub(super) struct PeerTable {
     owners: HashSet<NodeId>,
     /// Functions already sent to each node.
     sent_functions: HashSet<(NodeId, Vec<u8>)>,
+    /// Nodes may join this cluster (it was started by `oxray start`, or another
+    /// node has joined): a request no live node can meet waits instead of failing.
+    may_grow: bool,
 }
 
 impl PeerTable {
@@ -58,6 +61,24 @@ impl AgentState {
         }
     }
 
+    /// This node belongs to a cluster that other nodes may join (`oxray start`).
+    pub fn expect_joining_nodes(&mut self) {
+        self.peers.may_grow = true;
+    }
+
+    pub(super) fn nodes_may_join(&self) -> bool {
+        self.peers.may_grow
+    }
+
+    /// What every live node (this one included) offers in all.
+    pub(super) fn cluster_total(&self) -> ResourceSet {
+        let mut total = self.total.clone();
+        for peer in self.peers.nodes.values().filter(|p| p.alive) {
+            total.add(&peer.total);
+        }
+        total
+    }
+
     /// Applies the head's node table; nodes that stopped beating are failed over.
     pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
         let mut died = Vec::new();
@@ -66,6 +87,7 @@ impl AgentState {
             if id == self.node_id {
                 continue;
             }
+            self.peers.may_grow = true;
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let available = ResourceSet::from_map(&n.available).unwrap_or_default();
             let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
@@ -227,6 +249,8 @@ impl AgentState {
                     return;
                 }
             }
+            // Made here meanwhile (its task ran on this node): the copy is not needed.
+            Err(_) if self.objects.store().contains_sealed(&id) => return,
             Err(error) => {
                 let message = error.to_string();
                 self.objects.store_mut().discard_unsealed(&id);
@@ -243,6 +267,11 @@ impl AgentState {
         }
         self.on_object_ready(id);
         self.schedule();
+    }
+
+    /// Whether `id` is not here yet but a task this node owns or runs will make it.
+    pub fn awaits_its_task(&self, id: &ObjectId) -> bool {
+        !self.is_local(id) && self.tasks.produces_pending(id)
     }
 
     /// Records that `node` holds a copy of `id` for this node (or gives it back

@@ -186,19 +186,52 @@ impl AgentState {
         self.functions.get(id).cloned()
     }
 
-    pub(super) fn infeasible_message(&self, what: &str, request: &ResourceSet) -> Option<String> {
-        // Placement-group resources appear once the group is created: wait for them.
+    /// Why no live node can ever hold `request` ("(name: wants x, cluster has y). The
+    /// cluster's total resources are {...}."), or None when one can, or when it asks
+    /// for a placement group's resources (they appear once the group is created).
+    fn unmet_by_cluster(&self, request: &ResourceSet) -> Option<String> {
         if self.feasible_anywhere(request) || request.names().any(|n| n.contains("_group_")) {
             return None;
         }
-        let missing = self.total.shortfall(request);
-        let detail: Vec<String> =
-            missing.iter().map(|(name, want, have)| format!("{name}: wants {want}, cluster has {have}")).collect();
-        Some(format!(
-            "{what} requires {request} but no node in the cluster can ever provide it ({}). The cluster's total resources are {}.",
-            detail.join("; "),
-            self.total
-        ))
+        let total = self.cluster_total();
+        let detail: Vec<String> = total
+            .shortfall(request)
+            .iter()
+            .map(|(name, want, have)| format!("{name}: wants {want}, cluster has {have}"))
+            .collect();
+        Some(format!("({}). The cluster's total resources are {total}.", detail.join("; ")))
+    }
+
+    /// A lone cluster fails a request no node can ever meet at once; one that nodes
+    /// may join keeps it pending (see `warn_infeasible`).
+    pub(super) fn infeasible_message(&self, what: &str, request: &ResourceSet) -> Option<String> {
+        if self.nodes_may_join() {
+            return None;
+        }
+        let why = self.unmet_by_cluster(request)?;
+        Some(format!("{what} requires {request} but no node in the cluster can ever provide it {why}"))
+    }
+
+    /// Queues a warning for each shape of ready work that no live node can run
+    /// (it waits for a node that fits to join or come back). The agent calls this
+    /// periodically (`OXRAY_INFEASIBLE_WARNING_INTERVAL_S`).
+    pub fn warn_infeasible(&mut self) {
+        let mut warnings = Vec::new();
+        for q in &self.tasks.ready.queues {
+            let mut waiting =
+                q.tasks.iter().filter_map(|id| self.tasks.get(id)).filter(|t| t.state == TaskState::Ready);
+            let Some(first) = waiting.next() else { continue };
+            let Some(why) = self.unmet_by_cluster(&q.placement) else { continue };
+            let what = if q.creation { "actor creation" } else { "task" };
+            warnings.push(format!(
+                "{} {what}(s) such as {} require {} and are waiting for a node that can run them {why} \
+                 They run as soon as such a node joins the cluster.",
+                1 + waiting.count(),
+                first.spec.name,
+                q.placement
+            ));
+        }
+        self.actions.extend(warnings.into_iter().map(Action::warn));
     }
 
     /// Accepts a normal task or an actor creation. An impossible request fails
@@ -403,6 +436,11 @@ impl AgentState {
         for _ in 0..to_start {
             self.spawn_worker(WorkerRole::Pool, "worker".into(), None, Vec::new());
         }
+    }
+
+    /// Whether `task_id` is still queued, running or forwarded here.
+    pub fn has_task(&self, task_id: &TaskId) -> bool {
+        self.tasks.contains_key(task_id)
     }
 
     /// A worker finished a task: record its results and free the worker.

@@ -407,6 +407,33 @@ fn a_forwarded_task_fails_when_its_node_dies_and_no_retries_are_left() {
     assert!(!st.take_actions().iter().any(|a| matches!(a, Action::Forward { .. })), "never sent to a dead node");
 }
 
+fn log_lines(st: &mut AgentState) -> Vec<String> {
+    st.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Log { message, .. } => Some(message),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_infeasible_task_waits_on_a_cluster_nodes_may_join_and_runs_when_one_does() {
+    let mut st = new_state(1.0, 0);
+    st.expect_joining_nodes();
+    assert_eq!(st.submit(DRIVER, task(1, &[("CPU", 2.0)])).unwrap(), None, "pending, not failed");
+    st.schedule();
+    st.take_actions();
+    assert!(!st.is_ready(&oid(101)));
+    st.warn_infeasible();
+    let warnings = log_lines(&mut st);
+    assert!(warnings.len() == 1 && warnings[0].contains("t1") && warnings[0].contains("CPU: 2"), "{warnings:?}");
+    st.update_peers(&[peer_info(4.0, true)]);
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::Forward { node, .. } if *node == PEER)));
+    st.warn_infeasible();
+    assert!(log_lines(&mut st).is_empty(), "nothing waits any more");
+}
+
 #[test]
 fn a_forwarded_task_is_retried_when_its_node_dies() {
     let mut st = new_state(1.0, 0);
