@@ -75,6 +75,24 @@ impl HeadStore {
         put(&self.db, ACTORS, &actor.actor_id, &actor.encode_to_vec())
     }
 
+    /// Deletes the records of forgotten nodes and actors, in one transaction.
+    pub fn remove(&self, nodes: &[Vec<u8>], actors: &[Vec<u8>]) -> Result<(), StoreError> {
+        if nodes.is_empty() && actors.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db)?;
+        for (table, keys) in [(NODES, nodes), (ACTORS, actors)] {
+            if keys.is_empty() {
+                continue;
+            }
+            let mut t = txn.open_table(table).map_err(db)?;
+            for key in keys {
+                t.remove(key.as_slice()).map_err(db)?;
+            }
+        }
+        txn.commit().map_err(db)
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         load(&self.db, NODES)
     }
@@ -113,6 +131,8 @@ mod tests {
         let actors = store.actors().unwrap();
         assert_eq!(actors.len(), 1);
         assert_eq!(actors[0].state(), ActorState::Dead, "the latest write wins");
+        store.remove(&[vec![1; 16]], &[vec![2; 16]]).unwrap();
+        assert!(store.nodes().unwrap().is_empty() && store.actors().unwrap().is_empty());
         let _ = std::fs::remove_dir_all(dir);
     }
 }
