@@ -200,10 +200,13 @@ impl Head {
         forgotten
     }
 
-    fn persist_actor(&self, info: &ActorInfo) -> Result<(), HeadError> {
-        match &self.store {
-            Some(store) => Ok(store.put_actor(info)?),
-            None => Ok(()),
+    /// Writes the actor's record through; the commit (an fsync) runs on a blocking
+    /// thread, never under the actor table's lock.
+    async fn persist_actor(&self, info: ActorInfo) -> Result<(), HeadError> {
+        let Some(store) = self.store.clone() else { return Ok(()) };
+        match tokio::task::spawn_blocking(move || store.put_actor(&info)).await {
+            Ok(result) => Ok(result?),
+            Err(e) => Err(StoreError::Unfinished(e.to_string()).into()),
         }
     }
 
@@ -357,8 +360,8 @@ impl HeadService for Head {
         let req = request.into_inner();
         let actor = req.actor.ok_or(HeadError::Malformed("RegisterActor needs an actor"))?;
         let actor_id = ActorId::from_bytes(&actor.actor_id).map_err(HeadError::from)?;
-        let mut table = self.actors.lock();
         if !actor.name.is_empty() {
+            let mut table = self.actors.lock();
             let key = (actor.namespace.clone(), actor.name.clone());
             if let Some(existing) = table.names.get(&key) {
                 if req.get_if_exists {
@@ -366,20 +369,21 @@ impl HeadService for Head {
                 }
                 return Err(HeadError::NameTaken { name: actor.name, namespace: actor.namespace }.into());
             }
+            // The name is taken now; the commit below runs without the table's lock.
             table.names.insert(key, actor_id);
         }
-        if let Err(e) = self.persist_actor(&actor) {
-            table.names.retain(|_, id| *id != actor_id);
+        if let Err(e) = self.persist_actor(actor.clone()).await {
+            self.actors.lock().names.retain(|_, id| *id != actor_id);
             return Err(e.into());
         }
-        table.actors.insert(actor_id, actor);
+        self.actors.lock().actors.insert(actor_id, actor);
         Ok(Response::new(RegisterActorReply { actor_id: actor_id.to_vec(), existing: false }))
     }
 
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner();
         let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
-        self.persist_actor(&info)?;
+        self.persist_actor(info.clone()).await?;
         let mut table = self.actors.lock();
         let dead = info.state() == ActorState::Dead;
         if dead && !info.name.is_empty() {
@@ -678,5 +682,44 @@ mod tests {
         let mut ids: Vec<u8> = groups.iter().map(|g| g.spec.as_ref().unwrap().pg_id[0]).collect();
         ids.sort();
         assert_eq!(ids, [8, 9, 10]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_commit_does_not_hold_up_reads_of_the_actor_table() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-slow-{}", rand::random::<u64>()));
+        let head = Head::persistent(&dir).unwrap();
+        let register = RegisterActorRequest { actor: Some(named(1, "early")), get_if_exists: false };
+        head.register_actor(Request::new(register)).await.unwrap();
+        let held = head.store.as_ref().unwrap().hold_writes();
+        let writer = tokio::spawn({
+            let head = head.clone();
+            async move {
+                let register = RegisterActorRequest { actor: Some(named(2, "late")), get_if_exists: false };
+                head.register_actor(Request::new(register)).await.map(|_| ())
+            }
+        });
+        // Wait until the registration is inside its commit (blocked on the held transaction).
+        while !writer.is_finished()
+            && head.actors.try_lock().is_some_and(|t| !t.names.contains_key(&("ns".into(), "late".into())))
+        {
+            tokio::task::yield_now().await;
+        }
+        let lookup = GetNamedActorRequest { name: "early".into(), namespace: "ns".into() };
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::task::spawn_blocking({
+                let head = head.clone();
+                move || {
+                    let table = head.actors.lock();
+                    table.names.contains_key(&(lookup.namespace, lookup.name))
+                }
+            }),
+        )
+        .await
+        .expect("a read of the actor table waited for another actor's commit");
+        assert!(read.unwrap());
+        drop(held);
+        writer.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

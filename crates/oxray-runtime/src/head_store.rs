@@ -26,6 +26,8 @@ pub enum StoreError {
     Db(#[from] redb::Error),
     #[error("a record in the head's state store is corrupt: {0}")]
     Corrupt(#[from] prost::DecodeError),
+    #[error("a write to the head's state store did not finish: {0}")]
+    Unfinished(String),
 }
 
 /// Any redb failure inside a transaction.
@@ -91,6 +93,12 @@ impl HeadStore {
             }
         }
         txn.commit().map_err(db)
+    }
+
+    /// Holds redb's one write transaction until the guard drops: a commit that takes long.
+    #[cfg(test)]
+    pub(crate) fn hold_writes(&self) -> redb::WriteTransaction {
+        self.db.begin_write().unwrap()
     }
 
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
