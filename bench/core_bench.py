@@ -57,6 +57,8 @@ METRICS = [
     ("memcpy_ms", "np.copy 256 MiB (baseline)", "ms", "lower", "putget", "{:.1f}"),
     ("putget_over_memcpy_best", "(put+get) / memcpy, best of N each", "x", "lower", "putget", "{:.2f}"),
     ("putget_over_memcpy", "(put+get) / memcpy, medians (info)", "x", "lower", "putget", "{:.2f}"),
+    ("first_read_ms", "task(new ref of 256 MiB), first call per worker", "ms", "lower", "first_read", "{:.1f}"),
+    ("later_read_ms", "task(that ref), later calls", "ms", "lower", "first_read", "{:.1f}"),
     ("pass_ref_ms", "task(ref of 256 MiB) -> arr[0]", "ms", "lower", "pass_ref", "{:.1f}"),
     ("pass_value_ms", "task(256 MiB by value) -> arr[0]", "ms", "lower", "pass_value", "{:.1f}"),
     ("idle_mem_mib", "idle cluster memory (PSS)", "MiB", "lower", "memory", "{:.1f}"),
@@ -88,6 +90,12 @@ def _first(arr):
     return arr[0]
 
 
+def _first_and_pid(arr):
+    import os
+
+    return arr[0], os.getpid()
+
+
 class _Actor:
     def m(self):
         return None
@@ -101,6 +109,7 @@ WORKLOAD_GROUPS = (
     "task_tput",
     "actor_rtt",
     "actor_tput",
+    "first_read",
     "putget",
     "pass_ref",
     "pass_value",
@@ -403,6 +412,7 @@ class Child:
             # the same as decorating with @ray.remote
             state["noop"] = ray.remote(_noop)
             state["first"] = ray.remote(_first)
+            state["first_and_pid"] = ray.remote(_first_and_pid)
             return {}
 
         if not self.run_step("define", define):
@@ -572,12 +582,38 @@ class Child:
 
         # ---- 256 MiB objects ----------------------------------------------
         if np is None:
-            for g in ("putget", "pass_ref", "pass_value"):
+            for g in ("first_read", "putget", "pass_ref", "pass_value"):
                 self.skip(g, "numpy not importable")
             return
         arr = np.arange(ARRAY_BYTES // 8, dtype=np.int64)  # touches every page
         arr[0] = 42
         big_reps = args.big_repeats
+
+        def first_read():
+            # A worker's first task on an ndarray ref, after the pool is warm (the
+            # tasks and actor calls above ran) but before any worker saw an array:
+            # sequential calls until each worker has run twice or 40 calls.
+            first_and_pid = state["first_and_pid"]
+            ref = ray.put(arr)
+            firsts, later, order = {}, [], []
+            for _ in range(40):
+                t0 = _now()
+                v, pid = ray.get(first_and_pid.remote(ref))
+                dt = _now() - t0
+                assert v == 42
+                order.append((pid, dt))
+                if pid in firsts:
+                    later.append(dt)
+                else:
+                    firsts[pid] = dt
+                if len(firsts) >= 2 and len(later) >= 10:
+                    break
+            del ref
+            gc.collect()
+            return (
+                {"first_read_ms": _median(list(firsts.values())) * 1e3, "later_read_ms": _median(later) * 1e3},
+                {"first_call_per_worker_s": firsts, "workers": len(firsts), "calls": order},
+            )
 
         def putget():
             # memcpy baseline in this very process: one np.copy (allocation +
@@ -665,6 +701,7 @@ class Child:
                 gc.collect()
             return {"pass_value_ms": _median(ts) * 1e3}, {"s": ts}
 
+        self.run_step("first_read", first_read)
         self.run_step("putget", putget)
         self.run_step("pass_ref", pass_ref)
         self.run_step("pass_value", pass_value)

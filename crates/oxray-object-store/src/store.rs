@@ -6,7 +6,9 @@
 use crate::ObjectId;
 use crate::arena::ArenaAllocator;
 use memmap2::{MmapOptions, MmapRaw};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,11 +51,29 @@ pub struct StoreStats {
     pub num_spilled_total: u64,
 }
 
+/// Backs `len` bytes at `offset` of the arena file with real pages.
+type ReservePages = fn(&File, usize, usize) -> std::io::Result<()>;
+
+fn posix_fallocate(file: &File, offset: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: the fd is valid for the call; posix_fallocate only allocates blocks of the file.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), offset as libc::off_t, len as libc::off_t) } {
+        0 => Ok(()),
+        rc => Err(std::io::Error::from_raw_os_error(rc)),
+    }
+}
+
 pub struct ObjectStore {
     shm_dir: PathBuf,
     spill_dir: PathBuf,
     arena_path: PathBuf,
     arena_map: Option<MmapRaw>,
+    arena_file: Option<File>,
+    /// Ranges of the arena file that have pages (start -> end). The file is
+    /// sparse: a range gets its pages when first reserved, so a full tmpfs is an
+    /// error at `reserve` (and the object goes to disk) rather than a SIGBUS in
+    /// the writer. Pages are never given back, so a reused range costs nothing.
+    backed: BTreeMap<usize, usize>,
+    reserve_pages: ReservePages,
     alloc: ArenaAllocator,
     entries: HashMap<ObjectId, Entry>,
     tick: u64,
@@ -80,6 +100,9 @@ impl ObjectStore {
             spill_dir,
             arena_path,
             arena_map,
+            arena_file: Some(file),
+            backed: BTreeMap::new(),
+            reserve_pages: posix_fallocate,
             alloc,
             entries: HashMap::new(),
             tick: 0,
@@ -119,7 +142,18 @@ impl ObjectStore {
             if size <= self.alloc.size()
                 && let Some(offset) = self.alloc.alloc(size)
             {
-                break ObjectPlace::Arena { offset, len: size };
+                match self.back(offset, size) {
+                    Ok(()) => break ObjectPlace::Arena { offset, len: size },
+                    // No pages left for the arena (its tmpfs is full): the object goes to disk.
+                    // Spilling others would not help, as their pages stay with the arena file.
+                    Err(e) => {
+                        tracing::warn!(
+                            "the object store's shared memory is full ({e}); writing a {size}-byte object to disk"
+                        );
+                        self.alloc.free(offset, size);
+                        break self.spill_file(&id)?;
+                    }
+                }
             }
             if size > self.alloc.size() {
                 break self.spill_file(&id)?;
@@ -133,6 +167,49 @@ impl ObjectStore {
         self.entries
             .insert(id, Entry { size, place: place.clone(), sealed: false, freed: false, readers: 0, last_use });
         Ok((place, spills))
+    }
+
+    /// Gives the arena range `[offset, offset + len)` pages where it has none yet.
+    fn back(&mut self, offset: usize, len: usize) -> std::io::Result<()> {
+        if self.arena_file.is_none() {
+            return Ok(());
+        }
+        let (start, end) = (offset, offset + crate::arena::round_up(len));
+        let mut gaps = Vec::new();
+        let mut at = start;
+        let before = self.backed.range(..=start).next_back().map(|(s, e)| (*s, *e));
+        for (s, e) in before.into_iter().chain(self.backed.range(start + 1..end).map(|(s, e)| (*s, *e))) {
+            if e <= at {
+                continue;
+            }
+            if s > at {
+                gaps.push((at, s));
+            }
+            at = e;
+            if at >= end {
+                break;
+            }
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        for (s, e) in gaps {
+            let file = self.arena_file.as_ref().expect("checked above");
+            (self.reserve_pages)(file, s, e - s)?;
+            self.mark_backed(s, e);
+        }
+        Ok(())
+    }
+
+    fn mark_backed(&mut self, mut start: usize, mut end: usize) {
+        let touching: Vec<(usize, usize)> =
+            self.backed.range(..=end).rev().take_while(|(_, e)| **e >= start).map(|(s, e)| (*s, *e)).collect();
+        for (s, e) in touching {
+            self.backed.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.backed.insert(start, end);
     }
 
     fn spill_file(&self, id: &ObjectId) -> std::io::Result<ObjectPlace> {
@@ -315,6 +392,7 @@ impl ObjectStore {
     pub fn destroy(&mut self) {
         self.entries.clear();
         self.arena_map = None;
+        self.arena_file = None;
         let _ = crate::remove_dir_if_exists(&self.shm_dir);
         let _ = crate::remove_dir_if_exists(&self.spill_dir);
     }
@@ -349,6 +427,61 @@ mod tests {
         }
         assert!(store.seal(&id(n)));
         place
+    }
+
+    fn allocated_bytes(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    #[test]
+    fn a_reserved_arena_range_has_its_pages_before_anyone_writes() {
+        let (mut store, _root) = temp_store(64 * ARENA_PAGE);
+        assert_eq!(allocated_bytes(store.arena_path()), 0, "the arena starts sparse");
+        let (place, _) = store.reserve(id(1), 10 * ARENA_PAGE).unwrap();
+        assert!(matches!(place, ObjectPlace::Arena { .. }));
+        assert!(allocated_bytes(store.arena_path()) >= 10 * ARENA_PAGE as u64, "reserve backs the range");
+        store.destroy();
+    }
+
+    static PAGE_CALLS: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+    fn counting_fallocate(file: &File, offset: usize, len: usize) -> std::io::Result<()> {
+        PAGE_CALLS.lock().unwrap().push((offset, len));
+        posix_fallocate(file, offset, len)
+    }
+
+    #[test]
+    fn pages_are_reserved_once_per_range() {
+        let (mut store, _root) = temp_store(64 * ARENA_PAGE);
+        store.reserve_pages = counting_fallocate;
+        write_and_seal(&mut store, 1, 8 * ARENA_PAGE);
+        store.free(&id(1));
+        write_and_seal(&mut store, 2, 8 * ARENA_PAGE); // the same range again
+        write_and_seal(&mut store, 3, 4 * ARENA_PAGE);
+        store.free(&id(2));
+        write_and_seal(&mut store, 4, 12 * ARENA_PAGE); // partly over backed pages
+        let calls = PAGE_CALLS.lock().unwrap().clone();
+        let total: usize = calls.iter().map(|(_, len)| len).sum();
+        assert_eq!(total, 24 * ARENA_PAGE, "every page backed exactly once: {calls:?}");
+        assert_eq!(store.backed.len(), 1, "adjacent ranges merge: {:?}", store.backed);
+        store.destroy();
+    }
+
+    fn tmpfs_full(_: &File, _: usize, _: usize) -> std::io::Result<()> {
+        Err(std::io::Error::from_raw_os_error(libc::ENOSPC))
+    }
+
+    #[test]
+    fn a_full_shared_memory_filesystem_sends_new_objects_to_disk() {
+        let (mut store, root) = temp_store(64 * ARENA_PAGE);
+        store.reserve_pages = tmpfs_full;
+        let (place, spills) = store.reserve(id(5), 4 * ARENA_PAGE).unwrap();
+        assert!(spills.is_empty());
+        let ObjectPlace::Spilled(path) = place else { panic!("expected a spill file, got {place:?}") };
+        assert!(path.starts_with(root.join("spill")));
+        assert_eq!(store.stats().shm_used, 0, "the arena range was given back");
+        store.destroy();
     }
 
     #[test]

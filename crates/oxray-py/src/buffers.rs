@@ -228,8 +228,10 @@ pub(crate) fn prepare(
             write_into(py, dst, &layout, flags, pickle, &raw);
         }
         Some(Place::Path(path)) => {
-            let mut map =
-                create_object_file(Path::new(path), size).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            let mut map = create_object_file(Path::new(path), size).map_err(|e| match e {
+                e @ oxray_object_store::ShmError::NoSpace { .. } => PyErr::from(MapError::from(e)),
+                e => PyValueError::new_err(e.to_string()),
+            })?;
             write_into(py, &mut map, &layout, flags, pickle, &raw);
         }
         _ => return Err(PyValueError::new_err("the agent returned no place to write the object")),

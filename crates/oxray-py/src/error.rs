@@ -23,8 +23,23 @@ pub(crate) fn client_error(e: ClientError) -> PyErr {
             PyValueError::new_err(message)
         }
         ClientError::BadId(e) => PyValueError::new_err(e.to_string()),
+        ClientError::Refused { reason: Refusal::ResourceExhausted, message } => object_store_full(message),
         other => OxrayRpcError::new_err(other.to_string()),
     }
+}
+
+/// Ray's `ObjectStoreFullError` (defined in `oxray.exceptions`): no room for an
+/// object in shared memory nor on the spill disk.
+fn object_store_full(message: String) -> PyErr {
+    use pyo3::prelude::*;
+    use pyo3::types::PyType;
+    Python::attach(|py| {
+        let class = py.import("oxray.exceptions").and_then(|m| m.getattr("ObjectStoreFullError"));
+        match class.and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from)) {
+            Ok(class) => PyErr::from_type(class, message),
+            Err(e) => e,
+        }
+    })
 }
 
 /// An id passed in from Python with the wrong length.
@@ -70,6 +85,9 @@ pub(crate) enum MapError {
 
 impl From<MapError> for PyErr {
     fn from(e: MapError) -> Self {
-        OxrayRpcError::new_err(e.to_string())
+        match e {
+            MapError::Shm(e @ ShmError::NoSpace { .. }) => object_store_full(e.to_string()),
+            other => OxrayRpcError::new_err(other.to_string()),
+        }
     }
 }

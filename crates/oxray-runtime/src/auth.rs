@@ -37,6 +37,8 @@ impl Interceptor for RequireToken {
 #[derive(Clone)]
 pub struct AttachToken {
     header: MetadataValue<tonic::metadata::Ascii>,
+    /// `grpc-timeout` for calls that did not set their own (`Request::set_timeout`).
+    default_deadline: Option<MetadataValue<tonic::metadata::Ascii>>,
 }
 
 /// A token that cannot travel in an HTTP header.
@@ -47,13 +49,28 @@ pub struct TokenError;
 impl AttachToken {
     pub fn new(token: &str) -> Result<Self, TokenError> {
         let header = format!("Bearer {token}").parse().map_err(|_| TokenError)?;
-        Ok(AttachToken { header })
+        Ok(AttachToken { header, default_deadline: None })
+    }
+
+    /// Every call without a deadline of its own gets `deadline`.
+    pub fn with_default_deadline(mut self, deadline: std::time::Duration) -> Self {
+        let mut request = Request::new(());
+        request.set_timeout(deadline);
+        self.default_deadline = request.metadata().get(GRPC_TIMEOUT).cloned();
+        self
     }
 }
+
+const GRPC_TIMEOUT: &str = "grpc-timeout";
 
 impl Interceptor for AttachToken {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         request.metadata_mut().insert("authorization", self.header.clone());
+        if let Some(deadline) = &self.default_deadline
+            && !request.metadata().contains_key(GRPC_TIMEOUT)
+        {
+            request.metadata_mut().insert(GRPC_TIMEOUT, deadline.clone());
+        }
         Ok(request)
     }
 }

@@ -22,18 +22,47 @@ use tonic::transport::{Channel, Endpoint};
 /// Calls one of the node agent's services (`DriverService` unless named):
 /// in-process when this client lives in the agent's own process (the embedded
 /// driver), else over gRPC through the client field given. Same requests, same order.
+/// Over gRPC every call carries a deadline: `RPC_DEADLINE` unless one is given
+/// (`None` for a wait the user asked to be unbounded).
 macro_rules! agent_call {
     ($self:ident, $method:ident, $req:expr) => {
         agent_call!($self, crate::proto::driver_service_server::DriverService, driver, $method, $req)
     };
+    ($self:ident, $method:ident, $req:expr, deadline: $deadline:expr) => {
+        agent_call!($self, crate::proto::driver_service_server::DriverService, driver, $method, $req, deadline: $deadline)
+    };
     ($self:ident, $service:path, $client:ident, $method:ident, $req:expr) => {
+        agent_call!($self, $service, $client, $method, $req, deadline: Some(crate::client::RPC_DEADLINE))
+    };
+    ($self:ident, $service:path, $client:ident, $method:ident, $req:expr, deadline: $deadline:expr) => {
         match &$self.local {
             Some(service) => {
                 <crate::agent::AgentService as $service>::$method(service, tonic::Request::new($req)).await
             }
-            None => $self.$client.clone().$method($req).await,
+            None => $self.$client.clone().$method(crate::client::with_deadline($req, $deadline)).await,
         }
     };
+}
+
+/// How long a control-plane call may go unanswered before it fails: calls that
+/// wait on purpose (`get`/`wait` with a user timeout) get that timeout plus this.
+pub const RPC_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The deadline of a wait the user left unbounded (a `get` with no timeout):
+/// longer than anyone waits, so the client's default does not apply.
+const UNBOUNDED_WAIT: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A request that the transport abandons (and the server is told to abandon,
+/// through `grpc-timeout`) after `deadline`; `None` for a wait with no limit.
+pub fn with_deadline<T>(message: T, deadline: Option<Duration>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(deadline.unwrap_or(UNBOUNDED_WAIT));
+    request
+}
+
+/// The deadline of a call that waits up to `timeout_ms` (negative: no limit) by design.
+fn wait_deadline(timeout_ms: i64) -> Option<Duration> {
+    u64::try_from(timeout_ms).ok().map(|ms| Duration::from_millis(ms) + RPC_DEADLINE)
 }
 
 /// The assignments a worker receives from its node agent.
@@ -113,6 +142,7 @@ impl From<tonic::Status> for ClientError {
                 with_causes(s.message(), &s)
             )),
             tonic::Code::Unavailable => ClientError::Unavailable(with_causes(s.message(), &s)),
+            tonic::Code::DeadlineExceeded => ClientError::Unavailable(format!("no answer in time ({})", s.message())),
             tonic::Code::InvalidArgument => refused(Refusal::InvalidArgument),
             tonic::Code::AlreadyExists => refused(Refusal::AlreadyExists),
             tonic::Code::NotFound => refused(Refusal::NotFound),
@@ -157,9 +187,9 @@ struct DriverSessionHandle {
     done: tokio::task::JoinHandle<()>,
 }
 
-/// Opens a channel to a node agent or the head: TLS when this process's
-/// environment configures it (see [`crate::tls`]), else plaintext.
-pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
+/// The endpoint every connection to a node agent or the head starts from: TLS
+/// when this process's environment configures it (see [`crate::tls`]), else plaintext.
+fn endpoint(address: &str) -> Result<Endpoint, ClientError> {
     let err = |reason: String| ClientError::Connect { address: address.to_string(), reason };
     let tls = TlsSettings::from_env()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -167,17 +197,14 @@ pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
     if let Some(tls) = &tls {
         endpoint = endpoint.tls_config(tls.client_config()).map_err(|e| err(format!("bad TLS settings: {e}")))?;
     }
-    endpoint
+    Ok(endpoint
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(10))
         // Large windows: object transfers stream megabytes per round trip.
         .initial_stream_window_size(Some(8 << 20))
-        .initial_connection_window_size(Some(16 << 20))
-        .connect()
-        .await
-        .map_err(|e| err(connect_failure(&e, tls.is_some())))
+        .initial_connection_window_size(Some(16 << 20)))
 }
 
 /// A call that failed in the connection itself, not in the agent.
@@ -211,7 +238,8 @@ fn error_source<'a>(e: Option<&'a (dyn std::error::Error + 'static)>) -> Option<
 }
 
 /// Why a connect failed, with the likely fix.
-fn connect_failure(e: &tonic::transport::Error, tls: bool) -> String {
+fn connect_failure(e: &tonic::transport::Error) -> String {
+    let tls = tls_configured();
     let reason = with_causes(&e.to_string(), e);
     let hint = if tls {
         "is the cluster running, is the address right, and does the cluster use TLS with a certificate this CA signed?"
@@ -221,41 +249,101 @@ fn connect_failure(e: &tonic::transport::Error, tls: bool) -> String {
     format!("{reason}; {hint}")
 }
 
-/// Connections to node agents by address, opened on first use and shared
-/// (agents forwarding to each other, the head reserving bundles).
-#[derive(Default)]
-pub struct AgentChannels(tokio::sync::Mutex<std::collections::HashMap<String, Channel>>);
+/// A connection to a node agent, for a client that gives each call its own
+/// deadline (`agent_call!`): some of its calls wait as long as the user asked.
+pub async fn connect_channel(address: &str) -> Result<Channel, ClientError> {
+    endpoint(address)?
+        .connect()
+        .await
+        .map_err(|e| ClientError::Connect { address: address.to_string(), reason: connect_failure(&e) })
+}
+
+/// A connection whose every call fails after `deadline` (connecting included)
+/// unless the response has begun: for services with no call that waits on
+/// purpose (the head; agents called by other agents). A stream's deadline only
+/// covers its opening.
+pub async fn connect_control_channel(address: &str, deadline: Duration) -> Result<Channel, ClientError> {
+    endpoint(address)?
+        .timeout(deadline)
+        .connect()
+        .await
+        .map_err(|e| ClientError::Connect { address: address.to_string(), reason: connect_failure(&e) })
+}
+
+/// How many agents' connections `AgentChannels` keeps; the least recently used
+/// beyond that are closed (a cluster whose nodes come and go never stops growing).
+const MAX_AGENT_CHANNELS: usize = 256;
+
+/// Connections to node agents by address, shared (agents forwarding to each
+/// other, the head reserving bundles). A channel connects on its first call, not
+/// under the cache's lock, so an unreachable agent holds up only its own callers;
+/// every call has a deadline.
+pub struct AgentChannels {
+    /// Least recently used first.
+    channels: Mutex<indexmap::IndexMap<String, Channel>>,
+    capacity: usize,
+    deadline: Duration,
+}
+
+impl Default for AgentChannels {
+    fn default() -> Self {
+        AgentChannels::with_deadline(RPC_DEADLINE, MAX_AGENT_CHANNELS)
+    }
+}
 
 impl AgentChannels {
-    async fn channel(&self, address: &str) -> Result<Channel, ClientError> {
-        let mut channels = self.0.lock().await;
-        match channels.get(address) {
-            Some(c) => Ok(c.clone()),
-            None => {
-                let c = connect_channel(address).await?;
-                channels.insert(address.to_string(), c.clone());
-                Ok(c)
-            }
+    pub fn with_deadline(deadline: Duration, capacity: usize) -> Self {
+        AgentChannels { channels: Mutex::new(indexmap::IndexMap::new()), capacity: capacity.max(1), deadline }
+    }
+
+    fn channel(&self, address: &str) -> Result<Channel, ClientError> {
+        let mut channels = self.channels.lock();
+        if let Some(index) = channels.get_index_of(address) {
+            let last = channels.len() - 1;
+            channels.move_index(index, last);
+            return Ok(channels[last].clone());
         }
+        // The deadline only starts once connected, so connecting gets a bound of its own.
+        let connect_within = self.deadline.min(Duration::from_secs(10));
+        let c = endpoint(address)?.timeout(self.deadline).connect_timeout(connect_within).connect_lazy();
+        if channels.len() >= self.capacity {
+            channels.shift_remove_index(0);
+        }
+        channels.insert(address.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Closes the connection to an agent that is gone (callers holding a client keep theirs).
+    pub fn forget(&self, address: &str) {
+        self.channels.lock().shift_remove(address);
+    }
+
+    pub fn len(&self) -> usize {
+        self.channels.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub async fn driver(&self, address: &str, token: &str) -> Result<DriverClient, ClientError> {
-        Ok(authed_client!(DriverServiceClient, self.channel(address).await?, AttachToken::new(token)?))
+        Ok(authed_client!(DriverServiceClient, self.channel(address)?, AttachToken::new(token)?))
     }
 
     pub async fn peer(&self, address: &str, token: &str) -> Result<PeerClient, ClientError> {
-        Ok(authed_client!(PeerServiceClient, self.channel(address).await?, AttachToken::new(token)?))
+        Ok(authed_client!(PeerServiceClient, self.channel(address)?, AttachToken::new(token)?))
     }
 
     pub async fn bundles(&self, address: &str, token: &str) -> Result<BundleClient, ClientError> {
-        Ok(authed_client!(BundleServiceClient, self.channel(address).await?, AttachToken::new(token)?))
+        Ok(authed_client!(BundleServiceClient, self.channel(address)?, AttachToken::new(token)?))
     }
 }
 
 impl CoreClient {
     pub async fn connect(address: &str, token: &str, client_id: ClientId) -> Result<Self, ClientError> {
         let channel = connect_channel(address).await?;
-        let auth = AttachToken::new(token)?;
+        // Calls made through `driver()` directly get the default deadline too.
+        let auth = AttachToken::new(token)?.with_default_deadline(RPC_DEADLINE);
         Ok(CoreClient {
             client_id,
             address: address.to_string(),
@@ -567,7 +655,7 @@ impl CoreClient {
                 ref_deltas: self.deltas_for_rpc(),
                 submissions: std::mem::take(&mut *self.queued.lock()),
             };
-            agent_call!(self, get_objects, request)?.into_inner()
+            agent_call!(self, get_objects, request, deadline: wait_deadline(first))?.into_inner()
         };
         if !reply.timed_out {
             return Ok(Some(reply.objects));
@@ -586,7 +674,7 @@ impl CoreClient {
             ref_deltas: None,
             submissions: Vec::new(),
         };
-        let reply = agent_call!(self, get_objects, request)?.into_inner();
+        let reply = agent_call!(self, get_objects, request, deadline: wait_deadline(rest))?.into_inner();
         Ok((!reply.timed_out).then_some(reply.objects))
     }
 
@@ -599,7 +687,8 @@ impl CoreClient {
         self.flush_submissions().await?;
         let object_ids = ids.iter().map(|id| id.to_vec()).collect();
         let request = WaitObjectsRequest { client_id: self.client_id.to_vec(), object_ids, num_returns, timeout_ms };
-        let ready = agent_call!(self, wait_objects, request)?.into_inner().ready_ids;
+        let ready =
+            agent_call!(self, wait_objects, request, deadline: wait_deadline(timeout_ms))?.into_inner().ready_ids;
         Ok(crate::ids::parse_all(&ready, ObjectId::from_bytes)?)
     }
 
@@ -691,5 +780,80 @@ impl LogFollower {
                 crate::agent::print_worker_line(&line.prefix, &line.text, line.is_stderr);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oxray_proto::ReserveBundlesRequest;
+    use std::time::Instant;
+
+    /// An address whose TCP connects hang: a listener that never accepts, with a
+    /// full backlog, so the kernel drops further SYNs.
+    async fn blackhole() -> (String, tokio::net::TcpListener, Vec<std::net::TcpStream>) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut fillers = Vec::new();
+        loop {
+            match std::net::TcpStream::connect_timeout(&address, Duration::from_millis(300)) {
+                Ok(s) => fillers.push(s),
+                Err(_) => break,
+            }
+            assert!(fillers.len() < 64, "the backlog never filled");
+        }
+        (address.to_string(), listener, fillers)
+    }
+
+    #[tokio::test]
+    async fn an_agent_that_never_answers_holds_up_only_its_own_calls() {
+        let (dead, _listener, _fillers) = blackhole().await;
+        let live = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let live_address = live.local_addr().unwrap().to_string();
+        let channels = std::sync::Arc::new(AgentChannels::with_deadline(Duration::from_millis(500), 8));
+        let stuck = tokio::spawn({
+            let channels = channels.clone();
+            let dead = dead.clone();
+            async move {
+                let mut agent = channels.bundles(&dead, "token").await?;
+                let request = ReserveBundlesRequest { pg_id: vec![0; 16], bundles: vec![] };
+                agent.reserve_bundles(request).await.map_err(ClientError::from)
+            }
+        });
+        // Let the stuck call start connecting first.
+        tokio::task::yield_now().await;
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(2), channels.bundles(&live_address, "token"))
+            .await
+            .expect("a client for a live agent waited behind the dead one's connect")
+            .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The dead agent's call fails at its deadline instead of hanging.
+        let outcome = tokio::time::timeout(Duration::from_secs(5), stuck).await.expect("no deadline").unwrap();
+        assert!(outcome.is_err(), "{outcome:?}");
+    }
+
+    #[tokio::test]
+    async fn the_channel_cache_keeps_the_most_recently_used_agents() {
+        let channels = AgentChannels::with_deadline(RPC_DEADLINE, 2);
+        channels.peer("127.0.0.1:1", "t").await.unwrap();
+        channels.peer("127.0.0.1:2", "t").await.unwrap();
+        channels.peer("127.0.0.1:1", "t").await.unwrap();
+        channels.peer("127.0.0.1:3", "t").await.unwrap();
+        assert_eq!(channels.len(), 2);
+        let kept: Vec<String> = channels.channels.lock().keys().cloned().collect();
+        assert_eq!(kept, ["127.0.0.1:1", "127.0.0.1:3"], "the least recently used (:2) was closed");
+        channels.forget("127.0.0.1:1");
+        assert_eq!(channels.len(), 1);
+    }
+
+    #[test]
+    fn waits_get_their_own_deadline_and_unbounded_waits_none_that_fires() {
+        assert_eq!(wait_deadline(1_000), Some(Duration::from_secs(1) + RPC_DEADLINE));
+        assert_eq!(wait_deadline(-1), None);
+        let request = with_deadline((), None);
+        assert!(request.metadata().get("grpc-timeout").is_some(), "an explicit deadline keeps the default off");
     }
 }

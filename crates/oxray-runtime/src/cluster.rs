@@ -5,7 +5,7 @@
 
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
-use crate::client::connect_channel;
+use crate::client::{RPC_DEADLINE, connect_control_channel};
 use crate::head::Head;
 use crate::ids::NodeId;
 use crate::resources::ResourceSet;
@@ -378,7 +378,10 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     let stop = vec![server_stop];
 
     let unreachable = |reason: String| ClusterError::HeadUnreachable { address: head_address.clone(), reason };
-    let channel = connect_channel(&head_address).await.map_err(|e| unreachable(e.to_string()))?;
+    // The head's calls never wait on purpose; creating a placement group may queue
+    // behind others whose bundle calls each have `RPC_DEADLINE`, hence twice that.
+    let channel =
+        connect_control_channel(&head_address, 2 * RPC_DEADLINE).await.map_err(|e| unreachable(e.to_string()))?;
     let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token)?);
     let mut info: NodeInfo = agent.node_info(&agent_address);
     info.is_head = is_head;

@@ -77,6 +77,39 @@ struct ActorTable {
     actors: HashMap<ActorId, ActorInfo>,
     /// (namespace, name) -> actor id, for live named actors.
     names: HashMap<(String, String), ActorId>,
+    /// Dead actors, oldest first: only the last `History` of them are kept.
+    dead: std::collections::VecDeque<ActorId>,
+}
+
+/// How many dead actors, removed placement groups and dead nodes the head keeps
+/// (each) for listings; older ones are forgotten, in memory and in redb, so the
+/// tables of a long-lived cluster stop growing. Ray keeps a bounded history too.
+/// `OXRAY_HEAD_HISTORY` sets it (tests use a small one).
+#[derive(Clone, Copy)]
+struct History(usize);
+
+const DEFAULT_HISTORY: usize = 1000;
+
+impl Default for History {
+    fn default() -> Self {
+        History(std::env::var("OXRAY_HEAD_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY))
+    }
+}
+
+impl ActorTable {
+    /// Records that `id` died; returns the ids of dead actors now forgotten.
+    fn note_dead(&mut self, id: ActorId, keep: History) -> Vec<ActorId> {
+        if !self.dead.contains(&id) {
+            self.dead.push_back(id);
+        }
+        let mut forgotten = Vec::new();
+        while self.dead.len() > keep.0 {
+            let Some(old) = self.dead.pop_front() else { break };
+            self.actors.remove(&old);
+            forgotten.push(old);
+        }
+        forgotten
+    }
 }
 
 #[derive(Clone, Default)]
@@ -88,6 +121,9 @@ pub struct Head {
     groups: Arc<Mutex<HashMap<PlacementGroupId, PlacementGroupInfo>>>,
     /// One placement attempt at a time, so two never take the same resources.
     placing: Arc<tokio::sync::Mutex<()>>,
+    /// Removed placement groups, oldest first (the last `history` are kept).
+    removed_groups: Arc<Mutex<std::collections::VecDeque<PlacementGroupId>>>,
+    history: History,
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
     channels: Arc<AgentChannels>,
@@ -103,6 +139,7 @@ impl Head {
         let loaded_nodes = store.nodes()?;
         let mut loaded_actors = store.actors()?;
         fail_actors_of_previous_head(&store, &loaded_nodes, &mut loaded_actors)?;
+        let mut forgotten_actors = Vec::new();
         {
             let mut nodes = head.nodes.lock();
             for info in loaded_nodes {
@@ -114,10 +151,16 @@ impl Head {
                 if actor.state() != ActorState::Dead && !actor.name.is_empty() {
                     table.names.insert((actor.namespace.clone(), actor.name.clone()), id);
                 }
+                let dead = actor.state() == ActorState::Dead;
                 table.actors.insert(id, actor);
+                if dead {
+                    forgotten_actors.extend(table.note_dead(id, head.history));
+                }
             }
         }
-        Ok(Head { store: Some(Arc::new(store)), ..head })
+        let head = Head { store: Some(Arc::new(store)), ..head };
+        head.forget(head.prune_dead_nodes(), forgotten_actors);
+        Ok(head)
     }
 
     fn persist_node(&self, info: &NodeInfo) -> Result<(), HeadError> {
@@ -127,10 +170,44 @@ impl Head {
         }
     }
 
-    fn persist_actor(&self, info: &ActorInfo) -> Result<(), HeadError> {
-        match &self.store {
-            Some(store) => Ok(store.put_actor(info)?),
-            None => Ok(()),
+    /// Drops forgotten records from redb. Not fatal: a leftover row is pruned
+    /// again when the head next loads.
+    fn forget(&self, nodes: Vec<NodeId>, actors: Vec<ActorId>) {
+        if let Some(store) = &self.store {
+            let nodes: Vec<Vec<u8>> = nodes.iter().map(|n| n.to_vec()).collect();
+            let actors: Vec<Vec<u8>> = actors.iter().map(|a| a.to_vec()).collect();
+            if let Err(e) = store.remove(&nodes, &actors) {
+                tracing::warn!("could not drop forgotten records from the head's state store: {e}");
+            }
+        }
+    }
+
+    /// Forgets the dead nodes beyond the last `history` (longest silent first).
+    fn prune_dead_nodes(&self) -> Vec<NodeId> {
+        let mut nodes = self.nodes.lock();
+        let mut dead: Vec<(Instant, NodeId)> = nodes
+            .iter()
+            .filter(|(_, r)| r.last_seen.elapsed() >= NODE_TIMEOUT)
+            .map(|(id, r)| (r.last_seen, *id))
+            .collect();
+        if dead.len() <= self.history.0 {
+            return Vec::new();
+        }
+        dead.sort();
+        let forgotten: Vec<NodeId> = dead[..dead.len() - self.history.0].iter().map(|(_, id)| *id).collect();
+        for id in &forgotten {
+            nodes.remove(id);
+        }
+        forgotten
+    }
+
+    /// Writes the actor's record through; the commit (an fsync) runs on a blocking
+    /// thread, never under the actor table's lock.
+    async fn persist_actor(&self, info: ActorInfo) -> Result<(), HeadError> {
+        let Some(store) = self.store.clone() else { return Ok(()) };
+        match tokio::task::spawn_blocking(move || store.put_actor(&info)).await {
+            Ok(result) => Ok(result?),
+            Err(e) => Err(StoreError::Unfinished(e.to_string()).into()),
         }
     }
 
@@ -294,6 +371,8 @@ impl HeadService for Head {
         record.info.available = beat.available;
         record.last_seen = Instant::now();
         drop(nodes);
+        let forgotten = self.prune_dead_nodes();
+        self.forget(forgotten, Vec::new());
         Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
     }
 
@@ -308,8 +387,8 @@ impl HeadService for Head {
         let req = request.into_inner();
         let actor = req.actor.ok_or(HeadError::Malformed("RegisterActor needs an actor"))?;
         let actor_id = ActorId::from_bytes(&actor.actor_id).map_err(HeadError::from)?;
-        let mut table = self.actors.lock();
         if !actor.name.is_empty() {
+            let mut table = self.actors.lock();
             let key = (actor.namespace.clone(), actor.name.clone());
             if let Some(existing) = table.names.get(&key) {
                 if req.get_if_exists {
@@ -317,24 +396,26 @@ impl HeadService for Head {
                 }
                 return Err(HeadError::NameTaken { name: actor.name, namespace: actor.namespace }.into());
             }
+            // The name is taken now; the commit below runs without the table's lock.
             table.names.insert(key, actor_id);
         }
-        if let Err(e) = self.persist_actor(&actor) {
-            table.names.retain(|_, id| *id != actor_id);
+        if let Err(e) = self.persist_actor(actor.clone()).await {
+            self.actors.lock().names.retain(|_, id| *id != actor_id);
             return Err(e.into());
         }
-        table.actors.insert(actor_id, actor);
+        self.actors.lock().actors.insert(actor_id, actor);
         Ok(Response::new(RegisterActorReply { actor_id: actor_id.to_vec(), existing: false }))
     }
 
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner();
         let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
-        self.persist_actor(&info)?;
+        self.persist_actor(info.clone()).await?;
         let mut table = self.actors.lock();
+        let dead = info.state() == ActorState::Dead;
         if !info.name.is_empty() {
             let key = (info.namespace.clone(), info.name.clone());
-            if info.state() == ActorState::Dead {
+            if dead {
                 if table.names.get(&key) == Some(&actor_id) {
                     table.names.remove(&key);
                 }
@@ -345,6 +426,9 @@ impl HeadService for Head {
             }
         }
         table.actors.insert(actor_id, info);
+        let forgotten = if dead { table.note_dead(actor_id, self.history) } else { Vec::new() };
+        drop(table);
+        self.forget(Vec::new(), forgotten);
         Ok(Response::new(Empty {}))
     }
 
@@ -406,7 +490,17 @@ impl HeadService for Head {
                 return Err(HeadError::UnknownPlacementGroup(pg_id).into());
             };
             group.set_state(PlacementGroupState::Removed);
-            std::mem::take(&mut group.bundle_nodes)
+            let nodes = std::mem::take(&mut group.bundle_nodes);
+            let mut removed = self.removed_groups.lock();
+            if !removed.contains(&pg_id) {
+                removed.push_back(pg_id);
+            }
+            while removed.len() > self.history.0 {
+                if let Some(old) = removed.pop_front() {
+                    groups.remove(&old);
+                }
+            }
+            nodes
         };
         let pg_hex = pg_id.hex();
         nodes.sort();
@@ -573,5 +667,127 @@ mod tests {
         assert!(!head.get_named_actor(Request::new(lookup)).await.unwrap().into_inner().found);
         head.register_actor(Request::new(register(named(4, "a"), false))).await.unwrap();
         assert_eq!(head.list_actors(Request::new(Empty {})).await.unwrap().into_inner().actors.len(), 2);
+    }
+
+    fn dead(id: u8) -> ActorInfo {
+        let mut info = named(id, &format!("a{id}"));
+        info.set_state(ActorState::Dead);
+        info
+    }
+
+    #[tokio::test]
+    async fn only_the_last_dead_actors_are_kept_in_memory_and_in_redb() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-history-{}", rand::random::<u64>()));
+        {
+            let head = Head { history: History(3), ..Head::persistent(&dir).unwrap() };
+            let alive = RegisterActorRequest { actor: Some(named(100, "alive")), get_if_exists: false };
+            head.register_actor(Request::new(alive)).await.unwrap();
+            for id in 1..=10 {
+                let register = RegisterActorRequest { actor: Some(named(id, &format!("a{id}"))), get_if_exists: false };
+                head.register_actor(Request::new(register)).await.unwrap();
+                head.update_actor(Request::new(dead(id))).await.unwrap();
+            }
+            let mut ids: Vec<u8> = head
+                .list_actors(Request::new(Empty {}))
+                .await
+                .unwrap()
+                .into_inner()
+                .actors
+                .iter()
+                .map(|a| a.actor_id[0])
+                .collect();
+            ids.sort();
+            assert_eq!(ids, [8, 9, 10, 100], "the live actor and the three latest dead ones");
+        }
+        let reloaded = Head::persistent(&dir).unwrap();
+        assert_eq!(reloaded.actors.lock().actors.len(), 4, "forgotten rows are gone from redb too");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn only_the_last_dead_nodes_are_kept() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-nodes-{}", rand::random::<u64>()));
+        {
+            let head = Head { history: History(3), ..Head::persistent(&dir).unwrap() };
+            for id in 1..=10u8 {
+                let info = NodeInfo { node_id: vec![id; 16], ..Default::default() };
+                head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+            }
+            // Nodes 1..=9 went silent long ago, node 9 last.
+            for (id, record) in head.nodes.lock().iter_mut() {
+                let id = id.to_vec()[0];
+                if id != 10 {
+                    record.last_seen = Instant::now() - NODE_TIMEOUT - Duration::from_secs(100 - id as u64);
+                }
+            }
+            let beat = HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new() };
+            head.heartbeat(Request::new(beat)).await.unwrap();
+            let mut ids: Vec<u8> = head.nodes().iter().map(|n| n.node_id[0]).collect();
+            ids.sort();
+            assert_eq!(ids, [7, 8, 9, 10], "the live node and the three most recently dead");
+        }
+        let reloaded = Head::persistent(&dir).unwrap();
+        assert_eq!(reloaded.nodes().len(), 4, "forgotten rows are gone from redb too");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn only_the_last_removed_placement_groups_are_kept() {
+        let head = Head { history: History(3), ..Head::default() };
+        for id in 1..=10u8 {
+            let bundle = oxray_proto::Bundle { resources: HashMap::from([("CPU".to_string(), 1.0)]) };
+            let spec = PlacementGroupSpec {
+                pg_id: vec![id; 16],
+                bundles: vec![bundle],
+                strategy: oxray_proto::PlacementStrategy::Pack as i32,
+                ..Default::default()
+            };
+            head.create_placement_group(Request::new(spec)).await.unwrap();
+            let remove = PlacementGroupRequest { pg_id: vec![id; 16], ..Default::default() };
+            head.remove_placement_group(Request::new(remove)).await.unwrap();
+        }
+        let groups = head.list_placement_groups(Request::new(Empty {})).await.unwrap().into_inner().groups;
+        let mut ids: Vec<u8> = groups.iter().map(|g| g.spec.as_ref().unwrap().pg_id[0]).collect();
+        ids.sort();
+        assert_eq!(ids, [8, 9, 10]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_commit_does_not_hold_up_reads_of_the_actor_table() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-slow-{}", rand::random::<u64>()));
+        let head = Head::persistent(&dir).unwrap();
+        let register = RegisterActorRequest { actor: Some(named(1, "early")), get_if_exists: false };
+        head.register_actor(Request::new(register)).await.unwrap();
+        let held = head.store.as_ref().unwrap().hold_writes();
+        let writer = tokio::spawn({
+            let head = head.clone();
+            async move {
+                let register = RegisterActorRequest { actor: Some(named(2, "late")), get_if_exists: false };
+                head.register_actor(Request::new(register)).await.map(|_| ())
+            }
+        });
+        // Wait until the registration is inside its commit (blocked on the held transaction).
+        while !writer.is_finished()
+            && head.actors.try_lock().is_some_and(|t| !t.names.contains_key(&("ns".into(), "late".into())))
+        {
+            tokio::task::yield_now().await;
+        }
+        let lookup = GetNamedActorRequest { name: "early".into(), namespace: "ns".into() };
+        let read = tokio::time::timeout(
+            Duration::from_secs(2),
+            tokio::task::spawn_blocking({
+                let head = head.clone();
+                move || {
+                    let table = head.actors.lock();
+                    table.names.contains_key(&(lookup.namespace, lookup.name))
+                }
+            }),
+        )
+        .await
+        .expect("a read of the actor table waited for another actor's commit");
+        assert!(read.unwrap());
+        drop(held);
+        writer.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -31,6 +31,8 @@ pub enum StoreError {
     Db(#[from] redb::Error),
     #[error("a record in the head's state store is corrupt: {0}")]
     Corrupt(#[from] prost::DecodeError),
+    #[error("a write to the head's state store did not finish: {0}")]
+    Unfinished(String),
 }
 
 /// Any redb failure inside a transaction.
@@ -90,6 +92,30 @@ impl HeadStore {
         put(&self.db, ACTORS, &actor.actor_id, &actor.encode_to_vec())
     }
 
+    /// Deletes the records of forgotten nodes and actors, in one transaction.
+    pub fn remove(&self, nodes: &[Vec<u8>], actors: &[Vec<u8>]) -> Result<(), StoreError> {
+        if nodes.is_empty() && actors.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db)?;
+        for (table, keys) in [(NODES, nodes), (ACTORS, actors)] {
+            if keys.is_empty() {
+                continue;
+            }
+            let mut t = txn.open_table(table).map_err(db)?;
+            for key in keys {
+                t.remove(key.as_slice()).map_err(db)?;
+            }
+        }
+        txn.commit().map_err(db)
+    }
+
+    /// Holds redb's one write transaction until the guard drops: a commit that takes long.
+    #[cfg(test)]
+    pub(crate) fn hold_writes(&self) -> redb::WriteTransaction {
+        self.db.begin_write().unwrap()
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         load(&self.db, NODES)
     }
@@ -128,6 +154,8 @@ mod tests {
         let actors = store.actors().unwrap();
         assert_eq!(actors.len(), 1);
         assert_eq!(actors[0].state(), ActorState::Dead, "the latest write wins");
+        store.remove(&[vec![1; 16]], &[vec![2; 16]]).unwrap();
+        assert!(store.nodes().unwrap().is_empty() && store.actors().unwrap().is_empty());
         let _ = std::fs::remove_dir_all(dir);
     }
 

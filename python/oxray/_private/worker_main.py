@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -170,6 +171,34 @@ class Worker:
                     return  # the agent is gone
 
 
+# Modules an idle worker imports in the background, so the first task that needs
+# them does not pay the import: numpy's alone is ~100 ms, which was most of a
+# worker's "first read" of an ndarray. `OXRAY_WORKER_PRELOAD` is a comma-separated
+# list; empty turns preloading off.
+_DEFAULT_PRELOAD = "numpy"
+
+
+def _preload(names):
+    import importlib
+    import importlib.util
+
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is None:
+                if "OXRAY_WORKER_PRELOAD" in os.environ:
+                    print(f"oxray: OXRAY_WORKER_PRELOAD names {name!r}, which is not installed", file=sys.stderr)
+                continue
+            importlib.import_module(name)
+        except Exception as e:  # a broken optional module must not take the worker down
+            print(f"oxray: preloading {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def start_preload():
+    names = [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
+    if names:
+        threading.Thread(target=_preload, args=(names,), name="oxray-preload", daemon=True).start()
+
+
 def main():
     client = _native.Client(
         os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"])
@@ -184,6 +213,7 @@ def main():
     os.environ.pop("OXRAY_TOKEN", None)
     signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
+    start_preload()
     Worker(client).loop()
     sys.stdout.flush()
     os._exit(0)

@@ -187,3 +187,22 @@ def test_failing_constructor_makes_calls_raise(ray_cluster):
     with pytest.raises((ray.exceptions.ActorDiedError, ray.exceptions.RayTaskError)) as ei:
         ray.get(a.ping.remote(), timeout=TIMEOUT)
     assert "constructor exploded 1234" in str(ei.value)
+
+
+def test_the_head_keeps_a_bounded_history_of_dead_actors(fresh_cluster, monkeypatch):
+    from oxray._private.state import STATE
+
+    monkeypatch.setenv("OXRAY_HEAD_HISTORY", "10")
+    fresh_cluster(num_cpus=2)
+    for _ in range(50):
+        c = Counter.remote()
+        assert ray.get(c.incr.remote(), timeout=60) == 1
+        ray.kill(c)
+    keeper = Counter.remote()
+    assert ray.get(keeper.incr.remote(), timeout=60) == 1
+
+    def listed():
+        actors = STATE.client.list_actors()
+        return len(actors) <= 11 and sum(a.state == "DEAD" for a in actors) == 10 and actors
+
+    assert wait_until(listed, timeout=30), [a.state for a in STATE.client.list_actors()]

@@ -3,6 +3,11 @@ references, pyarrow, spilling past the store size and bounded memory."""
 
 import gc
 import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -314,3 +319,76 @@ def test_numpy_and_arrow_reads_are_zero_copy(ray_cluster):
     b2 = t2.column("x").chunks[0].buffers()[1]
     assert b1.address == b2.address
     assert t1.column("x")[12345].as_py() == 12345
+
+
+@ray.remote
+def loaded_modules(names):
+    import sys
+
+    return [name in sys.modules for name in names]
+
+
+def test_workers_preload_numpy_so_a_first_array_read_is_cheap(fresh_cluster):
+    # A worker's first numpy argument used to pay numpy's import (~100 ms) inside
+    # the task; idle workers import it in the background instead.
+    fresh_cluster(num_cpus=1)
+    assert wait_until(lambda: ray.get(loaded_modules.remote(["numpy"]), timeout=TIMEOUT) == [True], timeout=30)
+
+
+def test_worker_preload_list_is_configurable(fresh_cluster, monkeypatch):
+    monkeypatch.setenv("OXRAY_WORKER_PRELOAD", "wave")
+    fresh_cluster(num_cpus=1)
+    assert wait_until(lambda: ray.get(loaded_modules.remote(["wave"]), timeout=TIMEOUT) == [True], timeout=30)
+    assert ray.get(loaded_modules.remote(["numpy"]), timeout=TIMEOUT) == [False]
+
+
+_SHM_FILLED_AFTER_START = textwrap.dedent(
+    """
+    import numpy as np
+    import oxray as ray
+    from oxray.exceptions import ObjectStoreFullError
+
+    ray.init(num_cpus=1, object_store_memory=48 * 2**20)
+    # Another program fills /dev/shm after the cluster checked it at startup.
+    with open("/dev/shm/filler", "wb") as f:
+        f.write(b"x" * (40 * 2**20))
+    arr = np.ones(24 * 2**20 // 8)
+    try:
+        print("got", int(ray.get(ray.put(arr)).sum()))
+    except ObjectStoreFullError as e:
+        print("full", e)
+    ray.shutdown()
+    """
+)
+
+
+def _in_small_tmpfs(extra_mounts=""):
+    script = (
+        "mount -t tmpfs -o size=64m tmpfs /dev/shm && "
+        + extra_mounts
+        + f"exec {sys.executable} -c '{_SHM_FILLED_AFTER_START}'"
+    )
+    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+
+
+needs_mount_namespace = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None,
+    reason="mounts a small private /dev/shm: needs root and unshare",
+)
+
+
+@needs_mount_namespace
+def test_a_full_dev_shm_sends_puts_to_disk_instead_of_sigbus():
+    # The arena used to be a sparse file checked only at startup: the writer got SIGBUS.
+    out = _in_small_tmpfs()
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert f"got {24 * 2**20 // 8}" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+@needs_mount_namespace
+def test_no_room_in_memory_nor_on_disk_is_object_store_full_error(tmp_path):
+    # The spill directory (under the session root) is a full filesystem too.
+    os.makedirs("/tmp/oxray", exist_ok=True)
+    out = _in_small_tmpfs("mount -t tmpfs -o size=8m tmpfs /tmp/oxray && ")
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "full no room for a" in out.stdout, out.stdout + out.stderr[-2000:]

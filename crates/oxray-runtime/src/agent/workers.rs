@@ -1,6 +1,7 @@
 //! Starting Python worker processes and forwarding what they print.
 
 use crate::ids::{NodeId, WorkerId};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -69,14 +70,90 @@ where
 }
 
 /// Prints a line of worker output in this process's terminal as `(prefix) line`.
+/// Never blocks the caller (a runtime thread): a printer thread does the writes,
+/// and while the terminal does not keep up (a paused pager, a full pipe) lines
+/// past `PRINT_BACKLOG` are dropped and counted; the worker logs keep them all.
 pub fn print_line(prefix: &str, line: &str, to_stderr: bool) {
-    use std::io::Write;
-    let text = format!("({prefix}) {line}\n");
-    if to_stderr {
-        let _ = std::io::stderr().lock().write_all(text.as_bytes());
-    } else {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+    static PRINTER: std::sync::OnceLock<Printer> = std::sync::OnceLock::new();
+    PRINTER
+        .get_or_init(|| Printer::spawn(Box::new(std::io::stdout()), Box::new(std::io::stderr()), PRINT_BACKLOG))
+        .print(format!("({prefix}) {line}\n"), to_stderr);
+}
+
+/// Lines waiting for the terminal before new ones are dropped.
+const PRINT_BACKLOG: usize = 8192;
+
+type Sink = Box<dyn std::io::Write + Send>;
+
+/// Hands lines to a thread that writes them, so a blocked terminal never blocks the caller.
+pub(super) struct Printer {
+    lines: std::sync::mpsc::SyncSender<(String, bool)>,
+    dropped: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Printer {
+    pub(super) fn spawn(mut out: Sink, mut err: Sink, backlog: usize) -> Printer {
+        use std::sync::atomic::Ordering;
+        let (lines, rx) = std::sync::mpsc::sync_channel::<(String, bool)>(backlog);
+        let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = dropped.clone();
+        let spawned = std::thread::Builder::new().name("oxray-output".into()).spawn(move || {
+            while let Ok((text, to_stderr)) = rx.recv() {
+                let missed = seen.swap(0, Ordering::Relaxed);
+                if missed > 0 {
+                    let _ = writeln!(
+                        err,
+                        "(oxray) {missed} lines of worker output were not shown here: see the worker logs"
+                    );
+                }
+                let sink = if to_stderr { &mut err } else { &mut out };
+                let _ = sink.write_all(text.as_bytes()).and_then(|()| sink.flush());
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the thread that prints worker output: {e}");
+        }
+        Printer { lines, dropped }
+    }
+
+    pub(super) fn print(&self, text: String, to_stderr: bool) {
+        if self.lines.try_send((text, to_stderr)).is_err() {
+            self.dropped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+    use std::time::{Duration, Instant};
+
+    /// The write end of a pipe nobody reads: writes block once its buffer is full.
+    fn stuck_terminal() -> (std::fs::File, std::fs::File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) fills the two descriptors, which the Files then own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: fresh descriptors from pipe(2), owned by nobody else.
+        unsafe { (std::fs::File::from_raw_fd(fds[0]), std::fs::File::from_raw_fd(fds[1])) }
+    }
+
+    #[test]
+    fn a_terminal_that_does_not_read_never_blocks_the_printing_thread() {
+        let (_reader, writer) = stuck_terminal();
+        let err = writer.try_clone().unwrap();
+        let printer = Printer::spawn(Box::new(writer), Box::new(err), 64);
+        let started = Instant::now();
+        // 20 MB: far past the pipe's buffer, which a direct write would block on.
+        for i in 0..20_000 {
+            printer.print(format!("line {i} {}\n", "x".repeat(1000)), i % 2 == 0);
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "printing blocked for {:?}", started.elapsed());
+        assert!(printer.dropped() > 0, "lines past the backlog are dropped and counted");
     }
 }
