@@ -270,6 +270,10 @@ impl CoreClient {
         !queued.is_empty()
     }
 
+    pub fn has_queued(&self) -> bool {
+        !self.queued.lock().is_empty()
+    }
+
     /// Sends everything queued for a background sender: a failure is kept and
     /// raised by the next submission or flush.
     pub async fn send_queued(&self) {

@@ -126,14 +126,22 @@ impl Client {
     }
 }
 
+/// How long a worker's submissions may wait for a `get` to carry them (the
+/// submit-then-get pattern then costs one RPC, not two) before its submission
+/// thread sends them itself.
+const SUBMIT_GRACE: Duration = Duration::from_millis(1);
+
 /// The submission thread of a process without runtime threads: sleeps until
-/// something is queued, then drives the runtime just long enough to send it.
-/// Ends when the client is dropped.
+/// something is queued, then, unless a call carried it meanwhile, drives the
+/// runtime just long enough to send it. Ends when the client is dropped.
 fn send_when_queued(client: Weak<CoreClient>) {
     loop {
         let Some(c) = client.upgrade() else { return };
         if c.wait_for_submissions(Duration::from_secs(1)) {
-            runtime().block_on(c.send_queued());
+            std::thread::sleep(SUBMIT_GRACE);
+            if c.has_queued() {
+                runtime().block_on(c.send_queued());
+            }
         }
     }
 }
