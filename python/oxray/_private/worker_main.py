@@ -138,6 +138,8 @@ class Worker:
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a.task_id, prepared, False, nested, method_names)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
+            if kind != TaskKind.ACTOR_TASK:
+                _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
             try:
                 self.report_error(a, returns_ids, name, e)
             except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
@@ -150,8 +152,6 @@ class Worker:
                 else:
                     os.environ[k] = v
             CURRENT.task_id = None
-            if kind != TaskKind.ACTOR_TASK:
-                _UserCode.running = False  # also when an interrupt cut `__enter__` short
 
     def prepare_returns(self, return_ids, result, name):
         if len(return_ids) == 0:
