@@ -190,7 +190,11 @@ class Assignment:
     @property
     def max_concurrency(self) -> int: ...
     @property
-    def namespace(self) -> str: ...
+    def namespace(self) -> str:
+        """An actor creation's namespace: where the actor is registered."""
+    @property
+    def job_namespace(self) -> str:
+        """The submitting job's namespace: where `get_actor(name)` looks."""
     @property
     def cuda_visible_devices(self) -> str: ...
     def __repr__(self) -> str: ...
@@ -318,6 +322,7 @@ class Client:
         detached: bool = False,
         placement_resources: dict[str, float] = ...,
         get_if_exists: bool = False,
+        job_namespace: str = "",
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
@@ -358,6 +363,8 @@ class Client:
     def worker_connect(self) -> None: ...
     def next_assignment(self, timeout_s: float) -> Assignment | None:
         """The next assignment, None on timeout; raises OxrayRpcError when the agent is gone."""
+    def task_cancelled(self, task_id: bytes) -> bool:
+        """Whether the agent cancelled the task (asked after an interrupt outside user code)."""
     def task_done(
         self,
         task_id: bytes,

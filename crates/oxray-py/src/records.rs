@@ -241,7 +241,10 @@ pub(crate) struct Assignment {
     pub env_vars: HashMap<String, String>,
     pub job_id: Vec<u8>,
     pub max_concurrency: i32,
+    /// An actor creation's namespace: where the actor is registered.
     pub namespace: String,
+    /// The submitting job's namespace: where `get_actor(name)` looks.
+    pub job_namespace: String,
     pub cuda_visible_devices: String,
 }
 

@@ -10,9 +10,9 @@ use oxray_proto::peer_service_client::PeerServiceClient;
 use oxray_proto::worker_service_client::WorkerServiceClient;
 use oxray_proto::{
     Assignment, CreateActorRequest, CreateObjectRequest, DriverHello, DriverSessionEvent, Empty, GetObjectsRequest,
-    LogBatch, ObjectLocation, PutObjectRequest, RefDeltas, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest,
-    TaskSpec, UpdateRefsRequest, WaitObjectsRequest, WorkerEvent, WorkerHello, driver_session_event, worker_event,
-    worker_service_server,
+    LogBatch, ObjectLocation, PutObjectRequest, RefDeltas, SubmitBatchRequest, SubscribeLogsRequest,
+    TaskCancelledRequest, TaskDoneRequest, TaskSpec, UpdateRefsRequest, WaitObjectsRequest, WorkerEvent, WorkerHello,
+    driver_session_event, worker_event, worker_service_server,
 };
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -167,6 +167,9 @@ pub struct CoreClient {
     queued: Mutex<Vec<TaskSpec>>,
     sending: tokio::sync::Mutex<()>,
     queued_signal: tokio::sync::Notify,
+    /// The same signal for a sender thread outside the async runtime (a worker's
+    /// runtime has no threads of its own to run `run_sender` while user code runs).
+    queued_ready: parking_lot::Condvar,
     send_error: Mutex<Option<String>>,
     /// Set in the embedded driver: the agent in this same process, called directly.
     local: Option<crate::agent::AgentService>,
@@ -354,6 +357,7 @@ impl CoreClient {
             queued: Mutex::new(Vec::new()),
             sending: tokio::sync::Mutex::new(()),
             queued_signal: tokio::sync::Notify::new(),
+            queued_ready: parking_lot::Condvar::new(),
             send_error: Mutex::new(None),
             worker_events: Mutex::new(None),
             local: None,
@@ -464,7 +468,30 @@ impl CoreClient {
         }
         self.queued.lock().push(spec);
         self.queued_signal.notify_one();
+        self.queued_ready.notify_one();
         Ok(())
+    }
+
+    /// Blocks the calling thread (outside the async runtime) until a submission
+    /// is queued or `timeout` passes; true when something is queued.
+    pub fn wait_for_submissions(&self, timeout: Duration) -> bool {
+        let mut queued = self.queued.lock();
+        if queued.is_empty() {
+            self.queued_ready.wait_for(&mut queued, timeout);
+        }
+        !queued.is_empty()
+    }
+
+    pub fn has_queued(&self) -> bool {
+        !self.queued.lock().is_empty()
+    }
+
+    /// Sends everything queued for a background sender: a failure is kept and
+    /// raised by the next submission or flush.
+    pub async fn send_queued(&self) {
+        if let Err(e) = self.flush_submissions().await {
+            *self.send_error.lock() = Some(e.to_string());
+        }
     }
 
     /// Sends everything queued, in order.
@@ -493,9 +520,7 @@ impl CoreClient {
         loop {
             let Some(c) = client.upgrade() else { break };
             if !c.queued.lock().is_empty() {
-                if let Err(e) = c.flush_submissions().await {
-                    *c.send_error.lock() = Some(e.to_string());
-                }
+                c.send_queued().await;
                 continue;
             }
             let signal = c.queued_signal.notified();
@@ -709,6 +734,13 @@ impl CoreClient {
                 _ => None,
             },
         }
+    }
+
+    /// Whether the agent cancelled `task_id` (asked by a worker that an interrupt
+    /// reached outside user code).
+    pub async fn task_cancelled(&self, task_id: Vec<u8>) -> Result<bool, ClientError> {
+        let reply = self.worker.clone().task_cancelled(TaskCancelledRequest { task_id }).await?;
+        Ok(reply.into_inner().cancelled)
     }
 
     /// Reports a finished task. A worker sends it on its stream without waiting.

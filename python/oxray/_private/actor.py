@@ -85,6 +85,7 @@ class ActorClass:
             detached=options.get("lifetime") == "detached",
             placement_resources=placement,
             get_if_exists=bool(options.get("get_if_exists", False)),
+            job_namespace=STATE.namespace,
         )
         del keep
         return ActorHandle(created.actor_id, self.__name__, self._methods)

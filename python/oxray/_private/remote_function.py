@@ -60,6 +60,7 @@ class RemoteFunction:
             env_vars=env,
             nested_refs=nested,
             job_id=current_job_id(),
+            job_namespace=STATE.namespace,
         )
         del keep
         return returns_for(refs, num_returns)

@@ -19,22 +19,57 @@ from oxray._private.state import CURRENT, STATE
 
 
 class _UserCode:
-    """Whether user code is running: only then does a cancel's SIGINT interrupt."""
+    """Runs a task's user code; a non-force cancel (SIGINT) interrupts only there.
 
+    A SIGINT carries no task id, and may arrive outside user code: while the
+    assignment is read or its arguments unpickled, or just after a task ended
+    (meant for it, not for the next). So an interrupt is only raised once the
+    agent confirms that the task running now is cancelled, and one that came
+    outside user code is remembered and checked when user code starts.
+    """
+
+    client = None
     running = False
+    interrupted = False  # a SIGINT came outside user code, not checked yet
 
     def __enter__(self):
         _UserCode.running = True
+        if _UserCode.interrupted:
+            _UserCode.interrupted = False
+            _raise_if_cancelled()
 
     def __exit__(self, *exc):
         _UserCode.running = False
 
 
-def _on_sigint(signum, frame):
-    # Outside user code (e.g. while the assignment is being unpacked) the signal is
-    # dropped: the agent already marked the task cancelled and reports it so.
-    if _UserCode.running:
+def _raise_if_cancelled():
+    task_id = getattr(CURRENT, "task_id", None)
+    try:
+        cancelled = task_id is not None and _UserCode.client.task_cancelled(task_id)
+    except _native.OxrayRpcError:
+        cancelled = True  # the agent is gone: stop, as the cancel asked
+    if cancelled:
         raise KeyboardInterrupt
+
+
+def _on_sigint(signum, frame):
+    if _UserCode.running:
+        _raise_if_cancelled()
+    else:
+        _UserCode.interrupted = True
+
+
+# Frames of the worker itself (this loop, argument unpacking), left out of the
+# tracebacks users see, as in Ray.
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_traceback(e: BaseException) -> str:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+        tb = tb.tb_next
+    # An error raised by the runtime itself keeps its frames: they are all there is.
+    return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
 
 
 class Worker:
@@ -61,6 +96,10 @@ class Worker:
         gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
+        if kind != TaskKind.ACTOR_TASK:
+            # `get_actor(name)` and the runtime context look in the job's namespace
+            # (an actor keeps its creator's).
+            STATE.namespace = a.job_namespace
         CURRENT.cuda_visible_devices = gpus
         saved_env = {}
         env = dict(a.env_vars)
@@ -100,6 +139,8 @@ class Worker:
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a.task_id, prepared, False, nested, method_names)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
+            if kind != TaskKind.ACTOR_TASK:
+                _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
             try:
                 self.report_error(a, returns_ids, name, e)
             except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
@@ -136,8 +177,7 @@ class Worker:
         if isinstance(e, exceptions.RayTaskError):
             error = e  # a failed dependency: pass it on unchanged
         else:
-            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-            error = exceptions.RayTaskError(name, tb, e, pid=os.getpid(), ip=self.ip)
+            error = exceptions.RayTaskError(name, _user_traceback(e), e, pid=os.getpid(), ip=self.ip)
         try:
             data, buffers, _ = serialization.serialize(error)
         except TypeError:
@@ -211,6 +251,7 @@ def main():
     STATE.driver_task_id = b""
     # The token is not needed past this point; keep it out of user code's environment.
     os.environ.pop("OXRAY_TOKEN", None)
+    _UserCode.client = client
     signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
     start_preload()

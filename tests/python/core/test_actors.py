@@ -2,7 +2,6 @@
 
 import os
 import threading
-import time
 
 import pytest
 
@@ -48,12 +47,10 @@ class Overlapper:
     def __init__(self, parties):
         self.barrier = threading.Barrier(parties)
 
-    def meet(self, hold):
-        start = time.time()
-        # Raises BrokenBarrierError unless `parties` calls run at the same time.
-        self.barrier.wait(timeout=30)
-        time.sleep(hold)
-        return start, time.time()
+    def meet(self):
+        # Returns only once `parties` calls are inside the actor at the same time;
+        # raises BrokenBarrierError if they never are.
+        return self.barrier.wait(timeout=TIMEOUT)
 
 
 @ray.remote
@@ -94,11 +91,10 @@ def test_actor_calls_execute_in_submission_order(ray_cluster):
 
 def test_max_concurrency_lets_calls_overlap(ray_cluster):
     a = Overlapper.remote(4)
-    intervals = ray.get([a.meet.remote(0.3) for _ in range(4)], timeout=TIMEOUT)
-    starts = [s for s, _ in intervals]
-    ends = [e for _, e in intervals]
-    # All four were inside the actor at once: every start precedes every end.
-    assert max(starts) < min(ends)
+    # Each call waits at a barrier for the other three: they all return only if
+    # the four ran at once, and the barrier hands each a distinct arrival index.
+    arrivals = ray.get([a.meet.remote() for _ in range(4)], timeout=TIMEOUT * 2)
+    assert sorted(arrivals) == [0, 1, 2, 3]
 
 
 def test_named_actor_get_actor_and_namespace(ray_cluster):

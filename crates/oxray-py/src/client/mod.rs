@@ -22,8 +22,9 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Once, Weak};
 use std::time::Duration;
+use tokio::runtime::RuntimeFlavor;
 
 fn to_id(raw: &[u8]) -> PyResult<ObjectId> {
     ObjectId::from_bytes(raw).map_err(bad_id)
@@ -39,6 +40,8 @@ pub(crate) struct Client {
     assignments: Mutex<Option<AssignmentStream>>,
     /// This process's mapping of each node arena it has seen (mapped once, kept warm).
     arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
+    /// Started with the first submission in a process whose runtime has no threads.
+    sender_thread: Once,
 }
 
 #[pymethods]
@@ -83,7 +86,12 @@ impl Client {
             }
         });
         runtime().spawn(CoreClient::run_sender(Arc::downgrade(&inner)));
-        Ok(Client { inner, assignments: Mutex::new(None), arenas: Mutex::new(HashMap::new()) })
+        Ok(Client {
+            inner,
+            assignments: Mutex::new(None),
+            arenas: Mutex::new(HashMap::new()),
+            sender_thread: Once::new(),
+        })
     }
 
     #[getter]
@@ -107,9 +115,47 @@ impl Client {
 }
 
 impl Client {
+    /// A worker's runtime runs only while one of its threads waits in a call
+    /// (`OXRAY_RUNTIME_THREADS=0`), so `run_sender` would leave a task's
+    /// submissions queued until its user code blocks or returns: a thread of
+    /// its own ships them as soon as they are queued.
+    fn ensure_sender_thread(&self) {
+        if runtime().handle().runtime_flavor() != RuntimeFlavor::CurrentThread {
+            return;
+        }
+        self.sender_thread.call_once(|| {
+            let client = Arc::downgrade(&self.inner);
+            let spawned =
+                std::thread::Builder::new().name("oxray-submit".into()).spawn(move || send_when_queued(client));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot start the submission thread ({e}); submissions wait until this task blocks");
+            }
+        });
+    }
+
     /// Sends the submissions queued so far, so a later request sees them.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.inner.clone();
         py.detach(|| runtime().block_on(c.flush_submissions())).map_err(rpc_err)
+    }
+}
+
+/// How long a worker's submissions may wait for a `get` to carry them (the
+/// submit-then-get pattern then costs one RPC, not two) before its submission
+/// thread sends them itself.
+const SUBMIT_GRACE: Duration = Duration::from_millis(1);
+
+/// The submission thread of a process without runtime threads: sleeps until
+/// something is queued, then, unless a call carried it meanwhile, drives the
+/// runtime just long enough to send it. Ends when the client is dropped.
+fn send_when_queued(client: Weak<CoreClient>) {
+    loop {
+        let Some(c) = client.upgrade() else { return };
+        if c.wait_for_submissions(Duration::from_secs(1)) {
+            std::thread::sleep(SUBMIT_GRACE);
+            if c.has_queued() {
+                runtime().block_on(c.send_queued());
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ impl Client {
         max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
         env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
-        placement_resources=HashMap::new(), get_if_exists=false))]
+        placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -53,6 +53,7 @@ impl Client {
         detached: bool,
         placement_resources: HashMap<String, f64>,
         get_if_exists: bool,
+        job_namespace: String,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
@@ -88,6 +89,7 @@ impl Client {
             detached,
             placement_resources,
             owner_id: self.inner.client_id.to_vec(),
+            job_namespace,
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();
@@ -95,6 +97,7 @@ impl Client {
             TaskKind::Normal | TaskKind::ActorTask => {
                 // Returns at once; impossible requests surface as errors in the returns.
                 c.enqueue(spec).map_err(rpc_err)?;
+                self.ensure_sender_thread();
                 self.inner.mark_reported_all(&return_ids_copy);
                 Ok(None)
             }

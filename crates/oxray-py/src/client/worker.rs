@@ -74,8 +74,17 @@ impl Client {
             job_id: spec.job_id,
             max_concurrency: spec.max_concurrency,
             namespace: spec.namespace,
+            job_namespace: spec.job_namespace,
             cuda_visible_devices,
         }))
+    }
+
+    /// Whether the agent cancelled `task_id`: asked when an interrupt reached
+    /// this worker outside user code, so that a cancel is never lost nor hits
+    /// another task.
+    fn task_cancelled(&self, py: Python<'_>, task_id: Vec<u8>) -> PyResult<bool> {
+        let c = self.inner.clone();
+        py.detach(|| runtime().block_on(c.task_cancelled(task_id))).map_err(rpc_err)
     }
 
     #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(), error_text=String::new()))]

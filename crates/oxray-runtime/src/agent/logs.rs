@@ -1,11 +1,77 @@
-//! Worker output published to drivers that subscribe (`SubscribeLogs`): each
-//! driver receives the lines of its own job's tasks and actors.
+//! Worker output: read line by line whatever the bytes (`OutputLines`), and
+//! published to drivers that subscribe (`SubscribeLogs`): each driver receives
+//! the lines of its own job's tasks and actors.
 
 use crate::ids::JobId;
 use oxray_proto::{LogBatch, LogLine};
 use std::sync::Arc;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tonic::Status;
+
+/// The most of one line that is forwarded to drivers; the rest is cut (the
+/// worker's log file keeps the whole line).
+pub(super) const MAX_FORWARDED_LINE: usize = 64 * 1024;
+
+/// The lines of one worker output stream. Bytes that are not UTF-8 become
+/// U+FFFD instead of ending the stream (which would close the pipe and make
+/// the worker's next `print` fail), and a line longer than
+/// `MAX_FORWARDED_LINE` is cut, so memory stays bounded whatever a task prints.
+pub(super) struct OutputLines<R> {
+    reader: BufReader<R>,
+    line: Vec<u8>,
+    /// Bytes of the current line past the limit, not kept.
+    cut: usize,
+}
+
+impl<R: AsyncRead + Unpin> OutputLines<R> {
+    pub(super) fn new(stream: R) -> Self {
+        OutputLines { reader: BufReader::new(stream), line: Vec::new(), cut: 0 }
+    }
+
+    /// The next line without its end of line, None at the end of the stream.
+    /// Every byte read is also appended, unchanged, to `log` when given.
+    pub(super) async fn next_line(&mut self, mut log: Option<&mut tokio::fs::File>) -> Option<String> {
+        loop {
+            let chunk = match self.reader.fill_buf().await {
+                Ok(chunk) => chunk,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => &[],
+            };
+            if chunk.is_empty() {
+                // The end: a last line without a newline is still a line.
+                return (!self.line.is_empty() || self.cut > 0).then(|| self.take_line());
+            }
+            let newline = chunk.iter().position(|&b| b == b'\n');
+            let used = newline.map_or(chunk.len(), |i| i + 1);
+            if let Some(file) = log.as_deref_mut() {
+                // Best effort: a full disk must not stop the output reaching drivers.
+                let _ = file.write_all(&chunk[..used]).await;
+            }
+            let body = &chunk[..newline.unwrap_or(chunk.len())];
+            let room = MAX_FORWARDED_LINE.saturating_sub(self.line.len());
+            self.line.extend_from_slice(&body[..body.len().min(room)]);
+            self.cut += body.len().saturating_sub(room);
+            self.reader.consume(used);
+            if newline.is_some() {
+                return Some(self.take_line());
+            }
+        }
+    }
+
+    fn take_line(&mut self) -> String {
+        if self.line.last() == Some(&b'\r') && self.cut == 0 {
+            self.line.pop();
+        }
+        let mut text = String::from_utf8_lossy(&self.line).into_owned();
+        if self.cut > 0 {
+            text.push_str(&format!(" [... {} more bytes cut; the worker's log file has the whole line]", self.cut));
+        }
+        self.line.clear();
+        self.cut = 0;
+        text
+    }
+}
 
 /// Lines kept for a slow subscriber before it misses some.
 const BACKLOG: usize = 8192;
@@ -79,5 +145,40 @@ impl LogHub {
             }
         });
         tokio_stream::wrappers::ReceiverStream::new(out_rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_FORWARDED_LINE, OutputLines};
+
+    async fn all_lines(bytes: &[u8]) -> Vec<String> {
+        let mut lines = OutputLines::new(bytes);
+        let mut out = Vec::new();
+        while let Some(line) = lines.next_line(None).await {
+            out.push(line);
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_is_replaced_and_the_stream_goes_on() {
+        let lines = all_lines(b"ok\nbad \xff\xfe end\r\nafter\nlast").await;
+        assert_eq!(lines, ["ok", "bad \u{fffd}\u{fffd} end", "after", "last"]);
+    }
+
+    #[tokio::test]
+    async fn a_huge_line_is_cut_and_the_next_line_is_whole() {
+        let mut bytes = vec![b'y'; 3 * MAX_FORWARDED_LINE + 10];
+        bytes.extend_from_slice(b"\nnext\n");
+        let lines = all_lines(&bytes).await;
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with(&"y".repeat(MAX_FORWARDED_LINE)));
+        assert!(
+            lines[0].contains(&format!("{} more bytes cut", 2 * MAX_FORWARDED_LINE + 10)),
+            "{}",
+            &lines[0][MAX_FORWARDED_LINE..]
+        );
+        assert_eq!(lines[1], "next");
     }
 }

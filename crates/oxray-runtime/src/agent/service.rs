@@ -3,7 +3,7 @@
 //! Each method decodes its request, runs it against `AgentShared`, and replies.
 
 use super::{AgentError, AgentShared, actor_info, object_ids, timeout_deadline};
-use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use oxray_proto::bundle_service_server::BundleService;
 use oxray_proto::driver_service_server::DriverService;
 use oxray_proto::peer_service_server::PeerService;
@@ -14,9 +14,9 @@ use oxray_proto::{
     FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest,
     ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo,
     PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
-    RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskDoneRequest,
-    UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent, driver_session_event, peer_message,
-    worker_event,
+    RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
+    TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
+    driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -385,6 +385,15 @@ impl WorkerService for AgentService {
         let worker = WorkerId::from_bytes(&req.worker_id).map_err(AgentError::from)?;
         self.shared.handle_task_done(worker, req)?;
         Ok(Response::new(Empty {}))
+    }
+
+    async fn task_cancelled(
+        &self,
+        request: Request<TaskCancelledRequest>,
+    ) -> Result<Response<TaskCancelledReply>, Status> {
+        let task = TaskId::from_bytes(&request.into_inner().task_id).map_err(AgentError::from)?;
+        let cancelled = self.shared.state.lock().is_cancelled(task);
+        Ok(Response::new(TaskCancelledReply { cancelled }))
     }
 }
 

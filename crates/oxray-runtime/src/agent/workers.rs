@@ -4,7 +4,6 @@ use crate::ids::{NodeId, WorkerId};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Stdio;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 #[derive(Debug, Clone)]
@@ -60,11 +59,8 @@ where
     F: FnMut(&str),
 {
     let mut log = tokio::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).await.ok();
-    let mut lines = BufReader::new(stream).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        if let Some(f) = log.as_mut() {
-            let _ = f.write_all(format!("{line}\n").as_bytes()).await;
-        }
+    let mut lines = super::logs::OutputLines::new(stream);
+    while let Some(line) = lines.next_line(log.as_mut()).await {
         emit(&line);
     }
 }

@@ -545,6 +545,13 @@ impl AgentState {
         }
     }
 
+    /// Whether `task_id` is queued or running here and was cancelled. A worker
+    /// asks when an interrupt reached it outside user code (unpacking arguments,
+    /// between tasks): the cancel must not be lost, nor hit the next task.
+    pub fn is_cancelled(&self, task_id: TaskId) -> bool {
+        self.tasks.get(&task_id).is_some_and(|t| t.cancelled)
+    }
+
     /// Cancels the task that produces `object_id`: dropped if queued, interrupted
     /// (or killed with `force`) if running.
     pub fn cancel(&mut self, object_id: ObjectId, force: bool) {

@@ -1,0 +1,250 @@
+"""The worker process runtime: nested submissions leave a running task at once,
+cancels are never lost, worker output survives any bytes, tasks see their job's
+namespace, and remote tracebacks show only the user's frames."""
+
+import os
+import sys
+import time
+
+import pytest
+
+import oxray as ray
+from oxray_testutil import wait_for_path, wait_until
+
+TIMEOUT = 60
+
+
+# ------------------------------------------------- nested submissions (item 12)
+
+
+@ray.remote(max_retries=0)
+def touch(path):
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+@ray.remote(max_retries=0)
+def submits_then_waits_without_get(path):
+    child = touch.remote(path)  # kept, never waited on with get/wait
+    seen = wait_for_path(path, timeout=30)
+    del child
+    return seen
+
+
+@ray.remote
+class Coordinator:
+    """Fans out fire-and-forget children and waits for their side effects."""
+
+    def fan_out(self, directory, n):
+        for i in range(n):
+            touch.remote(os.path.join(directory, str(i)))  # ref dropped at once
+        return bool(wait_until(lambda: len(os.listdir(directory)) >= n, timeout=30, interval=0.02))
+
+
+def test_a_task_submitted_from_a_running_task_starts_while_its_parent_runs(fresh_cluster, tmp_path):
+    fresh_cluster(num_cpus=2)
+    # The parent holds one CPU and never blocks in get: the child must still be
+    # dispatched to the other CPU while the parent waits for its file.
+    assert ray.get(submits_then_waits_without_get.remote(str(tmp_path / "child")), timeout=TIMEOUT) is True
+
+
+def test_a_coordinator_actor_fans_out_fire_and_forget_children(fresh_cluster, tmp_path):
+    fresh_cluster(num_cpus=2)
+    directory = tmp_path / "children"
+    directory.mkdir()
+    coordinator = Coordinator.remote()
+    assert ray.get(coordinator.fan_out.remote(str(directory), 6), timeout=TIMEOUT) is True
+    assert sorted(os.listdir(directory)) == [str(i) for i in range(6)]
+
+
+# ----------------------------------------------------- sticky cancel (item 13)
+
+
+def runs_until_cancelled_body(ran_marker=None):
+    if ran_marker:
+        open(ran_marker, "w").close()
+    # Short sleeps: a non-forced cancel interrupts Python between bytecodes.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "never cancelled"
+
+
+runs_until_cancelled = ray.remote(max_retries=0)(runs_until_cancelled_body)
+
+
+class SlowToUnpickle:
+    """An argument whose unpickling, in the worker, announces itself and then
+    waits for a gate: a cancel sent meanwhile arrives outside user code."""
+
+    def __init__(self, unpickling, gate):
+        self.unpickling = unpickling
+        self.gate = gate
+
+    def __reduce__(self):
+        return (_restore_slowly, (self.unpickling, self.gate))
+
+
+def _restore_slowly(unpickling, gate):
+    open(unpickling, "w").close()
+    wait_for_path(gate, timeout=60)
+    return "restored"
+
+
+@ray.remote(max_retries=0)
+def takes_slow_argument(arg, ran_marker):
+    return runs_until_cancelled_body(ran_marker)
+
+
+def test_a_cancel_during_argument_unpickling_is_not_lost(fresh_cluster, tmp_path):
+    fresh_cluster(num_cpus=1)
+    for i in range(3):
+        unpickling, gate, ran = (str(tmp_path / f"{name}{i}") for name in ("unpickling", "gate", "ran"))
+        ref = takes_slow_argument.remote(SlowToUnpickle(unpickling, gate), ran)
+        assert wait_for_path(unpickling, timeout=30), "the worker never started unpickling the argument"
+        ray.cancel(ref)
+        open(gate, "w").close()
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=20)
+        # The cancel stopped it before the function body ran.
+        assert not os.path.exists(ran)
+    # The worker and its CPU are free for the next task.
+    assert ray.get(touch.remote(str(tmp_path / "after")), timeout=TIMEOUT) is True
+
+
+def test_a_cancel_the_instant_a_task_is_dispatched_is_not_lost(fresh_cluster, tmp_path):
+    fresh_cluster(num_cpus=1)
+    # Warm a worker, so the task is handed to it at once.
+    assert ray.get(touch.remote(str(tmp_path / "warm")), timeout=TIMEOUT) is True
+    for _ in range(40):
+        ref = runs_until_cancelled.remote()
+        ray.cancel(ref)
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(ref, timeout=20)
+    # No cancelled task kept the only CPU.
+    assert ray.get(touch.remote(str(tmp_path / "after")), timeout=TIMEOUT) is True
+
+
+def test_a_cancel_of_a_finished_task_does_not_hit_the_next_one(fresh_cluster, tmp_path):
+    fresh_cluster(num_cpus=1)
+    for i in range(20):
+        done = touch.remote(str(tmp_path / f"first{i}"))
+        # Race the cancel against the task's end; whichever wins, the next task
+        # on the same worker runs to completion.
+        ray.cancel(done)
+        nxt = touch.remote(str(tmp_path / f"next{i}"))
+        assert ray.get(nxt, timeout=TIMEOUT) is True
+
+
+# ----------------------------------------------------------- output (item 6)
+
+
+@ray.remote(max_retries=0)
+def prints_bad_bytes_and_a_huge_line(marker):
+    sys.stdout.buffer.write(b"invalid utf-8 \xff\xfe\x80 here\n")
+    sys.stdout.flush()
+    sys.stdout.write("y" * (10 * 1024 * 1024) + "\n")
+    sys.stdout.flush()
+    print(f"{marker}-same-task")
+    return os.getpid()
+
+
+@ray.remote(max_retries=0)
+def prints_marker(marker):
+    print(marker)
+    return os.getpid()
+
+
+def test_non_utf8_output_and_a_huge_line_do_not_break_the_worker(fresh_cluster, capfd):
+    fresh_cluster(num_cpus=1)
+    marker = f"oxray-after-bad-bytes-{os.getpid()}"
+    pid = ray.get(prints_bad_bytes_and_a_huge_line.remote(marker), timeout=TIMEOUT)
+    # The same worker keeps running tasks, and what it prints still arrives.
+    assert ray.get(prints_marker.remote(f"{marker}-next-task"), timeout=TIMEOUT) == pid
+    seen = []
+
+    def both_lines():
+        seen.append(capfd.readouterr().out)
+        text = "".join(seen)
+        return f"{marker}-same-task" in text and f"{marker}-next-task" in text
+
+    assert wait_until(both_lines, timeout=30, interval=0.1), "later output never reached the driver"
+    text = "".join(seen)
+    assert "invalid utf-8 \ufffd\ufffd\ufffd here" in text
+    # The huge line is cut for the terminal, not forwarded whole.
+    longest = max(len(line) for line in text.splitlines())
+    assert longest < 1024 * 1024
+
+
+# -------------------------------------------------------- namespace (item 16)
+
+
+@ray.remote
+class Named:
+    def ping(self):
+        return "pong"
+
+
+@ray.remote
+def look_up_named(name):
+    handle = ray.get_actor(name)
+    return ray.get_runtime_context().namespace, ray.get(handle.ping.remote())
+
+
+@ray.remote
+class LooksUp:
+    def look_up(self, name):
+        handle = ray.get_actor(name)
+        return ray.get_runtime_context().namespace, ray.get(handle.ping.remote())
+
+
+def test_get_actor_in_tasks_and_actors_uses_the_jobs_namespace(fresh_cluster):
+    fresh_cluster(namespace="ns1")
+    named = Named.options(name="oxray-ns-target").remote()
+    assert ray.get(named.ping.remote(), timeout=TIMEOUT) == "pong"
+    assert ray.get(look_up_named.remote("oxray-ns-target"), timeout=TIMEOUT) == ("ns1", "pong")
+    looker = LooksUp.remote()
+    assert ray.get(looker.look_up.remote("oxray-ns-target"), timeout=TIMEOUT) == ("ns1", "pong")
+    # An actor registered under another namespace still runs in the job's namespace.
+    elsewhere = LooksUp.options(namespace="other").remote()
+    assert ray.get(elsewhere.look_up.remote("oxray-ns-target"), timeout=TIMEOUT) == ("ns1", "pong")
+
+
+# ------------------------------------------------------- tracebacks (item 11)
+
+
+@ray.remote(max_retries=0)
+def user_function_that_raises(x):
+    return user_helper_that_raises(x)
+
+
+def user_helper_that_raises(x):
+    raise ValueError(f"user failure {x}")
+
+
+@ray.remote
+class RaisesInMethod:
+    def fail(self):
+        raise KeyError("method failure")
+
+
+def _frames(text):
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("File ")]
+
+
+def test_remote_tracebacks_show_only_the_users_frames(ray_cluster):
+    with pytest.raises(ValueError) as task_error:
+        ray.get(user_function_that_raises.remote(7), timeout=TIMEOUT)
+    with pytest.raises(KeyError) as method_error:
+        ray.get(RaisesInMethod.remote().fail.remote(), timeout=TIMEOUT)
+    for err, user_frames in (
+        (task_error.value, ["user_function_that_raises", "user_helper_that_raises"]),
+        (method_error.value, ["fail"]),
+    ):
+        text = str(err)
+        frames = _frames(text)
+        assert frames, text
+        assert not any("oxray" + os.sep + "_private" in f for f in frames), text
+        assert "worker_main" not in text
+        assert [f.rsplit(" in ", 1)[1] for f in frames] == user_frames, text
