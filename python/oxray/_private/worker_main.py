@@ -89,6 +89,7 @@ class Worker:
         return fn
 
     def run(self, a: _native.Assignment):
+        wait_for_preload()
         kind = a.kind
         if kind == TaskKind.ACTOR_CREATION:
             self.actor_gpus = a.cuda_visible_devices
@@ -233,10 +234,23 @@ def _preload(names):
             print(f"oxray: preloading {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
+_preloading: threading.Thread | None = None
+
+
 def start_preload():
+    global _preloading
     names = [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
     if names:
-        threading.Thread(target=_preload, args=(names,), name="oxray-preload", daemon=True).start()
+        _preloading = threading.Thread(target=_preload, args=(names,), name="oxray-preload", daemon=True)
+        _preloading.start()
+
+
+def wait_for_preload():
+    """Lets a preload in flight finish before a task runs: a module imported by two
+    threads at once can come back half-initialized ("partially initialized module")."""
+    preloading = _preloading
+    if preloading is not None:
+        preloading.join()
 
 
 def main():
