@@ -180,11 +180,11 @@ def test_a_silent_driver_is_dropped_when_its_lease_runs_out(cli_cluster):
 
     def cleaned_up_while_stopped():
         seen["freed"] = wait_until(lambda: cpus_free(num_cpus), timeout=20)
-        seen["actors"] = [a.class_name for a in _client().list_actors() if a.state != "DEAD"]
+        seen["actors_dead"] = wait_until(lambda: all(a.state == "DEAD" for a in _client().list_actors()), timeout=20)
 
     run_driver(cli_cluster, SOAK_DRIVER, kill=True, while_stopped=cleaned_up_while_stopped)
     assert seen["freed"], ray.available_resources()
-    assert seen["actors"] == []
+    assert seen["actors_dead"], [(a.class_name, a.state) for a in _client().list_actors()]
 
 
 SIX_SLOW_TASKS = """

@@ -1,6 +1,6 @@
 //! What the node agent refuses, and the one place each refusal becomes a gRPC status.
 
-use crate::ids::{ActorId, IdError, ObjectId, WorkerId};
+use crate::ids::{ActorId, ClientId, IdError, ObjectId, WorkerId};
 use crate::resources::{ResourceError, ResourceSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,8 @@ pub enum AgentError {
     BundlesDoNotFit { node: String, available: ResourceSet, wanted: ResourceSet },
     #[error("this node has no head: placement groups and named actors need `oxray start --head` or `oxray.init()`")]
     NoHead,
+    #[error("driver {0} already opened its session, or its session ended: a driver joins again with oxray.init()")]
+    DriverSessionUsed(ClientId),
 }
 
 impl From<AgentError> for tonic::Status {
@@ -43,7 +45,7 @@ impl From<AgentError> for tonic::Status {
             AgentError::UnknownActor(_) | AgentError::UnknownWorker(_) | AgentError::UnknownFunction(_) => {
                 tonic::Status::not_found(message)
             }
-            AgentError::NotReserved(_) | AgentError::BundlesDoNotFit { .. } => {
+            AgentError::NotReserved(_) | AgentError::BundlesDoNotFit { .. } | AgentError::DriverSessionUsed(_) => {
                 tonic::Status::failed_precondition(message)
             }
             AgentError::StoreFull { .. } => tonic::Status::resource_exhausted(message),

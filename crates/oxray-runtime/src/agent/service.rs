@@ -65,7 +65,7 @@ impl DriverService for AgentService {
         let client = ClientId::from_bytes(&hello.client_id).map_err(AgentError::from)?;
         let job = JobId::from_bytes(&hello.job_id).map_err(AgentError::from)?;
         if !self.shared.with_state(|st| st.driver_connected(client, job)) {
-            return Err(AgentError::Malformed("this client already opened a driver session").into());
+            return Err(AgentError::DriverSessionUsed(client).into());
         }
         let lease = driver_lease();
         let (tx, rx) = tokio::sync::mpsc::channel(1);
@@ -112,6 +112,10 @@ impl DriverService for AgentService {
             }
         }
         let (actor_id, existing) = self.shared.with_state(|st| {
+            // Its driver's end was seen while the head registered it: it must not start.
+            if st.driver_has_ended(&owner) {
+                return Err(AgentError::DriverSessionUsed(owner));
+            }
             let (actor_id, existing) = st.register_actor(&spec, req.get_if_exists)?;
             if !existing {
                 st.submit(owner, spec)?;
