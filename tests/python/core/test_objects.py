@@ -362,13 +362,15 @@ _SHM_FILLED_AFTER_START = textwrap.dedent(
 )
 
 
-def _in_small_tmpfs(extra_mounts=""):
+def _in_small_tmpfs(extra_mounts="", env=None):
     script = (
         "mount -t tmpfs -o size=64m tmpfs /dev/shm && "
         + extra_mounts
         + f"exec {sys.executable} -c '{_SHM_FILLED_AFTER_START}'"
     )
-    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120, env=env or os.environ
+    )
 
 
 needs_mount_namespace = pytest.mark.skipif(
@@ -388,7 +390,10 @@ def test_a_full_dev_shm_sends_puts_to_disk_instead_of_sigbus():
 @needs_mount_namespace
 def test_no_room_in_memory_nor_on_disk_is_object_store_full_error(tmp_path):
     # The spill directory (under the session root) is a full filesystem too.
-    os.makedirs("/tmp/oxray", exist_ok=True)
-    out = _in_small_tmpfs("mount -t tmpfs -o size=8m tmpfs /tmp/oxray && ")
+    root = tmp_path / "oxray"
+    root.mkdir(mode=0o700)
+    out = _in_small_tmpfs(
+        f"mount -t tmpfs -o size=8m,mode=0700 tmpfs {root} && ", env={**os.environ, "OXRAY_TEMP_DIR": str(root)}
+    )
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert "full no room for a" in out.stdout, out.stdout + out.stderr[-2000:]
