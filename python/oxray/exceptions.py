@@ -147,6 +147,7 @@ _SYSTEM_ERRORS = {
         TaskUnschedulableError,
         WorkerCrashedError,
         ObjectLostError,
+        OwnerDiedError,
         TaskCancelledError,
     )
 }

@@ -416,7 +416,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let available = beat_agent.state.lock().available().to_map();
+            let available = beat_agent.state.lock().reported_available().to_map();
             match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await {
                 Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
                 Err(s) if s.code() == tonic::Code::NotFound => {

@@ -18,6 +18,8 @@ pub enum SystemErrorKind {
     TaskUnschedulable,
     TaskCancelled,
     ObjectLost,
+    /// The worker that submitted the task (and so owned its result) died first.
+    OwnerDied,
     System,
 }
 
@@ -31,6 +33,7 @@ impl SystemErrorKind {
             SystemErrorKind::TaskUnschedulable => "TaskUnschedulableError",
             SystemErrorKind::TaskCancelled => "TaskCancelledError",
             SystemErrorKind::ObjectLost => "ObjectLostError",
+            SystemErrorKind::OwnerDied => "OwnerDiedError",
             SystemErrorKind::System => "RaySystemError",
         }
     }

@@ -216,9 +216,17 @@ impl Head {
     }
 
     /// Retries pending placement groups as nodes join and resources free up.
+    /// A restarted head also gives its nodes on record `NODE_TIMEOUT` to beat
+    /// again, then fails the actors of those that did not.
     pub fn spawn_placement_loop(&self) -> tokio::task::JoinHandle<()> {
         let head = self.clone();
         tokio::spawn(async move {
+            if head.store.is_some() {
+                tokio::time::sleep(NODE_TIMEOUT).await;
+                if let Err(e) = head.fail_actors_of_silent_nodes() {
+                    tracing::warn!("cannot record the actors of nodes that did not come back: {e}");
+                }
+            }
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
@@ -234,6 +242,46 @@ impl Head {
                 }
             }
         })
+    }
+
+    /// Marks dead the actors of nodes that are not alive (silent for
+    /// `NODE_TIMEOUT`), freeing their names: after a restart nobody else will.
+    fn fail_actors_of_silent_nodes(&self) -> Result<(), HeadError> {
+        let silent: Vec<NodeId> = self
+            .nodes
+            .lock()
+            .iter()
+            .filter(|(_, r)| r.last_seen.elapsed() >= NODE_TIMEOUT)
+            .map(|(id, _)| *id)
+            .collect();
+        let failed: Vec<ActorInfo> = {
+            let mut table = self.actors.lock();
+            let ActorTable { actors, names } = &mut *table;
+            let mut failed = Vec::new();
+            for (id, actor) in actors.iter_mut() {
+                let Ok(node) = NodeId::from_bytes(&actor.node_id) else { continue };
+                if actor.state() == ActorState::Dead || !silent.contains(&node) {
+                    continue;
+                }
+                actor.set_state(ActorState::Dead);
+                actor.death_cause = format!(
+                    "The actor {} died because its node {} did not come back after the head restarted",
+                    actor.class_name,
+                    node.short()
+                );
+                let key = (actor.namespace.clone(), actor.name.clone());
+                if names.get(&key) == Some(id) {
+                    names.remove(&key);
+                }
+                failed.push(actor.clone());
+            }
+            failed
+        };
+        // Written after the table's lock is released: a commit may wait on the disk.
+        for actor in &failed {
+            self.persist_actor(actor)?;
+        }
+        Ok(())
     }
 
     async fn agent(&self, address: &str) -> Result<BundleClient, ClientError> {
@@ -606,6 +654,39 @@ mod tests {
         restarted.set_state(ActorState::Alive);
         head.update_actor(Request::new(restarted)).await.unwrap();
         assert!(head.get_named_actor(Request::new(lookup("on_head"))).await.unwrap().into_inner().found);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_head_fails_the_actors_of_nodes_that_do_not_come_back() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-restart-{}", rand::random::<u64>()));
+        {
+            let head = Head::persistent(&dir).unwrap();
+            for node in [8u8, 9] {
+                let info = NodeInfo { node_id: vec![node; 16], ..Default::default() };
+                head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+                let name = format!("on{node}");
+                let register = RegisterActorRequest { actor: Some(named(node, &name)), get_if_exists: false };
+                head.register_actor(Request::new(register)).await.unwrap();
+                let mut alive = ActorInfo { node_id: vec![node; 16], ..named(node, &name) };
+                alive.set_state(ActorState::Alive);
+                head.update_actor(Request::new(alive)).await.unwrap();
+            }
+        }
+        let head = Head::persistent(&dir).unwrap();
+        let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new() };
+        head.heartbeat(Request::new(beat)).await.unwrap();
+        head.fail_actors_of_silent_nodes().unwrap();
+        let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
+        assert!(!head.get_named_actor(Request::new(lookup("on8"))).await.unwrap().into_inner().found);
+        let kept = head.get_named_actor(Request::new(lookup("on9"))).await.unwrap().into_inner();
+        assert_eq!(kept.actor.unwrap().state(), ActorState::Alive, "its node beat again");
+        drop(head);
+        let again = Head::persistent(&dir).unwrap();
+        let dead = again.get_actor(Request::new(ActorRequest { actor_id: vec![8; 16], no_restart: false }));
+        let dead = dead.await.unwrap().into_inner().actor.unwrap();
+        assert_eq!(dead.state(), ActorState::Dead, "recorded");
+        assert!(dead.death_cause.contains("08080808"), "{}", dead.death_cause);
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -323,3 +323,103 @@ def _try_state(actor):
         return ray.get(actor.state.remote(), timeout=30)
     except ray.exceptions.RayActorError:
         return None
+
+
+# ---- owner death: a worker that created actors or submitted tasks dies ----
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def blocks_until(path, pid_file):
+    """Records its pid, then waits for `path` (the owner-death tests never create it)."""
+    with open(pid_file + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(pid_file + ".tmp", pid_file)
+    wait_for_path(path, timeout=120)
+    return 1
+
+
+@ray.remote(num_cpus=0)
+class HoldsDependency:
+    def __init__(self, dependency):
+        self.dependency = dependency
+
+    def value(self):
+        return self.dependency
+
+
+@ray.remote(num_cpus=0)
+class OwnerWorker:
+    def pid(self):
+        return os.getpid()
+
+    def make_actor_on_pending_dependency(self, caller, never, pid_file):
+        """Creates an actor whose constructor argument never becomes ready,
+        hands it to `caller`, and dies once the caller has started."""
+        actor = HoldsDependency.remote(blocks_until.remote(never, pid_file))
+        call = caller.call.remote(os.getpid(), actor)
+        ray.wait([call], timeout=0)  # sends the queued call now
+        wait_for_path(pid_file + ".caller", timeout=60)
+        os._exit(0)
+
+    def submit_pending(self, never, pid_file):
+        return [blocks_until.remote(never, pid_file)]
+
+    def die(self):
+        os._exit(0)
+
+
+@ray.remote(num_cpus=0)
+class CallsAfterOwnerDies:
+    def __init__(self, started_file):
+        self.started_file = started_file
+        self.outcome = None
+
+    def call(self, owner_pid, actor):
+        open(self.started_file, "w").close()
+        wait_until(lambda: not pid_alive(owner_pid), timeout=60)
+        try:
+            self.outcome = ("value", ray.get(actor.value.remote(), timeout=60))
+        except Exception as e:  # noqa: BLE001 - the test checks which one
+            self.outcome = (type(e).__name__, str(e))
+
+    def result(self):
+        return self.outcome
+
+
+def test_actor_whose_owner_dies_before_its_dependency_is_ready_dies_too(ray_cluster, tmp_path):
+    # Ray's test_actor_owner_worker_dies_before_dependency_ready: the actor
+    # shares its owner's fate, so a call raises ActorDiedError instead of hanging.
+    owner = OwnerWorker.remote()
+    owner_pid = ray.get(owner.pid.remote(), timeout=TIMEOUT)
+    pid_file = str(tmp_path / "pending.pid")
+    caller = CallsAfterOwnerDies.remote(pid_file + ".caller")
+    owner.make_actor_on_pending_dependency.remote(caller, str(tmp_path / "never"), pid_file)
+    assert wait_until(lambda: not pid_alive(owner_pid), timeout=60)
+    outcome = wait_until(lambda: ray.get(caller.result.remote(), timeout=TIMEOUT), timeout=90)
+    assert outcome and outcome[0] == "ActorDiedError" and "owner" in outcome[1], outcome
+    # The task the dead owner left running is stopped too.
+    assert wait_until(lambda: os.path.exists(pid_file), timeout=60)
+    pending_pid = int(open(pid_file).read())
+    assert wait_until(lambda: not pid_alive(pending_pid), timeout=30), "the dead owner's task still runs"
+
+
+def test_object_whose_owner_died_before_it_was_made_raises_owner_died(ray_cluster, tmp_path):
+    owner = OwnerWorker.remote()
+    owner_pid = ray.get(owner.pid.remote(), timeout=TIMEOUT)
+    pid_file = str(tmp_path / "pending.pid")
+    [pending] = ray.get(owner.submit_pending.remote(str(tmp_path / "never"), pid_file), timeout=TIMEOUT)
+    assert wait_until(lambda: os.path.exists(pid_file), timeout=60)
+    owner.die.remote()
+    assert wait_until(lambda: not pid_alive(owner_pid), timeout=60)
+    with pytest.raises(ray.exceptions.OwnerDiedError, match="owner"):
+        ray.get(pending, timeout=30)
+    # An actor call that depends on it fails with it as well, promptly.
+    with pytest.raises(ray.exceptions.OwnerDiedError):
+        ray.get(Echo.remote().echo.remote(pending), timeout=30)
+    assert wait_until(lambda: not pid_alive(int(open(pid_file).read())), timeout=30)
+
+
+@ray.remote(num_cpus=0)
+class Echo:
+    def echo(self, x):
+        return x

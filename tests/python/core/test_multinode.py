@@ -554,3 +554,20 @@ def test_head_restart_fails_a_detached_actor_that_lived_on_the_head_node(local_c
     handle = cloudpickle.loads(handle_file.read_bytes())
     with pytest.raises(ray.exceptions.ActorDiedError, match=head["node_id"][:8]):
         ray.get(handle.add.remote(1), timeout=30)
+
+
+def store_used_gib(status):
+    """The used GiB of object_store_memory in the Total Usage part of `oxray status`."""
+    total_usage = status.split("Total Usage:")[1].split("Per node:")[0]
+    match = re.search(r"([\d.]+)GiB/[\d.]+GiB object_store_memory", total_usage)
+    assert match, status
+    return float(match.group(1))
+
+
+def test_status_shows_the_object_store_in_use(local_cluster):
+    local_cluster.start_head(num_cpus=1)
+    ray.init()
+    held = [ray.put(np.full(40 * MiB // 8, float(i))) for i in range(4)]  # 160 MiB
+    assert wait_until(lambda: store_used_gib(local_cluster.status()) >= 0.15, timeout=30), local_cluster.status()
+    del held
+    assert wait_until(lambda: store_used_gib(local_cluster.status()) < 0.01, timeout=30), local_cluster.status()

@@ -347,7 +347,7 @@ impl AgentShared {
             ip: address.rsplit_once(':').map(|(h, _)| h.to_string()).unwrap_or_default(),
             alive: true,
             total: st.total().to_map(),
-            available: st.available().to_map(),
+            available: st.reported_available().to_map(),
             is_head: false,
             session_dir: String::new(),
             start_time_ms: 0,

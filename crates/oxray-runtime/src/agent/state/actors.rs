@@ -342,6 +342,19 @@ impl AgentState {
             actor.no_restart = true;
             actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
         }
+        self.stop_actor(actor_id, no_restart)
+    }
+
+    /// Kills an actor for good, with `cause` as what its callers are told.
+    pub(super) fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
+        let Some(actor) = self.actors.get_mut(&actor_id) else { return };
+        actor.no_restart = true;
+        actor.death_cause = cause;
+        let _ = self.stop_actor(actor_id, true);
+    }
+
+    fn stop_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
+        let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
         if let Some(node) = actor.remote.filter(|_| actor.state != ActorState::Dead) {
             self.actions.push(Action::PeerKillActor { node, actor_id, no_restart });
             return Ok(());

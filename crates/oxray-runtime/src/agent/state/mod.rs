@@ -184,6 +184,20 @@ impl AgentState {
     }
 
     /// The object store's capacity and use.
+    /// What this node reports free to the head: its resources, with
+    /// `object_store_memory` lowered by the bytes the store's arena holds (as
+    /// Ray's raylet reports it), so `oxray status` shows the store in use.
+    pub fn reported_available(&self) -> ResourceSet {
+        let mut available = self.available.clone();
+        let store = self.total.get("object_store_memory");
+        if store > 0.0 {
+            let used = self.store_stats().shm_used as f64;
+            // Within [0, store]: a valid quantity whatever the arena reports.
+            let _ = available.set("object_store_memory", (store - used).clamp(0.0, store));
+        }
+        available
+    }
+
     pub fn store_stats(&self) -> StoreStats {
         self.objects.store().stats()
     }

@@ -362,6 +362,10 @@ impl AgentState {
         Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
     }
 
+    pub(super) fn remove_ready(&mut self, task_id: TaskId) {
+        self.tasks.ready.remove(task_id);
+    }
+
     pub(super) fn push_ready(&mut self, task_id: TaskId) {
         let Some(task) = self.tasks.entries.get(&task_id) else { return };
         self.tasks.ready.push(task_id, task);
@@ -495,7 +499,8 @@ impl AgentState {
             }
             self.retry(task_id);
         } else if cancelled {
-            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+            let error = self.cancelled_error(task_id);
+            self.finish_task(task_id, error);
         } else {
             for loc in returns {
                 // Each return pins every nested ref: which return holds which is not
@@ -587,10 +592,20 @@ impl AgentState {
         }
     }
 
+    /// What a cancelled task's results become: `TaskCancelledError`, unless the
+    /// cancel already settled them (its owner died: `OwnerDiedError`).
+    fn cancelled_error(&self, task_id: TaskId) -> Option<(SystemErrorKind, String)> {
+        let task = self.tasks.get(&task_id)?;
+        let settled =
+            task.spec.return_ids.iter().filter_map(|r| ObjectId::from_bytes(r).ok()).all(|r| self.is_ready(&r));
+        (!settled).then(|| (SystemErrorKind::TaskCancelled, "This task was cancelled".into()))
+    }
+
     pub(super) fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str) {
         let Some(task) = self.tasks.get(&task_id) else { return };
         if task.cancelled {
-            self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+            let error = self.cancelled_error(task_id);
+            self.finish_task(task_id, error);
         } else if task.retries_left != 0 && !self.shutting_down {
             let name = task.spec.name.clone();
             self.actions.push(Action::warn(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));

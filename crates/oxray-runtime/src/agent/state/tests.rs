@@ -111,6 +111,25 @@ fn tasks_wait_for_cpus_and_reuse_workers() {
 }
 
 #[test]
+fn a_dead_workers_unfinished_tasks_fail_with_owner_died() {
+    let mut st = new_state(1.0, 0);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let owner = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, owner, 10);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    // The running task submits a child, which waits for the only CPU.
+    let mut child = task(2, &[("CPU", 1.0)]);
+    child.owner_id = owner.to_vec();
+    st.submit(owner.into(), child).unwrap();
+    st.add_holders(DRIVER, &[oid(102)]); // its ref was handed to the driver
+    st.schedule();
+    st.worker_exited(owner, "exit code 1".into());
+    assert_eq!(system_error_type(&mut st, oid(102)).as_deref(), Some("OwnerDiedError"));
+    assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("WorkerCrashedError"));
+}
+
+#[test]
 fn fractional_cpus_run_side_by_side() {
     let mut st = new_state(1.0, 0);
     for n in 1..=4 {

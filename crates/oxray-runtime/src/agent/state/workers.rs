@@ -3,8 +3,9 @@
 
 use super::{Action, ActorState, AgentState, AssignmentSender, TaskState};
 use crate::agent::AgentError;
+use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, JobId, ObjectId, TaskId, WorkerId};
-use oxray_proto::Assignment;
+use oxray_proto::{Assignment, TaskKind};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -220,6 +221,7 @@ impl AgentState {
                 ));
             }
         }
+        self.owner_exited(worker_id, worker.pid);
         match worker.role {
             WorkerRole::Pool => {
                 if let Some(task_id) = worker.running {
@@ -233,6 +235,58 @@ impl AgentState {
             }
         }
         self.schedule();
+    }
+
+    /// A worker's death ends what it owned, as in Ray: the actors it created
+    /// (unless detached) die with it, and the tasks it submitted that have not
+    /// finished are stopped, their results `OwnerDiedError`. Whoever was handed
+    /// one of those refs or actors gets an error instead of waiting for ever.
+    fn owner_exited(&mut self, worker_id: WorkerId, pid: u32) {
+        let owner = worker_id.to_vec();
+        let why = format!("its owner, the worker with pid {pid}, died");
+        let actors: Vec<ActorId> = self
+            .actors
+            .values()
+            .filter(|a| !a.proxy && !a.creation.detached && a.state != ActorState::Dead && a.creation.owner_id == owner)
+            .map(|a| a.id)
+            .collect();
+        for actor_id in actors {
+            let class = self.actors.get(&actor_id).map(|a| a.class_name.clone()).unwrap_or_default();
+            self.kill_actor_because(actor_id, format!("The actor {class} died because {why}"));
+        }
+        let tasks: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.spec.kind == TaskKind::Normal as i32 && t.spec.owner_id == owner && !t.cancelled)
+            .map(|(id, _)| *id)
+            .collect();
+        for task_id in tasks {
+            let Some(task) = self.tasks.get_mut(&task_id) else { continue };
+            task.cancelled = true;
+            let message = format!("The result of task {} was lost because {why} before it finished", task.spec.name);
+            let returns = task.spec.return_ids.clone();
+            match task.state {
+                TaskState::Running(runner) => {
+                    // Its results read as the owner's death; the worker's exit ends the task.
+                    if let Some(w) = self.workers.get(&runner).filter(|w| w.pid != 0) {
+                        self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
+                    }
+                    for id in returns.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
+                        self.store_error(id, SystemErrorKind::OwnerDied, &message);
+                    }
+                }
+                TaskState::Forwarded(node) => {
+                    if let Some(object_id) = returns.first().and_then(|r| ObjectId::from_bytes(r).ok()) {
+                        self.actions.push(Action::PeerCancel { node, object_id, force: true });
+                    }
+                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
+                }
+                TaskState::Ready | TaskState::WaitingArgs => {
+                    self.remove_ready(task_id);
+                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
+                }
+            }
+        }
     }
 
     pub fn has_worker(&self, worker_id: &WorkerId) -> bool {
