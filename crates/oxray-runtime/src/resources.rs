@@ -19,6 +19,13 @@ pub enum ResourceError {
     Invalid { name: String, value: f64 },
 }
 
+fn check_quantity(name: &str, value: f64) -> Result<(), ResourceError> {
+    if !value.is_finite() || !(0.0..=MAX_QUANTITY).contains(&value) {
+        return Err(ResourceError::Invalid { name: name.to_string(), value });
+    }
+    Ok(())
+}
+
 impl ResourceSet {
     pub fn new() -> Self {
         Self::default()
@@ -32,10 +39,13 @@ impl ResourceSet {
         Ok(set)
     }
 
+    /// Checks every quantity in `map` without building a set (a submission's fast path).
+    pub fn check_map<'a>(map: impl IntoIterator<Item = (&'a String, &'a f64)>) -> Result<(), ResourceError> {
+        map.into_iter().try_for_each(|(name, &value)| check_quantity(name, value))
+    }
+
     pub fn set(&mut self, name: &str, value: f64) -> Result<(), ResourceError> {
-        if !value.is_finite() || !(0.0..=MAX_QUANTITY).contains(&value) {
-            return Err(ResourceError::Invalid { name: name.to_string(), value });
-        }
+        check_quantity(name, value)?;
         let units = (value * SCALE).round() as i64;
         if units == 0 {
             self.0.remove(name);

@@ -57,7 +57,7 @@ impl Client {
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
-            ResourceSet::from_map(quantities).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            ResourceSet::check_map(quantities).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
         let args = args
             .into_iter()
