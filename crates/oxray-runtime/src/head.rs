@@ -223,7 +223,7 @@ impl Head {
         tokio::spawn(async move {
             if head.store.is_some() {
                 tokio::time::sleep(NODE_TIMEOUT).await;
-                if let Err(e) = head.fail_actors_of_silent_nodes() {
+                if let Err(e) = head.fail_actors_of_silent_nodes().await {
                     tracing::warn!("cannot record the actors of nodes that did not come back: {e}");
                 }
             }
@@ -246,7 +246,7 @@ impl Head {
 
     /// Marks dead the actors of nodes that are not alive (silent for
     /// `NODE_TIMEOUT`), freeing their names: after a restart nobody else will.
-    fn fail_actors_of_silent_nodes(&self) -> Result<(), HeadError> {
+    async fn fail_actors_of_silent_nodes(&self) -> Result<(), HeadError> {
         let silent: Vec<NodeId> = self
             .nodes
             .lock()
@@ -254,9 +254,9 @@ impl Head {
             .filter(|(_, r)| r.last_seen.elapsed() >= NODE_TIMEOUT)
             .map(|(id, _)| *id)
             .collect();
-        let failed: Vec<ActorInfo> = {
+        let (failed, forgotten) = {
             let mut table = self.actors.lock();
-            let ActorTable { actors, names } = &mut *table;
+            let ActorTable { actors, names, .. } = &mut *table;
             let mut failed = Vec::new();
             for (id, actor) in actors.iter_mut() {
                 let Ok(node) = NodeId::from_bytes(&actor.node_id) else { continue };
@@ -275,12 +275,19 @@ impl Head {
                 }
                 failed.push(actor.clone());
             }
-            failed
+            let mut forgotten = Vec::new();
+            for actor in &failed {
+                if let Ok(id) = ActorId::from_bytes(&actor.actor_id) {
+                    forgotten.extend(table.note_dead(id, self.history));
+                }
+            }
+            (failed, forgotten)
         };
         // Written after the table's lock is released: a commit may wait on the disk.
-        for actor in &failed {
-            self.persist_actor(actor)?;
+        for actor in failed {
+            self.persist_actor(actor).await?;
         }
+        self.forget(Vec::new(), forgotten);
         Ok(())
     }
 
@@ -676,7 +683,7 @@ mod tests {
         let head = Head::persistent(&dir).unwrap();
         let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new() };
         head.heartbeat(Request::new(beat)).await.unwrap();
-        head.fail_actors_of_silent_nodes().unwrap();
+        head.fail_actors_of_silent_nodes().await.unwrap();
         let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
         assert!(!head.get_named_actor(Request::new(lookup("on8"))).await.unwrap().into_inner().found);
         let kept = head.get_named_actor(Request::new(lookup("on9"))).await.unwrap().into_inner();
