@@ -13,9 +13,9 @@ import time
 
 import psutil
 import pytest
-from test_multinode import LocalCluster, MiB
 
 import oxray as ray
+from cli_cluster import MiB, running_cluster
 from oxray._private.api import _client
 from oxray_testutil import pid_alive, wait_until
 
@@ -27,19 +27,8 @@ LEASE_ENV = {"OXRAY_DRIVER_LEASE_S": "3"}
 @pytest.fixture
 def cli_cluster(tmp_path, monkeypatch):
     """A head started with `oxray start` (not yet: `start_head`), stopped after the test."""
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = LocalCluster(tmp_path / "oxray")
-    cluster.env.update(LEASE_ENV)
-    monkeypatch.setenv("OXRAY_TEMP_DIR", cluster.root)
-    monkeypatch.delenv("OXRAY_ADDRESS", raising=False)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    try:
+    with running_cluster(tmp_path / "oxray", monkeypatch, env=LEASE_ENV) as cluster:
         yield cluster
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        cluster.stop()
 
 
 def start_head(cluster, num_cpus):

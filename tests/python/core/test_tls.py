@@ -14,9 +14,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from test_multinode import LocalCluster
 
 import oxray as ray
+from cli_cluster import running_cluster
 
 TLS_VARS = ("OXRAY_TLS_CERT", "OXRAY_TLS_KEY", "OXRAY_TLS_CA", "OXRAY_TLS_CLIENT_AUTH")
 
@@ -111,23 +111,8 @@ class RecordingProxy:
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch):
-    if ray.is_initialized():
-        ray.shutdown()
-    for var in TLS_VARS:
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.delenv("OXRAY_ADDRESS", raising=False)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv("OXRAY_TOKEN", raising=False)
-    local = LocalCluster(tmp_path / "oxray")
-    for var in TLS_VARS:
-        local.env.pop(var, None)
-    monkeypatch.setenv("OXRAY_TEMP_DIR", local.root)
-    try:
+    with running_cluster(tmp_path / "oxray", monkeypatch, unset=TLS_VARS + ("OXRAY_TOKEN",)) as local:
         yield local
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        local.stop()
 
 
 def tls_flags(certs, client_auth=None):
