@@ -43,6 +43,11 @@ def _nonneg_number(name, v):
         raise ValueError(f"The option {name!r} must be >= 0, got {v!r}")
 
 
+# More return values than any task could mean: each one is an object ref made at
+# submission, so a typo like 2**40 would otherwise exhaust memory before failing.
+MAX_NUM_RETURNS = 1_000_000
+
+
 def _int_at_least(name, v, low):
     if not isinstance(v, int) or isinstance(v, bool):
         raise TypeError(f"The option {name!r} must be an integer >= {low}, got {v!r} of type {type(v).__name__}")
@@ -72,6 +77,10 @@ def validate(options: dict, kind: str) -> dict:
             _nonneg_number(f"resources[{name!r}]", qty)
     if options.get("num_returns") is not None and options["num_returns"] != "dynamic":
         _int_at_least("num_returns", options["num_returns"], 0)
+        if options["num_returns"] > MAX_NUM_RETURNS:
+            raise ValueError(
+                f"The option 'num_returns' must be at most {MAX_NUM_RETURNS:,}, got {options['num_returns']!r}"
+            )
     for key, low in (("max_retries", -1), ("max_restarts", -1), ("max_task_retries", -1), ("max_calls", 0)):
         if options.get(key) is not None:
             _int_at_least(key, options[key], low)

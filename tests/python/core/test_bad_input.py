@@ -62,3 +62,20 @@ def test_huge_or_invalid_resource_quantities_are_refused(ray_cluster, quantity):
 def test_init_refuses_absurd_node_quantities(fresh_cluster, kwargs):
     with pytest.raises(ValueError, match=r"num_gpus|CPU|big"):
         fresh_cluster(**kwargs)
+
+
+def test_an_absurd_num_returns_is_refused_not_a_hang(ray_cluster):
+    for target in (identity, Holder):
+        with pytest.raises(ValueError, match="num_returns.*1099511627776"):
+            (
+                target.options(num_returns=2**40)
+                if target is identity
+                else target.remote().get.options(num_returns=2**40)
+            )
+    assert ray.get(identity.options(num_returns=2).remote((1, 2))) == [1, 2]
+
+
+@ray.remote
+class Holder:
+    def get(self, value=None):
+        return value
