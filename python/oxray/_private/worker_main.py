@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -151,14 +150,18 @@ class Worker:
         self.client.task_done(a.task_id, prepared, True, [], [], text)
 
     def loop(self):
+        preload = _preload_names()
         while True:
             try:
-                a = self.client.next_assignment(1.0)
+                a = self.client.next_assignment(_IDLE_BEFORE_PRELOAD_S if preload else 1.0)
             except KeyboardInterrupt:
                 continue  # a cancel that arrived between tasks
             except _native.OxrayRpcError:
                 return  # the agent is gone
             if a is None:
+                if preload:
+                    _preload(preload)
+                    preload = []
                 continue
             if self.pool is not None and a.kind == TaskKind.ACTOR_TASK:
                 self.pool.submit(self.run, a)
@@ -171,11 +174,18 @@ class Worker:
                     return  # the agent is gone
 
 
-# Modules an idle worker imports in the background, so the first task that needs
-# them does not pay the import: numpy's alone is ~100 ms, which was most of a
-# worker's "first read" of an ndarray. `OXRAY_WORKER_PRELOAD` is a comma-separated
-# list; empty turns preloading off.
+# Modules a worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so
+# the first task that needs them does not pay the import: numpy's alone is 60-110
+# ms, which was most of a worker's "first read" of an ndarray. The import runs on
+# the worker's main thread between tasks, never beside one: two threads importing
+# numpy at once can see it partially initialized. `OXRAY_WORKER_PRELOAD` is a
+# comma-separated list; empty turns preloading off.
 _DEFAULT_PRELOAD = "numpy"
+_IDLE_BEFORE_PRELOAD_S = 0.25
+
+
+def _preload_names():
+    return [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
 
 
 def _preload(names):
@@ -193,12 +203,6 @@ def _preload(names):
             print(f"oxray: preloading {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
-def start_preload():
-    names = [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
-    if names:
-        threading.Thread(target=_preload, args=(names,), name="oxray-preload", daemon=True).start()
-
-
 def main():
     client = _native.Client(
         os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"])
@@ -213,7 +217,6 @@ def main():
     os.environ.pop("OXRAY_TOKEN", None)
     signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
-    start_preload()
     Worker(client).loop()
     sys.stdout.flush()
     os._exit(0)
