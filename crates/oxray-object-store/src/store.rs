@@ -28,9 +28,11 @@ struct Entry {
     size: usize,
     place: ObjectPlace,
     sealed: bool,
-    /// The object was freed but readers still view its range.
+    /// The object was freed but readers still view its range (or it is being spilled).
     freed: bool,
     readers: u32,
+    /// A `SpillJob` is copying it to disk: its range stays allocated until `finish_spill`.
+    spilling: bool,
     last_use: u64,
 }
 
@@ -39,6 +41,41 @@ pub struct SpillEvent {
     pub object_id: ObjectId,
     pub size: usize,
     pub to: PathBuf,
+}
+
+/// What `reserve` decided.
+#[derive(Debug)]
+pub enum Reserved {
+    /// The object's room: write it there.
+    Placed(ObjectPlace),
+    /// No room yet: run these copies (outside any lock), report each with
+    /// `finish_spill`, then reserve again.
+    SpillFirst(Vec<SpillJob>),
+}
+
+/// Copies one sealed arena object to its spill file. Built under the store's
+/// owner's lock, run without it: the bytes stay allocated to the object until
+/// `finish_spill`, and sealed objects are never written, so the copy needs no lock.
+#[derive(Debug)]
+pub struct SpillJob {
+    pub object_id: ObjectId,
+    offset: usize,
+    len: usize,
+    to: PathBuf,
+    arena: Arc<MmapRaw>,
+}
+
+impl SpillJob {
+    /// Writes the object's bytes to its spill file (blocking I/O).
+    pub fn run(&self) -> std::io::Result<()> {
+        if let Some(dir) = self.to.parent() {
+            crate::create_private_dir_all(dir)?;
+        }
+        // SAFETY: the range belongs to a sealed object marked `spilling`, which keeps
+        // it allocated and unwritten until `finish_spill` is called for this job.
+        let bytes = unsafe { std::slice::from_raw_parts(self.arena.as_ptr().add(self.offset), self.len) };
+        crate::write_private_file(&self.to, bytes)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,7 +103,7 @@ pub struct ObjectStore {
     shm_dir: PathBuf,
     spill_dir: PathBuf,
     arena_path: PathBuf,
-    arena_map: Option<MmapRaw>,
+    arena_map: Option<Arc<MmapRaw>>,
     arena_file: Option<File>,
     /// Ranges of the arena file that have pages (start -> end). The file is
     /// sparse: a range gets its pages when first reserved, so a full tmpfs is an
@@ -94,7 +131,7 @@ impl ObjectStore {
         let file =
             crate::private_file_options().read(true).write(true).create(true).truncate(true).open(&arena_path)?;
         file.set_len(alloc.size() as u64)?;
-        let arena_map = if alloc.size() > 0 { Some(MmapOptions::new().map_raw(&file)?) } else { None };
+        let arena_map = if alloc.size() > 0 { Some(Arc::new(MmapOptions::new().map_raw(&file)?)) } else { None };
         Ok(ObjectStore {
             shm_dir,
             spill_dir,
@@ -123,9 +160,10 @@ impl ObjectStore {
         self.tick
     }
 
-    /// Reserves room for a `size`-byte object: an arena range, spilling idle
-    /// objects when needed, or a file in the spill directory when nothing fits.
-    pub fn reserve(&mut self, id: ObjectId, size: usize) -> std::io::Result<(ObjectPlace, Vec<SpillEvent>)> {
+    /// Reserves room for a `size`-byte object: an arena range, or a file in the
+    /// spill directory when it cannot fit. When idle objects could make room,
+    /// and `may_spill`, it asks for them to be spilled first (`Reserved::SpillFirst`).
+    pub fn reserve(&mut self, id: ObjectId, size: usize, may_spill: bool) -> std::io::Result<Reserved> {
         match self.entries.get(&id).filter(|e| !e.freed) {
             Some(old) if old.sealed => {
                 return Err(std::io::Error::new(
@@ -137,36 +175,94 @@ impl ObjectStore {
             Some(_) => self.discard_unsealed(&id),
             None => {}
         }
-        let mut spills = Vec::new();
-        let place = loop {
-            if size <= self.alloc.size()
-                && let Some(offset) = self.alloc.alloc(size)
-            {
-                match self.back(offset, size) {
-                    Ok(()) => break ObjectPlace::Arena { offset, len: size },
-                    // No pages left for the arena (its tmpfs is full): the object goes to disk.
-                    // Spilling others would not help, as their pages stay with the arena file.
-                    Err(e) => {
-                        tracing::warn!(
-                            "the object store's shared memory is full ({e}); writing a {size}-byte object to disk"
-                        );
-                        self.alloc.free(offset, size);
-                        break self.spill_file(&id)?;
-                    }
+        let place = match self.place_in_arena(&id, size)? {
+            Some(place) => place,
+            None => {
+                let jobs = if may_spill { self.pick_spills(size) } else { Vec::new() };
+                if !jobs.is_empty() {
+                    return Ok(Reserved::SpillFirst(jobs));
                 }
-            }
-            if size > self.alloc.size() {
-                break self.spill_file(&id)?;
-            }
-            match self.spill_one()? {
-                Some(event) => spills.push(event),
-                None => break self.spill_file(&id)?,
+                self.spill_file(&id)?
             }
         };
         let last_use = self.next_tick();
-        self.entries
-            .insert(id, Entry { size, place: place.clone(), sealed: false, freed: false, readers: 0, last_use });
-        Ok((place, spills))
+        let entry =
+            Entry { size, place: place.clone(), sealed: false, freed: false, readers: 0, spilling: false, last_use };
+        self.entries.insert(id, entry);
+        Ok(Reserved::Placed(place))
+    }
+
+    /// An arena range, a spill file if the object can never fit or the arena's
+    /// filesystem is full, or None when idle objects would have to make room.
+    fn place_in_arena(&mut self, id: &ObjectId, size: usize) -> std::io::Result<Option<ObjectPlace>> {
+        if size > self.alloc.size() {
+            return self.spill_file(id).map(Some);
+        }
+        let Some(offset) = self.alloc.alloc(size) else { return Ok(None) };
+        match self.back(offset, size) {
+            Ok(()) => Ok(Some(ObjectPlace::Arena { offset, len: size })),
+            // No pages left for the arena (its tmpfs is full): the object goes to disk.
+            // Spilling others would not help, as their pages stay with the arena file.
+            Err(e) => {
+                tracing::warn!("the object store's shared memory is full ({e}); writing a {size}-byte object to disk");
+                self.alloc.free(offset, size);
+                self.spill_file(id).map(Some)
+            }
+        }
+    }
+
+    /// The least recently used sealed arena objects that nobody reads or spills,
+    /// oldest first, until they add up to `size`; each is marked `spilling`.
+    fn pick_spills(&mut self, size: usize) -> Vec<SpillJob> {
+        let Some(arena) = self.arena_map.clone() else { return Vec::new() };
+        let mut idle: Vec<(u64, ObjectId)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.sealed && !e.freed && !e.spilling && e.readers == 0 && matches!(e.place, ObjectPlace::Arena { .. })
+            })
+            .map(|(id, e)| (e.last_use, *id))
+            .collect();
+        idle.sort_unstable();
+        let mut jobs = Vec::new();
+        let mut freed = 0;
+        for (_, id) in idle {
+            if freed >= size {
+                break;
+            }
+            let to = self.spill_dir.join(file_name(&id));
+            let entry = self.entries.get_mut(&id).expect("listed above");
+            let ObjectPlace::Arena { offset, len } = entry.place else { continue };
+            entry.spilling = true;
+            freed += len;
+            jobs.push(SpillJob { object_id: id, offset, len, to, arena: arena.clone() });
+        }
+        jobs
+    }
+
+    /// Takes the outcome of a `SpillJob`: the object now lives in its file and its
+    /// range is free, unless it was freed or gained a reader meanwhile (then the
+    /// file is dropped). Returns the spill, or the copy's error.
+    pub fn finish_spill(&mut self, job: SpillJob, copied: std::io::Result<()>) -> std::io::Result<Option<SpillEvent>> {
+        let id = job.object_id;
+        let Some(entry) = self.entries.get_mut(&id).filter(|e| e.spilling) else {
+            let _ = std::fs::remove_file(&job.to);
+            return copied.map(|()| None);
+        };
+        entry.spilling = false;
+        let keep_in_arena = copied.is_err() || entry.freed || entry.readers > 0;
+        if keep_in_arena {
+            let _ = std::fs::remove_file(&job.to);
+            if entry.freed && entry.readers == 0 {
+                let e = self.entries.remove(&id).expect("present");
+                self.release(e);
+            }
+            return copied.map(|()| None);
+        }
+        entry.place = ObjectPlace::Spilled(job.to.clone());
+        self.alloc.free(job.offset, job.len);
+        self.num_spilled_total += 1;
+        Ok(Some(SpillEvent { object_id: id, size: job.len, to: job.to }))
     }
 
     /// Gives the arena range `[offset, offset + len)` pages where it has none yet.
@@ -240,6 +336,7 @@ impl ObjectStore {
             sealed: true,
             freed: false,
             readers: 0,
+            spilling: false,
             last_use,
         };
         self.entries.insert(id, entry);
@@ -318,7 +415,7 @@ impl ObjectStore {
     pub fn remove_reader(&mut self, id: &ObjectId) {
         let Some(e) = self.entries.get_mut(id) else { return };
         e.readers = e.readers.saturating_sub(1);
-        if e.readers == 0 && e.freed {
+        if e.readers == 0 && e.freed && !e.spilling {
             let e = self.entries.remove(id).expect("present");
             self.release(e);
         }
@@ -327,7 +424,7 @@ impl ObjectStore {
     /// Forgets the object. Its arena range is reused once no reader views it.
     pub fn free(&mut self, id: &ObjectId) -> bool {
         let Some(e) = self.entries.get_mut(id).filter(|e| !e.freed) else { return false };
-        if e.readers > 0 && matches!(e.place, ObjectPlace::Arena { .. }) {
+        if (e.readers > 0 || e.spilling) && matches!(e.place, ObjectPlace::Arena { .. }) {
             e.freed = true;
             return true;
         }
@@ -344,30 +441,6 @@ impl ObjectStore {
             }
             ObjectPlace::Inline(_) => {}
         }
-    }
-
-    /// Copies the least recently used sealed arena object that nobody is reading
-    /// to the spill directory and frees its range.
-    fn spill_one(&mut self) -> std::io::Result<Option<SpillEvent>> {
-        let victim = self
-            .entries
-            .iter()
-            .filter(|(_, e)| e.sealed && !e.freed && e.readers == 0 && matches!(e.place, ObjectPlace::Arena { .. }))
-            .min_by_key(|(_, e)| e.last_use)
-            .map(|(id, _)| *id);
-        let Some(id) = victim else { return Ok(None) };
-        crate::create_private_dir_all(&self.spill_dir)?;
-        let to = self.spill_dir.join(file_name(&id));
-        let entry = self.entries.get_mut(&id).expect("victim exists");
-        let ObjectPlace::Arena { offset, len } = entry.place else { unreachable!("victim is in the arena") };
-        let map = self.arena_map.as_ref().expect("arena objects imply an arena");
-        // SAFETY: the range is allocated to this sealed object and nobody writes it any more.
-        let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset), len) };
-        crate::write_private_file(&to, bytes)?;
-        entry.place = ObjectPlace::Spilled(to.clone());
-        self.alloc.free(offset, len);
-        self.num_spilled_total += 1;
-        Ok(Some(SpillEvent { object_id: id, size: len, to }))
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -413,9 +486,25 @@ mod tests {
         (store, root)
     }
 
+    /// Reserves as the agent does: runs the spills asked for, then reserves again.
+    fn reserve(store: &mut ObjectStore, n: ObjectId, size: usize) -> std::io::Result<(ObjectPlace, Vec<SpillEvent>)> {
+        let mut events = Vec::new();
+        loop {
+            match store.reserve(n, size, true)? {
+                Reserved::Placed(place) => return Ok((place, events)),
+                Reserved::SpillFirst(jobs) => {
+                    for job in jobs {
+                        let copied = job.run();
+                        events.extend(store.finish_spill(job, copied)?);
+                    }
+                }
+            }
+        }
+    }
+
     /// Writes `n` repeated into the object's place, as a client would.
     fn write_and_seal(store: &mut ObjectStore, n: u8, size: usize) -> ObjectPlace {
-        let (place, _) = store.reserve(id(n), size).unwrap();
+        let (place, _) = reserve(store, id(n), size).unwrap();
         match &place {
             ObjectPlace::Arena { offset, len } => {
                 let map = crate::map_arena(store.arena_path()).unwrap();
@@ -438,7 +527,7 @@ mod tests {
     fn a_reserved_arena_range_has_its_pages_before_anyone_writes() {
         let (mut store, _root) = temp_store(64 * ARENA_PAGE);
         assert_eq!(allocated_bytes(store.arena_path()), 0, "the arena starts sparse");
-        let (place, _) = store.reserve(id(1), 10 * ARENA_PAGE).unwrap();
+        let (place, _) = reserve(&mut store, id(1), 10 * ARENA_PAGE).unwrap();
         assert!(matches!(place, ObjectPlace::Arena { .. }));
         assert!(allocated_bytes(store.arena_path()) >= 10 * ARENA_PAGE as u64, "reserve backs the range");
         store.destroy();
@@ -476,11 +565,51 @@ mod tests {
     fn a_full_shared_memory_filesystem_sends_new_objects_to_disk() {
         let (mut store, root) = temp_store(64 * ARENA_PAGE);
         store.reserve_pages = tmpfs_full;
-        let (place, spills) = store.reserve(id(5), 4 * ARENA_PAGE).unwrap();
+        let (place, spills) = reserve(&mut store, id(5), 4 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty());
         let ObjectPlace::Spilled(path) = place else { panic!("expected a spill file, got {place:?}") };
         assert!(path.starts_with(root.join("spill")));
         assert_eq!(store.stats().shm_used, 0, "the arena range was given back");
+        store.destroy();
+    }
+
+    #[test]
+    fn spilling_happens_outside_and_a_reader_or_a_free_meanwhile_wins() {
+        let (mut store, _root) = temp_store(8 * ARENA_PAGE);
+        write_and_seal(&mut store, 1, 4 * ARENA_PAGE);
+        write_and_seal(&mut store, 2, 4 * ARENA_PAGE);
+        let Reserved::SpillFirst(jobs) = store.reserve(id(3), 4 * ARENA_PAGE, true).unwrap() else {
+            panic!("a full arena asks for a spill")
+        };
+        assert_eq!(jobs.iter().map(|j| j.object_id).collect::<Vec<_>>(), [id(1)], "the oldest, just enough");
+        // While it is copied the object is still read from the arena, and not picked twice.
+        assert!(matches!(store.lookup(&id(1)), Some((ObjectPlace::Arena { .. }, _))));
+        let Reserved::SpillFirst(more) = store.reserve(id(4), 4 * ARENA_PAGE, true).unwrap() else { panic!() };
+        assert_eq!(more.iter().map(|j| j.object_id).collect::<Vec<_>>(), [id(2)]);
+        // Object 1 gains a reader during its copy: it stays in the arena, the file is dropped.
+        store.add_reader(&id(1));
+        let job = jobs.into_iter().next().unwrap();
+        let to = job.to.clone();
+        let copied = job.run();
+        assert_eq!(store.finish_spill(job, copied).unwrap(), None);
+        assert!(!to.exists());
+        assert!(matches!(store.lookup(&id(1)), Some((ObjectPlace::Arena { .. }, _))));
+        // Object 2 is freed during its copy: its range waits for the copy, then is released.
+        assert!(store.free(&id(2)));
+        assert_eq!(store.stats().shm_used, 8 * ARENA_PAGE, "the copy still reads the range");
+        let job = more.into_iter().next().unwrap();
+        let copied = job.run();
+        assert_eq!(store.finish_spill(job, copied).unwrap(), None);
+        assert_eq!(store.stats().shm_used, 4 * ARENA_PAGE);
+        store.destroy();
+    }
+
+    #[test]
+    fn without_spilling_a_full_arena_sends_the_object_to_disk() {
+        let (mut store, _root) = temp_store(4 * ARENA_PAGE);
+        write_and_seal(&mut store, 1, 4 * ARENA_PAGE);
+        let Reserved::Placed(place) = store.reserve(id(2), ARENA_PAGE, false).unwrap() else { panic!() };
+        assert!(matches!(place, ObjectPlace::Spilled(_)));
         store.destroy();
     }
 
@@ -490,7 +619,7 @@ mod tests {
         write_and_seal(&mut store, 1, 4 * ARENA_PAGE);
         write_and_seal(&mut store, 2, 4 * ARENA_PAGE);
         store.lookup(&id(1)); // 2 is now the least recently used
-        let (place, spills) = store.reserve(id(3), 4 * ARENA_PAGE).unwrap();
+        let (place, spills) = reserve(&mut store, id(3), 4 * ARENA_PAGE).unwrap();
         assert!(matches!(place, ObjectPlace::Arena { .. }));
         assert_eq!(spills.len(), 1);
         assert_eq!(spills[0].object_id, id(2));
@@ -509,7 +638,7 @@ mod tests {
         let first = write_and_seal(&mut store, 1, 8 * ARENA_PAGE);
         store.add_reader(&id(1));
         // Full, and the only object is being read: the new one goes to disk.
-        let (place, spills) = store.reserve(id(2), 4 * ARENA_PAGE).unwrap();
+        let (place, spills) = reserve(&mut store, id(2), 4 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty());
         assert!(matches!(place, ObjectPlace::Spilled(_)));
         // Freed while read: the range stays allocated until the reader lets go.
@@ -518,7 +647,7 @@ mod tests {
         assert_eq!(store.stats().shm_used, 8 * ARENA_PAGE);
         store.remove_reader(&id(1));
         assert_eq!(store.stats().shm_used, 0);
-        let (again, _) = store.reserve(id(3), 8 * ARENA_PAGE).unwrap();
+        let (again, _) = reserve(&mut store, id(3), 8 * ARENA_PAGE).unwrap();
         assert_eq!(again, first, "the released range is reused");
         store.destroy();
     }
@@ -526,7 +655,7 @@ mod tests {
     #[test]
     fn object_larger_than_capacity_goes_to_disk() {
         let (mut store, root) = temp_store(2 * ARENA_PAGE);
-        let (place, spills) = store.reserve(id(9), 50 * ARENA_PAGE).unwrap();
+        let (place, spills) = reserve(&mut store, id(9), 50 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty());
         let ObjectPlace::Spilled(p) = place else { panic!("expected a spill file") };
         assert!(p.starts_with(root.join("spill")));
@@ -536,9 +665,9 @@ mod tests {
     #[test]
     fn unsealed_objects_are_invisible_and_never_spilled() {
         let (mut store, _root) = temp_store(8 * ARENA_PAGE);
-        store.reserve(id(2), 6 * ARENA_PAGE).unwrap();
+        reserve(&mut store, id(2), 6 * ARENA_PAGE).unwrap();
         assert!(store.lookup(&id(2)).is_none());
-        let (place, spills) = store.reserve(id(3), 6 * ARENA_PAGE).unwrap();
+        let (place, spills) = reserve(&mut store, id(3), 6 * ARENA_PAGE).unwrap();
         assert!(spills.is_empty(), "an unsealed object must not be spilled");
         assert!(matches!(place, ObjectPlace::Spilled(_)));
         store.destroy();

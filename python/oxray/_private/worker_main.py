@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import sys
-import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -89,7 +88,6 @@ class Worker:
         return fn
 
     def run(self, a: _native.Assignment):
-        wait_for_preload()
         kind = a.kind
         if kind == TaskKind.ACTOR_CREATION:
             self.actor_gpus = a.cuda_visible_devices
@@ -192,14 +190,18 @@ class Worker:
         self.client.task_done(a.task_id, prepared, True, [], [], text)
 
     def loop(self):
+        preload = _preload_names()
         while True:
             try:
-                a = self.client.next_assignment(1.0)
+                a = self.client.next_assignment(_IDLE_BEFORE_PRELOAD_S if preload else 1.0)
             except KeyboardInterrupt:
                 continue  # a cancel that arrived between tasks
             except _native.OxrayRpcError:
                 return  # the agent is gone
             if a is None:
+                if preload:
+                    _preload(preload)
+                    preload = []
                 continue
             if self.pool is not None and a.kind == TaskKind.ACTOR_TASK:
                 self.pool.submit(self.run, a)
@@ -212,11 +214,18 @@ class Worker:
                     return  # the agent is gone
 
 
-# Modules an idle worker imports in the background, so the first task that needs
-# them does not pay the import: numpy's alone is ~100 ms, which was most of a
-# worker's "first read" of an ndarray. `OXRAY_WORKER_PRELOAD` is a comma-separated
-# list; empty turns preloading off.
+# Modules a worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so
+# the first task that needs them does not pay the import: numpy's alone is 60-110
+# ms, which was most of a worker's "first read" of an ndarray. The import runs on
+# the worker's main thread between tasks, never beside one: two threads importing
+# numpy at once can see it partially initialized. `OXRAY_WORKER_PRELOAD` is a
+# comma-separated list; empty turns preloading off.
 _DEFAULT_PRELOAD = "numpy"
+_IDLE_BEFORE_PRELOAD_S = 0.25
+
+
+def _preload_names():
+    return [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
 
 
 def _preload(names):
@@ -234,25 +243,6 @@ def _preload(names):
             print(f"oxray: preloading {name!r} failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
-_preloading: threading.Thread | None = None
-
-
-def start_preload():
-    global _preloading
-    names = [n.strip() for n in os.environ.get("OXRAY_WORKER_PRELOAD", _DEFAULT_PRELOAD).split(",") if n.strip()]
-    if names:
-        _preloading = threading.Thread(target=_preload, args=(names,), name="oxray-preload", daemon=True)
-        _preloading.start()
-
-
-def wait_for_preload():
-    """Lets a preload in flight finish before a task runs: a module imported by two
-    threads at once can come back half-initialized ("partially initialized module")."""
-    preloading = _preloading
-    if preloading is not None:
-        preloading.join()
-
-
 def main():
     client = _native.Client(
         os.environ["OXRAY_AGENT_ADDRESS"], os.environ["OXRAY_TOKEN"], bytes.fromhex(os.environ["OXRAY_WORKER_ID"])
@@ -268,7 +258,6 @@ def main():
     _UserCode.client = client
     signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
-    start_preload()
     Worker(client).loop()
     sys.stdout.flush()
     os._exit(0)

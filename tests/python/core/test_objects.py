@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -329,16 +330,18 @@ def loaded_modules(names):
 
 
 def test_workers_preload_numpy_so_a_first_array_read_is_cheap(fresh_cluster):
-    # A worker's first numpy argument used to pay numpy's import (~100 ms) inside
-    # the task; idle workers import it in the background instead.
+    # A worker's first numpy argument used to pay numpy's import (~100 ms) inside the
+    # task; idle workers import it between tasks instead (polled slowly: only an idle one does).
     fresh_cluster(num_cpus=1)
-    assert wait_until(lambda: ray.get(loaded_modules.remote(["numpy"]), timeout=TIMEOUT) == [True], timeout=30)
+    loaded = lambda: ray.get(loaded_modules.remote(["numpy"]), timeout=TIMEOUT) == [True]  # noqa: E731
+    assert wait_until(loaded, timeout=30, interval=1.0)
 
 
 def test_worker_preload_list_is_configurable(fresh_cluster, monkeypatch):
     monkeypatch.setenv("OXRAY_WORKER_PRELOAD", "wave")
     fresh_cluster(num_cpus=1)
-    assert wait_until(lambda: ray.get(loaded_modules.remote(["wave"]), timeout=TIMEOUT) == [True], timeout=30)
+    loaded = lambda: ray.get(loaded_modules.remote(["wave"]), timeout=TIMEOUT) == [True]  # noqa: E731
+    assert wait_until(loaded, timeout=30, interval=1.0)
     assert ray.get(loaded_modules.remote(["numpy"]), timeout=TIMEOUT) == [False]
 
 
@@ -397,3 +400,59 @@ def test_no_room_in_memory_nor_on_disk_is_object_store_full_error(tmp_path):
     )
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert "full no room for a" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def _threads_blocked_opening_a_fifo():
+    blocked = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/wchan") as f:
+                blocked += f.read() in ("wait_for_partner", "fifo_open")
+        except OSError:
+            continue
+    return blocked
+
+
+@ray.remote
+def put_and_hold(n):
+    import numpy as np
+
+    ref = ray.put(np.ones(n, dtype=np.uint8))
+    return ref.hex()
+
+
+def test_spilling_does_not_hold_up_other_calls(fresh_cluster):
+    # The spill of the first object is made to block: its spill file is a FIFO that
+    # nobody reads yet. Meanwhile other calls to the node must go through.
+    import numpy as np
+
+    info = fresh_cluster(num_cpus=2, object_store_memory=64 * MiB)
+    first = ray.put(np.ones(40 * MiB, dtype=np.uint8))
+    spill_dir = os.path.join(info["session_dir"], "spill")
+    os.makedirs(spill_dir, exist_ok=True)
+    fifo = os.path.join(spill_dir, first.hex())
+    os.mkfifo(fifo)
+    # A worker's put needs the room: the agent (in this process) spills `first`.
+    second = put_and_hold.remote(40 * MiB)
+    answers = []
+
+    def small_calls():
+        answers.append(ray.get(echo.remote("small"), timeout=30))
+        answers.append(ray.get(ray.put(b"x" * 1000), timeout=30))
+        answers.append(ray.wait([second], timeout=0)[0])
+
+    try:
+        assert wait_until(_threads_blocked_opening_a_fifo, timeout=30), "the spill never started"
+        # In a thread: if they block, the FIFO is still drained below and the test fails cleanly.
+        caller = threading.Thread(target=small_calls, daemon=True)
+        caller.start()
+        caller.join(timeout=30)
+        assert answers == ["small", b"x" * 1000, []], "calls waited for the spill"
+    finally:
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # lets the spill's open go on
+        os.set_blocking(reader, True)
+        while os.read(reader, 1 << 20):
+            pass
+        os.close(reader)
+    assert len(ray.get(second, timeout=60)) == 32
+    del first

@@ -96,6 +96,47 @@ impl AgentShared {
         out
     }
 
+    /// Reserves room for an object through `reserve` (run under the state lock),
+    /// first copying the objects it asks to spill on a blocking thread, never
+    /// under the lock. After a few rounds it stops asking (the object goes to disk).
+    pub(crate) async fn reserving<T>(
+        self: &Arc<Self>,
+        size: usize,
+        mut reserve: impl FnMut(&mut AgentState, bool) -> Result<state::Reservation<T>, AgentError>,
+    ) -> Result<T, AgentError> {
+        const SPILL_ROUNDS: usize = 8;
+        let mut round = 0;
+        loop {
+            let jobs = match self.with_state(|st| reserve(st, round < SPILL_ROUNDS))? {
+                state::Reservation::Done(reserved) => return Ok(reserved),
+                state::Reservation::SpillFirst(jobs) => jobs,
+            };
+            round += 1;
+            let this = self.clone();
+            // Its own task: a caller that goes away mid-copy still records the outcome,
+            // without which the objects would stay marked as being spilled.
+            let finished = tokio::spawn(async move {
+                let copies = tokio::task::spawn_blocking(move || {
+                    jobs.into_iter()
+                        .map(|job| {
+                            let copied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()))
+                                .unwrap_or_else(|_| Err(std::io::Error::other("the spill copy panicked")));
+                            (job, copied)
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .await;
+                match copies {
+                    Ok(done) => this.with_state(|st| st.finish_spills(size, done)),
+                    Err(e) => Err(AgentError::StoreFull { size, source: std::io::Error::other(e.to_string()) }),
+                }
+            });
+            finished
+                .await
+                .map_err(|e| AgentError::StoreFull { size, source: std::io::Error::other(e.to_string()) })??;
+        }
+    }
+
     fn run_actions(self: &Arc<Self>, actions: Vec<Action>) {
         for action in actions {
             match action {

@@ -2,11 +2,12 @@
 //! stream per peer and gets completions and actor changes back; object bytes
 //! are pulled in chunks on request.
 
+use super::state::Reservation;
 use super::{AgentError, AgentShared, CopyError, object_ids};
 use crate::client::{AgentChannels, ClientError, PeerClient};
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
-use oxray_object_store::ObjectPlace;
+use oxray_object_store::{ObjectPlace, Reserved};
 use oxray_proto::{
     ActorRequest, CancelRequest, Empty, JobEnded, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
     RefDeltas, TaskKind, TaskSpec, peer_event, peer_message,
@@ -221,7 +222,7 @@ impl AgentShared {
         self.with_state(|st| st.pull_finished(id, outcome));
     }
 
-    async fn copy_from(&self, id: ObjectId, address: &str) -> Result<Option<Vec<u8>>, CopyError> {
+    async fn copy_from(self: &Arc<Self>, id: ObjectId, address: &str) -> Result<Option<Vec<u8>>, CopyError> {
         let fail = |reason: String| CopyError::Failed { id, address: address.to_string(), reason };
         let mut client = self.peer_client(address).await.map_err(|e| fail(e.to_string()))?;
         let request = PullRequest { object_id: id.to_vec() };
@@ -239,7 +240,13 @@ impl AgentShared {
             }
             return if data.len() == total { Ok(Some(data)) } else { Err(fail("the stream ended early".into())) };
         }
-        self.state.lock().store_mut().reserve(id, total).map_err(|e| fail(format!("no room here: {e}")))?;
+        self.reserving(total, |st, may_spill| match st.store_mut().reserve(id, total, may_spill) {
+            Ok(Reserved::Placed(_)) => Ok(Reservation::Done(())),
+            Ok(Reserved::SpillFirst(jobs)) => Ok(Reservation::SpillFirst(jobs)),
+            Err(source) => Err(AgentError::StoreFull { size: total, source }),
+        })
+        .await
+        .map_err(|e| fail(format!("no room here: {e}")))?;
         let mut offset = 0;
         let mut chunk = Some(first);
         while let Some(c) = chunk {

@@ -141,7 +141,8 @@ impl DriverService for AgentService {
             let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
             self.shared.with_ref_changes(client, &req.ref_deltas, || Ok(()))?;
         }
-        let location = self.shared.with_state(|st| st.reserve_object(id, req.size as usize))?;
+        let size = req.size as usize;
+        let location = self.shared.reserving(size, |st, may_spill| st.reserve_object(id, size, may_spill)).await?;
         Ok(Response::new(CreateObjectReply { location: Some(location) }))
     }
 

@@ -33,6 +33,7 @@ mod tests;
 mod workers;
 
 pub use actors::{ActorEntry, ActorState};
+pub use objects::Reservation;
 pub use remote::PeerView;
 
 use actors::ActorTable;

@@ -6,10 +6,17 @@ use super::{Action, AgentState, TaskState};
 use crate::agent::AgentError;
 use crate::errors::{SystemErrorKind, system_error_object};
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId};
-use oxray_object_store::{ObjectPlace, ObjectStore};
+use oxray_object_store::{ObjectPlace, ObjectStore, Reserved, SpillJob};
 use oxray_proto::object_location::Place;
 use oxray_proto::{ObjectLocation, TaskKind};
 use std::collections::{HashMap, HashSet};
+
+/// A reservation, or the spills to carry out (outside the state lock) before asking again.
+#[derive(Debug)]
+pub enum Reservation<T> {
+    Done(T),
+    SpillFirst(Vec<SpillJob>),
+}
 
 #[derive(Debug, Default)]
 pub(super) struct ObjectMeta {
@@ -295,20 +302,45 @@ impl AgentState {
         self.objects.contains_key(id)
     }
 
-    /// Where a writer should put a new `size`-byte object.
-    pub fn reserve_object(&mut self, id: ObjectId, size: usize) -> Result<ObjectLocation, AgentError> {
-        let (place, spills) =
-            self.objects.store_mut().reserve(id, size).map_err(|source| AgentError::StoreFull { size, source })?;
-        for s in spills {
-            self.actions.push(Action::info(format!(
-                "spilled object {} ({} MiB) to {}",
-                s.object_id.hex(),
-                s.size >> 20,
-                s.to.display()
-            )));
+    /// Where a writer should put a new `size`-byte object, or the spills that must
+    /// happen first (the caller copies them outside the lock, then calls
+    /// `finish_spills` and asks again; `may_spill` false after a few rounds).
+    pub fn reserve_object(
+        &mut self,
+        id: ObjectId,
+        size: usize,
+        may_spill: bool,
+    ) -> Result<Reservation<ObjectLocation>, AgentError> {
+        let reserved = self
+            .objects
+            .store_mut()
+            .reserve(id, size, may_spill)
+            .map_err(|source| AgentError::StoreFull { size, source })?;
+        match reserved {
+            Reserved::SpillFirst(jobs) => Ok(Reservation::SpillFirst(jobs)),
+            Reserved::Placed(place) => {
+                self.objects.entry(id);
+                let arena = self.objects.store().arena_path().to_path_buf();
+                Ok(Reservation::Done(location(id, place, size, &arena)))
+            }
         }
-        self.objects.entry(id);
-        let arena = self.objects.store().arena_path().to_path_buf();
-        Ok(location(id, place, size, &arena))
+    }
+
+    /// Records spills carried out for a reservation of `size` bytes.
+    pub fn finish_spills(&mut self, size: usize, done: Vec<(SpillJob, std::io::Result<()>)>) -> Result<(), AgentError> {
+        let mut failed = None;
+        for (job, copied) in done {
+            match self.objects.store_mut().finish_spill(job, copied) {
+                Ok(Some(s)) => self.actions.push(Action::info(format!(
+                    "spilled object {} ({} MiB) to {}",
+                    s.object_id.hex(),
+                    s.size >> 20,
+                    s.to.display()
+                ))),
+                Ok(None) => {}
+                Err(source) => failed = Some(AgentError::StoreFull { size, source }),
+            }
+        }
+        failed.map_or(Ok(()), Err)
     }
 }
