@@ -570,6 +570,10 @@ impl CoreClient {
 
     /// Opens a worker's session with the agent: returns the stream of assignments.
     pub async fn worker_connect(&self) -> Result<tonic::Streaming<Assignment>, ClientError> {
+        // Unbounded, because senders must not block (`try_task_done_now` runs on the
+        // task's thread). What bounds it: a worker sends one `Done` per assignment it
+        // ran and gets no new work until the agent has read that `Done`, and reference
+        // changes are merged in `RefTable` and sent as one message per flush.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let hello = WorkerHello { worker_id: self.client_id.to_vec(), pid: std::process::id() };
         let _ = tx.send(WorkerEvent { event: Some(worker_event::Event::Hello(hello)) });

@@ -60,6 +60,9 @@ impl AgentShared {
 
     /// Connects this agent to the head: actor registrations and updates go there.
     pub fn attach_head(&self, head: HeadConn) {
+        // Unbounded: it is fed from `run_actions`, which must not wait. It holds one
+        // message per state change of this node's actors (a handful per actor life),
+        // drained in order by one task whose calls each have the head channel's deadline.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ActorInfo>();
         let mut sender = head.clone();
         tokio::spawn(async move {
