@@ -92,7 +92,14 @@ const DEFAULT_HISTORY: usize = 1000;
 
 impl Default for History {
     fn default() -> Self {
-        History(std::env::var("OXRAY_HEAD_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY))
+        let Ok(raw) = std::env::var("OXRAY_HEAD_HISTORY") else { return History(DEFAULT_HISTORY) };
+        match raw.trim().parse() {
+            Ok(n) => History(n),
+            Err(_) => {
+                tracing::warn!("OXRAY_HEAD_HISTORY={raw:?} is not a whole number of records; using {DEFAULT_HISTORY}");
+                History(DEFAULT_HISTORY)
+            }
+        }
     }
 }
 
