@@ -92,8 +92,14 @@ const DEFAULT_HISTORY: usize = 1000;
 
 impl Default for History {
     fn default() -> Self {
-        History(std::env::var("OXRAY_HEAD_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY))
+        History(history_limit())
     }
+}
+
+/// How many dead actors (and removed groups, dead nodes) are remembered:
+/// `OXRAY_HEAD_HISTORY`, else 1,000. Node agents keep as many dead actors.
+pub fn history_limit() -> usize {
+    std::env::var("OXRAY_HEAD_HISTORY").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_HISTORY)
 }
 
 impl ActorTable {
@@ -428,11 +434,11 @@ impl HeadService for Head {
         drop(nodes);
         let forgotten = self.prune_dead_nodes();
         self.forget(forgotten, Vec::new());
-        Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
+        Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
     async fn list_nodes(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
-        Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
+        Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
     async fn register_actor(

@@ -11,21 +11,24 @@ import cloudpickle
 from oxray import _native
 from oxray._private import serialization
 from oxray._private.object_ref import ObjectRef
-from oxray._private.state import STATE
+from oxray._private.state import STATE, current_job_id
 
 
 def function_id_for(client, obj, cache_owner) -> bytes:
-    """Pickles `obj` once per session, registers it with the agent, returns its id."""
+    """Pickles `obj` once per session and job, registers it with the agent for
+    the job (the agent drops a job's functions when the job ends), returns its id."""
+    job_id = current_job_id()
     cached = getattr(cache_owner, "_oxray_fid", None)
-    if cached is not None and cached[0] == STATE.epoch:
+    if cached is not None and cached[0] == STATE.epoch and job_id in cached[2]:
         return cached[1]
     try:
         data = cloudpickle.dumps(obj, protocol=5)
     except Exception as e:  # noqa: BLE001
         raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
     fid = hashlib.blake2b(data, digest_size=16).digest()
-    client.register_function(fid, data)
-    cache_owner._oxray_fid = (STATE.epoch, fid)
+    client.register_function(fid, data, job_id)
+    jobs = cached[2] if cached is not None and cached[0] == STATE.epoch and cached[1] == fid else set()
+    cache_owner._oxray_fid = (STATE.epoch, fid, jobs | {job_id})
     return fid
 
 

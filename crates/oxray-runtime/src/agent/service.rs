@@ -9,11 +9,11 @@ use oxray_proto::driver_service_server::DriverService;
 use oxray_proto::peer_service_server::PeerService;
 use oxray_proto::worker_service_server::WorkerService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ActorState, Assignment, CancelRequest, ClusterInfoReply, CreateActorReply,
-    CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent, DriverSessionReply, Empty,
-    FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest,
-    ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo,
-    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
+    ActorInfo, ActorRequest, ActorState, AgentTableSizes, Assignment, CancelRequest, ClusterInfoReply,
+    CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent,
+    DriverSessionReply, Empty, FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply,
+    GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage,
+    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
     RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
     TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
     driver_session_event, peer_message, worker_event,
@@ -258,7 +258,12 @@ impl DriverService for AgentService {
 
     async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
         let blob = request.into_inner();
-        self.shared.state.lock().register_function(blob.function_id, blob.data);
+        let job = if blob.job_id.is_empty() {
+            None
+        } else {
+            Some(JobId::from_bytes(&blob.job_id).map_err(AgentError::from)?)
+        };
+        self.shared.state.lock().register_function(blob.function_id, blob.data, job);
         Ok(Response::new(Empty {}))
     }
 
@@ -266,7 +271,7 @@ impl DriverService for AgentService {
         let id = request.into_inner().function_id;
         let data = self.shared.state.lock().function(&id);
         match data {
-            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data })),
+            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data, job_id: Vec::new() })),
             None => Err(AgentError::UnknownFunction(hex::encode(&id)).into()),
         }
     }
@@ -286,7 +291,11 @@ impl DriverService for AgentService {
             }
             None => nodes.push(own),
         }
-        Ok(Response::new(ClusterInfoReply { nodes }))
+        let agent_tables = {
+            let st = self.shared.state.lock();
+            AgentTableSizes { functions: st.function_count() as u64, actors: st.actor_count() as u64 }
+        };
+        Ok(Response::new(ClusterInfoReply { nodes, agent_tables: Some(agent_tables) }))
     }
 
     type SubscribeLogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>>;
