@@ -370,6 +370,7 @@ impl WorkerService for AgentService {
             _ => return Err(AgentError::Malformed("a worker stream must start with a hello").into()),
         };
         let worker_id = WorkerId::from_bytes(&hello.worker_id).map_err(AgentError::from)?;
+        // Unbounded; `AssignmentSender` says what bounds it.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.with_state(|st| st.worker_connected(worker_id, tx))?;
         let shared = self.shared.clone();
@@ -425,6 +426,7 @@ impl PeerService for AgentService {
             _ => return Err(AgentError::Malformed("a peer link must start with a hello").into()),
         };
         let owner = NodeId::from_bytes(&hello.node_id).map_err(AgentError::from)?;
+        // Unbounded; `peers::EventSender` says what bounds it.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.serve_link(owner, incoming, tx);
         Ok(Response::new(UnboundedReceiverStream::new(rx)))

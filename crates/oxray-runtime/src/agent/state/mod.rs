@@ -44,6 +44,11 @@ use remote::PeerTable;
 use tasks::{FunctionTable, TaskState, TaskTable};
 use workers::{WorkerPool, WorkerRole};
 
+/// A worker's assignment stream. Unbounded because it is sent to with the state
+/// lock held, where waiting for room is impossible. What bounds it: every message
+/// is a task of `TaskTable` now `Running` on that worker. A pool worker gets one
+/// only when idle (one in flight); an actor's worker gets each ready call, which
+/// stays in the actor's `inflight` until its `Done`. The channel goes with the worker.
 pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 
 #[derive(Debug, Clone, PartialEq)]
