@@ -197,6 +197,9 @@ class Assignment:
         """The submitting job's namespace: where `get_actor(name)` looks."""
     @property
     def cuda_visible_devices(self) -> str: ...
+    @property
+    def functions_generation(self) -> int:
+        """Bumped whenever the agent drops functions of ended jobs."""
     def __repr__(self) -> str: ...
 
 @final

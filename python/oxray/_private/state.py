@@ -21,6 +21,9 @@ class ProcessState:
     worker_id: bytes = b""
     actor_id: bytes = b""
     functions: dict = field(default_factory=dict)
+    # The agent's count of function drops, from the last assignment (workers):
+    # a function registered under an older count may be gone, so it is sent again.
+    functions_generation: int = 0
     registered: set = field(default_factory=set)
     runtime_env: dict = field(default_factory=dict)
     address_info: dict = field(default_factory=dict)

@@ -15,11 +15,13 @@ from oxray._private.state import STATE, current_job_id
 
 
 def function_id_for(client, obj, cache_owner) -> bytes:
-    """Pickles `obj` once per session and job, registers it with the agent for
-    the job (the agent drops a job's functions when the job ends), returns its id."""
+    """Pickles `obj` and registers it with the agent once per session and job
+    (the agent drops a job's functions when the job ends, and then bumps
+    `functions_generation`, after which it is registered again); returns its id."""
+    key = (STATE.epoch, STATE.functions_generation)
     job_id = current_job_id()
     cached = getattr(cache_owner, "_oxray_fid", None)
-    if cached is not None and cached[0] == STATE.epoch and job_id in cached[2]:
+    if cached is not None and cached[0] == key and job_id in cached[2]:
         return cached[1]
     try:
         data = cloudpickle.dumps(obj, protocol=5)
@@ -27,8 +29,8 @@ def function_id_for(client, obj, cache_owner) -> bytes:
         raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
     fid = hashlib.blake2b(data, digest_size=16).digest()
     client.register_function(fid, data, job_id)
-    jobs = cached[2] if cached is not None and cached[0] == STATE.epoch and cached[1] == fid else set()
-    cache_owner._oxray_fid = (STATE.epoch, fid, jobs | {job_id})
+    jobs = cached[2] if cached is not None and cached[0] == key and cached[1] == fid else set()
+    cache_owner._oxray_fid = (key, fid, jobs | {job_id})
     return fid
 
 

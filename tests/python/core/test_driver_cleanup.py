@@ -463,5 +463,9 @@ def test_the_agent_forgets_all_but_the_last_dead_actors(small_history_cluster):
     assert wait_until(lambda: _client().agent_table_sizes()[1] <= 10, timeout=20), _client().agent_table_sizes()
     with pytest.raises(ray.exceptions.ActorDiedError):
         ray.get(actors[0].size_of.remote(), timeout=30)
-    with pytest.raises(ray.exceptions.ActorDiedError):
+    with pytest.raises(ray.exceptions.ActorDiedError, match="killed by ray.kill"):
         ray.get(actors[-1].size_of.remote(), timeout=30)
+    # Killing a forgotten actor again does nothing, as in Ray.
+    ray.kill(actors[0])
+    ray.kill(actors[-1])
+    assert _client().agent_table_sizes()[1] <= 10

@@ -207,6 +207,18 @@ impl DriverService for AgentService {
     async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
+        let known_here = self.shared.state.lock().actor(&id).is_some();
+        if !known_here && let Some(mut head) = self.shared.head() {
+            // Met here for the first time, or forgotten since it died: the head knows
+            // where it lives or how it died. Unknown to the head too, it died long ago
+            // and killing it does nothing (as in Ray).
+            let request = ActorRequest { actor_id: req.actor_id.clone(), no_restart: false };
+            match head.get_actor(request).await.map(|r| r.into_inner().actor) {
+                Ok(Some(info)) => self.shared.with_state(|st| st.add_actor_proxy(&info))?,
+                Ok(None) => return Ok(Response::new(Empty {})),
+                Err(status) => return Err(status),
+            }
+        }
         self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
         Ok(Response::new(Empty {}))
     }

@@ -402,7 +402,7 @@ impl AgentState {
 
     pub fn kill_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
         let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
-        if no_restart {
+        if no_restart && actor.state != ActorState::Dead {
             actor.no_restart = true;
             actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
         }

@@ -163,10 +163,11 @@ impl ReadyQueues {
 
 /// Pickled functions registered by clients, by content id, with the jobs that
 /// registered each. A job's functions go once the job has ended here and no
-/// detached actor of it lives here (its worker may submit them again, as in
-/// Ray, where a job's functions live while its detached actors do); a function
-/// also registered by a live job, or run by a queued or running task or a live
-/// actor, stays. A function registered without a job stays for the node's life.
+/// detached actor or task of it is left here (their workers may submit them
+/// again, as in Ray, where a job's functions live while its detached actors do);
+/// a function also registered by a live job, or run by a queued or running task
+/// or a live actor, stays. A function registered without a job stays for the
+/// node's life. Workers register again after a drop (`generation`).
 #[derive(Default)]
 pub(super) struct FunctionTable {
     blobs: HashMap<Vec<u8>, FunctionEntry>,
@@ -174,6 +175,8 @@ pub(super) struct FunctionTable {
     /// their registrations do not keep a function.
     ended: VecDeque<JobId>,
     ended_set: HashSet<JobId>,
+    /// Bumped on every drop; assignments carry it so workers know their registrations may be gone.
+    generation: u64,
 }
 
 struct FunctionEntry {
@@ -230,7 +233,11 @@ impl FunctionTable {
             entry.jobs.retain(|j| !ended.contains(j));
             entry.unowned || !entry.jobs.is_empty() || in_use.contains(id.as_slice())
         });
-        before - self.blobs.len()
+        let dropped = before - self.blobs.len();
+        if dropped > 0 {
+            self.generation += 1;
+        }
+        dropped
     }
 }
 
@@ -267,6 +274,8 @@ impl AgentState {
                 kept_jobs.insert(job);
             }
         }
+        // A job with work here keeps its functions: its workers may submit them again.
+        kept_jobs.extend(self.tasks.values().filter_map(|t| t.job));
         in_use.extend(self.tasks.values().map(|t| t.spec.function_id.as_slice()));
         let dropped = self.functions.sweep(&kept_jobs, &in_use);
         if dropped > 0 {
@@ -448,7 +457,13 @@ impl AgentState {
         let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
         let spec = task.spec.clone();
         let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker.into())).collect();
-        Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
+        Assignment {
+            task: Some(spec),
+            resolved_args,
+            cuda_visible_devices: cuda,
+            exit: false,
+            functions_generation: self.functions.generation,
+        }
     }
 
     pub(super) fn remove_ready(&mut self, task_id: TaskId) {

@@ -682,3 +682,31 @@ fn dead_actors_lose_their_creation_spec_and_only_the_last_few_are_kept() {
     st.submit_actor_task(DRIVER, call).unwrap();
     assert_eq!(system_error_type(&mut st, oid(170)).as_deref(), Some("ActorDiedError"));
 }
+
+#[test]
+fn an_ended_job_keeps_its_functions_while_its_work_runs_here_and_workers_learn_of_drops() {
+    let mut st = new_state(1.0, 0);
+    let job = JobId::from_bytes(&JOB).unwrap();
+    let elsewhere = NodeId::from_array([2; 16]);
+    let first = TaskSpec { job_id: JOB.to_vec(), function_id: vec![6; 16], ..task(1, &[("CPU", 1.0)]) };
+    st.register_function(vec![6; 16], b"the task".to_vec(), Some(job));
+    st.submit(DRIVER, first.clone()).unwrap();
+    st.schedule();
+    let worker = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, worker, 77);
+    assert_eq!(rx.try_recv().unwrap().unwrap().functions_generation, 0);
+    // The running task registers a function of its own, then its job ends (its
+    // driver was elsewhere, and say a detached actor of it lives there).
+    st.register_function(vec![5; 16], b"what it submits".to_vec(), Some(job));
+    st.job_ended_elsewhere(job, elsewhere);
+    assert_eq!(st.function_count(), 2, "the job still runs here: its worker may submit either again");
+    done(&mut st, worker, &first, b"ok");
+    st.job_ended_elsewhere(JobId::from_bytes(&[0, 0, 0, 9]).unwrap(), elsewhere);
+    assert_eq!(st.function_count(), 0);
+    // The job's next task here tells its worker that its registrations may be gone.
+    st.register_function(vec![6; 16], b"the task".to_vec(), Some(job));
+    let second = TaskSpec { job_id: JOB.to_vec(), function_id: vec![6; 16], ..task(2, &[("CPU", 1.0)]) };
+    st.submit(DRIVER, second).unwrap();
+    st.schedule();
+    assert_eq!(rx.try_recv().unwrap().unwrap().functions_generation, 1);
+}
