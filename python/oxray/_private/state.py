@@ -31,8 +31,19 @@ class ProcessState:
 
 
 STATE = ProcessState()
-# The task running on this thread (actors with max_concurrency run several).
-CURRENT = threading.local()
+
+
+class _ThreadTask(threading.local):
+    """The task running on this thread (actors with max_concurrency run several).
+    Class defaults make a lookup on a thread with no task cheap: submissions read
+    the job on every call, and a missing attribute costs a raised AttributeError."""
+
+    task_id: Optional[bytes] = None
+    job_id: Optional[bytes] = None
+    cuda_visible_devices: str = ""
+
+
+CURRENT = _ThreadTask()
 
 
 def current_task_id() -> bytes:

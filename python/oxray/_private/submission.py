@@ -18,19 +18,24 @@ def function_id_for(client, obj, cache_owner) -> bytes:
     """Pickles `obj` and registers it with the agent once per session and job
     (the agent drops a job's functions when the job ends, and then bumps
     `functions_generation`, after which it is registered again); returns its id."""
-    key = (STATE.epoch, STATE.functions_generation)
     job_id = current_job_id()
     cached = getattr(cache_owner, "_oxray_fid", None)
-    if cached is not None and cached[0] == key and job_id in cached[2]:
-        return cached[1]
+    if (
+        cached is not None
+        and cached[0] == STATE.epoch
+        and cached[1] == STATE.functions_generation
+        and job_id in cached[3]
+    ):
+        return cached[2]
     try:
         data = cloudpickle.dumps(obj, protocol=5)
     except Exception as e:  # noqa: BLE001
         raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
     fid = hashlib.blake2b(data, digest_size=16).digest()
     client.register_function(fid, data, job_id)
-    jobs = cached[2] if cached is not None and cached[0] == key and cached[1] == fid else set()
-    cache_owner._oxray_fid = (key, fid, jobs | {job_id})
+    key = (STATE.epoch, STATE.functions_generation)
+    jobs = cached[3] if cached is not None and cached[:2] == key and cached[2] == fid else frozenset()
+    cache_owner._oxray_fid = (*key, fid, jobs | {job_id})
     return fid
 
 
