@@ -197,6 +197,9 @@ class Assignment:
         """The submitting job's namespace: where `get_actor(name)` looks."""
     @property
     def cuda_visible_devices(self) -> str: ...
+    @property
+    def functions_generation(self) -> int:
+        """Bumped whenever the agent drops functions of ended jobs."""
     def __repr__(self) -> str: ...
 
 @final
@@ -327,7 +330,7 @@ class Client:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
         (is_ref, object id or encoded value) pairs."""
-    def register_function(self, function_id: bytes, data: bytes) -> None: ...
+    def register_function(self, function_id: bytes, data: bytes, job_id: bytes) -> None: ...
     def get_function(self, function_id: bytes) -> bytes: ...
     def cancel(self, object_id: bytes, force: bool = False) -> None: ...
 
@@ -339,6 +342,7 @@ class Client:
 
     # the cluster's nodes
     def cluster_info(self) -> list[NodeInfo]: ...
+    def agent_table_sizes(self) -> tuple[int, int]: ...
     def follow_logs(self, token: str, job_id: bytes, skip_address: str | None = None) -> None:
         """Prints, from now on and in the background, the output of this job's
         workers on other nodes (and on this node too when `skip_address` is None)."""

@@ -246,6 +246,8 @@ pub(crate) struct Assignment {
     /// The submitting job's namespace: where `get_actor(name)` looks.
     pub job_namespace: String,
     pub cuda_visible_devices: String,
+    /// Bumped whenever the agent drops functions: registrations made under an older one may be gone.
+    pub functions_generation: u64,
 }
 
 #[pymethods]

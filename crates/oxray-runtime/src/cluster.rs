@@ -299,7 +299,14 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         ObjectStore::new(shm_dir.clone(), cfg.session_dir.join("spill"), store_bytes as usize).map_err(io(&shm_dir))?;
     let cpus = total.get("CPU").ceil().max(1.0) as usize;
     let state = AgentState::new(
-        AgentConfig { node_id, total, num_gpus, max_starting_workers: cpus, worker_env: cfg.worker_env.clone() },
+        AgentConfig {
+            node_id,
+            total,
+            num_gpus,
+            max_starting_workers: cpus,
+            worker_env: cfg.worker_env.clone(),
+            dead_actors_kept: crate::head::history_limit(),
+        },
         store,
     );
     let agent = AgentShared::new(state);

@@ -92,15 +92,18 @@ const DEFAULT_HISTORY: usize = 1000;
 
 impl Default for History {
     fn default() -> Self {
-        let Ok(raw) = std::env::var("OXRAY_HEAD_HISTORY") else { return History(DEFAULT_HISTORY) };
-        match raw.trim().parse() {
-            Ok(n) => History(n),
-            Err(_) => {
-                tracing::warn!("OXRAY_HEAD_HISTORY={raw:?} is not a whole number of records; using {DEFAULT_HISTORY}");
-                History(DEFAULT_HISTORY)
-            }
-        }
+        History(history_limit())
     }
+}
+
+/// How many dead actors (and removed groups, dead nodes) are remembered:
+/// `OXRAY_HEAD_HISTORY`, else 1,000. Node agents keep as many dead actors.
+pub fn history_limit() -> usize {
+    let Ok(raw) = std::env::var("OXRAY_HEAD_HISTORY") else { return DEFAULT_HISTORY };
+    raw.trim().parse().unwrap_or_else(|_| {
+        tracing::warn!("OXRAY_HEAD_HISTORY={raw:?} is not a whole number of records; using {DEFAULT_HISTORY}");
+        DEFAULT_HISTORY
+    })
 }
 
 impl ActorTable {
@@ -435,11 +438,11 @@ impl HeadService for Head {
         drop(nodes);
         let forgotten = self.prune_dead_nodes();
         self.forget(forgotten, Vec::new());
-        Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
+        Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
     async fn list_nodes(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
-        Ok(Response::new(ClusterInfoReply { nodes: self.nodes() }))
+        Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
     async fn register_actor(

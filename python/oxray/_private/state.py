@@ -21,6 +21,9 @@ class ProcessState:
     worker_id: bytes = b""
     actor_id: bytes = b""
     functions: dict = field(default_factory=dict)
+    # The agent's count of function drops, from the last assignment (workers):
+    # a function registered under an older count may be gone, so it is sent again.
+    functions_generation: int = 0
     registered: set = field(default_factory=set)
     runtime_env: dict = field(default_factory=dict)
     address_info: dict = field(default_factory=dict)
@@ -28,8 +31,19 @@ class ProcessState:
 
 
 STATE = ProcessState()
-# The task running on this thread (actors with max_concurrency run several).
-CURRENT = threading.local()
+
+
+class _ThreadTask(threading.local):
+    """The task running on this thread (actors with max_concurrency run several).
+    Class defaults make a lookup on a thread with no task cheap: submissions read
+    the job on every call, and a missing attribute costs a raised AttributeError."""
+
+    task_id: Optional[bytes] = None
+    job_id: Optional[bytes] = None
+    cuda_visible_devices: str = ""
+
+
+CURRENT = _ThreadTask()
 
 
 def current_task_id() -> bytes:

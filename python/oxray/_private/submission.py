@@ -11,21 +11,31 @@ import cloudpickle
 from oxray import _native
 from oxray._private import serialization
 from oxray._private.object_ref import ObjectRef
-from oxray._private.state import STATE
+from oxray._private.state import STATE, current_job_id
 
 
 def function_id_for(client, obj, cache_owner) -> bytes:
-    """Pickles `obj` once per session, registers it with the agent, returns its id."""
+    """Pickles `obj` and registers it with the agent once per session and job
+    (the agent drops a job's functions when the job ends, and then bumps
+    `functions_generation`, after which it is registered again); returns its id."""
+    job_id = current_job_id()
     cached = getattr(cache_owner, "_oxray_fid", None)
-    if cached is not None and cached[0] == STATE.epoch:
-        return cached[1]
+    if (
+        cached is not None
+        and cached[0] == STATE.epoch
+        and cached[1] == STATE.functions_generation
+        and job_id in cached[3]
+    ):
+        return cached[2]
     try:
         data = cloudpickle.dumps(obj, protocol=5)
     except Exception as e:  # noqa: BLE001
         raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
     fid = hashlib.blake2b(data, digest_size=16).digest()
-    client.register_function(fid, data)
-    cache_owner._oxray_fid = (STATE.epoch, fid)
+    client.register_function(fid, data, job_id)
+    key = (STATE.epoch, STATE.functions_generation)
+    jobs = cached[3] if cached is not None and cached[:2] == key and cached[2] == fid else frozenset()
+    cache_owner._oxray_fid = (*key, fid, jobs | {job_id})
     return fid
 
 

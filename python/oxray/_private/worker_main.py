@@ -95,6 +95,7 @@ class Worker:
         gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
+        STATE.functions_generation = a.functions_generation
         if kind != TaskKind.ACTOR_TASK:
             # `get_actor(name)` and the runtime context look in the job's namespace
             # (an actor keeps its creator's).

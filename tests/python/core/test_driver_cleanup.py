@@ -350,3 +350,122 @@ def test_detached_actor_survives_its_creators_exit(cli_cluster, kill):
     keep = ray.get_actor("keep")
     assert ray.get(keep.pid.remote(), timeout=30) > 0
     ray.kill(keep)
+
+
+DETACHED_WITH_HELPER = """
+@ray.remote
+def helper(x):
+    return x + 1
+
+@ray.remote(max_restarts=1)
+class Keeper:
+    def pid(self):
+        return os.getpid()
+
+    def call_helper(self, x):
+        return ray.get(helper.remote(x), timeout=60)
+
+keeper = Keeper.options(name="keeper", namespace="tables", lifetime="detached").remote()
+assert ray.get(keeper.call_helper.remote(1), timeout=60) == 2
+"""
+
+# Each driver defines functions and a class no other driver has (the cycle number is in their code).
+DISTINCT_FUNCTIONS = """
+CYCLE = int(os.environ["CYCLE"])
+
+@ray.remote
+def square(x):
+    return x * x + CYCLE * 0
+
+@ray.remote
+class Box:
+    def __init__(self):
+        self.cycle = CYCLE
+
+    def get(self):
+        return self.cycle
+
+exec(f"@ray.remote\\ndef only_in_cycle_{CYCLE}():\\n    return {CYCLE}", globals())
+assert ray.get(square.remote(3), timeout=60) == 9
+assert ray.get(Box.remote().get.remote(), timeout=60) == CYCLE
+assert ray.get(globals()[f"only_in_cycle_{CYCLE}"].remote(), timeout=60) == CYCLE
+"""
+
+
+def agent_functions():
+    return _client().agent_table_sizes()[0]
+
+
+def test_ended_jobs_functions_are_dropped_but_a_detached_actors_stay(cli_cluster, monkeypatch):
+    """Joined drivers that register functions of their own come and go: the
+    agent's function table goes back to what the surviving detached actor's job
+    needs, and that actor can still be restarted and call its job's function."""
+    start_head(cli_cluster, 2)
+    run_driver(cli_cluster, DETACHED_WITH_HELPER, kill=False)
+    ray.init(address=cli_cluster.address, namespace="tables")
+    kept = agent_functions()
+    assert kept >= 2, kept  # Keeper and helper, kept for the detached actor
+    for cycle in range(8):
+        monkeypatch.setitem(cli_cluster.env, "CYCLE", str(cycle))
+        run_driver(cli_cluster, DISTINCT_FUNCTIONS, kill=cycle % 2 == 1)
+        assert wait_until(lambda: agent_functions() == kept, timeout=20), (cycle, agent_functions(), kept)
+
+    keeper = ray.get_actor("keeper")
+    assert ray.get(keeper.call_helper.remote(41), timeout=60) == 42
+    # Its constructor runs again on a new worker: the class is still there.
+    old_pid = ray.get(keeper.pid.remote(), timeout=60)
+    os.kill(old_pid, signal.SIGKILL)
+
+    def restarted():
+        try:
+            return ray.get(keeper.pid.remote(), timeout=60) != old_pid
+        except ray.exceptions.ActorDiedError:
+            return False  # the call was in flight when the worker died
+
+    assert wait_until(restarted, timeout=60)
+    assert ray.get(keeper.call_helper.remote(1), timeout=60) == 2
+    ray.kill(keeper)
+    # With the job's last actor gone, its functions go too.
+    assert wait_until(lambda: agent_functions() < kept, timeout=20), (agent_functions(), kept)
+
+
+@pytest.fixture
+def small_history_cluster(tmp_path, monkeypatch):
+    """A CLI cluster whose head and agent remember only 10 dead actors."""
+    with running_cluster(tmp_path / "oxray", monkeypatch, env={**LEASE_ENV, "OXRAY_HEAD_HISTORY": "10"}) as cluster:
+        yield cluster
+
+
+@ray.remote(num_cpus=0)
+class Heavy:
+    def __init__(self, payload):
+        self.size = len(payload)
+
+    def size_of(self):
+        return self.size
+
+
+def test_the_agent_forgets_all_but_the_last_dead_actors(small_history_cluster):
+    """50 actors (each built with a 64 KiB inline argument) are killed: the
+    agent keeps 10 dead ones, and calls to a forgotten one still fail at once."""
+    start_head(small_history_cluster, 2)
+    ray.init(address=small_history_cluster.address)
+    payload = b"x" * (64 * 1024)
+    actors = [Heavy.remote(payload) for _ in range(50)]
+    assert ray.get([a.size_of.remote() for a in actors], timeout=120) == [len(payload)] * 50
+    for actor in actors:
+        ray.kill(actor)
+
+    def all_dead():
+        return all(a.state == "DEAD" for a in _client().list_actors())
+
+    assert wait_until(all_dead, timeout=60)
+    assert wait_until(lambda: _client().agent_table_sizes()[1] <= 10, timeout=20), _client().agent_table_sizes()
+    with pytest.raises(ray.exceptions.ActorDiedError):
+        ray.get(actors[0].size_of.remote(), timeout=30)
+    with pytest.raises(ray.exceptions.ActorDiedError, match="killed by ray.kill"):
+        ray.get(actors[-1].size_of.remote(), timeout=30)
+    # Killing a forgotten actor again does nothing, as in Ray.
+    ray.kill(actors[0])
+    ray.kill(actors[-1])
+    assert _client().agent_table_sizes()[1] <= 10

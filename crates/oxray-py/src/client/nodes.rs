@@ -19,6 +19,14 @@ impl Client {
         Ok(reply.into_inner().nodes.into_iter().map(NodeInfo::from).collect())
     }
 
+    /// How many functions and actors (dead ones included) this client's node agent keeps.
+    fn agent_table_sizes(&self, py: Python<'_>) -> PyResult<(u64, u64)> {
+        let mut agent = self.inner.driver();
+        let reply = py.detach(|| runtime().block_on(agent.cluster_info(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        let sizes = reply.into_inner().agent_tables.unwrap_or_default();
+        Ok((sizes.functions, sizes.actors))
+    }
+
     /// Prints the output of this job's workers on other nodes in this
     /// terminal (and on this node too when `skip_address` is None).
     #[pyo3(signature = (token, job_id, skip_address=None))]

@@ -109,10 +109,12 @@ impl Client {
         }
     }
 
-    fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>) -> PyResult<()> {
+    /// Ships a pickled function to this node's agent for `job_id`, which
+    /// keeps it until that job (and every other that registered it) has ended.
+    fn register_function(&self, py: Python<'_>, function_id: Vec<u8>, data: Vec<u8>, job_id: Vec<u8>) -> PyResult<()> {
         self.flush(py)?;
         let mut agent = self.inner.driver();
-        py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data })))
+        py.detach(|| runtime().block_on(agent.register_function(FunctionBlob { function_id, data, job_id })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }

@@ -45,7 +45,7 @@ impl Client {
             Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
             Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
         };
-        let proto::Assignment { task, resolved_args, cuda_visible_devices, .. } = *assignment;
+        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, .. } = *assignment;
         let spec = task.unwrap_or_default();
         let resolved = py.detach(|| self.map_locations(resolved_args))?;
         let mut resolved = resolved.into_iter();
@@ -76,6 +76,7 @@ impl Client {
             namespace: spec.namespace,
             job_namespace: spec.job_namespace,
             cuda_visible_devices,
+            functions_generation,
         }))
     }
 

@@ -27,6 +27,10 @@ const CHUNK: usize = 4 << 20;
 /// Copies up to this size are kept inline rather than in the arena.
 const INLINE_COPY_MAX: usize = 64 << 10;
 
+/// Events back to an owner node on its link. Unbounded (sent from `run_actions`
+/// and the link's reader, which must not wait): one `Done` per task the owner
+/// forwarded here, which stays in this node's task table until then, and one per
+/// state change of an actor hosted for it. Dropped when the link ends.
 pub(super) type EventSender = UnboundedSender<Result<PeerEvent, Status>>;
 
 #[derive(Default)]
@@ -92,6 +96,13 @@ impl AgentShared {
             return Some(tx.clone());
         }
         let address = st.peer_address(&node)?;
+        // Unbounded: `send_to_peers` runs with the state lock held, so it cannot wait
+        // for room, and dropping a message would lose work. Each message stands for
+        // state this node keeps until the peer answers or the link ends: a forwarded
+        // task or call (`Forwarded(node)` in the task table), a release (once per freed
+        // object that had a copy there), a cancel, a kill or a job end. A peer that
+        // stops reading leaves no more queued here than those tables hold, and the
+        // queue goes when the link ends (`run_link` returns and drops `rx`).
         let (tx, rx) = unbounded_channel();
         let hello = PeerHello { node_id: st.node_id.to_vec(), address: st.address.clone() };
         let _ = tx.send(PeerMessage { msg: Some(peer_message::Msg::Hello(hello)) });

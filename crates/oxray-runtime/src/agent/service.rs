@@ -9,11 +9,11 @@ use oxray_proto::driver_service_server::DriverService;
 use oxray_proto::peer_service_server::PeerService;
 use oxray_proto::worker_service_server::WorkerService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ActorState, Assignment, CancelRequest, ClusterInfoReply, CreateActorReply,
-    CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent, DriverSessionReply, Empty,
-    FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest,
-    ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo,
-    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
+    ActorInfo, ActorRequest, ActorState, AgentTableSizes, Assignment, CancelRequest, ClusterInfoReply,
+    CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent,
+    DriverSessionReply, Empty, FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply,
+    GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage,
+    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
     RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
     TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
     driver_session_event, peer_message, worker_event,
@@ -207,6 +207,18 @@ impl DriverService for AgentService {
     async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
+        let known_here = self.shared.state.lock().actor(&id).is_some();
+        if !known_here && let Some(mut head) = self.shared.head() {
+            // Met here for the first time, or forgotten since it died: the head knows
+            // where it lives or how it died. Unknown to the head too, it died long ago
+            // and killing it does nothing (as in Ray).
+            let request = ActorRequest { actor_id: req.actor_id.clone(), no_restart: false };
+            match head.get_actor(request).await.map(|r| r.into_inner().actor) {
+                Ok(Some(info)) => self.shared.with_state(|st| st.add_actor_proxy(&info))?,
+                Ok(None) => return Ok(Response::new(Empty {})),
+                Err(status) => return Err(status),
+            }
+        }
         self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
         Ok(Response::new(Empty {}))
     }
@@ -258,7 +270,12 @@ impl DriverService for AgentService {
 
     async fn register_function(&self, request: Request<FunctionBlob>) -> Result<Response<Empty>, Status> {
         let blob = request.into_inner();
-        self.shared.state.lock().register_function(blob.function_id, blob.data);
+        let job = if blob.job_id.is_empty() {
+            None
+        } else {
+            Some(JobId::from_bytes(&blob.job_id).map_err(AgentError::from)?)
+        };
+        self.shared.state.lock().register_function(blob.function_id, blob.data, job);
         Ok(Response::new(Empty {}))
     }
 
@@ -266,7 +283,7 @@ impl DriverService for AgentService {
         let id = request.into_inner().function_id;
         let data = self.shared.state.lock().function(&id);
         match data {
-            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data })),
+            Some(data) => Ok(Response::new(FunctionBlob { function_id: id, data, job_id: Vec::new() })),
             None => Err(AgentError::UnknownFunction(hex::encode(&id)).into()),
         }
     }
@@ -286,7 +303,11 @@ impl DriverService for AgentService {
             }
             None => nodes.push(own),
         }
-        Ok(Response::new(ClusterInfoReply { nodes }))
+        let agent_tables = {
+            let st = self.shared.state.lock();
+            AgentTableSizes { functions: st.function_count() as u64, actors: st.actor_count() as u64 }
+        };
+        Ok(Response::new(ClusterInfoReply { nodes, agent_tables: Some(agent_tables) }))
     }
 
     type SubscribeLogsStream = tokio_stream::wrappers::ReceiverStream<Result<LogBatch, Status>>;
@@ -361,6 +382,7 @@ impl WorkerService for AgentService {
             _ => return Err(AgentError::Malformed("a worker stream must start with a hello").into()),
         };
         let worker_id = WorkerId::from_bytes(&hello.worker_id).map_err(AgentError::from)?;
+        // Unbounded; `AssignmentSender` says what bounds it.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.with_state(|st| st.worker_connected(worker_id, tx))?;
         let shared = self.shared.clone();
@@ -416,6 +438,7 @@ impl PeerService for AgentService {
             _ => return Err(AgentError::Malformed("a peer link must start with a hello").into()),
         };
         let owner = NodeId::from_bytes(&hello.node_id).map_err(AgentError::from)?;
+        // Unbounded; `peers::EventSender` says what bounds it.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.serve_link(owner, incoming, tx);
         Ok(Response::new(UnboundedReceiverStream::new(rx)))

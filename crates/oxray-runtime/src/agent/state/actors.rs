@@ -4,7 +4,7 @@
 use super::{Action, AgentState, TaskState, WorkerRole, resources_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
-use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
+use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
 use oxray_proto::TaskSpec;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -69,6 +69,8 @@ pub struct ActorEntry {
     pub(super) proxy: bool,
     /// The owner node this actor was created for, when it forwarded the creation here.
     pub hosted_for: Option<NodeId>,
+    /// Dead, its creation spec dropped and its entry in the bounded history.
+    pub(super) retired: bool,
 }
 
 /// Actors this node hosts or routes to, and the names of live ones.
@@ -77,6 +79,10 @@ pub(super) struct ActorTable {
     actors: HashMap<ActorId, ActorEntry>,
     /// (namespace, name) -> actor, for named actors not yet dead.
     named: HashMap<(String, String), ActorId>,
+    /// Dead actors, oldest first: only the last `dead_kept` stay in `actors`
+    /// (calls to a forgotten one fail with the head's record of its death).
+    dead: VecDeque<ActorId>,
+    dead_kept: usize,
 }
 
 impl ActorTable {
@@ -101,11 +107,67 @@ impl ActorTable {
     }
 
     pub(super) fn remove(&mut self, id: &ActorId) {
-        self.actors.remove(id);
+        if self.actors.remove(id).is_some_and(|a| a.retired) {
+            self.dead.retain(|d| d != id);
+        }
+    }
+
+    pub(super) fn set_dead_kept(&mut self, kept: usize) {
+        self.dead_kept = kept;
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.actors.len()
+    }
+
+    /// A dead actor keeps only what its callers are told: its creation spec
+    /// (constructor arguments included) goes, and once more than `dead_kept`
+    /// actors are dead the oldest are forgotten.
+    pub(super) fn retire(&mut self, id: ActorId) {
+        let Some(actor) = self.actors.get_mut(&id).filter(|a| a.state == ActorState::Dead && !a.retired) else {
+            return;
+        };
+        actor.retired = true;
+        let key = (actor.namespace.clone(), actor.name.clone());
+        if !actor.name.is_empty() && self.named.get(&key) == Some(&id) {
+            self.named.remove(&key);
+        }
+        let spec = &actor.creation;
+        actor.creation = TaskSpec {
+            task_id: spec.task_id.clone(),
+            actor_id: spec.actor_id.clone(),
+            job_id: spec.job_id.clone(),
+            owner_id: spec.owner_id.clone(),
+            name: spec.name.clone(),
+            ..Default::default()
+        };
+        self.dead.push_back(id);
+    }
+
+    /// Forgets the oldest dead actors beyond `dead_kept`, stopping at one whose
+    /// change is `unreported` yet (it is read when the change is sent).
+    fn forget_oldest_dead(&mut self, unreported: impl Fn(&ActorId) -> bool) {
+        while self.dead.len() > self.dead_kept {
+            let Some(&old) = self.dead.front() else { break };
+            if unreported(&old) {
+                break;
+            }
+            self.dead.pop_front();
+            if self.actors.get(&old).is_some_and(|a| a.state == ActorState::Dead) {
+                self.actors.remove(&old);
+            }
+        }
     }
 }
 
 impl AgentState {
+    /// An actor is dead for good: see `ActorTable::retire`.
+    pub(super) fn retire_actor(&mut self, id: ActorId) {
+        self.actors.retire(id);
+        let actions = &self.actions;
+        self.actors.forget_oldest_dead(|a| actions.contains(&Action::ActorChanged(*a)));
+    }
+
     pub fn register_actor(&mut self, spec: &TaskSpec, get_if_exists: bool) -> Result<(ActorId, bool), AgentError> {
         let actor_id = ActorId::from_bytes(&spec.actor_id)?;
         if !spec.actor_name.is_empty() {
@@ -327,10 +389,12 @@ impl AgentState {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         self.gpus.release(&gpus);
         self.available.add(&holds);
-        if !actor.name.is_empty() && actor.state == ActorState::Dead {
-            let key = (actor.namespace.clone(), actor.name.clone());
-            if self.actors.named.get(&key) == Some(&actor_id) {
-                self.actors.named.remove(&key);
+        if actor.state == ActorState::Dead {
+            let ended_job = JobId::from_bytes(&actor.creation.job_id).is_ok_and(|j| self.functions.has_ended(&j));
+            self.retire_actor(actor_id);
+            if ended_job {
+                // The last actor of an ended job may have kept its functions.
+                self.drop_ended_jobs_functions(None);
             }
         }
         self.schedule();
@@ -338,7 +402,7 @@ impl AgentState {
 
     pub fn kill_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
         let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
-        if no_restart {
+        if no_restart && actor.state != ActorState::Dead {
             actor.no_restart = true;
             actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
         }
@@ -509,6 +573,7 @@ impl ActorEntry {
             remote: None,
             proxy: false,
             hosted_for: None,
+            retired: false,
         }
     }
 

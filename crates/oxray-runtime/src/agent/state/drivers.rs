@@ -156,6 +156,7 @@ impl AgentState {
                 actor.death_cause = format!("The actor {} died because its driver exited", actor.class_name);
             }
         }
+        self.drop_ended_jobs_functions(Some(job));
         (tasks.len(), actors.len())
     }
 

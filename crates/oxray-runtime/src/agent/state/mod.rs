@@ -44,6 +44,11 @@ use remote::PeerTable;
 use tasks::{FunctionTable, TaskState, TaskTable};
 use workers::{WorkerPool, WorkerRole};
 
+/// A worker's assignment stream. Unbounded because it is sent to with the state
+/// lock held, where waiting for room is impossible. What bounds it: every message
+/// is a task of `TaskTable` now `Running` on that worker. A pool worker gets one
+/// only when idle (one in flight); an actor's worker gets each ready call, which
+/// stays in the actor's `inflight` until its `Done`. The channel goes with the worker.
 pub type AssignmentSender = UnboundedSender<Result<Assignment, tonic::Status>>;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +125,8 @@ pub struct AgentConfig {
     pub num_gpus: usize,
     pub max_starting_workers: usize,
     pub worker_env: Vec<(String, String)>,
+    /// How many dead actors this node remembers (`OXRAY_HEAD_HISTORY`, as the head).
+    pub dead_actors_kept: usize,
 }
 
 pub struct AgentState {
@@ -153,6 +160,8 @@ fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
 
 impl AgentState {
     pub fn new(config: AgentConfig, store: ObjectStore) -> Self {
+        let mut actors = ActorTable::default();
+        actors.set_dead_kept(config.dead_actors_kept);
         AgentState {
             node_id: config.node_id,
             address: String::new(),
@@ -163,7 +172,7 @@ impl AgentState {
             tasks: TaskTable::default(),
             functions: FunctionTable::default(),
             workers: WorkerPool::new(config.max_starting_workers, config.worker_env),
-            actors: ActorTable::default(),
+            actors,
             bundles: BundleTable::default(),
             peers: PeerTable::default(),
             drivers: DriverTable::default(),
@@ -217,6 +226,11 @@ impl AgentState {
 
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down
+    }
+
+    /// How many actors this node keeps, dead ones included.
+    pub fn actor_count(&self) -> usize {
+        self.actors.len()
     }
 
     pub fn worker_pids(&self) -> Vec<u32> {

@@ -6,7 +6,7 @@ use super::objects::RemoteCopy;
 use super::{Action, ActorEntry, ActorState, AgentState, TaskState};
 use crate::agent::{AgentError, CopyError};
 use crate::errors::{SystemErrorKind, system_error_object};
-use crate::ids::{ActorId, NodeId, ObjectId, TaskId};
+use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
 use oxray_proto::object_location::Place;
@@ -35,14 +35,20 @@ pub(super) struct PeerTable {
     nodes: HashMap<NodeId, PeerView>,
     /// Owner nodes with a link to this one (their tasks are never forwarded again).
     owners: HashSet<NodeId>,
-    /// Functions already sent to each node.
-    sent_functions: HashSet<(NodeId, Vec<u8>)>,
+    /// Functions already sent to each node, for each job (the node drops a
+    /// job's functions when the job ends there, so another job sends its own).
+    sent_functions: HashSet<(NodeId, Vec<u8>, Vec<u8>)>,
     /// Nodes may join this cluster (it was started by `oxray start`, or another
     /// node has joined): a request no live node can meet waits instead of failing.
     may_grow: bool,
 }
 
 impl PeerTable {
+    /// `job` ended: what was sent for it says nothing about what the other nodes keep now.
+    pub(super) fn forget_sent_functions(&mut self, job: &[u8]) {
+        self.sent_functions.retain(|(_, _, j)| j.as_slice() != job);
+    }
+
     /// The other nodes this one believes alive.
     pub(super) fn alive_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes.iter().filter(|(_, p)| p.alive).map(|(id, _)| *id)
@@ -172,12 +178,17 @@ impl AgentState {
                 spec.max_restarts = (actor.max_restarts - actor.num_restarts).max(0);
             }
         }
-        let function =
-            if spec.function_id.is_empty() || !self.peers.sent_functions.insert((node, spec.function_id.clone())) {
-                Vec::new()
-            } else {
-                self.functions.get(&spec.function_id).cloned().unwrap_or_default()
-            };
+        // An ended job's work (its detached actors') always carries the function:
+        // the other node may have dropped the job's functions since it was sent.
+        let job_ended = JobId::from_bytes(&spec.job_id).is_ok_and(|j| self.functions.has_ended(&j));
+        let sent = |peers: &mut PeerTable| {
+            !job_ended && !peers.sent_functions.insert((node, spec.function_id.clone(), spec.job_id.clone()))
+        };
+        let function = if spec.function_id.is_empty() || sent(&mut self.peers) {
+            Vec::new()
+        } else {
+            self.functions.get(&spec.function_id).cloned().unwrap_or_default()
+        };
         self.actions
             .push(Action::Forward { node, task: Box::new(ForwardTask { spec: Some(spec), sources, function }) });
     }
@@ -389,7 +400,7 @@ impl AgentState {
             peer.alive = false;
             peer.failed = true;
         }
-        self.peers.sent_functions.retain(|(n, _)| *n != node);
+        self.peers.sent_functions.retain(|(n, _, _)| *n != node);
         let forwarded: Vec<TaskId> = self
             .tasks
             .iter()
@@ -484,13 +495,15 @@ impl AgentState {
     pub fn add_actor_proxy(&mut self, info: &ActorInfo) -> Result<(), AgentError> {
         let actor_id = ActorId::from_bytes(&info.actor_id)?;
         let node = NodeId::from_bytes(&info.node_id)?;
-        if self.actors.contains_key(&actor_id) || node == self.node_id {
+        let dead = ActorState::from_proto(info.state()) == ActorState::Dead;
+        if self.actors.contains_key(&actor_id) || (node == self.node_id && !dead) {
             return Ok(());
         }
         let spec = TaskSpec { actor_id: info.actor_id.clone(), name: info.class_name.clone(), ..Default::default() };
         let mut entry = ActorEntry::new(actor_id, &spec);
         entry.proxy = true;
-        entry.remote = Some(node);
+        // A dead actor once hosted here (and since forgotten) is only a record of its death.
+        entry.remote = Some(node).filter(|n| *n != self.node_id);
         entry.max_task_retries = info.max_task_retries;
         entry.method_names = info.method_names.clone();
         entry.state = match ActorState::from_proto(info.state()) {
@@ -499,6 +512,9 @@ impl AgentState {
         };
         entry.death_cause = info.death_cause.clone();
         self.actors.insert(actor_id, entry);
+        if dead {
+            self.retire_actor(actor_id);
+        }
         Ok(())
     }
 
@@ -512,7 +528,7 @@ impl AgentState {
     pub fn accept_forward(&mut self, owner: NodeId, forward: ForwardTask) -> Result<Vec<ObjectId>, AgentError> {
         let spec = forward.spec.ok_or(AgentError::Malformed("a forwarded task needs a spec"))?;
         if !forward.function.is_empty() {
-            self.register_function(spec.function_id.clone(), forward.function);
+            self.register_function(spec.function_id.clone(), forward.function, JobId::from_bytes(&spec.job_id).ok());
         }
         for source in forward.sources {
             let id = ObjectId::from_bytes(&source.object_id)?;

@@ -161,29 +161,126 @@ impl ReadyQueues {
     }
 }
 
-/// Pickled functions registered by clients, by content id.
+/// Pickled functions registered by clients, by content id, with the jobs that
+/// registered each. A job's functions go once the job has ended here and no
+/// detached actor or task of it is left here (their workers may submit them
+/// again, as in Ray, where a job's functions live while its detached actors do);
+/// a function also registered by a live job, or run by a queued or running task
+/// or a live actor, stays. A function registered without a job stays for the
+/// node's life. Workers register again after a drop (`generation`).
 #[derive(Default)]
 pub(super) struct FunctionTable {
-    blobs: HashMap<Vec<u8>, Vec<u8>>,
+    blobs: HashMap<Vec<u8>, FunctionEntry>,
+    /// Jobs ended on this node, newest last (bounded), and the same as a set:
+    /// their registrations do not keep a function.
+    ended: VecDeque<JobId>,
+    ended_set: HashSet<JobId>,
+    /// Bumped on every drop; assignments carry it so workers know their registrations may be gone.
+    generation: u64,
 }
 
+struct FunctionEntry {
+    data: Vec<u8>,
+    jobs: HashSet<JobId>,
+    unowned: bool,
+}
+
+/// How many ended jobs the function table remembers.
+const ENDED_JOBS_KEPT: usize = 4096;
+
 impl FunctionTable {
-    fn register(&mut self, id: Vec<u8>, data: Vec<u8>) {
-        self.blobs.entry(id).or_insert(data);
+    fn register(&mut self, id: Vec<u8>, data: Vec<u8>, job: Option<JobId>) {
+        let entry =
+            self.blobs.entry(id).or_insert_with(|| FunctionEntry { data, jobs: HashSet::new(), unowned: false });
+        match job {
+            Some(job) => {
+                entry.jobs.insert(job);
+            }
+            None => entry.unowned = true,
+        }
     }
 
     pub(super) fn get(&self, id: &[u8]) -> Option<&Vec<u8>> {
-        self.blobs.get(id)
+        self.blobs.get(id).map(|e| &e.data)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.blobs.len()
+    }
+
+    pub(super) fn has_ended(&self, job: &JobId) -> bool {
+        self.ended_set.contains(job)
+    }
+
+    fn note_ended(&mut self, job: JobId) {
+        if !self.ended_set.insert(job) {
+            return;
+        }
+        if self.ended.len() >= ENDED_JOBS_KEPT
+            && let Some(old) = self.ended.pop_front()
+        {
+            self.ended_set.remove(&old);
+        }
+        self.ended.push_back(job);
+    }
+
+    /// Drops every function that only ended jobs (other than those in `kept_jobs`)
+    /// registered and that nothing in `in_use` runs. Returns how many went.
+    fn sweep(&mut self, kept_jobs: &HashSet<JobId>, in_use: &HashSet<&[u8]>) -> usize {
+        let ended: HashSet<JobId> = self.ended_set.difference(kept_jobs).copied().collect();
+        let before = self.blobs.len();
+        self.blobs.retain(|id, entry| {
+            entry.jobs.retain(|j| !ended.contains(j));
+            entry.unowned || !entry.jobs.is_empty() || in_use.contains(id.as_slice())
+        });
+        let dropped = before - self.blobs.len();
+        if dropped > 0 {
+            self.generation += 1;
+        }
+        dropped
     }
 }
 
 impl AgentState {
-    pub fn register_function(&mut self, id: Vec<u8>, data: Vec<u8>) {
-        self.functions.register(id, data);
+    /// Keeps a pickled function for `job` (None: for the node's life).
+    pub fn register_function(&mut self, id: Vec<u8>, data: Vec<u8>, job: Option<JobId>) {
+        self.functions.register(id, data, job);
     }
 
     pub fn function(&self, id: &[u8]) -> Option<Vec<u8>> {
         self.functions.get(id).cloned()
+    }
+
+    /// How many functions this node keeps.
+    pub fn function_count(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// `job` has ended on this node: drops the functions no live job, detached
+    /// actor of an ended job, queued or running task, or live actor still needs.
+    pub(super) fn drop_ended_jobs_functions(&mut self, job: Option<JobId>) {
+        if let Some(job) = job {
+            self.functions.note_ended(job);
+            self.peers.forget_sent_functions(job.as_bytes());
+        }
+        let live_actors = self.actors.values().filter(|a| a.state != ActorState::Dead);
+        let mut kept_jobs = HashSet::new();
+        let mut in_use: HashSet<&[u8]> = HashSet::new();
+        for actor in live_actors {
+            in_use.insert(&actor.creation.function_id);
+            if actor.creation.detached
+                && let Ok(job) = JobId::from_bytes(&actor.creation.job_id)
+            {
+                kept_jobs.insert(job);
+            }
+        }
+        // A job with work here keeps its functions: its workers may submit them again.
+        kept_jobs.extend(self.tasks.values().filter_map(|t| t.job));
+        in_use.extend(self.tasks.values().map(|t| t.spec.function_id.as_slice()));
+        let dropped = self.functions.sweep(&kept_jobs, &in_use);
+        if dropped > 0 {
+            self.actions.push(Action::info(format!("dropped {dropped} functions of ended jobs")));
+        }
     }
 
     /// Why no live node can ever hold `request` ("(name: wants x, cluster has y). The
@@ -263,6 +360,7 @@ impl AgentState {
                 actor.death_kind = kind;
                 let id = actor.id;
                 self.actions.push(Action::ActorChanged(id));
+                self.retire_actor(id);
             }
             for r in return_ids {
                 self.store_error(r, kind, &message);
@@ -359,7 +457,13 @@ impl AgentState {
         let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
         let spec = task.spec.clone();
         let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker.into())).collect();
-        Assignment { task: Some(spec), resolved_args, cuda_visible_devices: cuda, exit: false }
+        Assignment {
+            task: Some(spec),
+            resolved_args,
+            cuda_visible_devices: cuda,
+            exit: false,
+            functions_generation: self.functions.generation,
+        }
     }
 
     pub(super) fn remove_ready(&mut self, task_id: TaskId) {

@@ -31,6 +31,7 @@ fn new_state(cpus: f64, gpus: usize) -> AgentState {
             num_gpus: gpus,
             max_starting_workers: 2,
             worker_env: vec![],
+            dead_actors_kept: 1000,
         },
         store,
     )
@@ -618,4 +619,94 @@ fn a_gone_driver_is_cleaned_up_once_and_detached_actors_stay() {
     assert!(!st.driver_connected(DRIVER, job));
     let again = st.take_actions();
     assert!(!again.iter().any(|a| matches!(a, Action::Signal { .. } | Action::RemovePlacementGroup(_))), "{again:?}");
+}
+
+#[test]
+fn an_ended_jobs_functions_go_once_no_detached_actor_or_other_job_needs_them() {
+    let mut st = new_state(2.0, 0);
+    let job = JobId::from_bytes(&JOB).unwrap();
+    let other_job = JobId::from_bytes(&[0, 0, 0, 8]).unwrap();
+    let other_driver = ClientId::from_array([0xe; 16]);
+    assert!(st.driver_connected(DRIVER, job));
+    assert!(st.driver_connected(other_driver, other_job));
+    let f = |n: u8| vec![n; 16];
+    st.register_function(f(1), b"job 7 only".to_vec(), Some(job));
+    st.register_function(f(2), b"both jobs".to_vec(), Some(job));
+    st.register_function(f(2), b"both jobs".to_vec(), Some(other_job));
+    st.register_function(f(3), b"the detached class".to_vec(), Some(job));
+    st.register_function(f(4), b"run by job 8".to_vec(), Some(job));
+    let detached = TaskSpec { function_id: f(3), ..job_actor(40, true) };
+    st.register_actor(&detached, false).unwrap();
+    st.submit(DRIVER, detached).unwrap();
+    let queued = TaskSpec {
+        job_id: vec![0, 0, 0, 8],
+        function_id: f(4),
+        owner_id: other_driver.to_vec(),
+        ..task(2, &[("CPU", 2.0)])
+    };
+    st.submit(other_driver, queued).unwrap();
+    assert_eq!(st.function_count(), 4);
+
+    // The job's detached actor may still submit any of the job's functions: all stay.
+    assert!(st.driver_gone(DRIVER, "it exited"));
+    assert_eq!(st.function_count(), 4);
+    // Once it dies, only what job 8 registered or runs stays.
+    st.kill_actor(ActorId::from_array([40; 16]), true).unwrap();
+    assert!(st.function(&f(1)).is_none() && st.function(&f(3)).is_none());
+    assert!(st.function(&f(2)).is_some() && st.function(&f(4)).is_some());
+    // And when job 8 ends too, nothing is left.
+    assert!(st.driver_gone(other_driver, "it exited"));
+    assert_eq!(st.function_count(), 0);
+}
+
+#[test]
+fn dead_actors_lose_their_creation_spec_and_only_the_last_few_are_kept() {
+    let mut st = new_state(2.0, 0);
+    st.actors.set_dead_kept(3);
+    let big_arg = TaskArg { kind: Some(Kind::Value(vec![7; 100_000])) };
+    for id in 50..60 {
+        let spec = TaskSpec { args: vec![big_arg.clone()], ..job_actor(id, false) };
+        st.register_actor(&spec, false).unwrap();
+        st.submit(DRIVER, spec).unwrap();
+        st.kill_actor(ActorId::from_array([id; 16]), true).unwrap();
+        // The service layer reports each death to the head before it may be forgotten.
+        st.take_actions();
+    }
+    assert_eq!(st.actor_count(), 3, "only the last 3 dead actors are kept");
+    assert!(st.actor(&ActorId::from_array([50; 16])).is_none());
+    let last = st.actor(&ActorId::from_array([59; 16])).unwrap();
+    assert_eq!(last.state, ActorState::Dead);
+    assert!(last.creation.args.is_empty(), "a dead actor's constructor arguments are dropped");
+    // A call to a forgotten actor still fails at once.
+    let call = TaskSpec { actor_id: vec![50; 16], ..actor_call(70) };
+    st.submit_actor_task(DRIVER, call).unwrap();
+    assert_eq!(system_error_type(&mut st, oid(170)).as_deref(), Some("ActorDiedError"));
+}
+
+#[test]
+fn an_ended_job_keeps_its_functions_while_its_work_runs_here_and_workers_learn_of_drops() {
+    let mut st = new_state(1.0, 0);
+    let job = JobId::from_bytes(&JOB).unwrap();
+    let elsewhere = NodeId::from_array([2; 16]);
+    let first = TaskSpec { job_id: JOB.to_vec(), function_id: vec![6; 16], ..task(1, &[("CPU", 1.0)]) };
+    st.register_function(vec![6; 16], b"the task".to_vec(), Some(job));
+    st.submit(DRIVER, first.clone()).unwrap();
+    st.schedule();
+    let worker = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, worker, 77);
+    assert_eq!(rx.try_recv().unwrap().unwrap().functions_generation, 0);
+    // The running task registers a function of its own, then its job ends (its
+    // driver was elsewhere, and say a detached actor of it lives there).
+    st.register_function(vec![5; 16], b"what it submits".to_vec(), Some(job));
+    st.job_ended_elsewhere(job, elsewhere);
+    assert_eq!(st.function_count(), 2, "the job still runs here: its worker may submit either again");
+    done(&mut st, worker, &first, b"ok");
+    st.job_ended_elsewhere(JobId::from_bytes(&[0, 0, 0, 9]).unwrap(), elsewhere);
+    assert_eq!(st.function_count(), 0);
+    // The job's next task here tells its worker that its registrations may be gone.
+    st.register_function(vec![6; 16], b"the task".to_vec(), Some(job));
+    let second = TaskSpec { job_id: JOB.to_vec(), function_id: vec![6; 16], ..task(2, &[("CPU", 1.0)]) };
+    st.submit(DRIVER, second).unwrap();
+    st.schedule();
+    assert_eq!(rx.try_recv().unwrap().unwrap().functions_generation, 1);
 }

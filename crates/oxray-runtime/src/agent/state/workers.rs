@@ -234,6 +234,10 @@ impl AgentState {
                 self.actor_worker_exited(actor_id, worker_id, worker.pid, worker.blocked, &status)
             }
         }
+        if worker.job_id.is_some_and(|job| self.functions.has_ended(&job)) {
+            // A task of an ended job was killed: the functions only it ran can go now.
+            self.drop_ended_jobs_functions(None);
+        }
         self.schedule();
     }
 
