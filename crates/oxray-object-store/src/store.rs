@@ -443,6 +443,11 @@ impl ObjectStore {
         }
     }
 
+    /// Bytes the arena holds now (what `stats().shm_used` reports), without a walk of the entries.
+    pub fn shm_used(&self) -> usize {
+        self.alloc.used()
+    }
+
     pub fn stats(&self) -> StoreStats {
         let mut stats = StoreStats {
             capacity: self.alloc.size(),

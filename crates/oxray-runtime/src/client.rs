@@ -300,20 +300,31 @@ impl AgentChannels {
     }
 
     fn channel(&self, address: &str) -> Result<Channel, ClientError> {
-        let mut channels = self.channels.lock();
-        if let Some(index) = channels.get_index_of(address) {
-            let last = channels.len() - 1;
-            channels.move_index(index, last);
-            return Ok(channels[last].clone());
+        if let Some(c) = self.cached(address) {
+            return Ok(c);
         }
+        // Built outside the lock: the endpoint reads the TLS files.
         // The deadline only starts once connected, so connecting gets a bound of its own.
         let connect_within = self.deadline.min(Duration::from_secs(10));
         let c = endpoint(address)?.timeout(self.deadline).connect_timeout(connect_within).connect_lazy();
+        let mut channels = self.channels.lock();
+        if let Some(raced) = channels.get(address) {
+            return Ok(raced.clone());
+        }
         if channels.len() >= self.capacity {
             channels.shift_remove_index(0);
         }
         channels.insert(address.to_string(), c.clone());
         Ok(c)
+    }
+
+    /// The open channel to `address`, now the most recently used.
+    fn cached(&self, address: &str) -> Option<Channel> {
+        let mut channels = self.channels.lock();
+        let index = channels.get_index_of(address)?;
+        let last = channels.len() - 1;
+        channels.move_index(index, last);
+        Some(channels[last].clone())
     }
 
     /// Closes the connection to an agent that is gone (callers holding a client keep theirs).

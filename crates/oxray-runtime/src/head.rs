@@ -192,6 +192,12 @@ impl Head {
         }
     }
 
+    /// Forgets the dead nodes beyond the last `history`, in memory and in redb.
+    fn forget_old_dead_nodes(&self) {
+        let forgotten = self.prune_dead_nodes();
+        self.forget(forgotten, Vec::new());
+    }
+
     /// Forgets the dead nodes beyond the last `history` (longest silent first).
     fn prune_dead_nodes(&self) -> Vec<NodeId> {
         let mut nodes = self.nodes.lock();
@@ -240,6 +246,8 @@ impl Head {
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
                 tick.tick().await;
+                // Here rather than on each node's heartbeat: one scan per tick for the whole cluster.
+                head.forget_old_dead_nodes();
                 let pending: Vec<PlacementGroupId> = head
                     .groups
                     .lock()
@@ -436,8 +444,6 @@ impl HeadService for Head {
         record.info.available = beat.available;
         record.last_seen = Instant::now();
         drop(nodes);
-        let forgotten = self.prune_dead_nodes();
-        self.forget(forgotten, Vec::new());
         Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
@@ -489,6 +495,10 @@ impl HeadService for Head {
                 // (its node went with an earlier head): the name is its again if free.
                 table.names.entry(key).or_insert(actor_id);
             }
+        }
+        if !dead {
+            // Alive again: it must not be forgotten as one of the dead.
+            table.dead.retain(|d| *d != actor_id);
         }
         table.actors.insert(actor_id, info);
         let forgotten = if dead { table.note_dead(actor_id, self.history) } else { Vec::new() };
@@ -820,6 +830,7 @@ mod tests {
             }
             let beat = HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new() };
             head.heartbeat(Request::new(beat)).await.unwrap();
+            head.forget_old_dead_nodes();
             let mut ids: Vec<u8> = head.nodes().iter().map(|n| n.node_id[0]).collect();
             ids.sort();
             assert_eq!(ids, [7, 8, 9, 10], "the live node and the three most recently dead");
@@ -827,6 +838,25 @@ mod tests {
         let reloaded = Head::persistent(&dir).unwrap();
         assert_eq!(reloaded.nodes().len(), 4, "forgotten rows are gone from redb too");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn an_actor_alive_again_is_not_forgotten_with_the_dead() {
+        let head = Head { history: History(1), ..Head::default() };
+        let update = |id: u8, state: ActorState| {
+            let mut info = named(id, &format!("a{id}"));
+            info.set_state(state);
+            head.update_actor(Request::new(info))
+        };
+        update(1, ActorState::Dead).await.unwrap();
+        // Given up for dead (its node went with an earlier head), then restarted by its owner.
+        update(1, ActorState::Alive).await.unwrap();
+        update(2, ActorState::Dead).await.unwrap();
+        update(3, ActorState::Dead).await.unwrap();
+        let kept = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], no_restart: false }));
+        let kept = kept.await.unwrap().into_inner();
+        assert!(kept.found, "the live actor was forgotten with the dead ones");
+        assert_eq!(kept.actor.unwrap().state(), ActorState::Alive);
     }
 
     #[tokio::test]

@@ -176,6 +176,58 @@ def test_a_silent_driver_is_dropped_when_its_lease_runs_out(cli_cluster):
     assert seen["actors_dead"], [(a.class_name, a.state) for a in _client().list_actors()]
 
 
+RESUMED_DRIVER = """
+import sys
+import oxray as ray
+
+@ray.remote
+class Keeper:
+    def ping(self):
+        return 1
+
+@ray.remote
+def one():
+    return 1
+
+keeper = Keeper.remote()
+assert ray.get(keeper.ping.remote()) == 1
+print("READY", flush=True)
+sys.stdin.readline()  # the test stops this process past its lease, then resumes it
+try:
+    ray.get(one.remote(), timeout=30)
+    print("RESULT: ran", flush=True)
+except Exception as e:
+    print("RESULT:", type(e).__name__, e, flush=True)
+"""
+
+
+def test_a_driver_resumed_after_its_lease_is_told_its_session_ended(cli_cluster):
+    """A driver stopped past its lease (a debugger, SIGSTOP) finds its work cleaned
+    up when it resumes: its next call fails naming the lease, instead of hanging."""
+    start_head(cli_cluster, 2)
+    ray.init(address=cli_cluster.address)
+    script = f"import oxray as ray\nray.init(address={cli_cluster.address!r})\n" + RESUMED_DRIVER
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=cli_cluster.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()[-3000:]
+        proc.send_signal(signal.SIGSTOP)
+        assert wait_until(lambda: all(a.state == "DEAD" for a in _client().list_actors()), timeout=30)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate("go\n", timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    result = [line for line in out.splitlines() if line.startswith("RESULT:")]
+    assert result and "OXRAY_DRIVER_LEASE_S" in result[0], (out, err[-3000:])
+
+
 SIX_SLOW_TASKS = """
 @ray.remote(num_cpus=1)
 def slow(marker_dir, i):

@@ -32,6 +32,11 @@ pub enum AgentError {
     NoHead,
     #[error("driver {0} already opened its session, or its session ended: a driver joins again with oxray.init()")]
     DriverSessionUsed(ClientId),
+    #[error(
+        "the session of driver {0} has ended (it shut down, or was silent for longer than its lease, \
+         OXRAY_DRIVER_LEASE_S) and its work was cleaned up: call oxray.shutdown() and oxray.init() to join again"
+    )]
+    DriverEnded(ClientId),
 }
 
 impl From<AgentError> for tonic::Status {
@@ -45,9 +50,10 @@ impl From<AgentError> for tonic::Status {
             AgentError::UnknownActor(_) | AgentError::UnknownWorker(_) | AgentError::UnknownFunction(_) => {
                 tonic::Status::not_found(message)
             }
-            AgentError::NotReserved(_) | AgentError::BundlesDoNotFit { .. } | AgentError::DriverSessionUsed(_) => {
-                tonic::Status::failed_precondition(message)
-            }
+            AgentError::NotReserved(_)
+            | AgentError::BundlesDoNotFit { .. }
+            | AgentError::DriverSessionUsed(_)
+            | AgentError::DriverEnded(_) => tonic::Status::failed_precondition(message),
             AgentError::StoreFull { .. } => tonic::Status::resource_exhausted(message),
             AgentError::NoHead => tonic::Status::unavailable(message),
         }

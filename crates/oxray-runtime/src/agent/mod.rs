@@ -369,8 +369,9 @@ impl AgentShared {
             for spec in specs {
                 let owner = ClientId::from_bytes(&spec.owner_id)?;
                 if st.driver_has_ended(&owner) {
-                    // Sent just before its driver's end was seen: the driver is gone, so is its work.
-                    continue;
+                    // Its work was cleaned up: a driver that is in fact still there (it was
+                    // stopped past its lease) must hear so, not wait for it for ever.
+                    return Err(AgentError::DriverEnded(owner));
                 }
                 if spec.kind == TaskKind::ActorTask as i32 {
                     st.submit_actor_task(owner, spec)?;
@@ -442,8 +443,10 @@ pub(crate) async fn notified_before(
     }
 }
 
+/// The deadline of a get or wait; negative means none, and so does one too far
+/// away to represent (the value comes off the network).
 pub(crate) fn timeout_deadline(ms: i64) -> Option<Instant> {
-    (ms >= 0).then(|| Instant::now() + Duration::from_millis(ms as u64))
+    u64::try_from(ms).ok().and_then(|ms| Instant::now().checked_add(Duration::from_millis(ms)))
 }
 
 pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
@@ -459,5 +462,18 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
         method_names: a.method_names.clone(),
         max_task_retries: a.max_task_retries,
         node_id: node_id.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timeout_deadline;
+
+    #[test]
+    fn a_timeout_off_the_network_never_overflows() {
+        assert!(timeout_deadline(-1).is_none());
+        // Representable on Linux (seconds are 64-bit), unlike on some platforms: either way no panic.
+        let _ = timeout_deadline(i64::MAX);
+        assert!(timeout_deadline(10).is_some());
     }
 }

@@ -166,6 +166,10 @@ impl DriverService for AgentService {
     async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
         let req = request.into_inner();
         let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
+        // Its views were released when it ended: it must not read ranges nobody counts.
+        if self.shared.with_state(|st| st.driver_has_ended(&client)) {
+            return Err(AgentError::DriverEnded(client).into());
+        }
         let submissions = req.submissions;
         self.shared.apply_increfs(client, &req.ref_deltas)?;
         self.shared.apply_submissions(submissions).await?;

@@ -151,10 +151,8 @@ impl AgentState {
             .map(|a| a.id)
             .collect();
         for actor_id in &actors {
-            let _ = self.kill_actor(*actor_id, true);
-            if let Some(actor) = self.actors.get_mut(actor_id) {
-                actor.death_cause = format!("The actor {} died because its driver exited", actor.class_name);
-            }
+            let Some(class) = self.actors.get(actor_id).map(|a| a.class_name.clone()) else { continue };
+            self.kill_actor_because(*actor_id, format!("The actor {class} died because its driver exited"));
         }
         self.drop_ended_jobs_functions(Some(job));
         (tasks.len(), actors.len())

@@ -201,7 +201,7 @@ impl AgentState {
         let mut available = self.available.clone();
         let store = self.total.get("object_store_memory");
         if store > 0.0 {
-            let used = self.store_stats().shm_used as f64;
+            let used = self.objects.store().shm_used() as f64;
             // Within [0, store]: a valid quantity whatever the arena reports.
             let _ = available.set("object_store_memory", (store - used).clamp(0.0, store));
         }
