@@ -373,6 +373,41 @@ def test_a_tasks_grandchild_dies_with_its_worker(fresh_cluster, tmp_path, how):
             os.kill(grandchild, signal.SIGKILL)
 
 
+EMBEDDED_DRIVER_WITH_GRANDCHILD = """
+import os, subprocess, sys, time
+import oxray as ray
+
+@ray.remote
+def spawn(path):
+    child = subprocess.Popen(["sleep", "600"])
+    with open(path + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(path + ".tmp", path)
+    time.sleep(600)
+
+ray.init(num_cpus=1)
+ref = spawn.remote(sys.argv[1])
+time.sleep(600)
+"""
+
+
+def test_a_sigkilled_embedded_drivers_task_children_die_too(tmp_path):
+    """The agent dies with an embedded driver; its workers get their parent-death
+    signal and take their process group (a task's children) with them."""
+    path = str(tmp_path / "grandchild")
+    driver = subprocess.Popen([sys.executable, "-c", EMBEDDED_DRIVER_WITH_GRANDCHILD, path])
+    try:
+        grandchild = read_pid(path)
+        driver.kill()
+        driver.wait(timeout=30)
+        assert wait_until(lambda: not pid_alive(grandchild), timeout=15), f"grandchild {grandchild} survived"
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        if os.path.exists(path) and pid_alive(int(open(path).read())):
+            os.kill(int(open(path).read()), signal.SIGKILL)
+
+
 DETACHED_AND_NOT = """
 @ray.remote
 class Named:

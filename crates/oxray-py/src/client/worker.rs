@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 impl Client {
     /// Opens this worker's assignment stream.
     fn worker_connect(&self, py: Python<'_>) -> PyResult<()> {
+        kill_group_when_orphaned();
         let c = self.inner.clone();
         let stream = py.detach(|| runtime().block_on(c.worker_connect())).map_err(rpc_err)?;
         *self.assignments.lock() = Some(stream);
@@ -115,4 +116,17 @@ impl Client {
         let c = self.inner.clone();
         py.detach(|| runtime().block_on(c.task_done(done))).map_err(rpc_err)
     }
+}
+
+/// The agent sets SIGTERM as a worker's parent-death signal. A worker that gets
+/// it kills its whole process group (itself and what its tasks started) at once,
+/// whatever Python is doing: a driver SIGKILLed with its embedded agent leaves
+/// no task's child processes behind.
+fn kill_group_when_orphaned() {
+    extern "C" fn kill_own_group(_: libc::c_int) {
+        // SAFETY: killpg is async-signal-safe; group 0 is this process's own group.
+        unsafe { libc::killpg(0, libc::SIGKILL) };
+    }
+    // SAFETY: installs a handler that only makes one async-signal-safe call.
+    unsafe { libc::signal(libc::SIGTERM, kill_own_group as *const () as libc::sighandler_t) };
 }

@@ -43,8 +43,10 @@ pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(Strin
         cmd.pre_exec(|| {
             // Own session: Ctrl-C in the driver's terminal goes to the driver only.
             libc::setsid();
-            // Die with the agent even if it is killed without cleaning up.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // Die with the agent even if it is killed without cleaning up: SIGTERM,
+            // which the worker turns into a SIGKILL of its whole process group
+            // (`kill_group_when_orphaned`), so a task's own children die too.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
             Ok(())
         });
     }
