@@ -335,10 +335,18 @@ impl DriverService for AgentService {
             Some(job) if !spec.detached => Some(job),
             _ => None,
         };
-        let info = head.create_placement_group(spec).await?;
+        // Noted before the head is asked: if the driver's call gives up while the
+        // head still places the group, the driver's end removes it all the same.
         if let Some(job) = owner_job {
             self.shared.with_state(|st| st.note_placement_group(job, pg_id));
         }
+        let info = match head.create_placement_group(spec).await {
+            Ok(info) => info,
+            Err(status) => {
+                self.shared.with_state(|st| st.forget_placement_group(&pg_id));
+                return Err(status);
+            }
+        };
         // Learn at once where the bundles went, rather than at the next heartbeat.
         if let Ok(nodes) = head.list_nodes(Empty {}).await {
             self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
