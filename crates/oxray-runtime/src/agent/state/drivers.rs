@@ -166,10 +166,8 @@ impl AgentState {
         match task.state {
             TaskState::Running(worker) => {
                 // An actor call ends with its actor (killed above unless detached).
-                if task.spec.kind == TaskKind::Normal as i32
-                    && let Some(w) = self.workers.get(&worker).filter(|w| w.pid != 0)
-                {
-                    self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
+                if task.spec.kind == TaskKind::Normal as i32 {
+                    self.signal_worker(worker, libc::SIGKILL);
                 }
             }
             TaskState::Forwarded(node) => {
@@ -178,9 +176,7 @@ impl AgentState {
                 }
             }
             TaskState::Ready | TaskState::WaitingArgs => {
-                if let Some(actor) = self.actor_of_task(task_id) {
-                    actor.queue.retain(|t| *t != task_id);
-                }
+                self.unqueue(task_id);
                 self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "Its driver exited".into())));
             }
         }

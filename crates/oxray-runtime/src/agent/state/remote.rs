@@ -625,15 +625,11 @@ impl AgentState {
             task.cancelled = true;
             match task.state {
                 TaskState::Running(worker) if task.spec.kind == TaskKind::Normal as i32 => {
-                    if let Some(w) = self.workers.get(&worker).filter(|w| w.pid != 0) {
-                        self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
-                    }
+                    self.signal_worker(worker, libc::SIGKILL);
                 }
                 TaskState::Running(_) => {}
                 _ => {
-                    if let Some(actor) = self.actor_of_task(task_id) {
-                        actor.queue.retain(|t| *t != task_id);
-                    }
+                    self.unqueue(task_id);
                     self.finish_task(
                         task_id,
                         Some((SystemErrorKind::TaskCancelled, "Its owner node went away".into())),

@@ -466,7 +466,12 @@ impl AgentState {
         }
     }
 
-    pub(super) fn remove_ready(&mut self, task_id: TaskId) {
+    /// Takes a task that has not started out of the ready queues and, for an
+    /// actor call, out of its actor's queue.
+    pub(super) fn unqueue(&mut self, task_id: TaskId) {
+        if let Some(actor) = self.actor_of_task(task_id) {
+            actor.queue.retain(|t| *t != task_id);
+        }
         self.tasks.ready.remove(task_id);
     }
 
@@ -672,25 +677,15 @@ impl AgentState {
         task.cancelled = true;
         match task.state {
             TaskState::Running(worker_id) => {
-                let is_actor_task = task.spec.kind == TaskKind::ActorTask as i32;
-                if let Some(w) = self.workers.get(&worker_id)
-                    && w.pid != 0
-                    && !is_actor_task
-                {
-                    let signal = if force { libc::SIGKILL } else { libc::SIGINT };
-                    self.actions.push(Action::Signal { pid: w.pid, signal });
+                if task.spec.kind != TaskKind::ActorTask as i32 {
+                    self.signal_worker(worker_id, if force { libc::SIGKILL } else { libc::SIGINT });
                 }
             }
             TaskState::Forwarded(node) => {
                 self.actions.push(Action::PeerCancel { node, object_id, force });
             }
             TaskState::Ready | TaskState::WaitingArgs => {
-                if task.spec.kind == TaskKind::ActorTask as i32
-                    && let Some(actor) = self.actor_of_task(task_id)
-                {
-                    actor.queue.retain(|t| *t != task_id);
-                }
-                self.tasks.ready.remove(task_id);
+                self.unqueue(task_id);
                 self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
             }
         }

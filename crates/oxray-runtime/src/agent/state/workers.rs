@@ -272,9 +272,7 @@ impl AgentState {
             match task.state {
                 TaskState::Running(runner) => {
                     // Its results read as the owner's death; the worker's exit ends the task.
-                    if let Some(w) = self.workers.get(&runner).filter(|w| w.pid != 0) {
-                        self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
-                    }
+                    self.signal_worker(runner, libc::SIGKILL);
                     for id in returns.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
                         self.store_error(id, SystemErrorKind::OwnerDied, &message);
                     }
@@ -286,10 +284,17 @@ impl AgentState {
                     self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
                 }
                 TaskState::Ready | TaskState::WaitingArgs => {
-                    self.remove_ready(task_id);
+                    self.unqueue(task_id);
                     self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
                 }
             }
+        }
+    }
+
+    /// Sends `signal` to the process of `worker_id`, once it has one.
+    pub(super) fn signal_worker(&mut self, worker_id: WorkerId, signal: i32) {
+        if let Some(w) = self.workers.get(&worker_id).filter(|w| w.pid != 0) {
+            self.actions.push(Action::Signal { pid: w.pid, signal });
         }
     }
 
