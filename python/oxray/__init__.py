@@ -26,10 +26,10 @@ from oxray.runtime_context import get_runtime_context
 
 
 def __getattr__(name):
-    # `ray.train`, `ray.util`: subpackages load on first use, as attributes
+    # `ray.train`, `ray.util`, `ray.data`: subpackages load on first use, as attributes
     # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
     # `import oxray as ray; ray.train.torch.TorchTrainer` works.
-    if name in ("train", "util"):
+    if name in ("train", "util", "data"):
         import importlib
 
         return importlib.import_module(f"oxray.{name}")

@@ -164,6 +164,24 @@ pub fn gpu_amount(request: &ResourceSet) -> f64 {
     request.get("GPU") + grouped as f64 / SCALE
 }
 
+/// The CPUs an actor blocked in `get` lends to other work: its plain `CPU` plus the
+/// CPUs it holds through a placement group (counted once, by the any-bundle name), as
+/// plain `CPU`, since the bundle took them from the node's plain pool.
+pub fn cpus_to_lend(holds: &ResourceSet) -> ResourceSet {
+    let grouped: i64 = holds
+        .0
+        .iter()
+        .filter(|(k, _)| k.strip_prefix("CPU_group_").is_some_and(|rest| !rest.contains('_')))
+        .map(|(_, v)| *v)
+        .sum();
+    let units = holds.0.get("CPU").copied().unwrap_or(0).saturating_add(grouped);
+    let mut out = ResourceSet::new();
+    if units > 0 {
+        out.0.insert("CPU".to_string(), units);
+    }
+    out
+}
+
 impl fmt::Display for ResourceSet {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<String> = self.0.iter().map(|(k, v)| format!("{k}: {}", *v as f64 / SCALE)).collect();

@@ -1,6 +1,7 @@
 """`oxray.train`: distributed training with Ray Train v2's API."""
 
 from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.data_config import DataConfig
 from oxray.train._internal.session import CheckpointUploadMode, get_checkpoint, get_context, get_dataset_shard, report
 from oxray.train._internal.trainer import DataParallelTrainer
 from oxray.train._result import Result
@@ -24,6 +25,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointUploadMode",
     "ControllerError",
+    "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
     "Result",

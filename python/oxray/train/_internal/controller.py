@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional
 
 import oxray
 from oxray.train._internal.checkpoint_manager import CheckpointManager
+from oxray.train._internal.data_config import DataConfig
 from oxray.train._internal.storage import RunStorage
 from oxray.train._internal.worker_group import WorkerFailure, WorkerGroup, _log, gather
 from oxray.train._result import Result
@@ -67,6 +68,7 @@ class TrainController:
         run_config: RunConfig,
         backend_setup: BackendSetup,
         datasets: Optional[dict],
+        data_config: Optional[DataConfig] = None,
     ):
         self.train_fn = train_fn
         self.train_config = train_config
@@ -74,6 +76,7 @@ class TrainController:
         self.run_config = run_config
         self.backend_setup = backend_setup
         self.datasets = datasets or {}
+        self.data_config = data_config or DataConfig()
         self.storage = RunStorage(run_config.storage_path, run_config.name)
         self.manager = CheckpointManager(self.storage, run_config.checkpoint_config)
         self.run_context = TrainRunContext(run_config, scaling, train_config)
@@ -154,7 +157,7 @@ class TrainController:
             setups.append(worker.setup.remote(env, self.backend_setup))
         gather(setups)
         latest = self.manager.latest_checkpoint
-        shards = _split_datasets(self.datasets, group.num_workers)
+        shards = self.data_config.configure(self.datasets, group.num_workers)
         runs = []
         for rank, (worker, ranks) in enumerate(zip(group.workers, layout, strict=True)):
             context_args = {
@@ -169,7 +172,7 @@ class TrainController:
                     context_args,
                     group.sync,
                     latest,
-                    {k: v[rank] for k, v in shards.items()},
+                    shards[rank],
                 )
             )
         return self._wait(group, runs)
@@ -216,16 +219,6 @@ class TrainController:
             checkpoint = self.manager.latest_checkpoint if dir_name is not None else None
             for callback in self.run_config.callbacks:
                 callback.after_report(self.run_context, per_rank, checkpoint)
-
-
-def _split_datasets(datasets: dict, n: int) -> dict:
-    shards = {}
-    for name, ds in datasets.items():
-        split = getattr(ds, "streaming_split", None)
-        if split is None:
-            raise TypeError(f"datasets[{name!r}] must be an oxray.data Dataset, got {type(ds).__name__}")
-        shards[name] = split(n, equal=True)
-    return shards
 
 
 def _describe(failure: WorkerFailure) -> str:

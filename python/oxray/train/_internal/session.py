@@ -80,6 +80,11 @@ def set_session(session: Optional[Session]) -> None:
         _SESSION = session
 
 
+def in_session() -> bool:
+    """Whether this process is a training worker running its loop."""
+    return _SESSION is not None
+
+
 def get_session(fn_name: str) -> Session:
     if _SESSION is None:
         raise RuntimeError(

@@ -6,6 +6,7 @@ from typing import Any, Callable, Optional
 
 import oxray
 from oxray.train._internal.controller import TrainController
+from oxray.train._internal.data_config import check_data_config
 from oxray.train._result import Result
 from oxray.train.config import RunConfig, ScalingConfig
 
@@ -54,8 +55,7 @@ class DataParallelTrainer:
             raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
         if validation_config is not None:
             raise ValueError(f"{name}(validation_config=...) is not supported by oxray yet")
-        if dataset_config is not None and not datasets:
-            raise ValueError(f"{name}(dataset_config=...) was given without datasets=...")
+        self.dataset_config = check_data_config(dataset_config, name)
         if datasets is not None and not isinstance(datasets, dict):
             raise TypeError(f"{name}(datasets=...) must be a dict of name -> Dataset, got {type(datasets).__name__}")
         self.train_loop_per_worker = train_loop_per_worker
@@ -83,6 +83,7 @@ class DataParallelTrainer:
             self.run_config,
             self._backend_setup(),
             self.datasets,
+            self.dataset_config,
         )
         return controller.run()
 

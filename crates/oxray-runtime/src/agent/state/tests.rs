@@ -362,6 +362,49 @@ fn a_worker_dying_while_blocked_in_get_returns_its_cpu_once() {
 }
 
 #[test]
+fn an_actor_blocked_in_get_lends_its_cpu_until_it_resumes_or_dies() {
+    let mut st = new_state(1.0, 0);
+    let mut spec = actor_spec(0);
+    spec.resources = HashMap::from([("CPU".to_string(), 1.0)]);
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 62);
+    let creation = next(&mut rx).unwrap();
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
+    assert_eq!(st.available().get("CPU"), 0.0, "the live actor holds the node's CPU");
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    assert!(spawned(&mut st).is_empty(), "no CPU for the task yet");
+    // The actor waits in get (a training rank waiting for its next batch).
+    st.set_worker_blocked(w, true);
+    let task_worker = spawned(&mut st);
+    assert_eq!(task_worker.len(), 1, "the task starts on the CPU the blocked actor lent");
+    let mut task_rx = connect(&mut st, task_worker[0], 63);
+    assert!(next(&mut task_rx).is_some());
+    assert_eq!(st.available().get("CPU"), 0.0);
+    st.set_worker_blocked(w, false);
+    assert_eq!(st.available().get("CPU"), -1.0, "taken back: oversubscribed until the task ends");
+    st.set_worker_blocked(w, true);
+    st.worker_exited(w, "killed by SIGKILL".into());
+    // Lent (+1) then the dead actor's hold (+1) minus the lent CPU taken back (-1), with the task's CPU in use.
+    assert_eq!(st.available().get("CPU"), 0.0, "the lent CPU is not returned twice");
+}
+
+#[test]
+fn a_placement_group_actor_lends_its_bundle_cpus_as_plain_cpus() {
+    let holds = ResourceSet::from_map(&HashMap::from([
+        ("CPU_group_0_abcd".to_string(), 2.0),
+        ("CPU_group_abcd".to_string(), 2.0),
+        ("bundle_group_abcd".to_string(), 0.001),
+    ]))
+    .unwrap();
+    assert_eq!(crate::resources::cpus_to_lend(&holds).get("CPU"), 2.0);
+}
+
+#[test]
 fn killing_an_actor_before_it_starts_keeps_it_dead() {
     let mut st = new_state(2.0, 0);
     let w = place_actor(&mut st, 3);

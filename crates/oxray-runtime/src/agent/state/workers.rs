@@ -5,6 +5,7 @@ use super::{Action, ActorState, AgentState, AssignmentSender, TaskState};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, JobId, ObjectId, TaskId, WorkerId};
+use crate::resources::{ResourceSet, cpus_to_lend};
 use oxray_proto::{Assignment, TaskKind};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -27,6 +28,8 @@ pub(super) struct WorkerEntry {
     /// The job whose task or actor runs there: its output goes to that driver.
     pub(super) job_id: Option<JobId>,
     pub(super) blocked: bool,
+    /// What an actor's worker lent while blocked in `get` (its CPUs), taken back after.
+    pub(super) lent: ResourceSet,
 }
 
 /// The worker processes of this node.
@@ -116,6 +119,7 @@ impl AgentState {
                 label,
                 job_id,
                 blocked: false,
+                lent: ResourceSet::new(),
             },
         );
         self.actions.push(Action::SpawnWorker { worker_id, env });
@@ -185,6 +189,23 @@ impl AgentState {
         if worker.blocked == blocked {
             return;
         }
+        if let (WorkerRole::Actor(actor_id), None) = (&worker.role, worker.running) {
+            // A live actor waiting in `get` (e.g. a training rank waiting for its next batch)
+            // lends its CPUs, so the tasks it waits for can run on them.
+            let lend = self.actors.get(actor_id).and_then(|a| a.held.as_ref()).map(|(_, holds)| cpus_to_lend(holds));
+            let Some(lend) = lend else { return };
+            let worker = self.workers.get_mut(&worker_id).expect("looked up above");
+            worker.blocked = blocked;
+            if blocked {
+                self.available.add(&lend);
+                worker.lent = lend;
+                self.schedule();
+            } else {
+                let lent = std::mem::take(&mut worker.lent);
+                self.available.subtract(&lent);
+            }
+            return;
+        }
         let Some(task_id) = worker.running else { return };
         let Some(task) = self.tasks.get(&task_id) else { return };
         worker.blocked = blocked;
@@ -201,6 +222,8 @@ impl AgentState {
     pub fn worker_exited(&mut self, worker_id: WorkerId, status: String) {
         let Some(worker) = self.workers.workers.remove(&worker_id) else { return };
         self.workers.idle.retain(|w| *w != worker_id);
+        // CPUs its actor lent while blocked come back before the actor's holds are released.
+        self.available.subtract(&worker.lent);
         self.objects.release_all_views(worker_id.into());
         let held: Vec<ObjectId> = worker.held_refs.iter().copied().collect();
         for id in held {

@@ -1,0 +1,58 @@
+"""`oxray.data`: Ray Data's API for streaming datasets into training, on oxray's Rust engine.
+
+import oxray as ray
+ds = ray.data.read_parquet("s3://bucket/train").map_batches(normalize)
+for batch in ds.iter_torch_batches(batch_size=256):
+    ...
+"""
+
+try:
+    import pyarrow  # noqa: F401
+except ImportError as e:  # pragma: no cover - pyarrow is installed with oxray[data]
+    raise ImportError("oxray.data needs pyarrow: pip install 'oxray[data]' (or pip install pyarrow)") from e
+
+from oxray.data.context import DataContext, ExecutionOptions, ExecutionResources
+from oxray.data.dataset import ActorPoolStrategy, Dataset, MaterializedDataset, Schema, TaskPoolStrategy
+from oxray.data.iterator import DataIterator
+from oxray.data.read_api import (
+    from_arrow,
+    from_items,
+    from_numpy,
+    from_pandas,
+    from_torch,
+    range,
+    range_tensor,
+    read_binary_files,
+    read_csv,
+    read_images,
+    read_json,
+    read_numpy,
+    read_parquet,
+    read_text,
+)
+
+__all__ = [
+    "ActorPoolStrategy",
+    "DataContext",
+    "DataIterator",
+    "Dataset",
+    "ExecutionOptions",
+    "ExecutionResources",
+    "MaterializedDataset",
+    "Schema",
+    "TaskPoolStrategy",
+    "from_arrow",
+    "from_items",
+    "from_numpy",
+    "from_pandas",
+    "from_torch",
+    "range",
+    "range_tensor",
+    "read_binary_files",
+    "read_csv",
+    "read_images",
+    "read_json",
+    "read_numpy",
+    "read_parquet",
+    "read_text",
+]

@@ -1,0 +1,230 @@
+"""Blocks are pyarrow Tables. This module converts them to and from what UDFs see
+(rows, numpy dicts, pandas, pyarrow) and ships them through the object store as Arrow IPC.
+
+Tensor columns (an ndarray per row, e.g. images) use Arrow's canonical
+`arrow.fixed_shape_tensor` extension type, so they convert to and from numpy without a copy.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any, Iterable
+
+import numpy as np
+import pyarrow as pa
+
+BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
+
+
+def check_batch_format(fmt) -> None:
+    if fmt not in BATCH_FORMATS:
+        raise ValueError(f"batch_format={fmt!r}: expected one of 'default', 'numpy', 'pandas', 'pyarrow' or None")
+
+
+def num_rows(table: pa.Table) -> int:
+    return table.num_rows
+
+
+def size_bytes(table: pa.Table) -> int:
+    return table.nbytes
+
+
+class IpcBlock:
+    """A block as it travels: pickled as one out-of-band Arrow IPC stream buffer, which the
+    reader maps from shared memory without a copy."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def __reduce_ex__(self, protocol):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, self.table.schema) as writer:
+            writer.write_table(self.table)
+        buf = sink.getvalue()
+        if protocol >= 5:
+            return _ipc_to_table, (pickle.PickleBuffer(buf),)
+        return _ipc_to_table, (buf.to_pybytes(),)
+
+
+def _ipc_to_table(data) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if isinstance(column.type, pa.FixedShapeTensorType):
+        return column.to_numpy_ndarray()
+    if pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+        values = column.to_pylist()
+        try:
+            return np.array(values)
+        except ValueError:
+            out = np.empty(len(values), dtype=object)
+            out[:] = [np.array(v) for v in values]
+            return out
+    try:
+        return column.to_numpy(zero_copy_only=True)
+    except (pa.ArrowInvalid, NotImplementedError):
+        return column.to_numpy(zero_copy_only=False)
+
+
+def table_to_numpy(table: pa.Table) -> dict:
+    return {name: column_to_numpy(table.column(i)) for i, name in enumerate(table.column_names)}
+
+
+def to_batch(table: pa.Table, batch_format) -> Any:
+    """The block as `batch_format` asks: numpy dict (default), pandas or pyarrow."""
+    if batch_format in ("default", "numpy"):
+        return table_to_numpy(table)
+    if batch_format == "pandas":
+        return table_to_pandas(table)
+    return table
+
+
+def table_to_pandas(table: pa.Table):
+    tensor_columns = [n for n in table.column_names if isinstance(table.schema.field(n).type, pa.FixedShapeTensorType)]
+    if not tensor_columns:
+        return table.to_pandas()
+    df = table.drop_columns(tensor_columns).to_pandas()
+    for name in tensor_columns:
+        arr = column_to_numpy(table.column(name))
+        df[name] = list(arr)
+    return df[table.column_names]
+
+
+def _numeric_array(values: np.ndarray) -> pa.Array:
+    """A 1-d numeric ndarray as an Arrow array over the same memory (`pa.array` would import pandas)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def _tensor_array(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind not in "iuf":
+        return pa.FixedShapeTensorArray.from_numpy_ndarray(values)
+    flat = _numeric_array(values.reshape(-1))
+    inner = int(np.prod(values.shape[1:]))
+    storage = pa.FixedSizeListArray.from_arrays(flat, inner)
+    tensor_type = pa.fixed_shape_tensor(flat.type, list(values.shape[1:]))
+    return pa.ExtensionArray.from_storage(tensor_type, storage)
+
+
+def array_from_values(name: str, values) -> pa.Array:
+    """One column from what a UDF returned for it: an ndarray, a list, or an Arrow array."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    if isinstance(values, np.ndarray):
+        if values.ndim > 1:
+            return _tensor_array(values)
+        if values.dtype == object and len(values) and isinstance(values[0], np.ndarray):
+            return array_from_values(name, list(values))
+        if values.dtype.kind in "iuf":
+            return _numeric_array(values)
+        return pa.array(values)
+    if isinstance(values, (list, tuple)) and values and all(isinstance(v, np.ndarray) for v in values):
+        shapes = {v.shape for v in values}
+        if len(shapes) == 1:
+            return _tensor_array(np.stack(values))
+        raise ValueError(
+            f"column {name!r} holds arrays of different shapes ({sorted(shapes)[:3]} ...); "
+            "oxray supports tensor columns of one shape per column"
+        )
+    torch = sys.modules.get("torch")  # never imported here just to check a type
+    if torch is not None and isinstance(values, torch.Tensor):
+        return array_from_values(name, values.detach().cpu().numpy())
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+        raise TypeError(f"column {name!r}: cannot convert a {type(values).__name__} to a column: {e}") from e
+
+
+def table_from_columns(columns: dict) -> pa.Table:
+    arrays = {}
+    length = None
+    for name, values in columns.items():
+        if not isinstance(name, str):
+            raise TypeError(f"column names must be strings, got {name!r} ({type(name).__name__})")
+        arr = array_from_values(name, values)
+        if length is not None and len(arr) != length:
+            raise ValueError(
+                f"columns have different lengths: {name!r} has {len(arr)} rows, the columns before it {length}"
+            )
+        length = len(arr)
+        arrays[name] = arr
+    return pa.Table.from_arrays(list(arrays.values()), names=list(arrays))
+
+
+def from_batch(batch, what: str) -> pa.Table:
+    """A block from what a batch UDF returned; `what` names the UDF for errors."""
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, pa.RecordBatch):
+        return pa.Table.from_batches([batch])
+    if isinstance(batch, dict):
+        return table_from_columns(batch)
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(batch, pd.DataFrame):
+        return pandas_to_table(batch)
+    raise TypeError(
+        f"{what} returned a {type(batch).__name__}; expected a dict of column name -> numpy array, "
+        "a pandas DataFrame or a pyarrow Table"
+    )
+
+
+def pandas_to_table(df) -> pa.Table:
+    columns = {}
+    for name in df.columns:
+        series = df[name]
+        if series.dtype == object and len(series) and isinstance(series.iloc[0], np.ndarray):
+            columns[str(name)] = list(series)
+        else:
+            columns[str(name)] = pa.array(series, from_pandas=True)
+    if not columns:
+        return pa.table({})
+    return table_from_columns(columns)
+
+
+def rows_of(table: pa.Table) -> Iterable[dict]:
+    """Rows as dicts: Python values, and ndarrays for tensor columns."""
+    names = table.column_names
+    cols = []
+    for i in range(len(names)):
+        col = table.column(i)
+        if isinstance(col.type, pa.FixedShapeTensorType):
+            cols.append(list(column_to_numpy(col)))
+        else:
+            cols.append(col.to_pylist())
+    for values in zip(*cols, strict=True):
+        yield dict(zip(names, values, strict=True))
+    if not names:
+        for _ in range(table.num_rows):
+            yield {}
+
+
+def table_from_rows(rows: list, what: str) -> pa.Table:
+    if not rows:
+        return pa.table({})
+    names: dict = {}
+    for row in rows:
+        if not isinstance(row, dict):
+            raise TypeError(f"{what} returned a {type(row).__name__}; expected a dict of column name -> value")
+        for k in row:
+            names.setdefault(k, None)
+    columns = {name: [row.get(name) for row in rows] for name in names}
+    return table_from_columns(columns)
+
+
+def concat(tables: list) -> pa.Table:
+    tables = [t for t in tables if t.num_columns or t.num_rows]
+    if not tables:
+        return pa.table({})
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid as e:
+        raise ValueError(f"blocks have different schemas and cannot be combined: {e}") from e

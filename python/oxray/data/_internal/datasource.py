@@ -1,0 +1,309 @@
+"""Where a dataset's rows come from: files read by the Rust engine, in-memory data, ranges.
+
+A datasource lists its read tasks (picklable callables that return blocks) when the dataset
+executes. Parquet can also stream in-process: row groups decoded on Rust threads, ahead of the
+consumer within a byte budget, with projection and `limit` pushed into the reader.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from typing import Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from oxray import _native
+from oxray.data._internal import block as B
+
+
+def _tables(batches) -> list:
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return []
+    return [pa.Table.from_batches(batches)]
+
+
+def _normalize_paths(paths, what: str) -> list:
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not isinstance(paths, (list, tuple)) or not paths:
+        raise ValueError(f"{what}(paths={paths!r}): expected a path or a non-empty list of paths")
+    out = []
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"{what}: a path must be a string, got {type(p).__name__} ({p!r})")
+        p = os.fspath(p)
+        if "://" not in p:
+            p = os.path.abspath(os.path.expanduser(p))
+        elif not (p.startswith("s3://") or p.startswith("file://")):
+            raise ValueError(f"{what}: {p!r} has an unsupported scheme; expected a local path, file:// or s3://")
+        out.append(p)
+    return out
+
+
+def _check_filesystem(filesystem, what: str) -> None:
+    if filesystem is None:
+        return
+    name = type(filesystem).__name__
+    if name in ("LocalFileSystem", "S3FileSystem"):
+        return  # the engine reads local paths and s3:// itself, with the standard AWS settings
+    raise ValueError(
+        f"{what}(filesystem={name}): oxray reads local paths and s3:// URIs itself "
+        "(S3 settings from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); pass filesystem=None"
+    )
+
+
+class ReadTask:
+    rows: Optional[int] = None
+    size: Optional[int] = None
+
+    def __call__(self) -> list:
+        raise NotImplementedError
+
+
+class ParquetFragment(ReadTask):
+    def __init__(self, uri: str, row_groups: Optional[list], columns, limit, rows: int, size: int):
+        self.uri, self.row_groups, self.columns, self.limit = uri, row_groups, columns, limit
+        self.rows, self.size = rows, size
+
+    def __call__(self) -> list:
+        batch_rows = max(self.rows or 1, 1)
+        return _tables(_native.data_read_parquet(self.uri, self.row_groups, self.columns, self.limit, batch_rows))
+
+
+class Datasource:
+    name = "Read"
+
+    def read_tasks(self) -> list:
+        raise NotImplementedError
+
+    def schema(self) -> Optional[pa.Schema]:
+        return None
+
+    def count(self) -> Optional[int]:
+        return None
+
+    def local_stream(self, threads: int, budget_bytes: int) -> Optional[Iterator[pa.Table]]:
+        """Blocks read in this process by the engine, or None when this source runs as tasks."""
+        return None
+
+
+class ParquetDatasource(Datasource):
+    name = "ReadParquet"
+
+    def __init__(self, paths, columns=None, limit=None, target_block_bytes=128 << 20, _files=None, _info=None):
+        self.paths = paths
+        self.columns = list(columns) if columns is not None else None
+        self.limit = limit
+        self.target_block_bytes = target_block_bytes
+        if _files is None:
+            _files = [uri for uri, _size in _native.data_expand_paths(paths, ["parquet"])]
+        self.files = _files
+        if _info is None:
+            _info = _native.data_parquet_inspect(self.files)
+        self._schema, self._row_groups = _info
+        if self.columns is not None:
+            missing = [c for c in self.columns if c not in self._schema.names]
+            if missing:
+                raise ValueError(
+                    f"read_parquet(columns={self.columns!r}): unknown column(s) {missing}; "
+                    f"the files have {self._schema.names}"
+                )
+
+    def with_(self, columns=None, limit=None) -> "ParquetDatasource":
+        """This source with a projection or a row limit pushed into the reader."""
+        if columns is None and limit is None:
+            return self
+        if limit is not None and self.limit is not None:
+            limit = min(limit, self.limit)
+        return ParquetDatasource(
+            self.paths,
+            columns if columns is not None else self.columns,
+            limit if limit is not None else self.limit,
+            self.target_block_bytes,
+            self.files,
+            (self._schema, self._row_groups),
+        )
+
+    def schema(self) -> pa.Schema:
+        if self.columns is None:
+            return self._schema
+        return pa.schema([self._schema.field(c) for c in self.columns])
+
+    def count(self) -> int:
+        total = sum(rows for groups in self._row_groups for rows, _ in groups)
+        return total if self.limit is None else min(total, self.limit)
+
+    def _column_share(self) -> float:
+        if self.columns is None or not self._schema.names:
+            return 1.0
+        return max(len(self.columns) / len(self._schema.names), 0.01)
+
+    def fragments(self) -> list:
+        """Consecutive row groups of a file, grouped up to the target block size."""
+        out = []
+        share = self._column_share()
+        remaining = self.limit
+        for uri, groups in zip(self.files, self._row_groups, strict=True):
+            current, rows, size = [], 0, 0
+            for i, (g_rows, g_bytes) in enumerate(groups):
+                current.append(i)
+                rows += g_rows
+                size += int(g_bytes * share)
+                if size >= self.target_block_bytes or i == len(groups) - 1:
+                    if remaining is not None and remaining <= 0:
+                        break
+                    out.append(ParquetFragment(uri, current, self.columns, remaining, rows, size))
+                    if remaining is not None:
+                        remaining -= rows
+                    current, rows, size = [], 0, 0
+            if remaining is not None and remaining <= 0:
+                break
+        return out
+
+    def read_tasks(self) -> list:
+        return self.fragments()
+
+    def local_stream(self, threads: int, budget_bytes: int):
+        frags = self.fragments()
+        if not frags:
+            return iter(())
+        batch_rows = max(max(f.rows for f in frags), 1)
+        stream = _native.DataParquetStream(
+            [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, batch_rows, threads, budget_bytes
+        )
+        return (pa.Table.from_batches([b]) for b in stream if b.num_rows)
+
+
+# Files the engine reads whole and Python decodes (csv, json, text, images, numpy, bytes).
+_FILE_FORMATS = {
+    "csv": ("ReadCSV", ["csv", "csv.gz"]),
+    "json": ("ReadJSON", ["json", "jsonl", "json.gz", "jsonl.gz"]),
+    "text": ("ReadText", None),
+    "numpy": ("ReadNumpy", ["npy"]),
+    "images": ("ReadImage", ["png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "webp"]),
+    "binary": ("ReadBinary", None),
+}
+
+
+class FileRead(ReadTask):
+    def __init__(self, fmt: str, uri: str, size: int, options: dict, include_paths: bool):
+        self.fmt, self.uri, self.size, self.options, self.include_paths = fmt, uri, size, options, include_paths
+
+    def __call__(self) -> list:
+        fmt, uri, o = self.fmt, self.uri, self.options
+        if fmt == "csv":
+            tables = _tables(_native.data_read_csv(uri, o.get("delimiter", ","), o.get("has_header", True), None))
+        elif fmt == "json":
+            tables = _tables(_native.data_read_json(uri, o.get("lines")))
+        elif fmt == "text":
+            tables = _tables(_native.data_read_text(uri, o.get("drop_empty_lines", False)))
+        elif fmt == "numpy":
+            arr = np.load(io.BytesIO(_native.data_read_bytes(uri)), allow_pickle=False)
+            tables = [B.table_from_columns({"data": arr})]
+        elif fmt == "images":
+            tables = [B.table_from_columns({"image": [_decode_image(uri, o)]})]
+        else:
+            tables = [pa.table({"bytes": pa.array([_native.data_read_bytes(uri)], type=pa.binary())})]
+        if self.include_paths:
+            tables = [t.append_column("path", pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
+        return tables
+
+
+def _decode_image(uri: str, options: dict) -> np.ndarray:
+    from PIL import Image
+
+    data = _native.data_read_bytes(uri)
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds
+        raise ValueError(f"read_images: {uri} is not an image Pillow can decode: {e}") from e
+    if options.get("mode"):
+        image = image.convert(options["mode"])
+    if options.get("size"):
+        height, width = options["size"]
+        image = image.resize((width, height))
+    return np.asarray(image)
+
+
+class FileDatasource(Datasource):
+    def __init__(self, fmt: str, paths, options: dict, include_paths: bool, file_extensions=None):
+        self.fmt = fmt
+        self.name, default_ext = _FILE_FORMATS[fmt]
+        exts = file_extensions if file_extensions is not None else default_ext
+        self.files = _native.data_expand_paths(paths, list(exts) if exts else None)
+        self.options = options
+        self.include_paths = include_paths
+
+    def read_tasks(self) -> list:
+        return [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]
+
+
+class TablesTask(ReadTask):
+    def __init__(self, table: pa.Table):
+        self.block = B.IpcBlock(table)
+        self.rows, self.size = table.num_rows, table.nbytes
+
+    def __call__(self) -> list:
+        t = self.block.table if isinstance(self.block, B.IpcBlock) else self.block
+        return [t]
+
+
+class InMemoryDatasource(Datasource):
+    """from_items / from_pandas / from_numpy / from_arrow: blocks made at creation."""
+
+    def __init__(self, name: str, tables: list):
+        self.name = name
+        self.tables = [t for t in tables]
+        if not self.tables:
+            self.tables = [pa.table({})]
+
+    def read_tasks(self) -> list:
+        return [TablesTask(t) for t in self.tables]
+
+    def schema(self):
+        return self.tables[0].schema
+
+    def count(self) -> int:
+        return sum(t.num_rows for t in self.tables)
+
+    def local_stream(self, threads: int, budget_bytes: int):
+        return iter([t for t in self.tables if t.num_rows or len(self.tables) == 1])
+
+
+class RangeTask(ReadTask):
+    def __init__(self, start: int, stop: int, shape):
+        self.start, self.stop, self.shape = start, stop, shape
+        self.rows = stop - start
+
+    def __call__(self) -> list:
+        ids = np.arange(self.start, self.stop, dtype=np.int64)
+        if self.shape is None:
+            return [B.table_from_columns({"id": ids})]
+        data = np.broadcast_to(ids.reshape((-1,) + (1,) * len(self.shape)), (len(ids), *self.shape))
+        return [B.table_from_columns({"data": np.ascontiguousarray(data)})]
+
+
+class RangeDatasource(Datasource):
+    def __init__(self, n: int, num_blocks: int, shape=None):
+        self.name = "ReadRange" if shape is None else "ReadRangeTensor"
+        self.n, self.num_blocks, self.shape = n, max(1, num_blocks), shape
+
+    def read_tasks(self) -> list:
+        per = max(1, math.ceil(self.n / self.num_blocks))
+        return [RangeTask(s, min(s + per, self.n), self.shape) for s in range(0, self.n, per)]
+
+    def schema(self):
+        if self.shape is None:
+            return pa.schema([("id", pa.int64())])
+        return None
+
+    def count(self) -> int:
+        return self.n
+
+    def local_stream(self, threads: int, budget_bytes: int):
+        return (t for task in self.read_tasks() for t in task())

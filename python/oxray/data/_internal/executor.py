@@ -1,0 +1,469 @@
+"""The streaming executor: runs a dataset's stages as a chain of generators.
+
+Blocks move as `Bundle`s: an object-store reference to a list of Arrow IPC blocks (made by a
+task) or tables held in this process (read here by the engine's threads). Map stages keep
+tasks in flight while the bytes of unconsumed output stay under the execution's budget
+(`resource_limits.object_store_memory`, by default half the object store), so a dataset far
+bigger than the store streams through it.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import pyarrow as pa
+
+import oxray
+from oxray.data._internal import block as B
+from oxray.data._internal import plan as P
+from oxray.data._internal import transforms as T
+
+DEFAULT_STORE_SHARE = 0.5
+
+
+class Budget:
+    """Bytes of output in flight or produced and not yet consumed, across all stages."""
+
+    def __init__(self, limit: int):
+        self.limit = int(limit)
+        self.used = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def fits(self, n: int) -> bool:
+        return self.used + n <= self.limit
+
+    def reserve(self, n: int) -> None:
+        with self._lock:
+            self.used += n
+            self.peak = max(self.peak, self.used)
+
+    def release(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+class Bundle:
+    """Blocks passed between stages: a reference to a list of IPC blocks, or local tables."""
+
+    __slots__ = ("ref", "tables", "rows", "size", "_budget")
+
+    def __init__(self, rows: int, size: int, ref=None, tables=None, budget: Optional[Budget] = None):
+        self.ref, self.tables, self.rows, self.size = ref, tables, rows, size
+        self._budget = budget
+        if budget is not None:
+            budget.reserve(size)
+
+    def get_tables(self) -> list:
+        if self.tables is not None:
+            return self.tables
+        return oxray.get(self.ref)
+
+    def to_ref(self):
+        """The bundle in the object store (tables held here are put there once)."""
+        if self.ref is None:
+            self.ref = oxray.put([B.IpcBlock(t) for t in self.tables])
+            self.tables = None
+        return self.ref
+
+    def release(self) -> None:
+        if self._budget is not None:
+            self._budget.release(self.size)
+            self._budget = None
+
+    @classmethod
+    def local(cls, tables: list, budget: Optional[Budget] = None) -> "Bundle":
+        return cls(sum(t.num_rows for t in tables), sum(t.nbytes for t in tables), tables=tables, budget=budget)
+
+
+@dataclass
+class OpStats:
+    name: str
+    started: Optional[float] = None
+    finished: Optional[float] = None
+    cpu_s: float = 0.0
+    task_wall_s: float = 0.0
+    rows: int = 0
+    bytes: int = 0
+    blocks: int = 0
+    tasks: int = 0
+    in_flight: int = 0
+
+    def start(self) -> None:
+        if self.started is None:
+            self.started = time.perf_counter()
+
+    def output(self, rows: int, size: int, blocks: int) -> None:
+        self.rows += rows
+        self.bytes += size
+        self.blocks += blocks
+        self.finished = time.perf_counter()
+
+    @property
+    def wall_s(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.finished or time.perf_counter()) - self.started
+
+
+@dataclass
+class ExecutionStats:
+    ops: list = field(default_factory=list)
+    peak_budget_bytes: int = 0
+    budget_bytes: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    finished: Optional[float] = None
+
+    def op(self, name: str) -> OpStats:
+        s = OpStats(name)
+        self.ops.append(s)
+        return s
+
+    def summary(self) -> str:
+        lines = []
+        for i, s in enumerate(self.ops):
+            rate = s.rows / s.wall_s if s.wall_s > 0 else 0.0
+            lines.append(
+                f"Operator {i} {s.name}: {s.tasks} tasks, {s.blocks} blocks, {s.rows} rows, "
+                f"{_mb(s.bytes)} output\n"
+                f"* Wall time: {s.wall_s:.3f}s ({rate:,.0f} rows/s)\n"
+                f"* CPU time: {s.cpu_s:.3f}s (in tasks: wall {s.task_wall_s:.3f}s)"
+            )
+        total = (self.finished or time.perf_counter()) - self.started
+        lines.append(
+            f"Dataset execution: {total:.3f}s wall; object store budget {_mb(self.budget_bytes)}, "
+            f"peak in flight {_mb(self.peak_budget_bytes)}"
+        )
+        return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+# ---- what runs in tasks and actors ----
+
+
+def _run_blocks(fns, read_task, inputs):
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    if read_task is not None:
+        tables = read_task()
+    else:
+        tables = [t for blocks in inputs for t in blocks]
+    out = T.run_fns(fns, tables)
+    meta = {
+        "rows": sum(t.num_rows for t in out),
+        "bytes": sum(t.nbytes for t in out),
+        "blocks": len(out),
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.thread_time() - cpu0,
+    }
+    return [B.IpcBlock(t) for t in out], meta
+
+
+def _map_task(fns, read_task, *inputs):
+    for fn in fns:
+        fn.setup()
+    return _run_blocks(fns, read_task, inputs)
+
+
+class _MapActor:
+    """One member of a class UDF's actor pool: builds the UDF once, then maps blocks."""
+
+    def __init__(self, fns):
+        self.fns = fns
+        for fn in fns:
+            fn.setup()
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, read_task, *inputs):
+        return _run_blocks(self.fns, read_task, inputs)
+
+
+_remote_map_task = None
+_remote_map_actor = None
+
+
+def _remote_task():
+    global _remote_map_task
+    if _remote_map_task is None:
+        _remote_map_task = oxray.remote(num_returns=2)(_map_task)
+    return _remote_map_task
+
+
+def _remote_actor():
+    global _remote_map_actor
+    if _remote_map_actor is None:
+        _remote_map_actor = oxray.remote(_MapActor)
+    return _remote_map_actor
+
+
+# ---- stages ----
+
+
+class Executor:
+    def __init__(self, stages: list, ctx, stats: ExecutionStats, progress=None):
+        self.stages = stages
+        self.ctx = ctx
+        self.stats = stats
+        self.progress = progress
+        opts = ctx.execution_options
+        self.preserve_order = bool(opts.preserve_order)
+        limit = opts.resource_limits.object_store_memory
+        if limit is None:
+            store = oxray.cluster_resources().get("object_store_memory", 2 << 30)
+            limit = int(store * DEFAULT_STORE_SHARE)
+        self.budget = Budget(int(limit))
+        stats.budget_bytes = self.budget.limit
+        cpus = opts.resource_limits.cpu
+        if cpus is None:
+            cpus = oxray.cluster_resources().get("CPU", 1)
+        self.max_tasks = max(1, int(cpus) * 2)
+        self.read_threads = max(1, min(int(cpus), 8))
+
+    def run(self) -> Iterator[Bundle]:
+        it = self._chain(self.stages)
+        try:
+            yield from it
+        finally:
+            it.close()
+            self.stats.finished = time.perf_counter()
+            self.stats.peak_budget_bytes = self.budget.peak
+
+    def _chain(self, stages: list) -> Iterator[Bundle]:
+        it = None
+        for stage in stages:
+            if isinstance(stage, P.ReadStage):
+                it = self._read(stage)
+            elif isinstance(stage, P.MapStage):
+                it = self._map(stage, it)
+            elif isinstance(stage, P.LimitStage):
+                it = self._limit(stage, it)
+            elif isinstance(stage, P.AllToAllStage):
+                it = self._all_to_all(stage, it)
+            elif isinstance(stage, P.UnionStage):
+                it = self._union(stage)
+            else:  # pragma: no cover
+                raise TypeError(f"unknown stage {stage!r}")
+        return it
+
+    def _read(self, stage: P.ReadStage) -> Iterator[Bundle]:
+        stream = stage.source.local_stream(self.read_threads, self.budget.limit)
+        if stream is None:
+            yield from self._map(P.MapStage([], P.ComputeSpec(), None, stage.name, read=stage.source), None)
+            return
+        stats = self.stats.op(stage.name)
+        stats.start()
+        cpu0 = time.process_time()
+        try:
+            for table in stream:
+                stats.output(table.num_rows, table.nbytes, 1)
+                stats.cpu_s = time.process_time() - cpu0
+                self._progress(stats)
+                yield Bundle.local([table], self.budget)
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+
+    def _progress(self, stats: OpStats) -> None:
+        if self.progress is not None:
+            self.progress.update(stats)
+
+    def _inputs(self, stage: P.MapStage, upstream) -> Iterator[tuple]:
+        """(read task or None, input bundles, estimated output bytes) per task to submit."""
+        if stage.read is not None:
+            for task in stage.read.read_tasks():
+                yield task, [], task.size or (1 << 20)
+            return
+        pending, rows, size = [], 0, 0
+        for bundle in upstream:
+            pending.append(bundle)
+            rows += bundle.rows
+            size += bundle.size
+            if stage.batch_size is None or rows >= stage.batch_size:
+                yield None, pending, size
+                pending, rows, size = [], 0, 0
+        if pending:
+            yield None, pending, size
+
+    def _map(self, stage: P.MapStage, upstream) -> Iterator[Bundle]:
+        stats = self.stats.op(stage.name)
+        pool = _ActorPool(stage) if stage.compute.actors else None
+        max_in_flight = stage.compute.task_concurrency or self.max_tasks
+        if pool is not None:
+            max_in_flight = pool.capacity
+        inputs = self._inputs(stage, upstream)
+        in_flight: collections.OrderedDict = collections.OrderedDict()  # meta ref -> (data ref, bundles, est, actor)
+        exhausted = False
+        next_item = None
+        try:
+            while True:
+                while not exhausted and len(in_flight) < max_in_flight:
+                    if next_item is None:
+                        try:
+                            next_item = next(inputs)
+                        except StopIteration:
+                            exhausted = True
+                            break
+                    read_task, bundles, est = next_item
+                    if in_flight and not self.budget.fits(est):
+                        break
+                    next_item = None
+                    stats.start()
+                    args = [b.to_ref() for b in bundles]
+                    if pool is not None:
+                        actor = pool.pick()
+                        data_ref, meta_ref = actor.run.options(num_returns=2).remote(read_task, *args)
+                    else:
+                        actor = None
+                        remote = _remote_task()
+                        opts = stage.compute.remote_options()
+                        if opts:
+                            remote = remote.options(**opts)
+                        data_ref, meta_ref = remote.remote(stage.fns, read_task, *args)
+                    self.budget.reserve(est)
+                    in_flight[meta_ref] = (data_ref, bundles, est, actor)
+                    stats.tasks += 1
+                    stats.in_flight = len(in_flight)
+                if not in_flight:
+                    return
+                if self.preserve_order:
+                    meta_ref = next(iter(in_flight))
+                else:
+                    ready, _ = oxray.wait(list(in_flight), num_returns=1)
+                    meta_ref = ready[0]
+                data_ref, bundles, est, actor = in_flight.pop(meta_ref)
+                self.budget.release(est)
+                for b in bundles:
+                    b.release()
+                if actor is not None:
+                    pool.done(actor)
+                meta = oxray.get(meta_ref)
+                stats.cpu_s += meta["cpu"]
+                stats.task_wall_s += meta["wall"]
+                stats.output(meta["rows"], meta["bytes"], meta["blocks"])
+                stats.in_flight = len(in_flight)
+                self._progress(stats)
+                if meta["blocks"]:
+                    yield Bundle(meta["rows"], meta["bytes"], ref=data_ref, budget=self.budget)
+        finally:
+            for meta_ref, (_data_ref, bundles, est, _actor) in in_flight.items():
+                self.budget.release(est)
+                for b in bundles:
+                    b.release()
+                try:
+                    oxray.cancel(meta_ref)
+                except Exception:  # noqa: BLE001 - best effort: the task may have finished
+                    pass
+            inputs.close()
+            if pool is not None:
+                pool.shutdown()
+
+    def _limit(self, stage: P.LimitStage, upstream) -> Iterator[Bundle]:
+        stats = self.stats.op(stage.name)
+        stats.start()
+        remaining = stage.n
+        try:
+            for bundle in upstream:
+                if remaining <= 0:
+                    bundle.release()
+                    break
+                if bundle.rows <= remaining:
+                    remaining -= bundle.rows
+                    stats.output(bundle.rows, bundle.size, 1)
+                    yield bundle
+                    continue
+                tables, cut = [], remaining
+                for t in bundle.get_tables():
+                    if cut <= 0:
+                        break
+                    tables.append(t.slice(0, cut))
+                    cut -= min(cut, t.num_rows)
+                bundle.release()
+                out = Bundle.local(tables, self.budget)
+                remaining = 0
+                stats.output(out.rows, out.size, len(tables))
+                yield out
+                break
+        finally:
+            upstream.close()
+
+    def _all_to_all(self, stage: P.AllToAllStage, upstream) -> Iterator[Bundle]:
+        stats = self.stats.op(stage.name)
+        bundles = list(upstream)
+        stats.start()
+        cpu0 = time.process_time()
+        if stage.kind == "randomize_block_order":
+            rng = random.Random(stage.args.get("seed"))
+            rng.shuffle(bundles)
+            for b in bundles:
+                stats.output(b.rows, b.size, 1)
+                yield b
+            return
+        tables = [t for b in bundles for t in b.get_tables()]
+        for b in bundles:
+            b.release()
+        table = B.concat(tables)
+        if stage.kind == "random_shuffle":
+            import numpy as np
+
+            order = np.random.default_rng(stage.args.get("seed")).permutation(table.num_rows)
+            table = table.take(pa.array(order))
+            n = stage.args.get("num_blocks") or max(len(tables), 1)
+        else:
+            n = stage.args.get("num_blocks")
+            per = stage.args.get("target_num_rows_per_block")
+            if per:
+                n = max(1, -(-table.num_rows // per))
+        stats.cpu_s = time.process_time() - cpu0
+        per = -(-table.num_rows // n) if table.num_rows else 0
+        for i in range(n):
+            piece = table.slice(i * per, per) if per else table.slice(0, 0)
+            stats.output(piece.num_rows, piece.nbytes, 1)
+            yield Bundle.local([piece], self.budget)
+
+    def _union(self, stage: P.UnionStage) -> Iterator[Bundle]:
+        for stages in stage.inputs:
+            it = self._chain(stages)
+            try:
+                yield from it
+            finally:
+                it.close()
+
+
+class _ActorPool:
+    def __init__(self, stage: P.MapStage):
+        compute = stage.compute
+        size = compute.max_size or compute.min_size
+        opts = compute.remote_options()
+        cls = _remote_actor()
+        if opts:
+            cls = cls.options(**opts)
+        self.actors = [cls.remote(stage.fns) for _ in range(size)]
+        self.load = {i: 0 for i in range(size)}
+        self.per_actor = compute.max_tasks_in_flight_per_actor
+        self.capacity = size * self.per_actor
+
+    def pick(self):
+        i = min(self.load, key=self.load.get)
+        self.load[i] += 1
+        return self.actors[i]
+
+    def done(self, actor) -> None:
+        i = self.actors.index(actor)
+        self.load[i] -= 1
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                oxray.kill(a)
+            except Exception:  # noqa: BLE001 - best effort: it may be gone already
+                pass

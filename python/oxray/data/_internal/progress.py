@@ -1,0 +1,54 @@
+"""Progress while a dataset executes from the driver: one line per operator (rows done,
+rows/s, blocks in flight) on stderr, redrawn at most 5 times a second; off with
+`DataContext.enable_progress_bars = False` or when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class ProgressBars:
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.ops: list = []
+        self.last = 0.0
+        self.lines = 0
+
+    def update(self, stats) -> None:
+        if stats not in self.ops:
+            self.ops.append(stats)
+        now = time.monotonic()
+        if now - self.last >= 0.2:
+            self.last = now
+            self._draw()
+
+    def _draw(self) -> None:
+        out = []
+        if self.lines:
+            out.append(f"\x1b[{self.lines}F")
+        for s in self.ops:
+            rate = s.rows / s.wall_s if s.wall_s > 0 else 0.0
+            out.append(f"\x1b[2K- {s.name}: {s.rows:,} rows, {rate:,.0f} rows/s, {s.in_flight} in flight\n")
+        self.lines = len(self.ops)
+        self.stream.write("".join(out))
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.ops:
+            self._draw()
+
+
+def progress_for(stages, ctx):
+    if not ctx.enable_progress_bars:
+        return None
+    try:
+        from oxray.train._internal.session import in_session
+
+        if in_session():
+            return None
+    except ImportError:
+        pass
+    if not getattr(sys.stderr, "isatty", lambda: False)():
+        return None
+    return ProgressBars()

@@ -1,0 +1,197 @@
+"""`streaming_split`: one execution of a dataset shared by n consumers (Train's ranks).
+
+A coordinator actor (no CPU of its own) runs the executor and hands each split its share of
+every block as (reference, table, offset, rows) segments; consumers slice the mapped blocks
+themselves, so data moves once. With `equal=True` every split gets the same number of rows:
+each block is cut into n equal runs and the rows left over are pooled and shared out the same
+way (fewer than n rows may be dropped at the end of an epoch). A new epoch starts once every
+split has asked for it, and runs the dataset again (a new shuffle order when it shuffles).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import oxray
+from oxray.data.iterator import DataIterator
+
+_QUEUE_ROWS_PER_SPLIT = 1 << 22  # stop pulling while a split has this many rows waiting
+
+
+class _SplitCoordinator:
+    def __init__(self, dataset, n: int, equal: bool):
+        self.dataset, self.n, self.equal = dataset, n, equal
+        self.cond = threading.Condition()
+        self.epoch = -1
+        self.waiting: set = set()
+        self.stats_text = ""
+        self._reset()
+
+    def _reset(self) -> None:
+        self.queues = [collections.deque() for _ in range(self.n)]
+        self.queued_rows = [0] * self.n
+        self.leftover: list = []
+        self.leftover_rows = 0
+        self.finished = False
+        self.pulling = False
+        self.error = None
+        self.gen = None
+
+    def start_epoch(self, split: int, epoch: int) -> None:
+        with self.cond:
+            if epoch <= self.epoch:
+                return
+            self.waiting.add(split)
+            self.cond.notify_all()
+            while epoch > self.epoch and len(self.waiting) < self.n:
+                self.cond.wait()
+            if epoch > self.epoch:
+                if self.gen is not None:
+                    self.gen.close()
+                self._reset()
+                self.epoch = epoch
+                self.waiting.clear()
+                self.gen = self.dataset._execute(progress=False)
+                self.cond.notify_all()
+
+    def _give(self, split: int, segments: list, rows: int) -> None:
+        if rows:
+            self.queues[split].append(segments)
+            self.queued_rows[split] += rows
+
+    @staticmethod
+    def _take(segments: list, rows: int) -> tuple:
+        """The first `rows` rows of a segment list, and the rest."""
+        out, rest = [], []
+        for ref, ti, off, length in segments:
+            if rows <= 0:
+                rest.append((ref, ti, off, length))
+            elif length <= rows:
+                out.append((ref, ti, off, length))
+                rows -= length
+            else:
+                out.append((ref, ti, off, rows))
+                rest.append((ref, ti, off + rows, length - rows))
+                rows = 0
+        return out, rest
+
+    def _share(self, segments: list, total: int) -> None:
+        per = total // self.n
+        if per:
+            for i in range(self.n):
+                head, segments = self._take(segments, per)
+                self._give(i, head, per)
+        if segments:
+            self.leftover.extend(segments)
+            self.leftover_rows += total - per * self.n
+
+    def _distribute(self, bundle) -> None:
+        ref = bundle.to_ref()
+        tables = oxray.get(ref)
+        segments = [(ref, i, 0, t.num_rows) for i, t in enumerate(tables) if t.num_rows]
+        self._share(segments, bundle.rows)
+        if self.leftover_rows >= self.n:
+            pool, rows = self.leftover, self.leftover_rows
+            self.leftover, self.leftover_rows = [], 0
+            self._share(pool, rows)
+
+    def _finish(self) -> None:
+        if not self.equal and self.leftover_rows:
+            # equal=False: every row is kept, one more to the first splits.
+            segments = self.leftover
+            for i in range(self.leftover_rows):
+                head, segments = self._take(segments, 1)
+                self._give(i % self.n, head, 1)
+        self.leftover, self.leftover_rows = [], 0
+        self.finished = True
+        self.stats_text = self.dataset.stats()
+
+    def next(self, split: int, epoch: int):
+        """The next segments for `split`, or None at the end of the epoch."""
+        with self.cond:
+            while True:
+                if epoch != self.epoch:
+                    return None
+                if self.queues[split]:
+                    segs = self.queues[split].popleft()
+                    self.queued_rows[split] -= sum(s[3] for s in segs)
+                    self.cond.notify_all()
+                    return segs
+                if self.error is not None:
+                    raise self.error
+                if self.finished:
+                    return None
+                if self.pulling or max(self.queued_rows) >= _QUEUE_ROWS_PER_SPLIT:
+                    self.cond.wait()
+                    continue
+                self.pulling = True
+                gen = self.gen
+                self.cond.release()
+                bundle, error = None, None
+                try:
+                    bundle = next(gen)
+                except StopIteration:
+                    pass
+                except BaseException as e:  # noqa: BLE001 - every split sees the failure
+                    error = e
+                finally:
+                    self.cond.acquire()
+                self.pulling = False
+                if gen is self.gen:
+                    if error is not None:
+                        self.error = error
+                    elif bundle is None:
+                        self._finish()
+                    else:
+                        self._distribute(bundle)
+                        bundle.release()
+                self.cond.notify_all()
+
+    def stats(self) -> str:
+        return self.stats_text or self.dataset.stats()
+
+
+class _SplitBlocks:
+    """The block stream of one split; each call runs one epoch."""
+
+    def __init__(self, coordinator, split: int):
+        self.coordinator, self.split = coordinator, split
+        self.epoch = 0
+
+    def __call__(self):
+        epoch = self.epoch
+        self.epoch += 1
+        oxray.get(self.coordinator.start_epoch.remote(self.split, epoch))
+        while True:
+            segs = oxray.get(self.coordinator.next.remote(self.split, epoch))
+            if segs is None:
+                return
+            refs = list(dict.fromkeys(s[0] for s in segs))
+            fetched = dict(zip(refs, oxray.get(refs), strict=True))
+            for ref, ti, off, length in segs:
+                yield fetched[ref][ti].slice(off, length)
+
+
+_remote_coordinator = None
+
+
+def streaming_split(dataset, n: int, equal: bool) -> list:
+    global _remote_coordinator
+    if not oxray.is_initialized():
+        oxray.init()
+    if _remote_coordinator is None:
+        _remote_coordinator = oxray.remote(_SplitCoordinator)
+    coordinator = _remote_coordinator.options(num_cpus=0, max_concurrency=2 * n + 4).remote(dataset, n, equal)
+    out = []
+    for i in range(n):
+        blocks = _SplitBlocks(coordinator, i)
+        out.append(
+            DataIterator(
+                blocks,
+                f"split {i} of {n} of {dataset!r}",
+                lambda c=coordinator: oxray.get(c.stats.remote()),
+                dataset.schema,
+            )
+        )
+    return out

@@ -1,0 +1,231 @@
+"""Block transforms: each turns one input block into zero or more output blocks.
+
+A fused stage is a list of these run one after the other inside one task (or actor), so
+consecutive row and batch UDFs cost one task per block, not one per UDF.
+"""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from oxray.data._internal import block as B
+
+
+class UDFError(RuntimeError):
+    """A user function failed; the message carries its traceback and the input it got."""
+
+
+def describe_input(table: pa.Table, limit: int = 3) -> str:
+    try:
+        head = table.slice(0, limit).to_pylist()
+        text = repr(head)
+    except Exception:  # noqa: BLE001 - a description must never fail
+        text = "<unprintable>"
+    if len(text) > 500:
+        text = text[:500] + "..."
+    return f"the input block had {table.num_rows} rows with columns {table.column_names}; first rows: {text}"
+
+
+def _call(name: str, fn, table: pa.Table, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except UDFError:
+        raise
+    except Exception as e:  # noqa: BLE001 - wrap any failure of user code with its input
+        raise UDFError(
+            f"{name} raised {type(e).__name__}: {e}\n{describe_input(table)}\n"
+            f"Traceback of {name}:\n{traceback.format_exc()}"
+        ) from e
+
+
+def udf_name(fn) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class BlockFn:
+    """One step of a fused stage. `setup()` runs once per worker or actor before use."""
+
+    name = "Transform"
+    is_class_udf = False
+
+    def setup(self) -> None:
+        pass
+
+    def __call__(self, table: pa.Table) -> list:
+        raise NotImplementedError
+
+
+_ROW_OP_NAMES = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}
+
+
+class MapRows(BlockFn):
+    def __init__(self, fn: Callable, kind: str, fn_args=(), fn_kwargs=None):
+        self.fn, self.kind, self.fn_args, self.fn_kwargs = fn, kind, tuple(fn_args or ()), dict(fn_kwargs or {})
+        self.name = f"{_ROW_OP_NAMES[kind]}({udf_name(fn)})"
+        self.is_class_udf = inspect.isclass(fn)
+        self._call = fn
+
+    def setup(self) -> None:
+        if self.is_class_udf:
+            self._call = self.fn()
+
+    def __call__(self, table: pa.Table) -> list:
+        what = self.name
+        if self.kind == "filter":
+            keep = []
+            for row in B.rows_of(table):
+                result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+                if not isinstance(result, (bool, np.bool_)):
+                    raise TypeError(f"{what} returned a {type(result).__name__}; a filter function must return a bool")
+                keep.append(bool(result))
+            return [table.filter(pa.array(keep, type=pa.bool_()))] if table.num_rows else [table]
+        out = []
+        for row in B.rows_of(table):
+            result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+            if self.kind == "map":
+                if not isinstance(result, dict):
+                    raise TypeError(
+                        f"{what} returned a {type(result).__name__}; a map function must return a dict "
+                        "of column name -> value"
+                    )
+                out.append(result)
+            else:
+                try:
+                    items = list(result)
+                except TypeError:
+                    raise TypeError(
+                        f"{what} returned a {type(result).__name__}; a flat_map function must return a list of dicts"
+                    ) from None
+                out.extend(items)
+        if not out:
+            return []
+        return [B.table_from_rows(out, what)]
+
+
+class MapBatches(BlockFn):
+    def __init__(
+        self,
+        fn,
+        batch_size: Optional[int],
+        batch_format,
+        fn_args=(),
+        fn_kwargs=None,
+        fn_constructor_args=(),
+        fn_constructor_kwargs=None,
+        zero_copy_batch: bool = True,
+    ):
+        self.fn = fn
+        self.batch_size = batch_size
+        self.batch_format = batch_format
+        self.fn_args = tuple(fn_args or ())
+        self.fn_kwargs = dict(fn_kwargs or {})
+        self.ctor_args = tuple(fn_constructor_args or ())
+        self.ctor_kwargs = dict(fn_constructor_kwargs or {})
+        self.zero_copy_batch = zero_copy_batch
+        self.is_class_udf = inspect.isclass(fn)
+        self.name = f"MapBatches({udf_name(fn)})"
+        self._call = None if self.is_class_udf else fn
+
+    def setup(self) -> None:
+        if self.is_class_udf:
+            try:
+                self._call = self.fn(*self.ctor_args, **self.ctor_kwargs)
+            except Exception as e:  # noqa: BLE001 - the constructor is user code
+                raise UDFError(
+                    f"the constructor of {udf_name(self.fn)} raised {type(e).__name__}: {e}\n"
+                    f"Traceback:\n{traceback.format_exc()}"
+                ) from e
+
+    def __call__(self, table: pa.Table) -> list:
+        out = []
+        size = self.batch_size or max(table.num_rows, 1)
+        for start in range(0, max(table.num_rows, 1), size):
+            piece = table.slice(start, size) if self.batch_size else table
+            batch = B.to_batch(piece, self.batch_format)
+            if not self.zero_copy_batch and isinstance(batch, dict):
+                batch = {k: v.copy() for k, v in batch.items()}
+            result = _call(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
+            if inspect.isgenerator(result):
+                for item in result:
+                    out.append(B.from_batch(item, self.name))
+            else:
+                out.append(B.from_batch(result, self.name))
+        return out
+
+
+class AddColumn(BlockFn):
+    def __init__(self, col: str, fn, batch_format):
+        self.col, self.fn, self.batch_format = col, fn, batch_format
+        self.name = f"AddColumn({col})"
+
+    def __call__(self, table: pa.Table) -> list:
+        batch = B.to_batch(table, self.batch_format)
+        values = _call(self.name, self.fn, table, batch)
+        if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
+            values = values.to_numpy()  # a pandas Series
+        column = B.array_from_values(self.col, values)
+        if len(column) != table.num_rows:
+            raise ValueError(f"{self.name}: the function returned {len(column)} values for {table.num_rows} rows")
+        if self.col in table.column_names:
+            return [table.set_column(table.column_names.index(self.col), self.col, column)]
+        return [table.append_column(self.col, column)]
+
+
+def _check_columns(op: str, table: pa.Table, cols) -> None:
+    missing = [c for c in cols if c not in table.column_names]
+    if missing:
+        raise ValueError(f"{op}: unknown column(s) {missing}; the dataset's columns are {table.column_names}")
+
+
+class SelectColumns(BlockFn):
+    def __init__(self, cols: list):
+        self.cols = list(cols)
+        self.name = "SelectColumns"
+
+    def __call__(self, table: pa.Table) -> list:
+        _check_columns("select_columns", table, self.cols)
+        return [table.select(self.cols)]
+
+
+class DropColumns(BlockFn):
+    def __init__(self, cols: list):
+        self.cols = list(cols)
+        self.name = "DropColumns"
+
+    def __call__(self, table: pa.Table) -> list:
+        _check_columns("drop_columns", table, self.cols)
+        return [table.drop_columns(self.cols)]
+
+
+class RenameColumns(BlockFn):
+    def __init__(self, mapping: dict):
+        self.mapping = dict(mapping)
+        self.name = "RenameColumns"
+
+    def __call__(self, table: pa.Table) -> list:
+        _check_columns("rename_columns", table, list(self.mapping))
+        return [table.rename_columns([self.mapping.get(c, c) for c in table.column_names])]
+
+
+def run_fns(fns: list, tables: list) -> list:
+    """Applies a fused chain to blocks; empty outputs are dropped between steps."""
+    for fn in fns:
+        nxt = []
+        for t in tables:
+            nxt.extend(fn(t))
+        tables = nxt
+    return tables
+
+
+def any_class_udf(fns: list) -> bool:
+    return any(f.is_class_udf for f in fns)
+
+
+def check_fn(fn: Any, what: str) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what}: expected a function or a callable class, got {type(fn).__name__}")

@@ -1,0 +1,96 @@
+"""Writers: the last step of a fused stage writes its blocks as files through the engine.
+
+Each file is written under a temporary name and renamed (S3: one complete PUT), so no file
+is ever seen half-written. Files carry the write's token in their name; if the write fails,
+the files it already finished are removed, so a failed write leaves nothing named as complete.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+
+import numpy as np
+import pyarrow as pa
+
+from oxray import _native
+from oxray.data._internal import block as B
+from oxray.data._internal.transforms import BlockFn
+
+_EXTENSIONS = {"parquet": "parquet", "csv": "csv", "json": "json", "numpy": "npy"}
+
+
+def _partition_value(value) -> str:
+    text = "__HIVE_DEFAULT_PARTITION__" if value is None else str(value)
+    if "/" in text or text in (".", ".."):
+        raise ValueError(f"write_parquet(partition_cols=...): the value {text!r} cannot be a directory name")
+    return text
+
+
+class WriteBlocks(BlockFn):
+    def __init__(self, fmt: str, path: str, token: str, partition_cols, max_rows_per_file, column, options):
+        self.fmt, self.path, self.token = fmt, path.rstrip("/"), token
+        self.partition_cols = partition_cols
+        self.max_rows_per_file = max_rows_per_file
+        self.column = column
+        self.options = options
+        self.name = f"Write{fmt.capitalize() if fmt != 'csv' else 'CSV'}"
+
+    def _filename(self, i: int) -> str:
+        return f"{self.token}_{uuid.uuid4().hex[:12]}_{i:06d}.{_EXTENSIONS[self.fmt]}"
+
+    def _write_one(self, table: pa.Table, directory: str, i: int) -> str:
+        name = self._filename(i)
+        batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+        if self.fmt == "parquet":
+            return _native.data_write_parquet(batches, directory, name, self.options.get("compression", "snappy"))
+        if self.fmt == "csv":
+            return _native.data_write_csv(batches, directory, name)
+        if self.fmt == "json":
+            return _native.data_write_json(batches, directory, name)
+        buf = io.BytesIO()
+        np.save(buf, B.column_to_numpy(table.column(self.column)), allow_pickle=False)
+        return _native.data_write_bytes(directory, name, buf.getvalue())
+
+    def _pieces(self, table: pa.Table) -> list:
+        if not self.max_rows_per_file or table.num_rows <= self.max_rows_per_file:
+            return [table]
+        n = self.max_rows_per_file
+        return [table.slice(s, n) for s in range(0, table.num_rows, n)]
+
+    def __call__(self, table: pa.Table) -> list:
+        written = []
+        groups = [(self.path, table)]
+        if self.partition_cols:
+            groups = []
+            keys = table.select(self.partition_cols).to_pylist()
+            order: dict = {}
+            for i, key in enumerate(keys):
+                order.setdefault(tuple(key[c] for c in self.partition_cols), []).append(i)
+            data = table.drop_columns(self.partition_cols)
+            for key, rows in order.items():
+                sub = "/".join(f"{c}={_partition_value(v)}" for c, v in zip(self.partition_cols, key, strict=True))
+                groups.append((f"{self.path}/{sub}", data.take(pa.array(rows))))
+        for directory, part in groups:
+            for i, piece in enumerate(self._pieces(part)):
+                written.append(self._write_one(piece, directory, i))
+        return [pa.table({"path": pa.array(written, type=pa.string())})]
+
+
+def cleanup_written(path: str, token: str) -> None:
+    """Removes the files a failed write finished (their names carry its token)."""
+    if path.startswith("s3://"):
+        storage = _native.Storage(path)
+        for rel in storage.list(""):
+            if os.path.basename(rel).startswith(token + "_"):
+                storage.delete_dir(rel)
+        return
+    local = path[len("file://") :] if path.startswith("file://") else path
+    for root, _dirs, files in os.walk(local):
+        for name in files:
+            if name.startswith(token + "_"):
+                try:
+                    os.remove(os.path.join(root, name))
+                except FileNotFoundError:
+                    pass

@@ -1,0 +1,108 @@
+"""`DataContext`: the per-process settings of Ray Data, with Ray's names and defaults.
+
+Only the settings oxray enforces are accepted; setting any other attribute raises, so a
+Ray user never believes an option took effect when it did not.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Optional
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class ExecutionResources:
+    """Limits for one dataset's execution (`None`: derived from the cluster)."""
+
+    cpu: Optional[float] = None
+    gpu: Optional[float] = None
+    object_store_memory: Optional[float] = None
+    memory: Optional[float] = None
+
+    def __post_init__(self):
+        for name in ("cpu", "gpu", "object_store_memory", "memory"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ValueError(f"ExecutionResources({name}={value!r}): expected a number >= 0 or None")
+
+
+@dataclass
+class ExecutionOptions:
+    """How a dataset executes: its resource limits and whether output order is kept."""
+
+    resource_limits: ExecutionResources = field(default_factory=ExecutionResources)
+    preserve_order: bool = False
+    verbose_progress: bool = False
+    locality_with_output: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.resource_limits, ExecutionResources):
+            raise TypeError(
+                "ExecutionOptions(resource_limits=...) must be an ExecutionResources, "
+                f"got {type(self.resource_limits).__name__}"
+            )
+        if self.locality_with_output:
+            raise ValueError("ExecutionOptions(locality_with_output=True) is not supported by oxray")
+
+
+_FIELDS = {
+    "target_max_block_size": 128 * MiB,
+    "target_min_block_size": 1 * MiB,
+    "read_op_min_num_blocks": 200,
+    "enable_progress_bars": True,
+    "enable_auto_log_stats": False,
+    "min_parallelism": 200,
+    "max_errored_blocks": 0,
+    "use_push_based_shuffle": False,
+}
+
+
+class DataContext:
+    """Settings read when a dataset executes. `DataContext.get_current()` is the process's."""
+
+    _current: Optional["DataContext"] = None
+    _lock = threading.Lock()
+
+    def __init__(self):
+        object.__setattr__(self, "execution_options", ExecutionOptions())
+        for name, default in _FIELDS.items():
+            object.__setattr__(self, name, default)
+
+    @classmethod
+    def get_current(cls) -> "DataContext":
+        with cls._lock:
+            if cls._current is None:
+                cls._current = DataContext()
+            return cls._current
+
+    def __setattr__(self, name, value):
+        if name == "execution_options":
+            if not isinstance(value, ExecutionOptions):
+                raise TypeError(
+                    f"DataContext.execution_options must be an ExecutionOptions, got {type(value).__name__}"
+                )
+        elif name not in _FIELDS:
+            raise AttributeError(
+                f"DataContext.{name} is not supported by oxray; supported settings: "
+                f"execution_options, {', '.join(sorted(_FIELDS))}"
+            )
+        elif name == "max_errored_blocks" and value != 0:
+            raise ValueError(
+                "DataContext.max_errored_blocks: oxray fails on the first errored block (only 0 is supported)"
+            )
+        elif name == "use_push_based_shuffle" and value:
+            raise ValueError("DataContext.use_push_based_shuffle=True is not supported by oxray")
+        elif name in ("target_max_block_size", "target_min_block_size", "read_op_min_num_blocks", "min_parallelism"):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"DataContext.{name}={value!r}: expected a positive integer")
+        object.__setattr__(self, name, value)
+
+    def copy(self) -> "DataContext":
+        other = DataContext()
+        for name in ("execution_options", *_FIELDS):
+            object.__setattr__(other, name, copy.deepcopy(getattr(self, name)))
+        return other

@@ -1,0 +1,758 @@
+"""`Dataset`: a lazy plan of reads and transforms, run by the streaming executor when consumed."""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+import oxray
+from oxray import _native
+from oxray.data._internal import block as B
+from oxray.data._internal import plan as P
+from oxray.data._internal import transforms as T
+from oxray.data._internal.datasource import InMemoryDatasource
+from oxray.data._internal.executor import Bundle, ExecutionStats, Executor
+from oxray.data._internal.progress import progress_for
+from oxray.data.context import DataContext
+from oxray.data.iterator import DataIterator, _check_batch_size
+
+
+class ActorPoolStrategy:
+    """Runs a class UDF on a pool of actors: `size`, or between `min_size` and `max_size`."""
+
+    def __init__(
+        self,
+        *,
+        size: Optional[int] = None,
+        min_size: Optional[int] = None,
+        max_size: Optional[int] = None,
+        initial_size: Optional[int] = None,
+        max_tasks_in_flight_per_actor: Optional[int] = None,
+    ):
+        for name, v in (("size", size), ("min_size", min_size), ("max_size", max_size), ("initial_size", initial_size)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"ActorPoolStrategy({name}={v!r}): expected an integer >= 1")
+        if size is not None and (min_size is not None or max_size is not None):
+            raise ValueError("ActorPoolStrategy: give either size or min_size/max_size, not both")
+        if min_size is not None and max_size is not None and min_size > max_size:
+            raise ValueError(f"ActorPoolStrategy: min_size={min_size} is larger than max_size={max_size}")
+        self.min_size = size or min_size or 1
+        self.max_size = size or max_size or initial_size or self.min_size
+        self.max_tasks_in_flight_per_actor = max_tasks_in_flight_per_actor or 2
+
+
+class TaskPoolStrategy:
+    """Runs a function UDF as tasks, at most `size` at once."""
+
+    def __init__(self, size: Optional[int] = None):
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"TaskPoolStrategy(size={size!r}): expected an integer >= 1")
+        self.size = size
+
+
+_REMOTE_ARG_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "scheduling_strategy", "accelerator_type"}
+
+
+def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args) -> P.ComputeSpec:
+    remote = {}
+    for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
+        if value is not None:
+            remote[key] = value
+    for key, value in (ray_remote_args or {}).items():
+        if key not in _REMOTE_ARG_NAMES or key == "accelerator_type":
+            raise ValueError(f"{what}({key}=...) is not supported by oxray")
+        if key == "resources" and value is not None:
+            value = tuple(sorted(value.items()))
+        remote[key] = value
+    is_class = isinstance(fn, type)
+    actors = False
+    min_size, max_size, per_actor, task_conc = 1, None, 2, None
+    if compute is not None and concurrency is not None:
+        raise ValueError(f"{what}: give either compute= or concurrency=, not both")
+    if isinstance(compute, ActorPoolStrategy):
+        actors, min_size, max_size = True, compute.min_size, compute.max_size
+        per_actor = compute.max_tasks_in_flight_per_actor
+    elif isinstance(compute, TaskPoolStrategy):
+        task_conc = compute.size
+    elif compute == "actors":
+        actors = True
+    elif compute not in (None, "tasks"):
+        raise ValueError(f"{what}(compute={compute!r}): expected ActorPoolStrategy(...) or TaskPoolStrategy(...)")
+    if concurrency is not None:
+        if isinstance(concurrency, tuple):
+            if len(concurrency) != 2 or not all(isinstance(c, int) and c >= 1 for c in concurrency):
+                raise ValueError(f"{what}(concurrency={concurrency!r}): expected an int or a (min, max) tuple")
+            lo, hi = concurrency
+        elif isinstance(concurrency, int) and not isinstance(concurrency, bool) and concurrency >= 1:
+            lo = hi = concurrency
+        else:
+            raise ValueError(f"{what}(concurrency={concurrency!r}): expected an integer >= 1 or a (min, max) tuple")
+        if is_class:
+            actors, min_size, max_size = True, lo, hi
+        else:
+            task_conc = hi
+    if is_class and not actors:
+        raise ValueError(
+            f"{what}: a callable class needs an actor pool; pass concurrency=N or compute=ActorPoolStrategy(size=N)"
+        )
+    if actors and not is_class:
+        raise ValueError(f"{what}: an actor pool (compute=ActorPoolStrategy) needs a callable class, not a function")
+    return P.ComputeSpec(
+        actors=actors,
+        min_size=min_size,
+        max_size=max_size,
+        max_tasks_in_flight_per_actor=per_actor,
+        task_concurrency=task_conc,
+        remote_args=tuple(sorted(remote.items())),
+    )
+
+
+class Schema:
+    """A dataset's column names and types (Arrow types)."""
+
+    def __init__(self, base_schema: pa.Schema):
+        self.base_schema = base_schema
+
+    @property
+    def names(self) -> list:
+        return list(self.base_schema.names)
+
+    @property
+    def types(self) -> list:
+        return list(self.base_schema.types)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Schema) and self.base_schema == other.base_schema
+
+    def __repr__(self) -> str:
+        width = max((len(n) for n in self.names), default=0)
+        lines = ["Column" + " " * max(width - 6, 0) + "  Type", "-" * max(width, 6) + "  ----"]
+        lines += [f"{n.ljust(max(width, 6))}  {t}" for n, t in zip(self.names, self.types, strict=True)]
+        return "\n".join(lines)
+
+
+class Dataset:
+    """A lazy, streaming dataset: transforms add to its plan; consuming it runs the plan."""
+
+    def __init__(self, plan: P.Plan, context: Optional[DataContext] = None):
+        self._plan = plan
+        self._context = context
+        self._last_stats: Optional[ExecutionStats] = None
+
+    # ---- plan building ----
+
+    def _with(self, op) -> "Dataset":
+        return Dataset(self._plan.with_op(op), self._context)
+
+    def __getstate__(self):
+        # The settings in force where the dataset was shipped from travel with it.
+        state = dict(self.__dict__)
+        state["_context"] = self._context or DataContext.get_current().copy()
+        state["_last_stats"] = None
+        return state
+
+    def _with_execution_options(self, options) -> "Dataset":
+        """This dataset, run with `options` instead of the process's DataContext's."""
+        ctx = (self._context or DataContext.get_current()).copy()
+        ctx.execution_options = options
+        return Dataset(self._plan, ctx)
+
+    def __repr__(self) -> str:
+        return f"Dataset({P.describe(P.optimize(self._plan))})"
+
+    def map(
+        self,
+        fn,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs=None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs=None,
+        num_cpus=None,
+        num_gpus=None,
+        memory=None,
+        concurrency=None,
+        **ray_remote_args,
+    ) -> "Dataset":
+        T.check_fn(fn, "map")
+        spec = _compute_spec(fn, "map", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+        if fn_constructor_args or fn_constructor_kwargs:
+            if not isinstance(fn, type):
+                raise ValueError("map: fn_constructor_args/kwargs are only for a callable class")
+            fn = _bind_ctor(fn, fn_constructor_args, fn_constructor_kwargs)
+        return self._with(P.MapOp(T.MapRows(fn, "map", fn_args, fn_kwargs), spec))
+
+    def flat_map(
+        self,
+        fn,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs=None,
+        num_cpus=None,
+        num_gpus=None,
+        memory=None,
+        concurrency=None,
+        **ray_remote_args,
+    ) -> "Dataset":
+        T.check_fn(fn, "flat_map")
+        spec = _compute_spec(fn, "flat_map", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+        return self._with(P.MapOp(T.MapRows(fn, "flat_map", fn_args, fn_kwargs), spec))
+
+    def filter(
+        self,
+        fn=None,
+        expr=None,
+        *,
+        compute=None,
+        fn_args=None,
+        fn_kwargs=None,
+        num_cpus=None,
+        num_gpus=None,
+        memory=None,
+        concurrency=None,
+        **ray_remote_args,
+    ) -> "Dataset":
+        if expr is not None:
+            raise ValueError("filter(expr=...) is not supported by oxray yet; pass a function: filter(fn)")
+        if fn is None:
+            raise ValueError("filter: pass a function that returns True for the rows to keep")
+        T.check_fn(fn, "filter")
+        spec = _compute_spec(fn, "filter", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+        return self._with(P.MapOp(T.MapRows(fn, "filter", fn_args, fn_kwargs), spec))
+
+    def map_batches(
+        self,
+        fn,
+        *,
+        batch_size="default",
+        compute=None,
+        batch_format: Optional[str] = "default",
+        zero_copy_batch: bool = True,
+        fn_args=None,
+        fn_kwargs=None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs=None,
+        num_cpus=None,
+        num_gpus=None,
+        memory=None,
+        concurrency=None,
+        **ray_remote_args,
+    ) -> "Dataset":
+        T.check_fn(fn, "map_batches")
+        B.check_batch_format(batch_format)
+        if batch_size in ("default", "auto"):
+            batch_size = None
+        _check_batch_size(batch_size)
+        if num_gpus and batch_size is None:
+            raise ValueError("map_batches(num_gpus=...) needs an integer batch_size, as in Ray")
+        if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
+            raise ValueError("map_batches: fn_constructor_args/kwargs are only for a callable class")
+        spec = _compute_spec(fn, "map_batches", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+        udf = T.MapBatches(
+            fn,
+            batch_size,
+            batch_format,
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+            zero_copy_batch,
+        )
+        return self._with(P.MapOp(udf, spec, batch_size))
+
+    def add_column(
+        self, col: str, fn, *, batch_format: Optional[str] = "pandas", compute=None, concurrency=None, **ray_remote_args
+    ) -> "Dataset":
+        if not isinstance(col, str):
+            raise TypeError(f"add_column: the column name must be a string, got {col!r}")
+        T.check_fn(fn, "add_column")
+        B.check_batch_format(batch_format)
+        spec = _compute_spec(fn, "add_column", compute, concurrency, None, None, None, ray_remote_args)
+        return self._with(P.MapOp(T.AddColumn(col, fn, batch_format), spec))
+
+    def _columns_arg(self, cols, what: str) -> list:
+        if isinstance(cols, str):
+            cols = [cols]
+        if not isinstance(cols, (list, tuple)) or not all(isinstance(c, str) for c in cols):
+            raise TypeError(f"{what}: expected a column name or a list of column names, got {cols!r}")
+        if len(set(cols)) != len(cols):
+            raise ValueError(f"{what}: duplicate column names in {list(cols)}")
+        schema = P.schema_from_metadata(self._plan)
+        if schema is not None:
+            missing = [c for c in cols if c not in schema.names]
+            if missing:
+                raise ValueError(f"{what}: unknown column(s) {missing}; the dataset's columns are {schema.names}")
+        return list(cols)
+
+    def select_columns(self, cols, *, compute=None, concurrency=None, **ray_remote_args) -> "Dataset":
+        cols = self._columns_arg(cols, "select_columns")
+        spec = _compute_spec(None, "select_columns", compute, concurrency, None, None, None, ray_remote_args)
+        return self._with(P.MapOp(T.SelectColumns(cols), spec))
+
+    def drop_columns(self, cols, *, compute=None, concurrency=None, **ray_remote_args) -> "Dataset":
+        cols = self._columns_arg(cols, "drop_columns")
+        spec = _compute_spec(None, "drop_columns", compute, concurrency, None, None, None, ray_remote_args)
+        return self._with(P.MapOp(T.DropColumns(cols), spec))
+
+    def rename_columns(self, names, *, concurrency=None, **ray_remote_args) -> "Dataset":
+        if isinstance(names, (list, tuple)):
+            schema = P.schema_from_metadata(self._plan)
+            if schema is None:
+                schema = self.schema().base_schema
+            if len(names) != len(schema.names):
+                raise ValueError(
+                    f"rename_columns: {len(names)} names given for {len(schema.names)} columns {schema.names}"
+                )
+            names = dict(zip(schema.names, names, strict=True))
+        if not isinstance(names, dict):
+            raise TypeError(f"rename_columns: expected a dict of old -> new names, got {type(names).__name__}")
+        self._columns_arg(list(names), "rename_columns")
+        spec = _compute_spec(None, "rename_columns", None, concurrency, None, None, None, ray_remote_args)
+        return self._with(P.MapOp(T.RenameColumns(names), spec))
+
+    def limit(self, limit: int) -> "Dataset":
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"limit({limit!r}): expected an integer >= 0")
+        return self._with(P.LimitOp(limit))
+
+    def union(self, *other: "Dataset") -> "Dataset":
+        for o in other:
+            if not isinstance(o, Dataset):
+                raise TypeError(f"union: expected Datasets, got {type(o).__name__}")
+        return self._with(P.UnionOp([o._plan for o in other]))
+
+    def random_shuffle(self, *, seed: Optional[int] = None, num_blocks: Optional[int] = None, **kw) -> "Dataset":
+        if kw:
+            raise ValueError(f"random_shuffle({', '.join(kw)}=...) is not supported by oxray")
+        return self._with(P.AllToAllOp("random_shuffle", {"seed": seed, "num_blocks": num_blocks}))
+
+    def randomize_block_order(self, *, seed: Optional[int] = None) -> "Dataset":
+        return self._with(P.AllToAllOp("randomize_block_order", {"seed": seed}))
+
+    def repartition(
+        self,
+        num_blocks: Optional[int] = None,
+        target_num_rows_per_block: Optional[int] = None,
+        *,
+        shuffle: bool = False,
+        keys=None,
+        sort: bool = False,
+    ) -> "Dataset":
+        if keys is not None or sort:
+            raise ValueError("repartition(keys=..., sort=...) is not supported by oxray yet")
+        if (num_blocks is None) == (target_num_rows_per_block is None):
+            raise ValueError("repartition: give exactly one of num_blocks or target_num_rows_per_block")
+        for name, v in (("num_blocks", num_blocks), ("target_num_rows_per_block", target_num_rows_per_block)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"repartition({name}={v!r}): expected an integer >= 1")
+        ds = self.random_shuffle() if shuffle else self
+        return ds._with(
+            P.AllToAllOp(
+                "repartition", {"num_blocks": num_blocks, "target_num_rows_per_block": target_num_rows_per_block}
+            )
+        )
+
+    # ---- execution ----
+
+    def _execute(self, ctx: Optional[DataContext] = None, progress: bool = True) -> Iterator[Bundle]:
+        ctx = ctx or self._context or DataContext.get_current()
+        if not oxray.is_initialized():
+            oxray.init()
+        stats = ExecutionStats()
+        self._last_stats = stats
+        stages = P.optimize(self._plan)
+        bars = progress_for(stages, ctx) if progress else None
+        executor = Executor(stages, ctx, stats, bars)
+        run = executor.run()
+        try:
+            yield from run
+        finally:
+            run.close()
+            if bars is not None:
+                bars.close()
+
+    def _iter_tables(self, ctx=None, progress: bool = True) -> Iterator[pa.Table]:
+        for bundle in self._execute(ctx, progress):
+            tables = bundle.get_tables()
+            bundle.release()
+            for t in tables:
+                if t.num_rows or t.num_columns:
+                    yield t
+
+    def iterator(self) -> DataIterator:
+        return DataIterator(self._iter_tables, repr(self), self.stats, self.schema)
+
+    def iter_batches(self, **kwargs) -> Iterator:
+        return self.iterator().iter_batches(**kwargs)
+
+    def iter_torch_batches(self, **kwargs) -> Iterator:
+        return self.iterator().iter_torch_batches(**kwargs)
+
+    def iter_rows(self, **kwargs) -> Iterator[dict]:
+        return self.iterator().iter_rows(**kwargs)
+
+    def __iter__(self):
+        raise TypeError("a Dataset is not iterable itself; use ds.iter_rows() or ds.iter_batches()")
+
+    def materialize(self) -> "MaterializedDataset":
+        refs, tables_meta = [], []
+        for bundle in self._execute():
+            refs.append(bundle.to_ref())
+            tables_meta.append((bundle.rows, bundle.size))
+            bundle.release()
+        schema = None
+        try:
+            schema = self.schema().base_schema
+        except Exception:  # noqa: BLE001 - an empty dataset may have no schema
+            schema = None
+        return MaterializedDataset(refs, tables_meta, schema, self._last_stats)
+
+    def take(self, limit: int = 20) -> list:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"take({limit!r}): expected an integer >= 0")
+        rows = []
+        for table in self.limit(limit)._iter_tables(progress=False):
+            rows.extend(B.rows_of(table))
+        return rows[:limit]
+
+    def take_all(self, limit: Optional[int] = None) -> list:
+        rows = []
+        for table in self._iter_tables():
+            rows.extend(B.rows_of(table))
+            if limit is not None and len(rows) > limit:
+                raise ValueError(f"take_all: the dataset has more than the given limit={limit} rows")
+        return rows
+
+    def take_batch(self, batch_size: int = 20, *, batch_format: Optional[str] = "default"):
+        _check_batch_size(batch_size, allow_none=False)
+        B.check_batch_format(batch_format)
+        tables = list(self.limit(batch_size)._iter_tables(progress=False))
+        return B.to_batch(B.concat(tables) if tables else pa.table({}), batch_format)
+
+    def show(self, limit: int = 20) -> None:
+        for row in self.take(limit):
+            print(row)
+
+    def count(self) -> int:
+        n = P.count_from_metadata(self._plan)
+        if n is not None:
+            return n
+        return sum(b.rows for b in self._count_bundles())
+
+    def _count_bundles(self):
+        for bundle in self._execute():
+            bundle.release()
+            yield bundle
+
+    def schema(self, fetch_if_missing: bool = True) -> Optional[Schema]:
+        schema = P.schema_from_metadata(self._plan)
+        if schema is None and fetch_if_missing:
+            tables = list(self.limit(1)._iter_tables(progress=False))
+            if tables:
+                schema = tables[0].schema
+        return Schema(schema) if schema is not None else None
+
+    def columns(self, fetch_if_missing: bool = True) -> Optional[list]:
+        schema = self.schema(fetch_if_missing)
+        return schema.names if schema is not None else None
+
+    def to_pandas(self, limit: Optional[int] = None):
+        tables = list(self._iter_tables())
+        table = B.concat(tables) if tables else pa.table({})
+        if limit is not None and table.num_rows > limit:
+            raise ValueError(f"to_pandas: the dataset has {table.num_rows} rows, more than limit={limit}")
+        return B.table_to_pandas(table)
+
+    def to_arrow_refs(self) -> list:
+        return self.materialize()._table_refs()
+
+    def to_numpy_refs(self, *, column: Optional[str] = None) -> list:
+        out = []
+        for table in self._iter_tables():
+            arrays = B.table_to_numpy(table)
+            out.append(oxray.put(arrays[column] if column is not None else arrays))
+        return out
+
+    def to_pandas_refs(self) -> list:
+        return [oxray.put(B.table_to_pandas(t)) for t in self._iter_tables()]
+
+    def stats(self) -> str:
+        if self._last_stats is None:
+            return "The dataset has not been executed yet."
+        return self._last_stats.summary()
+
+    def input_files(self) -> list:
+        files = getattr(self._plan.source, "files", None) or []
+        return [f if isinstance(f, str) else f[0] for f in files]
+
+    def size_bytes(self) -> int:
+        return sum(b.size for b in self._count_bundles())
+
+    # ---- splitting ----
+
+    def split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
+        _check_splits(n, locality_hints, "split")
+        table = B.concat(list(self._iter_tables()))
+        total = table.num_rows
+        per, extra = divmod(total, n)
+        out, start = [], 0
+        for i in range(n):
+            size = per + (0 if equal or i >= extra else 1)
+            out.append(from_tables([table.slice(start, size)], "Split"))
+            start += size
+        return out
+
+    def split_at_indices(self, indices: list) -> list:
+        table = B.concat(list(self._iter_tables()))
+        bounds = [0, *indices, table.num_rows]
+        if any(b < a for a, b in zip(bounds, bounds[1:], strict=False)):
+            raise ValueError(f"split_at_indices({indices!r}): indices must be sorted and >= 0")
+        return [
+            from_tables([table.slice(a, min(b, table.num_rows) - a)], "Split")
+            for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+
+    def train_test_split(self, test_size, *, shuffle: bool = False, seed: Optional[int] = None, stratify=None):
+        if stratify is not None:
+            raise ValueError("train_test_split(stratify=...) is not supported by oxray yet")
+        ds = self.random_shuffle(seed=seed) if shuffle else self
+        table = B.concat(list(ds._iter_tables()))
+        n = table.num_rows
+        if isinstance(test_size, float):
+            if not 0 < test_size < 1:
+                raise ValueError(f"train_test_split(test_size={test_size!r}): a float must be between 0 and 1")
+            n_test = math.ceil(n * test_size)
+        elif isinstance(test_size, int) and not isinstance(test_size, bool):
+            if not 0 < test_size < n:
+                raise ValueError(f"train_test_split(test_size={test_size!r}): expected 0 < test_size < {n}")
+            n_test = test_size
+        else:
+            raise TypeError(f"train_test_split(test_size={test_size!r}): expected a float or an int")
+        return (
+            from_tables([table.slice(0, n - n_test)], "TrainTestSplit"),
+            from_tables([table.slice(n - n_test)], "TrainTestSplit"),
+        )
+
+    def streaming_split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
+        _check_splits(n, locality_hints, "streaming_split")
+        from oxray.data._internal.split import streaming_split
+
+        return streaming_split(self, n, equal)
+
+    # ---- writing ----
+
+    def _write(
+        self,
+        fmt: str,
+        path: str,
+        *,
+        filesystem=None,
+        partition_cols=None,
+        min_rows_per_file=None,
+        max_rows_per_file=None,
+        column=None,
+        options=None,
+    ) -> None:
+        from oxray.data._internal.datasource import _check_filesystem, _normalize_paths
+        from oxray.data._internal.write import WriteBlocks, cleanup_written
+
+        _check_filesystem(filesystem, f"write_{fmt}")
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"write_{fmt}: path must be a string, got {type(path).__name__}")
+        (path,) = _normalize_paths([path], f"write_{fmt}")
+        for name, v in (("min_rows_per_file", min_rows_per_file), ("max_rows_per_file", max_rows_per_file)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"write_{fmt}({name}={v!r}): expected an integer >= 1")
+        if min_rows_per_file and max_rows_per_file and min_rows_per_file > max_rows_per_file:
+            raise ValueError(
+                f"write_{fmt}: min_rows_per_file={min_rows_per_file} is larger than "
+                f"max_rows_per_file={max_rows_per_file}"
+            )
+        if partition_cols is not None:
+            partition_cols = self._columns_arg(partition_cols, f"write_{fmt}(partition_cols)")
+        writer = WriteBlocks(fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {})
+        ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file))
+        written: list = []
+        try:
+            for table in ds._iter_tables():
+                written.extend(table.column("path").to_pylist())
+        except BaseException:
+            cleanup_written(path, writer.token)
+            raise
+
+    def write_parquet(
+        self,
+        path: str,
+        *,
+        partition_cols=None,
+        filesystem=None,
+        try_create_dir: bool = True,
+        min_rows_per_file=None,
+        max_rows_per_file=None,
+        compression: str = "snappy",
+        mode=None,
+        **arrow_parquet_args,
+    ) -> None:
+        if arrow_parquet_args:
+            raise ValueError(f"write_parquet({', '.join(arrow_parquet_args)}=...) is not supported by oxray")
+        _check_mode(mode, "write_parquet")
+        self._write(
+            "parquet",
+            path,
+            filesystem=filesystem,
+            partition_cols=partition_cols,
+            min_rows_per_file=min_rows_per_file,
+            max_rows_per_file=max_rows_per_file,
+            options={"compression": compression},
+        )
+
+    def write_csv(
+        self,
+        path: str,
+        *,
+        filesystem=None,
+        try_create_dir: bool = True,
+        min_rows_per_file=None,
+        max_rows_per_file=None,
+        mode=None,
+        **arrow_csv_args,
+    ) -> None:
+        if arrow_csv_args:
+            raise ValueError(f"write_csv({', '.join(arrow_csv_args)}=...) is not supported by oxray")
+        _check_mode(mode, "write_csv")
+        self._write(
+            "csv", path, filesystem=filesystem, min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file
+        )
+
+    def write_json(
+        self,
+        path: str,
+        *,
+        filesystem=None,
+        try_create_dir: bool = True,
+        min_rows_per_file=None,
+        max_rows_per_file=None,
+        mode=None,
+        **pandas_json_args,
+    ) -> None:
+        if pandas_json_args:
+            raise ValueError(f"write_json({', '.join(pandas_json_args)}=...) is not supported by oxray")
+        _check_mode(mode, "write_json")
+        self._write(
+            "json",
+            path,
+            filesystem=filesystem,
+            min_rows_per_file=min_rows_per_file,
+            max_rows_per_file=max_rows_per_file,
+        )
+
+    def write_numpy(
+        self,
+        path: str,
+        *,
+        column: str,
+        filesystem=None,
+        try_create_dir: bool = True,
+        min_rows_per_file=None,
+        max_rows_per_file=None,
+        mode=None,
+    ) -> None:
+        _check_mode(mode, "write_numpy")
+        self._columns_arg([column], "write_numpy(column)")
+        self._write(
+            "numpy",
+            path,
+            filesystem=filesystem,
+            min_rows_per_file=min_rows_per_file,
+            max_rows_per_file=max_rows_per_file,
+            column=column,
+        )
+
+
+def _check_mode(mode, what: str) -> None:
+    if mode is None:
+        return
+    name = getattr(mode, "name", mode)
+    if str(name).lower() != "append":
+        raise ValueError(f"{what}(mode={mode!r}): oxray only appends new files to the directory (mode='append')")
+
+
+def _check_splits(n, locality_hints, what: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{what}({n!r}): expected an integer >= 1")
+    if locality_hints is not None and len(locality_hints) != n:
+        raise ValueError(f"{what}: locality_hints must have {n} entries, got {len(locality_hints)}")
+
+
+def _bind_ctor(cls, args, kwargs):
+    args, kwargs = tuple(args or ()), dict(kwargs or {})
+
+    class Bound(cls):
+        def __init__(self):
+            super().__init__(*args, **kwargs)
+
+    Bound.__name__ = Bound.__qualname__ = cls.__name__
+    return Bound
+
+
+class MaterializedDataset(Dataset):
+    """A dataset whose blocks are in the object store."""
+
+    def __init__(self, refs: list, meta: list, schema, stats=None, name: str = "FromBlocks"):
+        self._refs = refs
+        self._meta = meta
+        source = _RefsDatasource(refs, meta, schema, name)
+        super().__init__(P.Plan(source))
+        self._last_stats = stats
+
+    def num_blocks(self) -> int:
+        return len(self._refs)
+
+    def _table_refs(self) -> list:
+        return [oxray.put(B.concat(oxray.get(r))) for r in self._refs]
+
+
+class _RefsRead:
+    def __init__(self, ref, rows, size):
+        self.refs = [ref]
+        self.rows, self.size = rows, size
+
+    def __call__(self) -> list:
+        return list(oxray.get(self.refs[0]))
+
+
+class _RefsDatasource(InMemoryDatasource):
+    def __init__(self, refs, meta, schema, name):
+        self.name = name
+        self.refs, self.meta, self._schema = refs, meta, schema
+
+    def read_tasks(self) -> list:
+        return [_RefsRead(r, rows, size) for r, (rows, size) in zip(self.refs, self.meta, strict=True)]
+
+    def schema(self):
+        return self._schema
+
+    def count(self) -> int:
+        return sum(rows for rows, _ in self.meta)
+
+    def local_stream(self, threads: int, budget_bytes: int):
+        return (t for r in self.refs for t in oxray.get(r))
+
+
+def from_tables(tables: list, name: str) -> MaterializedDataset:
+    """A materialized dataset of tables held here (put into the object store now)."""
+    tables = [t for t in tables]
+    refs = [oxray.put([B.IpcBlock(t)]) for t in tables]
+    meta = [(t.num_rows, t.nbytes) for t in tables]
+    schema = tables[0].schema if tables else None
+    return MaterializedDataset(refs, meta, schema, None, name)
+
+
+_ = (np, _native, Any, Callable)

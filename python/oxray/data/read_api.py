@@ -1,0 +1,229 @@
+"""Creating datasets: file readers (run by the Rust engine) and in-memory sources."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+
+from oxray.data._internal import block as B
+from oxray.data._internal import plan as P
+from oxray.data._internal.datasource import (
+    FileDatasource,
+    InMemoryDatasource,
+    ParquetDatasource,
+    RangeDatasource,
+    _check_filesystem,
+    _normalize_paths,
+)
+from oxray.data.context import DataContext
+from oxray.data.dataset import Dataset, MaterializedDataset, from_tables
+
+_UNSUPPORTED_READ_ARGS = ("partition_filter", "meta_provider", "arrow_open_stream_args", "tensor_column_schema")
+
+
+def _check_common(what: str, kwargs: dict) -> None:
+    for key, value in kwargs.items():
+        if key in ("override_num_blocks", "parallelism", "concurrency", "num_cpus", "num_gpus", "memory"):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(f"{what}({key}={value!r}): expected a positive number")
+            if key in ("num_gpus", "memory") and value:
+                raise ValueError(f"{what}({key}=...) is not supported by oxray: reads run on the engine's threads")
+            continue
+        if key == "ray_remote_args" and not value:
+            continue
+        if key == "shuffle" and value is None:
+            continue
+        if key == "partitioning" and value in (None, "hive"):
+            continue
+        if key == "file_extensions":
+            continue
+        raise ValueError(f"{what}({key}=...) is not supported by oxray")
+
+
+def _num_blocks(n_items: int, override) -> int:
+    if override is not None:
+        return max(1, int(override))
+    return max(1, min(n_items, DataContext.get_current().read_op_min_num_blocks))
+
+
+def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kwargs) -> Dataset:
+    """Parquet files, directories or globs (local or s3://), read by the engine."""
+    _check_filesystem(filesystem, "read_parquet")
+    _check_common("read_parquet", kwargs)
+    if columns is not None and (not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns)):
+        raise TypeError(f"read_parquet(columns={columns!r}): expected a list of column names")
+    source = ParquetDatasource(
+        _normalize_paths(paths, "read_parquet"),
+        columns,
+        target_block_bytes=DataContext.get_current().target_max_block_size,
+    )
+    return Dataset(P.Plan(source))
+
+
+def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
+    _check_filesystem(filesystem, what)
+    exts = kwargs.pop("file_extensions", None)
+    _check_common(what, kwargs)
+    source = FileDatasource(fmt, _normalize_paths(paths, what), options, include_paths, exts)
+    return Dataset(P.Plan(source))
+
+
+def read_csv(paths, *, filesystem=None, include_paths: bool = False, parse_options=None, **kwargs) -> Dataset:
+    delimiter = getattr(parse_options, "delimiter", ",") if parse_options is not None else ","
+    return _file_dataset("csv", "read_csv", paths, filesystem, include_paths, {"delimiter": delimiter}, kwargs)
+
+
+def read_json(paths, *, lines: Optional[bool] = None, filesystem=None, include_paths: bool = False, **kwargs):
+    return _file_dataset("json", "read_json", paths, filesystem, include_paths, {"lines": lines}, kwargs)
+
+
+def read_text(
+    paths,
+    *,
+    drop_empty_lines: bool = False,
+    encoding: str = "utf-8",
+    filesystem=None,
+    include_paths: bool = False,
+    **kwargs,
+) -> Dataset:
+    if encoding.lower().replace("-", "") != "utf8":
+        raise ValueError(f"read_text(encoding={encoding!r}): oxray reads UTF-8 text only")
+    options = {"drop_empty_lines": drop_empty_lines}
+    return _file_dataset("text", "read_text", paths, filesystem, include_paths, options, kwargs)
+
+
+def read_numpy(paths, *, filesystem=None, include_paths: bool = False, **kwargs) -> Dataset:
+    return _file_dataset("numpy", "read_numpy", paths, filesystem, include_paths, {}, kwargs)
+
+
+def read_binary_files(paths, *, filesystem=None, include_paths: bool = False, **kwargs) -> Dataset:
+    return _file_dataset("binary", "read_binary_files", paths, filesystem, include_paths, {}, kwargs)
+
+
+def read_images(
+    paths, *, filesystem=None, size=None, mode: Optional[str] = None, include_paths: bool = False, **kwargs
+) -> Dataset:
+    if size is not None:
+        if (
+            not isinstance(size, (tuple, list))
+            or len(size) != 2
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+        ):
+            raise ValueError(f"read_images(size={size!r}): expected (height, width) with positive integers")
+        size = tuple(size)
+    return _file_dataset(
+        "images", "read_images", paths, filesystem, include_paths, {"size": size, "mode": mode}, kwargs
+    )
+
+
+def range(n: int, *, override_num_blocks: Optional[int] = None, parallelism: int = -1, **kwargs) -> Dataset:  # noqa: A001
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"range({n!r}): expected an integer >= 0")
+    _check_common("range", kwargs)
+    return Dataset(P.Plan(RangeDatasource(n, _num_blocks(n, override_num_blocks))))
+
+
+def range_tensor(n: int, *, shape=(1,), override_num_blocks: Optional[int] = None, **kwargs) -> Dataset:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"range_tensor({n!r}): expected an integer >= 0")
+    _check_common("range_tensor", kwargs)
+    return Dataset(P.Plan(RangeDatasource(n, _num_blocks(n, override_num_blocks), tuple(shape))))
+
+
+def _split_table(table: pa.Table, n_blocks: int) -> list:
+    if table.num_rows == 0:
+        return [table]
+    per = -(-table.num_rows // n_blocks)
+    return [table.slice(s, per) for s in builtins_range(0, table.num_rows, per)]
+
+
+builtins_range = __builtins__["range"] if isinstance(__builtins__, dict) else __builtins__.range
+
+
+def _in_memory(name: str, table: pa.Table, n_blocks: int) -> MaterializedDataset:
+    return from_tables(_split_table(table, n_blocks), name)
+
+
+def from_items(items: list, *, override_num_blocks: Optional[int] = None, parallelism: int = -1) -> Dataset:
+    if not isinstance(items, list):
+        raise TypeError(f"from_items: expected a list, got {type(items).__name__}")
+    if items and all(isinstance(i, dict) for i in items):
+        table = B.table_from_rows(items, "from_items")
+    elif any(isinstance(i, dict) for i in items):
+        raise ValueError("from_items: either every item is a dict (one column per key) or none is")
+    else:
+        table = B.table_from_columns({"item": items}) if items else pa.table({"item": pa.array([], pa.null())})
+    return _in_memory("FromItems", table, _num_blocks(len(items), override_num_blocks))
+
+
+def from_numpy(ndarrays) -> MaterializedDataset:
+    arrays = ndarrays if isinstance(ndarrays, list) else [ndarrays]
+    tables = []
+    for a in arrays:
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"from_numpy: expected numpy arrays, got {type(a).__name__}")
+        tables.append(B.table_from_columns({"data": a}))
+    return from_tables(tables, "FromNumpy")
+
+
+def from_pandas(dfs, *, override_num_blocks: Optional[int] = None) -> MaterializedDataset:
+    import pandas as pd
+
+    frames = dfs if isinstance(dfs, list) else [dfs]
+    tables = []
+    for df in frames:
+        if not isinstance(df, pd.DataFrame):
+            raise TypeError(f"from_pandas: expected pandas DataFrames, got {type(df).__name__}")
+        tables.append(B.pandas_to_table(df))
+    if override_num_blocks is not None:
+        tables = _split_table(B.concat(tables), override_num_blocks)
+    return from_tables(tables, "FromPandas")
+
+
+def from_arrow(tables, *, override_num_blocks: Optional[int] = None) -> MaterializedDataset:
+    items = tables if isinstance(tables, list) else [tables]
+    out = []
+    for t in items:
+        if isinstance(t, pa.RecordBatch):
+            t = pa.Table.from_batches([t])
+        if not isinstance(t, pa.Table):
+            raise TypeError(f"from_arrow: expected pyarrow Tables, got {type(t).__name__}")
+        out.append(t)
+    if override_num_blocks is not None:
+        out = _split_table(B.concat(out), override_num_blocks)
+    return from_tables(out, "FromArrow")
+
+
+def from_torch(dataset, local_read: bool = False) -> MaterializedDataset:
+    """A torch map-style or iterable dataset, one row per item in column `item`."""
+    items = (
+        list(dataset)
+        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__")
+        else [dataset[i] for i in builtins_range(len(dataset))]
+    )
+    table = B.table_from_columns({"item": _torch_items(items)})
+    return _in_memory("FromTorch", table, _num_blocks(len(items), None))
+
+
+def _torch_items(items: list) -> list:
+    try:
+        import torch
+    except ImportError:
+        return items
+
+    def plain(v):
+        if isinstance(v, torch.Tensor):
+            return v.numpy()
+        if isinstance(v, tuple):
+            return [plain(x) for x in v]
+        return v
+
+    out = [plain(i) for i in items]
+    if out and all(isinstance(i, np.ndarray) for i in out):
+        return out
+    return out
+
+
+_ = InMemoryDatasource
