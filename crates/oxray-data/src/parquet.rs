@@ -90,7 +90,7 @@ enum Opened {
 }
 
 fn open(uri: &str) -> Result<Opened> {
-    match Location::file(uri)? {
+    match Location::parse(uri)? {
         Location::Local(path) => {
             let file = std::fs::File::open(&path).map_err(DataError::io("cannot open", uri))?;
             if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {

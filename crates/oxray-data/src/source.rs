@@ -7,6 +7,7 @@ use crate::error::{DataError, Result};
 use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -25,9 +26,9 @@ pub(crate) enum Location {
 
 impl Location {
     /// Parses `uri`: an `s3://bucket/key`, a `file://` URI or a local path.
-    pub(crate) fn parse(uri: &str, stores: &mut StoreCache) -> Result<Location> {
+    pub(crate) fn parse(uri: &str) -> Result<Location> {
         if let Some(rest) = uri.strip_prefix("s3://") {
-            let (store, key) = stores.store_for(uri)?;
+            let (store, key) = s3_store(uri)?;
             let bucket = rest.split('/').next().unwrap_or_default();
             return Ok(Location::S3 { store, bucket_uri: format!("s3://{bucket}"), key });
         }
@@ -43,11 +44,6 @@ impl Location {
         }
         Ok(Location::Local(PathBuf::from(path)))
     }
-
-    /// Parses a URI that names one file.
-    pub(crate) fn file(uri: &str) -> Result<Location> {
-        Location::parse(uri, &mut StoreCache::default())
-    }
 }
 
 /// The object key of `key`, kept verbatim (not percent-encoded), as `oxray_io` does.
@@ -55,25 +51,28 @@ pub(crate) fn object_path(uri: &str, key: &str) -> Result<ObjectPath> {
     ObjectPath::parse(key).map_err(|e| DataError::InvalidUri { uri: uri.to_string(), reason: e.to_string() })
 }
 
-/// S3 stores by bucket for the length of one call: files of one bucket share
-/// a connection pool.
-#[derive(Default)]
-pub(crate) struct StoreCache {
-    stores: HashMap<String, Arc<dyn ObjectStore>>,
-}
+/// S3 stores by bucket and AWS settings, kept for the process: reads of many
+/// files and fragments share one connection pool per bucket. A changed
+/// `AWS_*` variable (another endpoint or key) gets a new store.
+static STORES: Mutex<Option<HashMap<String, Arc<dyn ObjectStore>>>> = Mutex::new(None);
+static SETTINGS_HASH: std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher> =
+    std::hash::BuildHasherDefault::new();
 
-impl StoreCache {
-    fn store_for(&mut self, uri: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
-        let bucket = uri["s3://".len()..].split('/').next().unwrap_or_default().to_string();
-        let key = uri["s3://".len() + bucket.len()..].trim_matches('/').to_string();
-        if let Some(store) = self.stores.get(&bucket) {
-            return Ok((store.clone(), key));
-        }
-        let (store, key) = oxray_io::object_store_for_uri(uri)
-            .map_err(|e| DataError::InvalidUri { uri: uri.to_string(), reason: e.to_string() })?;
-        self.stores.insert(bucket, store.clone());
-        Ok((store, key))
+/// The store of an `s3://bucket/key` URI and its key.
+fn s3_store(uri: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let rest = uri.strip_prefix("s3://").unwrap_or(uri);
+    let bucket = rest.split('/').next().unwrap_or_default();
+    let key = rest[bucket.len()..].trim_matches('/').to_string();
+    let mut settings: Vec<(String, String)> = std::env::vars().filter(|(k, _)| k.starts_with("AWS_")).collect();
+    settings.sort();
+    let cache_key = format!("{bucket}/{:x}", std::hash::BuildHasher::hash_one(&SETTINGS_HASH, &settings));
+    if let Some(store) = STORES.lock().get_or_insert_default().get(&cache_key) {
+        return Ok((store.clone(), key));
     }
+    let (store, key) = oxray_io::object_store_for_uri(uri)
+        .map_err(|e| DataError::InvalidUri { uri: uri.to_string(), reason: e.to_string() })?;
+    STORES.lock().get_or_insert_default().insert(cache_key, store.clone());
+    Ok((store, key))
 }
 
 /// Runs remote (S3) I/O to completion from a plain thread. The runtime starts
@@ -121,10 +120,9 @@ fn matches_extension(name: &str, extensions: &[String]) -> bool {
 /// one of them are kept; files named explicitly are always kept.
 pub fn expand_paths(paths: &[String], extensions: Option<&[String]>) -> Result<Vec<(String, u64)>> {
     let extensions = normalize_extensions(extensions);
-    let mut stores = StoreCache::default();
     let mut out = Vec::new();
     for uri in paths {
-        match Location::parse(uri, &mut stores)? {
+        match Location::parse(uri)? {
             Location::Local(path) => expand_local(uri, &path, &extensions, &mut out)?,
             Location::S3 { store, bucket_uri, key } => {
                 block_on(expand_s3(uri, store.as_ref(), &bucket_uri, &key, &extensions, &mut out))?

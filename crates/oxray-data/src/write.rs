@@ -33,7 +33,7 @@ fn write_file(
     body: impl FnOnce(&mut (dyn Write + Send)) -> Result<()>,
 ) -> Result<String> {
     check_filename(filename)?;
-    match Location::file(dir_uri)? {
+    match Location::parse(dir_uri)? {
         Location::Local(dir) => {
             std::fs::create_dir_all(&dir).map_err(DataError::io("cannot create directory", dir.display()))?;
             let dest = dir.join(filename);
@@ -154,7 +154,10 @@ pub fn write_csv(batches: &[RecordBatch], dir_uri: &str, filename: &str) -> Resu
 pub fn write_json(batches: &[RecordBatch], dir_uri: &str, filename: &str) -> Result<String> {
     write_file(dir_uri, filename, |out| {
         let fail = || DataError::arrow(format!("cannot write JSON to {dir_uri}/{filename}"));
-        let mut writer = arrow_json::LineDelimitedWriter::new(out);
+        // Nulls written as `null` (as pandas does), so an all-null column survives a round trip.
+        let mut writer = arrow_json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow_json::writer::LineDelimited>(out);
         for batch in batches {
             writer.write(batch).map_err(fail())?;
         }

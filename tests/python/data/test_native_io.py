@@ -185,7 +185,12 @@ def test_csv_matches_pyarrow(tmp_path):
     got = pa.Table.from_batches(native.data_read_csv(str(semi), ";", True, ["b"]))
     assert got.to_pydict() == {"b": ["x", "y"]}
     headless = pa.Table.from_batches(native.data_read_csv(str(semi), delimiter=";", has_header=False))
-    assert headless.num_rows == 3
+    reference = pacsv.read_csv(
+        semi,
+        read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+        parse_options=pacsv.ParseOptions(delimiter=";"),
+    )
+    assert headless.equals(reference)
     with pytest.raises(ValueError, match='unknown column "c"'):
         native.data_read_csv(str(semi), ";", True, ["c"])
 
@@ -244,6 +249,10 @@ def test_writers_match_pyarrow_and_leave_only_finished_files(tmp_path):
     js = native.data_write_json(table.to_batches(), str(out), "part-0.json")
     with open(js) as f:
         assert [json.loads(line) for line in f] == table.to_pylist()
+    with_nulls = pa.table({"a": [1, None], "n": pa.array([None, None], pa.null())})
+    js_nulls = native.data_write_json(with_nulls.to_batches(), str(tmp_path), "nulls.json")
+    with open(js_nulls) as f:
+        assert [json.loads(line) for line in f] == with_nulls.to_pylist(), "nulls are written, as pandas does"
     raw = native.data_write_bytes(str(out), "blob.bin", b"\x00\x01\x02")
     assert open(raw, "rb").read() == b"\x00\x01\x02"
 
