@@ -244,6 +244,20 @@ fn configure<T>(
     Ok((builder.with_row_groups(groups).with_batch_size(options.batch_size), reorder))
 }
 
+/// Runs a step of the parquet decoder, turning a panic on a malformed file
+/// into an error naming the file (a stream's consumer would otherwise wait
+/// forever for a fragment whose thread died).
+fn catch_decoder_panic<T>(uri: &str, step: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)).unwrap_or_else(|panic| {
+        let reason = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "the decoder panicked".to_string());
+        Err(DataError::BadParquet { path: uri.to_string(), reason: format!("malformed data: {reason}") })
+    })
+}
+
 enum Decoder {
     Local(ParquetRecordBatchReader),
     Remote(Box<ParquetRecordBatchStream<ObjectReader>>),
@@ -263,6 +277,10 @@ impl FragmentReader {
         if options.limit == Some(0) {
             return Ok(FragmentReader { uri: uri.to_string(), decoder: Decoder::Empty, reorder: None });
         }
+        catch_decoder_panic(uri, || FragmentReader::open_decoder(uri, options))
+    }
+
+    fn open_decoder(uri: &str, options: &ReadOptions) -> Result<FragmentReader> {
         let (decoder, reorder) = match open(uri)? {
             Opened::Local(file) => {
                 let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| footer_error(uri, e))?;
@@ -284,10 +302,21 @@ impl Iterator for FragmentReader {
     type Item = Result<RecordBatch>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let next = match &mut self.decoder {
-            Decoder::Local(reader) => reader.next().map(|b| b.map_err(|e| data_error(&self.uri, e.into()))),
-            Decoder::Remote(stream) => block_on(stream.next()).map(|b| b.map_err(|e| data_error(&self.uri, e))),
-            Decoder::Empty => None,
+        let uri = &self.uri;
+        let decoder = &mut self.decoder;
+        let next = catch_decoder_panic(uri, || {
+            Ok(match decoder {
+                Decoder::Local(reader) => reader.next().map(|b| b.map_err(|e| data_error(uri, e.into()))),
+                Decoder::Remote(stream) => block_on(stream.next()).map(|b| b.map_err(|e| data_error(uri, e))),
+                Decoder::Empty => None,
+            })
+        });
+        let next = match next {
+            Ok(next) => next,
+            Err(e) => {
+                self.decoder = Decoder::Empty;
+                Some(Err(e))
+            }
         };
         match (next, &self.reorder) {
             (Some(Ok(batch)), Some(order)) => Some(
@@ -404,6 +433,28 @@ impl ParquetStream {
     }
 }
 
+/// Marks a worker's fragment failed if the worker panics, so the consumer
+/// gets an error instead of waiting forever.
+struct FailFragmentOnPanic<'a> {
+    shared: &'a Shared,
+    index: usize,
+}
+
+impl Drop for FailFragmentOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut state = self.shared.state.lock();
+            let slot = &mut state.slots[self.index];
+            slot.error = Some(DataError::BadParquet {
+                path: self.shared.fragments[self.index].0.clone(),
+                reason: "the decoding thread panicked".into(),
+            });
+            slot.finished = true;
+            self.shared.data.notify_all();
+        }
+    }
+}
+
 /// A worker: claims the next fragment within the window ahead of the
 /// consumer, decodes it batch by batch while the budget allows, repeats.
 fn decode_fragments(shared: &Shared) {
@@ -422,6 +473,7 @@ fn decode_fragments(shared: &Shared) {
                 shared.work.wait(&mut state);
             }
         };
+        let _unwinding = FailFragmentOnPanic { shared, index };
         let (uri, row_groups) = &shared.fragments[index];
         let read = ReadOptions {
             row_groups: row_groups.clone(),
@@ -630,6 +682,28 @@ mod tests {
         assert!(matches!(err, DataError::SchemaMismatch { .. }), "{err:?}");
         assert!(message.contains(&first) && message.contains(&other), "{message}");
         assert!(message.contains("`b: Float32`") && message.contains("`b: Int32`"), "{message}");
+    }
+
+    #[test]
+    fn corrupt_pages_are_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = three_groups(dir.path());
+        let mut bytes = std::fs::read(&uri).unwrap();
+        bytes[4..68].fill(0xff); // the first page header, right after the magic "PAR1"
+        std::fs::write(&uri, bytes).unwrap();
+        let err = read_parquet(&uri, &options(1000)).unwrap_err();
+        assert!(matches!(err, DataError::BadParquet { .. }), "{err:?}");
+        assert!(err.to_string().contains(&uri), "{err}");
+        let streamed: Vec<_> = ParquetStream::new(vec![(uri, None)], stream_options(None, 1, 0)).unwrap().collect();
+        assert!(matches!(streamed.last(), Some(Err(DataError::BadParquet { .. }))), "{streamed:?}");
+    }
+
+    #[test]
+    fn a_decoder_panic_becomes_an_error_naming_the_file() {
+        let caught = catch_decoder_panic::<()>("/data/bad.parquet", || panic!("index out of bounds"));
+        let err = caught.unwrap_err();
+        assert!(matches!(err, DataError::BadParquet { .. }), "{err:?}");
+        assert!(err.to_string().contains("/data/bad.parquet") && err.to_string().contains("index out of bounds"));
     }
 
     fn fragments(uris: &[&str]) -> Vec<(String, Option<Vec<usize>>)> {
