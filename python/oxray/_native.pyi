@@ -1,7 +1,7 @@
 """Type stub of `oxray._native`, the engine's Python extension module (the
 `oxray-py` crate): the embedded cluster, the per-process `Client` of a node
-agent, zero-copy object buffers, Train's run storage, and the typed records
-those return. tests/python/core/test_native_stub.py checks it against the
+agent, zero-copy object buffers, Train's run storage, Data's native engine
+(`data_*`, `Data*`), and the typed records those return. tests/python/core/test_native_stub.py checks it against the
 built module, name by name and parameter by parameter."""
 
 import builtins
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from os import PathLike
 from typing import ClassVar, final
 
+import pyarrow
 from typing_extensions import Buffer
 
 _StrPath = str | PathLike[str]
@@ -28,6 +29,21 @@ __all__ = [
     "StoreStats",
     "start_cluster",
     "encode_object",
+    "DataParquetStream",
+    "DataBatcher",
+    "data_expand_paths",
+    "data_parquet_inspect",
+    "data_read_parquet",
+    "data_read_csv",
+    "data_read_json",
+    "data_read_text",
+    "data_read_bytes",
+    "data_write_parquet",
+    "data_write_csv",
+    "data_write_json",
+    "data_write_bytes",
+    "data_concat_batches",
+    "data_encode_ipc",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
@@ -393,3 +409,94 @@ class Storage:
     def download_dir(self, rel: str, local: _StrPath) -> int: ...
     def list(self, rel: str) -> builtins.list[str]: ...
     def delete_dir(self, rel: str) -> None: ...
+
+# Data's native engine. Arrow inputs are anything with `__arrow_c_array__` or
+# `__arrow_c_stream__` (pyarrow RecordBatch or Table); outputs are pyarrow objects.
+
+def data_expand_paths(paths: Sequence[str], extensions: Sequence[str] | None = None) -> list[tuple[str, int]]:
+    """Each input as `(uri, size)`: files, directories (walked) and globs, local or S3."""
+
+def data_parquet_inspect(uris: Sequence[str]) -> tuple[pyarrow.Schema, list[list[tuple[int, int]]]]:
+    """The dataset schema and each file's row groups as `(num_rows, uncompressed bytes)`, from footers only."""
+
+def data_read_parquet(
+    uri: str,
+    row_groups: Sequence[int] | None,
+    columns: Sequence[str] | None,
+    limit: int | None,
+    batch_size: int,
+) -> list[pyarrow.RecordBatch]:
+    """One fragment of a parquet file: chosen row groups and columns, at most `limit` rows."""
+
+@final
+class DataParquetStream:
+    """Batches of many parquet fragments in order, decoded ahead on Rust threads
+    within a budget of decoded bytes."""
+
+    def __new__(
+        cls,
+        fragments: Sequence[tuple[str, Sequence[int] | None]],
+        columns: Sequence[str] | None,
+        limit: int | None,
+        batch_size: int,
+        threads: int,
+        max_bytes_in_flight: int,
+    ) -> DataParquetStream: ...
+    def __iter__(self) -> DataParquetStream: ...
+    def __next__(self) -> pyarrow.RecordBatch: ...
+    @property
+    def bytes_in_flight(self) -> int:
+        """Decoded bytes waiting for the consumer."""
+
+def data_read_csv(
+    uri: str, delimiter: str = ",", has_header: bool = True, columns: Sequence[str] | None = None
+) -> list[pyarrow.RecordBatch]:
+    """A csv file's rows (schema inferred; `.gz` decompressed)."""
+
+def data_read_json(uri: str, lines: bool | None = None) -> list[pyarrow.RecordBatch]:
+    """JSON Lines or a JSON array of objects (`lines=None`: detected)."""
+
+def data_read_text(uri: str, drop_empty_lines: bool = False) -> list[pyarrow.RecordBatch]:
+    """One row per line, in a column `text`."""
+
+def data_read_bytes(uri: str) -> bytes:
+    """A whole file's bytes."""
+
+def data_write_parquet(
+    batches: Sequence[pyarrow.RecordBatch | pyarrow.Table], dir_uri: str, filename: str, compression: str = "snappy"
+) -> str:
+    """Writes one parquet file `<dir_uri>/<filename>`; returns its URI."""
+
+def data_write_csv(batches: Sequence[pyarrow.RecordBatch | pyarrow.Table], dir_uri: str, filename: str) -> str:
+    """Writes one csv file (with a header row); returns its URI."""
+
+def data_write_json(batches: Sequence[pyarrow.RecordBatch | pyarrow.Table], dir_uri: str, filename: str) -> str:
+    """Writes one JSON Lines file; returns its URI."""
+
+def data_write_bytes(dir_uri: str, filename: str, data: bytes) -> str:
+    """Writes `data` as one file; returns its URI."""
+
+@final
+class DataBatcher:
+    """Cuts added batches into batches of exactly `batch_size` rows, optionally
+    drawn from a seeded local shuffle buffer."""
+
+    def __new__(
+        cls,
+        batch_size: int | None,
+        drop_last: bool = False,
+        shuffle_buffer_size: int | None = None,
+        seed: int | None = None,
+    ) -> DataBatcher: ...
+    def add(self, batch: pyarrow.RecordBatch | pyarrow.Table) -> None:
+        """Adds a RecordBatch (or every batch of a table)."""
+    def next_batch(self) -> pyarrow.RecordBatch | None:
+        """The next full batch, or `None` until one is ready (after `finish()`: what is left)."""
+    def finish(self) -> None:
+        """Marks the end of the input."""
+
+def data_concat_batches(batches: Sequence[pyarrow.RecordBatch]) -> pyarrow.RecordBatch:
+    """One batch out of batches with the same columns."""
+
+def data_encode_ipc(batch: pyarrow.RecordBatch) -> bytes:
+    """An Arrow IPC stream holding one batch."""

@@ -7,6 +7,7 @@ Fixtures:
 
 * ``ray_cluster`` (module scope): one local cluster per test module, started
   with :data:`STANDARD_INIT_KWARGS`.  Tests that only need "a cluster" use it.
+* ``moto_s3`` (function scope): a real S3 API server (moto) and a bucket in it.
 * ``fresh_cluster`` (function scope): a factory for tests that need their own
   ``ray.init`` arguments.  It shuts down any running cluster first and always
   shuts down afterwards.  A later test of the same module that asks for
@@ -14,7 +15,10 @@ Fixtures:
 """
 
 import os
+import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -113,3 +117,44 @@ def fresh_cluster():
         yield _start
     finally:
         _shutdown_if_initialized()
+
+
+@pytest.fixture
+def moto_s3(monkeypatch):
+    """A real S3 API server (moto) on a free local port, with the standard AWS
+    variables pointing at it and a bucket ``oxray-test``; yields a boto3 client.
+    Train's S3 storage tests and Data's S3 readers and writers use it."""
+    pytest.importorskip("moto")
+    boto3 = pytest.importorskip("boto3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "moto server did not start"
+            time.sleep(0.1)
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    client.create_bucket(Bucket="oxray-test")
+    try:
+        yield client
+    finally:
+        server.kill()
+        server.wait()

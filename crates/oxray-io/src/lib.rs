@@ -37,6 +37,43 @@ pub enum StorageError {
 
 type Result<T> = std::result::Result<T, StorageError>;
 
+/// The object store behind an `s3://bucket/key` URI and the key (without
+/// leading or trailing `/`), built the same way for Train's run storage and
+/// Data's readers and writers: the standard AWS variables (`AWS_ENDPOINT_URL`,
+/// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, ...), plain HTTP
+/// allowed for an `http://` endpoint, `us-east-1` when no region is set, and
+/// bounded retries.
+pub fn object_store_for_uri(uri: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let invalid = |reason: &str| StorageError::InvalidUri { uri: uri.to_string(), reason: reason.to_string() };
+    let Some(rest) = uri.strip_prefix("s3://") else {
+        return Err(invalid("expected s3://<bucket>/<key>"));
+    };
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(invalid("expected s3://<bucket>/<prefix>"));
+    }
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let endpoint = std::env::var("AWS_ENDPOINT_URL_S3").or_else(|_| std::env::var("AWS_ENDPOINT_URL")).ok();
+    if endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+        builder = builder.with_allow_http(true);
+    }
+    if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
+        builder = builder.with_region("us-east-1");
+    }
+    // Bounded retries: a dead endpoint fails in seconds, not minutes.
+    let retry = object_store::RetryConfig {
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(20),
+        ..Default::default()
+    };
+    // Set through the config key: `with_client_options` would drop what
+    // `from_env` and `with_allow_http` already set.
+    let connect_timeout = object_store::aws::AmazonS3ConfigKey::Client(object_store::ClientConfigKey::ConnectTimeout);
+    let store =
+        builder.with_retry(retry).with_config(connect_timeout, "5s").build().map_err(|e| invalid(&e.to_string()))?;
+    Ok((Arc::new(store), prefix.trim_matches('/').to_string()))
+}
+
 /// A storage root: `/abs/path`, `file:///abs/path` or `s3://bucket/prefix`.
 pub enum Storage {
     Local(PathBuf),
@@ -53,36 +90,9 @@ impl Storage {
     /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, ...).
     pub fn open(uri: &str) -> Result<Storage> {
         let invalid = |reason: &str| StorageError::InvalidUri { uri: uri.to_string(), reason: reason.to_string() };
-        if let Some(rest) = uri.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(invalid("expected s3://<bucket>/<prefix>"));
-            }
-            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-            let endpoint = std::env::var("AWS_ENDPOINT_URL_S3").or_else(|_| std::env::var("AWS_ENDPOINT_URL")).ok();
-            if endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
-                builder = builder.with_allow_http(true);
-            }
-            if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
-                builder = builder.with_region("us-east-1");
-            }
-            // Bounded retries: a dead endpoint fails in seconds, not minutes.
-            let retry = object_store::RetryConfig {
-                max_retries: 3,
-                retry_timeout: std::time::Duration::from_secs(20),
-                ..Default::default()
-            };
-            // Set through the config key: `with_client_options` would drop what
-            // `from_env` and `with_allow_http` already set.
-            let connect_timeout =
-                object_store::aws::AmazonS3ConfigKey::Client(object_store::ClientConfigKey::ConnectTimeout);
-            let store = builder
-                .with_retry(retry)
-                .with_config(connect_timeout, "5s")
-                .build()
-                .map_err(|e| invalid(&e.to_string()))?;
-            let prefix = prefix.trim_matches('/').to_string();
-            return Ok(Storage::S3 { store: Arc::new(store), prefix, uri: uri.trim_end_matches('/').to_string() });
+        if uri.starts_with("s3://") {
+            let (store, prefix) = object_store_for_uri(uri)?;
+            return Ok(Storage::S3 { store, prefix, uri: uri.trim_end_matches('/').to_string() });
         }
         let path = uri.strip_prefix("file://").unwrap_or(uri);
         if path.contains("://") {

@@ -1,12 +1,13 @@
 //! The one place Rust errors become Python exceptions.
 
+use oxray_data::DataError;
 use oxray_io::StorageError;
 use oxray_object_store::ShmError;
 use oxray_runtime::client::{ClientError, Refusal};
 use oxray_runtime::cluster::ClusterError;
 use oxray_runtime::ids::{IdError, ObjectId};
 use pyo3::PyErr;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 
 pyo3::create_exception!(_native, OxrayRpcError, PyRuntimeError);
 pyo3::create_exception!(_native, OxrayAuthError, OxrayRpcError);
@@ -65,6 +66,18 @@ pub(crate) fn storage_error(e: StorageError) -> PyErr {
     match e {
         StorageError::InvalidUri { .. } | StorageError::OutsideRoot { .. } => PyValueError::new_err(e.to_string()),
         _ => PyOSError::new_err(e.to_string()),
+    }
+}
+
+/// The data engine: a missing path is `FileNotFoundError`, a disk or network
+/// failure `OSError`, a bad value, file, schema or column `ValueError`.
+pub(crate) fn data_error(e: DataError) -> PyErr {
+    if e.is_not_found() {
+        PyFileNotFoundError::new_err(e.to_string())
+    } else if e.is_io() {
+        PyOSError::new_err(e.to_string())
+    } else {
+        PyValueError::new_err(e.to_string())
     }
 }
 

@@ -5,6 +5,7 @@
 mod buffers;
 mod client;
 mod cluster;
+mod data;
 mod error;
 mod records;
 mod storage;
@@ -79,6 +80,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<records::StoreStats>()?;
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
+    data::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
     m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;

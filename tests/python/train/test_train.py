@@ -4,7 +4,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -427,44 +426,6 @@ def test_fsdp_on_cpu_workers_is_a_clear_error(cluster, tmp_path):
 
 
 # --- S3 storage on a real S3 API server (moto) ---
-
-
-@pytest.fixture
-def moto_s3(monkeypatch):
-    pytest.importorskip("moto")
-    boto3 = pytest.importorskip("boto3")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "moto server did not start"
-            time.sleep(0.1)
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    client.create_bucket(Bucket="oxray-test")
-    try:
-        yield client
-    finally:
-        server.kill()
-        server.wait()
 
 
 def test_s3_storage_on_moto(cluster, tmp_path, moto_s3):
