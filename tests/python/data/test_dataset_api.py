@@ -169,6 +169,14 @@ def test_read_json_lines(data_cluster, tmp_path):
     assert frame_by(ds.to_pandas()) == frame_by(pd.read_json(path, lines=True))
 
 
+def test_read_json_lines_by_default(data_cluster, tmp_path):
+    """Ray reads JSON Lines without ``lines=True`` too (the common ``read_json("x.jsonl")``)."""
+    df = make_frame(20)
+    path = tmp_path / "rows.jsonl"
+    df.to_json(path, orient="records", lines=True)
+    assert frame_by(ray.data.read_json(str(path)).to_pandas()) == frame_by(df)
+
+
 def test_read_json_array(data_cluster, tmp_path):
     df = make_frame(20)
     path = tmp_path / "rows.json"
@@ -370,6 +378,11 @@ def test_map_batches_integer_batch_size(data_cluster):
     assert sizes == {32: 96, 4: 4}
 
 
+def test_map_batches_default_batch_size_is_whole_blocks(data_cluster):
+    out = ray.data.range(1000, override_num_blocks=1).map_batches(record_batch_size).take_all()
+    assert {r["batch_len"] for r in out} == {1000}
+
+
 def test_map_batches_batch_size_none_is_whole_blocks(data_cluster):
     out = ray.data.range(N, override_num_blocks=1).map_batches(record_batch_size, batch_size=None).take_all()
     assert {r["batch_len"] for r in out} == {N}
@@ -485,6 +498,8 @@ def test_union(data_cluster):
     out = a.union(b)
     assert out.count() == 15
     assert sorted(r["id"] for r in out.take_all()) == list(range(10)) + list(range(100, 105))
+    c = ray.data.from_items([{"id": 200}])
+    assert sorted(r["id"] for r in a.union(b, c).take_all()) == list(range(10)) + list(range(100, 105)) + [200]
 
 
 def test_random_shuffle_seed(preserve_order):
@@ -591,6 +606,7 @@ def test_take_take_all_take_batch(data_cluster):
     assert all(isinstance(v, np.ndarray) and len(v) == 7 for v in batch.values())
     assert batch["id"].dtype == np.int64
     np.testing.assert_array_equal(batch["x"], batch["id"] * 0.5)
+    assert len(ray.data.range(N).take_batch()["id"]) == 20  # Ray's default
     frame = ds.take_batch(4, batch_format="pandas")
     assert isinstance(frame, pd.DataFrame) and len(frame) == 4
 
@@ -647,6 +663,22 @@ def test_iter_batches_sizes_and_drop_last(data_cluster):
     ids = np.concatenate([b["id"] for b in ds.iter_batches(batch_size=16)])
     assert sorted(ids.tolist()) == list(range(N))
     assert [len(b["id"]) for b in ds.iter_batches(batch_size=16, drop_last=True)] == [16] * 6
+
+
+def test_iter_batches_and_torch_batches_default_batch_size_256(data_cluster):
+    ds = ray.data.range(600, override_num_blocks=1)
+    assert [len(b["id"]) for b in ds.iter_batches()] == [256, 256, 88]
+    assert [len(b["id"]) for b in ds.iter_torch_batches()] == [256, 256, 88]
+
+
+def test_preserve_order_keeps_input_order_through_udfs(preserve_order):
+    ds = ray.data.range(N, override_num_blocks=10).map(add_one_to_id).map_batches(double_x_free, batch_size=7)
+    assert [r["id"] for r in ds.take_all()] == list(range(1, N + 1))
+    assert np.concatenate([b["id"] for b in ds.iter_batches(batch_size=9)]).tolist() == list(range(1, N + 1))
+
+
+def add_one_to_id(row):
+    return {"id": row["id"] + 1}
 
 
 def test_iter_batches_formats(data_cluster):
