@@ -8,6 +8,8 @@ starts after they are set, so its workers inherit them.
 """
 
 import io
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from data_testutil import frame_by, ray, start_cluster
+from data_testutil import AGAINST_RAY, frame_by, ray, start_cluster
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -143,3 +145,35 @@ def test_read_and_write_parquet_with_filesystem_argument(s3_cluster):
 def test_read_parquet_from_a_missing_bucket_names_it(s3_cluster):
     with pytest.raises(Exception, match="no-such-bucket"):
         ray.data.read_parquet("s3://no-such-bucket/tables").take_all()
+
+
+def s3_ingest_loop(config):
+    rank = ray.train.get_context().get_world_rank()
+    ids = []
+    for batch in ray.train.get_dataset_shard("train").iter_torch_batches(batch_size=32):
+        ids.extend(int(v) for v in batch["id"].tolist())
+    with open(os.path.join(config["log_dir"], f"rank{rank}.json"), "w") as f:
+        json.dump(ids, f)
+    ray.train.report({"rows": len(ids)})
+
+
+def test_train_run_reading_from_s3(s3_cluster, tmp_path):
+    torch = pytest.importorskip("torch")  # noqa: F841
+    if AGAINST_RAY:
+        import ray.train.torch  # noqa: F401  (Ray wants its submodules imported; oxray has them on `ray`)
+    df = make_frame()
+    ray.data.from_pandas(df).write_parquet(f"s3://{BUCKET}/train-data")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    result = ray.train.torch.TorchTrainer(
+        s3_ingest_loop,
+        train_loop_config={"log_dir": str(logs)},
+        datasets={"train": ray.data.read_parquet(f"s3://{BUCKET}/train-data", columns=["id", "x"])},
+        # Half a CPU per worker leaves the pipeline a CPU (the starvation case is tested elsewhere).
+        scaling_config=ray.train.ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.5}),
+        run_config=ray.train.RunConfig(storage_path=str(tmp_path / "results"), name="s3ingest"),
+    ).fit()
+    assert result.error is None
+    share0, share1 = (json.load(open(logs / f"rank{r}.json")) for r in range(2))
+    assert len(share0) == len(share1) == len(df) // 2
+    assert not set(share0) & set(share1) and sorted(share0 + share1) == list(range(len(df)))
