@@ -26,13 +26,13 @@ else:
 MiB = 1024**2
 
 
-def start_cluster():
-    """A 2-CPU local cluster with a 200 MiB object store (shuts down a running one first)."""
+def start_cluster(object_store_memory=200 * MiB):
+    """A 2-CPU local cluster (shuts down a running one first)."""
     if ray.is_initialized():
         ray.shutdown()
     if AGAINST_RAY:
-        return ray.init(num_cpus=2, object_store_memory=200 * MiB, include_dashboard=False)
-    return ray.init(num_cpus=2, object_store_memory=200 * MiB)
+        return ray.init(num_cpus=2, object_store_memory=object_store_memory, include_dashboard=False)
+    return ray.init(num_cpus=2, object_store_memory=object_store_memory)
 
 
 def rows_by(rows, key="id"):
