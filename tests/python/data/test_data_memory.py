@@ -1,0 +1,86 @@
+"""A dataset about 12x the object store streams through it within the
+execution budget (``resource_limits.object_store_memory``): the store never
+holds more than the budget plus a couple of blocks, nothing spills, and the
+driver's RSS does not grow with the data.
+
+oxray only: the store's usage is read from the embedded node
+(``StoreStats``), which Ray does not expose.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+from data_testutil import AGAINST_RAY, MiB, ray, start_cluster
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(AGAINST_RAY, reason="reads oxray's own object store statistics"),
+]
+
+STORE = 32 * MiB
+BUDGET = 16 * MiB
+COLUMNS = 16
+ROWS = 5_400_000  # (8 + 16 * 4) bytes a row: ~370 MiB, ~12x the store
+BLOCKS = 256
+BLOCK_BYTES = ROWS // BLOCKS * (8 + 4 * COLUMNS)
+
+
+def widen(batch):
+    ids = batch["id"]
+    out = {"id": ids}
+    for k in range(COLUMNS):
+        out[f"f{k}"] = ids.astype(np.float32) + k
+    return out
+
+
+@pytest.fixture
+def small_store_cluster():
+    start_cluster(object_store_memory=STORE)
+    ctx = ray.data.DataContext.get_current()
+    before = ctx.execution_options.resource_limits
+    ctx.execution_options.resource_limits = before.copy(object_store_memory=BUDGET)
+    try:
+        yield
+    finally:
+        ctx.execution_options.resource_limits = before
+        ray.shutdown()
+
+
+def test_dataset_ten_times_the_store_streams_within_the_budget(small_store_cluster):
+    psutil = pytest.importorskip("psutil")
+    from oxray._private.state import STATE
+
+    stats = STATE.cluster.store_stats
+    me = psutil.Process()
+    spilled_before = stats().num_spilled_total
+    rss_before = me.memory_info().rss
+    peak = {"shm": 0, "rss": 0}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            s = stats()
+            if s is None:
+                return
+            peak["shm"] = max(peak["shm"], s.shm_used)
+            peak["rss"] = max(peak["rss"], me.memory_info().rss)
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rows = 0
+    id_sum = 0
+    try:
+        ds = ray.data.range(ROWS, override_num_blocks=BLOCKS).map_batches(widen)
+        for batch in ds.iter_batches(batch_size=65536, batch_format="numpy"):
+            rows += len(batch["id"])
+            id_sum += int(batch["id"].sum())
+            assert float(batch["f15"][0]) == float(batch["id"][0]) + 15
+    finally:
+        done.set()
+        sampler.join(timeout=10)
+    assert rows == ROWS and id_sum == ROWS * (ROWS - 1) // 2
+    assert peak["shm"] <= BUDGET + 2 * BLOCK_BYTES, f"store peaked at {peak['shm'] / MiB:.1f} MiB"
+    assert stats().num_spilled_total == spilled_before and stats().spilled_bytes == 0
+    assert peak["rss"] - rss_before < 200 * MiB, f"driver RSS grew {(peak['rss'] - rss_before) / MiB:.0f} MiB"
