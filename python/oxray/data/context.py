@@ -7,6 +7,7 @@ Ray user never believes an option took effect when it did not.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
@@ -28,6 +29,10 @@ class ExecutionResources:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ValueError(f"ExecutionResources({name}={value!r}): expected a number >= 0 or None")
+
+    def copy(self, **changes) -> "ExecutionResources":
+        """A copy with some limits changed (Ray's limits are set this way, not in place)."""
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass

@@ -407,11 +407,9 @@ class Dataset:
             refs.append(bundle.to_ref())
             tables_meta.append((bundle.rows, bundle.size))
             bundle.release()
-        schema = None
-        try:
-            schema = self.schema().base_schema
-        except Exception:  # noqa: BLE001 - an empty dataset may have no schema
-            schema = None
+        schema = P.schema_from_metadata(self._plan)
+        if schema is None and refs:
+            schema = oxray.get(refs[0])[0].schema
         return MaterializedDataset(refs, tables_meta, schema, self._last_stats)
 
     def take(self, limit: int = 20) -> list:
@@ -560,13 +558,12 @@ class Dataset:
         column=None,
         options=None,
     ) -> None:
-        from oxray.data._internal.datasource import _check_filesystem, _normalize_paths
+        from oxray.data._internal.datasource import _normalize_paths
         from oxray.data._internal.write import WriteBlocks, cleanup_written
 
-        _check_filesystem(filesystem, f"write_{fmt}")
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"write_{fmt}: path must be a string, got {type(path).__name__}")
-        (path,) = _normalize_paths([path], f"write_{fmt}")
+        (path,) = _normalize_paths([path], f"write_{fmt}", filesystem)
         for name, v in (("min_rows_per_file", min_rows_per_file), ("max_rows_per_file", max_rows_per_file)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"write_{fmt}({name}={v!r}): expected an integer >= 1")
@@ -578,7 +575,7 @@ class Dataset:
         if partition_cols is not None:
             partition_cols = self._columns_arg(partition_cols, f"write_{fmt}(partition_cols)")
         writer = WriteBlocks(fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {})
-        ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file))
+        ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file, bundle_inputs=bool(min_rows_per_file)))
         written: list = []
         try:
             for table in ds._iter_tables():

@@ -14,7 +14,6 @@ from oxray.data._internal.datasource import (
     InMemoryDatasource,
     ParquetDatasource,
     RangeDatasource,
-    _check_filesystem,
     _normalize_paths,
 )
 from oxray.data.context import DataContext
@@ -50,12 +49,11 @@ def _num_blocks(n_items: int, override) -> int:
 
 def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kwargs) -> Dataset:
     """Parquet files, directories or globs (local or s3://), read by the engine."""
-    _check_filesystem(filesystem, "read_parquet")
     _check_common("read_parquet", kwargs)
     if columns is not None and (not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns)):
         raise TypeError(f"read_parquet(columns={columns!r}): expected a list of column names")
     source = ParquetDatasource(
-        _normalize_paths(paths, "read_parquet"),
+        _normalize_paths(paths, "read_parquet", filesystem),
         columns,
         target_block_bytes=DataContext.get_current().target_max_block_size,
     )
@@ -63,10 +61,9 @@ def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kw
 
 
 def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
-    _check_filesystem(filesystem, what)
     exts = kwargs.pop("file_extensions", None)
     _check_common(what, kwargs)
-    source = FileDatasource(fmt, _normalize_paths(paths, what), options, include_paths, exts)
+    source = FileDatasource(fmt, _normalize_paths(paths, what, filesystem), options, include_paths, exts)
     return Dataset(P.Plan(source))
 
 

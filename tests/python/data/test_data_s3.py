@@ -7,6 +7,7 @@ The endpoint and credentials come the way Train storage takes them, from
 starts after they are set, so its workers inherit them.
 """
 
+import importlib
 import io
 import json
 import os
@@ -160,7 +161,8 @@ def s3_ingest_loop(config):
 def test_train_run_reading_from_s3(s3_cluster, tmp_path):
     torch = pytest.importorskip("torch")  # noqa: F841
     if AGAINST_RAY:
-        import ray.train.torch  # noqa: F401  (Ray wants its submodules imported; oxray has them on `ray`)
+        # Ray wants its submodules imported; oxray has them on `ray`.
+        importlib.import_module("ray.train.torch")
     df = make_frame()
     ray.data.from_pandas(df).write_parquet(f"s3://{BUCKET}/train-data")
     logs = tmp_path / "logs"

@@ -136,3 +136,18 @@ def test_workers_holding_every_cpu_still_get_their_data(data_cluster, tmp_path, 
     train_ds = ray.data.read_parquet(tutorial_parquet).map(transform)
     logs = fit(tmp_path, {"train": train_ds})
     assert_disjoint_equal_shares(logs)
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's error messages")
+def test_data_config_rejects_unknown_names_and_bad_values(data_cluster):
+    with pytest.raises(ValueError, match="nope"):
+        ray.train.torch.TorchTrainer(
+            lambda: None,
+            datasets={"train": ray.data.range(10)},
+            dataset_config=ray.train.DataConfig(datasets_to_split=["nope"]),
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+        ).fit()
+    with pytest.raises(TypeError, match="DataConfig"):
+        ray.train.torch.TorchTrainer(lambda: None, datasets={"train": ray.data.range(10)}, dataset_config={"x": 1})
+    with pytest.raises(TypeError, match="datasets_to_split"):
+        ray.train.DataConfig(datasets_to_split=3)

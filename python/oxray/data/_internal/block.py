@@ -169,7 +169,7 @@ def from_batch(batch, what: str) -> pa.Table:
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(batch, pd.DataFrame):
         return pandas_to_table(batch)
-    raise TypeError(
+    raise ValueError(
         f"{what} returned a {type(batch).__name__}; expected a dict of column name -> numpy array, "
         "a pandas DataFrame or a pyarrow Table"
     )
@@ -211,7 +211,7 @@ def table_from_rows(rows: list, what: str) -> pa.Table:
     names: dict = {}
     for row in rows:
         if not isinstance(row, dict):
-            raise TypeError(f"{what} returned a {type(row).__name__}; expected a dict of column name -> value")
+            raise ValueError(f"{what} returned a {type(row).__name__}; expected a dict of column name -> value")
         for k in row:
             names.setdefault(k, None)
     columns = {name: [row.get(name) for row in rows] for name in names}

@@ -26,7 +26,8 @@ def _tables(batches) -> list:
     return [pa.Table.from_batches(batches)]
 
 
-def _normalize_paths(paths, what: str) -> list:
+def _normalize_paths(paths, what: str, filesystem=None) -> list:
+    scheme = _check_filesystem(filesystem, what)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not isinstance(paths, (list, tuple)) or not paths:
@@ -36,6 +37,8 @@ def _normalize_paths(paths, what: str) -> list:
         if not isinstance(p, (str, os.PathLike)):
             raise TypeError(f"{what}: a path must be a string, got {type(p).__name__} ({p!r})")
         p = os.fspath(p)
+        if scheme and "://" not in p:
+            p = scheme + p.lstrip("/")
         if "://" not in p:
             p = os.path.abspath(os.path.expanduser(p))
         elif not (p.startswith("s3://") or p.startswith("file://")):
@@ -44,16 +47,65 @@ def _normalize_paths(paths, what: str) -> list:
     return out
 
 
-def _check_filesystem(filesystem, what: str) -> None:
+def _strip_scheme(url: str) -> str:
+    return url.split("://", 1)[-1].rstrip("/")
+
+
+def _check_filesystem(filesystem, what: str) -> str:
+    """The scheme that scheme-less paths get with this pyarrow filesystem ('' for local).
+
+    The engine reads S3 with the standard AWS settings of the environment, so an
+    S3FileSystem is accepted only when what it sets agrees with them."""
     if filesystem is None:
-        return
+        return ""
     name = type(filesystem).__name__
-    if name in ("LocalFileSystem", "S3FileSystem"):
-        return  # the engine reads local paths and s3:// itself, with the standard AWS settings
+    if name == "LocalFileSystem":
+        return ""
+    if name == "S3FileSystem":
+        settings = filesystem.__reduce__()[1][0]
+        env = os.environ
+        checks = [
+            ("endpoint_override", settings.get("endpoint_override") or "",
+             env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "", "AWS_ENDPOINT_URL"),
+            ("access_key", settings.get("access_key") or "", env.get("AWS_ACCESS_KEY_ID", ""), "AWS_ACCESS_KEY_ID"),
+            ("secret_key", settings.get("secret_key") or "", env.get("AWS_SECRET_ACCESS_KEY", ""),
+             "AWS_SECRET_ACCESS_KEY"),
+        ]  # fmt: skip
+        for field, given, have, var in checks:
+            if given and _strip_scheme(given) != _strip_scheme(have):
+                raise ValueError(
+                    f"{what}(filesystem=S3FileSystem({field}=...)): oxray's engine reads S3 with the environment's "
+                    f"AWS settings, and {var} does not match; set {var} (and the other AWS_* variables) "
+                    "instead of passing a filesystem"
+                )
+        return "s3://"
     raise ValueError(
         f"{what}(filesystem={name}): oxray reads local paths and s3:// URIs itself "
         "(S3 settings from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); pass filesystem=None"
     )
+
+
+def hive_partitions(uri: str, roots: list) -> dict:
+    """`key=value` directories between an input directory and the file (Hive layout)."""
+    for root in roots:
+        root = root.rstrip("/")
+        if uri.startswith(root + "/"):
+            parts = uri[len(root) + 1 :].split("/")[:-1]
+            return dict(p.split("=", 1) for p in parts if "=" in p and not p.startswith("="))
+    return {}
+
+
+def _with_partitions(tables: list, values: dict, columns) -> list:
+    if not values:
+        return tables
+    out = []
+    for t in tables:
+        for key, value in values.items():
+            if key in t.column_names or (columns is not None and key not in columns):
+                continue
+            t = t.append_column(key, pa.array([value] * t.num_rows, type=pa.string()))
+        out.append(t)
+    return out
 
 
 class ReadTask:
@@ -65,13 +117,21 @@ class ReadTask:
 
 
 class ParquetFragment(ReadTask):
-    def __init__(self, uri: str, row_groups: Optional[list], columns, limit, rows: int, size: int):
+    def __init__(self, uri: str, row_groups: Optional[list], columns, limit, rows: int, size: int, partitions=None):
         self.uri, self.row_groups, self.columns, self.limit = uri, row_groups, columns, limit
         self.rows, self.size = rows, size
+        self.partitions = partitions or {}
 
     def __call__(self) -> list:
         batch_rows = max(self.rows or 1, 1)
-        return _tables(_native.data_read_parquet(self.uri, self.row_groups, self.columns, self.limit, batch_rows))
+        file_columns = self.columns
+        if file_columns is not None and self.partitions:
+            file_columns = [c for c in file_columns if c not in self.partitions]
+        tables = _tables(_native.data_read_parquet(self.uri, self.row_groups, file_columns, self.limit, batch_rows))
+        tables = _with_partitions(tables, self.partitions, self.columns)
+        if self.columns is not None and tables:
+            tables = [t.select(self.columns) for t in tables]
+        return tables
 
 
 class Datasource:
@@ -105,6 +165,11 @@ class ParquetDatasource(Datasource):
         if _info is None:
             _info = _native.data_parquet_inspect(self.files)
         self._schema, self._row_groups = _info
+        self._partitions = [hive_partitions(uri, self.paths) for uri in self.files]
+        keys = list(dict.fromkeys(k for p in self._partitions for k in p))
+        extra = [pa.field(k, pa.string()) for k in keys if k not in self._schema.names]
+        if extra:
+            self._schema = pa.schema(list(self._schema) + extra)
         if self.columns is not None:
             missing = [c for c in self.columns if c not in self._schema.names]
             if missing:
@@ -147,7 +212,7 @@ class ParquetDatasource(Datasource):
         out = []
         share = self._column_share()
         remaining = self.limit
-        for uri, groups in zip(self.files, self._row_groups, strict=True):
+        for uri, groups, parts in zip(self.files, self._row_groups, self._partitions, strict=True):
             current, rows, size = [], 0, 0
             for i, (g_rows, g_bytes) in enumerate(groups):
                 current.append(i)
@@ -156,7 +221,7 @@ class ParquetDatasource(Datasource):
                 if size >= self.target_block_bytes or i == len(groups) - 1:
                     if remaining is not None and remaining <= 0:
                         break
-                    out.append(ParquetFragment(uri, current, self.columns, remaining, rows, size))
+                    out.append(ParquetFragment(uri, current, self.columns, remaining, rows, size, parts))
                     if remaining is not None:
                         remaining -= rows
                     current, rows, size = [], 0, 0
@@ -171,6 +236,8 @@ class ParquetDatasource(Datasource):
         frags = self.fragments()
         if not frags:
             return iter(())
+        if any(self._partitions):
+            return (t for f in frags for t in f())
         batch_rows = max(max(f.rows for f in frags), 1)
         stream = _native.DataParquetStream(
             [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, batch_rows, threads, budget_bytes

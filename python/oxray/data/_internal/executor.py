@@ -130,7 +130,7 @@ class ExecutionStats:
             rate = s.rows / s.wall_s if s.wall_s > 0 else 0.0
             lines.append(
                 f"Operator {i} {s.name}: {s.tasks} tasks, {s.blocks} blocks, {s.rows} rows, "
-                f"{_mb(s.bytes)} output\n"
+                f"{s.bytes:,} bytes ({_mb(s.bytes)}) output\n"
                 f"* Wall time: {s.wall_s:.3f}s ({rate:,.0f} rows/s)\n"
                 f"* CPU time: {s.cpu_s:.3f}s (in tasks: wall {s.task_wall_s:.3f}s)"
             )
@@ -154,7 +154,10 @@ def _run_blocks(fns, read_task, inputs):
     if read_task is not None:
         tables = read_task()
     else:
+        # Bundled inputs (a batch size spanning blocks) reach the UDF as one table (no copy).
         tables = [t for blocks in inputs for t in blocks]
+        if len(tables) > 1:
+            tables = [B.concat(tables)]
     out = T.run_fns(fns, tables)
     meta = {
         "rows": sum(t.num_rows for t in out),

@@ -34,6 +34,8 @@ class MapOp:
     fn: T.BlockFn
     compute: ComputeSpec = field(default_factory=ComputeSpec)
     batch_size: Optional[int] = None
+    # Whole rows of `batch_size` must reach one call (min_rows_per_file): never fused into a read.
+    bundle_inputs: bool = False
 
 
 @dataclass
@@ -131,14 +133,15 @@ def optimize(plan: Plan) -> list:
     for op in ops:
         last = stages[-1]
         if isinstance(op, MapOp):
-            if isinstance(last, MapStage) and _compatible(last, op):
+            # A batch size that may span blocks needs its own stage (its input is bundled).
+            if isinstance(last, MapStage) and op.batch_size is None and _compatible(last, op):
                 last.fns.append(op.fn)
                 last.name += "->" + op.fn.name
                 if op.compute.actors:
                     last.compute = op.compute
                 continue
             stage = MapStage([op.fn], op.compute, op.batch_size, op.fn.name)
-            if isinstance(last, ReadStage):
+            if isinstance(last, ReadStage) and not op.bundle_inputs:
                 stage.read = last.source
                 stage.name = f"{last.name}->{stage.name}"
                 stages[-1] = stage

@@ -81,7 +81,7 @@ class MapRows(BlockFn):
             for row in B.rows_of(table):
                 result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
                 if not isinstance(result, (bool, np.bool_)):
-                    raise TypeError(f"{what} returned a {type(result).__name__}; a filter function must return a bool")
+                    raise ValueError(f"{what} returned a {type(result).__name__}; a filter function must return a bool")
                 keep.append(bool(result))
             return [table.filter(pa.array(keep, type=pa.bool_()))] if table.num_rows else [table]
         out = []
@@ -89,7 +89,7 @@ class MapRows(BlockFn):
             result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
             if self.kind == "map":
                 if not isinstance(result, dict):
-                    raise TypeError(
+                    raise ValueError(
                         f"{what} returned a {type(result).__name__}; a map function must return a dict "
                         "of column name -> value"
                     )
@@ -98,7 +98,7 @@ class MapRows(BlockFn):
                 try:
                     items = list(result)
                 except TypeError:
-                    raise TypeError(
+                    raise ValueError(
                         f"{what} returned a {type(result).__name__}; a flat_map function must return a list of dicts"
                     ) from None
                 out.extend(items)

@@ -1,0 +1,1 @@
+"""The engine behind `oxray.data`: plan, datasources, executor, blocks, splitting, writing."""
