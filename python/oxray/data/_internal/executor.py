@@ -220,14 +220,15 @@ class Executor:
         opts = ctx.execution_options
         self.preserve_order = bool(opts.preserve_order)
         limit = opts.resource_limits.object_store_memory
-        if limit is None:
-            store = oxray.cluster_resources().get("object_store_memory", 2 << 30)
-            limit = int(store * DEFAULT_STORE_SHARE)
+        cpus = opts.resource_limits.cpu
+        if limit is None or cpus is None:
+            cluster = oxray.cluster_resources()
+            if limit is None:
+                limit = int(cluster.get("object_store_memory", 2 << 30) * DEFAULT_STORE_SHARE)
+            if cpus is None:
+                cpus = cluster.get("CPU", 1)
         self.budget = Budget(int(limit))
         stats.budget_bytes = self.budget.limit
-        cpus = opts.resource_limits.cpu
-        if cpus is None:
-            cpus = oxray.cluster_resources().get("CPU", 1)
         self.max_tasks = max(1, int(cpus) * 2)
         self.read_threads = max(1, min(int(cpus), 8))
 
