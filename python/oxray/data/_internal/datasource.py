@@ -151,6 +151,9 @@ class Datasource:
         return None
 
 
+STREAM_BLOCK_BYTES = 8 << 20
+
+
 class ParquetDatasource(Datasource):
     name = "ReadParquet"
 
@@ -238,7 +241,10 @@ class ParquetDatasource(Datasource):
             return iter(())
         if any(self._partitions):
             return (t for f in frags for t in f())
-        batch_rows = max(max(f.rows for f in frags), 1)
+        # Blocks of about 8 MiB: the first batch waits for one of them, not a whole fragment.
+        rows = sum(f.rows for f in frags)
+        row_bytes = max(sum(f.size for f in frags) / max(rows, 1), 1.0)
+        batch_rows = int(min(max(STREAM_BLOCK_BYTES / row_bytes, 1024), max(max(f.rows for f in frags), 1)))
         stream = _native.DataParquetStream(
             [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, batch_rows, threads, budget_bytes
         )
