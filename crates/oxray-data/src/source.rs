@@ -382,6 +382,9 @@ mod tests {
         let empty = dir.path().join("empty").display().to_string();
         let err = expand_paths(std::slice::from_ref(&empty), None).unwrap_err();
         assert!(err.is_not_found() && err.to_string().contains(&empty), "{err}");
+        touch(&dir.path().join("empty/notes.txt"), 1);
+        let err = expand_paths(std::slice::from_ref(&empty), Some(&["parquet".to_string()])).unwrap_err().to_string();
+        assert!(err.contains("holds no files to read with one of the extensions [\".parquet\"]"), "{err}");
 
         let err = expand_paths(&["gs://bucket/x".to_string()], None).unwrap_err();
         assert!(matches!(err, DataError::InvalidUri { .. }) && err.to_string().contains("s3://"), "{err}");
