@@ -9,7 +9,7 @@ use arrow_schema::ArrowError;
 pub enum DataError {
     #[error("{path}: no such file or directory (check the path, or that the S3 bucket and key exist)")]
     NotFound { path: String },
-    #[error("{pattern}: the {what} matched no files (check the pattern, or the extensions filter {extensions:?})")]
+    #[error("{pattern}: the {what} holds no files to read{}", extensions_hint(.extensions))]
     NothingMatched { pattern: String, what: &'static str, extensions: Vec<String> },
     #[error("invalid path {uri:?}: {reason}")]
     InvalidUri { uri: String, reason: String },
@@ -52,6 +52,15 @@ pub enum DataError {
 }
 
 pub type Result<T> = std::result::Result<T, DataError>;
+
+/// Why a listing may have come out empty, besides the path itself.
+fn extensions_hint(extensions: &[String]) -> String {
+    if extensions.is_empty() {
+        " (names starting with '.' or '_' are skipped)".to_string()
+    } else {
+        format!(" with one of the extensions {extensions:?} (names starting with '.' or '_' are skipped)")
+    }
+}
 
 impl DataError {
     /// Whether the error means "this path does not exist" (Python's `FileNotFoundError`).

@@ -162,7 +162,9 @@ fn expand_local(uri: &str, path: &Path, extensions: &[String], out: &mut Vec<(St
                 extensions: extensions.to_vec(),
             });
         }
+        // `**` matches a directory and the files under it: each file once.
         matched.sort();
+        matched.dedup();
         out.extend(matched);
         return Ok(());
     }
@@ -233,18 +235,8 @@ async fn expand_s3(
             }
             if pattern.matches_with(&found, options) {
                 matched.push((format!("{bucket_uri}/{found}"), size));
-            } else if found
-                .split('/')
-                .scan(String::new(), |prefix, part| {
-                    // A key under a "directory" the pattern matches is walked like a directory.
-                    if !prefix.is_empty() {
-                        prefix.push('/');
-                    }
-                    prefix.push_str(part);
-                    Some(prefix.clone())
-                })
-                .any(|dir| dir.len() < found.len() && pattern.matches_with(&dir, options))
-            {
+            } else if found.match_indices('/').any(|(end, _)| pattern.matches_with(&found[..end], options)) {
+                // A key under a "directory" the pattern matches is walked like a directory.
                 let rest_hidden = found.split('/').any(is_hidden);
                 if !rest_hidden && matches_extension(name, extensions) {
                     matched.push((format!("{bucket_uri}/{found}"), size));
@@ -371,6 +363,8 @@ mod tests {
             ["x/part-1.parquet", "x/part-2.parquet", "y/deep/part-3.parquet"]
         );
         assert_eq!(names(&glob("[y]").unwrap(), root), ["y/deep/part-3.parquet"]);
+        let every = ["x/other.csv", "x/part-1.parquet", "x/part-2.parquet", "y/deep/part-3.parquet"];
+        assert_eq!(names(&glob("**").unwrap(), root), every, "each file once");
         let err = glob("x/*.json").unwrap_err();
         assert!(matches!(err, DataError::NothingMatched { what: "glob", .. }), "{err:?}");
         assert!(err.to_string().contains("x/*.json"), "{err}");
@@ -388,6 +382,9 @@ mod tests {
         let empty = dir.path().join("empty").display().to_string();
         let err = expand_paths(std::slice::from_ref(&empty), None).unwrap_err();
         assert!(err.is_not_found() && err.to_string().contains(&empty), "{err}");
+        touch(&dir.path().join("empty/notes.txt"), 1);
+        let err = expand_paths(std::slice::from_ref(&empty), Some(&["parquet".to_string()])).unwrap_err().to_string();
+        assert!(err.contains("holds no files to read with one of the extensions [\".parquet\"]"), "{err}");
 
         let err = expand_paths(&["gs://bucket/x".to_string()], None).unwrap_err();
         assert!(matches!(err, DataError::InvalidUri { .. }) && err.to_string().contains("s3://"), "{err}");
