@@ -140,6 +140,8 @@ def moto_s3(monkeypatch):
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -153,6 +155,7 @@ def moto_s3(monkeypatch):
             time.sleep(0.1)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="oxray-test")
+    client.endpoint = endpoint
     try:
         yield client
     finally:

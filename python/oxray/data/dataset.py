@@ -15,9 +15,10 @@ from oxray import _native
 from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
-from oxray.data._internal.datasource import InMemoryDatasource
+from oxray.data._internal.datasource import InMemoryDatasource, _normalize_paths
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor
 from oxray.data._internal.progress import progress_for
+from oxray.data._internal.write import WriteBlocks, cleanup_written
 from oxray.data.context import DataContext
 from oxray.data.iterator import DataIterator, _check_batch_size
 
@@ -546,24 +547,21 @@ class Dataset:
 
     # ---- writing ----
 
-    def _write(
-        self,
-        fmt: str,
-        path: str,
-        *,
-        filesystem=None,
-        partition_cols=None,
-        min_rows_per_file=None,
-        max_rows_per_file=None,
-        column=None,
-        options=None,
-    ) -> None:
-        from oxray.data._internal.datasource import _normalize_paths
-        from oxray.data._internal.write import WriteBlocks, cleanup_written
-
+    def _write(self, fmt: str, path, kwargs: dict, *, partition_cols=None, column=None, options=None) -> None:
+        """Writes the dataset as files under `path`; `kwargs` are the writer's shared options."""
+        what = f"write_{fmt}"
+        filesystem = kwargs.pop("filesystem", None)
+        try_create_dir = kwargs.pop("try_create_dir", True)
+        min_rows_per_file = kwargs.pop("min_rows_per_file", None)
+        max_rows_per_file = kwargs.pop("max_rows_per_file", None)
+        _check_mode(kwargs.pop("mode", None), what)
+        if kwargs:
+            raise ValueError(f"{what}({', '.join(kwargs)}=...) is not supported by oxray")
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"write_{fmt}: path must be a string, got {type(path).__name__}")
-        (path,) = _normalize_paths([path], f"write_{fmt}", filesystem)
+        (path,) = _normalize_paths([path], what, filesystem)
+        if not try_create_dir and "://" not in path and not os.path.isdir(path):
+            raise FileNotFoundError(f"{what}(try_create_dir=False): the directory {path} does not exist")
         for name, v in (("min_rows_per_file", min_rows_per_file), ("max_rows_per_file", max_rows_per_file)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"write_{fmt}({name}={v!r}): expected an integer >= 1")
@@ -576,101 +574,25 @@ class Dataset:
             partition_cols = self._columns_arg(partition_cols, f"write_{fmt}(partition_cols)")
         writer = WriteBlocks(fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {})
         ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file, bundle_inputs=bool(min_rows_per_file)))
-        written: list = []
         try:
-            for table in ds._iter_tables():
-                written.extend(table.column("path").to_pylist())
+            for _written in ds._iter_tables():
+                pass
         except BaseException:
             cleanup_written(path, writer.token)
             raise
 
-    def write_parquet(
-        self,
-        path: str,
-        *,
-        partition_cols=None,
-        filesystem=None,
-        try_create_dir: bool = True,
-        min_rows_per_file=None,
-        max_rows_per_file=None,
-        compression: str = "snappy",
-        mode=None,
-        **arrow_parquet_args,
-    ) -> None:
-        if arrow_parquet_args:
-            raise ValueError(f"write_parquet({', '.join(arrow_parquet_args)}=...) is not supported by oxray")
-        _check_mode(mode, "write_parquet")
-        self._write(
-            "parquet",
-            path,
-            filesystem=filesystem,
-            partition_cols=partition_cols,
-            min_rows_per_file=min_rows_per_file,
-            max_rows_per_file=max_rows_per_file,
-            options={"compression": compression},
-        )
+    def write_parquet(self, path: str, *, partition_cols=None, compression: str = "snappy", **kwargs) -> None:
+        self._write("parquet", path, kwargs, partition_cols=partition_cols, options={"compression": compression})
 
-    def write_csv(
-        self,
-        path: str,
-        *,
-        filesystem=None,
-        try_create_dir: bool = True,
-        min_rows_per_file=None,
-        max_rows_per_file=None,
-        mode=None,
-        **arrow_csv_args,
-    ) -> None:
-        if arrow_csv_args:
-            raise ValueError(f"write_csv({', '.join(arrow_csv_args)}=...) is not supported by oxray")
-        _check_mode(mode, "write_csv")
-        self._write(
-            "csv", path, filesystem=filesystem, min_rows_per_file=min_rows_per_file, max_rows_per_file=max_rows_per_file
-        )
+    def write_csv(self, path: str, **kwargs) -> None:
+        self._write("csv", path, kwargs)
 
-    def write_json(
-        self,
-        path: str,
-        *,
-        filesystem=None,
-        try_create_dir: bool = True,
-        min_rows_per_file=None,
-        max_rows_per_file=None,
-        mode=None,
-        **pandas_json_args,
-    ) -> None:
-        if pandas_json_args:
-            raise ValueError(f"write_json({', '.join(pandas_json_args)}=...) is not supported by oxray")
-        _check_mode(mode, "write_json")
-        self._write(
-            "json",
-            path,
-            filesystem=filesystem,
-            min_rows_per_file=min_rows_per_file,
-            max_rows_per_file=max_rows_per_file,
-        )
+    def write_json(self, path: str, **kwargs) -> None:
+        self._write("json", path, kwargs)
 
-    def write_numpy(
-        self,
-        path: str,
-        *,
-        column: str,
-        filesystem=None,
-        try_create_dir: bool = True,
-        min_rows_per_file=None,
-        max_rows_per_file=None,
-        mode=None,
-    ) -> None:
-        _check_mode(mode, "write_numpy")
+    def write_numpy(self, path: str, *, column: str, **kwargs) -> None:
         self._columns_arg([column], "write_numpy(column)")
-        self._write(
-            "numpy",
-            path,
-            filesystem=filesystem,
-            min_rows_per_file=min_rows_per_file,
-            max_rows_per_file=max_rows_per_file,
-            column=column,
-        )
+        self._write("numpy", path, kwargs, column=column)
 
 
 def _check_mode(mode, what: str) -> None:

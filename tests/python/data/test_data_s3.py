@@ -11,10 +11,6 @@ import importlib
 import io
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -29,52 +25,18 @@ BUCKET = "oxray-data"
 
 
 @pytest.fixture
-def moto_s3(monkeypatch):
-    pytest.importorskip("moto")
-    boto3 = pytest.importorskip("boto3")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    env = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.1)
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=BUCKET)
-        client.endpoint = endpoint
-        yield client
-    finally:
-        server.kill()
-        server.wait()
+def s3_bucket(moto_s3):
+    """The shared moto server (tests/python/conftest.py) with this module's bucket."""
+    moto_s3.create_bucket(Bucket=BUCKET)
+    return moto_s3
 
 
 @pytest.fixture
-def s3_cluster(moto_s3):
+def s3_cluster(s3_bucket):
     """A cluster started after the S3 settings are in the environment."""
     start_cluster()
     try:
-        yield moto_s3
+        yield s3_bucket
     finally:
         if ray.is_initialized():
             ray.shutdown()
