@@ -200,8 +200,16 @@ def torch_batches(numpy_batches: Iterator[dict], dtypes, device, collate_fn) -> 
 class DataIterator:
     """Iterates a dataset (or one share of it) in batches; every call starts a new pass."""
 
-    def __init__(self, blocks_fn: Callable[[], Iterator[pa.Table]], describe: str, stats_fn=None, schema_fn=None):
+    def __init__(
+        self,
+        blocks_fn: Callable[[], Iterator[pa.Table]],
+        describe: str,
+        stats_fn=None,
+        schema_fn=None,
+        coordinator=None,
+    ):
         self._blocks_fn = blocks_fn
+        self._coordinator = coordinator  # the streaming_split actor this iterator reads from
         self._describe = describe
         self._stats_fn = stats_fn
         self._schema_fn = schema_fn

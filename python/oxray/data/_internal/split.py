@@ -192,6 +192,7 @@ def streaming_split(dataset, n: int, equal: bool) -> list:
                 f"split {i} of {n} of {dataset!r}",
                 lambda c=coordinator: oxray.get(c.stats.remote()),
                 dataset.schema,
+                coordinator,
             )
         )
     return out

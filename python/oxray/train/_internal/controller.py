@@ -156,8 +156,15 @@ class TrainController:
             }
             setups.append(worker.setup.remote(env, self.backend_setup))
         gather(setups)
-        latest = self.manager.latest_checkpoint
         shards = self.data_config.configure(self.datasets, group.num_workers)
+        try:
+            return self._run_loops(group, layout, shards)
+        finally:
+            # An attempt's split coordinators (and the executions they run) end with it.
+            self.data_config.release(shards)
+
+    def _run_loops(self, group: WorkerGroup, layout: list, shards: list) -> Any:
+        latest = self.manager.latest_checkpoint
         runs = []
         for rank, (worker, ranks) in enumerate(zip(group.workers, layout, strict=True)):
             context_args = {

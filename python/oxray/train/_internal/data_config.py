@@ -70,6 +70,17 @@ class DataConfig:
                 per_rank[rank][name] = iterators[rank]
         return per_rank
 
+    def release(self, per_rank: list) -> None:
+        """Ends the executions behind `configure`'s iterators (their split coordinators)."""
+        import oxray
+
+        coordinators = {id(c): c for shards in per_rank for it in shards.values() if (c := it._coordinator)}
+        for coordinator in coordinators.values():
+            try:
+                oxray.kill(coordinator)
+            except Exception:  # noqa: BLE001 - best effort: it may be gone with its node
+                pass
+
 
 def check_data_config(config: Optional[DataConfig], what: str) -> DataConfig:
     if config is None:
