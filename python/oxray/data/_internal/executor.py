@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 
 import oxray
@@ -173,6 +174,91 @@ def _map_task(fns, read_task, *inputs):
     for fn in fns:
         fn.setup()
     return _run_blocks(fns, read_task, inputs)
+
+
+def _meta_of(tables: list, wall0: float, cpu0: float) -> dict:
+    return {
+        "rows": sum(t.num_rows for t in tables),
+        "bytes": sum(t.nbytes for t in tables),
+        "blocks": len(tables),
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.thread_time() - cpu0,
+    }
+
+
+def _shuffle_map(n: int, seed: int, *inputs):
+    """Deals a block's rows at random into `n` parts (one return value each)."""
+    table = B.concat([t for blocks in inputs for t in blocks])
+    part = np.random.default_rng(seed).integers(n, size=table.num_rows)
+    order = np.argsort(part, kind="stable")
+    counts = np.bincount(part, minlength=n)
+    dealt = table.take(pa.array(order)) if table.num_rows else table
+    out, start = [], 0
+    for count in counts:
+        out.append([B.IpcBlock(dealt.slice(start, int(count)))])
+        start += int(count)
+    return out[0] if n == 1 else tuple(out)
+
+
+def _shuffle_reduce(seed: int, *parts):
+    """One output block: its share of every input, in a random order."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
+    if table.num_rows:
+        table = table.take(pa.array(np.random.default_rng(seed).permutation(table.num_rows)))
+    out = [table] if table.num_rows or table.num_columns else []
+    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
+
+
+def _slice_concat(pieces: list, *inputs):
+    """One output block of `repartition`: (input, offset, rows) pieces of the inputs, joined."""
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    tables = [B.concat(list(blocks)) for blocks in inputs]
+    out = [B.concat([tables[i].slice(offset, rows) for i, offset, rows in pieces])]
+    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
+
+
+_remote_all_to_all: dict = {}
+
+
+def _remote(fn, **options):
+    key = (fn.__name__, tuple(sorted(options.items())))
+    if key not in _remote_all_to_all:
+        _remote_all_to_all[key] = oxray.remote(**options)(fn)
+    return _remote_all_to_all[key]
+
+
+def _shuffle(refs: list, n_out: int, seed) -> list:
+    rng = np.random.default_rng(seed)
+    map_seeds = rng.integers(1 << 62, size=len(refs))
+    reduce_seeds = rng.integers(1 << 62, size=n_out)
+    dealt = []
+    for ref, map_seed in zip(refs, map_seeds, strict=True):
+        parts = _remote(_shuffle_map, num_returns=n_out).remote(n_out, int(map_seed), ref)
+        dealt.append([parts] if n_out == 1 else parts)
+    reduce = _remote(_shuffle_reduce, num_returns=2)
+    return [reduce.remote(int(reduce_seeds[j]), *[parts[j] for parts in dealt]) for j in range(n_out)]
+
+
+def _repartition(refs: list, rows: list, n_out: int) -> list:
+    total = sum(rows)
+    per = -(-total // n_out) if total else 0
+    starts = np.cumsum([0, *rows])
+    outputs = []
+    task = _remote(_slice_concat, num_returns=2)
+    for j in range(n_out):
+        lo, hi = min(j * per, total), min((j + 1) * per, total)
+        pieces, args = [], []
+        for i, ref in enumerate(refs):
+            a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
+            if a < b:
+                pieces.append((len(args), a - int(starts[i]), b - a))
+                args.append(ref)
+        if not args and refs:
+            pieces, args = [(0, 0, 0)], [refs[0]]
+        if args:
+            outputs.append(task.remote(pieces, *args))
+    return outputs
 
 
 class _MapActor:
@@ -401,38 +487,46 @@ class Executor:
             upstream.close()
 
     def _all_to_all(self, stage: P.AllToAllStage, upstream) -> Iterator[Bundle]:
+        """Operators that need every input block: run as tasks over the blocks in the store
+        (a map-reduce for `random_shuffle`, slicing tasks for `repartition`), so no process
+        holds the whole dataset."""
         stats = self.stats.op(stage.name)
         bundles = list(upstream)
         stats.start()
-        cpu0 = time.process_time()
         if stage.kind == "randomize_block_order":
-            rng = random.Random(stage.args.get("seed"))
-            rng.shuffle(bundles)
+            random.Random(stage.args.get("seed")).shuffle(bundles)
             for b in bundles:
                 stats.output(b.rows, b.size, 1)
                 yield b
             return
-        tables = [t for b in bundles for t in b.get_tables()]
+        refs = [b.to_ref() for b in bundles if b.rows]
+        rows = [b.rows for b in bundles if b.rows]
         for b in bundles:
-            b.release()
-        table = B.concat(tables)
+            b.release()  # the tasks' arguments keep the blocks alive from here on
+        total = sum(rows)
         if stage.kind == "random_shuffle":
-            import numpy as np
-
-            order = np.random.default_rng(stage.args.get("seed")).permutation(table.num_rows)
-            table = table.take(pa.array(order))
-            n = stage.args.get("num_blocks") or max(len(tables), 1)
+            n_out = max(1, stage.args.get("num_blocks") or len(refs))
+            outputs = _shuffle(refs, n_out, stage.args.get("seed"))
         else:
-            n = stage.args.get("num_blocks")
-            per = stage.args.get("target_num_rows_per_block")
-            if per:
-                n = max(1, -(-table.num_rows // per))
-        stats.cpu_s = time.process_time() - cpu0
-        per = -(-table.num_rows // n) if table.num_rows else 0
-        for i in range(n):
-            piece = table.slice(i * per, per) if per else table.slice(0, 0)
-            stats.output(piece.num_rows, piece.nbytes, 1)
-            yield Bundle.local([piece], self.budget)
+            n_out = stage.args.get("num_blocks")
+            if stage.args.get("target_num_rows_per_block"):
+                n_out = max(1, -(-total // stage.args["target_num_rows_per_block"]))
+            outputs = _repartition(refs, rows, n_out)
+        stats.tasks += len(outputs)
+        try:
+            for data_ref, meta_ref in outputs:
+                meta = oxray.get(meta_ref)
+                stats.cpu_s += meta["cpu"]
+                stats.task_wall_s += meta["wall"]
+                stats.output(meta["rows"], meta["bytes"], meta["blocks"])
+                self._progress(stats)
+                yield Bundle(meta["rows"], meta["bytes"], ref=data_ref, budget=self.budget)
+        finally:
+            for _data_ref, meta_ref in outputs:
+                try:
+                    oxray.cancel(meta_ref)
+                except Exception:  # noqa: BLE001 - best effort: most have finished
+                    pass
 
     def _union(self, stage: P.UnionStage) -> Iterator[Bundle]:
         for stages in stage.inputs:
