@@ -65,6 +65,7 @@ METRICS = [
     ("mem_idle_mib", "  cluster memory after init, before (info)", "MiB", "lower", None),
     ("mem_peak_rss_mib", "  peak, summed RSS (double counts shared; info)", "MiB", "lower", None),
     ("mem_rows_s", "  rows/s while streaming it (info)", "M rows/s", "higher", None),
+    ("mem_spilled_mib", "  spilled to disk meanwhile (Ray's raylet log; info)", "MiB", "lower", None),
 ]
 
 
@@ -477,8 +478,11 @@ def child_memory(args):
             "peak_sample": peak_sample,
             "stats": _stats(ds),
         }
+        metrics = {}
         if fw == "ray":
-            details["ray_memory_summary"] = _ray_spill_summary(ray)
+            details["ray_spill"] = _ray_spill_summary(ray)
+            if "spilled_mib" in details["ray_spill"]:
+                metrics["mem_spilled_mib"] = details["ray_spill"]["spilled_mib"]
         return (
             {
                 "mem_peak_mib": peak / MIB,
@@ -488,6 +492,7 @@ def child_memory(args):
                 "mem_rows_s": rows / wall,
                 "mem_store_mib": store / MIB,
                 "mem_stream_mib": m["bytes"] / MIB,
+                **metrics,
             },
             details,
         )
@@ -500,14 +505,22 @@ def child_memory(args):
 
 
 def _ray_spill_summary(ray):
-    """Ray only: its own object store summary, for the spilled/restored figures."""
-    try:
-        from ray._private.internal_api import memory_summary
+    """Ray only: what its raylet logged as spilled to disk (its cumulative "Spilled N MiB" line)."""
+    import glob
+    import re
 
-        text = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
-        return [ln.strip() for ln in text.splitlines() if ln.strip()][-12:]
+    try:
+        session = ray._private.worker._global_node.get_session_dir_path()
+        spilled_mib, line = 0.0, None
+        for path in glob.glob(os.path.join(session, "logs", "raylet*.out")):
+            with open(path, errors="replace") as f:
+                for ln in f:
+                    found = re.search(r"Spilled (\d+) MiB", ln)
+                    if found and float(found.group(1)) >= spilled_mib:
+                        spilled_mib, line = float(found.group(1)), ln.strip()[-200:]
+        return {"spilled_mib": spilled_mib, "line": line, "session": session}
     except Exception as e:
-        return f"memory_summary failed: {type(e).__name__}: {e}"
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def child_reference(args):
