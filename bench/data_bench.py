@@ -31,7 +31,14 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from core_bench import _become_subreaper, _child_env, _kill_recorded, _kill_tree, _reap_orphans  # noqa: E402
+from core_bench import (  # noqa: E402
+    _become_subreaper,
+    _child_env,
+    _kill_recorded,
+    _kill_tree,
+    _reap_orphans,
+    background_cpu,
+)
 
 FRAMEWORKS = ("oxray", "ray")
 N_FILES = 8
@@ -593,7 +600,15 @@ def run_child(kind, who, python, args, manifest, timeout):
     log_path = out[:-5] + ".log"
     cmd = [python, os.path.abspath(__file__), "--child", who, "--child-kind", kind]
     cmd += ["--out", out, "--manifest", manifest, "--store-mb", str(args.store_mb), "--settle", str(args.settle)]
-    _log(who, f"{kind} child starting (log: {log_path})")
+    if args.wait_idle > 0:
+        deadline, quiet = time.time() + args.wait_idle, 0
+        while time.time() < deadline and quiet < 3:
+            busy = background_cpu()
+            quiet = quiet + 1 if busy is not None and busy < 10 else 0
+        if quiet < 3:
+            _log(who, f"the machine did not go idle within {args.wait_idle:.0f} s; running anyway")
+    _log(who, f"{kind} child starting (log: {log_path}), load average {os.getloadavg()[0]:.2f}")
+    loadavg = os.getloadavg()[0]
     t0 = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=_child_env(), start_new_session=True)
@@ -623,6 +638,7 @@ def run_child(kind, who, python, args, manifest, timeout):
             doc["errors"].setdefault("exit", f"{kind} child exited with {rc}; log tail:\n{tail}")
     _reap_orphans(2)
     doc["wall_s"] = time.time() - t0
+    doc["loadavg_1min_at_start"] = loadavg
     doc["log"] = log_path
     try:
         os.unlink(out)
@@ -682,9 +698,11 @@ def print_report(result, file=sys.stdout):
             p(f"  {fw}: SKIPPED: {s['skipped']}")
         else:
             basis = s.get("memory", {}).get("details", {}).get("memory", {}).get("basis")
+            loads = [s.get("loadavg_1min_at_start"), s.get("memory", {}).get("loadavg_1min_at_start")]
             p(
                 f"  {fw}: version {s.get('version', '?')}, wall time {s.get('wall_s', 0):.0f} s, "
-                f"memory basis {basis or '-'}"
+                f"memory basis {basis or '-'}, load average at the children's start "
+                + " / ".join("-" if x is None else f"{x:.2f}" for x in loads)
             )
     p(f"  started {result['started']}, load average before {result['loadavg_before']}")
     p("")
@@ -733,6 +751,12 @@ def parse_args(argv=None):
     ap.add_argument("--skip-reference", action="store_true", help="skip the pyarrow reference")
     ap.add_argument("--settle", type=float, default=2.0, help="s after init before reading idle memory (default 2)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="hard limit per child process in s")
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="before each child, wait up to S s until other processes use <10%% CPU",
+    )
     ap.add_argument("--python", default=sys.executable, help="interpreter for the child processes")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     # internal
