@@ -700,7 +700,8 @@ def print_report(result, file=sys.stdout):
             basis = s.get("memory", {}).get("details", {}).get("memory", {}).get("basis")
             loads = [s.get("loadavg_1min_at_start"), s.get("memory", {}).get("loadavg_1min_at_start")]
             p(
-                f"  {fw}: version {s.get('version', '?')}, wall time {s.get('wall_s', 0):.0f} s, "
+                f"  {fw}: version {s.get('version') or s.get('memory', {}).get('version', '?')}, "
+                f"wall time {s.get('wall_s', 0) + s.get('memory', {}).get('wall_s', 0):.0f} s, "
                 f"memory basis {basis or '-'}, load average at the children's start "
                 + " / ".join("-" if x is None else f"{x:.2f}" for x in loads)
             )
