@@ -105,8 +105,11 @@ def ensure_data(data_dir, rows, row_group_rows):
     if os.path.exists(manifest):
         with open(manifest) as f:
             m = json.load(f)
-        if all(os.path.exists(p) for p in m["paths"]):
+        if all(os.path.exists(p) for p in m["paths"]) and "label_sum" in m:
             return m
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
     os.makedirs(d, exist_ok=True)
     _log("data", f"generating {rows:,} rows in {N_FILES} parquet files under {d}")
     paths = []
@@ -115,6 +118,7 @@ def ensure_data(data_dir, rows, row_group_rows):
         p = os.path.join(d, f"part-{i:02d}.parquet")
         _write_parquet_file(p, n, seed=i, row_group_rows=row_group_rows)
         paths.append(p)
+    label_sum = sum(pc.sum(pq.read_table(p, columns=["label"]).column("label")).as_py() for p in paths)
     m = {
         "dir": d,
         "paths": paths,
@@ -122,6 +126,7 @@ def ensure_data(data_dir, rows, row_group_rows):
         "bytes": rows * ROW_BYTES,
         "disk_bytes": sum(os.path.getsize(p) for p in paths),
         "row_group_rows": row_group_rows,
+        "label_sum": label_sum,  # the passes check it: every row, once
     }
     with open(manifest + ".tmp", "w") as f:
         json.dump(m, f)
@@ -236,7 +241,17 @@ def _count(it, key="label"):
     return n
 
 
-def _first_batch(data, paths):
+def _count_and_sum(it):
+    """Rows and the sum of `label` over the batches (numpy)."""
+    n, total = 0, 0
+    for batch in it:
+        labels = batch["label"]
+        n += len(labels)
+        total += int(labels.sum())
+    return n, total
+
+
+def _first_batch(data, paths, rows):
     """read_parquet, then the first batch of iter_batches; returns (read_s, first_s, batch)."""
     t0 = time.perf_counter()
     ds = data.read_parquet(paths)
@@ -244,8 +259,10 @@ def _first_batch(data, paths):
     it = iter(ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
     batch = next(it)
     t2 = time.perf_counter()
-    if set(batch) != set(FEATURES + ["label"]) or len(batch["label"]) == 0:
+    if set(batch) != set(FEATURES + ["label"]) or len(batch["label"]) != min(BATCH, rows):
         raise AssertionError(f"unexpected first batch: columns {sorted(batch)}, {len(batch['label'])} rows")
+    if batch["f0"].dtype.name != "float32" or batch["label"].dtype.name != "int64":
+        raise AssertionError(f"first batch dtypes: f0 {batch['f0'].dtype}, label {batch['label'].dtype}")
     close = getattr(it, "close", None)
     if close is not None:
         close()  # stop the execution that feeds it before the next measurement
@@ -278,7 +295,7 @@ def child_main(args):
         state["initialized"] = True
         res.doc["cluster"] = _cluster_pids()
         res.flush()
-        read_s, first_s, n = _first_batch(data, paths)
+        read_s, first_s, n = _first_batch(data, paths, rows)
         total = init_s + read_s + first_s
         return (
             {"ttfb_cold_s": total, "ttfb_cold_with_import_s": import_s + total},
@@ -286,7 +303,7 @@ def child_main(args):
         )
 
     def warm():
-        samples = [_first_batch(data, paths) for _ in range(3)]
+        samples = [_first_batch(data, paths, rows) for _ in range(3)]
         totals = [r + f for r, f, _ in samples]
         return (
             {"ttfb_warm_s": totals[0]},
@@ -303,10 +320,12 @@ def child_main(args):
         epochs = []
         for _ in range(2):
             t = time.perf_counter()
-            n = _count(ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
+            n, label_sum = _count_and_sum(ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
             epochs.append(time.perf_counter() - t)
-            if n != rows:
-                raise AssertionError(f"iter_batches gave {n} rows, expected {rows}")
+            if (n, label_sum) != (rows, data_m["label_sum"]):
+                raise AssertionError(
+                    f"iter_batches gave {n} rows with label sum {label_sum}, expected {rows} and {data_m['label_sum']}"
+                )
         state["iter_stats"] = _stats(ds)
         return (
             {"iter_batches_rows_s": rows / epochs[1], "iter_batches_epoch1_rows_s": rows / epochs[0]},
@@ -689,10 +708,11 @@ def print_report(result, file=sys.stdout):
         f"{data['row_group_rows']:,} rows)"
     )
     store_mib = result["store_mb"]
-    p(
-        f"  memory test: object store {store_mib} MiB, streams {result['mem_stream_bytes'] / MIB:,.0f} MiB "
-        f"({result['mem_stream_bytes'] / (store_mib * MIB):.1f}x the store)"
-    )
+    if result["mem_stream_bytes"]:
+        p(
+            f"  memory test: object store {store_mib} MiB, streams {result['mem_stream_bytes'] / MIB:,.0f} MiB "
+            f"({result['mem_stream_bytes'] / (store_mib * MIB):.1f}x the store)"
+        )
     for fw, s in sides.items():
         if "skipped" in s:
             p(f"  {fw}: SKIPPED: {s['skipped']}")
@@ -791,7 +811,9 @@ def main(argv=None):
     loadavg = " ".join(f"{x:.2f}" for x in os.getloadavg())
     data_dir = os.path.abspath(args.data_dir)
     data = ensure_data(data_dir, args.rows, args.row_group_rows)
-    mem = ensure_mem_data(data_dir, args.stream_factor * args.store_mb * MIB, args.row_group_rows)
+    mem = {"bytes": 0}
+    if not args.skip_memory:
+        mem = ensure_mem_data(data_dir, args.stream_factor * args.store_mb * MIB, args.row_group_rows)
     work = tempfile.mkdtemp(prefix="data_bench_")
     manifest, mem_manifest = os.path.join(work, "data.json"), os.path.join(work, "mem.json")
     with open(manifest, "w") as f:
