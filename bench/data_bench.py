@@ -780,6 +780,12 @@ def parse_args(argv=None):
     )
     ap.add_argument("--python", default=sys.executable, help="interpreter for the child processes")
     ap.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    ap.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="FILE",
+        help="run nothing: print the table from saved --json outputs (e.g. a stored Ray run and a new oxray run)",
+    )
     # internal
     ap.add_argument("--child", choices=(*FRAMEWORKS, "pyarrow"), help=argparse.SUPPRESS)
     ap.add_argument("--child-kind", choices=("main", "memory", "reference"), help=argparse.SUPPRESS)
@@ -798,6 +804,19 @@ def main(argv=None):
     if args.child:
         _set_pdeathsig()
         {"main": child_main, "memory": child_memory, "reference": child_reference}[args.child_kind](args)
+        return 0
+
+    if args.from_json:
+        merged = None
+        for path in args.from_json:
+            with open(path) as f:
+                doc = json.load(f)
+            if merged is None:
+                merged = doc
+            else:
+                merged["sides"].update({fw: v for fw, v in doc["sides"].items() if "skipped" not in v})
+                merged.setdefault("reference", doc.get("reference"))
+        print_report(merged)
         return 0
 
     _become_subreaper()
