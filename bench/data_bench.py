@@ -666,6 +666,21 @@ def run_child(kind, who, python, args, manifest, timeout):
     return doc
 
 
+def merge_rounds(sides):
+    """One side from its rounds: each metric is the median over the rounds that produced it."""
+    if len(sides) == 1:
+        return sides[0]
+    merged = dict(sides[-1])
+    values = {}
+    for side in sides:
+        for key, v in side.get("metrics", {}).items():
+            values.setdefault(key, []).append(v)
+    merged["metrics"] = {key: statistics.median(v) for key, v in values.items()}
+    merged["rounds"] = [{"metrics": s.get("metrics"), "errors": s.get("errors")} for s in sides]
+    merged["wall_s"] = sum(s.get("wall_s", 0) for s in sides)
+    return merged
+
+
 def _recorded(out):
     try:
         with open(out) as f:
@@ -722,6 +737,7 @@ def print_report(result, file=sys.stdout):
             p(
                 f"  {fw}: version {s.get('version') or s.get('memory', {}).get('version', '?')}, "
                 f"wall time {s.get('wall_s', 0) + s.get('memory', {}).get('wall_s', 0):.0f} s, "
+                f"{len(s.get('rounds', [])) or 1} round(s), "
                 f"memory basis {basis or '-'}, load average at the children's start "
                 + " / ".join("-" if x is None else f"{x:.2f}" for x in loads)
             )
@@ -772,6 +788,7 @@ def parse_args(argv=None):
     ap.add_argument("--skip-reference", action="store_true", help="skip the pyarrow reference")
     ap.add_argument("--settle", type=float, default=2.0, help="s after init before reading idle memory (default 2)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="hard limit per child process in s")
+    ap.add_argument("--rounds", type=int, default=1, help="run each side N times, alternating; report medians")
     ap.add_argument(
         "--wait-idle",
         type=float,
@@ -792,6 +809,8 @@ def parse_args(argv=None):
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--manifest", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {a.rounds}")
     if a.rows < N_FILES:
         ap.error(f"--rows must be at least {N_FILES}, got {a.rows}")
     if a.store_mb < 75 and a.framework in ("ray", "both"):
@@ -851,19 +870,26 @@ def main(argv=None):
     if not args.skip_reference:
         result["reference"] = run_child("reference", "pyarrow", args.python, args, manifest, args.timeout)
     order = list(FRAMEWORKS) if args.framework == "both" else [args.framework]
+    runnable = []
     for fw in order:
         ok, info = probe_data_import(fw, args.python)
-        if not ok:
+        if ok:
+            runnable.append(fw)
+        else:
             result["sides"][fw] = {"framework": fw, "skipped": info}
             _log(fw, f"SKIPPED: {info}")
-            continue
-        side = {"metrics": {}, "errors": {}}
-        if not args.skip_main:
-            side = run_child("main", fw, args.python, args, manifest, args.timeout)
-        if not args.skip_memory:
-            side["memory"] = run_child("memory", fw, args.python, args, mem_manifest, args.timeout)
-            side["metrics"].update(side["memory"].get("metrics", {}))
-        result["sides"][fw] = side
+    rounds = {fw: [] for fw in runnable}
+    for rnd in range(args.rounds):
+        for fw in runnable if rnd % 2 == 0 else runnable[::-1]:  # alternate, so drift hits both sides
+            side = {"metrics": {}, "errors": {}}
+            if not args.skip_main:
+                side = run_child("main", fw, args.python, args, manifest, args.timeout)
+            if not args.skip_memory:
+                side["memory"] = run_child("memory", fw, args.python, args, mem_manifest, args.timeout)
+                side["metrics"].update(side["memory"].get("metrics", {}))
+            rounds[fw].append(side)
+    for fw, sides in rounds.items():
+        result["sides"][fw] = merge_rounds(sides)
     result["ratios_oxray_over_ray"] = {
         key: result["sides"]["oxray"]["metrics"][key] / result["sides"]["ray"]["metrics"][key]
         for key, *_ in METRICS
