@@ -57,6 +57,7 @@ bench: release
 	$(MAKE) $(MNIST_RAW)/train-images-idx3-ubyte
 	$(PY) bench/train_bench.py
 	$(PY) bench/data_bench.py
+	$(PY) bench/data_train_loop.py
 
 clean:
 	cargo clean
