@@ -56,6 +56,8 @@ bench: release
 	$(PY) bench/core_bench.py
 	$(MAKE) $(MNIST_RAW)/train-images-idx3-ubyte
 	$(PY) bench/train_bench.py
+	$(PY) bench/data_bench.py
+	$(PY) bench/data_train_loop.py
 
 clean:
 	cargo clean
