@@ -53,6 +53,24 @@ def _ipc_to_table(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
+_PRIMITIVE_DTYPES = {
+    pa.from_numpy_dtype(np.dtype(name)).id: np.dtype(name)
+    for name in (
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
+}
+
+
 def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
@@ -66,6 +84,11 @@ def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
             out = np.empty(len(values), dtype=object)
             out[:] = [np.array(v) for v in values]
             return out
+    if column.null_count == 0 and column.type.id in _PRIMITIVE_DTYPES:
+        # A view of the values buffer: pyarrow's to_numpy would first import pandas.
+        dtype = _PRIMITIVE_DTYPES[column.type.id]
+        values = column.buffers()[1]
+        return np.frombuffer(values, dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
     try:
         return column.to_numpy(zero_copy_only=True)
     except (pa.ArrowInvalid, NotImplementedError):
