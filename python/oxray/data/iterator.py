@@ -145,17 +145,18 @@ def batches_from_blocks(
         yield B.to_batch(table, batch_format)
 
 
-_torch_warning_filtered = False
+_READ_ONLY_WARNING = "The given NumPy array is not writable"
+
+
+def _quiet_read_only_warning() -> None:
+    """Batches are read-only views of shared memory, as in Ray; torch warns about each such tensor."""
+    if not any(f[1] is not None and f[1].pattern == _READ_ONLY_WARNING for f in warnings.filters):
+        warnings.filterwarnings("ignore", message=_READ_ONLY_WARNING)
 
 
 def _to_tensor(array: np.ndarray, dtype, device):
     import torch
 
-    global _torch_warning_filtered
-    if not _torch_warning_filtered:
-        # Batches are read-only views of shared memory; torch tensors over them stay unwritten by us.
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        _torch_warning_filtered = True
     if array.dtype == object:
         raise TypeError(
             f"a column of {type(array[0]).__name__ if len(array) else 'object'} values cannot become a torch "
@@ -186,6 +187,7 @@ def _resolve_device(device):
 
 def torch_batches(numpy_batches: Iterator[dict], dtypes, device, collate_fn) -> Iterator:
     device = _resolve_device(device)
+    _quiet_read_only_warning()
     for batch in numpy_batches:
         if collate_fn is not None:
             yield collate_fn(batch)
