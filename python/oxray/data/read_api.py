@@ -19,16 +19,24 @@ from oxray.data._internal.datasource import (
 from oxray.data.context import DataContext
 from oxray.data.dataset import Dataset, MaterializedDataset, from_tables
 
-_UNSUPPORTED_READ_ARGS = ("partition_filter", "meta_provider", "arrow_open_stream_args", "tensor_column_schema")
+_READ_RESOURCE_ARGS = ("override_num_blocks", "parallelism", "concurrency", "num_cpus", "num_gpus", "memory")
 
 
-def _check_common(what: str, kwargs: dict) -> None:
+def _check_common(what: str, kwargs: dict, handled: tuple = ()) -> dict:
+    """The reader's options it enforces (in `handled`), validated; any other option raises."""
+    opts = {}
     for key, value in kwargs.items():
-        if key in ("override_num_blocks", "parallelism", "concurrency", "num_cpus", "num_gpus", "memory"):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+        if key in _READ_RESOURCE_ARGS:
+            if value is None or (key == "parallelism" and value == -1):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{what}({key}={value!r}): expected a positive number")
-            if key in ("num_gpus", "memory") and value:
-                raise ValueError(f"{what}({key}=...) is not supported by oxray: reads run on the engine's threads")
+            if key not in handled:
+                raise ValueError(
+                    f"{what}({key}=...) is not supported by oxray for this source"
+                    + (f"; it takes {', '.join(handled)}" if handled else "")
+                )
+            opts["override_num_blocks" if key == "parallelism" else key] = value
             continue
         if key == "ray_remote_args" and not value:
             continue
@@ -36,9 +44,8 @@ def _check_common(what: str, kwargs: dict) -> None:
             continue
         if key == "partitioning" and value in (None, "hive"):
             continue
-        if key == "file_extensions":
-            continue
         raise ValueError(f"{what}({key}=...) is not supported by oxray")
+    return opts
 
 
 def _num_blocks(n_items: int, override) -> int:
@@ -49,21 +56,27 @@ def _num_blocks(n_items: int, override) -> int:
 
 def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kwargs) -> Dataset:
     """Parquet files, directories or globs (local or s3://), read by the engine."""
-    _check_common("read_parquet", kwargs)
+    opts = _check_common("read_parquet", kwargs, ("override_num_blocks", "parallelism", "concurrency"))
     if columns is not None and (not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns)):
         raise TypeError(f"read_parquet(columns={columns!r}): expected a list of column names")
     source = ParquetDatasource(
         _normalize_paths(paths, "read_parquet", filesystem),
         columns,
         target_block_bytes=DataContext.get_current().target_max_block_size,
+        num_blocks=opts.get("override_num_blocks"),
+        concurrency=opts.get("concurrency"),
     )
     return Dataset(P.Plan(source))
 
 
 def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
     exts = kwargs.pop("file_extensions", None)
-    _check_common(what, kwargs)
+    opts = _check_common(what, kwargs, ("concurrency", "num_cpus"))
     source = FileDatasource(fmt, _normalize_paths(paths, what, filesystem), options, include_paths, exts)
+    source.read_compute = P.ComputeSpec(
+        task_concurrency=opts.get("concurrency"),
+        remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),
+    )
     return Dataset(P.Plan(source))
 
 
@@ -118,7 +131,11 @@ def read_images(
 def range(n: int, *, override_num_blocks: Optional[int] = None, parallelism: int = -1, **kwargs) -> Dataset:  # noqa: A001
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"range({n!r}): expected an integer >= 0")
-    _check_common("range", kwargs)
+    override_num_blocks = _check_common(
+        "range",
+        {**kwargs, "override_num_blocks": override_num_blocks, "parallelism": parallelism},
+        ("override_num_blocks", "parallelism"),
+    ).get("override_num_blocks")
     return Dataset(P.Plan(RangeDatasource(n, _num_blocks(n, override_num_blocks))))
 
 
@@ -144,6 +161,11 @@ def _in_memory(name: str, table: pa.Table, n_blocks: int) -> MaterializedDataset
 
 
 def from_items(items: list, *, override_num_blocks: Optional[int] = None, parallelism: int = -1) -> Dataset:
+    override_num_blocks = _check_common(
+        "from_items",
+        {"override_num_blocks": override_num_blocks, "parallelism": parallelism},
+        ("override_num_blocks", "parallelism"),
+    ).get("override_num_blocks")
     if not isinstance(items, list):
         raise TypeError(f"from_items: expected a list, got {type(items).__name__}")
     if items and all(isinstance(i, dict) for i in items):

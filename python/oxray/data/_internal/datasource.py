@@ -136,6 +136,8 @@ class ParquetFragment(ReadTask):
 
 class Datasource:
     name = "Read"
+    # How its read tasks run when they run as tasks (read_csv(concurrency=..., num_cpus=...)).
+    read_compute = None
 
     def read_tasks(self) -> list:
         raise NotImplementedError
@@ -157,8 +159,19 @@ STREAM_BLOCK_BYTES = 8 << 20
 class ParquetDatasource(Datasource):
     name = "ReadParquet"
 
-    def __init__(self, paths, columns=None, limit=None, target_block_bytes=128 << 20, _files=None, _info=None):
+    def __init__(
+        self,
+        paths,
+        columns=None,
+        limit=None,
+        target_block_bytes=128 << 20,
+        _files=None,
+        _info=None,
+        num_blocks=None,
+        concurrency=None,
+    ):
         self.paths = paths
+        self.num_blocks, self.concurrency = num_blocks, concurrency
         self.columns = list(columns) if columns is not None else None
         self.limit = limit
         self.target_block_bytes = target_block_bytes
@@ -194,6 +207,8 @@ class ParquetDatasource(Datasource):
             self.target_block_bytes,
             self.files,
             (self._schema, self._row_groups),
+            self.num_blocks,
+            self.concurrency,
         )
 
     def schema(self) -> pa.Schema:
@@ -215,13 +230,18 @@ class ParquetDatasource(Datasource):
         out = []
         share = self._column_share()
         remaining = self.limit
+        target = self.target_block_bytes
+        if self.num_blocks:
+            # override_num_blocks: fragments of an equal share of the bytes (a row group is never cut).
+            total = sum(int(b * share) for groups in self._row_groups for _, b in groups)
+            target = max(1, total // self.num_blocks)
         for uri, groups, parts in zip(self.files, self._row_groups, self._partitions, strict=True):
             current, rows, size = [], 0, 0
             for i, (g_rows, g_bytes) in enumerate(groups):
                 current.append(i)
                 rows += g_rows
                 size += int(g_bytes * share)
-                if size >= self.target_block_bytes or i == len(groups) - 1:
+                if size >= target or i == len(groups) - 1:
                     if remaining is not None and remaining <= 0:
                         break
                     out.append(ParquetFragment(uri, current, self.columns, remaining, rows, size, parts))
@@ -235,6 +255,12 @@ class ParquetDatasource(Datasource):
     def read_tasks(self) -> list:
         return self.fragments()
 
+    @property
+    def read_compute(self):
+        from oxray.data._internal.plan import ComputeSpec
+
+        return ComputeSpec(task_concurrency=int(self.concurrency)) if self.concurrency else None
+
     def local_stream(self, threads: int, budget_bytes: int):
         frags = self.fragments()
         if not frags:
@@ -245,6 +271,8 @@ class ParquetDatasource(Datasource):
         rows = sum(f.rows for f in frags)
         row_bytes = max(sum(f.size for f in frags) / max(rows, 1), 1.0)
         batch_rows = int(min(max(STREAM_BLOCK_BYTES / row_bytes, 1024), max(max(f.rows for f in frags), 1)))
+        if self.concurrency:
+            threads = max(1, min(threads, int(self.concurrency)))
         stream = _native.DataParquetStream(
             [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, batch_rows, threads, budget_bytes
         )

@@ -347,7 +347,8 @@ class Executor:
     def _read(self, stage: P.ReadStage) -> Iterator[Bundle]:
         stream = stage.source.local_stream(self.read_threads, self.budget.limit)
         if stream is None:
-            yield from self._map(P.MapStage([], P.ComputeSpec(), None, stage.name, read=stage.source), None)
+            compute = stage.source.read_compute or P.ComputeSpec()
+            yield from self._map(P.MapStage([], compute, None, stage.name, read=stage.source), None)
             return
         stats = self.stats.op(stage.name)
         stats.start()

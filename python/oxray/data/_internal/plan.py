@@ -7,6 +7,7 @@ read before them) into one stage, so each block costs one task, not one per oper
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -111,6 +112,19 @@ def _compatible(stage: MapStage, op: MapOp) -> bool:
     return True
 
 
+def _with_read_compute(compute: ComputeSpec, read: Optional[ComputeSpec]) -> ComputeSpec:
+    """A fused read's own limits kept: the lower task concurrency, the larger CPU request."""
+    if read is None:
+        return compute
+    conc = [c for c in (compute.task_concurrency, read.task_concurrency) if c]
+    args = dict(compute.remote_args)
+    for key, value in read.remote_args:
+        args[key] = max(args.get(key, 0), value)
+    return dataclasses.replace(
+        compute, task_concurrency=min(conc) if conc else None, remote_args=tuple(sorted(args.items()))
+    )
+
+
 def optimize(plan: Plan) -> list:
     """The stages to run, after pushdown and fusion."""
     source = plan.source
@@ -144,6 +158,7 @@ def optimize(plan: Plan) -> list:
             if isinstance(last, ReadStage) and not op.bundle_inputs:
                 stage.read = last.source
                 stage.name = f"{last.name}->{stage.name}"
+                stage.compute = _with_read_compute(stage.compute, last.source.read_compute)
                 stages[-1] = stage
             else:
                 stages.append(stage)
