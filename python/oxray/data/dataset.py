@@ -181,13 +181,19 @@ class Dataset:
         concurrency=None,
         **ray_remote_args,
     ) -> "Dataset":
-        T.check_fn(fn, "map")
-        spec = _compute_spec(fn, "map", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
         if fn_constructor_args or fn_constructor_kwargs:
             if not isinstance(fn, type):
                 raise ValueError("map: fn_constructor_args/kwargs are only for a callable class")
             fn = _bind_ctor(fn, fn_constructor_args, fn_constructor_kwargs)
-        return self._with(P.MapOp(T.MapRows(fn, "map", fn_args, fn_kwargs), spec))
+        remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
+        return self._row_op("map", fn, fn_args, fn_kwargs, compute, concurrency, remote)
+
+    def _row_op(self, kind: str, fn, fn_args, fn_kwargs, compute, concurrency, remote: dict) -> "Dataset":
+        """map / flat_map / filter: a row UDF as an operator."""
+        T.check_fn(fn, kind)
+        num_cpus, num_gpus, memory = (remote.pop(k, None) for k in ("num_cpus", "num_gpus", "memory"))
+        spec = _compute_spec(fn, kind, compute, concurrency, num_cpus, num_gpus, memory, remote)
+        return self._with(P.MapOp(T.MapRows(fn, kind, fn_args, fn_kwargs), spec))
 
     def flat_map(
         self,
@@ -202,9 +208,8 @@ class Dataset:
         concurrency=None,
         **ray_remote_args,
     ) -> "Dataset":
-        T.check_fn(fn, "flat_map")
-        spec = _compute_spec(fn, "flat_map", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
-        return self._with(P.MapOp(T.MapRows(fn, "flat_map", fn_args, fn_kwargs), spec))
+        remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
+        return self._row_op("flat_map", fn, fn_args, fn_kwargs, compute, concurrency, remote)
 
     def filter(
         self,
@@ -224,9 +229,8 @@ class Dataset:
             raise ValueError("filter(expr=...) is not supported by oxray yet; pass a function: filter(fn)")
         if fn is None:
             raise ValueError("filter: pass a function that returns True for the rows to keep")
-        T.check_fn(fn, "filter")
-        spec = _compute_spec(fn, "filter", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
-        return self._with(P.MapOp(T.MapRows(fn, "filter", fn_args, fn_kwargs), spec))
+        remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
+        return self._row_op("filter", fn, fn_args, fn_kwargs, compute, concurrency, remote)
 
     def map_batches(
         self,

@@ -277,9 +277,6 @@ class DataIterator:
         for table in self._iter_blocks(prefetch_batches):
             yield from B.rows_of(table)
 
-    def to_torch(self, **kwargs):
-        raise NotImplementedError("DataIterator.to_torch is deprecated in Ray; use iter_torch_batches")
-
     def stats(self) -> str:
         return self._stats_fn() if self._stats_fn is not None else ""
 

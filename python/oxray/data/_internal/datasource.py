@@ -7,6 +7,7 @@ consumer within a byte budget, with projection and `limit` pushed into the reade
 
 from __future__ import annotations
 
+import abc
 import io
 import math
 import os
@@ -108,12 +109,13 @@ def _with_partitions(tables: list, values: dict, columns) -> list:
     return out
 
 
-class ReadTask:
+class ReadTask(abc.ABC):
     rows: Optional[int] = None
     size: Optional[int] = None
 
+    @abc.abstractmethod
     def __call__(self) -> list:
-        raise NotImplementedError
+        """The blocks this task reads."""
 
 
 class ParquetFragment(ReadTask):
@@ -134,13 +136,14 @@ class ParquetFragment(ReadTask):
         return tables
 
 
-class Datasource:
+class Datasource(abc.ABC):
     name = "Read"
     # How its read tasks run when they run as tasks (read_csv(concurrency=..., num_cpus=...)).
     read_compute = None
 
+    @abc.abstractmethod
     def read_tasks(self) -> list:
-        raise NotImplementedError
+        """The picklable tasks that read this source, in order."""
 
     def schema(self) -> Optional[pa.Schema]:
         return None

@@ -6,6 +6,7 @@ consecutive row and batch UDFs cost one task per block, not one per UDF.
 
 from __future__ import annotations
 
+import abc
 import inspect
 import traceback
 from typing import Any, Callable, Optional
@@ -47,17 +48,18 @@ def udf_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
 
 
-class BlockFn:
+class BlockFn(abc.ABC):
     """One step of a fused stage. `setup()` runs once per worker or actor before use."""
 
     name = "Transform"
     is_class_udf = False
 
-    def setup(self) -> None:
-        pass
+    def setup(self) -> None:  # noqa: B027 - most steps have nothing to set up
+        """Builds what the step needs once per process (a class UDF's instance)."""
 
+    @abc.abstractmethod
     def __call__(self, table: pa.Table) -> list:
-        raise NotImplementedError
+        """The blocks this step makes of one input block."""
 
 
 _ROW_OP_NAMES = {"map": "Map", "flat_map": "FlatMap", "filter": "Filter"}
