@@ -5,18 +5,17 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from typing import Any, Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 
 import oxray
-from oxray import _native
 from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import InMemoryDatasource, _normalize_paths
-from oxray.data._internal.executor import Bundle, ExecutionStats, Executor
+from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, slice_ranges
 from oxray.data._internal.progress import progress_for
 from oxray.data._internal.write import WriteBlocks, cleanup_written
 from oxray.data.context import DataContext
@@ -43,7 +42,11 @@ class ActorPoolStrategy:
         if min_size is not None and max_size is not None and min_size > max_size:
             raise ValueError(f"ActorPoolStrategy: min_size={min_size} is larger than max_size={max_size}")
         self.min_size = size or min_size or 1
-        self.max_size = size or max_size or initial_size or self.min_size
+        # None: grows while every actor is busy, up to the cluster's CPUs (Ray: unbounded).
+        self.max_size = size or max_size
+        self.initial_size = size or initial_size or self.min_size
+        if self.max_size is not None and not self.min_size <= self.initial_size <= self.max_size:
+            raise ValueError(f"ActorPoolStrategy: initial_size={initial_size} must lie between min_size and max_size")
         self.max_tasks_in_flight_per_actor = max_tasks_in_flight_per_actor or 2
 
 
@@ -76,7 +79,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
     if compute is not None and concurrency is not None:
         raise ValueError(f"{what}: give either compute= or concurrency=, not both")
     if isinstance(compute, ActorPoolStrategy):
-        actors, min_size, max_size = True, compute.min_size, compute.max_size
+        actors, min_size, max_size = True, compute.initial_size, compute.max_size
         per_actor = compute.max_tasks_in_flight_per_actor
     elif isinstance(compute, TaskPoolStrategy):
         task_conc = compute.size
@@ -500,48 +503,60 @@ class Dataset:
 
     # ---- splitting ----
 
-    def split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
-        _check_splits(n, locality_hints, "split")
-        table = B.concat(list(self._iter_tables()))
-        total = table.num_rows
-        per, extra = divmod(total, n)
-        out, start = [], 0
-        for i in range(n):
-            size = per + (0 if equal or i >= extra else 1)
-            out.append(from_tables([table.slice(start, size)], "Split"))
-            start += size
+    def _split_rows(self, bounds_for, name: str) -> list:
+        """Materializes the dataset, then cuts it by row ranges with tasks over its blocks (no
+        process gathers the data): `bounds_for(total rows)` gives the (lo, hi) ranges."""
+        done = self.materialize()
+        rows = [r for r, _ in done._meta]
+        bounds = bounds_for(sum(rows))
+        if not done._refs:
+            return [MaterializedDataset([], [], done._schema, None, name) for _ in bounds]
+        out = []
+        for data_ref, meta_ref in slice_ranges(done._refs, rows, bounds):
+            meta = oxray.get(meta_ref)
+            out.append(MaterializedDataset([data_ref], [(meta["rows"], meta["bytes"])], done._schema, None, name))
         return out
 
+    def split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
+        _check_splits(n, locality_hints, "split")
+
+        def bounds(total):
+            per, extra = divmod(total, n)
+            sizes = [per + (0 if equal or i >= extra else 1) for i in range(n)]
+            starts = np.cumsum([0, *sizes])
+            return [(int(starts[i]), int(starts[i + 1])) for i in range(n)]
+
+        return self._split_rows(bounds, "Split")
+
     def split_at_indices(self, indices: list) -> list:
-        table = B.concat(list(self._iter_tables()))
-        bounds = [0, *indices, table.num_rows]
-        if any(b < a for a, b in zip(bounds, bounds[1:], strict=False)):
+        if any(b < a for a, b in zip([0, *indices], indices, strict=False)):
             raise ValueError(f"split_at_indices({indices!r}): indices must be sorted and >= 0")
-        return [
-            from_tables([table.slice(a, min(b, table.num_rows) - a)], "Split")
-            for a, b in zip(bounds, bounds[1:], strict=False)
-        ]
+
+        def bounds(total):
+            cuts = [0, *(min(i, total) for i in indices), total]
+            return list(zip(cuts, cuts[1:], strict=False))
+
+        return self._split_rows(bounds, "Split")
 
     def train_test_split(self, test_size, *, shuffle: bool = False, seed: Optional[int] = None, stratify=None):
         if stratify is not None:
             raise ValueError("train_test_split(stratify=...) is not supported by oxray yet")
-        ds = self.random_shuffle(seed=seed) if shuffle else self
-        table = B.concat(list(ds._iter_tables()))
-        n = table.num_rows
-        if isinstance(test_size, float):
-            if not 0 < test_size < 1:
-                raise ValueError(f"train_test_split(test_size={test_size!r}): a float must be between 0 and 1")
-            n_test = math.ceil(n * test_size)
-        elif isinstance(test_size, int) and not isinstance(test_size, bool):
-            if not 0 < test_size < n:
-                raise ValueError(f"train_test_split(test_size={test_size!r}): expected 0 < test_size < {n}")
-            n_test = test_size
-        else:
+        if isinstance(test_size, bool) or not isinstance(test_size, (int, float)):
             raise TypeError(f"train_test_split(test_size={test_size!r}): expected a float or an int")
-        return (
-            from_tables([table.slice(0, n - n_test)], "TrainTestSplit"),
-            from_tables([table.slice(n - n_test)], "TrainTestSplit"),
-        )
+        if isinstance(test_size, float) and not 0 < test_size < 1:
+            raise ValueError(f"train_test_split(test_size={test_size!r}): a float must be between 0 and 1")
+
+        def bounds(n):
+            if isinstance(test_size, float):
+                n_test = math.ceil(n * test_size)
+            elif not 0 < test_size < n:
+                raise ValueError(f"train_test_split(test_size={test_size!r}): expected 0 < test_size < {n}")
+            else:
+                n_test = test_size
+            return [(0, n - n_test), (n - n_test, n)]
+
+        ds = self.random_shuffle(seed=seed) if shuffle else self
+        return tuple(ds._split_rows(bounds, "TrainTestSplit"))
 
     def streaming_split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
         _check_splits(n, locality_hints, "streaming_split")
@@ -631,6 +646,7 @@ class MaterializedDataset(Dataset):
     def __init__(self, refs: list, meta: list, schema, stats=None, name: str = "FromBlocks"):
         self._refs = refs
         self._meta = meta
+        self._schema = schema
         source = _RefsDatasource(refs, meta, schema, name)
         super().__init__(P.Plan(source))
         self._last_stats = stats
@@ -676,6 +692,3 @@ def from_tables(tables: list, name: str) -> MaterializedDataset:
     meta = [(t.num_rows, t.nbytes) for t in tables]
     schema = tables[0].schema if tables else None
     return MaterializedDataset(refs, meta, schema, None, name)
-
-
-_ = (np, _native, Any, Callable)

@@ -11,7 +11,6 @@ from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
 from oxray.data._internal.datasource import (
     FileDatasource,
-    InMemoryDatasource,
     ParquetDatasource,
     RangeDatasource,
     _normalize_paths,
@@ -243,6 +242,3 @@ def _torch_items(items: list) -> list:
     if out and all(isinstance(i, np.ndarray) for i in out):
         return out
     return out
-
-
-_ = InMemoryDatasource

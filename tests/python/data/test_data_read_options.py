@@ -47,3 +47,20 @@ def test_file_readers_take_concurrency_and_num_cpus_but_not_override_num_blocks(
 def test_range_and_from_items_take_parallelism_as_the_block_count(data_cluster):
     assert ray.data.range(100, parallelism=3).materialize().num_blocks() == 3
     assert ray.data.from_items(list(range(10)), parallelism=5).num_blocks() == 5
+
+
+class _Pid:
+    def __call__(self, batch):
+        import os
+
+        return {"pid": np.full(len(batch["id"]), os.getpid())}
+
+
+def test_actor_pools_start_small_and_grow_to_max_size_when_busy(data_cluster):
+    ds = ray.data.range(8, override_num_blocks=8)
+    grown = ds.map_batches(_Pid, compute=ray.data.ActorPoolStrategy(min_size=1, max_size=2)).take_all()
+    assert len({r["pid"] for r in grown}) == 2, "a second actor once the first has its calls in flight"
+    fixed = ds.map_batches(_Pid, compute=ray.data.ActorPoolStrategy(size=1)).take_all()
+    assert len({r["pid"] for r in fixed}) == 1
+    with pytest.raises(ValueError, match="initial_size"):
+        ray.data.ActorPoolStrategy(min_size=2, max_size=3, initial_size=5)

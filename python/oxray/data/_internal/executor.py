@@ -243,11 +243,16 @@ def _shuffle(refs: list, n_out: int, seed) -> list:
 def _repartition(refs: list, rows: list, n_out: int) -> list:
     total = sum(rows)
     per = -(-total // n_out) if total else 0
+    return slice_ranges(refs, rows, [(min(j * per, total), min((j + 1) * per, total)) for j in range(n_out)])
+
+
+def slice_ranges(refs: list, rows: list, bounds: list) -> list:
+    """One task per (lo, hi) row range of the blocks `refs` (of `rows` rows each), which joins
+    the range's slices into one block: (data ref, metadata ref) per range."""
     starts = np.cumsum([0, *rows])
     outputs = []
     task = _remote(_slice_concat, num_returns=2)
-    for j in range(n_out):
-        lo, hi = min(j * per, total), min((j + 1) * per, total)
+    for lo, hi in bounds:
         pieces, args = [], []
         for i, ref in enumerate(refs):
             a, b = max(lo, int(starts[i])), min(hi, int(starts[i + 1]))
@@ -316,6 +321,7 @@ class Executor:
         self.budget = Budget(int(limit))
         stats.budget_bytes = self.budget.limit
         self.max_tasks = max(1, int(cpus) * 2)
+        self.cluster_cpus = max(1, int(cpus))
         self.read_threads = max(1, min(int(cpus), 8))
 
     def run(self) -> Iterator[Bundle]:
@@ -387,7 +393,7 @@ class Executor:
 
     def _map(self, stage: P.MapStage, upstream) -> Iterator[Bundle]:
         stats = self.stats.op(stage.name)
-        pool = _ActorPool(stage) if stage.compute.actors else None
+        pool = _ActorPool(stage, self.cluster_cpus) if stage.compute.actors else None
         max_in_flight = stage.compute.task_concurrency or self.max_tasks
         if pool is not None:
             max_in_flight = pool.capacity
@@ -539,26 +545,36 @@ class Executor:
 
 
 class _ActorPool:
-    def __init__(self, stage: P.MapStage):
+    """A class UDF's actors: starts with `min_size` and adds one (up to `max_size`) whenever
+    every actor already has its `max_tasks_in_flight_per_actor` calls."""
+
+    def __init__(self, stage: P.MapStage, cluster_cpus: int):
         compute = stage.compute
-        size = compute.max_size or compute.min_size
+        self.fns = stage.fns
+        self.max_size = max(compute.max_size or cluster_cpus, compute.min_size)
         opts = compute.remote_options()
-        cls = _remote_actor()
-        if opts:
-            cls = cls.options(**opts)
-        self.actors = [cls.remote(stage.fns) for _ in range(size)]
-        self.load = {i: 0 for i in range(size)}
+        self.cls = _remote_actor().options(**opts) if opts else _remote_actor()
+        self.actors: list = []
+        self.load: list = []
+        for _ in range(compute.min_size):
+            self._add()
         self.per_actor = compute.max_tasks_in_flight_per_actor
-        self.capacity = size * self.per_actor
+        self.capacity = self.max_size * self.per_actor
+
+    def _add(self) -> None:
+        self.actors.append(self.cls.remote(self.fns))
+        self.load.append(0)
 
     def pick(self):
-        i = min(self.load, key=self.load.get)
+        i = min(range(len(self.actors)), key=self.load.__getitem__)
+        if self.load[i] >= self.per_actor and len(self.actors) < self.max_size:
+            self._add()
+            i = len(self.actors) - 1
         self.load[i] += 1
         return self.actors[i]
 
     def done(self, actor) -> None:
-        i = self.actors.index(actor)
-        self.load[i] -= 1
+        self.load[self.actors.index(actor)] -= 1
 
     def shutdown(self) -> None:
         for a in self.actors:
