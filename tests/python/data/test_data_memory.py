@@ -8,6 +8,7 @@ oxray only: the store's usage is read from the embedded node
 """
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -84,3 +85,60 @@ def test_dataset_ten_times_the_store_streams_within_the_budget(small_store_clust
     assert peak["shm"] <= BUDGET + 2 * BLOCK_BYTES, f"store peaked at {peak['shm'] / MiB:.1f} MiB"
     assert stats().num_spilled_total == spilled_before and stats().spilled_bytes == 0
     assert peak["rss"] - rss_before < 200 * MiB, f"driver RSS grew {(peak['rss'] - rss_before) / MiB:.0f} MiB"
+
+
+def test_streaming_split_to_two_consumers_stays_within_one_and_a_half_budgets(small_store_cluster):
+    """Train's path: a split coordinator feeding two ranks keeps at most half the budget queued
+    for the ranks, on top of the executor's own budget, however far the data exceeds the store."""
+    from oxray._private.state import STATE
+
+    stats = STATE.cluster.store_stats
+    spilled_before = stats().num_spilled_total
+    peak = {"shm": 0}
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            s = stats()
+            if s is None:
+                return
+            peak["shm"] = max(peak["shm"], s.shm_used)
+            done.wait(0.005)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    rows = [0, 0]
+    ds = ray.data.range(ROWS // 2, override_num_blocks=BLOCKS // 2).map_batches(widen)
+    splits = ds.streaming_split(2, equal=True)
+    coordinator = splits[0]._coordinator
+    first_done, resume = threading.Event(), threading.Event()
+
+    def consume(i):
+        for batch in splits[i].iter_batches(batch_size=65536, batch_format="numpy", prefetch_batches=0):
+            rows[i] += len(batch["id"])
+            if i == 1:
+                resume.wait()
+        if i == 0:
+            first_done.set()
+
+    # Split 1 stalls after its first batch: split 0 runs ahead until split 1's queue is full and
+    # it is held back (without backpressure, to its end while everything queues up for split 1).
+    consumers = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    try:
+        for t in consumers:
+            t.start()
+        deadline = time.monotonic() + 120
+        while not first_done.is_set() and ray.get(coordinator.backpressure.remote()) == 0:
+            assert time.monotonic() < deadline, "split 0 neither finished nor was held back"
+            first_done.wait(0.05)
+        resume.set()
+        for t in consumers:
+            t.join()
+    finally:
+        resume.set()
+        done.set()
+        sampler.join(timeout=10)
+    assert rows[0] == rows[1] == ROWS // 4
+    assert not first_done.is_set() or ray.get(coordinator.backpressure.remote()) > 0
+    assert peak["shm"] <= BUDGET * 1.5 + 4 * BLOCK_BYTES, f"store peaked at {peak['shm'] / MiB:.1f} MiB"
+    assert stats().num_spilled_total == spilled_before

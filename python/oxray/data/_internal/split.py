@@ -14,9 +14,8 @@ import collections
 import threading
 
 import oxray
+from oxray.data._internal.executor import DEFAULT_STORE_SHARE
 from oxray.data.iterator import DataIterator
-
-_QUEUE_ROWS_PER_SPLIT = 1 << 22  # stop pulling while a split has this many rows waiting
 
 
 class _SplitCoordinator:
@@ -26,11 +25,20 @@ class _SplitCoordinator:
         self.epoch = -1
         self.waiting: set = set()
         self.stats_text = ""
+        # Stop pulling while a split has this many bytes waiting: the queues together hold at
+        # most half the execution's budget (plus a few blocks), on top of the executor's own.
+        ctx = dataset._context
+        budget = ctx.execution_options.resource_limits.object_store_memory if ctx is not None else None
+        if budget is None:
+            budget = oxray.cluster_resources().get("object_store_memory", 2 << 30) * DEFAULT_STORE_SHARE
+        self.base_queue_limit = self.queue_limit = max(int(budget) // (2 * n), 1)
+        self.row_bytes = 0.0
+        self.backpressure_waits = 0
         self._reset()
 
     def _reset(self) -> None:
         self.queues = [collections.deque() for _ in range(self.n)]
-        self.queued_rows = [0] * self.n
+        self.queued_bytes = [0] * self.n
         self.leftover: list = []
         self.leftover_rows = 0
         self.finished = False
@@ -57,8 +65,9 @@ class _SplitCoordinator:
 
     def _give(self, split: int, segments: list, rows: int) -> None:
         if rows:
-            self.queues[split].append(segments)
-            self.queued_rows[split] += rows
+            size = int(rows * self.row_bytes)
+            self.queues[split].append((segments, size))
+            self.queued_bytes[split] += size
 
     @staticmethod
     def _take(segments: list, rows: int) -> tuple:
@@ -89,6 +98,9 @@ class _SplitCoordinator:
     def _distribute(self, bundle) -> None:
         ref = bundle.to_ref()
         tables = oxray.get(ref)
+        self.row_bytes = bundle.size / max(bundle.rows, 1)
+        # A split's share of a few blocks always fits, whatever the budget.
+        self.queue_limit = max(self.base_queue_limit, 4 * bundle.size // self.n)
         segments = [(ref, i, 0, t.num_rows) for i, t in enumerate(tables) if t.num_rows]
         self._share(segments, bundle.rows)
         if self.leftover_rows >= self.n:
@@ -114,15 +126,19 @@ class _SplitCoordinator:
                 if epoch != self.epoch:
                     return None
                 if self.queues[split]:
-                    segs = self.queues[split].popleft()
-                    self.queued_rows[split] -= sum(s[3] for s in segs)
+                    segs, size = self.queues[split].popleft()
+                    self.queued_bytes[split] -= size
                     self.cond.notify_all()
                     return segs
                 if self.error is not None:
                     raise self.error
                 if self.finished:
                     return None
-                if self.pulling or max(self.queued_rows) >= _QUEUE_ROWS_PER_SPLIT:
+                if self.pulling:
+                    self.cond.wait()
+                    continue
+                if max(self.queued_bytes) >= self.queue_limit:
+                    self.backpressure_waits += 1  # a split behind holds the others back
                     self.cond.wait()
                     continue
                 self.pulling = True
@@ -150,6 +166,10 @@ class _SplitCoordinator:
 
     def stats(self) -> str:
         return self.stats_text or self.dataset.stats()
+
+    def backpressure(self) -> int:
+        """How often a split waited because another split's queue was full."""
+        return self.backpressure_waits
 
 
 class _SplitBlocks:
