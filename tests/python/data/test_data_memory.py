@@ -48,28 +48,44 @@ def small_store_cluster():
         ray.shutdown()
 
 
-def test_dataset_ten_times_the_store_streams_within_the_budget(small_store_cluster):
-    psutil = pytest.importorskip("psutil")
-    from oxray._private.state import STATE
+class StorePeak:
+    """Samples the store's use (and this process's RSS) on a thread until stopped."""
 
-    stats = STATE.cluster.store_stats
-    me = psutil.Process()
-    spilled_before = stats().num_spilled_total
-    rss_before = me.memory_info().rss
-    peak = {"shm": 0, "rss": 0}
-    done = threading.Event()
+    def __init__(self):
+        import psutil
 
-    def sample():
-        while not done.is_set():
-            s = stats()
+        from oxray._private.state import STATE
+
+        self.stats = STATE.cluster.store_stats
+        self.me = psutil.Process()
+        self.spilled_before = self.stats().num_spilled_total
+        self.rss_before = self.me.memory_info().rss
+        self.shm = self.rss = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        while not self._done.is_set():
+            s = self.stats()
             if s is None:
                 return
-            peak["shm"] = max(peak["shm"], s.shm_used)
-            peak["rss"] = max(peak["rss"], me.memory_info().rss)
-            done.wait(0.005)
+            self.shm = max(self.shm, s.shm_used)
+            self.rss = max(self.rss, self.me.memory_info().rss)
+            self._done.wait(0.005)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    def stop(self):
+        self._done.set()
+        self._thread.join(timeout=10)
+
+    def spilled(self) -> bool:
+        s = self.stats()
+        return s.num_spilled_total != self.spilled_before or s.spilled_bytes != 0
+
+
+def test_dataset_ten_times_the_store_streams_within_the_budget(small_store_cluster):
+    pytest.importorskip("psutil")
+    peak = StorePeak()
     rows = 0
     id_sum = 0
     try:
@@ -79,34 +95,18 @@ def test_dataset_ten_times_the_store_streams_within_the_budget(small_store_clust
             id_sum += int(batch["id"].sum())
             assert float(batch["f15"][0]) == float(batch["id"][0]) + 15
     finally:
-        done.set()
-        sampler.join(timeout=10)
+        peak.stop()
     assert rows == ROWS and id_sum == ROWS * (ROWS - 1) // 2
-    assert peak["shm"] <= BUDGET + 2 * BLOCK_BYTES, f"store peaked at {peak['shm'] / MiB:.1f} MiB"
-    assert stats().num_spilled_total == spilled_before and stats().spilled_bytes == 0
-    assert peak["rss"] - rss_before < 200 * MiB, f"driver RSS grew {(peak['rss'] - rss_before) / MiB:.0f} MiB"
+    assert peak.shm <= BUDGET + 2 * BLOCK_BYTES, f"store peaked at {peak.shm / MiB:.1f} MiB"
+    assert not peak.spilled()
+    assert peak.rss - peak.rss_before < 200 * MiB, f"driver RSS grew {(peak.rss - peak.rss_before) / MiB:.0f} MiB"
 
 
 def test_streaming_split_to_two_consumers_stays_within_one_and_a_half_budgets(small_store_cluster):
     """Train's path: a split coordinator feeding two ranks keeps at most half the budget queued
     for the ranks, on top of the executor's own budget, however far the data exceeds the store."""
-    from oxray._private.state import STATE
-
-    stats = STATE.cluster.store_stats
-    spilled_before = stats().num_spilled_total
-    peak = {"shm": 0}
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            s = stats()
-            if s is None:
-                return
-            peak["shm"] = max(peak["shm"], s.shm_used)
-            done.wait(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    pytest.importorskip("psutil")
+    peak = StorePeak()
     rows = [0, 0]
     ds = ray.data.range(ROWS // 2, override_num_blocks=BLOCKS // 2).map_batches(widen)
     splits = ds.streaming_split(2, equal=True)
@@ -136,9 +136,8 @@ def test_streaming_split_to_two_consumers_stays_within_one_and_a_half_budgets(sm
             t.join()
     finally:
         resume.set()
-        done.set()
-        sampler.join(timeout=10)
+        peak.stop()
     assert rows[0] == rows[1] == ROWS // 4
     assert not first_done.is_set() or ray.get(coordinator.backpressure.remote()) > 0
-    assert peak["shm"] <= BUDGET * 1.5 + 4 * BLOCK_BYTES, f"store peaked at {peak['shm'] / MiB:.1f} MiB"
-    assert stats().num_spilled_total == spilled_before
+    assert peak.shm <= BUDGET * 1.5 + 4 * BLOCK_BYTES, f"store peaked at {peak.shm / MiB:.1f} MiB"
+    assert not peak.spilled()
