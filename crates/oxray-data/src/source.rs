@@ -155,32 +155,14 @@ fn expand_local(uri: &str, path: &Path, extensions: &[String], out: &mut Vec<(St
                 matched.push((found.display().to_string(), size));
             }
         }
-        if matched.is_empty() {
-            return Err(DataError::NothingMatched {
-                pattern: uri.to_string(),
-                what: "glob",
-                extensions: extensions.to_vec(),
-            });
-        }
-        // `**` matches a directory and the files under it: each file once.
-        matched.sort();
-        matched.dedup();
-        out.extend(matched);
-        return Ok(());
+        // `**` matches a directory and the files under it: each file once (deduplicated there).
+        return add_matches(out, matched, uri, "glob", extensions);
     }
     let meta = std::fs::metadata(path).map_err(DataError::io("cannot stat", uri))?;
     if meta.is_dir() {
         let mut found = Vec::new();
         walk_local(path, extensions, &mut found)?;
-        if found.is_empty() {
-            return Err(DataError::NothingMatched {
-                pattern: uri.to_string(),
-                what: "directory",
-                extensions: extensions.to_vec(),
-            });
-        }
-        found.sort();
-        out.extend(found);
+        add_matches(out, found, uri, "directory", extensions)?;
     } else {
         out.push((path.display().to_string(), meta.len()));
     }
@@ -243,16 +225,7 @@ async fn expand_s3(
                 }
             }
         }
-        if matched.is_empty() {
-            return Err(DataError::NothingMatched {
-                pattern: uri.to_string(),
-                what: "glob",
-                extensions: extensions.to_vec(),
-            });
-        }
-        matched.sort();
-        out.extend(matched);
-        return Ok(());
+        return add_matches(out, matched, uri, "glob", extensions);
     }
     if !key.is_empty() {
         match store.head(&object_path(uri, key)?).await {
@@ -276,18 +249,27 @@ async fn expand_s3(
         }
         found.push((format!("{bucket_uri}/{file}"), size));
     }
-    if found.is_empty() {
-        if any {
-            return Err(DataError::NothingMatched {
-                pattern: uri.to_string(),
-                what: "directory",
-                extensions: extensions.to_vec(),
-            });
-        }
+    if !any {
         return Err(DataError::NotFound { path: uri.to_string() });
     }
-    found.sort();
-    out.extend(found);
+    add_matches(out, found, uri, "directory", extensions)
+}
+
+/// Appends what a glob or a directory matched, sorted and each file once; matching
+/// nothing is an error naming the pattern and the extensions looked for.
+fn add_matches(
+    out: &mut Vec<(String, u64)>,
+    mut matched: Vec<(String, u64)>,
+    uri: &str,
+    what: &'static str,
+    extensions: &[String],
+) -> Result<()> {
+    if matched.is_empty() {
+        return Err(DataError::NothingMatched { pattern: uri.to_string(), what, extensions: extensions.to_vec() });
+    }
+    matched.sort();
+    matched.dedup();
+    out.extend(matched);
     Ok(())
 }
 

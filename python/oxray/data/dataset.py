@@ -14,7 +14,7 @@ import oxray
 from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
-from oxray.data._internal.datasource import InMemoryDatasource, _normalize_paths
+from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, slice_ranges
 from oxray.data._internal.progress import progress_for
 from oxray.data._internal.write import WriteBlocks, cleanup_written
@@ -75,11 +75,11 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         remote[key] = value
     is_class = isinstance(fn, type)
     actors = False
-    min_size, max_size, per_actor, task_conc = 1, None, 2, None
+    initial_size, max_size, per_actor, task_conc = 1, None, 2, None
     if compute is not None and concurrency is not None:
         raise ValueError(f"{what}: give either compute= or concurrency=, not both")
     if isinstance(compute, ActorPoolStrategy):
-        actors, min_size, max_size = True, compute.initial_size, compute.max_size
+        actors, initial_size, max_size = True, compute.initial_size, compute.max_size
         per_actor = compute.max_tasks_in_flight_per_actor
     elif isinstance(compute, TaskPoolStrategy):
         task_conc = compute.size
@@ -97,7 +97,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         else:
             raise ValueError(f"{what}(concurrency={concurrency!r}): expected an integer >= 1 or a (min, max) tuple")
         if is_class:
-            actors, min_size, max_size = True, lo, hi
+            actors, initial_size, max_size = True, lo, hi
         else:
             task_conc = hi
     if is_class and not actors:
@@ -108,7 +108,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         raise ValueError(f"{what}: an actor pool (compute=ActorPoolStrategy) needs a callable class, not a function")
     return P.ComputeSpec(
         actors=actors,
-        min_size=min_size,
+        initial_size=initial_size,
         max_size=max_size,
         max_tasks_in_flight_per_actor=per_actor,
         task_concurrency=task_conc,
@@ -294,9 +294,7 @@ class Dataset:
             raise ValueError(f"{what}: duplicate column names in {list(cols)}")
         schema = P.schema_from_metadata(self._plan)
         if schema is not None:
-            missing = [c for c in cols if c not in schema.names]
-            if missing:
-                raise ValueError(f"{what}: unknown column(s) {missing}; the dataset's columns are {schema.names}")
+            T.check_columns(what, schema.names, cols)
         return list(cols)
 
     def select_columns(self, cols, *, compute=None, concurrency=None, **ray_remote_args) -> "Dataset":
@@ -647,7 +645,7 @@ class MaterializedDataset(Dataset):
         self._refs = refs
         self._meta = meta
         self._schema = schema
-        source = _RefsDatasource(refs, meta, schema, name)
+        source = StoredBlocksDatasource(refs, meta, schema, name)
         super().__init__(P.Plan(source))
         self._last_stats = stats
 
@@ -656,33 +654,6 @@ class MaterializedDataset(Dataset):
 
     def _table_refs(self) -> list:
         return [oxray.put(B.concat(oxray.get(r))) for r in self._refs]
-
-
-class _RefsRead:
-    def __init__(self, ref, rows, size):
-        self.refs = [ref]
-        self.rows, self.size = rows, size
-
-    def __call__(self) -> list:
-        return list(oxray.get(self.refs[0]))
-
-
-class _RefsDatasource(InMemoryDatasource):
-    def __init__(self, refs, meta, schema, name):
-        self.name = name
-        self.refs, self.meta, self._schema = refs, meta, schema
-
-    def read_tasks(self) -> list:
-        return [_RefsRead(r, rows, size) for r, (rows, size) in zip(self.refs, self.meta, strict=True)]
-
-    def schema(self):
-        return self._schema
-
-    def count(self) -> int:
-        return sum(rows for rows, _ in self.meta)
-
-    def local_stream(self, threads: int, budget_bytes: int):
-        return (t for r in self.refs for t in oxray.get(r))
 
 
 def from_tables(tables: list, name: str) -> MaterializedDataset:

@@ -231,7 +231,6 @@ class DataIterator:
         drop_last: bool = False,
         local_shuffle_buffer_size: Optional[int] = None,
         local_shuffle_seed: Optional[int] = None,
-        _collate_fn=None,
     ) -> Iterator:
         _check_batch_size(batch_size)
         _check_prefetch(prefetch_batches)

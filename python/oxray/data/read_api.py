@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import sys
 from typing import Optional
 
 import numpy as np
@@ -149,10 +151,7 @@ def _split_table(table: pa.Table, n_blocks: int) -> list:
     if table.num_rows == 0:
         return [table]
     per = -(-table.num_rows // n_blocks)
-    return [table.slice(s, per) for s in builtins_range(0, table.num_rows, per)]
-
-
-builtins_range = __builtins__["range"] if isinstance(__builtins__, dict) else __builtins__.range
+    return [table.slice(s, per) for s in builtins.range(0, table.num_rows, per)]
 
 
 def _in_memory(name: str, table: pa.Table, n_blocks: int) -> MaterializedDataset:
@@ -215,30 +214,21 @@ def from_arrow(tables, *, override_num_blocks: Optional[int] = None) -> Material
 
 
 def from_torch(dataset, local_read: bool = False) -> MaterializedDataset:
-    """A torch map-style or iterable dataset, one row per item in column `item`."""
-    items = (
-        list(dataset)
-        if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__")
-        else [dataset[i] for i in builtins_range(len(dataset))]
-    )
-    table = B.table_from_columns({"item": _torch_items(items)})
+    """A torch map-style or iterable dataset, one row per item in column `item`. The items are
+    read here, in the calling process, whatever `local_read` says (the result is the same)."""
+    if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+        items = [dataset[i] for i in builtins.range(len(dataset))]
+    else:
+        items = list(dataset)
+    table = B.table_from_columns({"item": [_plain(item) for item in items]})
     return _in_memory("FromTorch", table, _num_blocks(len(items), None))
 
 
-def _torch_items(items: list) -> list:
-    try:
-        import torch
-    except ImportError:
-        return items
-
-    def plain(v):
-        if isinstance(v, torch.Tensor):
-            return v.numpy()
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        return v
-
-    out = [plain(i) for i in items]
-    if out and all(isinstance(i, np.ndarray) for i in out):
-        return out
-    return out
+def _plain(value):
+    """Tensors (also inside a tuple, as a TensorDataset yields) as numpy arrays."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.numpy()
+    if isinstance(value, tuple):
+        return [_plain(x) for x in value]
+    return value

@@ -16,6 +16,7 @@ from typing import Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+import oxray
 from oxray import _native
 from oxray.data._internal import block as B
 
@@ -347,36 +348,36 @@ class FileDatasource(Datasource):
         return [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]
 
 
-class TablesTask(ReadTask):
-    def __init__(self, table: pa.Table):
-        self.block = B.IpcBlock(table)
-        self.rows, self.size = table.num_rows, table.nbytes
+class StoredBlocksRead(ReadTask):
+    """One block list already in the object store (the reference rides inside the task, so
+    the task fetches it where it runs)."""
+
+    def __init__(self, ref, rows: int, size: int):
+        self.refs = [ref]
+        self.rows, self.size = rows, size
 
     def __call__(self) -> list:
-        t = self.block.table if isinstance(self.block, B.IpcBlock) else self.block
-        return [t]
+        return list(oxray.get(self.refs[0]))
 
 
-class InMemoryDatasource(Datasource):
-    """from_items / from_pandas / from_numpy / from_arrow: blocks made at creation."""
+class StoredBlocksDatasource(Datasource):
+    """A materialized dataset's blocks (from_items, from_pandas, ..., materialize())."""
 
-    def __init__(self, name: str, tables: list):
+    def __init__(self, refs: list, meta: list, schema, name: str):
         self.name = name
-        self.tables = [t for t in tables]
-        if not self.tables:
-            self.tables = [pa.table({})]
+        self.refs, self.meta, self._schema = refs, meta, schema
 
     def read_tasks(self) -> list:
-        return [TablesTask(t) for t in self.tables]
+        return [StoredBlocksRead(r, rows, size) for r, (rows, size) in zip(self.refs, self.meta, strict=True)]
 
     def schema(self):
-        return self.tables[0].schema
+        return self._schema
 
     def count(self) -> int:
-        return sum(t.num_rows for t in self.tables)
+        return sum(rows for rows, _ in self.meta)
 
     def local_stream(self, threads: int, budget_bytes: int):
-        return iter([t for t in self.tables if t.num_rows or len(self.tables) == 1])
+        return (t for r in self.refs for t in oxray.get(r))
 
 
 class RangeTask(ReadTask):

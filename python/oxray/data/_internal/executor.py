@@ -160,14 +160,7 @@ def _run_blocks(fns, read_task, inputs):
         if len(tables) > 1:
             tables = [B.concat(tables)]
     out = T.run_fns(fns, tables)
-    meta = {
-        "rows": sum(t.num_rows for t in out),
-        "bytes": sum(t.nbytes for t in out),
-        "blocks": len(out),
-        "wall": time.perf_counter() - wall0,
-        "cpu": time.thread_time() - cpu0,
-    }
-    return [B.IpcBlock(t) for t in out], meta
+    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
 
 
 def _map_task(fns, read_task, *inputs):
@@ -218,14 +211,15 @@ def _slice_concat(pieces: list, *inputs):
     return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
 
 
-_remote_all_to_all: dict = {}
+_remotes: dict = {}
 
 
-def _remote(fn, **options):
-    key = (fn.__name__, tuple(sorted(options.items())))
-    if key not in _remote_all_to_all:
-        _remote_all_to_all[key] = oxray.remote(**options)(fn)
-    return _remote_all_to_all[key]
+def remote(target, **options):
+    """`oxray.remote(**options)(target)`, made once per process (a function is registered once)."""
+    key = (target, tuple(sorted(options.items())))
+    if key not in _remotes:
+        _remotes[key] = oxray.remote(**options)(target) if options else oxray.remote(target)
+    return _remotes[key]
 
 
 def _shuffle(refs: list, n_out: int, seed) -> list:
@@ -234,9 +228,9 @@ def _shuffle(refs: list, n_out: int, seed) -> list:
     reduce_seeds = rng.integers(1 << 62, size=n_out)
     dealt = []
     for ref, map_seed in zip(refs, map_seeds, strict=True):
-        parts = _remote(_shuffle_map, num_returns=n_out).remote(n_out, int(map_seed), ref)
+        parts = remote(_shuffle_map, num_returns=n_out).remote(n_out, int(map_seed), ref)
         dealt.append([parts] if n_out == 1 else parts)
-    reduce = _remote(_shuffle_reduce, num_returns=2)
+    reduce = remote(_shuffle_reduce, num_returns=2)
     return [reduce.remote(int(reduce_seeds[j]), *[parts[j] for parts in dealt]) for j in range(n_out)]
 
 
@@ -251,7 +245,7 @@ def slice_ranges(refs: list, rows: list, bounds: list) -> list:
     the range's slices into one block: (data ref, metadata ref) per range."""
     starts = np.cumsum([0, *rows])
     outputs = []
-    task = _remote(_slice_concat, num_returns=2)
+    task = remote(_slice_concat, num_returns=2)
     for lo, hi in bounds:
         pieces, args = [], []
         for i, ref in enumerate(refs):
@@ -274,29 +268,8 @@ class _MapActor:
         for fn in fns:
             fn.setup()
 
-    def ready(self) -> bool:
-        return True
-
     def run(self, read_task, *inputs):
         return _run_blocks(self.fns, read_task, inputs)
-
-
-_remote_map_task = None
-_remote_map_actor = None
-
-
-def _remote_task():
-    global _remote_map_task
-    if _remote_map_task is None:
-        _remote_map_task = oxray.remote(num_returns=2)(_map_task)
-    return _remote_map_task
-
-
-def _remote_actor():
-    global _remote_map_actor
-    if _remote_map_actor is None:
-        _remote_map_actor = oxray.remote(_MapActor)
-    return _remote_map_actor
 
 
 # ---- stages ----
@@ -421,11 +394,11 @@ class Executor:
                         data_ref, meta_ref = actor.run.options(num_returns=2).remote(read_task, *args)
                     else:
                         actor = None
-                        remote = _remote_task()
+                        task = remote(_map_task, num_returns=2)
                         opts = stage.compute.remote_options()
                         if opts:
-                            remote = remote.options(**opts)
-                        data_ref, meta_ref = remote.remote(stage.fns, read_task, *args)
+                            task = task.options(**opts)
+                        data_ref, meta_ref = task.remote(stage.fns, read_task, *args)
                     self.budget.reserve(est)
                     in_flight[meta_ref] = (data_ref, bundles, est, actor)
                     stats.tasks += 1
@@ -545,18 +518,18 @@ class Executor:
 
 
 class _ActorPool:
-    """A class UDF's actors: starts with `min_size` and adds one (up to `max_size`) whenever
+    """A class UDF's actors: starts with `initial_size` and adds one (up to `max_size`) whenever
     every actor already has its `max_tasks_in_flight_per_actor` calls."""
 
     def __init__(self, stage: P.MapStage, cluster_cpus: int):
         compute = stage.compute
         self.fns = stage.fns
-        self.max_size = max(compute.max_size or cluster_cpus, compute.min_size)
+        self.max_size = max(compute.max_size or cluster_cpus, compute.initial_size)
         opts = compute.remote_options()
-        self.cls = _remote_actor().options(**opts) if opts else _remote_actor()
+        self.cls = remote(_MapActor).options(**opts) if opts else remote(_MapActor)
         self.actors: list = []
         self.load: list = []
-        for _ in range(compute.min_size):
+        for _ in range(compute.initial_size):
             self._add()
         self.per_actor = compute.max_tasks_in_flight_per_actor
         self.capacity = self.max_size * self.per_actor

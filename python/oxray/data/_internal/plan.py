@@ -20,8 +20,8 @@ class ComputeSpec:
     """How a map operator runs: as tasks, or on a pool of actors (class UDFs)."""
 
     actors: bool = False
-    min_size: int = 1
-    max_size: Optional[int] = None
+    initial_size: int = 1  # actors the pool starts with
+    max_size: Optional[int] = None  # None: up to the cluster's CPUs
     max_tasks_in_flight_per_actor: int = 2
     task_concurrency: Optional[int] = None
     remote_args: tuple = ()  # sorted (key, value) pairs: num_cpus, num_gpus, resources, memory
@@ -133,9 +133,8 @@ def optimize(plan: Plan) -> list:
     while ops and isinstance(source, ParquetDatasource):
         op = ops[0]
         if isinstance(op, LimitOp):
+            # The operator stays too: the reader's limit is per fragment; it keeps the exact cut.
             source = source.with_(limit=op.n)
-            ops.pop(0)
-            ops.insert(0, LimitOp(op.n))  # the reader's limit is per fragment; keep the exact cut
             break
         if isinstance(op, MapOp) and isinstance(op.fn, T.SelectColumns) and not op.compute.actors:
             if all(c in source.schema().names for c in op.fn.cols):
@@ -227,13 +226,13 @@ def schema_from_metadata(plan: Plan) -> Any:
         if isinstance(op, MapOp):
             fn = op.fn
             if isinstance(fn, T.SelectColumns):
-                T._check_columns("select_columns", pa.table({n: [] for n in schema.names}), fn.cols)
+                T.check_columns("select_columns", schema.names, fn.cols)
                 schema = pa.schema([schema.field(c) for c in fn.cols])
             elif isinstance(fn, T.DropColumns):
-                T._check_columns("drop_columns", pa.table({n: [] for n in schema.names}), fn.cols)
+                T.check_columns("drop_columns", schema.names, fn.cols)
                 schema = pa.schema([f for f in schema if f.name not in fn.cols])
             elif isinstance(fn, T.RenameColumns):
-                T._check_columns("rename_columns", pa.table({n: [] for n in schema.names}), list(fn.mapping))
+                T.check_columns("rename_columns", schema.names, list(fn.mapping))
                 schema = pa.schema([f.with_name(fn.mapping.get(f.name, f.name)) for f in schema])
             else:
                 return None

@@ -14,7 +14,7 @@ import collections
 import threading
 
 import oxray
-from oxray.data._internal.executor import DEFAULT_STORE_SHARE
+from oxray.data._internal.executor import DEFAULT_STORE_SHARE, remote
 from oxray.data.iterator import DataIterator
 
 
@@ -193,16 +193,10 @@ class _SplitBlocks:
                 yield fetched[ref][ti].slice(off, length)
 
 
-_remote_coordinator = None
-
-
 def streaming_split(dataset, n: int, equal: bool) -> list:
-    global _remote_coordinator
     if not oxray.is_initialized():
         oxray.init()
-    if _remote_coordinator is None:
-        _remote_coordinator = oxray.remote(_SplitCoordinator)
-    coordinator = _remote_coordinator.options(num_cpus=0, max_concurrency=2 * n + 4).remote(dataset, n, equal)
+    coordinator = remote(_SplitCoordinator).options(num_cpus=0, max_concurrency=2 * n + 4).remote(dataset, n, equal)
     out = []
     for i in range(n):
         blocks = _SplitBlocks(coordinator, i)

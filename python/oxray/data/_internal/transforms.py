@@ -178,10 +178,11 @@ class AddColumn(BlockFn):
         return [table.append_column(self.col, column)]
 
 
-def _check_columns(op: str, table: pa.Table, cols) -> None:
-    missing = [c for c in cols if c not in table.column_names]
+def check_columns(op: str, names: list, cols) -> None:
+    """`cols` must all be among the dataset's column `names`."""
+    missing = [c for c in cols if c not in names]
     if missing:
-        raise ValueError(f"{op}: unknown column(s) {missing}; the dataset's columns are {table.column_names}")
+        raise ValueError(f"{op}: unknown column(s) {missing}; the dataset's columns are {list(names)}")
 
 
 class SelectColumns(BlockFn):
@@ -190,7 +191,7 @@ class SelectColumns(BlockFn):
         self.name = "SelectColumns"
 
     def __call__(self, table: pa.Table) -> list:
-        _check_columns("select_columns", table, self.cols)
+        check_columns("select_columns", table.column_names, self.cols)
         return [table.select(self.cols)]
 
 
@@ -200,7 +201,7 @@ class DropColumns(BlockFn):
         self.name = "DropColumns"
 
     def __call__(self, table: pa.Table) -> list:
-        _check_columns("drop_columns", table, self.cols)
+        check_columns("drop_columns", table.column_names, self.cols)
         return [table.drop_columns(self.cols)]
 
 
@@ -210,7 +211,7 @@ class RenameColumns(BlockFn):
         self.name = "RenameColumns"
 
     def __call__(self, table: pa.Table) -> list:
-        _check_columns("rename_columns", table, list(self.mapping))
+        check_columns("rename_columns", table.column_names, list(self.mapping))
         return [table.rename_columns([self.mapping.get(c, c) for c in table.column_names])]
 
 
