@@ -7,7 +7,7 @@ built module, name by name and parameter by parameter."""
 import builtins
 from collections.abc import Sequence
 from os import PathLike
-from typing import ClassVar, final
+from typing import Any, ClassVar, final
 
 import pyarrow
 from typing_extensions import Buffer
@@ -44,6 +44,10 @@ __all__ = [
     "data_write_bytes",
     "data_concat_batches",
     "data_encode_ipc",
+    "data_optimize",
+    "data_count_from_metadata",
+    "data_slice_pieces",
+    "DataExecutor",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
@@ -500,3 +504,45 @@ def data_concat_batches(batches: Sequence[pyarrow.RecordBatch]) -> pyarrow.Recor
 
 def data_encode_ipc(batch: pyarrow.RecordBatch) -> bytes:
     """An Arrow IPC stream holding one batch."""
+
+# Data's planner and scheduler (`oxray-data`'s plan.rs and executor.rs). Plans,
+# stages and actions are tuples; `oxray/data/_internal/plan.py` and
+# `executor.py` build and read them.
+
+def data_optimize(plan: tuple[Any, ...]) -> tuple[list[tuple[Any, ...]], str]:
+    """The stages a plan runs as (after pushdown and fusion) and their one-line description."""
+
+def data_count_from_metadata(plan: tuple[Any, ...]) -> int | None:
+    """The row count from the sources' metadata, when no operator can change it."""
+
+def data_slice_pieces(rows: Sequence[int], bounds: Sequence[tuple[int, int]]) -> list[list[tuple[int, int, int]]]:
+    """For each (lo, hi) row range over blocks of `rows` rows, its (block, offset, rows) slices."""
+
+@final
+class DataExecutor:
+    """The streaming executor's scheduler: `poll()` returns the actions to
+    perform; the caller reports what happened."""
+
+    def __new__(
+        cls,
+        specs: Sequence[tuple[str, str, Sequence[int], Any]],
+        budget_bytes: int,
+        max_tasks: int,
+        cluster_cpus: int,
+        preserve_order: bool,
+    ) -> DataExecutor: ...
+    def poll(self) -> list[tuple[Any, ...]]: ...
+    def task_done(
+        self, task: int, rows: int, bytes: int, blocks: int, wall_s: float = 0.0, cpu_s: float = 0.0
+    ) -> int | None: ...
+    def local_block(self, op: int, rows: int, bytes: int, cpu_s: float) -> int: ...
+    def local_done(self, op: int) -> None: ...
+    def sliced(self, bundle: int, bytes: int) -> None: ...
+    def release(self, bundle: int) -> None: ...
+    def next_output(self) -> tuple[int, int, int] | None: ...
+    def finished(self) -> bool: ...
+    def tasks_in_flight(self) -> int: ...
+    def used_bytes(self) -> int: ...
+    def peak_bytes(self) -> int: ...
+    def progress(self) -> list[tuple[str, int, float, int]]: ...
+    def summary(self) -> str: ...

@@ -7,8 +7,10 @@
 
 mod batcher;
 mod error;
+pub mod executor;
 mod ipc;
 mod parquet;
+pub mod plan;
 mod schema;
 mod source;
 mod text;

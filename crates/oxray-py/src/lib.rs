@@ -6,6 +6,7 @@ mod buffers;
 mod client;
 mod cluster;
 mod data;
+mod data_exec;
 mod error;
 mod records;
 mod storage;
@@ -81,6 +82,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     data::register(m)?;
+    data_exec::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
     m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;

@@ -167,7 +167,7 @@ class Dataset:
         return Dataset(self._plan, ctx)
 
     def __repr__(self) -> str:
-        return f"Dataset({P.describe(P.optimize(self._plan))})"
+        return f"Dataset({P.describe(self._plan)})"
 
     def map(
         self,

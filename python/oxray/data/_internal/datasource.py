@@ -141,6 +141,8 @@ class Datasource(abc.ABC):
     name = "Read"
     # How its read tasks run when they run as tasks (read_csv(concurrency=..., num_cpus=...)).
     read_compute = None
+    # Whether `local_stream` reads it in this process (else its read tasks run as tasks).
+    streams_locally = False
 
     @abc.abstractmethod
     def read_tasks(self) -> list:
@@ -152,9 +154,9 @@ class Datasource(abc.ABC):
     def count(self) -> Optional[int]:
         return None
 
-    def local_stream(self, threads: int, budget_bytes: int) -> Optional[Iterator[pa.Table]]:
-        """Blocks read in this process by the engine, or None when this source runs as tasks."""
-        return None
+    def local_stream(self, threads: int, budget_bytes: int) -> Iterator[pa.Table]:
+        """Blocks read in this process by the engine (when `streams_locally`)."""
+        raise NotImplementedError(f"{type(self).__name__} is read by tasks")
 
 
 STREAM_BLOCK_BYTES = 8 << 20
@@ -162,6 +164,7 @@ STREAM_BLOCK_BYTES = 8 << 20
 
 class ParquetDatasource(Datasource):
     name = "ReadParquet"
+    streams_locally = True
 
     def __init__(
         self,
@@ -361,6 +364,8 @@ class StoredBlocksRead(ReadTask):
 
 
 class StoredBlocksDatasource(Datasource):
+    streams_locally = True
+
     """A materialized dataset's blocks (from_items, from_pandas, ..., materialize())."""
 
     def __init__(self, refs: list, meta: list, schema, name: str):
@@ -394,6 +399,8 @@ class RangeTask(ReadTask):
 
 
 class RangeDatasource(Datasource):
+    streams_locally = True
+
     def __init__(self, n: int, num_blocks: int, shape=None):
         self.name = "ReadRange" if shape is None else "ReadRangeTensor"
         self.n, self.num_blocks, self.shape = n, max(1, num_blocks), shape

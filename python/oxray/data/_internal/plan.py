@@ -1,16 +1,19 @@
-"""The logical plan of a dataset and its optimization into executable stages.
+"""The logical plan of a dataset, and the stages the engine's optimizer makes of it.
 
-A plan is a source followed by operators. Before it runs, the optimizer pushes column
-selection and `limit` into a parquet reader and fuses consecutive row/batch UDFs (and the
-read before them) into one stage, so each block costs one task, not one per operator.
+A plan is a source followed by operators holding the Python UDFs. The optimizer is the
+engine's (`oxray-data`'s `plan.rs`, through `_native.data_optimize`): it sees each operator's
+kind, columns and compute by id, pushes column selection and `limit` into a parquet reader,
+fuses consecutive row/batch UDFs (and the read before them) into one stage, and answers
+`count` from metadata. This module encodes a plan for it and turns its stages back into
+Python objects; the schema a plan keeps (`schema_from_metadata`) stays here, with pyarrow.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from oxray import _native
 from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import Datasource, ParquetDatasource
 
@@ -101,118 +104,144 @@ class UnionStage:
     name: str = "Union"
 
 
-def _compatible(stage: MapStage, op: MapOp) -> bool:
-    a, b = stage.compute, op.compute
-    if a.remote_args != b.remote_args:
-        return False
-    if a.actors and b.actors:
-        return False  # two class UDFs keep their own pools
-    if a.actors or b.actors:
-        return (a.actors and not T.any_class_udf([op.fn])) or (b.actors and not T.any_class_udf(stage.fns))
-    return True
-
-
-def _with_read_compute(compute: ComputeSpec, read: Optional[ComputeSpec]) -> ComputeSpec:
-    """A fused read's own limits kept: the lower task concurrency, the larger CPU request."""
-    if read is None:
-        return compute
-    conc = [c for c in (compute.task_concurrency, read.task_concurrency) if c]
-    args = dict(compute.remote_args)
-    for key, value in read.remote_args:
-        args[key] = max(args.get(key, 0), value)
-    return dataclasses.replace(
-        compute, task_concurrency=min(conc) if conc else None, remote_args=tuple(sorted(args.items()))
-    )
-
-
-def optimize(plan: Plan) -> list:
-    """The stages to run, after pushdown and fusion."""
-    source = plan.source
-    ops = list(plan.ops)
-    # Projection and limit pushdown into the parquet reader.
-    while ops and isinstance(source, ParquetDatasource):
-        op = ops[0]
-        if isinstance(op, LimitOp):
-            # The operator stays too: the reader's limit is per fragment; it keeps the exact cut.
-            source = source.with_(limit=op.n)
-            break
-        if isinstance(op, MapOp) and isinstance(op.fn, T.SelectColumns) and not op.compute.actors:
-            if all(c in source.schema().names for c in op.fn.cols):
-                source = source.with_(columns=op.fn.cols)
-                ops.pop(0)
-                continue
-        break
-    stages: list = [ReadStage(source, source.name)]
-    for op in ops:
-        last = stages[-1]
-        if isinstance(op, MapOp):
-            # A batch size that may span blocks needs its own stage (its input is bundled).
-            if isinstance(last, MapStage) and op.batch_size is None and _compatible(last, op):
-                last.fns.append(op.fn)
-                last.name += "->" + op.fn.name
-                if op.compute.actors:
-                    last.compute = op.compute
-                continue
-            stage = MapStage([op.fn], op.compute, op.batch_size, op.fn.name)
-            if isinstance(last, ReadStage) and not op.bundle_inputs:
-                stage.read = last.source
-                stage.name = f"{last.name}->{stage.name}"
-                stage.compute = _with_read_compute(stage.compute, last.source.read_compute)
-                stages[-1] = stage
-            else:
-                stages.append(stage)
-        elif isinstance(op, LimitOp):
-            if isinstance(last, LimitStage):
-                last.n = min(last.n, op.n)
-            else:
-                stages.append(LimitStage(op.n))
-        elif isinstance(op, AllToAllOp):
-            stages.append(AllToAllStage(op.kind, op.args, _ALL_TO_ALL_NAMES[op.kind]))
-        elif isinstance(op, UnionOp):
-            stages = [UnionStage([stages] + [optimize(p) for p in op.others])]
-        else:  # pragma: no cover - every op type is handled above
-            raise TypeError(f"unknown operator {op!r}")
-    return stages
-
-
 _ALL_TO_ALL_NAMES = {
     "random_shuffle": "RandomShuffle",
     "randomize_block_order": "RandomizeBlockOrder",
     "repartition": "Repartition",
 }
 
+_UDF_KINDS = {T.SelectColumns: "select", T.DropColumns: "drop", T.RenameColumns: "rename"}
 
-def describe(stages: list) -> str:
-    parts = []
-    for s in stages:
-        if isinstance(s, UnionStage):
-            parts.append("Union(" + " | ".join(describe(i) for i in s.inputs) + ")")
-        else:
-            parts.append(s.name)
-    return " -> ".join(parts)
+
+class _Encoded:
+    """A plan as the engine's optimizer takes it (tuples), and the Python objects its ids name."""
+
+    def __init__(self, plan: Plan, with_counts: bool):
+        self.ops: dict = {}
+        self.sources: dict = {}
+        self.tokens: list = []  # non-numeric remote args, compared by equality
+        self.with_counts = with_counts
+        self.value = self._plan(plan)
+
+    def _id(self) -> int:
+        return len(self.ops) + len(self.sources)
+
+    def _token(self, value) -> int:
+        for i, known in enumerate(self.tokens):
+            if known == value:
+                return i
+        self.tokens.append(value)
+        return len(self.tokens) - 1
+
+    def compute(self, spec: ComputeSpec) -> tuple:
+        args = []
+        for key, value in spec.remote_args:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                args.append((key, float(value), None))
+            else:
+                args.append((key, None, self._token(value)))
+        return (
+            spec.actors,
+            spec.initial_size,
+            spec.max_size,
+            spec.max_tasks_in_flight_per_actor,
+            spec.task_concurrency,
+            args,
+        )
+
+    def decode_compute(self, value: tuple) -> ComputeSpec:
+        actors, initial, max_size, per_actor, concurrency, args = value
+        remote_args = []
+        for key, number, token in args:
+            if token is not None:
+                remote_args.append((key, self.tokens[token]))
+            else:
+                remote_args.append((key, int(number) if number == int(number) else number))
+        return ComputeSpec(actors, initial, max_size, per_actor, concurrency, tuple(sorted(remote_args)))
+
+    def _plan(self, plan: Plan) -> tuple:
+        source = plan.source
+        sid = self._id()
+        self.sources[sid] = source
+        columns = source.schema().names if isinstance(source, ParquetDatasource) else None
+        rows = source.count() if self.with_counts else None
+        read_compute = self.compute(source.read_compute) if source.read_compute is not None else None
+        ops = []
+        for op in plan.ops:
+            oid = self._id()
+            self.ops[oid] = op
+            if isinstance(op, MapOp):
+                kind = _UDF_KINDS.get(type(op.fn), "udf")
+                cols = list(op.fn.cols) if kind == "select" else []
+                ops.append(
+                    (
+                        "map",
+                        oid,
+                        op.fn.name,
+                        kind,
+                        cols,
+                        bool(op.fn.is_class_udf),
+                        self.compute(op.compute),
+                        op.batch_size,
+                        op.bundle_inputs,
+                    )
+                )
+            elif isinstance(op, LimitOp):
+                ops.append(("limit", oid, op.n))
+            elif isinstance(op, AllToAllOp):
+                ops.append(("all_to_all", oid, _ALL_TO_ALL_NAMES[op.kind]))
+            elif isinstance(op, UnionOp):
+                ops.append(("union", oid, [self._plan(p) for p in op.others]))
+            else:  # pragma: no cover - every op type is handled above
+                raise TypeError(f"unknown operator {op!r}")
+        return ((sid, source.name, columns, rows, read_compute), ops)
+
+    def read(self, value: tuple) -> Datasource:
+        sid, columns, limit = value
+        source = self.sources[sid]
+        if columns is not None or limit is not None:
+            source = source.with_(columns=columns, limit=limit)
+        return source
+
+    def stages(self, values: list) -> list:
+        out = []
+        for value in values:
+            kind = value[0]
+            if kind == "read":
+                _, name, read = value
+                out.append(ReadStage(self.read(read), name))
+            elif kind == "map":
+                _, name, op_ids, compute, batch_size, read = value
+                fns = [self.ops[i].fn for i in op_ids]
+                out.append(
+                    MapStage(fns, self.decode_compute(compute), batch_size, name, self.read(read) if read else None)
+                )
+            elif kind == "limit":
+                out.append(LimitStage(value[1]))
+            elif kind == "all_to_all":
+                _, op_id, name = value
+                op = self.ops[op_id]
+                out.append(AllToAllStage(op.kind, op.args, name))
+            else:
+                out.append(UnionStage([self.stages(v) for v in value[1]]))
+        return out
+
+
+def optimize(plan: Plan) -> list:
+    """The stages to run, after the engine's pushdown and fusion."""
+    encoded = _Encoded(plan, with_counts=False)
+    values, _ = _native.data_optimize(encoded.value)
+    return encoded.stages(values)
+
+
+def describe(plan: Plan) -> str:
+    """The optimized stages as one line."""
+    return _native.data_optimize(_Encoded(plan, with_counts=False).value)[1]
 
 
 def count_from_metadata(plan: Plan) -> Optional[int]:
     """The row count without reading data, when no operator can change it."""
-    n = plan.source.count()
-    if n is None:
-        return None
-    for op in plan.ops:
-        if isinstance(op, LimitOp):
-            n = min(n, op.n)
-        elif isinstance(op, MapOp) and isinstance(op.fn, (T.SelectColumns, T.DropColumns, T.RenameColumns)):
-            continue
-        elif isinstance(op, AllToAllOp):
-            continue
-        elif isinstance(op, UnionOp):
-            for other in op.others:
-                m = count_from_metadata(other)
-                if m is None:
-                    return None
-                n += m
-        else:
-            return None
-    return n
+    return _native.data_count_from_metadata(_Encoded(plan, with_counts=True).value)
 
 
 def schema_from_metadata(plan: Plan) -> Any:

@@ -11,13 +11,12 @@ import time
 class ProgressBars:
     def __init__(self, stream=None):
         self.stream = stream or sys.stderr
-        self.ops: list = []
+        self.ops: list = []  # (name, rows, wall seconds, tasks in flight) per started operator
         self.last = 0.0
         self.lines = 0
 
-    def update(self, stats) -> None:
-        if stats not in self.ops:
-            self.ops.append(stats)
+    def update(self, ops: list) -> None:
+        self.ops = ops
         now = time.monotonic()
         if now - self.last >= 0.2:
             self.last = now
@@ -27,9 +26,9 @@ class ProgressBars:
         out = []
         if self.lines:
             out.append(f"\x1b[{self.lines}F")
-        for s in self.ops:
-            rate = s.rows / s.wall_s if s.wall_s > 0 else 0.0
-            out.append(f"\x1b[2K- {s.name}: {s.rows:,} rows, {rate:,.0f} rows/s, {s.in_flight} in flight\n")
+        for name, rows, wall_s, in_flight in self.ops:
+            rate = rows / wall_s if wall_s > 0 else 0.0
+            out.append(f"\x1b[2K- {name}: {rows:,} rows, {rate:,.0f} rows/s, {in_flight} in flight\n")
         self.lines = len(self.ops)
         self.stream.write("".join(out))
         self.stream.flush()

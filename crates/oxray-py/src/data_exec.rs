@@ -1,0 +1,318 @@
+//! `oxray._native`'s data planner and scheduler: the logical plan optimizer
+//! (`data_optimize`, `data_count_from_metadata`) and the streaming executor's
+//! state machine (`DataExecutor`) from `oxray-data`, with plans, stages and
+//! actions crossing as plain tuples (see `oxray/data/_internal/plan.py` and
+//! `executor.py` for the Python side of each shape).
+
+use oxray_data::executor::{
+    Action, AllToAll, Config, Executor, OpSpec, PoolSpec, SlicePiece, TaskOutput, slice_pieces,
+};
+use oxray_data::plan::{self, ArgValue, Compute, LogicalOp, LogicalPlan, Read, Source, Stage, Udf};
+use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+type Any<'py> = Bound<'py, PyAny>;
+
+/// `(actors, initial_size, max_size, per_actor, task_concurrency, [(key, number, token)])`.
+type ComputeTuple = (bool, u32, Option<u32>, u32, Option<u32>, Vec<(String, Option<f64>, Option<u64>)>);
+
+fn compute_from(tuple: ComputeTuple) -> PyResult<Compute> {
+    let (actors, initial_size, max_size, max_tasks_in_flight_per_actor, task_concurrency, args) = tuple;
+    let mut remote_args = BTreeMap::new();
+    for (key, number, token) in args {
+        let value = match (number, token) {
+            (Some(n), None) => ArgValue::Number(n),
+            (None, Some(t)) => ArgValue::Token(t),
+            _ => return Err(PyValueError::new_err(format!("remote arg {key}: give a number or a token"))),
+        };
+        remote_args.insert(key, value);
+    }
+    Ok(Compute { actors, initial_size, max_size, max_tasks_in_flight_per_actor, task_concurrency, remote_args })
+}
+
+fn compute_to(compute: &Compute) -> ComputeTuple {
+    let args = compute
+        .remote_args
+        .iter()
+        .map(|(k, v)| match v {
+            ArgValue::Number(n) => (k.clone(), Some(*n), None),
+            ArgValue::Token(t) => (k.clone(), None, Some(*t)),
+        })
+        .collect();
+    (
+        compute.actors,
+        compute.initial_size,
+        compute.max_size,
+        compute.max_tasks_in_flight_per_actor,
+        compute.task_concurrency,
+        args,
+    )
+}
+
+/// `(source, ops)`: source `(id, name, parquet_columns, rows, read_compute)`;
+/// ops `("map", id, name, udf, columns, class, compute, batch_size, bundle_inputs)`,
+/// `("limit", id, n)`, `("all_to_all", id, name)` or `("union", id, [plans])`.
+fn plan_from(obj: &Any<'_>) -> PyResult<LogicalPlan> {
+    let (source, ops): (Any<'_>, Vec<Any<'_>>) = obj.extract()?;
+    let (id, name, parquet_columns, rows, read_compute): (
+        u64,
+        String,
+        Option<Vec<String>>,
+        Option<u64>,
+        Option<ComputeTuple>,
+    ) = source.extract()?;
+    let source = Source { id, name, parquet_columns, rows, read_compute: read_compute.map(compute_from).transpose()? };
+    let mut logical = Vec::with_capacity(ops.len());
+    for op in ops {
+        let kind: String = op.get_item(0)?.extract()?;
+        logical.push(match kind.as_str() {
+            "map" => {
+                let (_, id, name, udf, columns, class, compute, batch_size, bundle_inputs): (
+                    String,
+                    u64,
+                    String,
+                    String,
+                    Vec<String>,
+                    bool,
+                    ComputeTuple,
+                    Option<u64>,
+                    bool,
+                ) = op.extract()?;
+                let udf = match udf.as_str() {
+                    "select" => Udf::SelectColumns(columns),
+                    "drop" => Udf::DropColumns,
+                    "rename" => Udf::RenameColumns,
+                    _ => Udf::Other { class },
+                };
+                LogicalOp::Map { id, name, udf, compute: compute_from(compute)?, batch_size, bundle_inputs }
+            }
+            "limit" => {
+                let (_, id, n): (String, u64, u64) = op.extract()?;
+                LogicalOp::Limit { id, n }
+            }
+            "all_to_all" => {
+                let (_, id, name): (String, u64, String) = op.extract()?;
+                LogicalOp::AllToAll { id, name }
+            }
+            "union" => {
+                let (_, id, others): (String, u64, Vec<Any<'_>>) = op.extract()?;
+                LogicalOp::Union { id, others: others.iter().map(plan_from).collect::<PyResult<_>>()? }
+            }
+            other => return Err(PyValueError::new_err(format!("unknown plan operator {other:?}"))),
+        });
+    }
+    Ok(LogicalPlan { source, ops: logical })
+}
+
+fn read_to<'py>(py: Python<'py>, read: &Read) -> PyResult<Any<'py>> {
+    (read.source, read.columns.clone(), read.limit).into_bound_py_any(py)
+}
+
+/// `("read", name, read)`, `("map", name, [op ids], compute, batch_size, read)`,
+/// `("limit", n)`, `("all_to_all", op id, name)` or `("union", [stages])`;
+/// a read is `(source id, columns, limit)`.
+fn stages_to<'py>(py: Python<'py>, stages: &[Stage]) -> PyResult<Vec<Any<'py>>> {
+    stages
+        .iter()
+        .map(|stage| match stage {
+            Stage::Read { read, name } => ("read", name, read_to(py, read)?).into_bound_py_any(py),
+            Stage::Map { ops, compute, batch_size, read, name } => {
+                let read = read.as_ref().map(|r| read_to(py, r)).transpose()?;
+                ("map", name, ops.clone(), compute_to(compute), *batch_size, read).into_bound_py_any(py)
+            }
+            Stage::Limit { n } => ("limit", *n).into_bound_py_any(py),
+            Stage::AllToAll { op, name } => ("all_to_all", *op, name).into_bound_py_any(py),
+            Stage::Union { inputs } => {
+                let inputs = inputs.iter().map(|s| stages_to(py, s)).collect::<PyResult<Vec<_>>>()?;
+                ("union", inputs).into_bound_py_any(py)
+            }
+        })
+        .collect()
+}
+
+/// The stages a plan runs as, after projection/limit pushdown and fusion, and
+/// their one-line description.
+#[pyfunction]
+pub(crate) fn data_optimize<'py>(py: Python<'py>, plan: &Any<'py>) -> PyResult<(Vec<Any<'py>>, String)> {
+    let stages = plan::optimize(&plan_from(plan)?);
+    Ok((stages_to(py, &stages)?, plan::describe(&stages)))
+}
+
+/// The row count from the sources' metadata, when no operator can change it.
+#[pyfunction]
+pub(crate) fn data_count_from_metadata(plan: &Any<'_>) -> PyResult<Option<u64>> {
+    Ok(plan::count_from_metadata(&plan_from(plan)?))
+}
+
+/// For each `(lo, hi)` row range over blocks of `rows` rows, its `(block, offset, rows)` slices.
+#[pyfunction]
+pub(crate) fn data_slice_pieces(rows: Vec<u64>, bounds: Vec<(u64, u64)>) -> Vec<Vec<SlicePiece>> {
+    slice_pieces(&rows, &bounds)
+}
+
+/// A map operator's `(read task sizes, batch rows, concurrency, (initial, max, per actor))`.
+type MapParams = (Option<Vec<u64>>, Option<u64>, Option<u32>, Option<(u32, Option<u32>, u32)>);
+
+fn spec_from(kind: &str, params: &Any<'_>) -> PyResult<OpSpec> {
+    Ok(match kind {
+        "local" => OpSpec::LocalRead,
+        "map" => {
+            let (reads, batch_rows, concurrency, pool): MapParams = params.extract()?;
+            let pool = pool.map(|(initial_size, max_size, per_actor)| PoolSpec { initial_size, max_size, per_actor });
+            OpSpec::Map { reads, batch_rows, concurrency, pool }
+        }
+        "limit" => OpSpec::Limit { n: params.extract()? },
+        "random_shuffle" => {
+            let (seed, num_blocks): (Option<u64>, Option<u64>) = params.extract()?;
+            OpSpec::AllToAll(AllToAll::RandomShuffle { seed, num_blocks })
+        }
+        "randomize_block_order" => OpSpec::AllToAll(AllToAll::RandomizeBlockOrder { seed: params.extract()? }),
+        "repartition" => {
+            let (num_blocks, target_rows_per_block): (Option<u64>, Option<u64>) = params.extract()?;
+            OpSpec::AllToAll(AllToAll::Repartition { num_blocks, target_rows_per_block })
+        }
+        "union" => OpSpec::Union,
+        other => return Err(PyValueError::new_err(format!("unknown executor operator {other:?}"))),
+    })
+}
+
+fn action_to<'py>(py: Python<'py>, action: Action) -> PyResult<Any<'py>> {
+    match action {
+        Action::PullLocal { op } => ("pull", op).into_bound_py_any(py),
+        Action::StartActor { op, actor } => ("start_actor", op, actor).into_bound_py_any(py),
+        Action::Submit { task, op, read, inputs, actor } => {
+            ("submit", task, op, read, inputs, actor).into_bound_py_any(py)
+        }
+        Action::Slice { bundle, rows, out } => ("slice", bundle, rows, out).into_bound_py_any(py),
+        Action::Shuffle { op, inputs, map_seeds, outputs } => {
+            ("shuffle", op, inputs, map_seeds, outputs).into_bound_py_any(py)
+        }
+        Action::Slices { op, inputs, outputs } => ("slices", op, inputs, outputs).into_bound_py_any(py),
+        Action::Release { bundle } => ("release", bundle).into_bound_py_any(py),
+        Action::Cancel { task } => ("cancel", task).into_bound_py_any(py),
+        Action::StopActors { op } => ("stop_actors", op).into_bound_py_any(py),
+    }
+}
+
+/// The streaming executor's scheduler. The Python driver performs the actions
+/// `poll()` returns and reports back; the lock makes it safe to release
+/// outputs from another thread (a split coordinator does).
+#[pyclass(module = "oxray._native", frozen)]
+pub(crate) struct DataExecutor {
+    inner: Mutex<Executor>,
+}
+
+impl DataExecutor {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Executor>> {
+        self.inner.lock().map_err(|_| PyRuntimeError::new_err("the data executor failed earlier (poisoned lock)"))
+    }
+}
+
+#[pymethods]
+impl DataExecutor {
+    /// `specs`: `(kind, name, inputs, params)` bottom-up; the last is the output.
+    #[new]
+    fn new(
+        specs: Vec<(String, String, Vec<usize>, Any<'_>)>,
+        budget_bytes: u64,
+        max_tasks: u32,
+        cluster_cpus: u32,
+        preserve_order: bool,
+    ) -> PyResult<Self> {
+        let specs = specs
+            .into_iter()
+            .map(|(kind, name, inputs, params)| Ok((spec_from(&kind, &params)?, name, inputs)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let config =
+            Config { budget_bytes, max_tasks: max_tasks.max(1), cluster_cpus: cluster_cpus.max(1), preserve_order };
+        let inner = Executor::new(specs, config).map_err(PyValueError::new_err)?;
+        Ok(Self { inner: Mutex::new(inner) })
+    }
+
+    /// Schedules what can move now; the actions to perform, in order.
+    fn poll<'py>(&self, py: Python<'py>) -> PyResult<Vec<Any<'py>>> {
+        let actions = self.lock()?.poll();
+        actions.into_iter().map(|a| action_to(py, a)).collect()
+    }
+
+    /// A task finished; its output bundle's id when it made blocks.
+    #[pyo3(signature = (task, rows, bytes, blocks, wall_s=0.0, cpu_s=0.0))]
+    fn task_done(
+        &self,
+        task: u64,
+        rows: u64,
+        bytes: u64,
+        blocks: u64,
+        wall_s: f64,
+        cpu_s: f64,
+    ) -> PyResult<Option<u64>> {
+        Ok(self.lock()?.task_done(task, TaskOutput { rows, bytes, blocks, wall_s, cpu_s }))
+    }
+
+    fn local_block(&self, op: usize, rows: u64, bytes: u64, cpu_s: f64) -> PyResult<u64> {
+        Ok(self.lock()?.local_block(op, rows, bytes, cpu_s))
+    }
+
+    fn local_done(&self, op: usize) -> PyResult<()> {
+        self.lock()?.local_done(op);
+        Ok(())
+    }
+
+    fn sliced(&self, bundle: u64, bytes: u64) -> PyResult<()> {
+        self.lock()?.sliced(bundle, bytes);
+        Ok(())
+    }
+
+    /// The consumer is done with an output bundle.
+    fn release(&self, bundle: u64) -> PyResult<()> {
+        self.lock()?.release(bundle);
+        Ok(())
+    }
+
+    /// `(bundle, rows, bytes)` of the next output, or None.
+    fn next_output(&self) -> PyResult<Option<(u64, u64, u64)>> {
+        Ok(self.lock()?.next_output())
+    }
+
+    fn finished(&self) -> PyResult<bool> {
+        Ok(self.lock()?.finished())
+    }
+
+    fn tasks_in_flight(&self) -> PyResult<usize> {
+        Ok(self.lock()?.tasks_in_flight())
+    }
+
+    fn used_bytes(&self) -> PyResult<u64> {
+        Ok(self.lock()?.used_bytes())
+    }
+
+    fn peak_bytes(&self) -> PyResult<u64> {
+        Ok(self.lock()?.peak_bytes())
+    }
+
+    /// `(name, rows, wall_s, in_flight)` of each operator that has started.
+    fn progress(&self) -> PyResult<Vec<(String, u64, f64, u64)>> {
+        let exec = self.lock()?;
+        Ok(exec
+            .op_stats()
+            .filter(|s| s.started.is_some())
+            .map(|s| (s.name.clone(), s.rows, s.wall_s(), s.in_flight))
+            .collect())
+    }
+
+    /// Per-operator wall time, CPU time, rows and bytes, and the budget's peak.
+    fn summary(&self) -> PyResult<String> {
+        Ok(self.lock()?.summary())
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<DataExecutor>()?;
+    m.add_function(wrap_pyfunction!(data_optimize, m)?)?;
+    m.add_function(wrap_pyfunction!(data_count_from_metadata, m)?)?;
+    m.add_function(wrap_pyfunction!(data_slice_pieces, m)?)?;
+    Ok(())
+}
