@@ -1,5 +1,6 @@
-//! oxray Data's native steps, called from `oxray._native` (the `data_*`
-//! functions and `Data*` classes): listing inputs, reading parquet (footers,
+//! oxray Data's engine, called from `oxray._native` (the `data_*` functions
+//! and `Data*` classes): the logical plan's optimizer (`plan`), the streaming
+//! executor's scheduler (`executor`), listing inputs, reading parquet (footers,
 //! projected and limited fragments, a parallel bounded stream), csv, json and
 //! text, writing parquet, csv, json and raw bytes (local or S3, never leaving a
 //! half-written file under its final name), and rebatching with a seeded local
