@@ -256,6 +256,9 @@ class Cluster:
     def session_dir(self) -> str: ...
     @property
     def shm_dir(self) -> str: ...
+    @property
+    def dashboard_address(self) -> str | None:
+        """`host:port` of the head's HTTP server (the Jobs API), when it runs one."""
     def shutdown(self) -> None:
         """Kills all workers, removes the object store's files and stops the servers."""
     def worker_pids(self) -> list[int]: ...
@@ -280,11 +283,13 @@ def start_cluster(
     port: int = 0,
     state_dir: _StrPath | None = None,
     nodes_may_join: bool = False,
+    dashboard: tuple[str, int] | None = None,
 ) -> Cluster:
     """Starts a node in this process, with its own head (listening on `port`,
     keeping its state in `state_dir`) or joining the head at `join` (its agent
     then listens on `port`). With `nodes_may_join` (and always when joining) a
-    request no live node can meet waits for one instead of failing at once."""
+    request no live node can meet waits for one instead of failing at once.
+    A head with `dashboard` (host, port; 0 picks one) serves its HTTP API there."""
 
 def encode_object(pickle: bytes, buffers: Sequence[Buffer], flags: int) -> bytes:
     """Serializes into inline bytes (used for small task arguments)."""

@@ -34,6 +34,8 @@ class LocalCluster:
         self.env.pop("OXRAY_TOKEN", None)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.dashboard_port = free_port()
+        self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}"
 
     def cli(self, *args, check=True, env=None):
         proc = subprocess.run(OXRAY + list(args), env=env or self.env, capture_output=True, text=True, timeout=120)
@@ -50,6 +52,8 @@ class LocalCluster:
         return self.cli(
             "start",
             "--head",
+            "--dashboard-port",
+            str(self.dashboard_port),
             "--port",
             str(self.port),
             "--num-cpus",

@@ -22,12 +22,15 @@ pub(crate) struct Cluster {
     session_dir: String,
     #[pyo3(get)]
     shm_dir: String,
+    /// `host:port` of the head's HTTP server (Jobs API), when it runs one.
+    #[pyo3(get)]
+    dashboard_address: Option<String>,
 }
 
 #[pyfunction]
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
-    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false))]
+    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false, dashboard=None))]
 #[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python start_cluster()")]
 pub(crate) fn start_cluster(
     py: Python<'_>,
@@ -47,6 +50,7 @@ pub(crate) fn start_cluster(
     port: u16,
     state_dir: Option<PathBuf>,
     nodes_may_join: bool,
+    dashboard: Option<(String, u16)>,
 ) -> PyResult<Cluster> {
     let (head, agent_port) = match join {
         Some(address) => (HeadRole::Join { address }, port),
@@ -68,6 +72,7 @@ pub(crate) fn start_cluster(
         token,
         forward_output,
         nodes_may_join,
+        dashboard,
     };
     let started = py.detach(|| runtime().block_on(start_node(cfg)));
     let running = started.map_err(crate::error::cluster_error)?;
@@ -79,6 +84,7 @@ pub(crate) fn start_cluster(
         node_id: running.node_id.hex(),
         session_dir: running.session_dir.display().to_string(),
         shm_dir: running.shm_dir.display().to_string(),
+        dashboard_address: running.dashboard_address.clone(),
         inner: Some(running),
     })
 }

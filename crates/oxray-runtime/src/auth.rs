@@ -1,6 +1,7 @@
 //! The cluster token: every RPC carries `authorization: Bearer <token>` and the
 //! servers refuse any call without the right one.
 
+use oxray_http::constant_time_eq;
 use tonic::{Request, Status, metadata::MetadataValue, service::Interceptor};
 
 pub fn generate_token() -> String {
@@ -17,10 +18,6 @@ impl RequireToken {
     pub fn new(token: &str) -> Self {
         RequireToken { expected: format!("Bearer {token}") }
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Interceptor for RequireToken {

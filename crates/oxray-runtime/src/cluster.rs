@@ -10,6 +10,7 @@ use crate::head::Head;
 use crate::ids::NodeId;
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
+use oxray_http::{HttpConfig, HttpServer};
 use oxray_object_store::ObjectStore;
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -56,6 +57,9 @@ pub struct ClusterConfig {
     /// Other nodes may join (`oxray start`): a request no live node can meet
     /// waits for one instead of failing at once. Always so for a joining node.
     pub nodes_may_join: bool,
+    /// The head's HTTP server (Ray's REST API, later the dashboard): `(host,
+    /// port)`, port 0 picking a free one. Ignored by a joining node.
+    pub dashboard: Option<(String, u16)>,
 }
 
 pub struct RunningCluster {
@@ -66,6 +70,9 @@ pub struct RunningCluster {
     pub session_dir: PathBuf,
     pub shm_dir: PathBuf,
     pub agent: Arc<AgentShared>,
+    /// `host:port` of the head's HTTP server, when it runs one.
+    pub dashboard_address: Option<String>,
+    http: Option<HttpServer>,
     stop: Vec<oneshot::Sender<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -316,6 +323,31 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         HeadRole::Join { .. } => bind(&cfg.host, cfg.agent_port, "the node agent").await?,
     };
     let agent_address = listener.local_addr().map_err(io(&cfg.session_dir))?.to_string();
+    let http = match (&cfg.head, &cfg.dashboard) {
+        (HeadRole::Local { .. }, Some((host, port))) => {
+            let started = async {
+                let listener =
+                    TcpListener::bind(format!("{host}:{port}")).await.map_err(|source| ClusterError::Bind {
+                        what: "the dashboard port (pick another: --dashboard-port, or init(dashboard_port=...))",
+                        addr: format!("{host}:{port}"),
+                        source,
+                    })?;
+                let session_name =
+                    cfg.session_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                HttpServer::start(listener, HttpConfig { token: token.clone(), session_name })
+                    .map_err(|source| ClusterError::Io { path: format!("{host}:{port}"), source })
+            };
+            match started.await {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    agent.state.lock().store_mut().destroy();
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
+    let dashboard_address = http.as_ref().map(|h| h.local_addr().to_string());
     let head_address = match &cfg.head {
         HeadRole::Local { .. } => agent_address.clone(),
         HeadRole::Join { address } => address.clone(),
@@ -443,6 +475,8 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         session_dir: cfg.session_dir,
         shm_dir,
         agent,
+        dashboard_address,
+        http,
         stop,
         background,
     })
@@ -466,6 +500,9 @@ impl RunningCluster {
         }
         for s in self.stop.drain(..) {
             let _ = s.send(());
+        }
+        if let Some(http) = self.http.take() {
+            http.shutdown().await;
         }
     }
 }

@@ -26,6 +26,7 @@ async fn start() -> RunningCluster {
         token: None,
         forward_output: false,
         nodes_may_join: false,
+        dashboard: None,
     })
     .await
     .expect("cluster starts")

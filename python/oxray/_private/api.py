@@ -117,7 +117,9 @@ def init(
             current = node_files.find_local_cluster() if auto else node_files.read_current_cluster()
             address = current["address"] if current else ("auto" if auto else None)
     env_vars = opts.env_vars({"runtime_env": runtime_env})
-    if address in (None, "", "local"):
+    embedded = address in (None, "", "local")
+    dashboard = _dashboard_request(include_dashboard, kwargs, embedded)
+    if embedded:
         root = node_files.ensure_private_dir(kwargs["_temp_dir"]) if kwargs.get("_temp_dir") else None
         session_dir = os.path.join(
             root or node_files.ensure_temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}"
@@ -135,6 +137,7 @@ def init(
             object_store_memory=None if object_store_memory is None else int(object_store_memory),
             worker_env=worker_env,
             forward_output=log_to_driver,
+            dashboard=dashboard,
         )
         agent_address, token = cluster.agent_address, cluster.token
         STATE.cluster = cluster
@@ -145,6 +148,8 @@ def init(
             "session_dir": cluster.session_dir,
             "node_id": cluster.node_id,
         }
+        if cluster.dashboard_address:
+            STATE.address_info["dashboard_url"] = cluster.dashboard_address
     else:
         if address == "auto":
             raise ConnectionError(
@@ -207,6 +212,28 @@ def init(
         client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
     atexit.register(shutdown)
     return RayContext(STATE.address_info)
+
+
+def _dashboard_request(include_dashboard, kwargs, embedded: bool):
+    """(host, port) for the embedded head's HTTP server (Jobs API), or None. Unlike Ray, an
+    embedded cluster serves it only when asked: include_dashboard=True or a dashboard_port/host."""
+    host, port = kwargs.get("dashboard_host"), kwargs.get("dashboard_port")
+    if host is None and port is None and not include_dashboard:
+        return None
+    if not embedded:
+        raise ValueError(
+            "When connecting to an existing cluster, dashboard_host/dashboard_port/include_dashboard must not be "
+            "provided: the head's HTTP server is set with `oxray start --head --dashboard-port/--dashboard-host`"
+        )
+    if include_dashboard is False:
+        raise ValueError(
+            "init(include_dashboard=False) conflicts with dashboard_host/dashboard_port: give one or the other"
+        )
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535):
+        raise ValueError(f"init(dashboard_port={port!r}): expected a port number in 0-65535 (0 picks a free one)")
+    if host is not None and not isinstance(host, str):
+        raise TypeError(f"init(dashboard_host={host!r}): expected an address such as '127.0.0.1'")
+    return (host or "127.0.0.1", 8265 if port is None else port)
 
 
 class RayContext(dict):

@@ -155,8 +155,10 @@ def same_process(pid: int, create_time: Optional[float]) -> Optional[psutil.Proc
     return None
 
 
-def write_current_cluster(address: str, token_file: str, pid: int) -> None:
+def write_current_cluster(address: str, token_file: str, pid: int, dashboard: Optional[str] = None) -> None:
     record = {"address": address, "token_file": token_file, "pid": pid, "create_time": process_create_time(pid)}
+    if dashboard:
+        record["dashboard_url"] = f"http://{dashboard}"
     write_private(current_cluster_file(), json.dumps(record))
 
 

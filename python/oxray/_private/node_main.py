@@ -38,6 +38,7 @@ def run(config: dict, on_ready=None) -> int:
             port=config.get("port") or 0,
             state_dir=config.get("state_dir"),
             nodes_may_join=True,
+            dashboard=(config["dashboard_host"], config["dashboard_port"]) if config.get("join") is None else None,
         )
     except Exception as e:  # reported by `oxray start`, which reads this process's log
         print(f"oxray node failed to start: {e}", file=sys.stderr, flush=True)
@@ -49,10 +50,13 @@ def run(config: dict, on_ready=None) -> int:
         "head_address": cluster.head_address,
         "node_id": cluster.node_id,
         "session_dir": cluster.session_dir,
+        "dashboard_url": f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None,
     }
     record_path = node_files.write_node_record(record)
     if record["head"]:
-        node_files.write_current_cluster(cluster.head_address, config["token_file"], os.getpid())
+        node_files.write_current_cluster(
+            cluster.head_address, config["token_file"], os.getpid(), cluster.dashboard_address
+        )
     print(f"oxray node {cluster.node_id} up at {cluster.agent_address}", flush=True)
     if on_ready:
         on_ready(record)

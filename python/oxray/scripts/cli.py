@@ -125,6 +125,12 @@ def _start(args) -> None:
                 f"port {port} on {host} is already in use, so the head cannot listen there. "
                 f"Stop what uses it (`oxray stop` if it is an earlier oxray), or pick another with --port."
             )
+        if args.dashboard_port and _port_in_use(args.dashboard_host, args.dashboard_port):
+            _fail(
+                f"port {args.dashboard_port} on {args.dashboard_host} is already in use, so the head's HTTP server "
+                f"(Jobs API, dashboard) cannot listen there: pick another with --dashboard-port (0 picks a free one)"
+            )
+        config.update(dashboard_host=args.dashboard_host, dashboard_port=args.dashboard_port)
         state_dir = os.path.abspath(args.state_dir or node_files.default_state_dir())
         given = _token_from_args(args)
         token = given or node_files.read_or_create_token(state_dir)
@@ -188,6 +194,9 @@ def _print_started(args, record, config) -> None:
         print("  To connect to this cluster from Python on this host:")
         print("    import oxray as ray")
         print("    ray.init()")
+        if record.get("dashboard_url"):
+            print(f"  Jobs API (and dashboard) at {record['dashboard_url']}; the token it asks for:")
+            print("    oxray get-auth-token")
         print("  To see the cluster's nodes and resources:")
         print("    oxray status")
         print("  To stop oxray on this host:")
@@ -231,6 +240,16 @@ def _stop(args) -> None:
         except FileNotFoundError:
             pass
     print(f"Stopped {len(procs)} oxray node process(es).")
+
+
+def _get_auth_token() -> None:
+    token = os.environ.get("OXRAY_TOKEN")
+    if not token:
+        current = node_files.find_local_cluster(None)
+        token = node_files.read_token_file((current or {}).get("token_file"))
+    if not token:
+        _fail("no cluster on this host to print the token of: start one with `oxray start --head` (or set OXRAY_TOKEN)")
+    print(token)
 
 
 def _fmt_amount(name: str, value: float) -> str:
@@ -295,7 +314,14 @@ def main(argv=None) -> None:
     start.add_argument(
         "--port", type=_port, help=f"head port (default {DEFAULT_PORT}); with --address, this node's port"
     )
-    start.add_argument("--dashboard-port", type=_port, default=8265, help="dashboard port (default 8265)")
+    start.add_argument(
+        "--dashboard-port", type=_port, default=8265, help="the head's HTTP port: Jobs API, dashboard (default 8265)"
+    )
+    start.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="address the head's HTTP server listens on (default 127.0.0.1; anything else exposes it)",
+    )
     start.add_argument("--num-cpus", type=float, help="CPUs this node offers (default: all)")
     start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")
     start.add_argument("--resources", help="custom resources as JSON, e.g. '{\"node_b\": 1}'")
@@ -325,6 +351,9 @@ def main(argv=None) -> None:
     stop = sub.add_parser("stop", help="stop every oxray node this host started")
     stop.add_argument("-f", "--force", action="store_true", help="SIGKILL at once")
     stop.add_argument("-g", "--grace-period", type=float, default=10.0, help="seconds to wait before SIGKILL")
+    sub.add_parser(
+        "get-auth-token", help="print the token of the cluster on this host (for RAY_AUTH_TOKEN or the dashboard)"
+    )
     status = sub.add_parser("status", help="nodes and resources of the cluster")
     status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
     args = parser.parse_args(argv)
@@ -343,6 +372,8 @@ def _run(args) -> None:
         _start(args)
     elif args.command == "stop":
         _stop(args)
+    elif args.command == "get-auth-token":
+        _get_auth_token()
     else:
         _status(args)
 

@@ -85,7 +85,18 @@ def test_the_token_never_appears_in_argv(host, tmp_path, monkeypatch):
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
     port = free_port()
-    head = host.cli("start", "--head", "--port", str(port), "--num-cpus", "1", "--token-file", str(token_file))
+    head = host.cli(
+        "start",
+        "--head",
+        "--dashboard-port",
+        "0",
+        "--port",
+        str(port),
+        "--num-cpus",
+        "1",
+        "--token-file",
+        str(token_file),
+    )
     assert head.returncode == 0, head.stderr
     assert "--token=" not in head.stdout and "--token-file" in head.stdout, head.stdout
     # A node that joins with the token on stdin, and one in the foreground (--block) with it in the environment.
@@ -116,25 +127,31 @@ def test_the_token_never_appears_in_argv(host, tmp_path, monkeypatch):
 
 def test_a_token_on_the_command_line_warns(host):
     token = secrets.token_hex(32)
-    started = host.cli("start", "--head", "--port", str(free_port()), "--num-cpus", "1", "--token", token)
+    started = host.cli(
+        "start", "--head", "--dashboard-port", "0", "--port", str(free_port()), "--num-cpus", "1", "--token", token
+    )
     assert started.returncode == 0, started.stderr
     assert "--token" in started.stderr and "ps" in started.stderr and "--token-file" in started.stderr, started.stderr
     assert token not in started.stdout
 
 
 def test_a_missing_or_unsafe_token_file_is_an_error(host, tmp_path):
-    missing = host.cli("start", "--head", "--port", str(free_port()), "--token-file", str(tmp_path / "nope"))
+    missing = host.cli(
+        "start", "--head", "--dashboard-port", "0", "--port", str(free_port()), "--token-file", str(tmp_path / "nope")
+    )
     assert missing.returncode == 1 and str(tmp_path / "nope") in missing.stderr, missing.stderr
     shared = tmp_path / "shared-token"
     shared.write_text("x" * 64)
     shared.chmod(0o644)
-    unsafe = host.cli("start", "--head", "--port", str(free_port()), "--token-file", str(shared))
+    unsafe = host.cli(
+        "start", "--head", "--dashboard-port", "0", "--port", str(free_port()), "--token-file", str(shared)
+    )
     assert unsafe.returncode == 1 and str(shared) in unsafe.stderr and "chmod 600" in unsafe.stderr, unsafe.stderr
 
 
 @pytest.mark.parametrize("port", ["99999", "-1", "http"])
 def test_an_out_of_range_port_is_a_usage_error(host, port):
-    started = host.cli("start", "--head", "--port", port)
+    started = host.cli("start", "--head", "--dashboard-port", "0", "--port", port)
     assert started.returncode == 2, started.stderr
     assert "Traceback" not in started.stderr
     assert port in started.stderr and "0-65535" in started.stderr, started.stderr
@@ -142,9 +159,9 @@ def test_an_out_of_range_port_is_a_usage_error(host, port):
 
 
 def test_a_second_head_on_the_same_state_dir_names_it(host):
-    first = host.cli("start", "--head", "--port", str(free_port()), "--num-cpus", "1")
+    first = host.cli("start", "--head", "--dashboard-port", "0", "--port", str(free_port()), "--num-cpus", "1")
     assert first.returncode == 0, first.stderr
-    second = host.cli("start", "--head", "--port", str(free_port()), "--num-cpus", "1")
+    second = host.cli("start", "--head", "--dashboard-port", "0", "--port", str(free_port()), "--num-cpus", "1")
     assert second.returncode == 1
     state_dir = os.path.join(host.root, "state")
     assert state_dir in second.stderr and "--state-dir" in second.stderr, second.stderr

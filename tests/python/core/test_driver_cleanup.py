@@ -330,7 +330,16 @@ def test_a_driver_joined_to_a_worker_node_is_cleaned_up_on_the_head_node_too(cli
     head's node (forwarded there), and so does a task that task submitted (owned
     by the head's node); its placement group lives at the head."""
     cli_cluster.cli(
-        "start", "--head", "--port", str(cli_cluster.port), "--num-cpus", "2", "--resources", '{"node_a": 1}'
+        "start",
+        "--head",
+        "--dashboard-port",
+        "0",
+        "--port",
+        str(cli_cluster.port),
+        "--num-cpus",
+        "2",
+        "--resources",
+        '{"node_a": 1}',
     )
     cli_cluster.add_node(num_cpus=1, resources={"node_b": 1})
     agent_b = next(r for r in cli_cluster.records() if not r["head"])

@@ -93,7 +93,7 @@ def test_a_world_writable_dir_is_refused(tmp_path, monkeypatch, no_cluster, plan
     bad.mkdir(exist_ok=True)
     bad.chmod(0o777)
     try:
-        started = _cli(root, "start", "--head", "--port", "0", "--num-cpus", "1")
+        started = _cli(root, "start", "--head", "--dashboard-port", "0", "--port", "0", "--num-cpus", "1")
         assert started.returncode == 1, started.stdout + started.stderr
         assert str(bad) in started.stderr and "chmod 700" in started.stderr, started.stderr
         assert "Traceback" not in started.stderr
@@ -114,7 +114,7 @@ def test_a_planted_token_tmp_symlink_is_not_followed(tmp_path, no_cluster):
     victim.write_text("precious\n")
     (root / "state" / "token.tmp").symlink_to(victim)
     try:
-        started = _cli(root, "start", "--head", "--port", "0", "--num-cpus", "1")
+        started = _cli(root, "start", "--head", "--dashboard-port", "0", "--port", "0", "--num-cpus", "1")
         assert started.returncode == 0, started.stderr
         assert victim.read_text() == "precious\n"
         token = root / "state" / "token"
@@ -159,7 +159,18 @@ def test_files_of_a_cli_cluster_are_private(tmp_path, monkeypatch, no_cluster):
     monkeypatch.setenv("OXRAY_TEMP_DIR", str(root))
     # umask 0: the modes must not depend on the caller's umask.
     started = _cli(
-        root, "start", "--head", "--port", "0", "--num-cpus", "1", "--object-store-memory", str(64 * MiB), umask=0
+        root,
+        "start",
+        "--head",
+        "--dashboard-port",
+        "0",
+        "--port",
+        "0",
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(64 * MiB),
+        umask=0,
     )
     try:
         assert started.returncode == 0, started.stderr

@@ -219,7 +219,9 @@ def test_join_with_wrong_token_is_refused(local_cluster):
 
 def test_cli_reports_port_in_use_and_unreachable_head(local_cluster):
     local_cluster.start_head(num_cpus=1)
-    again = local_cluster.cli("start", "--head", "--port", str(local_cluster.port), check=False)
+    again = local_cluster.cli(
+        "start", "--head", "--dashboard-port", "0", "--port", str(local_cluster.port), check=False
+    )
     assert again.returncode == 1 and f"port {local_cluster.port}" in again.stderr and "--port" in again.stderr
     dead_port = free_port()
     unreachable = local_cluster.cli(
@@ -227,7 +229,7 @@ def test_cli_reports_port_in_use_and_unreachable_head(local_cluster):
     )
     assert unreachable.returncode == 1
     assert f"127.0.0.1:{dead_port}" in unreachable.stderr and "oxray start --head" in unreachable.stderr
-    bad = local_cluster.cli("start", "--head", "--resources", "{not json", check=False)
+    bad = local_cluster.cli("start", "--head", "--dashboard-port", "0", "--resources", "{not json", check=False)
     assert bad.returncode == 1 and "--resources" in bad.stderr
     with pytest.raises(ValueError, match="num_cpus"):
         ray.init(num_cpus=3)

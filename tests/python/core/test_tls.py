@@ -222,4 +222,15 @@ def test_bad_tls_options_name_the_problem(cluster, certs):
 
 
 def cluster_start_args(cluster):
-    return ["start", "--head", "--port", str(cluster.port), "--num-cpus", "1", "--object-store-memory", str(256 << 20)]
+    return [
+        "start",
+        "--head",
+        "--dashboard-port",
+        "0",
+        "--port",
+        str(cluster.port),
+        "--num-cpus",
+        "1",
+        "--object-store-memory",
+        str(256 << 20),
+    ]

@@ -1,0 +1,94 @@
+//! The HTTP server over a real socket: the token on every non-public route,
+//! Ray's refusal bodies, `/api/version` and the browser rules.
+
+use oxray_http::{HttpConfig, HttpServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const TOKEN: &str = "0123456789abcdef";
+
+async fn server() -> HttpServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = HttpConfig { token: TOKEN.into(), session_name: "session_test".into() };
+    HttpServer::start(listener, config).unwrap()
+}
+
+/// Sends one HTTP/1.1 request; returns (status, headers, body).
+async fn request(server: &HttpServer, method: &str, path: &str, headers: &[&str]) -> (u16, String, String) {
+    let mut stream = TcpStream::connect(server.local_addr()).await.unwrap();
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n");
+    for h in headers {
+        text.push_str(h);
+        text.push_str("\r\n");
+    }
+    text.push_str("\r\n");
+    stream.write_all(text.as_bytes()).await.unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+const GOOD: &str = "Authorization: Bearer 0123456789abcdef";
+
+#[tokio::test]
+async fn version_needs_the_token() {
+    let server = server().await;
+    let (status, _, body) = request(&server, "GET", "/api/version", &[]).await;
+    assert_eq!((status, body.as_str()), (401, "Unauthorized: Missing authentication token"));
+    let (status, _, body) = request(&server, "GET", "/api/version", &["Authorization: Bearer wrong"]).await;
+    assert_eq!((status, body.as_str()), (403, "Forbidden: Invalid authentication token"));
+    let (status, _, body) = request(&server, "GET", "/api/version", &[GOOD]).await;
+    assert_eq!(status, 200);
+    let version: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(version["version"], "4");
+    assert_eq!(version["ray_version"], "2.60.0");
+    assert_eq!(version["session_name"], "session_test");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_routes_are_refused_before_they_are_found() {
+    let server = server().await;
+    assert_eq!(request(&server, "GET", "/api/jobs/x", &[]).await.0, 401, "no token: nothing is revealed");
+    assert_eq!(request(&server, "GET", "/no/such/route", &[GOOD]).await.0, 404);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn health_and_mode_are_public() {
+    let server = server().await;
+    assert_eq!(request(&server, "GET", "/api/healthz", &[]).await.2, "success");
+    assert_eq!(request(&server, "GET", "/-/healthz", &[]).await.0, 200);
+    let (status, _, body) = request(&server, "GET", "/api/authentication_mode", &[]).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"authentication_mode":"token"}"#));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn authenticate_sets_the_cookie_that_then_works() {
+    let server = server().await;
+    assert_eq!(request(&server, "POST", "/api/authenticate", &["Authorization: Bearer nope"]).await.0, 403);
+    let (status, head, _) = request(&server, "POST", "/api/authenticate", &[GOOD]).await;
+    assert_eq!(status, 200);
+    let cookie = head.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).unwrap();
+    assert!(cookie.contains("ray-authentication-token=0123456789abcdef"), "{cookie}");
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let with_cookie = "Cookie: ray-authentication-token=0123456789abcdef";
+    assert_eq!(request(&server, "GET", "/api/version", &[with_cookie]).await.0, 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn browsers_may_only_read() {
+    let server = server().await;
+    let browser = "User-Agent: Mozilla/5.0";
+    assert_eq!(request(&server, "GET", "/api/version", &[GOOD, browser]).await.0, 200);
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        let (status, _, _) = request(&server, method, "/api/version", &[GOOD, browser]).await;
+        assert_eq!(status, 405, "{method} from a browser");
+    }
+    assert_eq!(request(&server, "DELETE", "/api/version", &[GOOD, "Sec-Fetch-Mode: cors"]).await.0, 405);
+    server.shutdown().await;
+}
