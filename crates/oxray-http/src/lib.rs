@@ -1,12 +1,14 @@
 //! The head's HTTP server (axum on the head's tokio runtime), on
 //! `--dashboard-host:--dashboard-port` (127.0.0.1:8265 by default): Ray's REST
-//! routes behind the cluster token. It serves `/api/version`, the health and
-//! authentication routes; the Jobs API and the dashboard join [`router`].
+//! routes behind the cluster token: `/api/version`, health and authentication
+//! (`routes.rs`) and the Jobs API (`jobs/`); the dashboard joins [`router`].
 
 mod auth;
+mod jobs;
 mod routes;
 
 pub use auth::constant_time_eq;
+pub use jobs::JobsConfig;
 
 use axum::Router;
 use std::net::SocketAddr;
@@ -22,12 +24,19 @@ pub struct HttpConfig {
     pub token: String,
     /// The head's session name (`session_<date>_<pid>`), as `/api/version` reports it.
     pub session_name: String,
+    /// Serve the Jobs API, keeping its jobs as this says.
+    pub jobs: Option<JobsConfig>,
 }
 
-/// The whole application: every route, behind the token check.
-pub fn router(config: HttpConfig) -> Router {
+/// The whole application: every route, behind the token check. Fails when the
+/// job store cannot be opened.
+pub fn router(config: HttpConfig) -> Result<Router, String> {
+    let mut app = routes::routes(Arc::new(config.clone()));
+    if let Some(jobs) = &config.jobs {
+        app = app.merge(jobs::routes::routes(jobs::JobManager::open(jobs.clone())?));
+    }
     let config = Arc::new(config);
-    routes::routes(config.clone()).layer(axum::middleware::from_fn_with_state(config, auth::require_token))
+    Ok(app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token)))
 }
 
 /// A running server; dropping it stops it (without waiting).
@@ -39,10 +48,10 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Serves [`router`] on `listener` until [`HttpServer::shutdown`].
-    pub fn start(listener: TcpListener, config: HttpConfig) -> std::io::Result<Self> {
-        let local_addr = listener.local_addr()?;
+    pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, String> {
+        let local_addr = listener.local_addr().map_err(|e| format!("the HTTP listener has no address: {e}"))?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(config);
+        let app = router(config)?;
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;

@@ -22,7 +22,6 @@ pub(crate) fn routes(config: Arc<HttpConfig>) -> Router {
         .route("/api/authenticate", post(authenticate))
         .route("/api/healthz", get(healthy))
         .route("/-/healthz", get(healthy))
-        .fallback(not_found)
         .with_state(config)
 }
 
@@ -53,6 +52,6 @@ async fn healthy() -> &'static str {
     "success"
 }
 
-async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     (StatusCode::NOT_FOUND, "Not Found").into_response()
 }

@@ -10,7 +10,7 @@ use crate::head::Head;
 use crate::ids::NodeId;
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{HttpConfig, HttpServer};
+use oxray_http::{HttpConfig, HttpServer, JobsConfig};
 use oxray_object_store::ObjectStore;
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -97,6 +97,8 @@ pub enum ClusterError {
     TlsServer(tonic::transport::Error),
     #[error("cannot start the head: {0}")]
     Head(#[from] crate::head::HeadError),
+    #[error("cannot start the head's HTTP server: {0}")]
+    Http(String),
     #[error(
         "cannot reach the head at {address}: {reason}. Is `oxray start --head` running there, and is the port right?"
     )]
@@ -334,8 +336,19 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                     })?;
                 let session_name =
                     cfg.session_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                HttpServer::start(listener, HttpConfig { token: token.clone(), session_name })
-                    .map_err(|source| ClusterError::Io { path: format!("{host}:{port}"), source })
+                let data_dir = match &cfg.head {
+                    HeadRole::Local { state_dir: Some(dir), .. } => dir.clone(),
+                    _ => cfg.session_dir.clone(),
+                };
+                let jobs = JobsConfig {
+                    head_address: agent_address.clone(),
+                    token: token.clone(),
+                    data_dir,
+                    session_dir: cfg.session_dir.clone(),
+                    python: cfg.python.clone(),
+                };
+                HttpServer::start(listener, HttpConfig { token: token.clone(), session_name, jobs: Some(jobs) })
+                    .map_err(ClusterError::Http)
             };
             match started.await {
                 Ok(server) => Some(server),

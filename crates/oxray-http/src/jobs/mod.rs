@@ -1,0 +1,428 @@
+//! Ray's Jobs: submitted entrypoints run and supervised by the head, their
+//! records in redb (`store.rs`), their output in one log file each, their
+//! `working_dir` packages unpacked from uploads (`packages.rs`), served by the
+//! routes in `routes.rs`.
+//!
+//! An entrypoint runs through `/bin/sh -c` in its own process group, in its
+//! working_dir, with `RAY_ADDRESS`/`OXRAY_ADDRESS` (and the token) set so a bare
+//! `init()` joins this cluster. Stop sends SIGTERM to the group and SIGKILL
+//! after [`STOP_GRACE`].
+
+mod packages;
+mod record;
+pub(crate) mod routes;
+mod store;
+
+use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use store::JobStore;
+use tokio::sync::watch;
+
+/// Time between SIGTERM and SIGKILL when a job is stopped (Ray's `RAY_JOB_STOP_WAIT_TIME_S`).
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Lines of output quoted in a failed job's message.
+const FAILURE_TAIL_LINES: usize = 10;
+
+/// Where the jobs of a head live and how they reach the cluster.
+#[derive(Clone, Debug)]
+pub struct JobsConfig {
+    /// The head's gRPC address (what a job's `init()` joins).
+    pub head_address: String,
+    /// The cluster token, given to the job's processes.
+    pub token: String,
+    /// Records, uploaded packages and logs: the head's state directory (kept
+    /// across restarts), else its session directory.
+    pub data_dir: PathBuf,
+    /// Where working_dir packages are unpacked.
+    pub session_dir: PathBuf,
+    /// The cluster's Python interpreter: its directory goes first on the job's PATH.
+    pub python: String,
+}
+
+/// A running job's live parts.
+struct Live {
+    stop: Arc<AtomicBool>,
+    /// Bytes of output written so far; closed when the job has ended.
+    log: watch::Receiver<u64>,
+}
+
+pub(crate) struct JobManager {
+    config: JobsConfig,
+    store: JobStore,
+    live: parking_lot::Mutex<HashMap<String, Live>>,
+}
+
+/// Why a job request failed, with the HTTP status Ray answers.
+#[derive(Debug)]
+pub(crate) enum JobError {
+    BadRequest(String),
+    NotFound(String),
+    Internal(String),
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+fn signal_group(pid: u32, signal: i32) -> bool {
+    // SAFETY: killpg only sends a signal; a stale pid group fails with ESRCH.
+    unsafe { libc::killpg(pid as libc::pid_t, signal) == 0 }
+}
+
+impl JobManager {
+    /// Opens the job store; a job the previous head left unfinished is marked
+    /// FAILED and its process group (if still there) killed, so nothing runs unsupervised.
+    pub(crate) fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
+        let store = JobStore::open(&config.data_dir)?;
+        for mut record in store.all()? {
+            if record.status.is_terminal() {
+                continue;
+            }
+            if let (Some(pid), Some(start)) = (record.pid, record.pid_start)
+                && process_start_ticks(pid) == Some(start)
+            {
+                signal_group(pid, libc::SIGKILL);
+            }
+            record.status = JobStatus::Failed;
+            record.error_type = Some("JOB_SUPERVISOR_ACTOR_DIED".into());
+            record.message = "The head stopped while this job was running: it is marked failed and its processes \
+                              were killed (submit it again)."
+                .into();
+            record.end_time = Some(now_ms());
+            record.pid = None;
+            record.pid_start = None;
+            store.put(&record)?;
+        }
+        for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
+            oxray_object_store::create_private_dir_all(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        Ok(Arc::new(Self { config, store, live: parking_lot::Mutex::new(HashMap::new()) }))
+    }
+
+    fn packages_dir(&self) -> PathBuf {
+        self.config.data_dir.join("packages")
+    }
+
+    pub(crate) fn log_path(&self, id: &str) -> PathBuf {
+        self.config.data_dir.join("job_logs").join(format!("job-driver-{id}.log"))
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<JobRecord, JobError> {
+        self.store
+            .get(id)
+            .map_err(JobError::Internal)?
+            .ok_or_else(|| JobError::NotFound(format!("Job {id} does not exist")))
+    }
+
+    pub(crate) fn list(&self) -> Result<Vec<JobRecord>, JobError> {
+        self.store.all().map_err(JobError::Internal)
+    }
+
+    fn put(&self, record: &JobRecord) {
+        if let Err(e) = self.store.put(record) {
+            tracing::error!("cannot record job {}: {e}", record.submission_id);
+        }
+    }
+
+    /// Records the job as PENDING and starts it; its submission id.
+    pub(crate) fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
+        let id = request.submission_id.clone().unwrap_or_else(record::new_submission_id);
+        if self.store.get(&id).map_err(JobError::Internal)?.is_some() {
+            // Ray's agent refuses it with 400 and its head passes that on as a 500.
+            return Err(JobError::Internal(format!(
+                "Request failed with status code 400: Job with submission_id {id} already exists. \
+                 Please use a different submission_id."
+            )));
+        }
+        if let Some(dir) = request.runtime_env.get("working_dir").and_then(|v| v.as_str())
+            && !Path::new(dir).is_absolute()
+        {
+            packages::package_path(&self.packages_dir(), dir).map_err(JobError::BadRequest)?;
+        }
+        let record = JobRecord {
+            submission_id: id.clone(),
+            entrypoint: request.entrypoint,
+            status: JobStatus::Pending,
+            message: MSG_PENDING.into(),
+            error_type: None,
+            start_time: now_ms(),
+            end_time: None,
+            metadata: request.metadata,
+            runtime_env: request.runtime_env,
+            driver_exit_code: None,
+            pid: None,
+            pid_start: None,
+        };
+        self.store.put(&record).map_err(JobError::Internal)?;
+        let (log_tx, log_rx) = watch::channel(0u64);
+        let stop = Arc::new(AtomicBool::new(false));
+        self.live.lock().insert(id.clone(), Live { stop: stop.clone(), log: log_rx });
+        let manager = self.clone();
+        tokio::spawn(async move {
+            manager.run(record, stop, log_tx).await;
+        });
+        Ok(id)
+    }
+
+    /// The job's whole life: working_dir, the entrypoint, its exit.
+    async fn run(self: Arc<Self>, mut record: JobRecord, stop: Arc<AtomicBool>, log_tx: watch::Sender<u64>) {
+        let id = record.submission_id.clone();
+        let finish = |record: &mut JobRecord, status: JobStatus, message: String, error_type: Option<&str>| {
+            record.status = status;
+            record.message = message;
+            record.error_type = error_type.map(str::to_string);
+            record.end_time = Some(now_ms());
+            record.pid = None;
+            record.pid_start = None;
+        };
+        let prepared = {
+            let manager = self.clone();
+            let record = record.clone();
+            tokio::task::spawn_blocking(move || manager.prepare(&record)).await.unwrap_or_else(|e| Err(e.to_string()))
+        };
+        let (cwd, log) = match prepared {
+            Ok(ready) => ready,
+            Err(e) => {
+                finish(
+                    &mut record,
+                    JobStatus::Failed,
+                    format!("runtime_env setup failed: {e}"),
+                    Some("RUNTIME_ENV_SETUP_FAILURE"),
+                );
+                self.put(&record);
+                self.live.lock().remove(&id);
+                return;
+            }
+        };
+        if stop.load(Ordering::SeqCst) {
+            // Stopped while its working_dir was prepared: it never starts.
+            finish(&mut record, JobStatus::Stopped, MSG_STOPPED.into(), None);
+            self.put(&record);
+            self.live.lock().remove(&id);
+            return;
+        }
+        let spawned = self.spawn(&record, &cwd, log, log_tx);
+        let (mut child, reader) = match spawned {
+            Ok(running) => running,
+            Err(e) => {
+                finish(
+                    &mut record,
+                    JobStatus::Failed,
+                    format!("Job entrypoint command failed to start: {e}"),
+                    Some("JOB_ENTRYPOINT_COMMAND_START_ERROR"),
+                );
+                self.put(&record);
+                self.live.lock().remove(&id);
+                return;
+            }
+        };
+        record.status = JobStatus::Running;
+        record.message = MSG_RUNNING.into();
+        record.pid = child.id();
+        record.pid_start = record.pid.and_then(process_start_ticks);
+        self.put(&record);
+        if stop.load(Ordering::SeqCst) {
+            // A stop that came while the process was starting.
+            self.signal_stop(&record);
+        }
+        let exit = child.wait().await;
+        // Output the process left in the pipe; a background child holding it open is not waited for long.
+        let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
+        let code = match &exit {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
+            }
+            Err(_) => -1,
+        };
+        record.driver_exit_code = Some(code);
+        if stop.load(Ordering::SeqCst) {
+            finish(&mut record, JobStatus::Stopped, MSG_STOPPED.into(), None);
+        } else if code == 0 {
+            finish(&mut record, JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
+        } else {
+            let tail = last_lines(&self.log_path(&id), FAILURE_TAIL_LINES);
+            let message = format!(
+                "Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 chars):\n{tail}"
+            );
+            finish(&mut record, JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_ERROR"));
+        }
+        self.put(&record);
+        self.live.lock().remove(&id);
+    }
+
+    /// The job's working directory (unpacked from its package) and its log file.
+    fn prepare(&self, record: &JobRecord) -> Result<(PathBuf, std::fs::File), String> {
+        let log = oxray_object_store::private_file_options()
+            .create(true)
+            .append(true)
+            .open(self.log_path(&record.submission_id))
+            .map_err(|e| format!("cannot create the job's log: {e}"))?;
+        let cwd = match record.runtime_env.get("working_dir").and_then(|v| v.as_str()) {
+            None => self.config.session_dir.clone(),
+            Some(dir) if Path::new(dir).is_absolute() => {
+                if !Path::new(dir).is_dir() {
+                    return Err(format!("working_dir {dir:?} is not a directory on the head"));
+                }
+                PathBuf::from(dir)
+            }
+            Some(uri) => {
+                let package = packages::package_path(&self.packages_dir(), uri)?;
+                if !package.is_file() {
+                    return Err(format!("package {uri} was never uploaded (PUT /api/packages/gcs/<name> first)"));
+                }
+                let name = uri.trim_start_matches("gcs://").trim_end_matches(".zip");
+                let root = self.config.session_dir.join("runtime_resources").join("working_dir_files");
+                oxray_object_store::create_private_dir_all(&root)
+                    .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+                let target = root.join(name);
+                if !target.is_dir() {
+                    packages::unpack_zip(&package, &target)?;
+                }
+                target
+            }
+        };
+        Ok((cwd, log))
+    }
+
+    fn spawn(
+        &self,
+        record: &JobRecord,
+        cwd: &Path,
+        mut log: std::fs::File,
+        log_tx: watch::Sender<u64>,
+    ) -> std::io::Result<(tokio::process::Child, tokio::task::JoinHandle<()>)> {
+        let (mut reader, writer) = std::io::pipe()?;
+        let mut command = tokio::process::Command::new("/bin/sh");
+        command.arg("-c").arg(&record.entrypoint).current_dir(cwd).process_group(0).kill_on_drop(false);
+        command.stdin(std::process::Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
+        let python_dir = Path::new(&self.config.python).parent().map(Path::to_path_buf).unwrap_or_default();
+        let path = std::env::var("PATH").unwrap_or_default();
+        let python_path = match std::env::var("PYTHONPATH") {
+            Ok(p) if !p.is_empty() => format!("{}:{p}", cwd.display()),
+            _ => cwd.display().to_string(),
+        };
+        let job_config = serde_json::json!({"runtime_env": record.runtime_env, "metadata": record.metadata});
+        command
+            .env("PATH", format!("{}:{path}", python_dir.display()))
+            .env("PYTHONPATH", python_path)
+            .env("PYTHONUNBUFFERED", "1")
+            .env("RAY_ADDRESS", &self.config.head_address)
+            .env("OXRAY_ADDRESS", &self.config.head_address)
+            .env("OXRAY_TOKEN", &self.config.token)
+            .env("RAY_JOB_CONFIG_JSON_ENV_VAR", job_config.to_string())
+            .env("OXRAY_JOB_SUBMISSION_ID", &record.submission_id);
+        if let Some(serde_json::Value::Object(vars)) = record.runtime_env.get("env_vars") {
+            for (key, value) in vars {
+                command.env(key, value.as_str().unwrap_or_default());
+            }
+        }
+        let child = command.spawn()?;
+        // The parent's copies of the pipe's write end are gone with `command`.
+        drop(command);
+        let reader = tokio::task::spawn_blocking(move || {
+            let mut total = 0u64;
+            let mut buf = vec![0u8; 64 << 10];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 || log.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                total += n as u64;
+                log_tx.send_replace(total);
+            }
+        });
+        Ok((child, reader))
+    }
+
+    fn signal_stop(&self, record: &JobRecord) {
+        let Some(pid) = record.pid else { return };
+        signal_group(pid, libc::SIGTERM);
+        let manager_pid = pid;
+        let id = record.submission_id.clone();
+        let live = self.live.lock().get(&id).map(|l| l.log.clone());
+        tokio::spawn(async move {
+            // The job is over when its log channel closes; SIGKILL if it is not after the grace time.
+            if let Some(mut log) = live {
+                let ended = async { while log.changed().await.is_ok() {} };
+                if tokio::time::timeout(STOP_GRACE, ended).await.is_ok() {
+                    return;
+                }
+            }
+            signal_group(manager_pid, libc::SIGKILL);
+        });
+    }
+
+    /// `Ok(true)` when a live job was stopped, `Ok(false)` when it had already ended.
+    pub(crate) fn stop(&self, id: &str) -> Result<bool, JobError> {
+        let record = self.get(id)?;
+        if record.status.is_terminal() {
+            return Ok(false);
+        }
+        let Some(stop) = self.live.lock().get(id).map(|l| l.stop.clone()) else { return Ok(false) };
+        // A pending job sees the flag before it starts; a running one gets the signals too.
+        stop.store(true, Ordering::SeqCst);
+        self.signal_stop(&record);
+        Ok(true)
+    }
+
+    /// Removes a finished job's record (its log stays, as in Ray).
+    pub(crate) fn delete(&self, id: &str) -> Result<(), JobError> {
+        let record = self.get(id)?;
+        if !record.status.is_terminal() {
+            return Err(JobError::Internal(format!(
+                "Attempted to delete job with id '{id}', but it is in a non-terminal state {}.",
+                record.status.as_str()
+            )));
+        }
+        self.store.remove(id).map_err(JobError::Internal)?;
+        Ok(())
+    }
+
+    /// The job's output so far.
+    pub(crate) fn logs(&self, id: &str) -> Result<String, JobError> {
+        self.get(id)?;
+        match std::fs::read(self.log_path(id)) {
+            Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+            Err(e) => Err(JobError::Internal(format!("cannot read the log of job {id}: {e}"))),
+        }
+    }
+
+    /// A watch on the job's output while it runs (None once it has ended).
+    pub(crate) fn log_watch(&self, id: &str) -> Option<watch::Receiver<u64>> {
+        self.live.lock().get(id).map(|l| l.log.clone())
+    }
+
+    pub(crate) fn store_package(&self, key: &str, data: &[u8]) -> Result<(), String> {
+        let dir = self.packages_dir();
+        let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
+        oxray_object_store::write_private_file(&tmp, data).map_err(|e| format!("cannot store the package: {e}"))?;
+        std::fs::rename(&tmp, dir.join(key)).map_err(|e| format!("cannot store the package: {e}"))
+    }
+
+    pub(crate) fn has_package(&self, key: &str) -> bool {
+        self.packages_dir().join(key).is_file()
+    }
+}
+
+/// When process `pid` started (clock ticks after boot), from `/proc/<pid>/stat`.
+fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces and ')') follow the last ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The last `n` lines of a file (at most 20,000 characters).
+fn last_lines(path: &Path, n: usize) -> String {
+    let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(n)..].join("\n");
+    let skip = tail.chars().count().saturating_sub(20_000);
+    tail.chars().skip(skip).collect()
+}

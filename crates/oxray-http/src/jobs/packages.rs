@@ -1,0 +1,155 @@
+//! Uploaded `working_dir` packages (`PUT /api/packages/gcs/<name>`): stored
+//! under the head's state directory, and unpacked once per package into the
+//! session's `runtime_resources/working_dir_files/`, refusing entries that
+//! would land outside it (absolute paths, `..`, symlinks) and archives that
+//! unpack to more than [`MAX_UNPACKED_BYTES`].
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The biggest upload accepted (Ray's HTTP limit).
+pub(crate) const MAX_PACKAGE_BYTES: usize = 100 << 20;
+/// The most an archive may unpack to.
+pub(crate) const MAX_UNPACKED_BYTES: u64 = 4 << 30;
+
+/// Checks `protocol`/`name` from the URL: Ray's clients upload to `gcs`, with a plain file name.
+pub(crate) fn package_key(protocol: &str, name: &str) -> Result<String, String> {
+    if protocol != "gcs" {
+        return Err(format!("package protocol {protocol:?} is not supported: expected \"gcs\""));
+    }
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !plain {
+        return Err(format!("package name {name:?} is invalid: expected a file name such as _ray_pkg_<hash>.zip"));
+    }
+    Ok(format!("gcs_{name}"))
+}
+
+/// The package file a `gcs://<name>` URI names.
+pub(crate) fn package_path(dir: &Path, uri: &str) -> Result<PathBuf, String> {
+    let name = uri
+        .strip_prefix("gcs://")
+        .ok_or_else(|| format!("working_dir {uri:?}: expected an uploaded package (gcs://...) or a directory"))?;
+    Ok(dir.join(package_key("gcs", name)?))
+}
+
+/// Unpacks the zip `archive` into `target` (made here; its parent must exist).
+/// Unpacks into a temporary directory first, so a failed unpack leaves nothing.
+pub(crate) fn unpack_zip(archive: &Path, target: &Path) -> Result<(), String> {
+    let file = std::fs::File::open(archive).map_err(|e| format!("cannot open package {}: {e}", archive.display()))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("the package is not a valid zip archive: {e}"))?;
+    let staging = target.with_extension("unpacking");
+    let _ = std::fs::remove_dir_all(&staging);
+    oxray_object_store::create_private_dir_all(&staging)
+        .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
+    let result = (|| {
+        let mut written = 0u64;
+        for i in 0..zip.len() {
+            let mut entry = zip.by_index(i).map_err(|e| format!("the package is corrupt: {e}"))?;
+            let name = entry.name().to_string();
+            if entry.is_symlink() {
+                return Err(format!(
+                    "package entry {name:?} is a symlink: refused (it could point outside the working_dir)"
+                ));
+            }
+            let relative = entry
+                .enclosed_name()
+                .ok_or_else(|| format!("package entry {name:?} would unpack outside the working_dir: refused"))?;
+            let path = staging.join(relative);
+            if entry.is_dir() {
+                std::fs::create_dir_all(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                continue;
+            }
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+            }
+            let mut out = std::fs::File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = entry.read(&mut buf).map_err(|e| format!("package entry {name:?} is corrupt: {e}"))?;
+                if n == 0 {
+                    break;
+                }
+                written += n as u64;
+                if written > MAX_UNPACKED_BYTES {
+                    return Err(format!("the package unpacks to more than {} GiB: refused", MAX_UNPACKED_BYTES >> 30));
+                }
+                out.write_all(&buf[..n]).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            }
+            if let Some(mode) = entry.unix_mode() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode & 0o700));
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => std::fs::rename(&staging, target).map_err(|e| format!("cannot move the unpacked package: {e}")),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&staging);
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zip::write::SimpleFileOptions;
+
+    fn archive(dir: &Path, entries: &[(&str, &[u8])]) -> PathBuf {
+        let path = dir.join("pkg.zip");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        for (name, data) in entries {
+            zip.start_file(*name, SimpleFileOptions::default()).unwrap();
+            zip.write_all(data).unwrap();
+        }
+        zip.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_package_unpacks_into_its_own_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let zip = archive(dir.path(), &[("script.py", b"print(1)"), ("sub/data.txt", b"x")]);
+        let target = dir.path().join("out");
+        unpack_zip(&zip, &target).unwrap();
+        assert_eq!(std::fs::read(target.join("script.py")).unwrap(), b"print(1)");
+        assert_eq!(std::fs::read(target.join("sub/data.txt")).unwrap(), b"x");
+    }
+
+    #[test]
+    fn entries_escaping_the_directory_are_refused_and_nothing_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        for evil in ["../escape.txt", "/etc/evil.txt"] {
+            let zip = archive(dir.path(), &[("ok.txt", b"1"), (evil, b"bad")]);
+            let target = dir.path().join("out");
+            let err = unpack_zip(&zip, &target).unwrap_err();
+            assert!(err.contains("outside the working_dir"), "{err}");
+            assert!(!target.exists() && !target.with_extension("unpacking").exists());
+        }
+        assert!(!dir.path().parent().unwrap().join("escape.txt").exists());
+    }
+
+    #[test]
+    fn symlinks_and_garbage_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("link.zip");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        zip.add_symlink("link", "/etc/passwd", SimpleFileOptions::default()).unwrap();
+        zip.finish().unwrap();
+        assert!(unpack_zip(&path, &dir.path().join("out")).unwrap_err().contains("symlink"));
+        let garbage = dir.path().join("garbage.zip");
+        std::fs::write(&garbage, b"not a zip").unwrap();
+        assert!(unpack_zip(&garbage, &dir.path().join("out2")).unwrap_err().contains("not a valid zip"));
+    }
+
+    #[test]
+    fn package_names_are_plain_file_names() {
+        assert_eq!(package_key("gcs", "_ray_pkg_abc.zip").unwrap(), "gcs__ray_pkg_abc.zip");
+        assert!(package_key("gcs", "../x").is_err());
+        assert!(package_key("s3", "x.zip").is_err());
+        assert!(package_path(Path::new("/d"), "s3://bucket/x.zip").is_err());
+    }
+}

@@ -1,0 +1,298 @@
+//! A submitted job: its record (what is stored and what `JobDetails` shows),
+//! its status and Ray's wording for each, and the submit request's checks.
+
+use serde_json::{Map, Value, json};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobStatus {
+    Pending,
+    Running,
+    Stopped,
+    Succeeded,
+    Failed,
+}
+
+impl JobStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Pending => "PENDING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Stopped => "STOPPED",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "PENDING" => JobStatus::Pending,
+            "RUNNING" => JobStatus::Running,
+            "STOPPED" => JobStatus::Stopped,
+            "SUCCEEDED" => JobStatus::Succeeded,
+            "FAILED" => JobStatus::Failed,
+            _ => return None,
+        })
+    }
+
+    /// STOPPED, SUCCEEDED and FAILED never change afterwards.
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed)
+    }
+}
+
+pub(crate) const MSG_PENDING: &str =
+    "Job has not started yet. It may be waiting for the runtime environment to be set up.";
+pub(crate) const MSG_RUNNING: &str = "Job is currently running.";
+pub(crate) const MSG_STOPPED: &str = "Job was intentionally stopped.";
+pub(crate) const MSG_SUCCEEDED: &str = "Job finished successfully.";
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct JobRecord {
+    pub submission_id: String,
+    pub entrypoint: String,
+    pub status: JobStatus,
+    pub message: String,
+    pub error_type: Option<String>,
+    /// Milliseconds since the epoch.
+    pub start_time: u64,
+    pub end_time: Option<u64>,
+    pub metadata: Map<String, Value>,
+    pub runtime_env: Map<String, Value>,
+    pub driver_exit_code: Option<i32>,
+    /// The entrypoint's process (and process group), while it runs.
+    pub pid: Option<u32>,
+    /// That process's start time (clock ticks after boot), so a reused pid is never signalled.
+    pub pid_start: Option<u64>,
+}
+
+impl JobRecord {
+    /// Ray's `JobDetails`; a browser sees `env_vars` values redacted.
+    pub(crate) fn details(&self, redact: bool) -> Value {
+        let mut runtime_env = self.runtime_env.clone();
+        if redact && let Some(Value::Object(vars)) = runtime_env.get_mut("env_vars") {
+            for value in vars.values_mut() {
+                *value = Value::String("<redacted>".into());
+            }
+        }
+        json!({
+            "type": "SUBMISSION",
+            "job_id": null,
+            "submission_id": self.submission_id,
+            "driver_info": null,
+            "status": self.status.as_str(),
+            "entrypoint": self.entrypoint,
+            "message": self.message,
+            "error_type": self.error_type,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "metadata": self.metadata,
+            "runtime_env": runtime_env,
+            "driver_agent_http_address": null,
+            "driver_node_id": null,
+            "driver_exit_code": self.driver_exit_code,
+        })
+    }
+
+    /// What the store keeps (the details plus the process id).
+    pub(crate) fn to_stored(&self) -> String {
+        let mut value = self.details(false);
+        value["pid"] = json!(self.pid);
+        value["pid_start"] = json!(self.pid_start);
+        value.to_string()
+    }
+
+    pub(crate) fn from_stored(text: &str) -> Option<Self> {
+        let value: Value = serde_json::from_str(text).ok()?;
+        let string = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
+        let object = |key: &str| value.get(key).and_then(Value::as_object).cloned().unwrap_or_default();
+        Some(JobRecord {
+            submission_id: string("submission_id")?,
+            entrypoint: string("entrypoint")?,
+            status: JobStatus::parse(&string("status")?)?,
+            message: string("message").unwrap_or_default(),
+            error_type: string("error_type"),
+            start_time: value.get("start_time").and_then(Value::as_u64).unwrap_or(0),
+            end_time: value.get("end_time").and_then(Value::as_u64),
+            metadata: object("metadata"),
+            runtime_env: object("runtime_env"),
+            driver_exit_code: value.get("driver_exit_code").and_then(Value::as_i64).map(|c| c as i32),
+            pid: value.get("pid").and_then(Value::as_u64).map(|p| p as u32),
+            pid_start: value.get("pid_start").and_then(Value::as_u64),
+        })
+    }
+}
+
+/// `raysubmit_` and 16 characters from letters and digits without look-alikes, as Ray makes them.
+pub(crate) fn new_submission_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ123456789";
+    let mut id = String::from("raysubmit_");
+    for _ in 0..16 {
+        id.push(ALPHABET[rand::random_range(0..ALPHABET.len())] as char);
+    }
+    id
+}
+
+/// A checked `POST /api/jobs/` body.
+#[derive(Debug, PartialEq)]
+pub(crate) struct SubmitRequest {
+    pub entrypoint: String,
+    pub submission_id: Option<String>,
+    pub runtime_env: Map<String, Value>,
+    pub metadata: Map<String, Value>,
+}
+
+/// The `runtime_env` keys oxray applies to a job.
+const RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "env_vars", "excludes"];
+/// Keys Ray knows that oxray does not apply yet: refused, never ignored.
+const RUNTIME_ENV_NOT_YET: &[&str] = &[
+    "py_modules",
+    "pip",
+    "uv",
+    "conda",
+    "container",
+    "image_uri",
+    "py_executable",
+    "config",
+    "java_jars",
+    "worker_process_setup_hook",
+    "nsight",
+    "mpi",
+];
+
+fn string_map(value: &Value, what: &str) -> Result<Map<String, Value>, String> {
+    let map = value.as_object().ok_or_else(|| format!("{what} must be a JSON object of strings, got {value}"))?;
+    for (key, v) in map {
+        if !v.is_string() {
+            return Err(format!("{what}[{key:?}] must be a string, got {v}"));
+        }
+    }
+    Ok(map.clone())
+}
+
+/// Checks a submit body as Ray's head does: unknown keys, wrong types and
+/// options oxray does not enforce are an error naming them (a 400).
+pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| format!("the request body is not valid JSON: {e}"))?;
+    let Value::Object(fields) = value else {
+        return Err("the request body must be a JSON object such as {\"entrypoint\": \"python script.py\"}".into());
+    };
+    let mut request =
+        SubmitRequest { entrypoint: String::new(), submission_id: None, runtime_env: Map::new(), metadata: Map::new() };
+    let mut entrypoint = None;
+    for (key, value) in &fields {
+        if value.is_null() {
+            continue; // null-valued keys are dropped, as Ray does
+        }
+        match key.as_str() {
+            "entrypoint" => {
+                entrypoint = Some(value.as_str().ok_or_else(|| format!("entrypoint must be a string, got {value}"))?)
+            }
+            "submission_id" | "job_id" => {
+                let id = value.as_str().ok_or_else(|| format!("{key} must be a string, got {value}"))?;
+                if id.is_empty() || id.contains('/') {
+                    return Err(format!("{key}={id:?} is not a valid id: expected a non-empty string without '/'"));
+                }
+                request.submission_id = Some(id.to_string());
+            }
+            "metadata" => request.metadata = string_map(value, "metadata")?,
+            "runtime_env" => {
+                let env = value.as_object().ok_or_else(|| format!("runtime_env must be a JSON object, got {value}"))?;
+                for (name, setting) in env {
+                    if name.starts_with('_') {
+                        continue; // Ray's own bookkeeping (`_ray_commit`), not a user option
+                    }
+                    if RUNTIME_ENV_NOT_YET.contains(&name.as_str()) {
+                        return Err(format!(
+                            "runtime_env[{name:?}] is not supported by oxray yet (supported: {})",
+                            RUNTIME_ENV_KEYS.join(", ")
+                        ));
+                    }
+                    if !RUNTIME_ENV_KEYS.contains(&name.as_str()) {
+                        return Err(format!(
+                            "runtime_env has an unknown key {name:?}; expected one of {}",
+                            RUNTIME_ENV_KEYS.join(", ")
+                        ));
+                    }
+                    match name.as_str() {
+                        "working_dir" if !setting.is_string() => {
+                            return Err(format!("runtime_env[\"working_dir\"] must be a string, got {setting}"));
+                        }
+                        "env_vars" => {
+                            string_map(setting, "runtime_env[\"env_vars\"]")?;
+                        }
+                        _ => {}
+                    }
+                }
+                request.runtime_env = env.clone();
+            }
+            "entrypoint_num_cpus"
+            | "entrypoint_num_gpus"
+            | "entrypoint_memory"
+            | "entrypoint_resources"
+            | "entrypoint_label_selector" => {
+                let zero = value.as_f64() == Some(0.0) || value.as_object().is_some_and(Map::is_empty);
+                if !zero {
+                    return Err(format!(
+                        "{key}={value} is not supported by oxray yet: the entrypoint would run without reserving it"
+                    ));
+                }
+            }
+            other => {
+                return Err(format!(
+                    "unknown field {other:?}; expected entrypoint, submission_id, runtime_env, metadata or entrypoint_*"
+                ));
+            }
+        }
+    }
+    request.entrypoint = entrypoint.ok_or("entrypoint is required (the shell command to run)")?.to_string();
+    if request.entrypoint.trim().is_empty() {
+        return Err("entrypoint is empty: expected a shell command such as \"python script.py\"".into());
+    }
+    Ok(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_submit_body_is_checked() {
+        let ok =
+            parse_submit(br#"{"entrypoint": "echo hi", "runtime_env": {"env_vars": {"A": "1"}}, "metadata": null}"#)
+                .unwrap();
+        assert_eq!(ok.entrypoint, "echo hi");
+        assert!(parse_submit(br#"{"entrypoint": "x", "bogus": 1}"#).unwrap_err().contains("\"bogus\""));
+        assert!(parse_submit(br#"{"entrypoint": 3}"#).unwrap_err().contains("entrypoint must be a string"));
+        assert!(parse_submit(br#"{"runtime_env": {}}"#).unwrap_err().contains("entrypoint is required"));
+        let pip = parse_submit(br#"{"entrypoint": "x", "runtime_env": {"pip": ["a"]}}"#).unwrap_err();
+        assert!(pip.contains("\"pip\"") && pip.contains("not supported"), "{pip}");
+        let cpus = parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": 2}"#).unwrap_err();
+        assert!(cpus.contains("entrypoint_num_cpus=2"), "{cpus}");
+        assert!(parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": 0}"#).is_ok());
+        assert!(parse_submit(br#"{"entrypoint": "x", "metadata": {"a": 1}}"#).unwrap_err().contains("metadata"));
+    }
+
+    #[test]
+    fn records_round_trip_and_redact_for_browsers() {
+        let mut env = Map::new();
+        env.insert("env_vars".into(), json!({"SECRET": "s3cr3t"}));
+        let record = JobRecord {
+            submission_id: new_submission_id(),
+            entrypoint: "echo".into(),
+            status: JobStatus::Running,
+            message: MSG_RUNNING.into(),
+            error_type: None,
+            start_time: 5,
+            end_time: None,
+            metadata: Map::new(),
+            runtime_env: env,
+            driver_exit_code: None,
+            pid: Some(42),
+            pid_start: Some(7),
+        };
+        assert_eq!(JobRecord::from_stored(&record.to_stored()), Some(record.clone()));
+        assert_eq!(record.details(true)["runtime_env"]["env_vars"]["SECRET"], "<redacted>");
+        assert_eq!(record.details(false)["runtime_env"]["env_vars"]["SECRET"], "s3cr3t");
+        assert!(record.submission_id.starts_with("raysubmit_") && record.submission_id.len() == 26);
+    }
+}

@@ -1,0 +1,88 @@
+//! Job records in redb (`jobs.redb` in the head's state directory), written
+//! through on every change and read back on request, so a restarted head lists
+//! every job and memory does not grow with finished ones.
+
+use super::record::JobRecord;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::path::Path;
+
+const JOBS: TableDefinition<&str, &str> = TableDefinition::new("jobs");
+
+pub(crate) struct JobStore {
+    db: Database,
+}
+
+fn db_error(e: impl Into<redb::Error>) -> String {
+    format!("the job store failed: {}", e.into())
+}
+
+impl JobStore {
+    /// Opens (or creates, 0600) `<dir>/jobs.redb`.
+    pub(crate) fn open(dir: &Path) -> Result<Self, String> {
+        let path = dir.join("jobs.redb");
+        let shown = path.display().to_string();
+        oxray_object_store::create_private_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        oxray_object_store::private_file_options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| format!("cannot create {shown}: {e}"))?;
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => format!(
+                "the job store {shown} is in use by another head: stop it (`oxray stop`) or use another --state-dir"
+            ),
+            e => format!("cannot open the job store {shown}: {e}"),
+        })?;
+        Ok(Self { db })
+    }
+
+    pub(crate) fn put(&self, record: &JobRecord) -> Result<(), String> {
+        let txn = self.db.begin_write().map_err(db_error)?;
+        {
+            let mut table = txn.open_table(JOBS).map_err(db_error)?;
+            table.insert(record.submission_id.as_str(), record.to_stored().as_str()).map_err(db_error)?;
+        }
+        txn.commit().map_err(db_error)
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Result<Option<JobRecord>, String> {
+        let txn = self.db.begin_read().map_err(db_error)?;
+        let table = match txn.open_table(JOBS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(db_error(e)),
+        };
+        let Some(value) = table.get(id).map_err(db_error)? else { return Ok(None) };
+        JobRecord::from_stored(value.value()).map(Some).ok_or_else(|| format!("the record of job {id} is corrupt"))
+    }
+
+    /// Every record, oldest submission first.
+    pub(crate) fn all(&self) -> Result<Vec<JobRecord>, String> {
+        let txn = self.db.begin_read().map_err(db_error)?;
+        let table = match txn.open_table(JOBS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(db_error(e)),
+        };
+        let mut out = Vec::new();
+        for row in table.iter().map_err(db_error)? {
+            let (key, value) = row.map_err(db_error)?;
+            let record = JobRecord::from_stored(value.value())
+                .ok_or_else(|| format!("the record of job {} is corrupt", key.value()))?;
+            out.push(record);
+        }
+        out.sort_by_key(|r| r.start_time);
+        Ok(out)
+    }
+
+    pub(crate) fn remove(&self, id: &str) -> Result<bool, String> {
+        let txn = self.db.begin_write().map_err(db_error)?;
+        let removed = {
+            let mut table = txn.open_table(JOBS).map_err(db_error)?;
+            table.remove(id).map_err(db_error)?.is_some()
+        };
+        txn.commit().map_err(db_error)?;
+        Ok(removed)
+    }
+}

@@ -1,0 +1,192 @@
+"""Ray's own Jobs clients, unmodified (the `ray` package's `JobSubmissionClient`
+and `ray job` CLI), against an oxray head started with `oxray start --head`:
+submit with a working_dir, status, logs (whole and followed), stop, list,
+delete, a failing entrypoint, and a job whose bare `init()` joins the cluster."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cli_cluster import running_cluster
+
+pytestmark = [pytest.mark.timeout(240)]
+job_submission = pytest.importorskip("ray.job_submission")
+JobStatus = job_submission.JobStatus
+TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+
+
+@pytest.fixture
+def head(tmp_path, monkeypatch):
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=2)
+        yield cluster
+
+
+@pytest.fixture
+def client(head):
+    # Ray's SDK takes the token as a header (its CLI, below, from RAY_AUTH_MODE/RAY_AUTH_TOKEN).
+    return job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+
+
+def wait_terminal(client, job_id, timeout=120):
+    """Polls as Ray's docs do, until the job reaches a terminal status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get_job_status(job_id)
+        if status in TERMINAL:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
+
+
+def test_submit_a_working_dir_and_read_its_logs(client, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "script.py").write_text("import helper\nprint('hello from', helper.NAME)\n")
+    (work / "helper.py").write_text("NAME = 'the working dir'\n")
+    job_id = client.submit_job(
+        entrypoint="python script.py",
+        runtime_env={"working_dir": str(work), "env_vars": {"GREETING": "hi"}},
+        metadata={"owner": "tests"},
+    )
+    assert job_id.startswith("raysubmit_")
+    assert wait_terminal(client, job_id) == JobStatus.SUCCEEDED
+    assert client.get_job_logs(job_id) == "hello from the working dir\n"
+    info = client.get_job_info(job_id)
+    assert info.status == JobStatus.SUCCEEDED and info.message == "Job finished successfully."
+    assert info.metadata == {"owner": "tests"} and info.driver_exit_code == 0
+    assert info.runtime_env["working_dir"].startswith("gcs://_ray_pkg_")
+    assert job_id in [j.submission_id for j in client.list_jobs()]
+    assert client.delete_job(job_id) is True
+    with pytest.raises(RuntimeError, match="does not exist"):
+        client.get_job_status(job_id)
+
+
+def test_a_failing_entrypoint_is_failed_with_its_exit_code_and_output(client):
+    job_id = client.submit_job(entrypoint="echo about to fail; exit 3", submission_id="failing-job")
+    assert job_id == "failing-job"
+    assert wait_terminal(client, job_id) == JobStatus.FAILED
+    info = client.get_job_info(job_id)
+    assert info.error_type == "JOB_ENTRYPOINT_COMMAND_ERROR" and info.driver_exit_code == 3
+    assert "failed with exit code 3" in info.message and "about to fail" in info.message
+    with pytest.raises(RuntimeError, match="already exists"):
+        client.submit_job(entrypoint="true", submission_id="failing-job")
+
+
+def test_stop_kills_the_whole_process_tree(client, tmp_path):
+    marker = tmp_path / "child.pid"
+    script = f"sleep 300 & echo $! > {marker}; echo started; wait"
+    job_id = client.submit_job(entrypoint=script)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    assert client.stop_job(job_id) is True
+    assert wait_terminal(client, job_id) == JobStatus.STOPPED
+    assert client.get_job_info(job_id).message == "Job was intentionally stopped."
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the job's child {child} outlived the stop")
+    assert client.stop_job(job_id) is False, "a finished job is not stopped again"
+
+
+def test_a_job_joins_the_cluster_it_was_submitted_to(client, tmp_path):
+    work = tmp_path / "driver"
+    work.mkdir()
+    (work / "driver.py").write_text(
+        textwrap.dedent(
+            """
+            import oxray as ray
+
+            ray.init()
+
+            @ray.remote
+            def square(x):
+                return x * x
+
+            print("squares", sum(ray.get([square.remote(i) for i in range(10)])))
+            print("cpus", ray.cluster_resources()["CPU"])
+            """
+        )
+    )
+    job_id = client.submit_job(entrypoint="python driver.py", runtime_env={"working_dir": str(work)})
+    assert wait_terminal(client, job_id) == JobStatus.SUCCEEDED, client.get_job_logs(job_id)
+    logs = client.get_job_logs(job_id)
+    assert "squares 285" in logs and "cpus 2.0" in logs, logs
+
+
+def test_bad_submissions_are_refused_with_the_reason(client):
+    with pytest.raises(RuntimeError, match="pip"):
+        client.submit_job(entrypoint="true", runtime_env={"pip": ["requests"]})
+    with pytest.raises(RuntimeError, match="entrypoint_num_cpus"):
+        client.submit_job(entrypoint="true", entrypoint_num_cpus=1)
+
+
+def ray_cli(head, *args, timeout=180):
+    env = {**os.environ, "RAY_ADDRESS": head.dashboard_url, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token}
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    return subprocess.run([ray, "job", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_ray_job_cli_submits_follows_and_lists(head, tmp_path):
+    work = tmp_path / "cli"
+    work.mkdir()
+    (work / "script.py").write_text("for i in range(3):\n    print('line', i)\n")
+    submitted = ray_cli(head, "submit", "--working-dir", str(work), "--", "python", "script.py")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    out = submitted.stdout + submitted.stderr
+    assert "line 0" in out and "line 2" in out and "succeeded" in out.lower(), out
+    failed = ray_cli(head, "submit", "--", "sh", "-c", "echo boom; exit 2")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    nowait = ray_cli(head, "submit", "--no-wait", "--submission-id", "cli-job", "--", "echo", "quick")
+    assert nowait.returncode == 0, nowait.stdout + nowait.stderr
+    followed = ray_cli(head, "logs", "--follow", "cli-job")
+    assert followed.returncode == 0 and "quick" in followed.stdout, followed.stdout + followed.stderr
+    status = ray_cli(head, "status", "cli-job")
+    assert "Job 'cli-job' succeeded" in status.stdout, status.stdout + status.stderr
+    listed = ray_cli(head, "list")
+    assert "cli-job" in listed.stdout, listed.stdout + listed.stderr
+    deleted = ray_cli(head, "delete", "cli-job")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+
+
+def test_a_head_restart_keeps_every_job_and_its_logs(head, tmp_path):
+    client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    done = client.submit_job(entrypoint="echo kept across the restart", submission_id="done-before")
+    assert wait_terminal(client, done) == JobStatus.SUCCEEDED
+    marker = tmp_path / "running.pid"
+    running = client.submit_job(entrypoint=f"echo $$ > {marker}; exec sleep 300", submission_id="running-at-crash")
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    job_pid = int(marker.read_text())
+    [record] = [r for r in head.records() if r["head"]]
+    os.kill(int(record["pid"]), 9)  # the head dies without any cleanup
+    head.cli("stop", "--force", check=False)
+    head.start_head(num_cpus=2)
+    client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    jobs = {j.submission_id: j for j in client.list_jobs()}
+    assert jobs["done-before"].status == JobStatus.SUCCEEDED
+    assert client.get_job_logs("done-before") == "kept across the restart\n"
+    crashed = jobs["running-at-crash"]
+    assert crashed.status == JobStatus.FAILED and "head stopped" in crashed.message, crashed
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(job_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"the crashed head's job process {job_pid} was left running")
+    assert running == "running-at-crash"
