@@ -14,6 +14,7 @@ import time
 import psutil
 
 from oxray._private import node_files
+from oxray.scripts import job_cli
 
 DEFAULT_PORT = 6379
 
@@ -354,6 +355,7 @@ def main(argv=None) -> None:
     sub.add_parser(
         "get-auth-token", help="print the token of the cluster on this host (for RAY_AUTH_TOKEN or the dashboard)"
     )
+    job_cli.add_parser(sub)
     status = sub.add_parser("status", help="nodes and resources of the cluster")
     status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
     args = parser.parse_args(argv)
@@ -374,6 +376,8 @@ def _run(args) -> None:
         _stop(args)
     elif args.command == "get-auth-token":
         _get_auth_token()
+    elif args.command == "job":
+        job_cli.run(args)
     else:
         _status(args)
 
