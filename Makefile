@@ -60,6 +60,7 @@ bench: release
 	$(PY) bench/train_bench.py
 	$(PY) bench/data_bench.py
 	$(PY) bench/data_train_loop.py
+	$(PY) bench/jobs_bench.py
 
 clean:
 	cargo clean

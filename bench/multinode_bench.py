@@ -32,7 +32,19 @@ def start_oxray(root):
     cli = [sys.executable, "-m", "oxray.scripts.cli"]
     store = str(2 * SIZE + 256 * MIB)
     subprocess.run(
-        cli + ["start", "--head", "--dashboard-port", "0", "--port", "0", "--num-cpus", "1", "--object-store-memory", store],
+        cli
+        + [
+            "start",
+            "--head",
+            "--dashboard-port",
+            "0",
+            "--port",
+            "0",
+            "--num-cpus",
+            "1",
+            "--object-store-memory",
+            store,
+        ],
         env=env,
         check=True,
         capture_output=True,

@@ -98,6 +98,18 @@ def train_loop_per_worker(config):
             print(f"epoch {epoch}: train loss {metrics['train_loss']:.4f} ({metrics['epoch_seconds']} s)")
 
 
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default=os.path.abspath("data"))
@@ -105,13 +117,15 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--name", default=None, help="run name; reuse one to resume it")
+    parser.add_argument("--dashboard-port", type=int, default=8265, help="the Jobs API's port (a free one if taken)")
     args = parser.parse_args()
     data_dir = os.path.abspath(args.data_dir)
     mnist(data_dir, True)  # downloads once here, not in every worker, when the files are missing
 
     started = time.time()
-    info = ray.init()
+    info = ray.init(dashboard_port=args.dashboard_port if _port_free(args.dashboard_port) else 0)
     print(f"oxray cluster at {info['address']} ({int(ray.cluster_resources()['CPU'])} CPUs)")
+    print(f"Jobs API (dashboard) at http://{info.dashboard_url}; its token: `oxray get-auth-token`")
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"data_dir": data_dir, "epochs": args.epochs, "batch_size": 64, "lr": 1e-3},
