@@ -190,3 +190,45 @@ def test_a_head_restart_keeps_every_job_and_its_logs(head, tmp_path):
     else:
         raise AssertionError(f"the crashed head's job process {job_pid} was left running")
     assert running == "running-at-crash"
+
+
+TRAIN_SCRIPT = """
+import torch
+
+import oxray as ray
+from oxray import train
+from oxray.train import ScalingConfig
+from oxray.train.torch import TorchTrainer, prepare_model
+
+
+def loop(config):
+    torch.manual_seed(0)
+    model = prepare_model(torch.nn.Linear(4, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    for epoch in range(3):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        train.report({"epoch": epoch, "loss": loss.item(), "rank": train.get_context().get_world_rank()})
+
+
+ray.init()
+result = TorchTrainer(loop, scaling_config=ScalingConfig(num_workers=2)).fit()
+print("trained without error:", result.error is None)
+"""
+
+
+def test_a_job_trains_with_torch_trainer_on_its_cluster(client, tmp_path):
+    work = tmp_path / "trainjob"
+    work.mkdir()
+    (work / "train_job.py").write_text(TRAIN_SCRIPT)
+    job_id = client.submit_job(
+        entrypoint="python train_job.py",
+        runtime_env={"working_dir": str(work), "env_vars": {"OXRAY_STORAGE_PATH": str(tmp_path / "runs")}},
+    )
+    status = wait_terminal(client, job_id, timeout=200)
+    logs = client.get_job_logs(job_id)
+    assert status == JobStatus.SUCCEEDED, logs
+    assert "trained without error: True" in logs, logs

@@ -399,7 +399,13 @@ impl JobManager {
         self.live.lock().get(id).map(|l| l.log.clone())
     }
 
-    pub(crate) fn store_package(&self, key: &str, data: &[u8]) -> Result<(), String> {
+    /// Stores an upload once it checks out (`Err` is the 400's reason).
+    pub(crate) fn store_package(&self, key: &str, data: &[u8]) -> Result<(), JobError> {
+        packages::check_zip(data).map_err(JobError::BadRequest)?;
+        self.write_package(key, data).map_err(JobError::Internal)
+    }
+
+    fn write_package(&self, key: &str, data: &[u8]) -> Result<(), String> {
         let dir = self.packages_dir();
         let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
         oxray_object_store::write_private_file(&tmp, data).map_err(|e| format!("cannot store the package: {e}"))?;

@@ -34,6 +34,32 @@ pub(crate) fn package_path(dir: &Path, uri: &str) -> Result<PathBuf, String> {
     Ok(dir.join(package_key("gcs", name)?))
 }
 
+/// Checks an uploaded archive before it is stored: a zip whose every entry
+/// stays inside its directory, with no symlinks, unpacking to at most
+/// [`MAX_UNPACKED_BYTES`] (as its entries declare; unpacking counts again).
+pub(crate) fn check_zip(data: &[u8]) -> Result<(), String> {
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(data))
+        .map_err(|e| format!("the package is not a valid zip archive: {e}"))?;
+    let mut declared = 0u64;
+    for i in 0..zip.len() {
+        let entry = zip.by_index(i).map_err(|e| format!("the package is corrupt: {e}"))?;
+        let name = entry.name().to_string();
+        if entry.is_symlink() {
+            return Err(format!(
+                "package entry {name:?} is a symlink: refused (it could point outside the working_dir)"
+            ));
+        }
+        if entry.enclosed_name().is_none() {
+            return Err(format!("package entry {name:?} would unpack outside the working_dir: refused"));
+        }
+        declared += entry.size();
+        if declared > MAX_UNPACKED_BYTES {
+            return Err(format!("the package unpacks to more than {} GiB: refused", MAX_UNPACKED_BYTES >> 30));
+        }
+    }
+    Ok(())
+}
+
 /// Unpacks the zip `archive` into `target` (made here; its parent must exist).
 /// Unpacks into a temporary directory first, so a failed unpack leaves nothing.
 pub(crate) fn unpack_zip(archive: &Path, target: &Path) -> Result<(), String> {
@@ -143,6 +169,16 @@ mod tests {
         let garbage = dir.path().join("garbage.zip");
         std::fs::write(&garbage, b"not a zip").unwrap();
         assert!(unpack_zip(&garbage, &dir.path().join("out2")).unwrap_err().contains("not a valid zip"));
+    }
+
+    #[test]
+    fn uploads_are_checked_before_they_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = std::fs::read(archive(dir.path(), &[("a.py", b"1")])).unwrap();
+        assert!(check_zip(&good).is_ok());
+        let evil = std::fs::read(archive(dir.path(), &[("../../x", b"1")])).unwrap();
+        assert!(check_zip(&evil).unwrap_err().contains("outside the working_dir"));
+        assert!(check_zip(b"PK not really").unwrap_err().contains("not a valid zip"));
     }
 
     #[test]

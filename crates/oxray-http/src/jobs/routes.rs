@@ -92,8 +92,7 @@ async fn put_package(
     let key = package_key(&protocol, &name).map_err(JobError::BadRequest)?;
     tokio::task::spawn_blocking(move || jobs.store_package(&key, &body))
         .await
-        .map_err(|e| JobError::Internal(e.to_string()))?
-        .map_err(JobError::Internal)?;
+        .map_err(|e| JobError::Internal(e.to_string()))??;
     Ok(StatusCode::OK.into_response())
 }
 

@@ -28,7 +28,9 @@ impl JobStore {
             .truncate(false)
             .open(&path)
             .map_err(|e| format!("cannot create {shown}: {e}"))?;
-        let db = Database::create(&path).map_err(|e| match e {
+        // A small page cache: the records are read from disk on request, so memory stays flat
+        // however many jobs are kept.
+        let db = Database::builder().set_cache_size(4 << 20).create(&path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => format!(
                 "the job store {shown} is in use by another head: stop it (`oxray stop`) or use another --state-dir"
             ),
