@@ -190,3 +190,18 @@ def rss_bytes():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("VmRSS not found in /proc/self/status")
+
+
+def http_call(method, url, token=None, body=None, headers=None):
+    """One HTTP request: (status, body text), errors included; the token as a Bearer header."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method=method, headers=dict(headers or {}))
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

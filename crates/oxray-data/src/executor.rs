@@ -465,16 +465,12 @@ impl Executor {
                 let batch_rows = self.map_state(op).batch_rows;
                 let map = self.map_state(op);
                 let ready = !map.pending.is_empty() && batch_rows.is_none_or(|b| map.pending_rows >= b);
-                if ready {
-                    let est = self.map_state(op).pending_bytes;
-                    if !self.can_submit(op, est) {
+                // A full batch, or the rest (fewer rows than a batch) once the input is over.
+                let rest = !map.pending.is_empty() && self.exhausted(input);
+                if ready || rest {
+                    if !self.submit_pending(op) {
                         break;
                     }
-                    let map = self.map_state(op);
-                    let inputs = std::mem::take(&mut map.pending);
-                    map.pending_rows = 0;
-                    map.pending_bytes = 0;
-                    self.submit(op, None, inputs, est);
                     moved = true;
                     continue;
                 }
@@ -484,20 +480,6 @@ impl Executor {
                     map.pending.push(bundle);
                     map.pending_rows += rows;
                     map.pending_bytes += bytes;
-                    moved = true;
-                    continue;
-                }
-                if self.exhausted(input) && !self.map_state(op).pending.is_empty() {
-                    // The rest, fewer rows than a batch.
-                    let est = self.map_state(op).pending_bytes;
-                    if !self.can_submit(op, est) {
-                        break;
-                    }
-                    let map = self.map_state(op);
-                    let inputs = std::mem::take(&mut map.pending);
-                    map.pending_rows = 0;
-                    map.pending_bytes = 0;
-                    self.submit(op, None, inputs, est);
                     moved = true;
                     continue;
                 }
@@ -514,6 +496,20 @@ impl Executor {
             moved = true;
         }
         moved
+    }
+
+    /// Submits the gathered inputs as one task, if the budget and slots allow.
+    fn submit_pending(&mut self, op: usize) -> bool {
+        let est = self.map_state(op).pending_bytes;
+        if !self.can_submit(op, est) {
+            return false;
+        }
+        let map = self.map_state(op);
+        let inputs = std::mem::take(&mut map.pending);
+        map.pending_rows = 0;
+        map.pending_bytes = 0;
+        self.submit(op, None, inputs, est);
+        true
     }
 
     fn submit(&mut self, op: usize, read: Option<usize>, inputs: Vec<BundleId>, est: u64) {

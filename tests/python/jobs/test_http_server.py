@@ -6,32 +6,17 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 
 import pytest
 
 from cli_cluster import free_port, running_cluster
+from oxray_testutil import http_call
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def head(tmp_path, monkeypatch):
-    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
-        cluster.start_head(num_cpus=1)
-        yield cluster
-
-
 def _get(url, token=None, headers=None):
-    request = urllib.request.Request(url, headers=dict(headers or {}))
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http_call("GET", url, token=token, headers=headers)
 
 
 def test_start_prints_the_address_and_get_auth_token_prints_the_token(tmp_path, monkeypatch):

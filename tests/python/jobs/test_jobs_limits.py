@@ -7,34 +7,18 @@ import io
 import json
 import socket
 import time
-import urllib.error
-import urllib.request
 import zipfile
 
 import psutil
 import pytest
 
-from cli_cluster import running_cluster
+from oxray_testutil import http_call
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def head(tmp_path, monkeypatch):
-    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
-        cluster.start_head(num_cpus=1)
-        yield cluster
-
-
 def call(head, method, path, token=None, body=None, headers=None):
-    request = urllib.request.Request(head.dashboard_url + path, data=body, method=method, headers=headers or {})
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=60) as reply:
-            return reply.status, reply.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
+    return http_call(method, head.dashboard_url + path, token=token, body=body, headers=headers)
 
 
 def raw(head, text: bytes) -> bytes:

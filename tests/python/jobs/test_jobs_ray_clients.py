@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cli_cluster import running_cluster
+from oxray_testutil import wait_until
 
 pytestmark = [pytest.mark.timeout(240)]
 job_submission = pytest.importorskip("ray.job_submission")
@@ -20,16 +20,17 @@ TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 
 
 @pytest.fixture
-def head(tmp_path, monkeypatch):
-    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
-        cluster.start_head(num_cpus=2)
-        yield cluster
-
-
-@pytest.fixture
 def client(head):
     # Ray's SDK takes the token as a header (its CLI, below, from RAY_AUTH_MODE/RAY_AUTH_TOKEN).
     return job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def wait_terminal(client, job_id, timeout=120):
@@ -81,22 +82,12 @@ def test_stop_kills_the_whole_process_tree(client, tmp_path):
     marker = tmp_path / "child.pid"
     script = f"sleep 300 & echo $! > {marker}; echo started; wait"
     job_id = client.submit_job(entrypoint=script)
-    deadline = time.monotonic() + 60
-    while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
     child = int(marker.read_text())
     assert client.stop_job(job_id) is True
     assert wait_terminal(client, job_id) == JobStatus.STOPPED
     assert client.get_job_info(job_id).message == "Job was intentionally stopped."
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(child, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the job's child {child} outlived the stop")
+    assert wait_until(lambda: not process_alive(child)), f"the job's child {child} outlived the stop"
     assert client.stop_job(job_id) is False, "a finished job is not stopped again"
 
 
@@ -166,9 +157,7 @@ def test_a_head_restart_keeps_every_job_and_its_logs(head, tmp_path):
     assert wait_terminal(client, done) == JobStatus.SUCCEEDED
     marker = tmp_path / "running.pid"
     running = client.submit_job(entrypoint=f"echo $$ > {marker}; exec sleep 300", submission_id="running-at-crash")
-    deadline = time.monotonic() + 60
-    while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
     job_pid = int(marker.read_text())
     [record] = [r for r in head.records() if r["head"]]
     os.kill(int(record["pid"]), 9)  # the head dies without any cleanup
@@ -180,15 +169,7 @@ def test_a_head_restart_keeps_every_job_and_its_logs(head, tmp_path):
     assert client.get_job_logs("done-before") == "kept across the restart\n"
     crashed = jobs["running-at-crash"]
     assert crashed.status == JobStatus.FAILED and "head stopped" in crashed.message, crashed
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            os.kill(job_pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError(f"the crashed head's job process {job_pid} was left running")
+    assert wait_until(lambda: not process_alive(job_pid)), f"the crashed head's job {job_pid} was left running"
     assert running == "running-at-crash"
 
 

@@ -8,20 +8,16 @@ import time
 
 import pytest
 
-from cli_cluster import running_cluster
 from oxray.exceptions import AuthenticationError
 from oxray.job_submission import JobDetails, JobStatus, JobSubmissionClient, JobType
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
-def head(tmp_path, monkeypatch):
-    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
-        cluster.start_head(num_cpus=2)
-        for var in ("OXRAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_API_SERVER_ADDRESS"):
-            monkeypatch.delenv(var, raising=False)
-        yield cluster
+@pytest.fixture(autouse=True)
+def no_token_in_env(monkeypatch):
+    for var in ("OXRAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
 
 
 def wait_terminal(client, job_id, timeout=120):

@@ -88,6 +88,12 @@ impl JobManager {
             {
                 signal_group(pid, libc::SIGKILL);
             }
+            // Also what started before its pid was recorded, and what left its group: every
+            // process carrying the job's id in its environment.
+            for pid in processes_of_job(&record.submission_id) {
+                // SAFETY: kill only sends a signal.
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
             record.status = JobStatus::Failed;
             record.error_type = Some("JOB_SUPERVISOR_ACTOR_DIED".into());
             record.message = "The head stopped while this job was running: it is marked failed and its processes \
@@ -415,6 +421,20 @@ impl JobManager {
     pub(crate) fn has_package(&self, key: &str) -> bool {
         self.packages_dir().join(key).is_file()
     }
+}
+
+/// This user's processes whose environment says they belong to job `id`
+/// (`OXRAY_JOB_SUBMISSION_ID`, which a job's processes inherit).
+fn processes_of_job(id: &str) -> Vec<u32> {
+    let marker = format!("OXRAY_JOB_SUBMISSION_ID={id}");
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == marker.as_bytes()))
+        })
+        .collect()
 }
 
 /// When process `pid` started (clock ticks after boot), from `/proc/<pid>/stat`.
