@@ -16,6 +16,8 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet torch torchvision "pandas>=2" "moto[server]>=5" "boto3>=1.28"
 	# Ray's own Jobs clients (`ray job`, `JobSubmissionClient`), tested against the head's HTTP API.
 	$(PIP) install --quiet "ray[default]==2.60.*"
+	# The Jobs API's OpenAPI description, fuzzed against the server.
+	$(PIP) install --quiet "schemathesis>=4,<5"
 	touch $@
 
 venv: $(VENV)/.deps

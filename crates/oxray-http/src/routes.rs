@@ -1,4 +1,5 @@
-//! The routes: Ray's `/api/version`, health checks and authentication.
+//! The routes: Ray's `/api/version`, health checks and authentication, and
+//! the Jobs API's OpenAPI description (`/api/openapi.json`).
 
 use crate::HttpConfig;
 use crate::auth::{self, TOKEN_COOKIE};
@@ -22,6 +23,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>) -> Router {
         .route("/api/authenticate", post(authenticate))
         .route("/api/healthz", get(healthy))
         .route("/-/healthz", get(healthy))
+        .route("/api/openapi.json", get(openapi))
         .with_state(config)
 }
 
@@ -46,6 +48,11 @@ async fn authenticate(State(config): State<Arc<HttpConfig>>, headers: HeaderMap)
     }
     let cookie = format!("{TOKEN_COOKIE}={}; Max-Age=2592000; Path=/; HttpOnly; SameSite=Strict", config.token);
     ([(header::SET_COOKIE, cookie)], axum::Json(json!({"authenticated": true}))).into_response()
+}
+
+/// The Jobs API's OpenAPI 3 description.
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], include_str!("openapi.json")).into_response()
 }
 
 async fn healthy() -> &'static str {
