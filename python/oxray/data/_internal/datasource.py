@@ -156,7 +156,7 @@ class Datasource(abc.ABC):
 
     def local_stream(self, threads: int, budget_bytes: int) -> Iterator[pa.Table]:
         """Blocks read in this process by the engine (when `streams_locally`)."""
-        raise NotImplementedError(f"{type(self).__name__} is read by tasks")
+        raise TypeError(f"{type(self).__name__} is read by tasks, not streamed in this process")
 
 
 STREAM_BLOCK_BYTES = 8 << 20
