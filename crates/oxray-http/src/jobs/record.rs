@@ -223,6 +223,15 @@ pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
                         _ => {}
                     }
                 }
+                // `excludes` shapes an upload (the client applies it); a directory on the head is used whole.
+                let head_dir = env.get("working_dir").and_then(Value::as_str).is_some_and(|d| d.starts_with('/'));
+                if head_dir && env.get("excludes").is_some_and(|e| e.as_array().is_some_and(|a| !a.is_empty())) {
+                    return Err(
+                        "runtime_env[\"excludes\"] applies to an uploaded working_dir; a working_dir that is a \
+                                directory on the head is used as it is (upload it from the client instead)"
+                            .into(),
+                    );
+                }
                 request.runtime_env = env.clone();
             }
             "entrypoint_num_cpus"
@@ -270,6 +279,11 @@ mod tests {
         assert!(cpus.contains("entrypoint_num_cpus=2"), "{cpus}");
         assert!(parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": 0}"#).is_ok());
         assert!(parse_submit(br#"{"entrypoint": "x", "metadata": {"a": 1}}"#).unwrap_err().contains("metadata"));
+        let on_head = br#"{"entrypoint": "x", "runtime_env": {"working_dir": "/srv/app", "excludes": ["*.log"]}}"#;
+        assert!(parse_submit(on_head).unwrap_err().contains("excludes"));
+        let uploaded =
+            br#"{"entrypoint": "x", "runtime_env": {"working_dir": "gcs://_ray_pkg_a.zip", "excludes": ["*.log"]}}"#;
+        assert!(parse_submit(uploaded).is_ok());
     }
 
     #[test]
