@@ -25,6 +25,9 @@ use tokio::sync::watch;
 
 /// Time between SIGTERM and SIGKILL when a job is stopped (Ray's `RAY_JOB_STOP_WAIT_TIME_S`).
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
+/// The environment variables that mark a job's processes (for finding them after a restart).
+const JOB_ID_VAR: &str = "OXRAY_JOB_SUBMISSION_ID";
+const JOB_STORE_VAR: &str = "OXRAY_JOB_STORE";
 /// Lines of output quoted in a failed job's message.
 const FAILURE_TAIL_LINES: usize = 10;
 
@@ -90,7 +93,7 @@ impl JobManager {
             }
             // Also what started before its pid was recorded, and what left its group: every
             // process carrying the job's id in its environment.
-            for pid in processes_of_job(&record.submission_id) {
+            for pid in processes_of_job(&config.data_dir, &record.submission_id) {
                 // SAFETY: kill only sends a signal.
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             }
@@ -322,13 +325,14 @@ impl JobManager {
             .env("RAY_ADDRESS", &self.config.head_address)
             .env("OXRAY_ADDRESS", &self.config.head_address)
             .env("OXRAY_TOKEN", &self.config.token)
-            .env("RAY_JOB_CONFIG_JSON_ENV_VAR", job_config.to_string())
-            .env("OXRAY_JOB_SUBMISSION_ID", &record.submission_id);
+            .env("RAY_JOB_CONFIG_JSON_ENV_VAR", job_config.to_string());
         if let Some(serde_json::Value::Object(vars)) = record.runtime_env.get("env_vars") {
             for (key, value) in vars {
                 command.env(key, value.as_str().unwrap_or_default());
             }
         }
+        // Last, so env_vars cannot hide the job's processes from a restarted head.
+        command.env(JOB_ID_VAR, &record.submission_id).env(JOB_STORE_VAR, &self.config.data_dir);
         let child = command.spawn()?;
         // The parent's copies of the pipe's write end are gone with `command`.
         drop(command);
@@ -423,16 +427,26 @@ impl JobManager {
     }
 }
 
-/// This user's processes whose environment says they belong to job `id`
-/// (`OXRAY_JOB_SUBMISSION_ID`, which a job's processes inherit).
-fn processes_of_job(id: &str) -> Vec<u32> {
-    let marker = format!("OXRAY_JOB_SUBMISSION_ID={id}");
+/// This user's processes whose environment says they belong to job `id` of
+/// the head keeping its jobs in `data_dir` (`OXRAY_JOB_SUBMISSION_ID` and
+/// `OXRAY_JOB_STORE`, which a job's processes inherit), so another cluster's job
+/// with the same id is never touched.
+fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
+    let job = format!("{JOB_ID_VAR}={id}");
+    let store = format!("{JOB_STORE_VAR}={}", data_dir.display());
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == marker.as_bytes()))
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                let mut vars = env.split(|&b| b == 0);
+                let (mut has_job, mut has_store) = (false, false);
+                for var in &mut vars {
+                    has_job |= var == job.as_bytes();
+                    has_store |= var == store.as_bytes();
+                }
+                has_job && has_store
+            })
         })
         .collect()
 }
