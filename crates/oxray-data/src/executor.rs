@@ -876,10 +876,6 @@ impl Executor {
         self.tasks.len()
     }
 
-    pub fn budget_bytes(&self) -> u64 {
-        self.config.budget_bytes
-    }
-
     pub fn used_bytes(&self) -> u64 {
         self.used
     }

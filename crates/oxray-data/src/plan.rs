@@ -8,7 +8,6 @@
 //! block costs one task, not one per operator.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// Names an operator of a plan (given by the caller, unique across nested plans).
 pub type OpId = u64;
@@ -272,14 +271,7 @@ pub fn optimize(plan: &LogicalPlan) -> Vec<Stage> {
 
 /// The stages as one line: `ReadParquet->MapBatches(f) -> Limit`.
 pub fn describe(stages: &[Stage]) -> String {
-    let mut out = String::new();
-    for (i, stage) in stages.iter().enumerate() {
-        if i > 0 {
-            out.push_str(" -> ");
-        }
-        let _ = write!(out, "{}", stage.name());
-    }
-    out
+    stages.iter().map(Stage::name).collect::<Vec<_>>().join(" -> ")
 }
 
 /// The row count without reading data, when no operator can change it.

@@ -31,11 +31,11 @@ pub struct HttpConfig {
 /// The whole application: every route, behind the token check. Fails when the
 /// job store cannot be opened.
 pub fn router(config: HttpConfig) -> Result<Router, String> {
-    let mut app = routes::routes(Arc::new(config.clone()));
+    let config = Arc::new(config);
+    let mut app = routes::routes(config.clone());
     if let Some(jobs) = &config.jobs {
         app = app.merge(jobs::routes::routes(jobs::JobManager::open(jobs.clone())?));
     }
-    let config = Arc::new(config);
     Ok(app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token)))
 }
 

@@ -4,12 +4,14 @@
 mod arena;
 mod layout;
 mod private;
+mod process;
 mod shm;
 mod store;
 
 pub use arena::{ARENA_PAGE, ArenaAllocator};
 pub use layout::{LAYOUT_ALIGN, Layout, LayoutError, ParsedObject, parse, plan, write_object};
 pub use private::{create_private_dir_all, private_file_options, write_private_file};
+pub use process::process_start_ticks;
 pub use shm::{MappedObject, ShmError, create_object_file, map_arena, map_object_file, remove_dir_if_exists};
 pub use store::{ObjectPlace, ObjectStore, Reserved, SpillEvent, SpillJob, StoreStats};
 

@@ -281,18 +281,6 @@ impl DataExecutor {
         Ok(self.lock()?.finished())
     }
 
-    fn tasks_in_flight(&self) -> PyResult<usize> {
-        Ok(self.lock()?.tasks_in_flight())
-    }
-
-    fn used_bytes(&self) -> PyResult<u64> {
-        Ok(self.lock()?.used_bytes())
-    }
-
-    fn peak_bytes(&self) -> PyResult<u64> {
-        Ok(self.lock()?.peak_bytes())
-    }
-
     /// `(name, rows, wall_s, in_flight)` of each operator that has started.
     fn progress(&self) -> PyResult<Vec<(String, u64, f64, u64)>> {
         let exec = self.lock()?;

@@ -11,7 +11,7 @@ use crate::ids::NodeId;
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
 use oxray_http::{HttpConfig, HttpServer, JobsConfig};
-use oxray_object_store::ObjectStore;
+use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
 use oxray_proto::head_service_client::HeadServiceClient;
@@ -129,14 +129,6 @@ pub fn detect_gpus() -> usize {
         return v.split(',').filter(|s| !s.trim().is_empty()).count();
     }
     std::fs::read_dir("/proc/driver/nvidia/gpus").map(|d| d.count()).unwrap_or(0)
-}
-
-/// A process's start time in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`): with its pid it names one process, even once the pid is reused.
-fn process_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and ')': fields after it follow the last ')'.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This process as `<pid>-<start ticks>`, the owner recorded on its arena and session.

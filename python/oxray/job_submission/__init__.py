@@ -85,7 +85,7 @@ def _local_cluster() -> Optional[dict]:
         return None
 
 
-def _resolve_address(address: Optional[str]) -> str:
+def _resolve_address(address: Optional[str], current: Optional[dict]) -> str:
     for candidate in (os.environ.get("RAY_API_SERVER_ADDRESS"), os.environ.get("RAY_ADDRESS"), address):
         if candidate and candidate.startswith(("http://", "https://")):
             return candidate.rstrip("/")
@@ -94,7 +94,6 @@ def _resolve_address(address: Optional[str]) -> str:
             f"JobSubmissionClient(address={address!r}): expected the head's HTTP address, such as "
             "http://127.0.0.1:8265 (`oxray start --head` prints it)"
         )
-    current = _local_cluster()
     if current and current.get("dashboard_url"):
         return current["dashboard_url"]
     raise ConnectionError(
@@ -103,11 +102,10 @@ def _resolve_address(address: Optional[str]) -> str:
     )
 
 
-def _token() -> Optional[str]:
+def _token(current: Optional[dict]) -> Optional[str]:
     token = os.environ.get("OXRAY_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
     if token:
         return token
-    current = _local_cluster()
     if current and current.get("token_file"):
         from oxray._private import node_files
 
@@ -131,10 +129,11 @@ class JobSubmissionClient:
             raise ValueError("create_cluster_if_needed=True is not supported by oxray: start one with `oxray start`")
         if verify is not True:
             raise ValueError("verify= is not supported by oxray's client yet (it speaks http to the head)")
-        self._address = _resolve_address(address)
+        current = _local_cluster()  # this host's cluster: the default address and token
+        self._address = _resolve_address(address, current)
         self._headers = dict(headers or {})
         if not any(k.lower() == "authorization" for k in self._headers):
-            token = _token()
+            token = _token(current)
             if token:
                 self._headers["Authorization"] = f"Bearer {token}"
         if cookies:

@@ -13,6 +13,7 @@ mod record;
 pub(crate) mod routes;
 mod store;
 
+use oxray_object_store::process_start_ticks;
 use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -97,14 +98,13 @@ impl JobManager {
                 // SAFETY: kill only sends a signal.
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             }
-            record.status = JobStatus::Failed;
-            record.error_type = Some("JOB_SUPERVISOR_ACTOR_DIED".into());
-            record.message = "The head stopped while this job was running: it is marked failed and its processes \
-                              were killed (submit it again)."
-                .into();
-            record.end_time = Some(now_ms());
-            record.pid = None;
-            record.pid_start = None;
+            record.end(
+                JobStatus::Failed,
+                "The head stopped while this job was running: it is marked failed and its processes were killed \
+                 (submit it again)."
+                    .into(),
+                Some("JOB_SUPERVISOR_ACTOR_DIED"),
+            );
             store.put(&record)?;
         }
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
@@ -179,17 +179,16 @@ impl JobManager {
         Ok(id)
     }
 
-    /// The job's whole life: working_dir, the entrypoint, its exit.
+    /// The job's whole life, then its final record, written once however it ended.
     async fn run(self: Arc<Self>, mut record: JobRecord, stop: Arc<AtomicBool>, log_tx: watch::Sender<u64>) {
-        let id = record.submission_id.clone();
-        let finish = |record: &mut JobRecord, status: JobStatus, message: String, error_type: Option<&str>| {
-            record.status = status;
-            record.message = message;
-            record.error_type = error_type.map(str::to_string);
-            record.end_time = Some(now_ms());
-            record.pid = None;
-            record.pid_start = None;
-        };
+        self.supervise(&mut record, &stop, log_tx).await;
+        self.put(&record);
+        self.live.lock().remove(&record.submission_id);
+    }
+
+    /// Prepares the working_dir, runs the entrypoint and waits for it; `record`
+    /// ends up saying how the job ended.
+    async fn supervise(self: &Arc<Self>, record: &mut JobRecord, stop: &AtomicBool, log_tx: watch::Sender<u64>) {
         let prepared = {
             let manager = self.clone();
             let record = record.clone();
@@ -198,47 +197,29 @@ impl JobManager {
         let (cwd, log) = match prepared {
             Ok(ready) => ready,
             Err(e) => {
-                finish(
-                    &mut record,
-                    JobStatus::Failed,
-                    format!("runtime_env setup failed: {e}"),
-                    Some("RUNTIME_ENV_SETUP_FAILURE"),
-                );
-                self.put(&record);
-                self.live.lock().remove(&id);
-                return;
+                let message = format!("runtime_env setup failed: {e}");
+                return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
             }
         };
         if stop.load(Ordering::SeqCst) {
             // Stopped while its working_dir was prepared: it never starts.
-            finish(&mut record, JobStatus::Stopped, MSG_STOPPED.into(), None);
-            self.put(&record);
-            self.live.lock().remove(&id);
-            return;
+            return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         }
-        let spawned = self.spawn(&record, &cwd, log, log_tx);
-        let (mut child, reader) = match spawned {
+        let (mut child, reader) = match self.spawn(record, &cwd, log, log_tx) {
             Ok(running) => running,
             Err(e) => {
-                finish(
-                    &mut record,
-                    JobStatus::Failed,
-                    format!("Job entrypoint command failed to start: {e}"),
-                    Some("JOB_ENTRYPOINT_COMMAND_START_ERROR"),
-                );
-                self.put(&record);
-                self.live.lock().remove(&id);
-                return;
+                let message = format!("Job entrypoint command failed to start: {e}");
+                return record.end(JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_START_ERROR"));
             }
         };
         record.status = JobStatus::Running;
         record.message = MSG_RUNNING.into();
         record.pid = child.id();
         record.pid_start = record.pid.and_then(process_start_ticks);
-        self.put(&record);
+        self.put(record);
         if stop.load(Ordering::SeqCst) {
             // A stop that came while the process was starting.
-            self.signal_stop(&record);
+            self.signal_stop(record);
         }
         let exit = child.wait().await;
         // Output the process left in the pipe; a background child holding it open is not waited for long.
@@ -252,18 +233,16 @@ impl JobManager {
         };
         record.driver_exit_code = Some(code);
         if stop.load(Ordering::SeqCst) {
-            finish(&mut record, JobStatus::Stopped, MSG_STOPPED.into(), None);
+            record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         } else if code == 0 {
-            finish(&mut record, JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
+            record.end(JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
         } else {
-            let tail = last_lines(&self.log_path(&id), FAILURE_TAIL_LINES);
+            let tail = last_lines(&self.log_path(&record.submission_id), FAILURE_TAIL_LINES);
             let message = format!(
                 "Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 chars):\n{tail}"
             );
-            finish(&mut record, JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_ERROR"));
+            record.end(JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_ERROR"));
         }
-        self.put(&record);
-        self.live.lock().remove(&id);
     }
 
     /// The job's working directory (unpacked from its package) and its log file.
@@ -353,9 +332,7 @@ impl JobManager {
     fn signal_stop(&self, record: &JobRecord) {
         let Some(pid) = record.pid else { return };
         signal_group(pid, libc::SIGTERM);
-        let manager_pid = pid;
-        let id = record.submission_id.clone();
-        let live = self.live.lock().get(&id).map(|l| l.log.clone());
+        let live = self.live.lock().get(&record.submission_id).map(|l| l.log.clone());
         tokio::spawn(async move {
             // The job is over when its log channel closes; SIGKILL if it is not after the grace time.
             if let Some(mut log) = live {
@@ -364,7 +341,7 @@ impl JobManager {
                     return;
                 }
             }
-            signal_group(manager_pid, libc::SIGKILL);
+            signal_group(pid, libc::SIGKILL);
         });
     }
 
@@ -449,13 +426,6 @@ fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
             })
         })
         .collect()
-}
-
-/// When process `pid` started (clock ticks after boot), from `/proc/<pid>/stat`.
-fn process_start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces and ')') follow the last ')'.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The last `n` lines of a file (at most 20,000 characters).

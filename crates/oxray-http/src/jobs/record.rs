@@ -66,6 +66,16 @@ pub(crate) struct JobRecord {
 }
 
 impl JobRecord {
+    /// The job has ended (`status` is terminal): when, why, and no process any more.
+    pub(crate) fn end(&mut self, status: JobStatus, message: String, error_type: Option<&str>) {
+        self.status = status;
+        self.message = message;
+        self.error_type = error_type.map(str::to_string);
+        self.end_time = Some(super::now_ms());
+        self.pid = None;
+        self.pid_start = None;
+    }
+
     /// Ray's `JobDetails`; a browser sees `env_vars` values redacted.
     pub(crate) fn details(&self, redact: bool) -> Value {
         let mut runtime_env = self.runtime_env.clone();

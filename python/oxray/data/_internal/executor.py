@@ -291,6 +291,9 @@ class Executor:
             bundle = scheduler.task_done(task, meta["rows"], meta["bytes"], meta["blocks"], meta["wall"], meta["cpu"])
             if bundle is not None:
                 self._data[bundle] = data_ref
+        self._report(scheduler)
+
+    def _report(self, scheduler) -> None:
         if self.progress is not None:
             self.progress.update(scheduler.progress())
 
@@ -384,8 +387,7 @@ class Executor:
         else:
             cpu = time.process_time() - self._read_cpu[op]
             self._data[scheduler.local_block(op, table.num_rows, table.nbytes, cpu)] = [table]
-        if self.progress is not None:
-            self.progress.update(scheduler.progress())
+        self._report(scheduler)
 
     def _close(self, op: int) -> None:
         stream = self._streams.pop(op, None)
