@@ -8,9 +8,10 @@ use crate::auth::{AttachToken, RequireToken};
 use crate::client::{RPC_DEADLINE, connect_control_channel};
 use crate::head::Head;
 use crate::ids::NodeId;
+use crate::job_resources::HeadEntrypointResources;
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{HttpConfig, HttpServer, JobsConfig};
+use oxray_http::{EntrypointResources, HttpConfig, HttpServer, JobsConfig};
 use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -317,6 +318,11 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         HeadRole::Join { .. } => bind(&cfg.host, cfg.agent_port, "the node agent").await?,
     };
     let agent_address = listener.local_addr().map_err(io(&cfg.session_dir))?.to_string();
+    let head = match &cfg.head {
+        HeadRole::Local { state_dir: Some(dir), .. } => Some(Head::persistent(dir)?),
+        HeadRole::Local { state_dir: None, .. } => Some(Head::default()),
+        HeadRole::Join { .. } => None,
+    };
     let http = match (&cfg.head, &cfg.dashboard) {
         (HeadRole::Local { .. }, Some((host, port))) => {
             let started = async {
@@ -338,6 +344,9 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                     data_dir,
                     session_dir: cfg.session_dir.clone(),
                     python: cfg.python.clone(),
+                    resources: head.clone().map(|head| {
+                        Arc::new(HeadEntrypointResources::new(head, node_id)) as Arc<dyn EntrypointResources>
+                    }),
                 };
                 HttpServer::start(listener, HttpConfig { token: token.clone(), session_name, jobs: Some(jobs) })
                     .map_err(ClusterError::Http)
@@ -406,14 +415,10 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         .add_service(guarded!(WorkerServiceServer, service.clone()))
         .add_service(guarded!(PeerServiceServer, service.clone()))
         .add_service(guarded!(BundleServiceServer, service));
-    if let HeadRole::Local { state_dir, .. } = &cfg.head {
-        let head = match state_dir {
-            Some(dir) => Head::persistent(dir)?,
-            None => Head::default(),
-        };
+    if let Some(head) = &head {
         head.set_token(&token);
         background.push(head.spawn_placement_loop());
-        router = router.add_service(HeadServiceServer::with_interceptor(head, guard.clone()));
+        router = router.add_service(HeadServiceServer::with_interceptor(head.clone(), guard.clone()));
     }
     let (server_stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(router.serve_with_incoming_shutdown(incoming_nodelay(listener), async {

@@ -137,6 +137,11 @@ pub struct Head {
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
     channels: Arc<AgentChannels>,
+    /// Groups whose bundles must all go on one given node (a job's entrypoint
+    /// resources, held on the node its driver runs on).
+    pinned: Arc<Mutex<HashMap<PlacementGroupId, NodeId>>>,
+    /// Bumped whenever a group is placed or a node registers, for waiters.
+    changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Head {
@@ -330,7 +335,12 @@ impl Head {
         let Ok(strategy) = Strategy::from_proto(spec.strategy()) else { return };
         let bundles: Vec<ResourceSet> =
             spec.bundles.iter().map(|b| ResourceSet::from_map(&b.resources).unwrap_or_default()).collect();
-        let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
+        let pinned = self.pinned.lock().get(&pg_id).copied();
+        let live: Vec<NodeInfo> = self
+            .nodes()
+            .into_iter()
+            .filter(|n| n.alive && pinned.is_none_or(|node| n.node_id == node.to_vec()))
+            .collect();
         let free: Vec<ResourceSet> =
             live.iter().map(|n| ResourceSet::from_map(&n.available).unwrap_or_default()).collect();
         let Some(assignment) = plan(strategy, &bundles, &free) else { return };
@@ -383,6 +393,38 @@ impl Head {
             group.set_state(PlacementGroupState::Created);
             group.bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
         }
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Creates a placement group whose bundles may only go on `node`; it is
+    /// placed now if it fits, else by the placement loop once it does.
+    pub async fn create_group_on_node(&self, spec: PlacementGroupSpec, node: NodeId) -> Result<(), Status> {
+        let pg_id = PlacementGroupId::from_bytes(&spec.pg_id).map_err(HeadError::from)?;
+        self.pinned.lock().insert(pg_id, node);
+        if let Err(e) = self.create_placement_group(Request::new(spec)).await {
+            self.pinned.lock().remove(&pg_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes a group made by [`Head::create_group_on_node`], giving back its bundles.
+    pub async fn remove_group(&self, pg_id: PlacementGroupId) {
+        let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
+        if let Err(e) = self.remove_placement_group(Request::new(request)).await {
+            tracing::debug!("removing placement group {}: {e}", pg_id.hex());
+        }
+        self.pinned.lock().remove(&pg_id);
+    }
+
+    /// The state of a placement group (`None` when unknown).
+    pub fn group_state(&self, pg_id: PlacementGroupId) -> Option<PlacementGroupState> {
+        self.groups.lock().get(&pg_id).map(|g| g.state())
+    }
+
+    /// Changes when a group is placed or a node registers.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     pub fn nodes(&self) -> Vec<NodeInfo> {
@@ -433,6 +475,7 @@ impl HeadService for Head {
         let node_id = NodeId::from_bytes(&info.node_id).map_err(HeadError::from)?;
         self.persist_node(&info)?;
         self.nodes.lock().insert(node_id, NodeRecord { info, last_seen: Instant::now() });
+        self.changes.send_modify(|n| *n += 1);
         Ok(Response::new(Empty {}))
     }
 

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod head;
 pub mod head_store;
 pub mod ids;
+pub mod job_resources;
 pub mod placement;
 pub mod refs;
 pub mod resources;

@@ -120,7 +120,42 @@ def test_bad_submissions_are_refused_with_the_reason(client):
     with pytest.raises(RuntimeError, match="pip"):
         client.submit_job(entrypoint="true", runtime_env={"pip": ["requests"]})
     with pytest.raises(RuntimeError, match="entrypoint_num_cpus"):
-        client.submit_job(entrypoint="true", entrypoint_num_cpus=1)
+        client.submit_job(entrypoint="true", entrypoint_num_cpus=-1)
+    with pytest.raises(RuntimeError, match="entrypoint_label_selector"):
+        client.submit_job(entrypoint="true", entrypoint_label_selector={"zone": "a"})
+
+
+def test_entrypoint_resources_are_held_and_a_job_waits_pending_for_them(client, tmp_path):
+    """The head has 2 CPUs: a job holding both leaves none to tasks, and a job
+    asking for one waits PENDING (never started) until the first ends."""
+    go, started = tmp_path / "go", tmp_path / "started"
+    holder = client.submit_job(
+        entrypoint=f"while [ ! -e {go} ]; do sleep 0.05; done", entrypoint_num_cpus=2, entrypoint_memory=1 << 20
+    )
+    wait_until(lambda: client.get_job_status(holder) == JobStatus.RUNNING, timeout=60)
+    waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
+    stopped_while_waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
+    probe = "import oxray as ray; ray.init(); print('free CPU', ray.available_resources().get('CPU', 0))"
+    free = client.submit_job(entrypoint=f'python -c "{probe}"')
+    assert wait_terminal(client, free) == JobStatus.SUCCEEDED, client.get_job_logs(free)
+    assert "free CPU 0" in client.get_job_logs(free), client.get_job_logs(free)
+    info = client.get_job_info(waiting)
+    assert info.status == JobStatus.PENDING and "waiting for resources" in info.message, info
+    assert client.stop_job(stopped_while_waiting) is True
+    assert wait_terminal(client, stopped_while_waiting) == JobStatus.STOPPED
+    assert not started.exists()
+    go.touch()
+    assert wait_terminal(client, holder) == JobStatus.SUCCEEDED
+    assert wait_terminal(client, waiting) == JobStatus.SUCCEEDED, client.get_job_info(waiting)
+    assert started.exists()
+
+
+def test_entrypoint_resources_no_node_can_give_fail_the_job(client):
+    job_id = client.submit_job(entrypoint="true", entrypoint_num_gpus=1, entrypoint_resources={"tpu_pod": 2})
+    assert wait_terminal(client, job_id) == JobStatus.FAILED
+    info = client.get_job_info(job_id)
+    assert info.error_type == "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE", info
+    assert "GPU=1" in info.message and "tpu_pod=2" in info.message, info.message
 
 
 def ray_cli(head, *args, timeout=180):

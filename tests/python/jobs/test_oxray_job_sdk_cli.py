@@ -71,8 +71,8 @@ def test_the_sdk_refuses_a_wrong_token_and_bad_options(head, monkeypatch):
     with pytest.raises(ValueError, match="expected the head's HTTP address"):
         JobSubmissionClient("127.0.0.1:6379")
     client = JobSubmissionClient(head.dashboard_url)
-    with pytest.raises(RuntimeError, match="entrypoint_num_gpus"):
-        client.submit_job(entrypoint="true", entrypoint_num_gpus=1)
+    with pytest.raises(RuntimeError, match="use entrypoint_num_cpus"):
+        client.submit_job(entrypoint="true", entrypoint_resources={"CPU": 1})
     with pytest.raises(ValueError, match="not a directory"):
         client.submit_job(entrypoint="true", runtime_env={"working_dir": "/no/such/dir"})
 
@@ -82,7 +82,9 @@ def test_the_oxray_job_command(head, tmp_path):
     work = tmp_path / "cli"
     work.mkdir()
     (work / "hello.py").write_text("print('hello', 'from', 'oxray job')\n")
-    submitted = head.cli("job", "submit", "--working-dir", str(work), "--", "python", "hello.py", env=env)
+    submitted = head.cli(
+        "job", "submit", "--entrypoint-num-cpus", "2", "--working-dir", str(work), "--", "python", "hello.py", env=env
+    )
     assert "hello from oxray job" in submitted.stdout and "succeeded" in submitted.stdout, submitted.stdout
     failed = head.cli("job", "submit", "--", "sh", "-c", "echo bad; exit 5", check=False, env=env)
     assert failed.returncode == 1 and "failed with exit code 5" in failed.stdout, failed.stdout + failed.stderr

@@ -10,16 +10,17 @@
 
 mod packages;
 mod record;
+pub(crate) mod resources;
 pub(crate) mod routes;
 mod store;
 
 use oxray_object_store::process_start_ticks;
 use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
+use resources::{EntrypointResources, HoldError};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::JobStore;
 use tokio::sync::watch;
@@ -46,11 +47,29 @@ pub struct JobsConfig {
     pub session_dir: PathBuf,
     /// The cluster's Python interpreter: its directory goes first on the job's PATH.
     pub python: String,
+    /// The scheduler that holds `entrypoint_*` resources; without one, a job
+    /// asking for any is refused.
+    pub resources: Option<Arc<dyn EntrypointResources>>,
+}
+
+/// How long a job may wait PENDING for its resources before it fails
+/// (`RAY_JOB_START_TIMEOUT_SECONDS`, 15 minutes by default, as in Ray).
+fn start_timeout() -> Duration {
+    const DEFAULT: f64 = 900.0;
+    let seconds = match std::env::var("RAY_JOB_START_TIMEOUT_SECONDS") {
+        Ok(raw) => raw.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).unwrap_or_else(|| {
+            tracing::warn!("RAY_JOB_START_TIMEOUT_SECONDS={raw:?} is not a number of seconds; using {DEFAULT}");
+            DEFAULT
+        }),
+        Err(_) => DEFAULT,
+    };
+    Duration::from_secs_f64(seconds)
 }
 
 /// A running job's live parts.
 struct Live {
-    stop: Arc<AtomicBool>,
+    /// Set to true to stop the job (whether it waits or runs).
+    stop: Arc<watch::Sender<bool>>,
     /// Bytes of output written so far; closed when the job has ended.
     log: watch::Receiver<u64>,
 }
@@ -154,6 +173,12 @@ impl JobManager {
         {
             packages::package_path(&self.packages_dir(), dir).map_err(JobError::BadRequest)?;
         }
+        if !request.resources.is_empty() && self.config.resources.is_none() {
+            return Err(JobError::BadRequest(format!(
+                "entrypoint resources {:?} cannot be reserved: this server has no scheduler to hold them",
+                request.resources
+            )));
+        }
         let record = JobRecord {
             submission_id: id.clone(),
             entrypoint: request.entrypoint,
@@ -165,30 +190,85 @@ impl JobManager {
             metadata: request.metadata,
             runtime_env: request.runtime_env,
             driver_exit_code: None,
+            resources: request.resources,
             pid: None,
             pid_start: None,
         };
         self.store.put(&record).map_err(JobError::Internal)?;
         let (log_tx, log_rx) = watch::channel(0u64);
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(watch::Sender::new(false));
         self.live.lock().insert(id.clone(), Live { stop: stop.clone(), log: log_rx });
         let manager = self.clone();
         tokio::spawn(async move {
-            manager.run(record, stop, log_tx).await;
+            manager.run(record, stop.subscribe(), log_tx).await;
         });
         Ok(id)
     }
 
     /// The job's whole life, then its final record, written once however it ended.
-    async fn run(self: Arc<Self>, mut record: JobRecord, stop: Arc<AtomicBool>, log_tx: watch::Sender<u64>) {
-        self.supervise(&mut record, &stop, log_tx).await;
+    async fn run(self: Arc<Self>, mut record: JobRecord, stop: watch::Receiver<bool>, log_tx: watch::Sender<u64>) {
+        self.supervise(&mut record, stop, log_tx).await;
+        if let Some(scheduler) = &self.config.resources
+            && !record.resources.is_empty()
+        {
+            scheduler.release(&record.submission_id).await;
+        }
         self.put(&record);
         self.live.lock().remove(&record.submission_id);
     }
 
-    /// Prepares the working_dir, runs the entrypoint and waits for it; `record`
-    /// ends up saying how the job ended.
-    async fn supervise(self: &Arc<Self>, record: &mut JobRecord, stop: &AtomicBool, log_tx: watch::Sender<u64>) {
+    /// Waits PENDING until the entrypoint's resources are held; `Err` ends the
+    /// job (stopped meanwhile, never schedulable, or waited too long).
+    async fn hold_resources(
+        &self,
+        record: &JobRecord,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Result<(), (JobStatus, String, Option<&'static str>)> {
+        let Some(scheduler) = self.config.resources.as_ref().filter(|_| !record.resources.is_empty()) else {
+            return Ok(());
+        };
+        let timeout = start_timeout();
+        tokio::select! {
+            held = tokio::time::timeout(timeout, scheduler.hold(&record.submission_id, &record.resources)) => match held {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(HoldError::Unschedulable(reason))) => Err((
+                    JobStatus::Failed,
+                    format!("The job's entrypoint resources {:?} cannot be scheduled: {reason}", record.resources),
+                    Some("JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE"),
+                )),
+                Ok(Err(HoldError::Failed(reason))) => Err((
+                    JobStatus::Failed,
+                    format!("The job's entrypoint resources {:?} could not be reserved: {reason}", record.resources),
+                    Some("JOB_SUPERVISOR_ACTOR_START_FAILURE"),
+                )),
+                Err(_) => Err((
+                    JobStatus::Failed,
+                    format!(
+                        "Job supervisor actor failed to start within {:.1} seconds (its entrypoint resources {:?} \
+                         never became free). This timeout can be configured by setting the environment variable \
+                         RAY_JOB_START_TIMEOUT_SECONDS.",
+                        timeout.as_secs_f64(),
+                        record.resources
+                    ),
+                    Some("JOB_SUPERVISOR_ACTOR_START_TIMEOUT"),
+                )),
+            },
+            _ = stop.wait_for(|stopped| *stopped) => Err((JobStatus::Stopped, MSG_STOPPED.into(), None)),
+        }
+    }
+
+    /// Holds its resources, prepares the working_dir, runs the entrypoint and
+    /// waits for it; `record` ends up saying how the job ended.
+    async fn supervise(
+        self: &Arc<Self>,
+        record: &mut JobRecord,
+        mut stop: watch::Receiver<bool>,
+        log_tx: watch::Sender<u64>,
+    ) {
+        if let Err((status, message, error_type)) = self.hold_resources(record, &mut stop).await {
+            return record.end(status, message, error_type);
+        }
+        let stopped = || *stop.borrow();
         let prepared = {
             let manager = self.clone();
             let record = record.clone();
@@ -201,7 +281,7 @@ impl JobManager {
                 return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
             }
         };
-        if stop.load(Ordering::SeqCst) {
+        if stopped() {
             // Stopped while its working_dir was prepared: it never starts.
             return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         }
@@ -217,7 +297,7 @@ impl JobManager {
         record.pid = child.id();
         record.pid_start = record.pid.and_then(process_start_ticks);
         self.put(record);
-        if stop.load(Ordering::SeqCst) {
+        if stopped() {
             // A stop that came while the process was starting.
             self.signal_stop(record);
         }
@@ -232,7 +312,7 @@ impl JobManager {
             Err(_) => -1,
         };
         record.driver_exit_code = Some(code);
-        if stop.load(Ordering::SeqCst) {
+        if stopped() {
             record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         } else if code == 0 {
             record.end(JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
@@ -353,7 +433,7 @@ impl JobManager {
         }
         let Some(stop) = self.live.lock().get(id).map(|l| l.stop.clone()) else { return Ok(false) };
         // A pending job sees the flag before it starts; a running one gets the signals too.
-        stop.store(true, Ordering::SeqCst);
+        stop.send_replace(true);
         self.signal_stop(&record);
         Ok(true)
     }

@@ -2,6 +2,7 @@
 //! its status and Ray's wording for each, and the submit request's checks.
 
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum JobStatus {
@@ -40,8 +41,8 @@ impl JobStatus {
     }
 }
 
-pub(crate) const MSG_PENDING: &str =
-    "Job has not started yet. It may be waiting for the runtime environment to be set up.";
+pub(crate) const MSG_PENDING: &str = "Job has not started yet. It may be waiting for resources (CPUs, GPUs, memory, \
+     custom resources) to become available. It may be waiting for the runtime environment to be set up.";
 pub(crate) const MSG_RUNNING: &str = "Job is currently running.";
 pub(crate) const MSG_STOPPED: &str = "Job was intentionally stopped.";
 pub(crate) const MSG_SUCCEEDED: &str = "Job finished successfully.";
@@ -59,6 +60,9 @@ pub(crate) struct JobRecord {
     pub metadata: Map<String, Value>,
     pub runtime_env: Map<String, Value>,
     pub driver_exit_code: Option<i32>,
+    /// What the entrypoint reserves while it runs (`entrypoint_num_cpus` as
+    /// `CPU`, ...); stored, not shown, as in Ray.
+    pub resources: BTreeMap<String, f64>,
     /// The entrypoint's process (and process group), while it runs.
     pub pid: Option<u32>,
     /// That process's start time (clock ticks after boot), so a reused pid is never signalled.
@@ -108,6 +112,7 @@ impl JobRecord {
         let mut value = self.details(false);
         value["pid"] = json!(self.pid);
         value["pid_start"] = json!(self.pid_start);
+        value["entrypoint_resources_held"] = json!(self.resources);
         value.to_string()
     }
 
@@ -126,6 +131,11 @@ impl JobRecord {
             metadata: object("metadata"),
             runtime_env: object("runtime_env"),
             driver_exit_code: value.get("driver_exit_code").and_then(Value::as_i64).map(|c| c as i32),
+            resources: value
+                .get("entrypoint_resources_held")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
+                .unwrap_or_default(),
             pid: value.get("pid").and_then(Value::as_u64).map(|p| p as u32),
             pid_start: value.get("pid_start").and_then(Value::as_u64),
         })
@@ -149,6 +159,59 @@ pub(crate) struct SubmitRequest {
     pub submission_id: Option<String>,
     pub runtime_env: Map<String, Value>,
     pub metadata: Map<String, Value>,
+    /// `entrypoint_num_cpus/gpus/memory/resources` as scheduler resources (zeros left out).
+    pub resources: BTreeMap<String, f64>,
+}
+
+/// A resource amount: a finite number, not negative.
+fn amount(value: &Value, what: &str) -> Result<f64, String> {
+    match value.as_f64() {
+        Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("{what} must be a number >= 0, got {value}")),
+    }
+}
+
+/// Adds the `entrypoint_*` field `key` to `resources`.
+fn entrypoint_resource(key: &str, value: &Value, resources: &mut BTreeMap<String, f64>) -> Result<(), String> {
+    let mut add = |name: &str, x: f64| {
+        if x > 0.0 {
+            resources.insert(name.to_string(), x);
+        }
+    };
+    match key {
+        "entrypoint_num_cpus" => add("CPU", amount(value, key)?),
+        "entrypoint_num_gpus" => add("GPU", amount(value, key)?),
+        "entrypoint_memory" => {
+            if value.as_u64().is_none() {
+                return Err(format!("entrypoint_memory must be a whole number of bytes >= 0, got {value}"));
+            }
+            add("memory", amount(value, key)?)
+        }
+        "entrypoint_resources" => {
+            let map = value.as_object().ok_or_else(|| {
+                format!("entrypoint_resources must be a JSON object of resource names to numbers, got {value}")
+            })?;
+            for (name, x) in map {
+                if matches!(name.as_str(), "CPU" | "GPU" | "memory") {
+                    return Err(format!(
+                        "entrypoint_resources may not contain {name:?}: use entrypoint_num_cpus, \
+                         entrypoint_num_gpus or entrypoint_memory"
+                    ));
+                }
+                add(name, amount(x, &format!("entrypoint_resources[{name:?}]"))?);
+            }
+        }
+        _ => {
+            // entrypoint_label_selector: oxray nodes carry no labels yet.
+            if value.as_object().is_some_and(|m| !m.is_empty()) {
+                return Err(format!("{key}={value} is not supported by oxray yet: nodes carry no labels to select on"));
+            }
+            if !value.is_object() {
+                return Err(format!("{key} must be a JSON object of strings, got {value}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `runtime_env` keys oxray applies to a job.
@@ -186,8 +249,13 @@ pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
     let Value::Object(fields) = value else {
         return Err("the request body must be a JSON object such as {\"entrypoint\": \"python script.py\"}".into());
     };
-    let mut request =
-        SubmitRequest { entrypoint: String::new(), submission_id: None, runtime_env: Map::new(), metadata: Map::new() };
+    let mut request = SubmitRequest {
+        entrypoint: String::new(),
+        submission_id: None,
+        runtime_env: Map::new(),
+        metadata: Map::new(),
+        resources: BTreeMap::new(),
+    };
     let mut entrypoint = None;
     for (key, value) in &fields {
         if value.is_null() {
@@ -248,14 +316,7 @@ pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
             | "entrypoint_num_gpus"
             | "entrypoint_memory"
             | "entrypoint_resources"
-            | "entrypoint_label_selector" => {
-                let zero = value.as_f64() == Some(0.0) || value.as_object().is_some_and(Map::is_empty);
-                if !zero {
-                    return Err(format!(
-                        "{key}={value} is not supported by oxray yet: the entrypoint would run without reserving it"
-                    ));
-                }
-            }
+            | "entrypoint_label_selector" => entrypoint_resource(key, value, &mut request.resources)?,
             other => {
                 return Err(format!(
                     "unknown field {other:?}; expected entrypoint, submission_id, runtime_env, metadata or entrypoint_*"
@@ -285,9 +346,19 @@ mod tests {
         assert!(parse_submit(br#"{"runtime_env": {}}"#).unwrap_err().contains("entrypoint is required"));
         let pip = parse_submit(br#"{"entrypoint": "x", "runtime_env": {"pip": ["a"]}}"#).unwrap_err();
         assert!(pip.contains("\"pip\"") && pip.contains("not supported"), "{pip}");
-        let cpus = parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": 2}"#).unwrap_err();
-        assert!(cpus.contains("entrypoint_num_cpus=2"), "{cpus}");
-        assert!(parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": 0}"#).is_ok());
+        let held = parse_submit(
+            br#"{"entrypoint": "x", "entrypoint_num_cpus": 2, "entrypoint_num_gpus": 0, "entrypoint_memory": 1024,
+                 "entrypoint_resources": {"disk": 0.5}}"#,
+        )
+        .unwrap();
+        let expected: BTreeMap<String, f64> =
+            [("CPU", 2.0), ("memory", 1024.0), ("disk", 0.5)].into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        assert_eq!(held.resources, expected);
+        assert!(parse_submit(br#"{"entrypoint": "x", "entrypoint_num_cpus": -1}"#).unwrap_err().contains(">= 0"));
+        let cpu = parse_submit(br#"{"entrypoint": "x", "entrypoint_resources": {"CPU": 1}}"#).unwrap_err();
+        assert!(cpu.contains("entrypoint_num_cpus"), "{cpu}");
+        let labels = parse_submit(br#"{"entrypoint": "x", "entrypoint_label_selector": {"a": "b"}}"#).unwrap_err();
+        assert!(labels.contains("entrypoint_label_selector"), "{labels}");
         assert!(parse_submit(br#"{"entrypoint": "x", "metadata": {"a": 1}}"#).unwrap_err().contains("metadata"));
         let on_head = br#"{"entrypoint": "x", "runtime_env": {"working_dir": "/srv/app", "excludes": ["*.log"]}}"#;
         assert!(parse_submit(on_head).unwrap_err().contains("excludes"));
@@ -311,6 +382,7 @@ mod tests {
             metadata: Map::new(),
             runtime_env: env,
             driver_exit_code: None,
+            resources: [("CPU".to_string(), 1.5)].into_iter().collect(),
             pid: Some(42),
             pid_start: Some(7),
         };
