@@ -205,6 +205,8 @@ def init(
     STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
     STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
     STATE.runtime_env = dict(runtime_env or {})
+    submitted = os.environ.get("OXRAY_JOB_SUBMISSION_ID") and os.environ.get("PYTHONPATH")
+    STATE.job_env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if submitted else {}
     STATE.functions.clear()
     STATE.registered.clear()
     if log_to_driver:

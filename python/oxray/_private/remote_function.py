@@ -45,7 +45,11 @@ class RemoteFunction:
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
         return_ids, refs = new_return_refs(num_returns)
         max_retries = options.get("max_retries")
-        env = {**opts.env_vars({"runtime_env": STATE.runtime_env}), **opts.env_vars(options)}
+        env = {
+            **STATE.job_env_vars,
+            **opts.env_vars({"runtime_env": STATE.runtime_env}),
+            **opts.env_vars(options),
+        }
         client.submit(
             kind=TaskKind.NORMAL,
             task_id=os.urandom(16),

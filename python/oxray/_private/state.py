@@ -26,6 +26,9 @@ class ProcessState:
     functions_generation: int = 0
     registered: set = field(default_factory=set)
     runtime_env: dict = field(default_factory=dict)
+    # A submitted job's driver gives its tasks and actors its import path (its
+    # working_dir, py_modules and pip virtualenv, which the Jobs server set up).
+    job_env_vars: dict = field(default_factory=dict)
     address_info: dict = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import socket
@@ -110,6 +111,14 @@ class Worker:
                 os.environ[k] = v
         else:
             os.environ.update(env)
+        # The job's import path (its working_dir, py_modules, pip packages) for this task;
+        # an actor keeps it.
+        added_paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        if added_paths:
+            sys.path[:0] = added_paths
+            importlib.invalidate_caches()
+        if kind == TaskKind.ACTOR_CREATION:
+            added_paths = []
         returns_ids = a.return_ids
         name = a.name
         method_names = []
@@ -147,6 +156,9 @@ class Worker:
                 print(f"(oxray) could not report the failure of {name}: {report_failure!r}", file=sys.stderr)
                 self.client.task_done(a.task_id, [], True, [], [], str(e))
         finally:
+            for p in added_paths:
+                if p in sys.path:
+                    sys.path.remove(p)
             for k, v in saved_env.items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -230,7 +242,6 @@ def _preload_names():
 
 
 def _preload(names):
-    import importlib
     import importlib.util
 
     for name in names:

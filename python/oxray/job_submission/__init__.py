@@ -171,17 +171,39 @@ class JobSubmissionClient:
     def get_version(self) -> str:
         return self._json("GET", "/api/version")["version"]
 
+    def _put_package(self, name: str, data: bytes) -> str:
+        """Uploads a package unless the server has it; its `gcs://` URI."""
+        status, _ = self._request("GET", f"/api/packages/gcs/{name}")
+        if status == 404:
+            status, text = self._request("PUT", f"/api/packages/gcs/{name}", data, "application/octet-stream")
+            if status != 200:
+                raise RuntimeError(f"Request failed with status code {status}: {text.decode(errors='replace')}.")
+        return f"gcs://{name}"
+
     def _upload(self, runtime_env: dict) -> dict:
+        """Uploads local working_dir and py_modules as Ray's clients do; URIs pass through."""
         env = dict(runtime_env)
         working_dir = env.get("working_dir")
         if isinstance(working_dir, str) and "://" not in working_dir:
-            name, data = _package.zip_directory(working_dir, env.get("excludes") or [])
-            status, _ = self._request("GET", f"/api/packages/gcs/{name}")
-            if status == 404:
-                status, text = self._request("PUT", f"/api/packages/gcs/{name}", data, "application/octet-stream")
-                if status != 200:
-                    raise RuntimeError(f"Request failed with status code {status}: {text.decode(errors='replace')}.")
-            env["working_dir"] = f"gcs://{name}"
+            env["working_dir"] = self._put_package(*_package.zip_directory(working_dir, env.get("excludes") or []))
+        modules = env.get("py_modules")
+        if isinstance(modules, list):
+            uris = []
+            for module in modules:
+                module = os.fspath(module) if isinstance(module, os.PathLike) else module
+                if not isinstance(module, str):
+                    raise TypeError(f"py_modules entries must be paths or URIs, got {module!r}")
+                if "://" in module:
+                    uris.append(module)
+                elif module.endswith(".whl"):
+                    with open(module, "rb") as f:
+                        uris.append(self._put_package(os.path.basename(module), f.read()))
+                else:
+                    package = _package.zip_directory(
+                        module, env.get("excludes") or [], what="py_modules entry", include_parent_dir=True
+                    )
+                    uris.append(self._put_package(*package))
+            env["py_modules"] = uris
         return env
 
     # -- Ray's methods --

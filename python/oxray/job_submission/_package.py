@@ -1,6 +1,7 @@
-"""A local working_dir as the upload Ray's clients make: a ZIP_STORED archive of
-the directory (minus `.git`, `.venv`, `venv`, `__pycache__` and the
-`excludes` patterns), named `_ray_pkg_<16 hex>.zip` after its contents."""
+"""A local working_dir or py_module as the upload Ray's clients make: a
+ZIP_STORED archive of the directory (minus `.git`, `.venv`, `venv`,
+`__pycache__` and the `excludes` patterns; a py_module's entries keep its
+directory's name), named `_ray_pkg_<16 hex>.zip` after its contents."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ def _excluded(relative: str, patterns: list) -> bool:
     return any(fnmatch.fnmatch(relative, p.strip("/")) or p.strip("/") in parts for p in patterns)
 
 
-def zip_directory(path: str, excludes: list) -> tuple:
+def zip_directory(path: str, excludes: list, what: str = "working_dir", include_parent_dir: bool = False) -> tuple:
     """(package name, archive bytes) for the directory `path`."""
     if not os.path.isdir(path):
-        raise ValueError(f"working_dir {path!r} is not a directory")
+        raise ValueError(f"{what} {path!r} is not a directory")
     if not isinstance(excludes, list) or not all(isinstance(p, str) for p in excludes):
         raise TypeError(f"runtime_env['excludes'] must be a list of patterns, got {excludes!r}")
     root = os.path.abspath(path)
@@ -42,6 +43,8 @@ def zip_directory(path: str, excludes: list) -> tuple:
                     continue
                 with open(full, "rb") as f:
                     data = f.read()
+                if include_parent_dir:
+                    relative = f"{os.path.basename(root)}/{relative}"
                 digest.update(relative.encode())
                 digest.update(data)
                 archive.writestr(relative, data)

@@ -117,8 +117,8 @@ def test_a_job_joins_the_cluster_it_was_submitted_to(client, tmp_path):
 
 
 def test_bad_submissions_are_refused_with_the_reason(client):
-    with pytest.raises(RuntimeError, match="pip"):
-        client.submit_job(entrypoint="true", runtime_env={"pip": ["requests"]})
+    with pytest.raises(RuntimeError, match="conda"):
+        client.submit_job(entrypoint="true", runtime_env={"conda": "my-env"})
     with pytest.raises(RuntimeError, match="entrypoint_num_cpus"):
         client.submit_job(entrypoint="true", entrypoint_num_cpus=-1)
     with pytest.raises(RuntimeError, match="entrypoint_label_selector"):

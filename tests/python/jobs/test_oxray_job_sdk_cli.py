@@ -103,3 +103,21 @@ def test_the_oxray_job_command(head, tmp_path):
     empty = head.cli("job", "submit", check=False, env=env)
     assert empty.returncode == 1 and "no entrypoint" in empty.stderr
     assert os.path.isdir(work)
+
+
+def test_the_sdk_uploads_py_modules(head, tmp_path):
+    module = tmp_path / "lib" / "oxray_sdkmod"
+    module.mkdir(parents=True)
+    (module / "__init__.py").write_text("NAME = 'uploaded module'\n")
+    (module / "__pycache__").mkdir()
+    (module / "__pycache__" / "junk.pyc").write_bytes(b"not uploaded")
+    client = JobSubmissionClient()
+    job_id = client.submit_job(
+        entrypoint="python -c 'import oxray_sdkmod, os; print(oxray_sdkmod.NAME, os.listdir(oxray_sdkmod.__path__[0]))'",
+        runtime_env={"py_modules": [str(module)]},
+    )
+    assert wait_terminal(client, job_id) == JobStatus.SUCCEEDED, client.get_job_logs(job_id)
+    assert client.get_job_logs(job_id) == "uploaded module ['__init__.py']\n"
+    assert client.get_job_info(job_id).runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")
+    with pytest.raises(ValueError, match="py_modules entry"):
+        client.submit_job(entrypoint="true", runtime_env={"py_modules": [str(tmp_path / "nowhere")]})

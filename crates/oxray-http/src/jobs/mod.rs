@@ -12,6 +12,7 @@ mod packages;
 mod record;
 pub(crate) mod resources;
 pub(crate) mod routes;
+mod runtime_env;
 mod store;
 
 use oxray_object_store::process_start_ticks;
@@ -168,11 +169,6 @@ impl JobManager {
                  Please use a different submission_id."
             )));
         }
-        if let Some(dir) = request.runtime_env.get("working_dir").and_then(|v| v.as_str())
-            && !Path::new(dir).is_absolute()
-        {
-            packages::package_path(&self.packages_dir(), dir).map_err(JobError::BadRequest)?;
-        }
         if !request.resources.is_empty() && self.config.resources.is_none() {
             return Err(JobError::BadRequest(format!(
                 "entrypoint resources {:?} cannot be reserved: this server has no scheduler to hold them",
@@ -274,7 +270,7 @@ impl JobManager {
             let record = record.clone();
             tokio::task::spawn_blocking(move || manager.prepare(&record)).await.unwrap_or_else(|e| Err(e.to_string()))
         };
-        let (cwd, log) = match prepared {
+        let (prepared, log) = match prepared {
             Ok(ready) => ready,
             Err(e) => {
                 let message = format!("runtime_env setup failed: {e}");
@@ -285,7 +281,7 @@ impl JobManager {
             // Stopped while its working_dir was prepared: it never starts.
             return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         }
-        let (mut child, reader) = match self.spawn(record, &cwd, log, log_tx) {
+        let (mut child, reader) = match self.spawn(record, &prepared, log, log_tx) {
             Ok(running) => running,
             Err(e) => {
                 let message = format!("Job entrypoint command failed to start: {e}");
@@ -325,61 +321,49 @@ impl JobManager {
         }
     }
 
-    /// The job's working directory (unpacked from its package) and its log file.
-    fn prepare(&self, record: &JobRecord) -> Result<(PathBuf, std::fs::File), String> {
+    /// The job's runtime_env made real (`runtime_env.rs`), and its log file.
+    fn prepare(&self, record: &JobRecord) -> Result<(runtime_env::Prepared, std::fs::File), String> {
         let log = oxray_object_store::private_file_options()
             .create(true)
             .append(true)
             .open(self.log_path(&record.submission_id))
             .map_err(|e| format!("cannot create the job's log: {e}"))?;
-        let cwd = match record.runtime_env.get("working_dir").and_then(|v| v.as_str()) {
-            None => self.config.session_dir.clone(),
-            Some(dir) if Path::new(dir).is_absolute() => {
-                if !Path::new(dir).is_dir() {
-                    return Err(format!("working_dir {dir:?} is not a directory on the head"));
-                }
-                PathBuf::from(dir)
-            }
-            Some(uri) => {
-                let package = packages::package_path(&self.packages_dir(), uri)?;
-                if !package.is_file() {
-                    return Err(format!("package {uri} was never uploaded (PUT /api/packages/gcs/<name> first)"));
-                }
-                let name = uri.trim_start_matches("gcs://").trim_end_matches(".zip");
-                let root = self.config.session_dir.join("runtime_resources").join("working_dir_files");
-                oxray_object_store::create_private_dir_all(&root)
-                    .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
-                let target = root.join(name);
-                if !target.is_dir() {
-                    packages::unpack_zip(&package, &target)?;
-                }
-                target
-            }
-        };
-        Ok((cwd, log))
+        let prepared = runtime_env::Preparer {
+            packages_dir: &self.packages_dir(),
+            session_dir: &self.config.session_dir,
+            data_dir: &self.config.data_dir,
+            python: &self.config.python,
+            log: &log,
+        }
+        .prepare(&record.runtime_env)?;
+        Ok((prepared, log))
     }
 
     fn spawn(
         &self,
         record: &JobRecord,
-        cwd: &Path,
+        prepared: &runtime_env::Prepared,
         mut log: std::fs::File,
         log_tx: watch::Sender<u64>,
     ) -> std::io::Result<(tokio::process::Child, tokio::task::JoinHandle<()>)> {
         let (mut reader, writer) = std::io::pipe()?;
         let mut command = tokio::process::Command::new("/bin/sh");
+        let cwd = &prepared.cwd;
         command.arg("-c").arg(&record.entrypoint).current_dir(cwd).process_group(0).kill_on_drop(false);
         command.stdin(std::process::Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
         let python_dir = Path::new(&self.config.python).parent().map(Path::to_path_buf).unwrap_or_default();
-        let path = std::env::var("PATH").unwrap_or_default();
-        let python_path = match std::env::var("PYTHONPATH") {
-            Ok(p) if !p.is_empty() => format!("{}:{p}", cwd.display()),
-            _ => cwd.display().to_string(),
-        };
+        let mut path = format!("{}:{}", python_dir.display(), std::env::var("PATH").unwrap_or_default());
+        if let Some(venv) = &prepared.venv {
+            path = format!("{}:{path}", venv.join("bin").display());
+            command.env("VIRTUAL_ENV", venv);
+        }
+        let mut python_path: Vec<String> =
+            std::iter::once(cwd).chain(&prepared.python_path).map(|p| p.display().to_string()).collect();
+        python_path.extend(std::env::var("PYTHONPATH").ok().filter(|p| !p.is_empty()));
         let job_config = serde_json::json!({"runtime_env": record.runtime_env, "metadata": record.metadata});
         command
-            .env("PATH", format!("{}:{path}", python_dir.display()))
-            .env("PYTHONPATH", python_path)
+            .env("PATH", path)
+            .env("PYTHONPATH", python_path.join(":"))
             .env("PYTHONUNBUFFERED", "1")
             .env("RAY_ADDRESS", &self.config.head_address)
             .env("OXRAY_ADDRESS", &self.config.head_address)

@@ -215,11 +215,9 @@ fn entrypoint_resource(key: &str, value: &Value, resources: &mut BTreeMap<String
 }
 
 /// The `runtime_env` keys oxray applies to a job.
-const RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "env_vars", "excludes"];
+const RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "py_modules", "pip", "env_vars", "excludes"];
 /// Keys Ray knows that oxray does not apply yet: refused, never ignored.
 const RUNTIME_ENV_NOT_YET: &[&str] = &[
-    "py_modules",
-    "pip",
     "uv",
     "conda",
     "container",
@@ -231,6 +229,65 @@ const RUNTIME_ENV_NOT_YET: &[&str] = &[
     "nsight",
     "mpi",
 ];
+
+/// A working_dir or py_modules entry oxray can fetch: a path on the head, an
+/// uploaded `gcs://` package, or an `s3://` zip (or wheel, for py_modules).
+fn check_location(uri: &str, what: &str) -> Result<(), String> {
+    if uri.starts_with('/') {
+        return Ok(());
+    }
+    if let Some(name) = uri.strip_prefix("gcs://") {
+        return super::packages::package_key("gcs", name).map(drop).map_err(|e| format!("{what} {uri:?}: {e}"));
+    }
+    if let Some(rest) = uri.strip_prefix("s3://") {
+        let archive = rest.ends_with(".zip") || (what == "py_modules entry" && rest.ends_with(".whl"));
+        if rest.contains('/') && archive {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "{what} {uri:?} is not supported: expected an uploaded package (gcs://...), an absolute path on the head, \
+         or s3://<bucket>/<key>.zip"
+    ))
+}
+
+/// Ray's `pip` forms: a list of requirements, a requirements file, or
+/// `{"packages", "pip_check", "pip_version", "pip_install_options"}`.
+fn check_pip(spec: &Value) -> Result<(), String> {
+    let packages = |value: &Value| match value {
+        Value::Array(items) if items.iter().all(Value::is_string) => Ok(()),
+        Value::String(file) if file.starts_with('/') => Ok(()),
+        other => Err(format!(
+            "runtime_env[\"pip\"] packages must be a list of requirement strings or the absolute path of a \
+             requirements file on the head, got {other}"
+        )),
+    };
+    let Value::Object(fields) = spec else { return packages(spec) };
+    for (key, value) in fields {
+        match key.as_str() {
+            "packages" => packages(value)?,
+            "pip_check" if value.is_boolean() => {}
+            "pip_install_options" if value.as_array().is_some_and(|a| a.iter().all(Value::is_string)) => {}
+            "pip_version" if value.as_str().is_some_and(str::is_empty) => {}
+            "pip_version" => {
+                return Err(format!(
+                    "runtime_env[\"pip\"][\"pip_version\"]={value} is not supported by oxray: jobs install with the \
+                     cluster's own pip"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "runtime_env[\"pip\"][{other:?}]={value} is not valid: expected packages (a list), pip_check \
+                     (a bool) or pip_install_options (a list of strings)"
+                ));
+            }
+        }
+    }
+    if !fields.contains_key("packages") {
+        return Err("runtime_env[\"pip\"] needs \"packages\"".into());
+    }
+    Ok(())
+}
 
 fn string_map(value: &Value, what: &str) -> Result<Map<String, Value>, String> {
     let map = value.as_object().ok_or_else(|| format!("{what} must be a JSON object of strings, got {value}"))?;
@@ -292,9 +349,24 @@ pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
                         ));
                     }
                     match name.as_str() {
-                        "working_dir" if !setting.is_string() => {
-                            return Err(format!("runtime_env[\"working_dir\"] must be a string, got {setting}"));
+                        "working_dir" => {
+                            let dir = setting.as_str().ok_or_else(|| {
+                                format!("runtime_env[\"working_dir\"] must be a string, got {setting}")
+                            })?;
+                            check_location(dir, "working_dir")?;
                         }
+                        "py_modules" => {
+                            let modules = setting.as_array().ok_or_else(|| {
+                                format!("runtime_env[\"py_modules\"] must be a list of strings, got {setting}")
+                            })?;
+                            for module in modules {
+                                let uri = module.as_str().ok_or_else(|| {
+                                    format!("runtime_env[\"py_modules\"] entries must be strings, got {module}")
+                                })?;
+                                check_location(uri, "py_modules entry")?;
+                            }
+                        }
+                        "pip" => check_pip(setting)?,
                         "env_vars" => {
                             string_map(setting, "runtime_env[\"env_vars\"]")?;
                         }
@@ -344,8 +416,26 @@ mod tests {
         assert!(parse_submit(br#"{"entrypoint": "x", "bogus": 1}"#).unwrap_err().contains("\"bogus\""));
         assert!(parse_submit(br#"{"entrypoint": 3}"#).unwrap_err().contains("entrypoint must be a string"));
         assert!(parse_submit(br#"{"runtime_env": {}}"#).unwrap_err().contains("entrypoint is required"));
-        let pip = parse_submit(br#"{"entrypoint": "x", "runtime_env": {"pip": ["a"]}}"#).unwrap_err();
-        assert!(pip.contains("\"pip\"") && pip.contains("not supported"), "{pip}");
+        let conda = parse_submit(br#"{"entrypoint": "x", "runtime_env": {"conda": "env"}}"#).unwrap_err();
+        assert!(conda.contains("\"conda\"") && conda.contains("not supported"), "{conda}");
+        assert!(parse_submit(br#"{"entrypoint": "x", "runtime_env": {"pip": ["a==1", "b"]}}"#).is_ok());
+        let pip = br#"{"entrypoint": "x", "runtime_env": {"pip": {"packages": ["a"], "pip_check": false}}}"#;
+        assert!(parse_submit(pip).is_ok());
+        let version = br#"{"entrypoint": "x", "runtime_env": {"pip": {"packages": ["a"], "pip_version": "==23"}}}"#;
+        assert!(parse_submit(version).unwrap_err().contains("pip_version"));
+        assert!(
+            parse_submit(br#"{"entrypoint": "x", "runtime_env": {"pip": "reqs.txt"}}"#)
+                .unwrap_err()
+                .contains("absolute")
+        );
+        let modules = br#"{"entrypoint": "x", "runtime_env": {"py_modules": ["gcs://_ray_pkg_a.zip", "s3://b/m.whl", "/srv/m"]}}"#;
+        assert!(parse_submit(modules).is_ok());
+        let http = br#"{"entrypoint": "x", "runtime_env": {"py_modules": ["https://x/m.zip"]}}"#;
+        assert!(parse_submit(http).unwrap_err().contains("https://x/m.zip"));
+        let s3_dir = br#"{"entrypoint": "x", "runtime_env": {"working_dir": "s3://bucket/app.zip"}}"#;
+        assert!(parse_submit(s3_dir).is_ok());
+        let tarball = br#"{"entrypoint": "x", "runtime_env": {"working_dir": "s3://bucket/app.tar.gz"}}"#;
+        assert!(parse_submit(tarball).unwrap_err().contains("s3://<bucket>/<key>.zip"));
         let held = parse_submit(
             br#"{"entrypoint": "x", "entrypoint_num_cpus": 2, "entrypoint_num_gpus": 0, "entrypoint_memory": 1024,
                  "entrypoint_resources": {"disk": 0.5}}"#,

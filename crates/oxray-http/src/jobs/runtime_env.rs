@@ -1,0 +1,351 @@
+//! A job's `runtime_env` made real before its entrypoint starts: the
+//! working_dir (an upload, a directory on the head, or an `s3://` zip),
+//! `py_modules` (uploads, directories on the head, `s3://` zips; wheels are
+//! installed with pip), and `pip` (a virtualenv layered on the cluster's
+//! environment, cached by the hash of what it installs).
+//!
+//! Runs on a blocking thread; S3 reads block on the head's runtime.
+
+use super::packages;
+use serde_json::{Map, Value};
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The largest `s3://` archive a job may name (as large as an upload may unpack to).
+const MAX_REMOTE_ARCHIVE_BYTES: u64 = 512 << 20;
+/// Lines of pip's output quoted when it fails.
+const PIP_FAILURE_LINES: usize = 20;
+
+/// What the entrypoint's environment gets from its runtime_env.
+#[derive(Debug, Default)]
+pub(crate) struct Prepared {
+    /// Its working directory (first on PYTHONPATH too).
+    pub cwd: PathBuf,
+    /// Directories to put on PYTHONPATH after the working directory, in order.
+    pub python_path: Vec<PathBuf>,
+    /// Its virtualenv, when it installs anything with pip.
+    pub venv: Option<PathBuf>,
+}
+
+/// Where the pieces come from and go.
+pub(crate) struct Preparer<'a> {
+    /// Uploaded packages (`gcs_<name>` files) and downloaded archives.
+    pub packages_dir: &'a Path,
+    /// Unpacked working_dirs and py_modules (`runtime_resources/`).
+    pub session_dir: &'a Path,
+    /// Cached virtualenvs (`runtime_resources/pip/`), kept across restarts.
+    pub data_dir: &'a Path,
+    /// The cluster's Python, which the virtualenvs are layered on.
+    pub python: &'a str,
+    /// The job's log: pip's output goes there.
+    pub log: &'a File,
+}
+
+/// A stable short hash for cache names (not a security boundary: only token holders submit).
+fn short_hash(parts: &[&str]) -> String {
+    let mut hasher = std::hash::DefaultHasher::new();
+    parts.hash(&mut hasher);
+    format!("{:016x}", hasher.finish())
+}
+
+fn create_dir(dir: &Path) -> Result<(), String> {
+    oxray_object_store::create_private_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))
+}
+
+/// The file name at the end of a URI or path.
+fn base_name(uri: &str) -> &str {
+    uri.rsplit('/').next().unwrap_or(uri)
+}
+
+impl Preparer<'_> {
+    fn resources_dir(&self, kind: &str) -> Result<PathBuf, String> {
+        let dir = self.session_dir.join("runtime_resources").join(kind);
+        create_dir(&dir)?;
+        Ok(dir)
+    }
+
+    pub(crate) fn prepare(&self, env: &Map<String, Value>) -> Result<Prepared, String> {
+        let mut prepared = Prepared { cwd: self.session_dir.to_path_buf(), ..Default::default() };
+        if let Some(dir) = env.get("working_dir").and_then(Value::as_str) {
+            prepared.cwd = self.working_dir(dir)?;
+        }
+        let mut wheels = Vec::new();
+        for module in env.get("py_modules").and_then(Value::as_array).into_iter().flatten() {
+            let uri = module.as_str().unwrap_or_default();
+            if uri.ends_with(".whl") {
+                wheels.push(self.wheel(uri)?);
+            } else {
+                prepared.python_path.push(self.py_module(uri)?);
+            }
+        }
+        let pip = env.get("pip").map(|spec| self.pip_spec(spec)).transpose()?;
+        if pip.is_some() || !wheels.is_empty() {
+            let (mut requirements, options, check) = pip.unwrap_or_default();
+            requirements.extend(wheels.iter().map(|w| w.display().to_string()));
+            let venv = self.virtualenv(&requirements, &options, check)?;
+            prepared.python_path.push(site_packages(&venv)?);
+            prepared.venv = Some(venv);
+        }
+        Ok(prepared)
+    }
+
+    fn working_dir(&self, dir: &str) -> Result<PathBuf, String> {
+        if Path::new(dir).is_absolute() {
+            if !Path::new(dir).is_dir() {
+                return Err(format!("working_dir {dir:?} is not a directory on the head"));
+            }
+            return Ok(PathBuf::from(dir));
+        }
+        let root = self.resources_dir("working_dir_files")?;
+        if dir.starts_with("s3://") {
+            let archive = self.fetch_s3(dir, "working_dir")?;
+            let target = root.join(archive.file_stem().unwrap_or_default());
+            unpack_once(&archive, &target)?;
+            // A remote archive holds one top-level directory: its contents are the working_dir (as in Ray).
+            return Ok(single_top_dir(&target));
+        }
+        let package = self.uploaded(dir)?;
+        let target = root.join(base_name(dir).trim_end_matches(".zip"));
+        unpack_once(&package, &target)?;
+        Ok(target)
+    }
+
+    /// An uploaded `gcs://` package, which must be there.
+    fn uploaded(&self, uri: &str) -> Result<PathBuf, String> {
+        let package = packages::package_path(self.packages_dir, uri)?;
+        if !package.is_file() {
+            return Err(format!("package {uri} was never uploaded (PUT /api/packages/gcs/<name> first)"));
+        }
+        Ok(package)
+    }
+
+    /// A py_module's import root: the directory to put on PYTHONPATH.
+    fn py_module(&self, uri: &str) -> Result<PathBuf, String> {
+        let root = self.resources_dir("py_modules_files")?;
+        if Path::new(uri).is_absolute() {
+            // A directory on the head: reachable by its own name only, through a link in a directory of its own.
+            let module = Path::new(uri);
+            if !module.is_dir() {
+                return Err(format!("py_modules entry {uri:?} is not a directory on the head"));
+            }
+            let holder = root.join(format!("local_{}", short_hash(&[uri])));
+            let link = holder.join(base_name(uri.trim_end_matches('/')));
+            if !link.exists() {
+                create_dir(&holder)?;
+                std::os::unix::fs::symlink(module, &link)
+                    .map_err(|e| format!("cannot link py_module {uri:?} into {}: {e}", holder.display()))?;
+            }
+            return Ok(holder);
+        }
+        let archive = if uri.starts_with("s3://") { self.fetch_s3(uri, "py_module")? } else { self.uploaded(uri)? };
+        let target = root.join(archive.file_stem().unwrap_or_default());
+        unpack_once(&archive, &target)?;
+        Ok(target)
+    }
+
+    /// A wheel named in py_modules, as a file pip can install (keeping its name, which pip reads).
+    fn wheel(&self, uri: &str) -> Result<PathBuf, String> {
+        if Path::new(uri).is_absolute() {
+            return if Path::new(uri).is_file() {
+                Ok(PathBuf::from(uri))
+            } else {
+                Err(format!("py_modules wheel {uri:?} is not a file on the head"))
+            };
+        }
+        let stored = if uri.starts_with("s3://") { self.fetch_s3(uri, "py_module")? } else { self.uploaded(uri)? };
+        let dir = self.resources_dir("wheels")?.join(short_hash(&[&stored.display().to_string()]));
+        let wheel = dir.join(base_name(uri));
+        if !wheel.is_file() {
+            create_dir(&dir)?;
+            std::fs::copy(&stored, &wheel).map_err(|e| format!("cannot stage wheel {uri}: {e}"))?;
+        }
+        Ok(wheel)
+    }
+
+    /// Downloads an `s3://` archive once per version (its ETag) into the packages directory.
+    fn fetch_s3(&self, uri: &str, what: &str) -> Result<PathBuf, String> {
+        let name = base_name(uri);
+        if !(name.ends_with(".zip") || name.ends_with(".whl")) {
+            return Err(format!("{what} {uri:?}: remote archives must be .zip files (or .whl wheels in py_modules)"));
+        }
+        let handle = tokio::runtime::Handle::current();
+        handle.block_on(async {
+            use object_store::ObjectStoreExt;
+            let (store, key) = oxray_io::object_store_for_uri(uri).map_err(|e| format!("{what} {uri:?}: {e}"))?;
+            let path = object_store::path::Path::from(key);
+            let meta = store.head(&path).await.map_err(|e| format!("cannot read {what} {uri:?}: {e}"))?;
+            if meta.size > MAX_REMOTE_ARCHIVE_BYTES {
+                return Err(format!(
+                    "{what} {uri:?} is {} bytes, over the {} MiB limit",
+                    meta.size,
+                    MAX_REMOTE_ARCHIVE_BYTES >> 20
+                ));
+            }
+            let version = meta.e_tag.clone().unwrap_or_else(|| meta.last_modified.to_rfc3339());
+            let dir = self.packages_dir.join(format!("s3_{}", short_hash(&[uri, &version])));
+            let file = dir.join(name);
+            if file.is_file() {
+                return Ok(file);
+            }
+            let data = store.get(&path).await.map_err(|e| format!("cannot read {what} {uri:?}: {e}"))?;
+            let bytes = data.bytes().await.map_err(|e| format!("cannot read {what} {uri:?}: {e}"))?;
+            packages::check_zip(&bytes).map_err(|e| format!("{what} {uri:?}: {e}"))?;
+            create_dir(&dir)?;
+            let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+            oxray_object_store::write_private_file(&tmp, &bytes).map_err(|e| format!("cannot store {uri}: {e}"))?;
+            std::fs::rename(&tmp, &file).map_err(|e| format!("cannot store {uri}: {e}"))?;
+            Ok(file)
+        })
+    }
+
+    /// `pip` as Ray takes it: a list of requirements, a requirements file on
+    /// the head, or `{"packages": ..., "pip_check": bool, "pip_install_options": [...]}`.
+    fn pip_spec(&self, spec: &Value) -> Result<(Vec<String>, Vec<String>, bool), String> {
+        let lines = |packages: &Value| -> Result<Vec<String>, String> {
+            match packages {
+                Value::Array(items) => Ok(items.iter().filter_map(Value::as_str).map(str::to_string).collect()),
+                Value::String(file) => std::fs::read_to_string(file)
+                    .map(|text| text.lines().map(str::to_string).collect())
+                    .map_err(|e| format!("cannot read the pip requirements file {file:?} on the head: {e}")),
+                other => Err(format!("runtime_env[\"pip\"] packages must be a list or a file, got {other}")),
+            }
+        };
+        match spec {
+            Value::Object(fields) => {
+                let packages = lines(fields.get("packages").unwrap_or(&Value::Null))?;
+                let options = fields
+                    .get("pip_install_options")
+                    .and_then(Value::as_array)
+                    .map(|o| o.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .unwrap_or_default();
+                Ok((packages, options, fields.get("pip_check").and_then(Value::as_bool).unwrap_or(false)))
+            }
+            other => Ok((lines(other)?, Vec::new(), false)),
+        }
+    }
+
+    /// A virtualenv with `requirements` installed over the cluster's packages,
+    /// built once per distinct request (others wait on its lock and reuse it).
+    fn virtualenv(&self, requirements: &[String], options: &[String], check: bool) -> Result<PathBuf, String> {
+        let root = self.data_dir.join("runtime_resources").join("pip");
+        create_dir(&root)?;
+        let key = short_hash(&[self.python, &requirements.join("\n"), &options.join("\n"), &check.to_string()]);
+        let venv = root.join(&key);
+        let _lock = FileLock::acquire(&root.join(format!("{key}.lock")))?;
+        if venv.join(".oxray-ready").is_file() {
+            return Ok(venv);
+        }
+        let _ = std::fs::remove_dir_all(&venv);
+        let mut log = self.log;
+        let _ = writeln!(log, "oxray: creating a virtualenv with {requirements:?} in {}", venv.display());
+        self.run(Command::new(self.python).args(["-m", "venv", "--without-pip"]).arg(&venv), "python -m venv")?;
+        // The cluster's packages stay importable (and count as installed for pip) behind the venv's own.
+        let cluster_paths = Command::new(self.python)
+            .args(["-c", "import site, sysconfig; print('\\n'.join(dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']])))"])
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.python))?;
+        let site = site_packages(&venv)?;
+        // `addsitedir` rather than bare paths, so the cluster's own `.pth` files (editable installs) apply too.
+        let pth: String = String::from_utf8_lossy(&cluster_paths.stdout)
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(|dir| format!("import site; site.addsitedir({})\n", Value::String(dir.to_string())))
+            .collect();
+        std::fs::write(site.join("_oxray_cluster.pth"), pth)
+            .map_err(|e| format!("cannot write {}: {e}", site.display()))?;
+        let requirements_file = venv.join("requirements.txt");
+        std::fs::write(&requirements_file, requirements.join("\n") + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", requirements_file.display()))?;
+        let venv_python = venv.join("bin").join("python");
+        let mut install = Command::new(self.python);
+        install.args(["-m", "pip", "--python"]).arg(&venv_python);
+        install.args(["install", "--disable-pip-version-check", "--no-input"]).args(options);
+        install.arg("-r").arg(&requirements_file);
+        self.run(&mut install, "pip install")?;
+        if check {
+            let mut pip_check = Command::new(self.python);
+            pip_check.args(["-m", "pip", "--python"]).arg(&venv_python).args(["check", "--disable-pip-version-check"]);
+            self.run(&mut pip_check, "pip check")?;
+        }
+        File::create(venv.join(".oxray-ready")).map_err(|e| format!("cannot mark {} ready: {e}", venv.display()))?;
+        Ok(venv)
+    }
+
+    /// Runs a setup command with its output in the job's log; `Err` quotes its last lines.
+    fn run(&self, command: &mut Command, what: &str) -> Result<(), String> {
+        let output = command
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{what} could not start ({}): {e}", self.python))?;
+        let mut log = self.log;
+        let _ = log.write_all(&output.stdout);
+        let _ = log.write_all(&output.stderr);
+        if output.status.success() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(PIP_FAILURE_LINES)..].join("\n");
+        Err(format!("{what} failed ({}):\n{tail}", output.status))
+    }
+}
+
+/// `lib/pythonX.Y/site-packages` of a virtualenv.
+fn site_packages(venv: &Path) -> Result<PathBuf, String> {
+    let lib = venv.join("lib");
+    let entries = std::fs::read_dir(&lib).map_err(|e| format!("cannot read {}: {e}", lib.display()))?;
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("site-packages"))
+        .find(|p| p.is_dir())
+        .ok_or_else(|| format!("the virtualenv {} has no site-packages", venv.display()))
+}
+
+/// Unpacks `archive` into `target` unless an earlier job already did.
+fn unpack_once(archive: &Path, target: &Path) -> Result<(), String> {
+    if target.is_dir() {
+        return Ok(());
+    }
+    packages::unpack_zip(archive, target)
+}
+
+/// The one directory `dir` holds, if that is all it holds; else `dir`.
+fn single_top_dir(dir: &Path) -> PathBuf {
+    let entries: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|e| e.filter_map(Result::ok).map(|e| e.path()).collect()).unwrap_or_default();
+    match entries.as_slice() {
+        [only] if only.is_dir() => only.clone(),
+        _ => dir.to_path_buf(),
+    }
+}
+
+/// An exclusive `flock` on a file, released on drop.
+struct FileLock(File);
+
+impl FileLock {
+    fn acquire(path: &Path) -> Result<Self, String> {
+        use std::os::fd::AsRawFd;
+        let file = oxray_object_store::private_file_options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        // SAFETY: flock on a descriptor this struct owns; it blocks until the lock is ours.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(format!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error()));
+        }
+        Ok(Self(file))
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocking the descriptor this struct owns.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
