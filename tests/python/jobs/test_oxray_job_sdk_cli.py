@@ -112,10 +112,8 @@ def test_the_sdk_uploads_py_modules(head, tmp_path):
     (module / "__pycache__").mkdir()
     (module / "__pycache__" / "junk.pyc").write_bytes(b"not uploaded")
     client = JobSubmissionClient()
-    job_id = client.submit_job(
-        entrypoint="python -c 'import oxray_sdkmod, os; print(oxray_sdkmod.NAME, os.listdir(oxray_sdkmod.__path__[0]))'",
-        runtime_env={"py_modules": [str(module)]},
-    )
+    probe = "import oxray_sdkmod, os; print(oxray_sdkmod.NAME, os.listdir(oxray_sdkmod.__path__[0]))"
+    job_id = client.submit_job(entrypoint=f'python -c "{probe}"', runtime_env={"py_modules": [str(module)]})
     assert wait_terminal(client, job_id) == JobStatus.SUCCEEDED, client.get_job_logs(job_id)
     assert client.get_job_logs(job_id) == "uploaded module ['__init__.py']\n"
     assert client.get_job_info(job_id).runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")
