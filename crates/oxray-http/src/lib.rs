@@ -32,17 +32,25 @@ pub struct HttpConfig {
 /// The whole application: every route, behind the token check. Fails when the
 /// job store cannot be opened.
 pub fn router(config: HttpConfig) -> Result<Router, String> {
+    build(config).map(|(app, _)| app)
+}
+
+/// The application and its job manager (which the server stops on shutdown).
+fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), String> {
     let config = Arc::new(config);
     let mut app = routes::routes(config.clone());
-    if let Some(jobs) = &config.jobs {
-        app = app.merge(jobs::routes::routes(jobs::JobManager::open(jobs.clone())?));
+    let manager = config.jobs.clone().map(jobs::JobManager::open).transpose()?;
+    if let Some(manager) = &manager {
+        app = app.merge(jobs::routes::routes(manager.clone()));
     }
-    Ok(app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token)))
+    let app = app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token));
+    Ok((app, manager))
 }
 
 /// A running server; dropping it stops it (without waiting).
 pub struct HttpServer {
     local_addr: SocketAddr,
+    jobs: Option<Arc<jobs::JobManager>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -52,7 +60,7 @@ impl HttpServer {
     pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, String> {
         let local_addr = listener.local_addr().map_err(|e| format!("the HTTP listener has no address: {e}"))?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(config)?;
+        let (app, jobs) = build(config)?;
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;
@@ -61,15 +69,19 @@ impl HttpServer {
                 tracing::warn!("the HTTP server on {local_addr} stopped: {e}");
             }
         });
-        Ok(Self { local_addr, stop: Some(stop), task })
+        Ok(Self { local_addr, jobs, stop: Some(stop), task })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
-    /// Stops accepting, lets requests in flight finish, and waits for it.
+    /// Stops the running jobs (the head is going away; see `JobManager::stop_all`),
+    /// stops accepting, lets requests in flight finish, and waits for it.
     pub async fn shutdown(mut self) {
+        if let Some(jobs) = self.jobs.take() {
+            jobs.stop_all().await;
+        }
         self.signal_stop();
         let _ = (&mut self.task).await;
     }

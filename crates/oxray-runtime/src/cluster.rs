@@ -493,9 +493,12 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
 }
 
 impl RunningCluster {
-    /// Kills every worker, waits for them to be reaped, removes the object
-    /// store's files and stops both servers.
+    /// Stops the head's jobs and its HTTP server, kills every worker, waits for
+    /// them to be reaped, removes the object store's files and stops the gRPC server.
     pub async fn shutdown(mut self) {
+        if let Some(http) = self.http.take() {
+            http.shutdown().await;
+        }
         let pids = self.agent.state.lock().begin_shutdown();
         for pid in &pids {
             crate::agent::signal_worker(*pid, libc::SIGKILL);
@@ -510,9 +513,6 @@ impl RunningCluster {
         }
         for s in self.stop.drain(..) {
             let _ = s.send(());
-        }
-        if let Some(http) = self.http.take() {
-            http.shutdown().await;
         }
     }
 }

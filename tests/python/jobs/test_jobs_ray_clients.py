@@ -186,26 +186,63 @@ def test_the_ray_job_cli_submits_follows_and_lists(head, tmp_path):
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
 
 
-def test_a_head_restart_keeps_every_job_and_its_logs(head, tmp_path):
+def test_a_head_restart_keeps_every_job_and_adopts_the_running_ones(head, tmp_path):
+    """SIGKILL the head mid-job: after the restart every record and log is there; a
+    job still running is adopted (followed to its end, stoppable), one that ended
+    meanwhile gets its exit code, one killed meanwhile is marked failed."""
     client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
     done = client.submit_job(entrypoint="echo kept across the restart", submission_id="done-before")
     assert wait_terminal(client, done) == JobStatus.SUCCEEDED
-    marker = tmp_path / "running.pid"
-    running = client.submit_job(entrypoint=f"echo $$ > {marker}; exec sleep 300", submission_id="running-at-crash")
-    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
-    job_pid = int(marker.read_text())
+
+    def waiting_job(name, then):
+        flag, pid = tmp_path / f"{name}.go", tmp_path / f"{name}.pid"
+        entrypoint = f"echo $$ > {pid}; echo before; while [ ! -e {flag} ]; do sleep 0.05; done; {then}"
+        client.submit_job(entrypoint=entrypoint, submission_id=name)
+        wait_until(lambda: "before" in client.get_job_logs(name), timeout=60)
+        return flag, int(pid.read_text())
+
+    adopted_flag, adopted_pid = waiting_job("adopted", "echo after")
+    stopped_flag, stopped_pid = waiting_job("stopped-after-adoption", "true")
+    exited_flag, exited_pid = waiting_job("exited-meanwhile", "exit 3")
+    killed_flag, killed_pid = waiting_job("killed-meanwhile", "true")
     [record] = [r for r in head.records() if r["head"]]
     os.kill(int(record["pid"]), 9)  # the head dies without any cleanup
     head.cli("stop", "--force", check=False)
+    exited_flag.touch()
+    os.killpg(os.getpgid(killed_pid), 9)
+    assert wait_until(lambda: not process_alive(exited_pid) and not process_alive(killed_pid), timeout=60)
     head.start_head(num_cpus=2)
     client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
     jobs = {j.submission_id: j for j in client.list_jobs()}
     assert jobs["done-before"].status == JobStatus.SUCCEEDED
     assert client.get_job_logs("done-before") == "kept across the restart\n"
-    crashed = jobs["running-at-crash"]
-    assert crashed.status == JobStatus.FAILED and "head stopped" in crashed.message, crashed
-    assert wait_until(lambda: not process_alive(job_pid)), f"the crashed head's job {job_pid} was left running"
-    assert running == "running-at-crash"
+    assert jobs["adopted"].status == JobStatus.RUNNING, jobs["adopted"]
+    assert jobs["exited-meanwhile"].status == JobStatus.FAILED
+    assert "exit code 3" in jobs["exited-meanwhile"].message and jobs["exited-meanwhile"].driver_exit_code == 3
+    killed = jobs["killed-meanwhile"]
+    assert killed.status == JobStatus.FAILED and "without an exit code" in killed.message, killed
+    adopted_flag.touch()
+    assert wait_terminal(client, "adopted") == JobStatus.SUCCEEDED
+    assert client.get_job_logs("adopted") == "before\nafter\n"
+    assert client.get_job_info("adopted").driver_exit_code == 0
+    assert client.stop_job("stopped-after-adoption") is True
+    assert wait_terminal(client, "stopped-after-adoption") == JobStatus.STOPPED
+    assert wait_until(lambda: not process_alive(stopped_pid), timeout=30)
+    assert not process_alive(adopted_pid)
+
+
+def test_stopping_the_head_stops_its_jobs(head, tmp_path):
+    client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    marker = tmp_path / "job.pid"
+    client.submit_job(entrypoint=f"echo $$ > {marker}; exec sleep 300", submission_id="running-at-stop")
+    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
+    job_pid = int(marker.read_text())
+    head.cli("stop")
+    assert not process_alive(job_pid), "a stopped head left its job running"
+    head.start_head(num_cpus=2)
+    client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    info = client.get_job_info("running-at-stop")
+    assert info.status == JobStatus.STOPPED and "head shut down" in info.message, info
 
 
 TRAIN_SCRIPT = """

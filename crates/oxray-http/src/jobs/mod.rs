@@ -19,7 +19,6 @@ use oxray_object_store::process_start_ticks;
 use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
 use resources::{EntrypointResources, HoldError};
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -79,6 +78,10 @@ pub(crate) struct JobManager {
     config: JobsConfig,
     store: JobStore,
     live: parking_lot::Mutex<HashMap<String, Live>>,
+    /// Notified whenever a live job's final record is written.
+    ended: tokio::sync::Notify,
+    /// Set by [`JobManager::stop_all`]: jobs stopped now say the head shut down.
+    shutting_down: std::sync::atomic::AtomicBool,
 }
 
 /// Why a job request failed, with the HTTP status Ray answers.
@@ -99,39 +102,64 @@ fn signal_group(pid: u32, signal: i32) -> bool {
 }
 
 impl JobManager {
-    /// Opens the job store; a job the previous head left unfinished is marked
-    /// FAILED and its process group (if still there) killed, so nothing runs unsupervised.
+    /// Opens the job store and takes over what a previous head left unfinished:
+    /// a job whose process still runs is adopted (followed to its end), one
+    /// that ended meanwhile gets its exit code, one that never started starts
+    /// now, and one whose process is gone without a trace is marked FAILED
+    /// (its stray processes killed, so nothing runs unsupervised).
     pub(crate) fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
         let store = JobStore::open(&config.data_dir)?;
-        for mut record in store.all()? {
-            if record.status.is_terminal() {
-                continue;
-            }
-            if let (Some(pid), Some(start)) = (record.pid, record.pid_start)
-                && process_start_ticks(pid) == Some(start)
-            {
-                signal_group(pid, libc::SIGKILL);
-            }
-            // Also what started before its pid was recorded, and what left its group: every
-            // process carrying the job's id in its environment.
-            for pid in processes_of_job(&config.data_dir, &record.submission_id) {
-                // SAFETY: kill only sends a signal.
-                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            }
-            record.end(
-                JobStatus::Failed,
-                "The head stopped while this job was running: it is marked failed and its processes were killed \
-                 (submit it again)."
-                    .into(),
-                Some("JOB_SUPERVISOR_ACTOR_DIED"),
-            );
-            store.put(&record)?;
-        }
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
             oxray_object_store::create_private_dir_all(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
-        Ok(Arc::new(Self { config, store, live: parking_lot::Mutex::new(HashMap::new()) }))
+        let manager = Arc::new(Self {
+            config,
+            store,
+            live: parking_lot::Mutex::new(HashMap::new()),
+            ended: tokio::sync::Notify::new(),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+        });
+        for mut record in manager.store.all()? {
+            if record.status.is_terminal() {
+                continue;
+            }
+            let alive =
+                record.pid.zip(record.pid_start).filter(|(pid, start)| process_start_ticks(*pid) == Some(*start));
+            if record.status == JobStatus::Pending {
+                manager.start(record);
+            } else if let Some((pid, start)) = alive {
+                manager.adopt(record, pid, start);
+            } else if let Some(code) = manager.read_exit_code(&record.submission_id) {
+                manager.record_exit(&mut record, Some(code), false);
+                manager.store.put(&record)?;
+            } else {
+                // Also what left its group: every process carrying the job's id in its environment.
+                for pid in processes_of_job(&manager.config.data_dir, &record.submission_id) {
+                    // SAFETY: kill only sends a signal.
+                    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+                }
+                record.end(
+                    JobStatus::Failed,
+                    "The head stopped while this job was running and its process is gone without an exit code: \
+                     it is marked failed and any processes it left were killed (submit it again)."
+                        .into(),
+                    Some("JOB_SUPERVISOR_ACTOR_DIED"),
+                );
+                manager.store.put(&record)?;
+            }
+        }
+        Ok(manager)
+    }
+
+    /// Where a job's wrapper shell writes the entrypoint's exit code, for a head
+    /// that is not its parent (one restarted meanwhile).
+    fn exit_path(&self, id: &str) -> PathBuf {
+        self.config.data_dir.join("job_logs").join(format!(".job-exit-{id}"))
+    }
+
+    fn read_exit_code(&self, id: &str) -> Option<i32> {
+        std::fs::read_to_string(self.exit_path(id)).ok()?.trim().parse().ok()
     }
 
     fn packages_dir(&self) -> PathBuf {
@@ -191,26 +219,84 @@ impl JobManager {
             pid_start: None,
         };
         self.store.put(&record).map_err(JobError::Internal)?;
-        let (log_tx, log_rx) = watch::channel(0u64);
-        let stop = Arc::new(watch::Sender::new(false));
-        self.live.lock().insert(id.clone(), Live { stop: stop.clone(), log: log_rx });
-        let manager = self.clone();
-        tokio::spawn(async move {
-            manager.run(record, stop.subscribe(), log_tx).await;
-        });
+        self.start(record);
         Ok(id)
     }
 
-    /// The job's whole life, then its final record, written once however it ended.
-    async fn run(self: Arc<Self>, mut record: JobRecord, stop: watch::Receiver<bool>, log_tx: watch::Sender<u64>) {
-        self.supervise(&mut record, stop, log_tx).await;
+    /// Registers a job as live: its stop flag and its log's watch.
+    fn go_live(&self, id: &str) -> (watch::Receiver<bool>, watch::Sender<u64>) {
+        let (log_tx, log_rx) = watch::channel(0u64);
+        let stop = Arc::new(watch::Sender::new(false));
+        let stopped = stop.subscribe();
+        self.live.lock().insert(id.to_string(), Live { stop, log: log_rx });
+        (stopped, log_tx)
+    }
+
+    /// Runs a PENDING job's whole life in a task of its own.
+    fn start(self: &Arc<Self>, mut record: JobRecord) {
+        let (stop, log_tx) = self.go_live(&record.submission_id);
+        let manager = self.clone();
+        tokio::spawn(async move {
+            manager.supervise(&mut record, stop, log_tx).await;
+            manager.finish(record).await;
+        });
+    }
+
+    /// Follows a RUNNING job a previous head started, whose process is still
+    /// there, to its end (holding its entrypoint resources again meanwhile).
+    fn adopt(self: &Arc<Self>, mut record: JobRecord, pid: u32, start: u64) {
+        tracing::info!("adopting job {} (pid {pid}), still running after the head restarted", record.submission_id);
+        let (stop, log_tx) = self.go_live(&record.submission_id);
+        let manager = self.clone();
+        tokio::spawn(async move {
+            let (id, resources) = (record.submission_id.clone(), record.resources.clone());
+            let hold = async {
+                if let Some(scheduler) = manager.config.resources.as_ref().filter(|_| !resources.is_empty())
+                    && let Err(e) = scheduler.hold(&id, &resources).await
+                {
+                    tracing::warn!("adopted job {id}: its entrypoint resources: {e:?}");
+                }
+                std::future::pending::<()>().await
+            };
+            tokio::select! {
+                _ = manager.follow(&mut record, Process::Adopted { pid, start }, &stop, log_tx) => {}
+                _ = hold => {}
+            }
+            manager.finish(record).await;
+        });
+    }
+
+    /// Gives back the job's resources, writes its final record once, and forgets it as live.
+    async fn finish(&self, record: JobRecord) {
         if let Some(scheduler) = &self.config.resources
             && !record.resources.is_empty()
         {
             scheduler.release(&record.submission_id).await;
         }
         self.put(&record);
+        let _ = std::fs::remove_file(self.exit_path(&record.submission_id));
         self.live.lock().remove(&record.submission_id);
+        self.ended.notify_waiters();
+    }
+
+    /// Stops every live job and waits (a grace time at most) for their final
+    /// records: the head is shutting down, and its jobs go with it.
+    pub(crate) async fn stop_all(&self) {
+        self.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
+        let ids: Vec<String> = self.live.lock().keys().cloned().collect();
+        for id in ids {
+            let _ = self.stop(&id);
+        }
+        let all_ended = async {
+            loop {
+                let ended = self.ended.notified();
+                if self.live.lock().is_empty() {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = tokio::time::timeout(STOP_GRACE + Duration::from_secs(2), all_ended).await;
     }
 
     /// Waits PENDING until the entrypoint's resources are held; `Err` ends the
@@ -281,8 +367,8 @@ impl JobManager {
             // Stopped while its working_dir was prepared: it never starts.
             return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
         }
-        let (mut child, reader) = match self.spawn(record, &prepared, log, log_tx) {
-            Ok(running) => running,
+        let child = match self.spawn(record, &prepared, log) {
+            Ok(child) => child,
             Err(e) => {
                 let message = format!("Job entrypoint command failed to start: {e}");
                 return record.end(JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_START_ERROR"));
@@ -297,26 +383,56 @@ impl JobManager {
             // A stop that came while the process was starting.
             self.signal_stop(record);
         }
-        let exit = child.wait().await;
-        // Output the process left in the pipe; a background child holding it open is not waited for long.
-        let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
-        let code = match &exit {
-            Ok(status) => {
+        self.follow(record, Process::Child(child), &stop, log_tx).await;
+    }
+
+    /// Waits for a running job's process while its log's watch follows the
+    /// file, then records how it ended.
+    async fn follow(
+        &self,
+        record: &mut JobRecord,
+        process: Process,
+        stop: &watch::Receiver<bool>,
+        log_tx: watch::Sender<u64>,
+    ) {
+        let (exited, exited_rx) = tokio::sync::oneshot::channel();
+        let watcher = tokio::spawn(watch_log(self.log_path(&record.submission_id), log_tx, exited_rx));
+        let code = match process {
+            Process::Child(mut child) => child.wait().await.ok().map(|status| {
                 use std::os::unix::process::ExitStatusExt;
-                status.code().unwrap_or_else(|| -status.signal().unwrap_or(0))
+                status.code().map(shell_exit_code).unwrap_or_else(|| -status.signal().unwrap_or(0))
+            }),
+            Process::Adopted { pid, start } => {
+                wait_for_exit(pid, start).await;
+                self.read_exit_code(&record.submission_id).map(shell_exit_code)
             }
-            Err(_) => -1,
         };
-        record.driver_exit_code = Some(code);
-        if stopped() {
-            record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
-        } else if code == 0 {
+        let _ = exited.send(());
+        let _ = watcher.await;
+        let stopped = *stop.borrow();
+        self.record_exit(record, code, stopped);
+    }
+
+    /// Ends the record as the exit code (None: unknown, the process was killed) says.
+    fn record_exit(&self, record: &mut JobRecord, code: Option<i32>, stopped: bool) {
+        record.driver_exit_code = code;
+        if stopped {
+            let message = if self.shutting_down.load(std::sync::atomic::Ordering::SeqCst) {
+                "Job was stopped because the head shut down.".to_string()
+            } else {
+                MSG_STOPPED.to_string()
+            };
+            record.end(JobStatus::Stopped, message, None);
+        } else if code == Some(0) {
             record.end(JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
         } else {
             let tail = last_lines(&self.log_path(&record.submission_id), FAILURE_TAIL_LINES);
-            let message = format!(
-                "Job entrypoint command failed with exit code {code}, last available logs (truncated to 20,000 chars):\n{tail}"
-            );
+            let what = match code {
+                Some(code) => format!("failed with exit code {code}"),
+                None => "ended without an exit code (killed while the head was down)".into(),
+            };
+            let message =
+                format!("Job entrypoint command {what}, last available logs (truncated to 20,000 chars):\n{tail}");
             record.end(JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_ERROR"));
         }
     }
@@ -343,14 +459,17 @@ impl JobManager {
         &self,
         record: &JobRecord,
         prepared: &runtime_env::Prepared,
-        mut log: std::fs::File,
-        log_tx: watch::Sender<u64>,
-    ) -> std::io::Result<(tokio::process::Child, tokio::task::JoinHandle<()>)> {
-        let (mut reader, writer) = std::io::pipe()?;
+        log: std::fs::File,
+    ) -> std::io::Result<tokio::process::Child> {
+        let exit_file = self.exit_path(&record.submission_id);
+        let _ = std::fs::remove_file(&exit_file);
         let mut command = tokio::process::Command::new("/bin/sh");
         let cwd = &prepared.cwd;
-        command.arg("-c").arg(&record.entrypoint).current_dir(cwd).process_group(0).kill_on_drop(false);
-        command.stdin(std::process::Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
+        // The entrypoint runs under a wrapper shell that records its exit code, and writes
+        // straight into its log file: both outlive this head, so a restarted one can adopt it.
+        command.args(["-c", EXIT_CODE_WRAPPER, "oxray-job"]).arg(&record.entrypoint).arg(&exit_file);
+        command.current_dir(cwd).process_group(0).kill_on_drop(false);
+        command.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
         let python_dir = Path::new(&self.config.python).parent().map(Path::to_path_buf).unwrap_or_default();
         let mut path = format!("{}:{}", python_dir.display(), std::env::var("PATH").unwrap_or_default());
         if let Some(venv) = &prepared.venv {
@@ -376,21 +495,7 @@ impl JobManager {
         }
         // Last, so env_vars cannot hide the job's processes from a restarted head.
         command.env(JOB_ID_VAR, &record.submission_id).env(JOB_STORE_VAR, &self.config.data_dir);
-        let child = command.spawn()?;
-        // The parent's copies of the pipe's write end are gone with `command`.
-        drop(command);
-        let reader = tokio::task::spawn_blocking(move || {
-            let mut total = 0u64;
-            let mut buf = vec![0u8; 64 << 10];
-            while let Ok(n) = reader.read(&mut buf) {
-                if n == 0 || log.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-                total += n as u64;
-                log_tx.send_replace(total);
-            }
-        });
-        Ok((child, reader))
+        command.spawn()
     }
 
     fn signal_stop(&self, record: &JobRecord) {
@@ -490,6 +595,71 @@ fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// How a running job's process is waited for.
+enum Process {
+    /// Started by this head: its child.
+    Child(tokio::process::Child),
+    /// Started by a previous head: followed by pid (checked by its start time).
+    Adopted { pid: u32, start: u64 },
+}
+
+/// Runs `$1` through the shell and writes its exit code to `$2` (atomically).
+const EXIT_CODE_WRAPPER: &str =
+    r#"/bin/sh -c "$1"; code=$?; printf '%s' "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code""#;
+
+/// A shell's exit status as Ray reports a process's: 128+N (killed by signal N) is -N.
+fn shell_exit_code(code: i32) -> i32 {
+    if (129..=128 + 64).contains(&code) { -(code - 128) } else { code }
+}
+
+/// How often a running job's log file is checked for growth (for `/logs/tail`).
+const LOG_POLL: Duration = Duration::from_millis(100);
+
+/// Publishes the log file's length while the job runs; the watch closes (its
+/// sender dropped) once the job has exited and the last length is out.
+async fn watch_log(path: PathBuf, log_tx: watch::Sender<u64>, mut exited: tokio::sync::oneshot::Receiver<()>) {
+    loop {
+        let done = matches!(exited.try_recv(), Ok(()) | Err(tokio::sync::oneshot::error::TryRecvError::Closed));
+        let len = tokio::fs::metadata(&path).await.map(|m| m.len()).unwrap_or(0);
+        log_tx.send_if_modified(|seen| std::mem::replace(seen, len) != len);
+        if done {
+            return;
+        }
+        tokio::select! {
+            _ = &mut exited => {}
+            _ = tokio::time::sleep(LOG_POLL) => {}
+        }
+    }
+}
+
+/// Returns once process `pid` (started at `start`) has exited: it is not this
+/// process's child, so it is watched through a pidfd.
+async fn wait_for_exit(pid: u32, start: u64) {
+    let waited = tokio::task::spawn_blocking(move || {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if raw < 0 {
+            return; // already gone
+        }
+        // SAFETY: `raw` is a descriptor just opened here, owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+        // Opened first, then checked: a pid reused meanwhile is not waited for.
+        if process_start_ticks(pid) != Some(start) {
+            return;
+        }
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        loop {
+            // SAFETY: one valid pollfd for the duration of the call.
+            let ready = unsafe { libc::poll(&mut poll, 1, -1) };
+            if ready > 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return;
+            }
+        }
+    });
+    let _ = waited.await;
 }
 
 /// The last `n` lines of a file (at most 20,000 characters).
