@@ -306,7 +306,7 @@ class Client:
         called directly instead of over the network."""
     @property
     def client_id(self) -> bytes: ...
-    def open_driver_session(self, job_id: bytes) -> None:
+    def open_driver_session(self, job_id: bytes, entrypoint: str = ..., submission_id: str = ...) -> None:
         """A joined driver's session: its end makes the agent clean up after the job."""
     def end_driver_session(self) -> None: ...
 

@@ -9,6 +9,7 @@ mod routes;
 
 pub use auth::constant_time_eq;
 pub use jobs::JobsConfig;
+pub use jobs::drivers::{DriverRow, DriverTable};
 pub use jobs::resources::{BoxFuture, EntrypointResources, HoldError};
 
 use axum::Router;

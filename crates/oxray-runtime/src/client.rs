@@ -183,6 +183,15 @@ pub struct CoreClient {
 }
 
 /// The task that keeps a driver's session alive, and how to end it.
+/// What the Jobs API lists about a driver.
+#[derive(Clone, Debug, Default)]
+pub struct DriverAbout {
+    /// Its command line.
+    pub entrypoint: String,
+    /// The Jobs API submission that started it (empty when started by hand).
+    pub submission_id: String,
+}
+
 struct DriverSessionHandle {
     /// Sent (or dropped with the client) to end the session.
     stop: tokio::sync::oneshot::Sender<()>,
@@ -392,14 +401,25 @@ impl CoreClient {
     /// Opens this driver's session with its agent, kept alive by pings until
     /// `end_driver_session` or until the client is dropped; its end makes the
     /// agent clean up after the driver (its objects, its job's tasks, actors and
-    /// placement groups). Only for drivers that joined by address: an embedded
-    /// driver's cluster ends with it.
-    pub async fn open_driver_session(&self, job_id: JobId) -> Result<(), ClientError> {
-        if self.local.is_some() || self.driver_session.lock().is_some() {
+    /// placement groups). The agent tells the head (the Jobs API's DRIVER rows).
+    /// An embedded driver has no session (its cluster ends with it): it is only
+    /// reported to the head.
+    pub async fn open_driver_session(&self, job_id: JobId, about: DriverAbout) -> Result<(), ClientError> {
+        let hello = DriverHello {
+            client_id: self.client_id.to_vec(),
+            job_id: job_id.to_vec(),
+            pid: std::process::id(),
+            entrypoint: about.entrypoint,
+            submission_id: about.submission_id,
+        };
+        if let Some(local) = &self.local {
+            local.local_driver_started(&hello).await;
+            return Ok(());
+        }
+        if self.driver_session.lock().is_some() {
             return Ok(());
         }
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let hello = DriverHello { client_id: self.client_id.to_vec(), job_id: job_id.to_vec() };
         let _ = tx.send(DriverSessionEvent { event: Some(driver_session_event::Event::Hello(hello)) }).await;
         let mut replies =
             self.driver.clone().driver_session(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();

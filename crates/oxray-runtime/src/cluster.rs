@@ -8,10 +8,10 @@ use crate::auth::{AttachToken, RequireToken};
 use crate::client::{RPC_DEADLINE, connect_control_channel};
 use crate::head::Head;
 use crate::ids::NodeId;
-use crate::job_resources::HeadEntrypointResources;
+use crate::job_resources::{HeadDrivers, HeadEntrypointResources};
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{EntrypointResources, HttpConfig, HttpServer, JobsConfig};
+use oxray_http::{DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig};
 use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -347,6 +347,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                     resources: head.clone().map(|head| {
                         Arc::new(HeadEntrypointResources::new(head, node_id)) as Arc<dyn EntrypointResources>
                     }),
+                    drivers: head.clone().map(|head| Arc::new(HeadDrivers(head)) as Arc<dyn DriverTable>),
                 };
                 HttpServer::start(listener, HttpConfig { token: token.clone(), session_name, jobs: Some(jobs) })
                     .map_err(ClusterError::Http)

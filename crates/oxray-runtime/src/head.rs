@@ -7,10 +7,10 @@ use crate::placement::{Strategy, StrategyError, plan};
 use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, Empty, GetNamedActorReply, GetNamedActorRequest,
-    HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo, PlacementGroupReply,
-    PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState, RegisterActorReply, RegisterActorRequest,
-    RegisterNodeRequest, ReserveBundlesRequest,
+    ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DriverRecord, Empty, GetNamedActorReply,
+    GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo,
+    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState, RegisterActorReply,
+    RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -142,6 +142,16 @@ pub struct Head {
     pinned: Arc<Mutex<HashMap<PlacementGroupId, NodeId>>>,
     /// Bumped whenever a group is placed or a node registers, for waiters.
     changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The cluster's drivers (jobs), as agents report them; kept in memory, the
+    /// last `history` ended ones with them.
+    drivers: Arc<Mutex<DriverTable>>,
+}
+
+#[derive(Default)]
+struct DriverTable {
+    by_job: HashMap<Vec<u8>, DriverRecord>,
+    /// Ended drivers, oldest first.
+    ended: std::collections::VecDeque<Vec<u8>>,
 }
 
 impl Head {
@@ -422,6 +432,21 @@ impl Head {
         self.groups.lock().get(&pg_id).map(|g| g.state())
     }
 
+    /// Every driver the head knows of, running ones with `end_time_ms` 0. A
+    /// driver whose node is dead counts as ended.
+    pub fn drivers(&self) -> Vec<DriverRecord> {
+        let alive: std::collections::HashSet<Vec<u8>> =
+            self.nodes().into_iter().filter(|n| n.alive).map(|n| n.node_id).collect();
+        let mut out: Vec<DriverRecord> = self.drivers.lock().by_job.values().cloned().collect();
+        for driver in &mut out {
+            if driver.end_time_ms == 0 && !alive.contains(&driver.node_id) {
+                driver.end_time_ms = now_ms();
+            }
+        }
+        out.sort_by_key(|d| d.start_time_ms);
+        out
+    }
+
     /// Changes when a group is placed or a node registers.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.changes.subscribe()
@@ -440,6 +465,10 @@ impl Head {
         out.sort_by_key(|n| (!n.is_head, n.start_time_ms));
         out
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 /// The head's own node agent runs in its process, so a head node on record is an
@@ -669,6 +698,26 @@ impl HeadService for Head {
         _request: Request<Empty>,
     ) -> Result<Response<ListPlacementGroupsReply>, Status> {
         Ok(Response::new(ListPlacementGroupsReply { groups: self.groups.lock().values().cloned().collect() }))
+    }
+
+    async fn update_driver(&self, request: Request<DriverRecord>) -> Result<Response<Empty>, Status> {
+        let driver = request.into_inner();
+        if driver.job_id.len() != 4 {
+            return Err(HeadError::Malformed("UpdateDriver needs a 4-byte job id").into());
+        }
+        let mut table = self.drivers.lock();
+        let job = driver.job_id.clone();
+        let ended = driver.end_time_ms != 0;
+        table.by_job.insert(job.clone(), driver);
+        if ended && !table.ended.contains(&job) {
+            table.ended.push_back(job);
+            while table.ended.len() > self.history.0 {
+                if let Some(old) = table.ended.pop_front() {
+                    table.by_job.remove(&old);
+                }
+            }
+        }
+        Ok(Response::new(Empty {}))
     }
 }
 
@@ -921,6 +970,31 @@ mod tests {
         let mut ids: Vec<u8> = groups.iter().map(|g| g.spec.as_ref().unwrap().pg_id[0]).collect();
         ids.sort();
         assert_eq!(ids, [8, 9, 10]);
+    }
+
+    #[tokio::test]
+    async fn drivers_are_listed_ended_ones_bounded_and_those_of_dead_nodes_ended() {
+        let head = Head { history: History(2), ..Head::default() };
+        let node = NodeInfo { node_id: vec![1; 16], ..Default::default() };
+        head.register_node(Request::new(RegisterNodeRequest { node: Some(node) })).await.unwrap();
+        let driver = |job: u8, node: u8, end: u64| DriverRecord {
+            job_id: vec![0, 0, 0, job],
+            node_id: vec![node; 16],
+            start_time_ms: u64::from(job),
+            end_time_ms: end,
+            ..Default::default()
+        };
+        for job in 1..=4 {
+            head.update_driver(Request::new(driver(job, 1, 0))).await.unwrap();
+            head.update_driver(Request::new(driver(job, 1, 100))).await.unwrap();
+        }
+        head.update_driver(Request::new(driver(5, 1, 0))).await.unwrap();
+        head.update_driver(Request::new(driver(6, 9, 0))).await.unwrap();
+        let listed: Vec<(u8, bool)> = head.drivers().iter().map(|d| (d.job_id[3], d.end_time_ms == 0)).collect();
+        // Two ended drivers kept; the one on an unknown (dead) node counts as ended.
+        assert_eq!(listed, [(3, false), (4, false), (5, true), (6, false)]);
+        let bad = DriverRecord { job_id: vec![1], ..Default::default() };
+        assert!(head.update_driver(Request::new(bad)).await.is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

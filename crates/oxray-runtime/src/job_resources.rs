@@ -1,11 +1,12 @@
-//! A submitted job's entrypoint resources (`entrypoint_num_cpus`, ...), held
-//! by the head's scheduler as a one-bundle placement group pinned to the head's
-//! node, where oxray runs job drivers. The job stays PENDING until the group is
-//! placed; tasks and actors cannot take what it holds.
+//! What the Jobs API needs from the head: a submitted job's entrypoint
+//! resources (`entrypoint_num_cpus`, ...), held by the head's scheduler as a
+//! one-bundle placement group pinned to the head's node, where oxray runs job
+//! drivers (the job stays PENDING until the group is placed; tasks and actors
+//! cannot take what it holds); and the cluster's drivers, for DRIVER rows.
 
 use crate::head::Head;
 use crate::ids::{NodeId, PlacementGroupId};
-use oxray_http::{BoxFuture, EntrypointResources, HoldError};
+use oxray_http::{BoxFuture, DriverRow, DriverTable, EntrypointResources, HoldError};
 use oxray_proto::{Bundle, PlacementGroupSpec, PlacementGroupState, PlacementStrategy};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -90,5 +91,37 @@ impl EntrypointResources for HeadEntrypointResources {
                 self.head.remove_group(pg_id).await;
             }
         })
+    }
+}
+
+/// The head's driver table as the Jobs API lists it.
+pub struct HeadDrivers(pub Head);
+
+impl std::fmt::Debug for HeadDrivers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeadDrivers")
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl DriverTable for HeadDrivers {
+    fn drivers(&self) -> Vec<DriverRow> {
+        self.0
+            .drivers()
+            .into_iter()
+            .map(|d| DriverRow {
+                job_id: hex(&d.job_id),
+                node_id: hex(&d.node_id),
+                node_ip: d.node_ip,
+                pid: d.pid,
+                entrypoint: d.entrypoint,
+                submission_id: Some(d.submission_id).filter(|s| !s.is_empty()),
+                start_time: d.start_time_ms,
+                end_time: Some(d.end_time_ms).filter(|t| *t != 0),
+            })
+            .collect()
     }
 }

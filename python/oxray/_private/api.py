@@ -184,9 +184,11 @@ def init(
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)
         nodes = client.cluster_info()
-        if STATE.cluster is None:
-            # Its end (shutdown, exit, or a crash) makes the agent clean up after this job.
-            client.open_driver_session(job_id)
+        # A joined driver's session: its end (shutdown, exit, or a crash) makes the agent clean
+        # up after this job. Either way the head lists the driver (the Jobs API's DRIVER rows).
+        client.open_driver_session(
+            job_id, " ".join(sys.argv), os.environ.get("OXRAY_JOB_SUBMISSION_ID", "")
+        )
     except Exception as e:
         if STATE.cluster is not None:
             _unpublish()

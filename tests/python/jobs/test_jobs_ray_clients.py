@@ -245,6 +245,59 @@ def test_stopping_the_head_stops_its_jobs(head, tmp_path):
     assert info.status == JobStatus.STOPPED and "head shut down" in info.message, info
 
 
+HAND_DRIVER = """
+import sys
+import oxray as ray
+
+ray.init(address=sys.argv[1])
+print("joined", flush=True)
+sys.stdin.read()  # runs until the test closes its stdin
+"""
+
+
+def test_drivers_are_listed_and_linked_to_their_submissions(client, head, tmp_path):
+    """A driver started by hand is a DRIVER row (RUNNING, then SUCCEEDED once it
+    exits); a submitted job's driver fills in the submission's `job_id` and
+    `driver_info`, and its JobID addresses the submission."""
+    script = tmp_path / "hand_driver.py"
+    script.write_text(HAND_DRIVER)
+    env = {**head.env, "OXRAY_TOKEN": head.token}
+    hand = subprocess.Popen(
+        [sys.executable, str(script), head.address], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert hand.stdout.readline() == "joined\n"
+        [row] = [j for j in client.list_jobs() if j.type == job_submission.JobType.DRIVER]
+        assert row.status == JobStatus.RUNNING and row.submission_id is None, row
+        assert row.driver_info.pid == str(hand.pid) and "hand_driver.py" in row.entrypoint, row
+        assert len(row.job_id) == 8 and client.get_job_info(row.job_id).type == job_submission.JobType.DRIVER
+        with pytest.raises(RuntimeError, match="400"):
+            client.get_job_logs(row.job_id)
+        with pytest.raises(RuntimeError, match="400"):
+            client.stop_job(row.job_id)
+    finally:
+        hand.stdin.close()
+        hand.wait(timeout=60)
+    assert wait_until(lambda: client.get_job_info(row.job_id).status == JobStatus.SUCCEEDED, timeout=30)
+    assert client.get_job_info(row.job_id).end_time > 0
+
+    flag = tmp_path / "go"
+    work = tmp_path / "submitted"
+    work.mkdir()
+    (work / "driver.py").write_text(
+        f"import os, time\nimport oxray as ray\nray.init()\nprint('pid', os.getpid(), flush=True)\n"
+        f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\n"
+    )
+    submission = client.submit_job(entrypoint="python driver.py", runtime_env={"working_dir": str(work)})
+    assert wait_until(lambda: client.get_job_info(submission).job_id is not None, timeout=60)
+    info = client.get_job_info(submission)
+    assert f"pid {info.driver_info.pid}" in client.get_job_logs(submission), info
+    assert client.get_job_info(info.job_id).submission_id == submission
+    assert [j.type for j in client.list_jobs()].count(job_submission.JobType.DRIVER) == 1, "no DRIVER row of its own"
+    flag.touch()
+    assert wait_terminal(client, info.job_id) == JobStatus.SUCCEEDED
+
+
 TRAIN_SCRIPT = """
 import torch
 

@@ -8,6 +8,7 @@
 //! `init()` joins this cluster. Stop sends SIGTERM to the group and SIGKILL
 //! after [`STOP_GRACE`].
 
+pub(crate) mod drivers;
 mod packages;
 mod record;
 pub(crate) mod resources;
@@ -50,6 +51,9 @@ pub struct JobsConfig {
     /// The scheduler that holds `entrypoint_*` resources; without one, a job
     /// asking for any is refused.
     pub resources: Option<Arc<dyn EntrypointResources>>,
+    /// The cluster's drivers, for the `job_id`/`driver_info` of submissions and
+    /// for DRIVER rows; without it, only submissions are listed.
+    pub drivers: Option<Arc<dyn drivers::DriverTable>>,
 }
 
 /// How long a job may wait PENDING for its resources before it fails
@@ -170,15 +174,50 @@ impl JobManager {
         self.config.data_dir.join("job_logs").join(format!("job-driver-{id}.log"))
     }
 
-    pub(crate) fn get(&self, id: &str) -> Result<JobRecord, JobError> {
-        self.store
-            .get(id)
-            .map_err(JobError::Internal)?
-            .ok_or_else(|| JobError::NotFound(format!("Job {id} does not exist")))
+    fn drivers(&self) -> Vec<drivers::DriverRow> {
+        self.config.drivers.as_ref().map(|table| table.drivers()).unwrap_or_default()
     }
 
-    pub(crate) fn list(&self) -> Result<Vec<JobRecord>, JobError> {
-        self.store.all().map_err(JobError::Internal)
+    /// A submission's record, by its submission id or its driver's JobID; a
+    /// driver started by hand is a 400 (it has no logs, stop or delete here).
+    pub(crate) fn get(&self, id: &str) -> Result<JobRecord, JobError> {
+        if let Some(record) = self.store.get(id).map_err(JobError::Internal)? {
+            return Ok(record);
+        }
+        match self.drivers().into_iter().find(|d| d.job_id == id) {
+            Some(drivers::DriverRow { submission_id: Some(submission), .. }) => self.get(&submission),
+            Some(_) => Err(JobError::BadRequest(format!(
+                "Job {id} is a DRIVER job (a driver started by hand, not submitted through the Jobs API): \
+                 it has no logs, stop or delete here"
+            ))),
+            None => Err(JobError::NotFound(format!("Job {id} does not exist"))),
+        }
+    }
+
+    /// Ray's `JobDetails` of a submission or of a driver started by hand.
+    pub(crate) fn details(&self, id: &str, redact: bool) -> Result<serde_json::Value, JobError> {
+        let drivers = self.drivers();
+        if let Some(driver) = drivers.iter().find(|d| d.job_id == id && d.submission_id.is_none())
+            && self.store.get(id).map_err(JobError::Internal)?.is_none()
+        {
+            return Ok(driver.details());
+        }
+        let record = self.get(id)?;
+        Ok(linked(&record, &drivers, redact))
+    }
+
+    /// Every submission (with its driver's ids), then every driver started by hand.
+    pub(crate) fn list(&self, redact: bool) -> Result<Vec<serde_json::Value>, JobError> {
+        let drivers = self.drivers();
+        let mut all: Vec<serde_json::Value> = self
+            .store
+            .all()
+            .map_err(JobError::Internal)?
+            .iter()
+            .map(|record| linked(record, &drivers, redact))
+            .collect();
+        all.extend(drivers.iter().filter(|d| d.submission_id.is_none()).map(drivers::DriverRow::details));
+        Ok(all)
     }
 
     fn put(&self, record: &JobRecord) {
@@ -520,6 +559,7 @@ impl JobManager {
         if record.status.is_terminal() {
             return Ok(false);
         }
+        let id = record.submission_id.as_str();
         let Some(stop) = self.live.lock().get(id).map(|l| l.stop.clone()) else { return Ok(false) };
         // A pending job sees the flag before it starts; a running one gets the signals too.
         stop.send_replace(true);
@@ -536,14 +576,14 @@ impl JobManager {
                 record.status.as_str()
             )));
         }
-        self.store.remove(id).map_err(JobError::Internal)?;
+        self.store.remove(&record.submission_id).map_err(JobError::Internal)?;
         Ok(())
     }
 
     /// The job's output so far.
     pub(crate) fn logs(&self, id: &str) -> Result<String, JobError> {
-        self.get(id)?;
-        match std::fs::read(self.log_path(id)) {
+        let id = self.get(id)?.submission_id;
+        match std::fs::read(self.log_path(&id)) {
             Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
             Err(e) => Err(JobError::Internal(format!("cannot read the log of job {id}: {e}"))),
@@ -595,6 +635,19 @@ fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// A submission's `JobDetails`, with its latest driver's ids when it has one.
+fn linked(record: &JobRecord, drivers: &[drivers::DriverRow], redact: bool) -> serde_json::Value {
+    let mut details = record.details(redact);
+    let driver = drivers
+        .iter()
+        .filter(|d| d.submission_id.as_deref() == Some(record.submission_id.as_str()))
+        .max_by_key(|d| d.start_time);
+    if let Some(driver) = driver {
+        driver.link(&mut details);
+    }
+    details
 }
 
 /// How a running job's process is waited for.

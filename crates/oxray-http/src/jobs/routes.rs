@@ -51,13 +51,11 @@ async fn submit(State(jobs): Jobs, body: Bytes) -> Result<Response, JobError> {
 }
 
 async fn list(State(jobs): Jobs, headers: HeaderMap) -> Result<Response, JobError> {
-    let redact = is_browser(&headers);
-    let all: Vec<Value> = jobs.list()?.iter().map(|r| r.details(redact)).collect();
-    Ok(axum::Json(Value::Array(all)).into_response())
+    Ok(axum::Json(Value::Array(jobs.list(is_browser(&headers))?)).into_response())
 }
 
 async fn details(State(jobs): Jobs, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, JobError> {
-    Ok(axum::Json(jobs.get(&id)?.details(is_browser(&headers))).into_response())
+    Ok(axum::Json(jobs.details(&id, is_browser(&headers))?).into_response())
 }
 
 async fn logs(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, JobError> {
@@ -99,9 +97,10 @@ async fn put_package(
 /// The job's output as it is written: text frames of whole lines, then a
 /// normal close (1000) once the job has ended and everything was sent.
 async fn tail(State(jobs): Jobs, Path(id): Path<String>, upgrade: WebSocketUpgrade) -> Response {
-    if let Err(e) = jobs.get(&id) {
-        return e.into_response();
-    }
+    let id = match jobs.get(&id) {
+        Ok(record) => record.submission_id,
+        Err(e) => return e.into_response(),
+    };
     upgrade.on_upgrade(move |socket| follow(jobs, id, socket))
 }
 

@@ -99,12 +99,21 @@ impl Client {
         PyBytes::new(py, self.inner.client_id.as_bytes())
     }
 
-    /// Opens this driver's session with its agent (a joined driver only; a no-op
-    /// in the embedded driver): when it ends, the agent cleans up after job `job_id`.
-    fn open_driver_session(&self, py: Python<'_>, job_id: Vec<u8>) -> PyResult<()> {
+    /// Opens this driver's session with its agent (a joined driver; the embedded
+    /// one is only reported to the head): when it ends, the agent cleans up after
+    /// job `job_id`. `entrypoint` and `submission_id` are what the Jobs API lists.
+    #[pyo3(signature = (job_id, entrypoint = String::new(), submission_id = String::new()))]
+    fn open_driver_session(
+        &self,
+        py: Python<'_>,
+        job_id: Vec<u8>,
+        entrypoint: String,
+        submission_id: String,
+    ) -> PyResult<()> {
         let job = JobId::from_bytes(&job_id).map_err(bad_id)?;
         let c = self.inner.clone();
-        py.detach(|| runtime().block_on(c.open_driver_session(job))).map_err(rpc_err)
+        let about = oxray_runtime::client::DriverAbout { entrypoint, submission_id };
+        py.detach(|| runtime().block_on(c.open_driver_session(job, about))).map_err(rpc_err)
     }
 
     /// Ends the driver's session and waits until the agent has cleaned up after it.

@@ -10,13 +10,13 @@ use oxray_proto::peer_service_server::PeerService;
 use oxray_proto::worker_service_server::WorkerService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, AgentTableSizes, Assignment, CancelRequest, ClusterInfoReply,
-    CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverSessionEvent,
-    DriverSessionReply, Empty, FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest, GetObjectsReply,
-    GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage,
-    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
-    RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
-    TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
-    driver_session_event, peer_message, worker_event,
+    CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DriverHello, DriverRecord,
+    DriverSessionEvent, DriverSessionReply, Empty, FunctionBlob, FunctionId, GetNamedActorReply, GetNamedActorRequest,
+    GetObjectsReply, GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent,
+    PeerMessage, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest,
+    PutObjectRequest, RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest,
+    TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest,
+    WorkerEvent, driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +49,41 @@ fn driver_lease() -> Duration {
     }
 }
 
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl AgentService {
+    /// The head's record of a driver of this node, started now.
+    fn driver_record(&self, hello: &DriverHello) -> DriverRecord {
+        DriverRecord {
+            job_id: hello.job_id.clone(),
+            node_id: self.shared.state.lock().node_id.to_vec(),
+            node_ip: self.address.rsplit_once(':').map(|(host, _)| host).unwrap_or(&self.address).to_string(),
+            pid: hello.pid,
+            entrypoint: hello.entrypoint.clone(),
+            submission_id: hello.submission_id.clone(),
+            start_time_ms: now_ms(),
+            end_time_ms: 0,
+        }
+    }
+
+    /// Tells the head a driver started or ended (for the Jobs API's listing);
+    /// a head that cannot be told only loses a listing row.
+    async fn report_driver(&self, driver: DriverRecord) {
+        let Some(mut head) = self.shared.head() else { return };
+        if let Err(e) = head.update_driver(driver).await {
+            tracing::debug!("cannot tell the head about a driver: {e}");
+        }
+    }
+
+    /// An embedded driver (in this process, without a session): listed as
+    /// running while the node lives.
+    pub async fn local_driver_started(&self, hello: &DriverHello) {
+        self.report_driver(self.driver_record(hello)).await;
+    }
+}
+
 #[tonic::async_trait]
 impl DriverService for AgentService {
     type DriverSessionStream = tokio_stream::wrappers::ReceiverStream<Result<DriverSessionReply, Status>>;
@@ -70,7 +105,10 @@ impl DriverService for AgentService {
         let lease = driver_lease();
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let _ = tx.send(Ok(DriverSessionReply { lease_ms: lease.as_millis() as u64 })).await;
+        let mut driver = self.driver_record(&hello);
+        self.report_driver(driver.clone()).await;
         let shared = self.shared.clone();
+        let service = self.clone();
         tokio::spawn(async move {
             let why = loop {
                 match tokio::time::timeout(lease, events.message()).await {
@@ -81,6 +119,8 @@ impl DriverService for AgentService {
                 }
             };
             shared.with_state(|st| st.driver_gone(client, &why));
+            driver.end_time_ms = now_ms().max(1);
+            service.report_driver(driver).await;
             // Dropping `tx` ends the reply stream: a driver shutting down waits for it.
             drop(tx);
         });
