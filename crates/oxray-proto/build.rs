@@ -6,6 +6,7 @@ const PROTOS: &[&str] = &[
     "proto/oxray/v1/worker.proto",
     "proto/oxray/v1/peer.proto",
     "proto/oxray/v1/head.proto",
+    "proto/oxray/v1/job.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -10,7 +10,9 @@ mod routes;
 pub use auth::constant_time_eq;
 pub use jobs::JobsConfig;
 pub use jobs::drivers::{DriverRow, DriverTable};
-pub use jobs::resources::{BoxFuture, EntrypointResources, HoldError};
+pub use jobs::remote::{RemoteEvent, RemoteJobs, RemoteRun};
+pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
+pub use jobs::{entrypoint, runtime_env};
 
 use axum::Router;
 use std::net::SocketAddr;

@@ -74,6 +74,8 @@ pub type DriverClient = DriverServiceClient<AuthedChannel>;
 pub type WorkerClient = WorkerServiceClient<AuthedChannel>;
 pub type PeerClient = PeerServiceClient<AuthedChannel>;
 pub type BundleClient = BundleServiceClient<AuthedChannel>;
+pub type NodeJobClient = NodeJobServiceClient<AuthedChannel>;
+use oxray_proto::node_job_service_client::NodeJobServiceClient;
 
 /// A generated client over an authenticated channel, with no message size limit
 /// (objects stream through these calls).
@@ -359,6 +361,10 @@ impl AgentChannels {
 
     pub async fn bundles(&self, address: &str, token: &str) -> Result<BundleClient, ClientError> {
         Ok(authed_client!(BundleServiceClient, self.channel(address)?, AttachToken::new(token)?))
+    }
+
+    pub async fn node_jobs(&self, address: &str, token: &str) -> Result<NodeJobClient, ClientError> {
+        Ok(authed_client!(NodeJobServiceClient, self.channel(address)?, AttachToken::new(token)?))
     }
 }
 

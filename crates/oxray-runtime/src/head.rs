@@ -137,9 +137,6 @@ pub struct Head {
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
     channels: Arc<AgentChannels>,
-    /// Groups whose bundles must all go on one given node (a job's entrypoint
-    /// resources, held on the node its driver runs on).
-    pinned: Arc<Mutex<HashMap<PlacementGroupId, NodeId>>>,
     /// Bumped whenever a group is placed or a node registers, for waiters.
     changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The cluster's drivers (jobs), as agents report them; kept in memory, the
@@ -345,12 +342,7 @@ impl Head {
         let Ok(strategy) = Strategy::from_proto(spec.strategy()) else { return };
         let bundles: Vec<ResourceSet> =
             spec.bundles.iter().map(|b| ResourceSet::from_map(&b.resources).unwrap_or_default()).collect();
-        let pinned = self.pinned.lock().get(&pg_id).copied();
-        let live: Vec<NodeInfo> = self
-            .nodes()
-            .into_iter()
-            .filter(|n| n.alive && pinned.is_none_or(|node| n.node_id == node.to_vec()))
-            .collect();
+        let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
         let free: Vec<ResourceSet> =
             live.iter().map(|n| ResourceSet::from_map(&n.available).unwrap_or_default()).collect();
         let Some(assignment) = plan(strategy, &bundles, &free) else { return };
@@ -406,25 +398,23 @@ impl Head {
         self.changes.send_modify(|n| *n += 1);
     }
 
-    /// Creates a placement group whose bundles may only go on `node`; it is
-    /// placed now if it fits, else by the placement loop once it does.
-    pub async fn create_group_on_node(&self, spec: PlacementGroupSpec, node: NodeId) -> Result<(), Status> {
-        let pg_id = PlacementGroupId::from_bytes(&spec.pg_id).map_err(HeadError::from)?;
-        self.pinned.lock().insert(pg_id, node);
-        if let Err(e) = self.create_placement_group(Request::new(spec)).await {
-            self.pinned.lock().remove(&pg_id);
-            return Err(e);
-        }
-        Ok(())
+    /// Creates a placement group from within the head (a job's entrypoint
+    /// resources): placed now if it fits, else by the placement loop once it does.
+    pub async fn create_group(&self, spec: PlacementGroupSpec) -> Result<(), Status> {
+        self.create_placement_group(Request::new(spec)).await.map(drop)
     }
 
-    /// Removes a group made by [`Head::create_group_on_node`], giving back its bundles.
+    /// Removes a group made by [`Head::create_group`], giving back its bundles.
     pub async fn remove_group(&self, pg_id: PlacementGroupId) {
         let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
         if let Err(e) = self.remove_placement_group(Request::new(request)).await {
             tracing::debug!("removing placement group {}: {e}", pg_id.hex());
         }
-        self.pinned.lock().remove(&pg_id);
+    }
+
+    /// The nodes a placed group's bundles are on, by bundle.
+    pub fn group_nodes(&self, pg_id: PlacementGroupId) -> Vec<Vec<u8>> {
+        self.groups.lock().get(&pg_id).map(|g| g.bundle_nodes.clone()).unwrap_or_default()
     }
 
     /// The state of a placement group (`None` when unknown).

@@ -1,19 +1,26 @@
 //! What the Jobs API needs from the head: a submitted job's entrypoint
 //! resources (`entrypoint_num_cpus`, ...), held by the head's scheduler as a
-//! one-bundle placement group pinned to the head's node, where oxray runs job
-//! drivers (the job stays PENDING until the group is placed; tasks and actors
-//! cannot take what it holds); and the cluster's drivers, for DRIVER rows.
+//! one-bundle placement group on whichever node fits them, where the job's
+//! driver then runs (the job stays PENDING until the group is placed; tasks and
+//! actors cannot take what it holds); the cluster's drivers, for DRIVER rows;
+//! and running a job on another node through its agent (`NodeJobService`).
 
+use crate::client::{AgentChannels, NodeJobClient};
 use crate::head::Head;
 use crate::ids::{NodeId, PlacementGroupId};
-use oxray_http::{BoxFuture, DriverRow, DriverTable, EntrypointResources, HoldError};
-use oxray_proto::{Bundle, PlacementGroupSpec, PlacementGroupState, PlacementStrategy};
+use oxray_http::{
+    BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteEvent, RemoteJobs, RemoteRun,
+};
+use oxray_proto::{
+    Bundle, JobEvent, Package, PlacementGroupSpec, PlacementGroupState, PlacementStrategy, RunJobRequest,
+    StopJobRequest, job_event,
+};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 
 pub struct HeadEntrypointResources {
     head: Head,
-    /// The node job drivers run on.
+    /// The head's own node (a job placed there runs in the head's process).
     node: NodeId,
     /// Job submission id -> the group holding its resources.
     held: Mutex<HashMap<String, PlacementGroupId>>,
@@ -30,34 +37,43 @@ impl HeadEntrypointResources {
         Self { head, node, held: Mutex::new(HashMap::new()) }
     }
 
-    /// `Err` naming what the driver's node lacks when it could never fit
-    /// `resources`; `Ok(false)` while that node has not registered yet.
+    /// `Err` naming what is missing when no live node could ever fit
+    /// `resources`; `Ok(false)` while no node has registered yet.
     fn feasible(&self, resources: &BTreeMap<String, f64>) -> Result<bool, HoldError> {
-        let Some(node) = self.head.nodes().into_iter().find(|n| n.node_id == self.node.to_vec()) else {
+        let nodes: Vec<_> = self.head.nodes().into_iter().filter(|n| n.alive).collect();
+        if nodes.is_empty() {
             return Ok(false);
+        }
+        let fits = |total: &HashMap<String, f64>| {
+            resources.iter().all(|(name, amount)| total.get(name).copied().unwrap_or(0.0) >= *amount)
         };
-        let short: Vec<String> = resources
-            .iter()
-            .filter(|(name, amount)| node.total.get(*name).copied().unwrap_or(0.0) < **amount)
-            .map(|(name, amount)| format!("{name}={amount} (it has {})", node.total.get(name).copied().unwrap_or(0.0)))
-            .collect();
-        if short.is_empty() {
+        if nodes.iter().any(|n| fits(&n.total)) {
             return Ok(true);
         }
+        let most = |name: &str| nodes.iter().map(|n| n.total.get(name).copied().unwrap_or(0.0)).fold(0.0, f64::max);
+        let short: Vec<String> = resources
+            .iter()
+            .filter(|(name, amount)| most(name) < **amount)
+            .map(|(name, amount)| format!("{name}={amount} (the most any node has is {})", most(name)))
+            .collect();
+        let short = if short.is_empty() { "all of them on one node".to_string() } else { short.join(", ") };
         Err(HoldError::Unschedulable(format!(
-            "oxray runs job drivers on the head node ({}), which can never provide {}; lower the \
-             entrypoint_* request or start the head with more (oxray start --head --num-cpus/--num-gpus/--resources)",
-            self.node.short(),
-            short.join(", ")
+            "no node of the cluster ({} alive) can ever provide {short}; lower the entrypoint_* request, or add a \
+             node that has them (oxray start --address ... --num-cpus/--num-gpus/--resources) and submit again",
+            nodes.len()
         )))
     }
 }
 
 impl EntrypointResources for HeadEntrypointResources {
-    fn hold<'a>(&'a self, id: &'a str, resources: &'a BTreeMap<String, f64>) -> BoxFuture<'a, Result<(), HoldError>> {
+    fn hold<'a>(
+        &'a self,
+        id: &'a str,
+        resources: &'a BTreeMap<String, f64>,
+    ) -> BoxFuture<'a, Result<HeldOn, HoldError>> {
         Box::pin(async move {
             let mut changes = self.head.changes();
-            // Wait for the head node to register (at start-up), then fail at once if it never could fit.
+            // Wait for a node to register (at start-up), then fail at once if none ever could fit.
             while !self.feasible(resources)? {
                 changes.changed().await.map_err(|_| HoldError::Failed("the head is shutting down".into()))?;
             }
@@ -72,10 +88,15 @@ impl EntrypointResources for HeadEntrypointResources {
                 detached: true,
             };
             self.held.lock().insert(id.to_string(), pg_id);
-            self.head.create_group_on_node(spec, self.node).await.map_err(|e| HoldError::Failed(e.message().into()))?;
+            self.head.create_group(spec).await.map_err(|e| HoldError::Failed(e.message().into()))?;
             loop {
                 match self.head.group_state(pg_id) {
-                    Some(PlacementGroupState::Created) => return Ok(()),
+                    Some(PlacementGroupState::Created) => {
+                        return Ok(match self.head.group_nodes(pg_id).first() {
+                            Some(node) if *node != self.node.to_vec() => HeldOn::Node(hex(node)),
+                            _ => HeldOn::ThisNode,
+                        });
+                    }
                     Some(PlacementGroupState::Pending) => {}
                     _ => return Err(HoldError::Failed("its placement group was removed".into())),
                 }
@@ -123,5 +144,89 @@ impl DriverTable for HeadDrivers {
                 end_time: Some(d.end_time_ms).filter(|t| *t != 0),
             })
             .collect()
+    }
+}
+
+/// Runs jobs on other nodes through their agents' `NodeJobService`.
+pub struct HeadRemoteJobs {
+    head: Head,
+    /// The head's address, which a job's bare `init()` joins.
+    head_address: String,
+    token: String,
+    channels: AgentChannels,
+}
+
+impl std::fmt::Debug for HeadRemoteJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeadRemoteJobs").field("head_address", &self.head_address).finish_non_exhaustive()
+    }
+}
+
+impl HeadRemoteJobs {
+    pub fn new(head: Head, head_address: String, token: String) -> Self {
+        Self { head, head_address, token, channels: AgentChannels::default() }
+    }
+
+    async fn client(&self, node_id: &str) -> Result<NodeJobClient, String> {
+        let address = self
+            .head
+            .nodes()
+            .into_iter()
+            .find(|n| hex(&n.node_id) == node_id)
+            .map(|n| n.address)
+            .ok_or_else(|| format!("node {node_id} is not part of the cluster"))?;
+        self.channels.node_jobs(&address, &self.token).await.map_err(|e| e.to_string())
+    }
+}
+
+impl RemoteJobs for HeadRemoteJobs {
+    fn run<'a>(
+        &'a self,
+        node_id: &'a str,
+        run: RemoteRun,
+    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, String>> {
+        Box::pin(async move {
+            let mut client = self.client(node_id).await?;
+            let request = RunJobRequest {
+                submission_id: run.submission_id,
+                entrypoint: run.entrypoint,
+                runtime_env_json: run.runtime_env_json,
+                metadata_json: run.metadata_json,
+                packages: run.packages.into_iter().map(|(uri, data)| Package { uri, data }).collect(),
+                attach: run.attach_from.is_some(),
+                offset: run.attach_from.unwrap_or(0),
+                head_address: self.head_address.clone(),
+            };
+            let mut stream = client.run_job(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            let (tx, rx) = tokio::sync::mpsc::channel(16);
+            tokio::spawn(async move {
+                // Ends (closing `tx`) when the node ends the stream or is lost.
+                while let Ok(Some(JobEvent { event: Some(event) })) = stream.message().await {
+                    let event = match event {
+                        job_event::Event::StartedPid(pid) => RemoteEvent::Started { pid },
+                        job_event::Event::Output(bytes) => RemoteEvent::Output(bytes),
+                        job_event::Event::SetupFailed(e) => RemoteEvent::SetupFailed(e),
+                        job_event::Event::StartFailed(e) => RemoteEvent::StartFailed(e),
+                        job_event::Event::ExitCode(code) => RemoteEvent::Exited(Some(code)),
+                        job_event::Event::ExitedUnknown(_) => RemoteEvent::Exited(None),
+                    };
+                    if tx.send(event).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(rx)
+        })
+    }
+
+    fn stop<'a>(&'a self, node_id: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+        Box::pin(async move {
+            let mut client = self.client(node_id).await?;
+            let reply = client
+                .stop_job(StopJobRequest { submission_id: id.to_string() })
+                .await
+                .map_err(|e| e.message().to_string())?;
+            Ok(reply.into_inner().stopped)
+        })
     }
 }

@@ -9,16 +9,19 @@
 //! after [`STOP_GRACE`].
 
 pub(crate) mod drivers;
+pub mod entrypoint;
 mod packages;
 mod record;
+pub(crate) mod remote;
 pub(crate) mod resources;
 pub(crate) mod routes;
-mod runtime_env;
+pub mod runtime_env;
 mod store;
 
+use entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, signal_group, wait_for_exit};
 use oxray_object_store::process_start_ticks;
 use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
-use resources::{EntrypointResources, HoldError};
+use resources::{EntrypointResources, HeldOn, HoldError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,9 +31,6 @@ use tokio::sync::watch;
 
 /// Time between SIGTERM and SIGKILL when a job is stopped (Ray's `RAY_JOB_STOP_WAIT_TIME_S`).
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
-/// The environment variables that mark a job's processes (for finding them after a restart).
-const JOB_ID_VAR: &str = "OXRAY_JOB_SUBMISSION_ID";
-const JOB_STORE_VAR: &str = "OXRAY_JOB_STORE";
 /// Lines of output quoted in a failed job's message.
 const FAILURE_TAIL_LINES: usize = 10;
 
@@ -54,6 +54,9 @@ pub struct JobsConfig {
     /// The cluster's drivers, for the `job_id`/`driver_info` of submissions and
     /// for DRIVER rows; without it, only submissions are listed.
     pub drivers: Option<Arc<dyn drivers::DriverTable>>,
+    /// Runs jobs placed on other nodes through their agents; without it, a
+    /// job placed elsewhere fails saying so.
+    pub remote: Option<Arc<dyn remote::RemoteJobs>>,
 }
 
 /// How long a job may wait PENDING for its resources before it fails
@@ -100,11 +103,6 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-fn signal_group(pid: u32, signal: i32) -> bool {
-    // SAFETY: killpg only sends a signal; a stale pid group fails with ESRCH.
-    unsafe { libc::killpg(pid as libc::pid_t, signal) == 0 }
-}
-
 impl JobManager {
     /// Opens the job store and takes over what a previous head left unfinished:
     /// a job whose process still runs is adopted (followed to its end), one
@@ -132,6 +130,8 @@ impl JobManager {
                 record.pid.zip(record.pid_start).filter(|(pid, start)| process_start_ticks(*pid) == Some(*start));
             if record.status == JobStatus::Pending {
                 manager.start(record);
+            } else if let Some(node) = record.node.clone() {
+                manager.adopt_remote(record, node);
             } else if let Some((pid, start)) = alive {
                 manager.adopt(record, pid, start);
             } else if let Some(code) = manager.read_exit_code(&record.submission_id) {
@@ -163,7 +163,7 @@ impl JobManager {
     }
 
     fn read_exit_code(&self, id: &str) -> Option<i32> {
-        std::fs::read_to_string(self.exit_path(id)).ok()?.trim().parse().ok()
+        entrypoint::read_exit_code(&self.exit_path(id))
     }
 
     fn packages_dir(&self) -> PathBuf {
@@ -254,6 +254,7 @@ impl JobManager {
             runtime_env: request.runtime_env,
             driver_exit_code: None,
             resources: request.resources,
+            node: None,
             pid: None,
             pid_start: None,
         };
@@ -305,6 +306,120 @@ impl JobManager {
         });
     }
 
+    /// Follows a job a previous head placed on another node: its agent still
+    /// runs it (or knows how it ended); its output continues from what the
+    /// head's log already has.
+    fn adopt_remote(self: &Arc<Self>, mut record: JobRecord, node: String) {
+        tracing::info!("re-attaching to job {} on node {node} after the head restarted", record.submission_id);
+        let (stop, log_tx) = self.go_live(&record.submission_id);
+        let manager = self.clone();
+        tokio::spawn(async move {
+            let offset = std::fs::metadata(manager.log_path(&record.submission_id)).map(|m| m.len()).unwrap_or(0);
+            manager.run_remote(&mut record, node, &stop, log_tx, Some(offset)).await;
+            manager.finish(record).await;
+        });
+    }
+
+    /// The uploaded packages a runtime_env names (`gcs://` working_dir and
+    /// py_modules), for a node that runs the job.
+    fn packages_for(&self, env: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<(String, Vec<u8>)>, String> {
+        let modules = env.get("py_modules").and_then(|m| m.as_array()).into_iter().flatten();
+        let uris = env.get("working_dir").into_iter().chain(modules).filter_map(|v| v.as_str());
+        let mut packages = Vec::new();
+        for uri in uris.filter(|uri| uri.starts_with("gcs://")) {
+            let path = packages::package_path(&self.packages_dir(), uri)?;
+            let data = std::fs::read(&path)
+                .map_err(|e| format!("package {uri} was never uploaded (PUT /api/packages/gcs/<name> first): {e}"))?;
+            packages.push((uri.to_string(), data));
+        }
+        Ok(packages)
+    }
+
+    /// Runs (or, with `attach_from`, re-attaches to) a job on another node's
+    /// agent: its output is appended to the head's log as it comes, and its
+    /// record follows the node's events.
+    async fn run_remote(
+        &self,
+        record: &mut JobRecord,
+        node: String,
+        stop: &watch::Receiver<bool>,
+        log_tx: watch::Sender<u64>,
+        attach_from: Option<u64>,
+    ) {
+        let Some(remote) = self.config.remote.clone() else {
+            let message = format!("The job was placed on node {node}, but this head cannot run jobs on other nodes");
+            return record.end(JobStatus::Failed, message, Some("JOB_SUPERVISOR_ACTOR_START_FAILURE"));
+        };
+        let packages = match attach_from {
+            Some(_) => Vec::new(),
+            None => match self.packages_for(&record.runtime_env) {
+                Ok(packages) => packages,
+                Err(e) => {
+                    let message = format!("runtime_env setup failed: {e}");
+                    return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
+                }
+            },
+        };
+        let run = remote::RemoteRun {
+            submission_id: record.submission_id.clone(),
+            entrypoint: record.entrypoint.clone(),
+            runtime_env_json: serde_json::Value::Object(record.runtime_env.clone()).to_string(),
+            metadata_json: serde_json::Value::Object(record.metadata.clone()).to_string(),
+            packages,
+            attach_from,
+        };
+        let mut events = match remote.run(&node, run).await {
+            Ok(events) => events,
+            Err(e) => {
+                let message = format!("The job could not be run on node {node}: {e}");
+                return record.end(JobStatus::Failed, message, Some("JOB_SUPERVISOR_ACTOR_DIED"));
+            }
+        };
+        let log_path = self.log_path(&record.submission_id);
+        let mut log = match oxray_object_store::private_file_options().create(true).append(true).open(&log_path) {
+            Ok(log) => log,
+            Err(e) => {
+                let message = format!("runtime_env setup failed: cannot create the job's log: {e}");
+                return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
+            }
+        };
+        let mut written = attach_from.unwrap_or(0);
+        log_tx.send_replace(written);
+        while let Some(event) = events.recv().await {
+            match event {
+                remote::RemoteEvent::Started { pid } => {
+                    tracing::debug!("job {} started on node {node} as pid {pid}", record.submission_id);
+                    record.status = JobStatus::Running;
+                    record.message = MSG_RUNNING.into();
+                    record.node = Some(node.clone());
+                    self.put(record);
+                    if *stop.borrow() {
+                        let _ = remote.stop(&node, &record.submission_id).await;
+                    }
+                }
+                remote::RemoteEvent::Output(bytes) => {
+                    use std::io::Write;
+                    if let Err(e) = log.write_all(&bytes) {
+                        tracing::warn!("cannot append to the log of job {}: {e}", record.submission_id);
+                    }
+                    written += bytes.len() as u64;
+                    log_tx.send_replace(written);
+                }
+                remote::RemoteEvent::SetupFailed(e) => {
+                    let message = format!("runtime_env setup failed on node {node}: {e}");
+                    return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
+                }
+                remote::RemoteEvent::StartFailed(e) => {
+                    let message = format!("Job entrypoint command failed to start on node {node}: {e}");
+                    return record.end(JobStatus::Failed, message, Some("JOB_ENTRYPOINT_COMMAND_START_ERROR"));
+                }
+                remote::RemoteEvent::Exited(code) => return self.record_exit(record, code, *stop.borrow()),
+            }
+        }
+        let message = format!("The node {node} running this job was lost before the job ended");
+        record.end(JobStatus::Failed, message, Some("JOB_SUPERVISOR_ACTOR_DIED"));
+    }
+
     /// Gives back the job's resources, writes its final record once, and forgets it as live.
     async fn finish(&self, record: JobRecord) {
         if let Some(scheduler) = &self.config.resources
@@ -344,14 +459,14 @@ impl JobManager {
         &self,
         record: &JobRecord,
         stop: &mut watch::Receiver<bool>,
-    ) -> Result<(), (JobStatus, String, Option<&'static str>)> {
+    ) -> Result<HeldOn, (JobStatus, String, Option<&'static str>)> {
         let Some(scheduler) = self.config.resources.as_ref().filter(|_| !record.resources.is_empty()) else {
-            return Ok(());
+            return Ok(HeldOn::ThisNode);
         };
         let timeout = start_timeout();
         tokio::select! {
             held = tokio::time::timeout(timeout, scheduler.hold(&record.submission_id, &record.resources)) => match held {
-                Ok(Ok(())) => Ok(()),
+                Ok(Ok(placed)) => Ok(placed),
                 Ok(Err(HoldError::Unschedulable(reason))) => Err((
                     JobStatus::Failed,
                     format!("The job's entrypoint resources {:?} cannot be scheduled: {reason}", record.resources),
@@ -386,8 +501,10 @@ impl JobManager {
         mut stop: watch::Receiver<bool>,
         log_tx: watch::Sender<u64>,
     ) {
-        if let Err((status, message, error_type)) = self.hold_resources(record, &mut stop).await {
-            return record.end(status, message, error_type);
+        match self.hold_resources(record, &mut stop).await {
+            Err((status, message, error_type)) => return record.end(status, message, error_type),
+            Ok(HeldOn::Node(node)) => return self.run_remote(record, node, &stop, log_tx, None).await,
+            Ok(HeldOn::ThisNode) => {}
         }
         let stopped = || *stop.borrow();
         let prepared = {
@@ -437,13 +554,10 @@ impl JobManager {
         let (exited, exited_rx) = tokio::sync::oneshot::channel();
         let watcher = tokio::spawn(watch_log(self.log_path(&record.submission_id), log_tx, exited_rx));
         let code = match process {
-            Process::Child(mut child) => child.wait().await.ok().map(|status| {
-                use std::os::unix::process::ExitStatusExt;
-                status.code().map(shell_exit_code).unwrap_or_else(|| -status.signal().unwrap_or(0))
-            }),
+            Process::Child(mut child) => child.wait().await.ok().map(entrypoint::child_exit_code),
             Process::Adopted { pid, start } => {
                 wait_for_exit(pid, start).await;
-                self.read_exit_code(&record.submission_id).map(shell_exit_code)
+                self.read_exit_code(&record.submission_id)
             }
         };
         let _ = exited.send(());
@@ -500,44 +614,29 @@ impl JobManager {
         prepared: &runtime_env::Prepared,
         log: std::fs::File,
     ) -> std::io::Result<tokio::process::Child> {
-        let exit_file = self.exit_path(&record.submission_id);
-        let _ = std::fs::remove_file(&exit_file);
-        let mut command = tokio::process::Command::new("/bin/sh");
-        let cwd = &prepared.cwd;
-        // The entrypoint runs under a wrapper shell that records its exit code, and writes
-        // straight into its log file: both outlive this head, so a restarted one can adopt it.
-        command.args(["-c", EXIT_CODE_WRAPPER, "oxray-job"]).arg(&record.entrypoint).arg(&exit_file);
-        command.current_dir(cwd).process_group(0).kill_on_drop(false);
-        command.stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
-        let python_dir = Path::new(&self.config.python).parent().map(Path::to_path_buf).unwrap_or_default();
-        let mut path = format!("{}:{}", python_dir.display(), std::env::var("PATH").unwrap_or_default());
-        if let Some(venv) = &prepared.venv {
-            path = format!("{}:{path}", venv.join("bin").display());
-            command.env("VIRTUAL_ENV", venv);
+        entrypoint::Entrypoint {
+            submission_id: &record.submission_id,
+            command: &record.entrypoint,
+            runtime_env: &record.runtime_env,
+            metadata: &record.metadata,
+            head_address: &self.config.head_address,
+            token: &self.config.token,
+            python: &self.config.python,
+            store: &self.config.data_dir,
         }
-        let mut python_path: Vec<String> =
-            std::iter::once(cwd).chain(&prepared.python_path).map(|p| p.display().to_string()).collect();
-        python_path.extend(std::env::var("PYTHONPATH").ok().filter(|p| !p.is_empty()));
-        let job_config = serde_json::json!({"runtime_env": record.runtime_env, "metadata": record.metadata});
-        command
-            .env("PATH", path)
-            .env("PYTHONPATH", python_path.join(":"))
-            .env("PYTHONUNBUFFERED", "1")
-            .env("RAY_ADDRESS", &self.config.head_address)
-            .env("OXRAY_ADDRESS", &self.config.head_address)
-            .env("OXRAY_TOKEN", &self.config.token)
-            .env("RAY_JOB_CONFIG_JSON_ENV_VAR", job_config.to_string());
-        if let Some(serde_json::Value::Object(vars)) = record.runtime_env.get("env_vars") {
-            for (key, value) in vars {
-                command.env(key, value.as_str().unwrap_or_default());
-            }
-        }
-        // Last, so env_vars cannot hide the job's processes from a restarted head.
-        command.env(JOB_ID_VAR, &record.submission_id).env(JOB_STORE_VAR, &self.config.data_dir);
-        command.spawn()
+        .spawn(prepared, log, &self.exit_path(&record.submission_id))
     }
 
     fn signal_stop(&self, record: &JobRecord) {
+        if let (Some(node), Some(remote)) = (record.node.clone(), self.config.remote.clone()) {
+            let id = record.submission_id.clone();
+            tokio::spawn(async move {
+                if let Err(e) = remote.stop(&node, &id).await {
+                    tracing::warn!("cannot stop job {id} on node {node}: {e}");
+                }
+            });
+            return;
+        }
         let Some(pid) = record.pid else { return };
         signal_group(pid, libc::SIGTERM);
         let live = self.live.lock().get(&record.submission_id).map(|l| l.log.clone());
@@ -658,15 +757,6 @@ enum Process {
     Adopted { pid: u32, start: u64 },
 }
 
-/// Runs `$1` through the shell and writes its exit code to `$2` (atomically).
-const EXIT_CODE_WRAPPER: &str =
-    r#"/bin/sh -c "$1"; code=$?; printf '%s' "$code" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$code""#;
-
-/// A shell's exit status as Ray reports a process's: 128+N (killed by signal N) is -N.
-fn shell_exit_code(code: i32) -> i32 {
-    if (129..=128 + 64).contains(&code) { -(code - 128) } else { code }
-}
-
 /// How often a running job's log file is checked for growth (for `/logs/tail`).
 const LOG_POLL: Duration = Duration::from_millis(100);
 
@@ -685,34 +775,6 @@ async fn watch_log(path: PathBuf, log_tx: watch::Sender<u64>, mut exited: tokio:
             _ = tokio::time::sleep(LOG_POLL) => {}
         }
     }
-}
-
-/// Returns once process `pid` (started at `start`) has exited: it is not this
-/// process's child, so it is watched through a pidfd.
-async fn wait_for_exit(pid: u32, start: u64) {
-    let waited = tokio::task::spawn_blocking(move || {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if raw < 0 {
-            return; // already gone
-        }
-        // SAFETY: `raw` is a descriptor just opened here, owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
-        // Opened first, then checked: a pid reused meanwhile is not waited for.
-        if process_start_ticks(pid) != Some(start) {
-            return;
-        }
-        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        loop {
-            // SAFETY: one valid pollfd for the duration of the call.
-            let ready = unsafe { libc::poll(&mut poll, 1, -1) };
-            if ready > 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                return;
-            }
-        }
-    });
-    let _ = waited.await;
 }
 
 /// The last `n` lines of a file (at most 20,000 characters).

@@ -63,7 +63,9 @@ pub(crate) struct JobRecord {
     /// What the entrypoint reserves while it runs (`entrypoint_num_cpus` as
     /// `CPU`, ...); stored, not shown, as in Ray.
     pub resources: BTreeMap<String, f64>,
-    /// The entrypoint's process (and process group), while it runs.
+    /// The node (hex id) whose agent runs the entrypoint, when not the head's.
+    pub node: Option<String>,
+    /// The entrypoint's process (and process group) on the head's node, while it runs.
     pub pid: Option<u32>,
     /// That process's start time (clock ticks after boot), so a reused pid is never signalled.
     pub pid_start: Option<u64>,
@@ -113,6 +115,7 @@ impl JobRecord {
         value["pid"] = json!(self.pid);
         value["pid_start"] = json!(self.pid_start);
         value["entrypoint_resources_held"] = json!(self.resources);
+        value["oxray_node"] = json!(self.node);
         value.to_string()
     }
 
@@ -136,6 +139,7 @@ impl JobRecord {
                 .and_then(Value::as_object)
                 .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
                 .unwrap_or_default(),
+            node: string("oxray_node"),
             pid: value.get("pid").and_then(Value::as_u64).map(|p| p as u32),
             pid_start: value.get("pid_start").and_then(Value::as_u64),
         })
@@ -473,6 +477,7 @@ mod tests {
             runtime_env: env,
             driver_exit_code: None,
             resources: [("CPU".to_string(), 1.5)].into_iter().collect(),
+            node: Some("ab".repeat(16)),
             pid: Some(42),
             pid_start: Some(7),
         };

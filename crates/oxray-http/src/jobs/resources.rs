@@ -11,19 +11,33 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Why resources could not be held.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HoldError {
-    /// No node the driver could run on will ever have them: the job fails
+    /// No node of the cluster will ever have them: the job fails
     /// (Ray's `JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE`), with this reason.
     Unschedulable(String),
     /// The scheduler refused or failed: the job fails with this reason.
     Failed(String),
 }
 
+/// Where a job's entrypoint resources are held, and so where it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HeldOn {
+    /// The head's own node: the head runs the entrypoint.
+    ThisNode,
+    /// Another node (its id, hex): that node's agent runs it.
+    Node(String),
+}
+
 /// Holds resources for a job's entrypoint in the cluster's scheduler, so no
 /// task or actor can take them while its driver runs.
 pub trait EntrypointResources: Send + Sync + std::fmt::Debug {
-    /// Resolves once `resources` are held for job `id` on the node where its
-    /// driver runs (a job waits PENDING meanwhile; dropping the future gives up).
-    fn hold<'a>(&'a self, id: &'a str, resources: &'a BTreeMap<String, f64>) -> BoxFuture<'a, Result<(), HoldError>>;
+    /// Resolves once `resources` are held for job `id` on some node, which is
+    /// where its driver then runs (a job waits PENDING meanwhile; dropping the
+    /// future gives up).
+    fn hold<'a>(
+        &'a self,
+        id: &'a str,
+        resources: &'a BTreeMap<String, f64>,
+    ) -> BoxFuture<'a, Result<HeldOn, HoldError>>;
 
     /// Gives back what job `id` holds (nothing held is fine).
     fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, ()>;

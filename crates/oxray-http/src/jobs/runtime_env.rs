@@ -21,7 +21,7 @@ const PIP_FAILURE_LINES: usize = 20;
 
 /// What the entrypoint's environment gets from its runtime_env.
 #[derive(Debug, Default)]
-pub(crate) struct Prepared {
+pub struct Prepared {
     /// Its working directory (first on PYTHONPATH too).
     pub cwd: PathBuf,
     /// Directories to put on PYTHONPATH after the working directory, in order.
@@ -31,7 +31,7 @@ pub(crate) struct Prepared {
 }
 
 /// Where the pieces come from and go.
-pub(crate) struct Preparer<'a> {
+pub struct Preparer<'a> {
     /// Uploaded packages (`gcs_<name>` files) and downloaded archives.
     pub packages_dir: &'a Path,
     /// Unpacked working_dirs and py_modules (`runtime_resources/`).
@@ -42,6 +42,12 @@ pub(crate) struct Preparer<'a> {
     pub python: &'a str,
     /// The job's log: pip's output goes there.
     pub log: &'a File,
+}
+
+/// The file an uploaded package `gcs://<name>` is stored as (`Err` for a name
+/// that is not a plain file name).
+pub fn package_file_name(name: &str) -> Result<String, String> {
+    packages::package_key("gcs", name)
 }
 
 /// A stable short hash for cache names (not a security boundary: only token holders submit).
@@ -67,7 +73,7 @@ impl Preparer<'_> {
         Ok(dir)
     }
 
-    pub(crate) fn prepare(&self, env: &Map<String, Value>) -> Result<Prepared, String> {
+    pub fn prepare(&self, env: &Map<String, Value>) -> Result<Prepared, String> {
         let mut prepared = Prepared { cwd: self.session_dir.to_path_buf(), ..Default::default() };
         if let Some(dir) = env.get("working_dir").and_then(Value::as_str) {
             prepared.cwd = self.working_dir(dir)?;

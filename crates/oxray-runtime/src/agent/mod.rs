@@ -2,6 +2,7 @@
 //! it starts and watches.
 
 mod error;
+mod jobs;
 mod logs;
 mod peers;
 mod service;
@@ -34,6 +35,8 @@ pub struct AgentShared {
     pub(crate) peers: peers::PeerLinks,
     /// Worker output for subscribed drivers.
     logs: logs::LogHub,
+    /// Jobs the head placed on this node.
+    pub(crate) jobs: jobs::NodeJobs,
 }
 
 pub type HeadConn = HeadServiceClient<
@@ -55,6 +58,7 @@ impl AgentShared {
             actor_updates: Mutex::new(None),
             peers: peers::PeerLinks::default(),
             logs: logs::LogHub::default(),
+            jobs: jobs::NodeJobs::default(),
         })
     }
 

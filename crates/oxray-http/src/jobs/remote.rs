@@ -1,0 +1,41 @@
+//! Jobs whose entrypoint resources were placed on another node: the head
+//! keeps their record and log, and the node's agent runs the process
+//! (`NodeJobService`, which the runtime provides behind [`RemoteJobs`]).
+
+use super::resources::BoxFuture;
+
+/// What a node needs to run a job.
+#[derive(Debug, Clone, Default)]
+pub struct RemoteRun {
+    pub submission_id: String,
+    pub entrypoint: String,
+    pub runtime_env_json: String,
+    pub metadata_json: String,
+    /// `(gcs:// URI, bytes)` of the uploads its working_dir and py_modules name.
+    pub packages: Vec<(String, Vec<u8>)>,
+    /// Re-attach to the job the node already runs, from this output offset.
+    pub attach_from: Option<u64>,
+}
+
+/// What the node reports, in order; the channel closing before an exit
+/// event means the node was lost.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RemoteEvent {
+    Started { pid: u32 },
+    Output(Vec<u8>),
+    SetupFailed(String),
+    StartFailed(String),
+    Exited(Option<i32>),
+}
+
+pub trait RemoteJobs: Send + Sync + std::fmt::Debug {
+    /// Starts (or re-attaches to) a job on node `node_id` (hex).
+    fn run<'a>(
+        &'a self,
+        node_id: &'a str,
+        run: RemoteRun,
+    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, String>>;
+
+    /// Stops job `id` on node `node_id`: `Ok(false)` when it runs there no more.
+    fn stop<'a>(&'a self, node_id: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+}

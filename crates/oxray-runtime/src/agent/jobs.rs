@@ -1,0 +1,257 @@
+//! Jobs the head placed on this node (`NodeJobService`): the entrypoint runs
+//! here, in a runtime_env prepared here (`oxray_http::runtime_env`), under the
+//! same wrapper shell as on the head (`oxray_http::entrypoint`), its output in
+//! a log file under `<session>/jobs/`. The output and the exit stream back to
+//! the head, which keeps the job's record and log; a restarted head re-attaches
+//! from the offset its log has reached.
+
+use super::service::AgentService;
+use oxray_http::entrypoint::{Entrypoint, child_exit_code, signal_group};
+use oxray_http::runtime_env::Preparer;
+use oxray_proto::node_job_service_server::NodeJobService;
+use oxray_proto::{JobEvent, RunJobRequest, StopJobReply, StopJobRequest, job_event};
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+/// How many ended jobs an agent remembers (for a head re-attaching late).
+const ENDED_KEPT: usize = 100;
+/// Output sent per event at most.
+const CHUNK: usize = 1 << 20;
+/// How often a running job's log is read for new output.
+const LOG_POLL: Duration = Duration::from_millis(100);
+/// Time between SIGTERM and SIGKILL when a job is stopped (as on the head).
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// The jobs this agent runs or ran.
+#[derive(Default)]
+pub(crate) struct NodeJobs {
+    jobs: Mutex<HashMap<String, Arc<NodeJob>>>,
+    ended: Mutex<VecDeque<String>>,
+}
+
+struct NodeJob {
+    log: PathBuf,
+    /// The entrypoint's process group, once started.
+    pid: Mutex<Option<u32>>,
+    /// None while it runs; then how it ended (an exit code, or None if unknown).
+    exit: watch::Sender<Option<Option<i32>>>,
+}
+
+fn job_error(what: &str, e: impl std::fmt::Display) -> String {
+    format!("{what}: {e}")
+}
+
+impl NodeJobs {
+    fn remember_ended(&self, id: &str) {
+        let mut ended = self.ended.lock();
+        ended.push_back(id.to_string());
+        while ended.len() > ENDED_KEPT {
+            if let Some(old) = ended.pop_front() {
+                self.jobs.lock().remove(&old);
+            }
+        }
+    }
+}
+
+type Events = mpsc::Sender<Result<JobEvent, Status>>;
+
+async fn send(events: &Events, event: job_event::Event) -> bool {
+    events.send(Ok(JobEvent { event: Some(event) })).await.is_ok()
+}
+
+/// Streams `job`'s output from `offset`, then its end.
+async fn stream_job(job: Arc<NodeJob>, mut offset: u64, events: Events) {
+    let mut exit = job.exit.subscribe();
+    loop {
+        let ended = *exit.borrow_and_update();
+        // Read after looking at the exit: once it has ended, this read gets everything.
+        loop {
+            let chunk = read_from(&job.log, offset);
+            if chunk.is_empty() {
+                break;
+            }
+            offset += chunk.len() as u64;
+            if !send(&events, job_event::Event::Output(chunk)).await {
+                return;
+            }
+        }
+        if let Some(code) = ended {
+            let event = match code {
+                Some(code) => job_event::Event::ExitCode(code),
+                None => job_event::Event::ExitedUnknown(true),
+            };
+            let _ = send(&events, event).await;
+            return;
+        }
+        tokio::select! {
+            _ = exit.changed() => {}
+            _ = tokio::time::sleep(LOG_POLL) => {}
+        }
+    }
+}
+
+fn read_from(path: &Path, offset: u64) -> Vec<u8> {
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let _ = file.take(CHUNK as u64).read_to_end(&mut buf);
+    buf
+}
+
+impl AgentService {
+    /// Prepares and starts a job here; its events go to `events`.
+    async fn start_job(&self, mut req: RunJobRequest, events: Events) -> Result<(), Status> {
+        let spawn = self
+            .shared
+            .spawn
+            .lock()
+            .clone()
+            .ok_or_else(|| Status::unavailable("this node is still starting: it cannot run jobs yet"))?;
+        let id = req.submission_id.clone();
+        if id.is_empty() || id.contains('/') {
+            return Err(Status::invalid_argument(format!("job id {id:?} is not valid")));
+        }
+        let parse = |json: &str, what: &str| -> Result<serde_json::Map<String, serde_json::Value>, Status> {
+            match serde_json::from_str(json) {
+                Ok(serde_json::Value::Object(map)) => Ok(map),
+                Ok(serde_json::Value::Null) | Err(_) if json.is_empty() => Ok(Default::default()),
+                _ => Err(Status::invalid_argument(format!("the job's {what} is not a JSON object"))),
+            }
+        };
+        let runtime_env = parse(&req.runtime_env_json, "runtime_env")?;
+        let metadata = parse(&req.metadata_json, "metadata")?;
+        let jobs_dir = spawn.session_dir.join("jobs");
+        let (packages_dir, logs_dir) = (jobs_dir.join("packages"), jobs_dir.join("job_logs"));
+        for dir in [&packages_dir, &logs_dir] {
+            oxray_object_store::create_private_dir_all(dir)
+                .map_err(|e| Status::internal(job_error(&format!("cannot create {}", dir.display()), e)))?;
+        }
+        let log_path = logs_dir.join(format!("job-driver-{id}.log"));
+        let job = Arc::new(NodeJob { log: log_path.clone(), pid: Mutex::new(None), exit: watch::Sender::new(None) });
+        {
+            let mut jobs = self.shared.jobs.jobs.lock();
+            if jobs.get(&id).is_some_and(|j| j.exit.borrow().is_none()) {
+                return Err(Status::already_exists(format!("job {id} already runs on this node")));
+            }
+            jobs.insert(id.clone(), job.clone());
+        }
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            let ended = |code: Option<i32>| {
+                job.exit.send_replace(Some(code));
+                shared.jobs.remember_ended(&id);
+            };
+            let packages = std::mem::take(&mut req.packages);
+            let prepared = tokio::task::spawn_blocking({
+                let (packages_dir, log_path, spawn) = (packages_dir.clone(), log_path.clone(), spawn.clone());
+                let runtime_env = runtime_env.clone();
+                move || -> Result<_, String> {
+                    for package in &packages {
+                        let name = package.uri.strip_prefix("gcs://").unwrap_or(&package.uri);
+                        let key = oxray_http::runtime_env::package_file_name(name)?;
+                        oxray_object_store::write_private_file(&packages_dir.join(key), &package.data)
+                            .map_err(|e| job_error(&format!("cannot store package {}", package.uri), e))?;
+                    }
+                    let log = oxray_object_store::private_file_options()
+                        .create(true)
+                        .write(true)
+                        .truncate(true)
+                        .open(&log_path)
+                        .map_err(|e| job_error("cannot create the job's log", e))?;
+                    let prepared = Preparer {
+                        packages_dir: &packages_dir,
+                        session_dir: &spawn.session_dir,
+                        data_dir: &spawn.session_dir.join("jobs"),
+                        python: &spawn.python,
+                        log: &log,
+                    }
+                    .prepare(&runtime_env)?;
+                    Ok((prepared, log))
+                }
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+            let (prepared, log) = match prepared {
+                Ok(ready) => ready,
+                Err(e) => {
+                    let _ = send(&events, job_event::Event::SetupFailed(e)).await;
+                    return ended(None);
+                }
+            };
+            let entrypoint = Entrypoint {
+                submission_id: &id,
+                command: &req.entrypoint,
+                runtime_env: &runtime_env,
+                metadata: &metadata,
+                head_address: &req.head_address,
+                token: &spawn.token,
+                python: &spawn.python,
+                store: &jobs_dir,
+            };
+            let exit_file = logs_dir.join(format!(".job-exit-{id}"));
+            let mut child = match entrypoint.spawn(&prepared, log, &exit_file) {
+                Ok(child) => child,
+                Err(e) => {
+                    let _ = send(&events, job_event::Event::StartFailed(e.to_string())).await;
+                    return ended(None);
+                }
+            };
+            let pid = child.id().unwrap_or(0);
+            *job.pid.lock() = Some(pid);
+            let _ = send(&events, job_event::Event::StartedPid(pid)).await;
+            let streaming = tokio::spawn(stream_job(job.clone(), 0, events));
+            let code = child.wait().await.ok().map(child_exit_code);
+            *job.pid.lock() = None;
+            ended(code);
+            let _ = streaming.await;
+        });
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl NodeJobService for AgentService {
+    type RunJobStream = ReceiverStream<Result<JobEvent, Status>>;
+
+    async fn run_job(&self, request: Request<RunJobRequest>) -> Result<Response<Self::RunJobStream>, Status> {
+        let req = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        if req.attach {
+            let job = self.shared.jobs.jobs.lock().get(&req.submission_id).cloned().ok_or_else(|| {
+                Status::not_found(format!("job {} is not (any more) known on this node", req.submission_id))
+            })?;
+            tokio::spawn(stream_job(job, req.offset, tx));
+        } else {
+            self.start_job(req, tx).await?;
+        }
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn stop_job(&self, request: Request<StopJobRequest>) -> Result<Response<StopJobReply>, Status> {
+        let id = request.into_inner().submission_id;
+        let Some(job) = self.shared.jobs.jobs.lock().get(&id).cloned() else {
+            return Ok(Response::new(StopJobReply { stopped: false }));
+        };
+        let Some(pid) = *job.pid.lock() else {
+            return Ok(Response::new(StopJobReply { stopped: false }));
+        };
+        signal_group(pid, libc::SIGTERM);
+        tokio::spawn(async move {
+            let mut exit = job.exit.subscribe();
+            let ended = exit.wait_for(Option::is_some);
+            if tokio::time::timeout(STOP_GRACE, ended).await.is_err() {
+                signal_group(pid, libc::SIGKILL);
+            }
+        });
+        Ok(Response::new(StopJobReply { stopped: true }))
+    }
+}
