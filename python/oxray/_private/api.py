@@ -186,9 +186,7 @@ def init(
         nodes = client.cluster_info()
         # A joined driver's session: its end (shutdown, exit, or a crash) makes the agent clean
         # up after this job. Either way the head lists the driver (the Jobs API's DRIVER rows).
-        client.open_driver_session(
-            job_id, " ".join(sys.argv), os.environ.get("OXRAY_JOB_SUBMISSION_ID", "")
-        )
+        client.open_driver_session(job_id, " ".join(sys.argv), os.environ.get("OXRAY_JOB_SUBMISSION_ID", ""))
     except Exception as e:
         if STATE.cluster is not None:
             _unpublish()
