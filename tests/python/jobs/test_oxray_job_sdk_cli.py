@@ -119,3 +119,21 @@ def test_the_sdk_uploads_py_modules(head, tmp_path):
     assert client.get_job_info(job_id).runtime_env["py_modules"][0].startswith("gcs://_ray_pkg_")
     with pytest.raises(ValueError, match="py_modules entry"):
         client.submit_job(entrypoint="true", runtime_env={"py_modules": [str(tmp_path / "nowhere")]})
+
+
+def test_the_sdk_waits_pending_for_entrypoint_resources(head, tmp_path):
+    """The head has 2 CPUs: with both held by one job, a job asking for one
+    stays PENDING until the first ends, then runs."""
+    client = JobSubmissionClient()
+    go, started = tmp_path / "go", tmp_path / "started"
+    holder = client.submit_job(entrypoint=f"while [ ! -e {go} ]; do sleep 0.05; done", entrypoint_num_cpus=2)
+    deadline = time.monotonic() + 60
+    while client.get_job_status(holder) != JobStatus.RUNNING:
+        assert time.monotonic() < deadline, client.get_job_info(holder)
+        time.sleep(0.05)
+    waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
+    assert wait_terminal(client, client.submit_job(entrypoint="true")) == JobStatus.SUCCEEDED
+    assert client.get_job_status(waiting) == JobStatus.PENDING and not started.exists()
+    go.touch()
+    assert wait_terminal(client, waiting) == JobStatus.SUCCEEDED and started.exists()
+    assert wait_terminal(client, holder) == JobStatus.SUCCEEDED
