@@ -499,12 +499,14 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
 }
 
 impl RunningCluster {
-    /// Stops the head's jobs and its HTTP server, kills every worker, waits for
+    /// Stops the head's jobs and its HTTP server, then the jobs the head placed
+    /// on this node, kills every worker, waits for
     /// them to be reaped, removes the object store's files and stops the gRPC server.
     pub async fn shutdown(mut self) {
         if let Some(http) = self.http.take() {
             http.shutdown().await;
         }
+        self.agent.jobs.stop_all().await;
         let pids = self.agent.state.lock().begin_shutdown();
         for pid in &pids {
             crate::agent::signal_worker(*pid, libc::SIGKILL);

@@ -137,7 +137,7 @@ pub struct Head {
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
     channels: Arc<AgentChannels>,
-    /// Bumped whenever a group is placed or a node registers, for waiters.
+    /// Bumped whenever a group is placed or a node registers or comes back, for waiters.
     changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The cluster's drivers (jobs), as agents report them; kept in memory, the
     /// last `history` ended ones with them.
@@ -412,6 +412,15 @@ impl Head {
         }
     }
 
+    /// Takes over a group a previous head placed, whose bundles `node`'s agent
+    /// still holds: recorded as placed there, so removing it gives them back.
+    pub fn adopt_group(&self, spec: PlacementGroupSpec, node: Vec<u8>) {
+        let Ok(pg_id) = PlacementGroupId::from_bytes(&spec.pg_id) else { return };
+        let bundle_nodes = vec![node; spec.bundles.len()];
+        let info = PlacementGroupInfo { spec: Some(spec), state: PlacementGroupState::Created as i32, bundle_nodes };
+        self.groups.lock().insert(pg_id, info);
+    }
+
     /// The nodes a placed group's bundles are on, by bundle.
     pub fn group_nodes(&self, pg_id: PlacementGroupId) -> Vec<Vec<u8>> {
         self.groups.lock().get(&pg_id).map(|g| g.bundle_nodes.clone()).unwrap_or_default()
@@ -504,8 +513,13 @@ impl HeadService for Head {
         let mut nodes = self.nodes.lock();
         let record = nodes.get_mut(&node_id).ok_or(HeadError::UnknownNode(node_id))?;
         record.info.available = beat.available;
+        let revived = record.last_seen.elapsed() >= NODE_TIMEOUT;
         record.last_seen = Instant::now();
         drop(nodes);
+        if revived {
+            // A node back from silence (or known from before a restart): waiters may now fit.
+            self.changes.send_modify(|n| *n += 1);
+        }
         Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 

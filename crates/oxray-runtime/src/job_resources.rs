@@ -6,7 +6,7 @@
 //! and running a job on another node through its agent (`NodeJobService`).
 
 use crate::client::{AgentChannels, NodeJobClient};
-use crate::head::Head;
+use crate::head::{Head, NODE_TIMEOUT};
 use crate::ids::{NodeId, PlacementGroupId};
 use oxray_http::{
     BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteEvent, RemoteJobs, RemoteRun,
@@ -24,6 +24,9 @@ pub struct HeadEntrypointResources {
     node: NodeId,
     /// Job submission id -> the group holding its resources.
     held: Mutex<HashMap<String, PlacementGroupId>>,
+    /// When the head started: nodes it knew before a restart get this long to
+    /// come back before a job they alone could run is called unschedulable.
+    started: std::time::Instant,
 }
 
 impl std::fmt::Debug for HeadEntrypointResources {
@@ -34,7 +37,7 @@ impl std::fmt::Debug for HeadEntrypointResources {
 
 impl HeadEntrypointResources {
     pub fn new(head: Head, node: NodeId) -> Self {
-        Self { head, node, held: Mutex::new(HashMap::new()) }
+        Self { head, node, held: Mutex::new(HashMap::new()), started: std::time::Instant::now() }
     }
 
     /// `Err` naming what is missing when no live node could ever fit
@@ -73,9 +76,27 @@ impl EntrypointResources for HeadEntrypointResources {
     ) -> BoxFuture<'a, Result<HeldOn, HoldError>> {
         Box::pin(async move {
             let mut changes = self.head.changes();
-            // Wait for a node to register (at start-up), then fail at once if none ever could fit.
-            while !self.feasible(resources)? {
-                changes.changed().await.map_err(|_| HoldError::Failed("the head is shutting down".into()))?;
+            // Wait for a node to register (at start-up), then fail at once if none ever could fit,
+            // once the nodes of a restarted head have had their time to come back.
+            loop {
+                match self.feasible(resources) {
+                    Ok(true) => break,
+                    Err(e)
+                        if self.started.elapsed() >= NODE_TIMEOUT * 2 || self.head.nodes().iter().all(|n| n.alive) =>
+                    {
+                        return Err(e);
+                    }
+                    Ok(false) | Err(_) => {}
+                }
+                let grace_left = (NODE_TIMEOUT * 2).saturating_sub(self.started.elapsed());
+                let changed = async {
+                    changes.changed().await.map_err(|_| HoldError::Failed("the head is shutting down".into()))
+                };
+                if grace_left.is_zero() {
+                    changed.await?;
+                } else if let Ok(changed) = tokio::time::timeout(grace_left, changed).await {
+                    changed?;
+                }
             }
             let pg_id = PlacementGroupId::random();
             let spec = PlacementGroupSpec {
@@ -93,7 +114,9 @@ impl EntrypointResources for HeadEntrypointResources {
                 match self.head.group_state(pg_id) {
                     Some(PlacementGroupState::Created) => {
                         return Ok(match self.head.group_nodes(pg_id).first() {
-                            Some(node) if *node != self.node.to_vec() => HeldOn::Node(hex(node)),
+                            Some(node) if *node != self.node.to_vec() => {
+                                HeldOn::Node { node: hex(node), group: pg_id.hex() }
+                            }
                             _ => HeldOn::ThisNode,
                         });
                     }
@@ -102,6 +125,34 @@ impl EntrypointResources for HeadEntrypointResources {
                 }
                 changes.changed().await.map_err(|_| HoldError::Failed("the head is shutting down".into()))?;
             }
+        })
+    }
+
+    fn adopt<'a>(
+        &'a self,
+        id: &'a str,
+        resources: &'a BTreeMap<String, f64>,
+        node: &'a str,
+        group: &'a str,
+    ) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let (Some(pg_id), Some(node)) =
+                (unhex(group).and_then(|b| PlacementGroupId::from_bytes(&b).ok()), unhex(node))
+            else {
+                tracing::warn!("job {id}: cannot take over its resources: bad group {group:?} or node {node:?}");
+                return;
+            };
+            let spec = PlacementGroupSpec {
+                pg_id: pg_id.to_vec(),
+                bundles: vec![Bundle { resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect() }],
+                name: format!("job:{id}"),
+                namespace: String::new(),
+                strategy: PlacementStrategy::StrictPack as i32,
+                job_id: Vec::new(),
+                detached: true,
+            };
+            self.head.adopt_group(spec, node);
+            self.held.lock().insert(id.to_string(), pg_id);
         })
     }
 
@@ -126,6 +177,13 @@ impl std::fmt::Debug for HeadDrivers {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
 }
 
 impl DriverTable for HeadDrivers {

@@ -80,6 +80,9 @@ class Worker:
         self.ip = socket.gethostbyname("localhost")
         # GPUs are assigned when an actor is created and hold for all its calls.
         self.actor_gpus = ""
+        # The modules imported before the running task (refreshed only when the count
+        # changed), to clean up after a cancel that cuts an import short.
+        self.modules_before = set(sys.modules)
 
     def load(self, function_id):
         fn = STATE.functions.get(function_id)
@@ -102,6 +105,8 @@ class Worker:
             # (an actor keeps its creator's).
             STATE.namespace = a.job_namespace
         CURRENT.cuda_visible_devices = gpus
+        if len(sys.modules) != len(self.modules_before):
+            self.modules_before = set(sys.modules)
         saved_env = {}
         env = dict(a.env_vars)
         env["CUDA_VISIBLE_DEVICES"] = gpus
@@ -150,6 +155,8 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
             if kind != TaskKind.ACTOR_TASK:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
+            if isinstance(e, KeyboardInterrupt):
+                self.forget_half_imported()
             try:
                 self.report_error(a, returns_ids, name, e)
             except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
@@ -165,6 +172,15 @@ class Worker:
                 else:
                     os.environ[k] = v
             CURRENT.task_id = None
+
+    def forget_half_imported(self):
+        """A cancel (KeyboardInterrupt) that cut an import short leaves the package's
+        finished submodules behind without the package: importing it again would then
+        fail for the rest of this worker's life (pandas: "Option ... has already been
+        registered"). Those orphans are dropped, so the next import starts clean."""
+        for name in set(sys.modules) - self.modules_before:
+            if name.partition(".")[0] not in sys.modules:
+                sys.modules.pop(name, None)
 
     def prepare_returns(self, return_ids, result, name):
         if len(return_ids) == 0:

@@ -113,6 +113,60 @@ def test_a_cancel_during_argument_unpickling_is_not_lost(fresh_cluster, tmp_path
     assert ray.get(touch.remote(str(tmp_path / "after")), timeout=TIMEOUT) is True
 
 
+# A package whose import waits on a gate after a submodule registered a name
+# (as pandas registers its options): importing it twice in one process fails.
+HALF_IMPORTED_PACKAGE = {
+    "registry.py": """
+NAMES = set()
+
+
+def register(name):
+    if name in NAMES:
+        raise ValueError(f"{name} is already registered")
+    NAMES.add(name)
+""",
+    "__init__.py": """
+import os
+import time
+
+from . import registry
+
+registry.register("option")
+open(os.environ["IMPORTING"], "w").close()
+while not os.path.exists(os.environ["GATE"]):
+    time.sleep(0.01)
+READY = True
+""",
+}
+
+
+@ray.remote(max_retries=0)
+def import_package(directory):
+    sys.path.insert(0, directory)
+    import halfpkg
+
+    return halfpkg.READY
+
+
+def test_a_cancel_during_an_import_leaves_the_worker_able_to_import_it_again(fresh_cluster, tmp_path, monkeypatch):
+    package = tmp_path / "halfpkg"
+    package.mkdir()
+    for name, text in HALF_IMPORTED_PACKAGE.items():
+        (package / name).write_text(text)
+    importing, gate = tmp_path / "importing", tmp_path / "gate"
+    monkeypatch.setenv("IMPORTING", str(importing))
+    monkeypatch.setenv("GATE", str(gate))
+    fresh_cluster(num_cpus=1)
+    ref = import_package.remote(str(tmp_path))
+    assert wait_for_path(str(importing), timeout=30), "the task never started importing"
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=20)
+    gate.touch()
+    # The same (only) worker imports the package again from scratch.
+    assert ray.get(import_package.remote(str(tmp_path)), timeout=TIMEOUT) is True
+
+
 def test_a_cancel_the_instant_a_task_is_dispatched_is_not_lost(fresh_cluster, tmp_path):
     fresh_cluster(num_cpus=1)
     # Warm a worker, so the task is handed to it at once.

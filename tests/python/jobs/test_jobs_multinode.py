@@ -6,9 +6,11 @@ re-attaches to it."""
 
 import json
 import os
+import signal
 import textwrap
 import time
 
+import psutil
 import pytest
 
 from cli_cluster import running_cluster
@@ -83,3 +85,14 @@ def test_a_job_runs_on_the_node_that_has_its_entrypoint_resources(tmp_path, monk
         assert client.get_job_logs(long) == "started\n"
         assert client.stop_job(long) is True
         assert wait_terminal(client, long) == JobStatus.STOPPED
+
+        # A node that shuts down stops the jobs it runs; the head marks them failed.
+        marker = tmp_path / "job.pid"
+        last = client.submit_job(
+            entrypoint=f"echo $$ > {marker}; exec sleep 300", entrypoint_resources={"worker_slot": 1}
+        )
+        assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60), client.get_job_info(last)
+        job_pid = int(marker.read_text())
+        os.kill(int(worker["pid"]), signal.SIGTERM)
+        assert wait_terminal(client, last) == JobStatus.FAILED
+        assert wait_until(lambda: not psutil.pid_exists(job_pid), timeout=30), "the node left its job running"

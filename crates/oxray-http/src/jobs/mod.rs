@@ -128,10 +128,10 @@ impl JobManager {
             }
             let alive =
                 record.pid.zip(record.pid_start).filter(|(pid, start)| process_start_ticks(*pid) == Some(*start));
-            if record.status == JobStatus::Pending {
-                manager.start(record);
-            } else if let Some(node) = record.node.clone() {
+            if let Some(node) = record.node.clone() {
                 manager.adopt_remote(record, node);
+            } else if record.status == JobStatus::Pending {
+                manager.start(record);
             } else if let Some((pid, start)) = alive {
                 manager.adopt(record, pid, start);
             } else if let Some(code) = manager.read_exit_code(&record.submission_id) {
@@ -255,6 +255,7 @@ impl JobManager {
             driver_exit_code: None,
             resources: request.resources,
             node: None,
+            group: None,
             pid: None,
             pid_start: None,
         };
@@ -314,6 +315,10 @@ impl JobManager {
         let (stop, log_tx) = self.go_live(&record.submission_id);
         let manager = self.clone();
         tokio::spawn(async move {
+            // The node's agent still holds the job's resources for the dead head's group: take it over.
+            if let (Some(scheduler), Some(group)) = (&manager.config.resources, &record.group) {
+                scheduler.adopt(&record.submission_id, &record.resources, &node, group).await;
+            }
             let offset = std::fs::metadata(manager.log_path(&record.submission_id)).map(|m| m.len()).unwrap_or(0);
             manager.run_remote(&mut record, node, &stop, log_tx, Some(offset)).await;
             manager.finish(record).await;
@@ -368,6 +373,9 @@ impl JobManager {
             packages,
             attach_from,
         };
+        // Recorded before it starts there: a restarted head re-attaches instead of starting it twice.
+        record.node = Some(node.clone());
+        self.put(record);
         let mut events = match remote.run(&node, run).await {
             Ok(events) => events,
             Err(e) => {
@@ -503,7 +511,10 @@ impl JobManager {
     ) {
         match self.hold_resources(record, &mut stop).await {
             Err((status, message, error_type)) => return record.end(status, message, error_type),
-            Ok(HeldOn::Node(node)) => return self.run_remote(record, node, &stop, log_tx, None).await,
+            Ok(HeldOn::Node { node, group }) => {
+                record.group = Some(group);
+                return self.run_remote(record, node, &stop, log_tx, None).await;
+            }
             Ok(HeldOn::ThisNode) => {}
         }
         let stopped = || *stop.borrow();

@@ -65,6 +65,8 @@ pub(crate) struct JobRecord {
     pub resources: BTreeMap<String, f64>,
     /// The node (hex id) whose agent runs the entrypoint, when not the head's.
     pub node: Option<String>,
+    /// What holds its entrypoint resources on that node (a placement group id, hex).
+    pub group: Option<String>,
     /// The entrypoint's process (and process group) on the head's node, while it runs.
     pub pid: Option<u32>,
     /// That process's start time (clock ticks after boot), so a reused pid is never signalled.
@@ -116,6 +118,7 @@ impl JobRecord {
         value["pid_start"] = json!(self.pid_start);
         value["entrypoint_resources_held"] = json!(self.resources);
         value["oxray_node"] = json!(self.node);
+        value["oxray_group"] = json!(self.group);
         value.to_string()
     }
 
@@ -140,6 +143,7 @@ impl JobRecord {
                 .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_f64()?))).collect())
                 .unwrap_or_default(),
             node: string("oxray_node"),
+            group: string("oxray_group"),
             pid: value.get("pid").and_then(Value::as_u64).map(|p| p as u32),
             pid_start: value.get("pid_start").and_then(Value::as_u64),
         })
@@ -478,6 +482,7 @@ mod tests {
             driver_exit_code: None,
             resources: [("CPU".to_string(), 1.5)].into_iter().collect(),
             node: Some("ab".repeat(16)),
+            group: Some("cd".repeat(16)),
             pid: Some(42),
             pid_start: Some(7),
         };

@@ -23,8 +23,9 @@ pub enum HoldError {
 pub enum HeldOn {
     /// The head's own node: the head runs the entrypoint.
     ThisNode,
-    /// Another node (its id, hex): that node's agent runs it.
-    Node(String),
+    /// Another node (its id, hex): that node's agent runs it. `group` names
+    /// the holding (hex), so a restarted head can take it over.
+    Node { node: String, group: String },
 }
 
 /// Holds resources for a job's entrypoint in the cluster's scheduler, so no
@@ -38,6 +39,16 @@ pub trait EntrypointResources: Send + Sync + std::fmt::Debug {
         id: &'a str,
         resources: &'a BTreeMap<String, f64>,
     ) -> BoxFuture<'a, Result<HeldOn, HoldError>>;
+
+    /// Takes over what a previous head held for job `id` on another node (that
+    /// node's agent still holds it, as `group`), so it is given back at the end.
+    fn adopt<'a>(
+        &'a self,
+        id: &'a str,
+        resources: &'a BTreeMap<String, f64>,
+        node: &'a str,
+        group: &'a str,
+    ) -> BoxFuture<'a, ()>;
 
     /// Gives back what job `id` holds (nothing held is fine).
     fn release<'a>(&'a self, id: &'a str) -> BoxFuture<'a, ()>;

@@ -49,6 +49,25 @@ fn job_error(what: &str, e: impl std::fmt::Display) -> String {
 }
 
 impl NodeJobs {
+    /// Stops every job still running here (the node is shutting down): SIGTERM,
+    /// then SIGKILL for those still there after the grace time.
+    pub(crate) async fn stop_all(&self) {
+        let running: Vec<Arc<NodeJob>> =
+            self.jobs.lock().values().filter(|j| j.exit.borrow().is_none()).cloned().collect();
+        for job in &running {
+            if let Some(pid) = *job.pid.lock() {
+                signal_group(pid, libc::SIGTERM);
+            }
+        }
+        if tokio::time::timeout(STOP_GRACE, all_ended(&running)).await.is_err() {
+            for job in &running {
+                if let Some(pid) = *job.pid.lock() {
+                    signal_group(pid, libc::SIGKILL);
+                }
+            }
+        }
+    }
+
     fn remember_ended(&self, id: &str) {
         let mut ended = self.ended.lock();
         ended.push_back(id.to_string());
@@ -57,6 +76,14 @@ impl NodeJobs {
                 self.jobs.lock().remove(&old);
             }
         }
+    }
+}
+
+/// Resolves once every job in `jobs` has ended.
+async fn all_ended(jobs: &[Arc<NodeJob>]) {
+    for job in jobs {
+        let mut exit = job.exit.subscribe();
+        let _ = exit.wait_for(Option::is_some).await;
     }
 }
 
@@ -229,6 +256,10 @@ impl NodeJobService for AgentService {
             let job = self.shared.jobs.jobs.lock().get(&req.submission_id).cloned().ok_or_else(|| {
                 Status::not_found(format!("job {} is not (any more) known on this node", req.submission_id))
             })?;
+            let started = *job.pid.lock();
+            if let Some(pid) = started {
+                let _ = send(&tx, job_event::Event::StartedPid(pid)).await;
+            }
             tokio::spawn(stream_job(job, req.offset, tx));
         } else {
             self.start_job(req, tx).await?;
