@@ -205,3 +205,22 @@ def http_call(method, url, token=None, body=None, headers=None):
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+def wait_job_terminal(client, job_id, timeout=120):
+    """Polls a Jobs client (Ray's or oxray's), as Ray's docs do, until the
+    job's status is terminal; that status."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = client.get_job_status(job_id)
+        if status.is_terminal():
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
+
+
+def ray_jobs_client(cluster):
+    """Ray's own `JobSubmissionClient` for a cluster started by `cli_cluster`, with its token."""
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})

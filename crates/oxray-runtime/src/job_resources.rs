@@ -68,6 +68,19 @@ impl HeadEntrypointResources {
     }
 }
 
+/// The one-bundle group that holds job `id`'s entrypoint resources.
+fn job_group(id: &str, pg_id: PlacementGroupId, resources: &BTreeMap<String, f64>) -> PlacementGroupSpec {
+    PlacementGroupSpec {
+        pg_id: pg_id.to_vec(),
+        bundles: vec![Bundle { resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect() }],
+        name: format!("job:{id}"),
+        namespace: String::new(),
+        strategy: PlacementStrategy::StrictPack as i32,
+        job_id: Vec::new(),
+        detached: true,
+    }
+}
+
 impl EntrypointResources for HeadEntrypointResources {
     fn hold<'a>(
         &'a self,
@@ -99,15 +112,7 @@ impl EntrypointResources for HeadEntrypointResources {
                 }
             }
             let pg_id = PlacementGroupId::random();
-            let spec = PlacementGroupSpec {
-                pg_id: pg_id.to_vec(),
-                bundles: vec![Bundle { resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect() }],
-                name: format!("job:{id}"),
-                namespace: String::new(),
-                strategy: PlacementStrategy::StrictPack as i32,
-                job_id: Vec::new(),
-                detached: true,
-            };
+            let spec = job_group(id, pg_id, resources);
             self.held.lock().insert(id.to_string(), pg_id);
             self.head.create_group(spec).await.map_err(|e| HoldError::Failed(e.message().into()))?;
             loop {
@@ -142,15 +147,7 @@ impl EntrypointResources for HeadEntrypointResources {
                 tracing::warn!("job {id}: cannot take over its resources: bad group {group:?} or node {node:?}");
                 return;
             };
-            let spec = PlacementGroupSpec {
-                pg_id: pg_id.to_vec(),
-                bundles: vec![Bundle { resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect() }],
-                name: format!("job:{id}"),
-                namespace: String::new(),
-                strategy: PlacementStrategy::StrictPack as i32,
-                job_id: Vec::new(),
-                detached: true,
-            };
+            let spec = job_group(id, pg_id, resources);
             self.head.adopt_group(spec, node);
             self.held.lock().insert(id.to_string(), pg_id);
         })

@@ -8,34 +8,18 @@ import json
 import os
 import signal
 import textwrap
-import time
 
 import psutil
 import pytest
 
 from cli_cluster import running_cluster
+from oxray_testutil import ray_jobs_client as connect
+from oxray_testutil import wait_job_terminal as wait_terminal
 from oxray_testutil import wait_until
 
 pytestmark = [pytest.mark.timeout(300)]
 job_submission = pytest.importorskip("ray.job_submission")
 JobStatus = job_submission.JobStatus
-TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
-
-
-def wait_terminal(client, job_id, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get_job_status(job_id)
-        if status in TERMINAL:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
-
-
-def connect(cluster):
-    return job_submission.JobSubmissionClient(
-        cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"}
-    )
 
 
 SCRIPT = textwrap.dedent(

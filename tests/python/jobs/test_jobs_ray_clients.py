@@ -7,16 +7,15 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
+from oxray_testutil import wait_job_terminal as wait_terminal
 from oxray_testutil import wait_until
 
 pytestmark = [pytest.mark.timeout(240)]
 job_submission = pytest.importorskip("ray.job_submission")
 JobStatus = job_submission.JobStatus
-TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
 
 
 @pytest.fixture
@@ -31,17 +30,6 @@ def process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
-
-
-def wait_terminal(client, job_id, timeout=120):
-    """Polls as Ray's docs do, until the job reaches a terminal status."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get_job_status(job_id)
-        if status in TERMINAL:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
 
 
 def test_submit_a_working_dir_and_read_its_logs(client, tmp_path):

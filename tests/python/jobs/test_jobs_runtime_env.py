@@ -11,17 +11,21 @@ import hashlib
 import importlib.util
 import io
 import textwrap
-import time
 import zipfile
 
 import pytest
 
 from cli_cluster import running_cluster
+from oxray_testutil import ray_jobs_client as ray_client
+from oxray_testutil import wait_job_terminal
 
 pytestmark = [pytest.mark.timeout(300)]
 job_submission = pytest.importorskip("ray.job_submission")
 JobStatus = job_submission.JobStatus
-TERMINAL = {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED}
+
+
+def wait_terminal(client, job_id):
+    return wait_job_terminal(client, job_id, timeout=240)  # a pip install may run first
 
 
 def build_wheel(directory, name, version, source):
@@ -45,22 +49,6 @@ def build_wheel(directory, name, version, source):
         for path, data in files.items():
             archive.writestr(path, data)
     return wheel
-
-
-def wait_terminal(client, job_id, timeout=240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get_job_status(job_id)
-        if status in TERMINAL:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
-
-
-def ray_client(cluster):
-    return job_submission.JobSubmissionClient(
-        cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"}
-    )
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 
 from oxray.exceptions import AuthenticationError
 from oxray.job_submission import JobDetails, JobStatus, JobSubmissionClient, JobType
+from oxray_testutil import wait_job_terminal as wait_terminal
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -18,16 +19,6 @@ pytestmark = pytest.mark.timeout(240)
 def no_token_in_env(monkeypatch):
     for var in ("OXRAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_API_SERVER_ADDRESS"):
         monkeypatch.delenv(var, raising=False)
-
-
-def wait_terminal(client, job_id, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = client.get_job_status(job_id)
-        if status.is_terminal():
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not end")
 
 
 def test_the_sdk_finds_the_local_cluster_and_runs_a_working_dir(head, tmp_path):
