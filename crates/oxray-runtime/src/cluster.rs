@@ -24,7 +24,7 @@ use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -441,7 +441,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     let mut info: NodeInfo = agent.node_info(&agent_address);
     info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();
-    info.start_time_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    info.start_time_ms = crate::head::now_ms();
     if let Err(status) = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await {
         for s in stop {
             let _ = s.send(());

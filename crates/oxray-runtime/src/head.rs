@@ -466,7 +466,8 @@ impl Head {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the epoch (0 for a clock before it).
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 

@@ -120,7 +120,7 @@ impl EntrypointResources for HeadEntrypointResources {
                     Some(PlacementGroupState::Created) => {
                         return Ok(match self.head.group_nodes(pg_id).first() {
                             Some(node) if *node != self.node.to_vec() => {
-                                HeldOn::Node { node: hex(node), group: pg_id.hex() }
+                                HeldOn::Node { node: hex::encode(node), group: pg_id.hex() }
                             }
                             _ => HeldOn::ThisNode,
                         });
@@ -141,9 +141,8 @@ impl EntrypointResources for HeadEntrypointResources {
         group: &'a str,
     ) -> BoxFuture<'a, ()> {
         Box::pin(async move {
-            let (Some(pg_id), Some(node)) =
-                (unhex(group).and_then(|b| PlacementGroupId::from_bytes(&b).ok()), unhex(node))
-            else {
+            let pg_id = hex::decode(group).ok().and_then(|b| PlacementGroupId::from_bytes(&b).ok());
+            let (Some(pg_id), Ok(node)) = (pg_id, hex::decode(node)) else {
                 tracing::warn!("job {id}: cannot take over its resources: bad group {group:?} or node {node:?}");
                 return;
             };
@@ -172,25 +171,14 @@ impl std::fmt::Debug for HeadDrivers {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
-}
-
 impl DriverTable for HeadDrivers {
     fn drivers(&self) -> Vec<DriverRow> {
         self.0
             .drivers()
             .into_iter()
             .map(|d| DriverRow {
-                job_id: hex(&d.job_id),
-                node_id: hex(&d.node_id),
+                job_id: hex::encode(&d.job_id),
+                node_id: hex::encode(&d.node_id),
                 node_ip: d.node_ip,
                 pid: d.pid,
                 entrypoint: d.entrypoint,
@@ -227,7 +215,7 @@ impl HeadRemoteJobs {
             .head
             .nodes()
             .into_iter()
-            .find(|n| hex(&n.node_id) == node_id)
+            .find(|n| hex::encode(&n.node_id) == node_id)
             .map(|n| n.address)
             .ok_or_else(|| format!("node {node_id} is not part of the cluster"))?;
         self.channels.node_jobs(&address, &self.token).await.map_err(|e| e.to_string())

@@ -3,6 +3,7 @@
 //! Each method decodes its request, runs it against `AgentShared`, and replies.
 
 use super::{AgentError, AgentShared, actor_info, object_ids, timeout_deadline};
+use crate::head::now_ms;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use oxray_proto::bundle_service_server::BundleService;
 use oxray_proto::driver_service_server::DriverService;
@@ -47,10 +48,6 @@ fn driver_lease() -> Duration {
             DEFAULT_DRIVER_LEASE
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl AgentService {
