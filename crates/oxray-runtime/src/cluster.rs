@@ -349,9 +349,9 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                         Arc::new(HeadEntrypointResources::new(head, node_id)) as Arc<dyn EntrypointResources>
                     }),
                     drivers: head.clone().map(|head| Arc::new(HeadDrivers(head)) as Arc<dyn DriverTable>),
-                    remote: head.clone().map(|head| {
-                        Arc::new(HeadRemoteJobs::new(head, agent_address.clone(), token.clone())) as Arc<dyn RemoteJobs>
-                    }),
+                    remote: head
+                        .clone()
+                        .map(|head| Arc::new(HeadRemoteJobs::new(head, agent_address.clone())) as Arc<dyn RemoteJobs>),
                 };
                 HttpServer::start(listener, HttpConfig { token: token.clone(), session_name, jobs: Some(jobs) })
                     .map_err(ClusterError::Http)

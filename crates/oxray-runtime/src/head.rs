@@ -1,6 +1,6 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
-use crate::client::{AgentChannels, BundleClient, ClientError};
+use crate::client::{AgentChannels, BundleClient, ClientError, NodeJobClient};
 use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::placement::{Strategy, StrategyError, plan};
@@ -324,6 +324,18 @@ impl Head {
     async fn agent(&self, address: &str) -> Result<BundleClient, ClientError> {
         let token = self.token.lock().clone();
         self.channels.bundles(address, &token).await
+    }
+
+    /// The jobs service of node `node_id`'s agent (over the head's own channels to agents).
+    pub async fn node_jobs(&self, node_id: &[u8]) -> Result<NodeJobClient, String> {
+        let address = self
+            .nodes()
+            .into_iter()
+            .find(|n| n.node_id == node_id)
+            .map(|n| n.address)
+            .ok_or_else(|| format!("node {} is not part of the cluster", hex::encode(node_id)))?;
+        let token = self.token.lock().clone();
+        self.channels.node_jobs(&address, &token).await.map_err(|e| e.to_string())
     }
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes

@@ -5,7 +5,7 @@
 //! actors cannot take what it holds); the cluster's drivers, for DRIVER rows;
 //! and running a job on another node through its agent (`NodeJobService`).
 
-use crate::client::{AgentChannels, NodeJobClient};
+use crate::client::NodeJobClient;
 use crate::head::{Head, NODE_TIMEOUT};
 use crate::ids::{NodeId, PlacementGroupId};
 use oxray_http::{
@@ -195,8 +195,6 @@ pub struct HeadRemoteJobs {
     head: Head,
     /// The head's address, which a job's bare `init()` joins.
     head_address: String,
-    token: String,
-    channels: AgentChannels,
 }
 
 impl std::fmt::Debug for HeadRemoteJobs {
@@ -206,19 +204,13 @@ impl std::fmt::Debug for HeadRemoteJobs {
 }
 
 impl HeadRemoteJobs {
-    pub fn new(head: Head, head_address: String, token: String) -> Self {
-        Self { head, head_address, token, channels: AgentChannels::default() }
+    pub fn new(head: Head, head_address: String) -> Self {
+        Self { head, head_address }
     }
 
     async fn client(&self, node_id: &str) -> Result<NodeJobClient, String> {
-        let address = self
-            .head
-            .nodes()
-            .into_iter()
-            .find(|n| hex::encode(&n.node_id) == node_id)
-            .map(|n| n.address)
-            .ok_or_else(|| format!("node {node_id} is not part of the cluster"))?;
-        self.channels.node_jobs(&address, &self.token).await.map_err(|e| e.to_string())
+        let node = hex::decode(node_id).map_err(|_| format!("node id {node_id:?} is not hex"))?;
+        self.head.node_jobs(&node).await
     }
 }
 

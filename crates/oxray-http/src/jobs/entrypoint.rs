@@ -12,6 +12,9 @@ use std::path::Path;
 pub const JOB_ID_VAR: &str = "OXRAY_JOB_SUBMISSION_ID";
 pub const JOB_STORE_VAR: &str = "OXRAY_JOB_STORE";
 
+/// Time between SIGTERM and SIGKILL when a job is stopped (Ray's `RAY_JOB_STOP_WAIT_TIME_S`).
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Runs `$1` through the shell and writes its exit code to `$2`. With builtins
 /// only (no `mv`: one process less per job); the file is read only once the
 /// wrapper has exited, so the write needs no rename to be whole.
@@ -98,6 +101,35 @@ pub fn child_exit_code(status: std::process::ExitStatus) -> i32 {
 pub fn signal_group(pid: u32, signal: i32) -> bool {
     // SAFETY: killpg only sends a signal; a stale pid group fails with ESRCH.
     unsafe { libc::killpg(pid as libc::pid_t, signal) == 0 }
+}
+
+/// Stops a job's process group: SIGTERM now, SIGKILL once [`STOP_GRACE`] has
+/// passed unless `ended` (the job's end, when it can be awaited) came first.
+pub fn stop_group<F>(pid: u32, ended: Option<F>)
+where
+    F: Future + Send + 'static,
+{
+    signal_group(pid, libc::SIGTERM);
+    tokio::spawn(async move {
+        if let Some(ended) = ended
+            && tokio::time::timeout(STOP_GRACE, ended).await.is_ok()
+        {
+            return;
+        }
+        signal_group(pid, libc::SIGKILL);
+    });
+}
+
+/// Up to `max` bytes of a job's log file from `offset` (none when it cannot be read).
+pub fn read_log_from(path: &Path, offset: u64, max: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let _ = file.take(max).read_to_end(&mut out);
+    out
 }
 
 /// Returns once process `pid` (started at `start`) has exited: it is not this

@@ -18,7 +18,7 @@ pub(crate) mod routes;
 pub mod runtime_env;
 mod store;
 
-use entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, signal_group, wait_for_exit};
+use entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, STOP_GRACE, wait_for_exit};
 use oxray_object_store::process_start_ticks;
 use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
 use resources::{EntrypointResources, HeldOn, HoldError};
@@ -29,8 +29,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use store::JobStore;
 use tokio::sync::watch;
 
-/// Time between SIGTERM and SIGKILL when a job is stopped (Ray's `RAY_JOB_STOP_WAIT_TIME_S`).
-pub(crate) const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Lines of output quoted in a failed job's message.
 const FAILURE_TAIL_LINES: usize = 10;
 
@@ -649,18 +647,9 @@ impl JobManager {
             return;
         }
         let Some(pid) = record.pid else { return };
-        signal_group(pid, libc::SIGTERM);
+        // The job is over when its log channel closes.
         let live = self.live.lock().get(&record.submission_id).map(|l| l.log.clone());
-        tokio::spawn(async move {
-            // The job is over when its log channel closes; SIGKILL if it is not after the grace time.
-            if let Some(mut log) = live {
-                let ended = async { while log.changed().await.is_ok() {} };
-                if tokio::time::timeout(STOP_GRACE, ended).await.is_ok() {
-                    return;
-                }
-            }
-            signal_group(pid, libc::SIGKILL);
-        });
+        entrypoint::stop_group(pid, live.map(|mut log| async move { while log.changed().await.is_ok() {} }));
     }
 
     /// `Ok(true)` when a live job was stopped, `Ok(false)` when it had already ended.

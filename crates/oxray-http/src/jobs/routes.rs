@@ -13,7 +13,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,7 +110,8 @@ async fn follow(jobs: Arc<JobManager>, id: String, mut socket: WebSocket) {
     loop {
         // Checked before reading, so the last read sees everything a finished job wrote.
         let live = jobs.log_watch(&id);
-        let chunk = read_from(&path, &mut offset);
+        let chunk = super::entrypoint::read_log_from(&path, offset, u64::MAX);
+        offset += chunk.len() as u64;
         partial.extend_from_slice(&chunk);
         let whole = match (live.is_some(), partial.iter().rposition(|&b| b == b'\n')) {
             (false, _) => std::mem::take(&mut partial),
@@ -129,16 +129,4 @@ async fn follow(jobs: Arc<JobManager>, id: String, mut socket: WebSocket) {
     }
     let close = CloseFrame { code: 1000, reason: "".into() };
     let _ = socket.send(Message::Close(Some(close))).await;
-}
-
-fn read_from(path: &std::path::Path, offset: &mut u64) -> Vec<u8> {
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    if file.seek(SeekFrom::Start(*offset)).is_err() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    if file.read_to_end(&mut out).is_ok() {
-        *offset += out.len() as u64;
-    }
-    out
 }

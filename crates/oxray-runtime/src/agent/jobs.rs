@@ -6,14 +6,13 @@
 //! from the offset its log has reached.
 
 use super::service::AgentService;
-use oxray_http::entrypoint::{Entrypoint, child_exit_code, signal_group};
+use oxray_http::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, read_log_from, signal_group, stop_group};
 use oxray_http::runtime_env::Preparer;
 use oxray_proto::node_job_service_server::NodeJobService;
 use oxray_proto::{JobEvent, RunJobRequest, StopJobReply, StopJobRequest, job_event};
 use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -23,11 +22,9 @@ use tonic::{Request, Response, Status};
 /// How many ended jobs an agent remembers (for a head re-attaching late).
 const ENDED_KEPT: usize = 100;
 /// Output sent per event at most.
-const CHUNK: usize = 1 << 20;
+const CHUNK: u64 = 1 << 20;
 /// How often a running job's log is read for new output.
 const LOG_POLL: Duration = Duration::from_millis(100);
-/// Time between SIGTERM and SIGKILL when a job is stopped (as on the head).
-const STOP_GRACE: Duration = Duration::from_secs(3);
 
 /// The jobs this agent runs or ran.
 #[derive(Default)]
@@ -100,7 +97,7 @@ async fn stream_job(job: Arc<NodeJob>, mut offset: u64, events: Events) {
         let ended = *exit.borrow_and_update();
         // Read after looking at the exit: once it has ended, this read gets everything.
         loop {
-            let chunk = read_from(&job.log, offset);
+            let chunk = read_log_from(&job.log, offset, CHUNK);
             if chunk.is_empty() {
                 break;
             }
@@ -122,16 +119,6 @@ async fn stream_job(job: Arc<NodeJob>, mut offset: u64, events: Events) {
             _ = tokio::time::sleep(LOG_POLL) => {}
         }
     }
-}
-
-fn read_from(path: &Path, offset: u64) -> Vec<u8> {
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    if file.seek(SeekFrom::Start(offset)).is_err() {
-        return Vec::new();
-    }
-    let mut buf = Vec::new();
-    let _ = file.take(CHUNK as u64).read_to_end(&mut buf);
-    buf
 }
 
 impl AgentService {
@@ -275,14 +262,8 @@ impl NodeJobService for AgentService {
         let Some(pid) = *job.pid.lock() else {
             return Ok(Response::new(StopJobReply { stopped: false }));
         };
-        signal_group(pid, libc::SIGTERM);
-        tokio::spawn(async move {
-            let mut exit = job.exit.subscribe();
-            let ended = exit.wait_for(Option::is_some);
-            if tokio::time::timeout(STOP_GRACE, ended).await.is_err() {
-                signal_group(pid, libc::SIGKILL);
-            }
-        });
+        let mut exit = job.exit.subscribe();
+        stop_group(pid, Some(async move { exit.wait_for(Option::is_some).await.map(drop) }));
         Ok(Response::new(StopJobReply { stopped: true }))
     }
 }
