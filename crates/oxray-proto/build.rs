@@ -7,6 +7,7 @@ const PROTOS: &[&str] = &[
     "proto/oxray/v1/peer.proto",
     "proto/oxray/v1/head.proto",
     "proto/oxray/v1/job.proto",
+    "proto/oxray/v1/state.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -161,3 +161,14 @@ def moto_s3(monkeypatch):
     finally:
         server.kill()
         server.wait()
+
+
+@pytest.fixture
+def head(tmp_path, monkeypatch):
+    """A head started with `oxray start --head` (2 CPUs, its own HTTP port) under
+    a private temp root, stopped after the test."""
+    from cli_cluster import running_cluster
+
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=2)
+        yield cluster

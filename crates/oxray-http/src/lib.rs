@@ -1,11 +1,13 @@
 //! The head's HTTP server (axum on the head's tokio runtime), on
 //! `--dashboard-host:--dashboard-port` (127.0.0.1:8265 by default): Ray's REST
 //! routes behind the cluster token: `/api/version`, health and authentication
-//! (`routes.rs`) and the Jobs API (`jobs/`); the dashboard joins [`router`].
+//! (`routes.rs`), the Jobs API (`jobs/`) and the State API (`state/`); the
+//! dashboard joins [`router`].
 
 mod auth;
 mod jobs;
 mod routes;
+mod state;
 
 pub use auth::constant_time_eq;
 pub use jobs::JobsConfig;
@@ -13,6 +15,7 @@ pub use jobs::drivers::{DriverRow, DriverTable};
 pub use jobs::remote::{RemoteEvent, RemoteJobs, RemoteRun};
 pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
 pub use jobs::{entrypoint, runtime_env};
+pub use state::rows::{ActorRow, ClusterState, NodeRow, PlacementGroupRow, TaskListing, TaskRow};
 
 use axum::Router;
 use std::net::SocketAddr;
@@ -30,6 +33,8 @@ pub struct HttpConfig {
     pub session_name: String,
     /// Serve the Jobs API, keeping its jobs as this says.
     pub jobs: Option<JobsConfig>,
+    /// The head's tables and node agents, for the State API.
+    pub cluster: Option<Arc<dyn ClusterState>>,
 }
 
 /// The whole application: every route, behind the token check. Fails when the
@@ -46,6 +51,7 @@ fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), 
     if let Some(manager) = &manager {
         app = app.merge(jobs::routes::routes(manager.clone()));
     }
+    app = app.merge(state::routes(state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() }));
     let app = app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token));
     Ok((app, manager))
 }

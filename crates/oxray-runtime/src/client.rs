@@ -76,6 +76,8 @@ pub type PeerClient = PeerServiceClient<AuthedChannel>;
 pub type BundleClient = BundleServiceClient<AuthedChannel>;
 pub type NodeJobClient = NodeJobServiceClient<AuthedChannel>;
 use oxray_proto::node_job_service_client::NodeJobServiceClient;
+pub type NodeStateClient = NodeStateServiceClient<AuthedChannel>;
+use oxray_proto::node_state_service_client::NodeStateServiceClient;
 
 /// A generated client over an authenticated channel, with no message size limit
 /// (objects stream through these calls).
@@ -365,6 +367,10 @@ impl AgentChannels {
 
     pub async fn node_jobs(&self, address: &str, token: &str) -> Result<NodeJobClient, ClientError> {
         Ok(authed_client!(NodeJobServiceClient, self.channel(address)?, AttachToken::new(token)?))
+    }
+
+    pub async fn node_state(&self, address: &str, token: &str) -> Result<NodeStateClient, ClientError> {
+        Ok(authed_client!(NodeStateServiceClient, self.channel(address)?, AttachToken::new(token)?))
     }
 }
 

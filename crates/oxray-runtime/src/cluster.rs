@@ -6,18 +6,20 @@
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
 use crate::client::{RPC_DEADLINE, connect_control_channel};
+use crate::cluster_state::HeadClusterState;
 use crate::head::Head;
 use crate::ids::NodeId;
 use crate::job_resources::{HeadDrivers, HeadEntrypointResources, HeadRemoteJobs};
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig, RemoteJobs};
+use oxray_http::{ClusterState, DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig, RemoteJobs};
 use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
 use oxray_proto::head_service_client::HeadServiceClient;
 use oxray_proto::head_service_server::HeadServiceServer;
 use oxray_proto::node_job_service_server::NodeJobServiceServer;
+use oxray_proto::node_state_service_server::NodeStateServiceServer;
 use oxray_proto::peer_service_server::PeerServiceServer;
 use oxray_proto::worker_service_server::WorkerServiceServer;
 use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
@@ -353,8 +355,12 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                         .clone()
                         .map(|head| Arc::new(HeadRemoteJobs::new(head, agent_address.clone())) as Arc<dyn RemoteJobs>),
                 };
-                HttpServer::start(listener, HttpConfig { token: token.clone(), session_name, jobs: Some(jobs) })
-                    .map_err(ClusterError::Http)
+                let cluster = head.clone().map(|head| Arc::new(HeadClusterState(head)) as Arc<dyn ClusterState>);
+                HttpServer::start(
+                    listener,
+                    HttpConfig { token: token.clone(), session_name, jobs: Some(jobs), cluster },
+                )
+                .map_err(ClusterError::Http)
             };
             match started.await {
                 Ok(server) => Some(server),
@@ -420,7 +426,8 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         .add_service(guarded!(WorkerServiceServer, service.clone()))
         .add_service(guarded!(PeerServiceServer, service.clone()))
         .add_service(guarded!(BundleServiceServer, service.clone()))
-        .add_service(guarded!(NodeJobServiceServer, service));
+        .add_service(guarded!(NodeJobServiceServer, service.clone()))
+        .add_service(guarded!(NodeStateServiceServer, service));
     if let Some(head) = &head {
         head.set_token(&token);
         background.push(head.spawn_placement_loop());

@@ -1,6 +1,6 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
-use crate::client::{AgentChannels, BundleClient, ClientError, NodeJobClient};
+use crate::client::{AgentChannels, BundleClient, ClientError, NodeJobClient, NodeStateClient};
 use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::placement::{Strategy, StrategyError, plan};
@@ -326,16 +326,36 @@ impl Head {
         self.channels.bundles(address, &token).await
     }
 
-    /// The jobs service of node `node_id`'s agent (over the head's own channels to agents).
-    pub async fn node_jobs(&self, node_id: &[u8]) -> Result<NodeJobClient, String> {
-        let address = self
-            .nodes()
+    fn address_of(&self, node_id: &[u8]) -> Result<String, String> {
+        self.nodes()
             .into_iter()
             .find(|n| n.node_id == node_id)
             .map(|n| n.address)
-            .ok_or_else(|| format!("node {} is not part of the cluster", hex::encode(node_id)))?;
+            .ok_or_else(|| format!("node {} is not part of the cluster", hex::encode(node_id)))
+    }
+
+    /// The jobs service of node `node_id`'s agent (over the head's own channels to agents).
+    pub async fn node_jobs(&self, node_id: &[u8]) -> Result<NodeJobClient, String> {
+        let address = self.address_of(node_id)?;
         let token = self.token.lock().clone();
         self.channels.node_jobs(&address, &token).await.map_err(|e| e.to_string())
+    }
+
+    /// The state service of node `node_id`'s agent (its tasks, for the State API).
+    pub async fn node_state(&self, node_id: &[u8]) -> Result<NodeStateClient, String> {
+        let address = self.address_of(node_id)?;
+        let token = self.token.lock().clone();
+        self.channels.node_state(&address, &token).await.map_err(|e| e.to_string())
+    }
+
+    /// Every actor the head knows, the last `history` dead ones included.
+    pub fn actors(&self) -> Vec<ActorInfo> {
+        self.actors.lock().actors.values().cloned().collect()
+    }
+
+    /// Every placement group the head knows, the last `history` removed ones included.
+    pub fn placement_groups(&self) -> Vec<PlacementGroupInfo> {
+        self.groups.lock().values().cloned().collect()
     }
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes
@@ -568,8 +588,18 @@ impl HeadService for Head {
     }
 
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
-        let info = request.into_inner();
+        let mut info = request.into_inner();
         let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
+        // An update from an agent that only routes to the actor lacks where it came from.
+        if info.job_id.is_empty()
+            && let Some(known) = self.actors.lock().actors.get(&actor_id)
+        {
+            info.job_id.clone_from(&known.job_id);
+            info.detached = known.detached;
+            if info.resources.is_empty() {
+                info.resources.clone_from(&known.resources);
+            }
+        }
         self.persist_actor(info.clone()).await?;
         let mut table = self.actors.lock();
         let dead = info.state() == ActorState::Dead;

@@ -5,6 +5,7 @@ pub mod agent;
 pub mod auth;
 pub mod client;
 pub mod cluster;
+pub mod cluster_state;
 pub mod errors;
 pub mod head;
 pub mod head_store;

@@ -141,7 +141,10 @@ def init(
         )
         agent_address, token = cluster.agent_address, cluster.token
         STATE.cluster = cluster
-        STATE.published = node_files.publish_embedded_cluster(cluster.head_address, cluster.token, cluster.session_dir)
+        dashboard_url = f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None
+        STATE.published = node_files.publish_embedded_cluster(
+            cluster.head_address, cluster.token, cluster.session_dir, dashboard_url
+        )
         STATE.address_info = {
             "address": cluster.head_address,
             "node_agent_address": agent_address,

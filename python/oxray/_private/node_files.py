@@ -195,13 +195,14 @@ def drivers_dir() -> str:
     return os.path.join(temp_root(), "drivers")
 
 
-def publish_embedded_cluster(address: str, token: str, session_dir: str) -> str:
+def publish_embedded_cluster(address: str, token: str, session_dir: str, dashboard_url: Optional[str] = None) -> str:
     """Records the cluster this driver's `init()` started, so other drivers on
-    this host can join it by address or with `init(address="auto")`."""
+    this host can join it by address or with `init(address="auto")`, and
+    clients find its HTTP server (`dashboard_url`, when it serves one)."""
     token_file = os.path.join(session_dir, "token")
     write_private(token_file, token)
     path = os.path.join(drivers_dir(), f"{os.getpid()}.json")
-    record = {"address": address, "token_file": token_file, "pid": os.getpid()}
+    record = {"address": address, "token_file": token_file, "pid": os.getpid(), "dashboard_url": dashboard_url}
     write_private(path, json.dumps({**record, "create_time": process_create_time(os.getpid())}))
     return path
 

@@ -20,6 +20,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional
 
+from oxray._private import head_http
 from oxray.exceptions import AuthenticationError
 from oxray.job_submission import _package
 
@@ -76,43 +77,6 @@ class JobDetails:
 JobInfo = JobDetails
 
 
-def _local_cluster() -> Optional[dict]:
-    from oxray._private import node_files
-
-    try:
-        return node_files.find_local_cluster(None)
-    except Exception:  # noqa: BLE001 - no readable cluster files: there is no local cluster
-        return None
-
-
-def _resolve_address(address: Optional[str], current: Optional[dict]) -> str:
-    for candidate in (os.environ.get("RAY_API_SERVER_ADDRESS"), os.environ.get("RAY_ADDRESS"), address):
-        if candidate and candidate.startswith(("http://", "https://")):
-            return candidate.rstrip("/")
-    if address:
-        raise ValueError(
-            f"JobSubmissionClient(address={address!r}): expected the head's HTTP address, such as "
-            "http://127.0.0.1:8265 (`oxray start --head` prints it)"
-        )
-    if current and current.get("dashboard_url"):
-        return current["dashboard_url"]
-    raise ConnectionError(
-        "no Jobs API address: pass one (http://HOST:8265), set RAY_ADDRESS, or start a cluster here with "
-        "`oxray start --head`"
-    )
-
-
-def _token(current: Optional[dict]) -> Optional[str]:
-    token = os.environ.get("OXRAY_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
-    if token:
-        return token
-    if current and current.get("token_file"):
-        from oxray._private import node_files
-
-        return node_files.read_token_file(current["token_file"])
-    return None
-
-
 class JobSubmissionClient:
     """Submits and manages jobs on an oxray (or Ray) cluster's Jobs API."""
 
@@ -129,11 +93,11 @@ class JobSubmissionClient:
             raise ValueError("create_cluster_if_needed=True is not supported by oxray: start one with `oxray start`")
         if verify is not True:
             raise ValueError("verify= is not supported by oxray's client yet (it speaks http to the head)")
-        current = _local_cluster()  # this host's cluster: the default address and token
-        self._address = _resolve_address(address, current)
+        current = head_http.local_cluster()  # this host's cluster: the default address and token
+        self._address = head_http.resolve_address(address, current, "JobSubmissionClient")
         self._headers = dict(headers or {})
         if not any(k.lower() == "authorization" for k in self._headers):
-            token = _token(current)
+            token = head_http.token_for(current)
             if token:
                 self._headers["Authorization"] = f"Bearer {token}"
         if cookies:

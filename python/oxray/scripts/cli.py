@@ -14,7 +14,7 @@ import time
 import psutil
 
 from oxray._private import node_files
-from oxray.scripts import job_cli
+from oxray.scripts import job_cli, state_cli
 
 DEFAULT_PORT = 6379
 
@@ -356,6 +356,7 @@ def main(argv=None) -> None:
         "get-auth-token", help="print the token of the cluster on this host (for RAY_AUTH_TOKEN or the dashboard)"
     )
     job_cli.add_parser(sub)
+    state_cli.add_parser(sub)
     status = sub.add_parser("status", help="nodes and resources of the cluster")
     status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
     args = parser.parse_args(argv)
@@ -378,6 +379,8 @@ def _run(args) -> None:
         _get_auth_token()
     elif args.command == "job":
         job_cli.run(args)
+    elif args.command in ("list", "summary"):
+        state_cli.run(args)
     else:
         _status(args)
 

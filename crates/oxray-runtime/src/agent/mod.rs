@@ -4,6 +4,7 @@
 mod error;
 mod jobs;
 mod logs;
+mod node_state;
 mod peers;
 mod service;
 pub mod state;
@@ -466,6 +467,9 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
         method_names: a.method_names.clone(),
         max_task_retries: a.max_task_retries,
         node_id: node_id.to_vec(),
+        job_id: a.creation().job_id.clone(),
+        detached: a.creation().detached,
+        resources: a.creation().resources.clone(),
     }
 }
 

@@ -138,6 +138,9 @@ impl DriverService for AgentService {
                 namespace: spec.namespace.clone(),
                 max_task_retries: spec.max_task_retries,
                 node_id: self.shared.state.lock().node_id.to_vec(),
+                job_id: spec.job_id.clone(),
+                detached: spec.detached,
+                resources: spec.resources.clone(),
                 ..Default::default()
             };
             let reply = head

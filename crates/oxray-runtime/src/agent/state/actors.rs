@@ -1,7 +1,7 @@
 //! Actors on this node (and routes to actors elsewhere): their lifecycle, names
 //! unique per namespace, calls queued per caller, and restarts after a death.
 
-use super::{Action, AgentState, TaskState, WorkerRole, resources_of};
+use super::{Action, AgentState, WorkerRole, resources_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
@@ -73,6 +73,13 @@ pub struct ActorEntry {
     pub(super) retired: bool,
 }
 
+impl ActorEntry {
+    /// The spec that created it (cut to its ids, job, detachment and resources once it is dead for good).
+    pub fn creation(&self) -> &TaskSpec {
+        &self.creation
+    }
+}
+
 /// Actors this node hosts or routes to, and the names of live ones.
 #[derive(Default)]
 pub(super) struct ActorTable {
@@ -139,6 +146,9 @@ impl ActorTable {
             job_id: spec.job_id.clone(),
             owner_id: spec.owner_id.clone(),
             name: spec.name.clone(),
+            // Kept for listings (`actor_info`).
+            detached: spec.detached,
+            resources: spec.resources.clone(),
             ..Default::default()
         };
         self.dead.push_back(id);
@@ -204,7 +214,7 @@ impl AgentState {
         let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, job_id, env);
-        self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
+        self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id);
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("just spawned");
         worker.running = Some(task_id);
@@ -362,7 +372,7 @@ impl AgentState {
         let worker_id = worker_id.expect("a local actor has a worker");
         for task_id in ready {
             let assignment = self.assignment_for(task_id, worker_id);
-            self.tasks.get_mut(&task_id).expect("exists").state = TaskState::Running(worker_id);
+            self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id);
             self.actors.get_mut(&actor_id).expect("exists").inflight.push(task_id);
             if let Some(tx) = self.workers.get(&worker_id).and_then(|w| w.tx.as_ref()) {
                 let _ = tx.send(Ok(assignment));

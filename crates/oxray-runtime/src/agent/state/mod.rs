@@ -12,7 +12,8 @@
 //! - `actors`: `ActorTable` (actors, names, calls queued and in flight) and restarts;
 //! - `bundles`: `BundleTable` (placement-group bundles held on this node);
 //! - `drivers`: `DriverTable` (joined drivers' sessions) and cleaning up after a driver that is gone;
-//! - `remote`: `PeerTable` (other nodes) and everything that involves them.
+//! - `remote`: `PeerTable` (other nodes) and everything that involves them;
+//! - `task_history`: `TaskHistory` (the tasks that ended here, bounded) and listing tasks.
 
 use super::error::AgentError;
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
@@ -27,6 +28,7 @@ mod bundles;
 mod drivers;
 mod objects;
 mod remote;
+mod task_history;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -41,6 +43,7 @@ use bundles::BundleTable;
 use drivers::DriverTable;
 use objects::ObjectTable;
 use remote::PeerTable;
+use task_history::TaskHistory;
 use tasks::{FunctionTable, TaskState, TaskTable};
 use workers::{WorkerPool, WorkerRole};
 
@@ -142,6 +145,7 @@ pub struct AgentState {
     gpus: GpuSlots,
     objects: ObjectTable,
     tasks: TaskTable,
+    task_history: TaskHistory,
     functions: FunctionTable,
     workers: WorkerPool,
     actors: ActorTable,
@@ -170,6 +174,7 @@ impl AgentState {
             gpus: GpuSlots::new(config.num_gpus),
             objects: ObjectTable::new(store),
             tasks: TaskTable::default(),
+            task_history: TaskHistory::default(),
             functions: FunctionTable::default(),
             workers: WorkerPool::new(config.max_starting_workers, config.worker_env),
             actors,

@@ -2,6 +2,7 @@
 //! which object, the functions they run, and the scheduler that places ready
 //! tasks on workers (or hands them to another node).
 
+use super::task_history::Outcome;
 use super::{Action, ActorState, AgentState, WorkerRole, resources_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
@@ -35,6 +36,21 @@ pub(super) struct TaskEntry {
     pub(super) from_peer: Option<NodeId>,
     /// The job it belongs to: its worker's output goes to that job's driver.
     pub(super) job: Option<JobId>,
+    /// 0 for the first try, one more per retry.
+    pub(super) attempt: i32,
+    /// When it was submitted here, and when it last started (ms since the epoch; 0: not yet).
+    pub(super) created_ms: u64,
+    pub(super) started_ms: u64,
+    /// Its code raised (the error is in its returns).
+    pub(super) raised: bool,
+}
+
+impl TaskEntry {
+    /// It runs on `worker` from now.
+    pub(super) fn start_on(&mut self, worker: WorkerId) {
+        self.state = TaskState::Running(worker);
+        self.started_ms = crate::head::now_ms();
+    }
 }
 
 #[derive(Debug)]
@@ -416,6 +432,10 @@ impl AgentState {
             gpus: Vec::new(),
             from_peer: None,
             job,
+            attempt: 0,
+            created_ms: crate::head::now_ms(),
+            started_ms: 0,
+            raised: false,
         };
         self.tasks.entries.insert(task_id, entry);
         if state == TaskState::Ready {
@@ -426,11 +446,11 @@ impl AgentState {
 
     /// Ends a task for good: stores errors in returns that have no value, and unpins its arguments.
     pub(super) fn finish_task(&mut self, task_id: TaskId, error: Option<(SystemErrorKind, String)>) {
-        let Some(task) = self.tasks.entries.remove(&task_id) else { return };
-        if let Some((kind, message)) = error {
+        let Some(mut task) = self.tasks.entries.remove(&task_id) else { return };
+        if let Some((kind, message)) = &error {
             for raw in &task.spec.return_ids {
                 if let Ok(r) = ObjectId::from_bytes(raw) {
-                    self.store_error(r, kind, &message);
+                    self.store_error(r, *kind, message);
                 }
             }
         }
@@ -438,9 +458,20 @@ impl AgentState {
             self.tasks.clear_producer(&r);
             self.maybe_free(r);
         }
-        for id in task.pinned {
+        for id in std::mem::take(&mut task.pinned) {
             self.unpin(id);
         }
+        // A task handed to another node is that node's to report, unless it failed here.
+        if matches!(task.state, TaskState::Forwarded(_)) && error.is_none() {
+            return;
+        }
+        let outcome = match error {
+            Some((kind, message)) => Outcome::Failed(kind, message),
+            None if task.raised => Outcome::Raised,
+            None => Outcome::Finished,
+        };
+        let worker = self.task_worker(&task);
+        self.task_history.push(task_id, task, worker, outcome);
     }
 
     pub(super) fn assignment_for(&mut self, task_id: TaskId, worker: WorkerId) -> Assignment {
@@ -616,6 +647,9 @@ impl AgentState {
                 // reported, and dropping one return must not free refs inside another.
                 self.seal_object(loc, nested)?;
             }
+            if application_error && let Some(task) = self.tasks.get_mut(&task_id) {
+                task.raised = true;
+            }
             self.finish_task(task_id, None);
         }
         self.schedule();
@@ -647,6 +681,7 @@ impl AgentState {
         if task.retries_left > 0 {
             task.retries_left -= 1;
         }
+        task.attempt += 1;
         task.state = TaskState::Ready;
         if task.spec.kind == TaskKind::ActorTask as i32 {
             task.state = TaskState::WaitingArgs;

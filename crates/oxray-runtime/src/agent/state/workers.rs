@@ -130,7 +130,7 @@ impl AgentState {
         let task = self.tasks.get_mut(&task_id).expect("task exists");
         self.available.subtract(&task.holds);
         task.gpus = gpus;
-        task.state = TaskState::Running(worker_id);
+        task.start_on(worker_id);
         let label = task.spec.name.clone();
         let job_id = task.job;
         let assignment = self.assignment_for(task_id, worker_id);

@@ -1,0 +1,115 @@
+//! The rows of Ray's State API (`ray.util.state.common`'s `NodeState`,
+//! `ActorState`, `PlacementGroupState`, `TaskState`), which the runtime fills
+//! from the head's tables and the node agents' task tables, and the source
+//! they come from ([`ClusterState`]).
+
+use crate::BoxFuture;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// One node, as `list_nodes` shows it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct NodeRow {
+    /// Hex.
+    pub node_id: String,
+    pub node_ip: String,
+    pub is_head_node: bool,
+    /// `ALIVE` or `DEAD`.
+    pub state: &'static str,
+    pub state_message: Option<String>,
+    pub node_name: String,
+    pub resources_total: BTreeMap<String, f64>,
+    pub labels: BTreeMap<String, String>,
+    pub start_time_ms: u64,
+    /// 0 while it is alive.
+    pub end_time_ms: u64,
+}
+
+/// One actor, as `list_actors` shows it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ActorRow {
+    pub actor_id: String,
+    pub class_name: String,
+    /// `DEPENDENCIES_UNREADY`, `PENDING_CREATION`, `ALIVE`, `RESTARTING` or `DEAD`.
+    pub state: &'static str,
+    pub job_id: String,
+    pub name: String,
+    pub node_id: Option<String>,
+    pub pid: Option<u32>,
+    pub ray_namespace: String,
+    pub required_resources: BTreeMap<String, f64>,
+    /// Ray's `{"actor_died_error_context": {"error_message": ...}}` for a dead actor.
+    pub death_cause: Option<serde_json::Value>,
+    pub is_detached: bool,
+    pub placement_group_id: Option<String>,
+    pub repr_name: String,
+    pub num_restarts: i32,
+    pub num_restarts_due_to_lineage_reconstruction: i32,
+    pub num_restarts_due_to_node_preemption: i32,
+}
+
+/// One placement group, as `list_placement_groups` shows it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct PlacementGroupRow {
+    pub placement_group_id: String,
+    pub name: String,
+    pub creator_job_id: String,
+    /// `PENDING`, `CREATED` or `REMOVED`.
+    pub state: &'static str,
+    /// `[{"bundle_id", "node_id", "unit_resources"}]`.
+    pub bundles: Vec<serde_json::Value>,
+    pub is_detached: bool,
+    /// `{"scheduling_state", ...}`.
+    pub stats: serde_json::Value,
+    pub strategy: &'static str,
+}
+
+/// One task attempt, as `list_tasks` shows it.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct TaskRow {
+    pub task_id: String,
+    pub attempt_number: i32,
+    pub name: String,
+    /// Ray's `TaskStatus`: `PENDING_ARGS_AVAIL`, `PENDING_NODE_ASSIGNMENT`,
+    /// `RUNNING`, `FINISHED`, `FAILED`, ...
+    pub state: &'static str,
+    pub job_id: String,
+    pub actor_id: Option<String>,
+    /// `NORMAL_TASK`, `ACTOR_CREATION_TASK` or `ACTOR_TASK`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub func_or_class_name: String,
+    /// Empty: oxray does not record which task submitted a task yet.
+    pub parent_task_id: String,
+    pub node_id: Option<String>,
+    pub worker_id: Option<String>,
+    pub worker_pid: Option<u32>,
+    pub error_type: Option<String>,
+    pub language: &'static str,
+    pub required_resources: BTreeMap<String, f64>,
+    pub placement_group_id: Option<String>,
+    pub creation_time_ms: Option<u64>,
+    pub start_time_ms: Option<u64>,
+    pub end_time_ms: Option<u64>,
+    pub error_message: Option<String>,
+}
+
+/// The tasks the node agents know (running, queued and the recent finished
+/// ones each keeps), and which nodes could not be asked.
+#[derive(Clone, Debug, Default)]
+pub struct TaskListing {
+    pub tasks: Vec<TaskRow>,
+    /// How many the agents had before they cut their answers to the limit.
+    pub total: usize,
+    /// One line per node that did not answer (Ray's `partial_failure_warning`).
+    pub unreachable: Vec<String>,
+}
+
+/// Where the State API's rows come from: the head's tables and its node agents.
+pub trait ClusterState: Send + Sync + std::fmt::Debug {
+    fn nodes(&self) -> Vec<NodeRow>;
+    fn actors(&self) -> Vec<ActorRow>;
+    fn placement_groups(&self) -> Vec<PlacementGroupRow>;
+    /// Asks every live node agent for at most `limit` of its tasks.
+    fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing>;
+}

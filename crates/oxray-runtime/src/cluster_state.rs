@@ -1,0 +1,218 @@
+//! The State API's rows (`oxray_http::ClusterState`) from the head: nodes,
+//! actors and placement groups from its tables, tasks from every live node
+//! agent (`NodeStateService`), asked at once, each within a few seconds.
+
+use crate::head::Head;
+use oxray_http::{ActorRow, BoxFuture, ClusterState, NodeRow, PlacementGroupRow, TaskListing, TaskRow};
+use oxray_proto::{
+    ActorInfo, ActorState, ListTasksRequest, NodeInfo, PlacementGroupInfo, PlacementGroupState, PlacementStrategy,
+    TaskKind, TaskRecord, TaskStatus,
+};
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+/// How long a node agent gets to list its tasks.
+const NODE_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Clone)]
+pub struct HeadClusterState(pub Head);
+
+impl std::fmt::Debug for HeadClusterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HeadClusterState")
+    }
+}
+
+fn hex_or_none(bytes: &[u8]) -> Option<String> {
+    (!bytes.is_empty()).then(|| hex::encode(bytes))
+}
+
+/// The placement group a resource request names (`bundle_group_<pg>`), if any.
+fn placement_group_of(resources: &HashMap<String, f64>) -> Option<String> {
+    resources.keys().find_map(|k| k.strip_prefix("bundle_group_").filter(|rest| !rest.contains('_')).map(String::from))
+}
+
+/// What was asked for, without the placement group's own resource names.
+fn plain_resources(resources: &HashMap<String, f64>) -> BTreeMap<String, f64> {
+    resources.iter().filter(|(k, _)| !k.contains("_group_")).map(|(k, v)| (k.clone(), *v)).collect()
+}
+
+fn node_row(node: NodeInfo) -> NodeRow {
+    NodeRow {
+        node_id: hex::encode(&node.node_id),
+        node_ip: node.ip.clone(),
+        is_head_node: node.is_head,
+        state: if node.alive { "ALIVE" } else { "DEAD" },
+        state_message: (!node.alive)
+            .then(|| "Unexpected termination: the node stopped sending heartbeats to the head.".to_string()),
+        node_name: node.ip,
+        resources_total: node.total.into_iter().collect(),
+        labels: BTreeMap::from([("ray.io/node-id".to_string(), hex::encode(&node.node_id))]),
+        start_time_ms: node.start_time_ms,
+        end_time_ms: 0,
+    }
+}
+
+fn actor_state(state: ActorState) -> &'static str {
+    match state {
+        ActorState::Unspecified | ActorState::PendingCreation => "PENDING_CREATION",
+        ActorState::Alive => "ALIVE",
+        ActorState::Restarting => "RESTARTING",
+        ActorState::Dead => "DEAD",
+    }
+}
+
+fn actor_row(actor: ActorInfo) -> ActorRow {
+    let state = actor.state();
+    let death_cause = (state == ActorState::Dead && !actor.death_cause.is_empty())
+        .then(|| json!({"actor_died_error_context": {"error_message": actor.death_cause}}));
+    ActorRow {
+        actor_id: hex::encode(&actor.actor_id),
+        state: actor_state(state),
+        job_id: hex::encode(&actor.job_id),
+        name: actor.name,
+        node_id: hex_or_none(&actor.node_id),
+        pid: (actor.pid != 0).then_some(actor.pid),
+        ray_namespace: actor.namespace,
+        required_resources: plain_resources(&actor.resources),
+        death_cause,
+        is_detached: actor.detached,
+        placement_group_id: placement_group_of(&actor.resources),
+        repr_name: String::new(),
+        num_restarts: actor.num_restarts,
+        num_restarts_due_to_lineage_reconstruction: 0,
+        num_restarts_due_to_node_preemption: 0,
+        class_name: actor.class_name,
+    }
+}
+
+fn group_row(group: PlacementGroupInfo) -> PlacementGroupRow {
+    let state = group.state();
+    let spec = group.spec.unwrap_or_default();
+    let bundles = spec
+        .bundles
+        .iter()
+        .enumerate()
+        .map(|(i, bundle)| {
+            json!({
+                "bundle_id": format!("{}_{i}", hex::encode(&spec.pg_id)),
+                "node_id": group.bundle_nodes.get(i).and_then(|n| hex_or_none(n)),
+                "unit_resources": bundle.resources.iter().collect::<BTreeMap<_, _>>(),
+            })
+        })
+        .collect();
+    let (state, scheduling) = match state {
+        PlacementGroupState::Created => ("CREATED", "FINISHED"),
+        PlacementGroupState::Removed => ("REMOVED", "REMOVED"),
+        PlacementGroupState::Unspecified | PlacementGroupState::Pending => ("PENDING", "QUEUED"),
+    };
+    PlacementGroupRow {
+        placement_group_id: hex::encode(&spec.pg_id),
+        name: spec.name.clone(),
+        creator_job_id: hex::encode(&spec.job_id),
+        state,
+        bundles,
+        is_detached: spec.detached,
+        stats: json!({"scheduling_state": scheduling}),
+        strategy: match spec.strategy() {
+            PlacementStrategy::Unspecified | PlacementStrategy::Pack => "PACK",
+            PlacementStrategy::Spread => "SPREAD",
+            PlacementStrategy::StrictPack => "STRICT_PACK",
+            PlacementStrategy::StrictSpread => "STRICT_SPREAD",
+        },
+    }
+}
+
+fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
+    let kind = task.kind();
+    let func_or_class_name = match kind {
+        TaskKind::ActorCreation => task.name.strip_suffix(".__init__").unwrap_or(&task.name).to_string(),
+        _ => task.name.clone(),
+    };
+    let state = match task.status() {
+        TaskStatus::Unspecified => "NIL",
+        TaskStatus::PendingArgsAvail => "PENDING_ARGS_AVAIL",
+        TaskStatus::PendingNodeAssignment => "PENDING_NODE_ASSIGNMENT",
+        TaskStatus::Running => "RUNNING",
+        TaskStatus::Finished => "FINISHED",
+        TaskStatus::Failed => "FAILED",
+    };
+    let nonzero = |ms: u64| (ms != 0).then_some(ms);
+    TaskRow {
+        task_id: hex::encode(&task.task_id),
+        attempt_number: task.attempt,
+        name: task.name,
+        state,
+        job_id: hex::encode(&task.job_id),
+        actor_id: hex_or_none(&task.actor_id),
+        kind: match kind {
+            TaskKind::Normal => "NORMAL_TASK",
+            TaskKind::ActorCreation => "ACTOR_CREATION_TASK",
+            TaskKind::ActorTask => "ACTOR_TASK",
+        },
+        func_or_class_name,
+        parent_task_id: String::new(),
+        node_id: Some(node_id.to_string()),
+        worker_id: hex_or_none(&task.worker_id),
+        worker_pid: (task.worker_pid != 0).then_some(task.worker_pid),
+        error_type: (!task.error_type.is_empty()).then_some(task.error_type),
+        language: "PYTHON",
+        required_resources: plain_resources(&task.resources),
+        placement_group_id: placement_group_of(&task.resources),
+        creation_time_ms: nonzero(task.creation_time_ms),
+        start_time_ms: nonzero(task.start_time_ms),
+        end_time_ms: nonzero(task.end_time_ms),
+        error_message: (!task.error_message.is_empty()).then_some(task.error_message),
+    }
+}
+
+impl ClusterState for HeadClusterState {
+    fn nodes(&self) -> Vec<NodeRow> {
+        self.0.nodes().into_iter().map(node_row).collect()
+    }
+
+    fn actors(&self) -> Vec<ActorRow> {
+        self.0.actors().into_iter().map(actor_row).collect()
+    }
+
+    fn placement_groups(&self) -> Vec<PlacementGroupRow> {
+        self.0.placement_groups().into_iter().map(group_row).collect()
+    }
+
+    fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing> {
+        Box::pin(async move {
+            let mut asks = tokio::task::JoinSet::new();
+            for node in self.0.nodes().into_iter().filter(|n| n.alive) {
+                let head = self.0.clone();
+                asks.spawn(async move {
+                    let answer = async {
+                        let mut client = head.node_state(&node.node_id).await?;
+                        let request = ListTasksRequest { limit: u32::try_from(limit).unwrap_or(u32::MAX) };
+                        client
+                            .list_tasks(request)
+                            .await
+                            .map(tonic::Response::into_inner)
+                            .map_err(|e| e.message().to_string())
+                    };
+                    let answer = tokio::time::timeout(NODE_ANSWER_TIMEOUT, answer)
+                        .await
+                        .unwrap_or_else(|_| Err(format!("no answer within {NODE_ANSWER_TIMEOUT:?}")));
+                    (hex::encode(&node.node_id), node.ip, answer)
+                });
+            }
+            let mut listing = TaskListing::default();
+            while let Some(joined) = asks.join_next().await {
+                let Ok((node_hex, ip, answer)) = joined else { continue };
+                match answer {
+                    Ok(reply) => {
+                        listing.total += reply.total as usize;
+                        listing.tasks.extend(reply.tasks.into_iter().map(|t| task_row(t, &node_hex)));
+                    }
+                    Err(e) => listing.unreachable.push(format!("node {node_hex} ({ip}): {e}")),
+                }
+            }
+            listing
+        })
+    }
+}

@@ -1,0 +1,95 @@
+"""Finding a cluster's HTTP server (Jobs, State API, dashboard) and its token,
+and calling it, for `oxray.job_submission` and `oxray.util.state`.
+
+The address: `RAY_API_SERVER_ADDRESS` / `RAY_ADDRESS` when http (they override
+the argument, as in Ray), else an `http(s)://` one given, else this process's own cluster if it serves one, else
+the cluster `oxray start --head` (or another driver's `init()`) runs on this
+host. The token: `OXRAY_TOKEN` / `RAY_AUTH_TOKEN`, else that cluster's."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Optional, Tuple
+
+from oxray.exceptions import AuthenticationError
+
+
+def local_cluster() -> Optional[dict]:
+    """This process's cluster when it serves HTTP, else the first one on this host."""
+    from oxray._private import node_files
+    from oxray._private.api import STATE
+
+    url = STATE.address_info.get("dashboard_url") if STATE.cluster is not None else None
+    if url:
+        return {"dashboard_url": url if "://" in url else f"http://{url}", "token": STATE.cluster.token}
+    try:
+        return node_files.find_local_cluster(None)
+    except Exception:  # noqa: BLE001 - no readable cluster files: there is no local cluster
+        return None
+
+
+def resolve_address(address: Optional[str], current: Optional[dict], what: str) -> str:
+    # As in Ray, the environment overrides the argument.
+    for candidate in (os.environ.get("RAY_API_SERVER_ADDRESS"), os.environ.get("RAY_ADDRESS"), address):
+        if candidate and candidate.startswith(("http://", "https://")):
+            return candidate.rstrip("/")
+    if address and address != "auto":
+        raise ValueError(
+            f"{what}(address={address!r}): expected the head's HTTP address, such as "
+            "http://127.0.0.1:8265 (`oxray start --head` prints it)"
+        )
+    if current and current.get("dashboard_url"):
+        return current["dashboard_url"]
+    raise ConnectionError(
+        f"{what}: no HTTP address of a cluster: pass one (http://HOST:8265), set RAY_ADDRESS, start a cluster "
+        "here with `oxray start --head`, or init(include_dashboard=True)"
+    )
+
+
+def token_for(current: Optional[dict]) -> Optional[str]:
+    token = os.environ.get("OXRAY_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
+    if token:
+        return token
+    if current and current.get("token"):
+        return current["token"]
+    if current and current.get("token_file"):
+        from oxray._private import node_files
+
+        return node_files.read_token_file(current["token_file"])
+    return None
+
+
+def endpoint(address: Optional[str], what: str) -> Tuple[str, dict]:
+    """The base URL and the headers (the token) for calls to a cluster's HTTP server."""
+    current = local_cluster()
+    url = resolve_address(address, current, what)
+    token = token_for(current)
+    return url, ({"Authorization": f"Bearer {token}"} if token else {})
+
+
+def get_json(url: str, headers: dict, path: str, params=(), timeout: float = 60):
+    """GETs `path` (with `params`, a list of pairs) and returns the parsed body;
+    401/403 raise `AuthenticationError`, another failure `RuntimeError` with the body."""
+    query = urllib.parse.urlencode(list(params))
+    request = urllib.request.Request(f"{url}{path}{'?' + query if query else ''}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as e:
+        text = e.read().decode(errors="replace")
+        if e.code in (401, 403):
+            raise AuthenticationError(
+                f"Authentication required: {text}. Set OXRAY_TOKEN (or RAY_AUTH_TOKEN) to the cluster's token "
+                "(`oxray get-auth-token` prints it)"
+            ) from None
+        try:
+            message = json.loads(text).get("msg") or text
+        except ValueError:
+            message = text
+        raise RuntimeError(f"{path} failed with status {e.code}: {message}") from None
+    except urllib.error.URLError as e:
+        raise ConnectionError(f"Failed to connect to the cluster's HTTP server at {url}: {e.reason}") from None

@@ -1,0 +1,97 @@
+"""`oxray list <resource>` and `oxray summary tasks`, as Ray's `ray list` and
+`ray summary`: rows from the head's State API (`oxray.util.state`), printed as
+a table or as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+RESOURCES = ("actors", "nodes", "jobs", "placement-groups", "tasks")
+
+
+def add_parser(sub) -> None:
+    listing = sub.add_parser("list", help="list actors, nodes, jobs, placement-groups or tasks (Ray's `ray list`)")
+    listing.add_argument("resource", choices=RESOURCES)
+    listing.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='keep rows where KEY=VALUE (or KEY!=VALUE); repeatable, e.g. --filter "state=ALIVE"',
+    )
+    listing.add_argument("--limit", type=int, default=100, help="at most this many rows (default 100)")
+    listing.add_argument("--detail", action="store_true", help="every column, not just the main ones")
+    listing.add_argument("--format", choices=("table", "json"), default="table")
+    listing.add_argument("--address", help="the head's HTTP address (default: RAY_ADDRESS, else this host's cluster)")
+    summary = sub.add_parser("summary", help="tasks counted by function and state (Ray's `ray summary tasks`)")
+    summary.add_argument("resource", choices=("tasks",))
+    summary.add_argument("--format", choices=("table", "json"), default="table")
+    summary.add_argument("--address", help="the head's HTTP address (default: RAY_ADDRESS, else this host's cluster)")
+
+
+def _fail(message: str) -> "NoReturn":  # noqa: F821
+    print(f"Error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def parse_filter(text: str):
+    """`key=value` or `key!=value` as a (key, predicate, value) filter."""
+    for predicate in ("!=", "="):
+        key, sep, value = text.partition(predicate)
+        if sep and key.strip():
+            return key.strip(), predicate, value.strip()
+    raise ValueError(f'--filter {text!r}: expected KEY=VALUE or KEY!=VALUE, e.g. --filter "state=ALIVE"')
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def print_table(rows: list) -> None:
+    if not rows:
+        print("No resource in the cluster matches.")
+        return
+    columns = [c for c in rows[0] if any(row.get(c) is not None for row in rows)]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for r in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+def run(args) -> None:
+    from oxray.util import state
+
+    try:
+        if args.command == "list":
+            filters = [parse_filter(f) for f in args.filter]
+            lister = getattr(state, f"list_{args.resource.replace('-', '_')}")
+            found = lister(address=args.address, filters=filters, limit=args.limit, detail=args.detail)
+            rows = [r.asdict() for r in found]
+            if args.format == "json":
+                print(json.dumps(rows, indent=2, default=str))
+            else:
+                print_table(rows)
+        else:
+            summary = state.summarize_tasks(address=args.address)["cluster"]
+            if args.format == "json":
+                print(json.dumps(summary, indent=2))
+                return
+            print(
+                f"tasks: {summary['total_tasks']}, actor tasks: {summary['total_actor_tasks']}, "
+                f"actors scheduled: {summary['total_actor_scheduled']}"
+            )
+            rows = [
+                {"func_or_class_name": name, "type": s["type"], "state_counts": s["state_counts"]}
+                for name, s in sorted(summary["summary"].items())
+            ]
+            print_table(rows)
+    except (ValueError, ConnectionError, RuntimeError) as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - AuthenticationError and the State API's own errors
+        _fail(f"{type(e).__name__}: {e}")
