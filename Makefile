@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?= --timeout 300
 
-.PHONY: all venv develop release demo test lint rust-test py-test bench clean
+.PHONY: all venv develop release demo test lint rust-test py-test bench clean screenshots
 
 all: develop
 
@@ -18,6 +18,10 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet "ray[default]==2.60.*"
 	# The Jobs API's OpenAPI description, fuzzed against the server.
 	$(PIP) install --quiet "schemathesis>=4,<5"
+	# The dashboard's browser tests: Playwright drives Debian's Chromium (browsers cannot be downloaded).
+	$(PIP) install --quiet "playwright>=1.50,<2"
+	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || { echo "the dashboard tests need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	touch $@
 
 venv: $(VENV)/.deps
@@ -54,6 +58,10 @@ py-test: develop
 	$(PY) -m pytest tests/python $(PYTEST_ARGS) -q
 
 test: lint rust-test py-test
+
+# The dashboard's pages, as the browser tests see them, into docs/screenshots/.
+screenshots: develop
+	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py $(PYTEST_ARGS) -q
 
 bench: release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"

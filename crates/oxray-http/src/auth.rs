@@ -2,7 +2,10 @@
 //! `/api/authentication_mode`, `/api/authenticate`, `/`, static files), taken
 //! from `Authorization: Bearer`, `X-Ray-Authorization` or the
 //! `ray-authentication-token` cookie, as Ray 2.60's clients and browsers send
-//! it: missing → 401, wrong → 403. Browser-looking requests may only read.
+//! it: missing → 401, wrong → 403. Browser-looking requests may only read,
+//! unless they carry the dashboard's CSRF header (`X-Oxray-Csrf: 1`, which no
+//! cross-site form can send) from this server's own origin; a browser asking
+//! for a page it may not see gets the login form with the same status.
 
 use crate::HttpConfig;
 use axum::extract::{Request, State};
@@ -24,6 +27,14 @@ const PUBLIC_PATHS: &[&str] = &[
     "/api/local_raylet_healthz",
     "/-/healthz",
 ];
+
+/// The header the dashboard's own pages send with every change they ask for.
+pub(crate) const CSRF_HEADER: &str = "x-oxray-csrf";
+
+/// The browser session cookie `/api/authenticate` and a `/?token=` link set: 30 days, script-proof.
+pub(crate) fn session_cookie(token: &str) -> String {
+    format!("{TOKEN_COOKIE}={token}; Max-Age=2592000; Path=/; HttpOnly; SameSite=Strict")
+}
 
 /// Equal bytes, in a time that does not depend on where they differ.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -91,15 +102,41 @@ pub(crate) fn check(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Refu
     }
 }
 
+/// Whether an `Origin` header names another site than the one asked (`Host`).
+fn cross_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return false };
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("");
+    origin.split_once("://").map(|(_, rest)| rest) != Some(host)
+}
+
+/// A browser loading a page (not a script fetching data).
+fn wants_html(headers: &HeaderMap) -> bool {
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
+}
+
 pub(crate) async fn require_token(State(config): State<Arc<HttpConfig>>, request: Request, next: Next) -> Response {
+    let headers = request.headers();
     let reads = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if !reads && is_browser(request.headers()) {
-        return (StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed: browser requests may only read (GET)")
-            .into_response();
+    if !reads && is_browser(headers) {
+        let from_dashboard = headers.get(CSRF_HEADER).is_some_and(|v| v == "1") && !cross_origin(headers);
+        if !from_dashboard {
+            return (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Method Not Allowed: browser requests may only read (GET), except the dashboard's own (X-Oxray-Csrf)",
+            )
+                .into_response();
+        }
     }
     if !is_public(request.uri().path())
-        && let Err(refused) = check(&config, request.headers())
+        && let Err(refused) = check(&config, headers)
     {
+        if wants_html(headers) {
+            let status = match refused {
+                Refusal::Missing => StatusCode::UNAUTHORIZED,
+                Refusal::Invalid => StatusCode::FORBIDDEN,
+            };
+            return crate::dashboard::login_instead(status);
+        }
         return refused.into_response();
     }
     next.run(request).await
@@ -132,6 +169,13 @@ mod tests {
         assert!(is_browser(&headers(&[("user-agent", "Mozilla/5.0")])));
         assert!(is_browser(&headers(&[("sec-fetch-mode", "cors")])));
         assert!(!is_browser(&headers(&[("user-agent", "python-requests/2.32")])));
+    }
+
+    #[test]
+    fn an_origin_must_be_the_host_asked() {
+        assert!(!cross_origin(&headers(&[("host", "127.0.0.1:8265")])));
+        assert!(!cross_origin(&headers(&[("host", "127.0.0.1:8265"), ("origin", "http://127.0.0.1:8265")])));
+        assert!(cross_origin(&headers(&[("host", "127.0.0.1:8265"), ("origin", "http://evil.example")])));
     }
 
     #[test]

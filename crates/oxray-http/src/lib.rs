@@ -1,10 +1,11 @@
 //! The head's HTTP server (axum on the head's tokio runtime), on
 //! `--dashboard-host:--dashboard-port` (127.0.0.1:8265 by default): Ray's REST
 //! routes behind the cluster token: `/api/version`, health and authentication
-//! (`routes.rs`), the Jobs API (`jobs/`) and the State API (`state/`); the
-//! dashboard joins [`router`].
+//! (`routes.rs`), the Jobs API (`jobs/`), the State API (`state/`) and the
+//! dashboard's pages (`dashboard/`).
 
 mod auth;
+mod dashboard;
 mod jobs;
 mod routes;
 mod state;
@@ -51,7 +52,8 @@ fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), 
     if let Some(manager) = &manager {
         app = app.merge(jobs::routes::routes(manager.clone()));
     }
-    app = app.merge(state::routes(state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() }));
+    let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
+    app = app.merge(state::routes(sources.clone())).merge(dashboard::routes(config.clone(), sources));
     let app = app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token));
     Ok((app, manager))
 }

@@ -2,7 +2,7 @@
 //! the Jobs API's OpenAPI description (`/api/openapi.json`).
 
 use crate::HttpConfig;
-use crate::auth::{self, TOKEN_COOKIE};
+use crate::auth;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -46,7 +46,7 @@ async fn authenticate(State(config): State<Arc<HttpConfig>>, headers: HeaderMap)
     if let Err(refused) = auth::check(&config, &headers) {
         return refused.into_response();
     }
-    let cookie = format!("{TOKEN_COOKIE}={}; Max-Age=2592000; Path=/; HttpOnly; SameSite=Strict", config.token);
+    let cookie = auth::session_cookie(&config.token);
     ([(header::SET_COOKIE, cookie)], axum::Json(json!({"authenticated": true}))).into_response()
 }
 

@@ -48,6 +48,7 @@ fn node_row(node: NodeInfo) -> NodeRow {
             .then(|| "Unexpected termination: the node stopped sending heartbeats to the head.".to_string()),
         node_name: node.ip,
         resources_total: node.total.into_iter().collect(),
+        resources_available: node.available.into_iter().collect(),
         labels: BTreeMap::from([("ray.io/node-id".to_string(), hex::encode(&node.node_id))]),
         start_time_ms: node.start_time_ms,
         end_time_ms: 0,

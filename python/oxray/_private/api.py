@@ -153,6 +153,8 @@ def init(
         }
         if cluster.dashboard_address:
             STATE.address_info["dashboard_url"] = cluster.dashboard_address
+            # oxray's: a link that logs a browser into the dashboard (it carries the token).
+            STATE.address_info["dashboard_login_url"] = f"{dashboard_url}/?token={cluster.token}"
     else:
         if address == "auto":
             raise ConnectionError(
@@ -248,6 +250,7 @@ class RayContext(dict):
         super().__init__(info)
         self.address_info = dict(info)
         self.dashboard_url = info.get("dashboard_url", "")
+        self.dashboard_login_url = info.get("dashboard_login_url", "")
 
     def __enter__(self):
         return self

@@ -15,6 +15,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use query::{ListOptions, MAX_LIMIT, Schema};
+
+/// The most tasks the head asks all nodes for (Ray's `RAY_MAX_LIMIT_FROM_DATA_SOURCE`).
+pub(crate) const MAX_TASKS: usize = MAX_LIMIT;
 use rows::ClusterState;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;

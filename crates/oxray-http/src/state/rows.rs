@@ -19,6 +19,8 @@ pub struct NodeRow {
     pub state_message: Option<String>,
     pub node_name: String,
     pub resources_total: BTreeMap<String, f64>,
+    /// What is free now (the dashboard shows it; Ray's `NodeState` has no such column).
+    pub resources_available: BTreeMap<String, f64>,
     pub labels: BTreeMap<String, String>,
     pub start_time_ms: u64,
     /// 0 while it is alive.

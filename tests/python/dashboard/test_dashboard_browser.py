@@ -1,0 +1,147 @@
+"""The dashboard in a real browser (headless Debian Chromium through
+Playwright): logging in with the token (a wrong one refused), every page
+loading with no console error, a job's output tailing live and the job
+stopped and deleted from its page, and the actor table filtered as one types."""
+
+import os
+import re
+import sys
+
+import pytest
+from playwright.sync_api import expect
+
+import oxray as ray
+from oxray_testutil import http_call
+
+pytestmark = pytest.mark.timeout(240)
+
+PAGES = ["overview", "jobs", "actors", "tasks"]
+
+
+def logged_in(browser, cluster):
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{cluster.dashboard_url}/?token={cluster.token}")
+    expect(page).to_have_url(re.compile(r"/overview$"))
+    return page
+
+
+def test_logging_in_with_the_token_and_a_wrong_one_refused(head, browser, screenshots):
+    page = browser.new_context().new_page()
+    page.goto(head.dashboard_url)
+    page.screenshot(path=screenshots("login"))
+    page.fill("input[name=token]", "not-the-token")
+    page.click("button[type=submit]")
+    expect(page.locator("form.login .error")).to_have_text("That is not this cluster's token.")
+    expect(page).to_have_url(f"{head.dashboard_url}/")
+    page.fill("input[name=token]", head.token)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/overview$"))
+    expect(page.locator("#nodes-alive")).to_have_text("1")
+    expect(page.locator("#nodes tbody tr")).to_have_count(1)
+    cookie = next(c for c in page.context.cookies() if c["name"] == "ray-authentication-token")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+
+    fresh = browser.new_context().new_page()
+    fresh.goto(f"{head.dashboard_url}/?token=wrong")
+    expect(fresh.locator("form.login .error")).to_contain_text("not this cluster's")
+    fresh.goto(f"{head.dashboard_url}/actors")
+    expect(fresh.locator("form.login")).to_be_visible()
+
+
+def test_every_page_loads_without_console_errors(head, browser, screenshots, console_errors):
+    head.add_node(num_cpus=1)
+    ray.init(address=head.address)
+
+    @ray.remote
+    class Worker:
+        def ping(self):
+            return os.getpid()
+
+    workers = [Worker.options(name=f"worker-{i}").remote() for i in range(3)]
+    ray.get([w.ping.remote() for w in workers])
+    page = logged_in(browser, head)
+    errors = console_errors(page)
+    expect(page.locator("#nodes tbody tr")).to_have_count(2)
+    for name in PAGES:
+        page.goto(f"{head.dashboard_url}/{name}")
+        page.wait_for_load_state("networkidle")
+        page.screenshot(path=screenshots(name), full_page=True)
+    # The refreshing parts swap in with no error either.
+    page.goto(f"{head.dashboard_url}/actors")
+    with page.expect_response(re.compile(r"/ui/actors")):
+        pass
+    assert errors.seen == []
+
+
+def test_a_jobs_output_tails_live_and_the_job_is_stopped_and_deleted(head, browser, tmp_path, screenshots):
+    from oxray.job_submission import JobStatus, JobSubmissionClient
+
+    go = tmp_path / "go"
+    script = (
+        "import os, sys, time\n"
+        "print('first line', flush=True)\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "print('second line', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    (tmp_path / "job.py").write_text(script)
+    client = JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    job_id = client.submit_job(entrypoint=f"{sys.executable} job.py", runtime_env={"working_dir": str(tmp_path)})
+    page = logged_in(browser, head)
+    page.goto(f"{head.dashboard_url}/jobs")
+    page.click(f"a[href='/jobs/{job_id}']")
+    log = page.locator("#job-log")
+    expect(log).to_contain_text("first line")
+    expect(log).not_to_contain_text("second line")
+    go.write_text("")
+    expect(log).to_contain_text("second line")
+    expect(page.locator("#job-status")).to_have_text("RUNNING")
+    page.screenshot(path=screenshots("job"), full_page=True)
+    page.click("#stop-job")
+    expect(page.locator("#job-status")).to_have_text("STOPPED", timeout=20_000)
+    assert client.get_job_status(job_id) == JobStatus.STOPPED
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#delete-job")
+    expect(page).to_have_url(re.compile(r"/jobs$"))
+    assert job_id not in [j.submission_id for j in client.list_jobs()]
+
+
+def test_the_actor_table_filters_as_one_types(head, browser):
+    ray.init(address=head.address)
+
+    @ray.remote
+    class Shard:
+        def ping(self):
+            return 1
+
+    shards = [Shard.options(name=f"shard-{i}").remote() for i in range(12)]
+    ray.get([s.ping.remote() for s in shards])
+    ray.kill(shards[0])
+    page = logged_in(browser, head)
+    page.goto(f"{head.dashboard_url}/actors")
+    rows = page.locator("#actors tbody tr")
+    expect(rows).to_have_count(12)
+    page.fill("input[name=q]", "shard-1")  # shard-1, shard-10, shard-11
+    expect(rows).to_have_count(3)
+    page.fill("input[name=q]", "")
+    page.select_option("select[name=state]", "DEAD")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("shard-0")
+
+
+def test_browser_requests_that_change_something_need_the_dashboards_header(head):
+    url = f"{head.dashboard_url}/api/jobs/"
+    browser_like = {"User-Agent": "Mozilla/5.0", "Content-Type": "application/json"}
+    body = b'{"entrypoint": "true"}'
+    status, text = http_call("POST", url, token=head.token, body=body, headers=browser_like)
+    assert status == 405 and "X-Oxray-Csrf" in text
+    forged = {**browser_like, "X-Oxray-Csrf": "1", "Origin": "http://evil.example"}
+    assert http_call("POST", url, token=head.token, body=body, headers=forged)[0] == 405
+    same_site = {**browser_like, "X-Oxray-Csrf": "1", "Origin": head.dashboard_url}
+    status, text = http_call("POST", url, token=head.token, body=body, headers=same_site)
+    assert status == 200, text
+    for path in ("/overview", "/jobs", "/actors", "/tasks", "/ui/overview", "/ui/tasks"):
+        assert http_call("GET", f"{head.dashboard_url}{path}")[0] == 401
+        assert http_call("GET", f"{head.dashboard_url}{path}", token="wrong")[0] == 403
+        assert http_call("GET", f"{head.dashboard_url}{path}", token=head.token)[0] == 200
