@@ -259,6 +259,9 @@ class Cluster:
     @property
     def dashboard_address(self) -> str | None:
         """`host:port` of the head's HTTP server (the Jobs API), when it runs one."""
+    @property
+    def metrics_address(self) -> str | None:
+        """`host:port` of this node's Prometheus endpoint, when it serves one."""
     def shutdown(self) -> None:
         """Kills all workers, removes the object store's files and stops the servers."""
     def worker_pids(self) -> list[int]: ...
@@ -284,12 +287,14 @@ def start_cluster(
     state_dir: _StrPath | None = None,
     nodes_may_join: bool = False,
     dashboard: tuple[str, int] | None = None,
+    metrics: tuple[str, int] | None = None,
 ) -> Cluster:
     """Starts a node in this process, with its own head (listening on `port`,
     keeping its state in `state_dir`) or joining the head at `join` (its agent
     then listens on `port`). With `nodes_may_join` (and always when joining) a
     request no live node can meet waits for one instead of failing at once.
-    A head with `dashboard` (host, port; 0 picks one) serves its HTTP API there."""
+    A head with `dashboard` (host, port; 0 picks one) serves its HTTP API there;
+    with `metrics` the node serves its Prometheus `/metrics` there."""
 
 def encode_object(pickle: bytes, buffers: Sequence[Buffer], flags: int) -> bytes:
     """Serializes into inline bytes (used for small task arguments)."""

@@ -7,6 +7,7 @@
 mod auth;
 mod dashboard;
 mod jobs;
+mod metrics;
 mod routes;
 mod state;
 
@@ -16,6 +17,7 @@ pub use jobs::drivers::{DriverRow, DriverTable};
 pub use jobs::remote::{RemoteEvent, RemoteJobs, RemoteRun};
 pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
 pub use jobs::{entrypoint, runtime_env};
+pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use state::rows::{ActorRow, ClusterState, NodeRow, PlacementGroupRow, TaskListing, TaskRow};
 
 use axum::Router;
@@ -36,6 +38,8 @@ pub struct HttpConfig {
     pub jobs: Option<JobsConfig>,
     /// The head's tables and node agents, for the State API.
     pub cluster: Option<Arc<dyn ClusterState>>,
+    /// How far back the head keeps each node's samples (what the Metrics page can show).
+    pub metrics_window_ms: u64,
 }
 
 /// The whole application: every route, behind the token check. Fails when the
@@ -53,7 +57,10 @@ fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), 
         app = app.merge(jobs::routes::routes(manager.clone()));
     }
     let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
-    app = app.merge(state::routes(sources.clone())).merge(dashboard::routes(config.clone(), sources));
+    app = app
+        .merge(state::routes(sources.clone()))
+        .merge(metrics::routes(sources.clone()))
+        .merge(dashboard::routes(config.clone(), sources));
     let app = app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token));
     Ok((app, manager))
 }

@@ -9,7 +9,13 @@ const TOKEN: &str = "0123456789abcdef";
 
 async fn server() -> HttpServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = HttpConfig { token: TOKEN.into(), session_name: "session_test".into(), jobs: None, cluster: None };
+    let config = HttpConfig {
+        token: TOKEN.into(),
+        session_name: "session_test".into(),
+        jobs: None,
+        cluster: None,
+        metrics_window_ms: 60_000,
+    };
     HttpServer::start(listener, config).unwrap()
 }
 

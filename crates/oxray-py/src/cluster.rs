@@ -25,12 +25,15 @@ pub(crate) struct Cluster {
     /// `host:port` of the head's HTTP server (Jobs API), when it runs one.
     #[pyo3(get)]
     dashboard_address: Option<String>,
+    /// `host:port` of this node's Prometheus endpoint, when it serves one.
+    #[pyo3(get)]
+    metrics_address: Option<String>,
 }
 
 #[pyfunction]
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
-    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false, dashboard=None))]
+    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false, dashboard=None, metrics=None))]
 #[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python start_cluster()")]
 pub(crate) fn start_cluster(
     py: Python<'_>,
@@ -51,6 +54,7 @@ pub(crate) fn start_cluster(
     state_dir: Option<PathBuf>,
     nodes_may_join: bool,
     dashboard: Option<(String, u16)>,
+    metrics: Option<(String, u16)>,
 ) -> PyResult<Cluster> {
     let (head, agent_port) = match join {
         Some(address) => (HeadRole::Join { address }, port),
@@ -73,6 +77,7 @@ pub(crate) fn start_cluster(
         forward_output,
         nodes_may_join,
         dashboard,
+        metrics,
     };
     let started = py.detach(|| runtime().block_on(start_node(cfg)));
     let running = started.map_err(crate::error::cluster_error)?;
@@ -85,6 +90,7 @@ pub(crate) fn start_cluster(
         session_dir: running.session_dir.display().to_string(),
         shm_dir: running.shm_dir.display().to_string(),
         dashboard_address: running.dashboard_address.clone(),
+        metrics_address: running.metrics_address.clone(),
         inner: Some(running),
     })
 }

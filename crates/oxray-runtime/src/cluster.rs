@@ -3,6 +3,7 @@
 //! `oxray start --head`), or joined to a head elsewhere (`oxray start --address`);
 //! and tearing it down without leftovers.
 
+use crate::agent::node_stats::StatsSampler;
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
 use crate::client::{RPC_DEADLINE, connect_control_channel};
@@ -12,7 +13,10 @@ use crate::ids::NodeId;
 use crate::job_resources::{HeadDrivers, HeadEntrypointResources, HeadRemoteJobs};
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{ClusterState, DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig, RemoteJobs};
+use oxray_http::{
+    ClusterState, DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig, MetricsServer,
+    NodeMetricsSource, NodeSample, RemoteJobs,
+};
 use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;
@@ -22,7 +26,7 @@ use oxray_proto::node_job_service_server::NodeJobServiceServer;
 use oxray_proto::node_state_service_server::NodeStateServiceServer;
 use oxray_proto::peer_service_server::PeerServiceServer;
 use oxray_proto::worker_service_server::WorkerServiceServer;
-use oxray_proto::{HeartbeatRequest, NodeInfo, RegisterNodeRequest};
+use oxray_proto::{HeartbeatRequest, NodeInfo, NodeStats, RegisterNodeRequest};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,9 +65,12 @@ pub struct ClusterConfig {
     /// Other nodes may join (`oxray start`): a request no live node can meet
     /// waits for one instead of failing at once. Always so for a joining node.
     pub nodes_may_join: bool,
-    /// The head's HTTP server (Ray's REST API, later the dashboard): `(host,
+    /// The head's HTTP server (Ray's REST API, the dashboard): `(host,
     /// port)`, port 0 picking a free one. Ignored by a joining node.
     pub dashboard: Option<(String, u16)>,
+    /// This node's Prometheus endpoint (`--metrics-export-port`): `(host, port)`,
+    /// port 0 picking a free one; None serves none.
+    pub metrics: Option<(String, u16)>,
 }
 
 pub struct RunningCluster {
@@ -76,7 +83,10 @@ pub struct RunningCluster {
     pub agent: Arc<AgentShared>,
     /// `host:port` of the head's HTTP server, when it runs one.
     pub dashboard_address: Option<String>,
+    /// `host:port` of this node's Prometheus endpoint, when it serves one.
+    pub metrics_address: Option<String>,
     http: Option<HttpServer>,
+    metrics: Option<MetricsServer>,
     stop: Vec<oneshot::Sender<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -356,11 +366,10 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                         .map(|head| Arc::new(HeadRemoteJobs::new(head, agent_address.clone())) as Arc<dyn RemoteJobs>),
                 };
                 let cluster = head.clone().map(|head| Arc::new(HeadClusterState(head)) as Arc<dyn ClusterState>);
-                HttpServer::start(
-                    listener,
-                    HttpConfig { token: token.clone(), session_name, jobs: Some(jobs), cluster },
-                )
-                .map_err(ClusterError::Http)
+                let metrics_window_ms = crate::head::metrics_window_ms();
+                let config =
+                    HttpConfig { token: token.clone(), session_name, jobs: Some(jobs), cluster, metrics_window_ms };
+                HttpServer::start(listener, config).map_err(ClusterError::Http)
             };
             match started.await {
                 Ok(server) => Some(server),
@@ -446,6 +455,34 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         connect_control_channel(&head_address, 2 * RPC_DEADLINE).await.map_err(|e| unreachable(e.to_string()))?;
     let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token)?);
     let mut info: NodeInfo = agent.node_info(&agent_address);
+    let latest_stats: Arc<parking_lot::Mutex<Option<NodeStats>>> = Arc::default();
+    let metrics = match &cfg.metrics {
+        Some((host, port)) => {
+            let source =
+                LatestStats { node_id: node_id.to_string(), ip: info.ip.clone(), latest: latest_stats.clone() };
+            let started = async {
+                let listener =
+                    TcpListener::bind(format!("{host}:{port}")).await.map_err(|source| ClusterError::Bind {
+                        what: "the metrics port (pick another: --metrics-export-port)",
+                        addr: format!("{host}:{port}"),
+                        source,
+                    })?;
+                MetricsServer::start(listener, &token, Arc::new(source)).map_err(ClusterError::Http)
+            };
+            match started.await {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    for s in stop {
+                        let _ = s.send(());
+                    }
+                    agent.state.lock().store_mut().destroy();
+                    return Err(e);
+                }
+            }
+        }
+        None => None,
+    };
+    info.metrics_address = metrics.as_ref().map(|m| m.local_addr().to_string()).unwrap_or_default();
     info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();
     info.start_time_ms = crate::head::now_ms();
@@ -474,12 +511,17 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         }
     }));
     let beat_agent = agent.clone();
+    let mut sampler = StatsSampler::new(&cfg.session_dir, num_gpus > 0);
+    let beat_latest = latest_stats.clone();
     background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            let sample = sampler.sample(&beat_agent).await;
+            *beat_latest.lock() = Some(sample.clone());
+            let stats = Some(sample);
             let available = beat_agent.state.lock().reported_available().to_map();
-            match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available }).await {
+            match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available, stats }).await {
                 Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     // A head that restarted without this node on record: register again.
@@ -499,10 +541,26 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         shm_dir,
         agent,
         dashboard_address,
+        metrics_address: metrics.as_ref().map(|m| m.local_addr().to_string()),
         http,
+        metrics,
         stop,
         background,
     })
+}
+
+/// What this node's metrics server shows: the sample its heartbeat last sent.
+struct LatestStats {
+    node_id: String,
+    ip: String,
+    latest: Arc<parking_lot::Mutex<Option<NodeStats>>>,
+}
+
+impl NodeMetricsSource for LatestStats {
+    fn latest(&self) -> Option<(String, String, NodeSample)> {
+        let latest = self.latest.lock();
+        latest.as_ref().map(|s| (self.node_id.clone(), self.ip.clone(), crate::cluster_state::sample_of(s)))
+    }
 }
 
 impl RunningCluster {
@@ -513,6 +571,8 @@ impl RunningCluster {
         if let Some(http) = self.http.take() {
             http.shutdown().await;
         }
+        // Stops serving this node's metrics (the server ends when dropped).
+        drop(self.metrics.take());
         self.agent.jobs.stop_all().await;
         let pids = self.agent.state.lock().begin_shutdown();
         for pid in &pids {

@@ -3,10 +3,13 @@
 //! agent (`NodeStateService`), asked at once, each within a few seconds.
 
 use crate::head::Head;
-use oxray_http::{ActorRow, BoxFuture, ClusterState, NodeRow, PlacementGroupRow, TaskListing, TaskRow};
+use oxray_http::{
+    ActorRow, BoxFuture, ClusterState, GpuSample, NodeRow, NodeSample, NodeSeries, PlacementGroupRow, TaskListing,
+    TaskRow,
+};
 use oxray_proto::{
-    ActorInfo, ActorState, ListTasksRequest, NodeInfo, PlacementGroupInfo, PlacementGroupState, PlacementStrategy,
-    TaskKind, TaskRecord, TaskStatus,
+    ActorInfo, ActorState, ListTasksRequest, NodeInfo, NodeStats, PlacementGroupInfo, PlacementGroupState,
+    PlacementStrategy, TaskKind, TaskRecord, TaskStatus,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -38,8 +41,43 @@ fn plain_resources(resources: &HashMap<String, f64>) -> BTreeMap<String, f64> {
     resources.iter().filter(|(k, _)| !k.contains("_group_")).map(|(k, v)| (k.clone(), *v)).collect()
 }
 
-fn node_row(node: NodeInfo) -> NodeRow {
+/// The HTTP crate's copy of a node's sample.
+pub fn sample_of(stats: &NodeStats) -> NodeSample {
+    NodeSample {
+        time_ms: stats.time_ms,
+        cpu_percent: stats.cpu_percent,
+        memory_used: stats.memory_used,
+        memory_total: stats.memory_total,
+        network_received: stats.network_received,
+        network_sent: stats.network_sent,
+        disk_used: stats.disk_used,
+        disk_total: stats.disk_total,
+        store_used: stats.store_used,
+        store_capacity: stats.store_capacity,
+        store_spilled: stats.store_spilled,
+        store_objects: stats.store_objects,
+        gpus: stats
+            .gpus
+            .iter()
+            .map(|g| GpuSample {
+                index: g.index,
+                utilization_percent: g.utilization_percent,
+                memory_used: g.memory_used,
+                memory_total: g.memory_total,
+            })
+            .collect(),
+        tasks_running: stats.tasks_running,
+        tasks_pending: stats.tasks_pending,
+        tasks_finished: stats.tasks_finished,
+        tasks_failed: stats.tasks_failed,
+        workers: stats.workers,
+    }
+}
+
+fn node_row(node: NodeInfo, latest: Option<&NodeStats>) -> NodeRow {
     NodeRow {
+        latest: latest.map(sample_of),
+        metrics_address: node.metrics_address.clone(),
         node_id: hex::encode(&node.node_id),
         node_ip: node.ip.clone(),
         is_head_node: node.is_head,
@@ -170,7 +208,27 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
 
 impl ClusterState for HeadClusterState {
     fn nodes(&self) -> Vec<NodeRow> {
-        self.0.nodes().into_iter().map(node_row).collect()
+        let latest = self.0.latest_samples();
+        self.0
+            .nodes()
+            .into_iter()
+            .map(|n| {
+                let s = latest.get(&n.node_id);
+                node_row(n, s)
+            })
+            .collect()
+    }
+
+    fn node_series(&self, since_ms: u64) -> Vec<NodeSeries> {
+        self.0
+            .node_samples(since_ms)
+            .into_iter()
+            .map(|(info, samples)| NodeSeries {
+                node_id: hex::encode(&info.node_id),
+                node_ip: info.ip,
+                samples: samples.iter().map(sample_of).collect(),
+            })
+            .collect()
     }
 
     fn actors(&self) -> Vec<ActorRow> {

@@ -8,9 +8,9 @@ use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DriverRecord, Empty, GetNamedActorReply,
-    GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, PlacementGroupInfo,
-    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState, RegisterActorReply,
-    RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
+    GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, NodeStats,
+    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
+    RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -70,6 +70,25 @@ impl From<HeadError> for Status {
 struct NodeRecord {
     info: NodeInfo,
     last_seen: Instant,
+    /// The node's samples within the metrics window, oldest first.
+    samples: std::collections::VecDeque<NodeStats>,
+}
+
+impl NodeRecord {
+    fn new(info: NodeInfo, last_seen: Instant) -> Self {
+        Self { info, last_seen, samples: std::collections::VecDeque::new() }
+    }
+}
+
+const DEFAULT_METRICS_WINDOW_S: u64 = 3600;
+
+/// `OXRAY_METRICS_WINDOW_S`, else an hour: how far back the head keeps each node's samples.
+pub fn metrics_window_ms() -> u64 {
+    std::env::var("OXRAY_METRICS_WINDOW_S")
+        .ok()
+        .and_then(|raw| raw.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_METRICS_WINDOW_S)
+        .saturating_mul(1000)
 }
 
 #[derive(Default)]
@@ -142,6 +161,18 @@ pub struct Head {
     /// The cluster's drivers (jobs), as agents report them; kept in memory, the
     /// last `history` ended ones with them.
     drivers: Arc<Mutex<DriverTable>>,
+    /// How long each node's samples are kept (`OXRAY_METRICS_WINDOW_S`).
+    metrics_window: MetricsWindow,
+}
+
+/// Milliseconds of samples kept per node.
+#[derive(Clone, Copy)]
+struct MetricsWindow(u64);
+
+impl Default for MetricsWindow {
+    fn default() -> Self {
+        MetricsWindow(metrics_window_ms())
+    }
 }
 
 #[derive(Default)]
@@ -165,7 +196,7 @@ impl Head {
         {
             let mut nodes = head.nodes.lock();
             for info in loaded_nodes {
-                nodes.insert(NodeId::from_bytes(&info.node_id)?, NodeRecord { info, last_seen: stale });
+                nodes.insert(NodeId::from_bytes(&info.node_id)?, NodeRecord::new(info, stale));
             }
             let mut table = head.actors.lock();
             for actor in loaded_actors {
@@ -346,6 +377,32 @@ impl Head {
         let address = self.address_of(node_id)?;
         let token = self.token.lock().clone();
         self.channels.node_state(&address, &token).await.map_err(|e| e.to_string())
+    }
+
+    /// Each node's latest sample.
+    pub fn latest_samples(&self) -> HashMap<Vec<u8>, NodeStats> {
+        self.nodes
+            .lock()
+            .values()
+            .filter_map(|r| r.samples.back().map(|s| (r.info.node_id.clone(), s.clone())))
+            .collect()
+    }
+
+    /// Each node with its samples taken after `since_ms` (within the window).
+    pub fn node_samples(&self, since_ms: u64) -> Vec<(NodeInfo, Vec<NodeStats>)> {
+        let infos = self.nodes();
+        let nodes = self.nodes.lock();
+        infos
+            .into_iter()
+            .map(|info| {
+                let samples = NodeId::from_bytes(&info.node_id)
+                    .ok()
+                    .and_then(|id| nodes.get(&id))
+                    .map(|r| r.samples.iter().filter(|s| s.time_ms > since_ms).cloned().collect())
+                    .unwrap_or_default();
+                (info, samples)
+            })
+            .collect()
     }
 
     /// Every actor the head knows, the last `history` dead ones included.
@@ -535,7 +592,7 @@ impl HeadService for Head {
         let info = request.into_inner().node.ok_or(HeadError::Malformed("RegisterNode needs a node"))?;
         let node_id = NodeId::from_bytes(&info.node_id).map_err(HeadError::from)?;
         self.persist_node(&info)?;
-        self.nodes.lock().insert(node_id, NodeRecord { info, last_seen: Instant::now() });
+        self.nodes.lock().insert(node_id, NodeRecord::new(info, Instant::now()));
         self.changes.send_modify(|n| *n += 1);
         Ok(Response::new(Empty {}))
     }
@@ -546,6 +603,13 @@ impl HeadService for Head {
         let mut nodes = self.nodes.lock();
         let record = nodes.get_mut(&node_id).ok_or(HeadError::UnknownNode(node_id))?;
         record.info.available = beat.available;
+        if let Some(stats) = beat.stats {
+            let oldest = stats.time_ms.saturating_sub(self.metrics_window.0);
+            while record.samples.front().is_some_and(|s| s.time_ms < oldest) {
+                record.samples.pop_front();
+            }
+            record.samples.push_back(stats);
+        }
         let revived = record.last_seen.elapsed() >= NODE_TIMEOUT;
         record.last_seen = Instant::now();
         drop(nodes);
@@ -775,7 +839,7 @@ mod tests {
     #[tokio::test]
     async fn heartbeats_update_and_unknown_nodes_are_refused() {
         let head = Head::default();
-        let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new() };
+        let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new(), stats: None };
         assert_eq!(head.heartbeat(Request::new(beat.clone())).await.unwrap_err().code(), tonic::Code::NotFound);
         let info = NodeInfo { node_id: vec![1; 16], is_head: true, ..Default::default() };
         head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
@@ -840,7 +904,7 @@ mod tests {
             }
         }
         let head = Head::persistent(&dir).unwrap();
-        let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new() };
+        let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new(), stats: None };
         head.heartbeat(Request::new(beat)).await.unwrap();
         head.fail_actors_of_silent_nodes().await.unwrap();
         let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
@@ -876,7 +940,7 @@ mod tests {
         let nodes = head.nodes();
         assert_eq!(nodes.len(), 1);
         assert!(!nodes[0].alive, "a node is dead until it beats again");
-        let beat = HeadHeartbeat { node_id: vec![7; 16], available: HashMap::new() };
+        let beat = HeadHeartbeat { node_id: vec![7; 16], available: HashMap::new(), stats: None };
         head.heartbeat(Request::new(beat)).await.unwrap();
         assert!(head.nodes()[0].alive);
         let dup = RegisterActorRequest { actor: Some(named(2, "kept")), get_if_exists: false };
@@ -967,7 +1031,7 @@ mod tests {
                     record.last_seen = Instant::now() - NODE_TIMEOUT - Duration::from_secs(100 - id as u64);
                 }
             }
-            let beat = HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new() };
+            let beat = HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new(), stats: None };
             head.heartbeat(Request::new(beat)).await.unwrap();
             head.forget_old_dead_nodes();
             let mut ids: Vec<u8> = head.nodes().iter().map(|n| n.node_id[0]).collect();

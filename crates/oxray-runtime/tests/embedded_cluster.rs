@@ -27,6 +27,7 @@ async fn start() -> RunningCluster {
         forward_output: false,
         nodes_may_join: false,
         dashboard: None,
+        metrics: None,
     })
     .await
     .expect("cluster starts")

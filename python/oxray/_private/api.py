@@ -138,6 +138,8 @@ def init(
             worker_env=worker_env,
             forward_output=log_to_driver,
             dashboard=dashboard,
+            # A cluster that serves a dashboard serves Prometheus metrics too.
+            metrics=(dashboard[0], 0) if dashboard else None,
         )
         agent_address, token = cluster.agent_address, cluster.token
         STATE.cluster = cluster

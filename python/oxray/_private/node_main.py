@@ -39,6 +39,7 @@ def run(config: dict, on_ready=None) -> int:
             state_dir=config.get("state_dir"),
             nodes_may_join=True,
             dashboard=(config["dashboard_host"], config["dashboard_port"]) if config.get("join") is None else None,
+            metrics=(config["host"], config.get("metrics_export_port") or 0),
         )
     except Exception as e:  # reported by `oxray start`, which reads this process's log
         print(f"oxray node failed to start: {e}", file=sys.stderr, flush=True)

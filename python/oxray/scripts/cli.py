@@ -114,6 +114,7 @@ def _start(args) -> None:
     host = args.node_ip_address or "127.0.0.1"
     config = {
         "host": host,
+        "metrics_export_port": args.metrics_export_port,
         "num_cpus": args.num_cpus,
         "num_gpus": args.num_gpus,
         "resources": _resources(args.resources),
@@ -324,6 +325,12 @@ def main(argv=None) -> None:
         "--dashboard-host",
         default="127.0.0.1",
         help="address the head's HTTP server listens on (default 127.0.0.1; anything else exposes it)",
+    )
+    start.add_argument(
+        "--metrics-export-port",
+        type=_port,
+        default=0,
+        help="this node's Prometheus /metrics port, behind the cluster token (default: a free one)",
     )
     start.add_argument("--num-cpus", type=float, help="CPUs this node offers (default: all)")
     start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")

@@ -15,7 +15,7 @@ from oxray_testutil import http_call
 
 pytestmark = pytest.mark.timeout(240)
 
-PAGES = ["overview", "jobs", "actors", "tasks"]
+PAGES = ["overview", "jobs", "actors", "tasks", "charts"]
 
 
 def logged_in(browser, cluster):
@@ -67,6 +67,11 @@ def test_every_page_loads_without_console_errors(head, browser, screenshots, con
         page.goto(f"{head.dashboard_url}/{name}")
         page.wait_for_load_state("networkidle")
         page.screenshot(path=screenshots(name), full_page=True)
+    # The charts draw each node's samples (one line per node).
+    page.goto(f"{head.dashboard_url}/charts")
+    expect(page.locator("#chart-cpu canvas").first).to_be_visible()
+    page.wait_for_function("Number(document.getElementById('charts').dataset.samples) >= 4")
+    expect(page.locator("#chart-cpu .u-legend .u-series")).to_have_count(3)  # the time axis and two nodes
     # The refreshing parts swap in with no error either.
     page.goto(f"{head.dashboard_url}/actors")
     with page.expect_response(re.compile(r"/ui/actors")):

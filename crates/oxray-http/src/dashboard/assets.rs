@@ -1,6 +1,6 @@
 //! The dashboard's static files, embedded in the binary so the wheel serves
-//! them on an offline cluster: our stylesheet and script, and the vendored
-//! htmx (`assets/vendor/`, see its README for versions and checksums).
+//! them on an offline cluster: our stylesheet and scripts, and the vendored
+//! htmx and uPlot (`assets/vendor/`, see its README for versions and checksums).
 
 use axum::extract::Path;
 use axum::http::{StatusCode, header};
@@ -10,7 +10,14 @@ use axum::response::{IntoResponse, Response};
 const FILES: &[(&str, &str, &[u8])] = &[
     ("app.css", "text/css; charset=utf-8", include_bytes!("../../assets/app.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/app.js")),
+    ("charts.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/charts.js")),
     ("vendor/htmx.min.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/vendor/htmx.min.js")),
+    (
+        "vendor/uPlot.iife.min.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../assets/vendor/uPlot.iife.min.js"),
+    ),
+    ("vendor/uPlot.min.css", "text/css; charset=utf-8", include_bytes!("../../assets/vendor/uPlot.min.css")),
 ];
 
 pub(crate) async fn serve(Path(path): Path<String>) -> Response {

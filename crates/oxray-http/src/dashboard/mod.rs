@@ -19,8 +19,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use std::sync::Arc;
 use views::{
-    ActorsBody, ActorsFragment, ActorsPage, JobFragment, JobPage, JobView, JobsBody, JobsFragment, JobsPage, LoginPage,
-    OverviewBody, OverviewFragment, OverviewPage, Search, TasksBody, TasksFragment, TasksPage,
+    ActorsBody, ActorsFragment, ActorsPage, ChartsPage, JobFragment, JobPage, JobView, JobsBody, JobsFragment,
+    JobsPage, LoginPage, OverviewBody, OverviewFragment, OverviewPage, Search, TasksBody, TasksFragment, TasksPage,
 };
 
 #[derive(Clone)]
@@ -37,6 +37,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .route("/jobs/{id}", get(job))
         .route("/actors", get(actors))
         .route("/tasks", get(tasks))
+        .route("/charts", get(charts))
         .route("/ui/overview", get(overview_fragment))
         .route("/ui/jobs", get(jobs_fragment))
         .route("/ui/jobs/{id}", get(job_fragment))
@@ -190,6 +191,11 @@ async fn tasks(State(dash): State<Dashboard>, Query(search): Query<Search>) -> R
 
 async fn tasks_fragment(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {
     ok(&TasksFragment { body: tasks_body(&dash, &search).await })
+}
+
+async fn charts(State(dash): State<Dashboard>) -> Response {
+    let window_ms = dash.config.metrics_window_ms;
+    ok(&ChartsPage { title: "Metrics", here: "/charts", window_ms, window_minutes: window_ms / 60_000 })
 }
 
 /// What a browser gets instead of a bare 401/403 on a page: the login form.

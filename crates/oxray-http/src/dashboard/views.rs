@@ -8,7 +8,7 @@ use serde_json::Value;
 
 /// The navigation bar: (path, label).
 pub(crate) const NAV: &[(&str, &str)] =
-    &[("/overview", "Overview"), ("/jobs", "Jobs"), ("/actors", "Actors"), ("/tasks", "Tasks")];
+    &[("/overview", "Overview"), ("/jobs", "Jobs"), ("/actors", "Actors"), ("/tasks", "Tasks"), ("/charts", "Metrics")];
 pub(crate) const ACTOR_STATES: &[&str] = &["", "ALIVE", "PENDING_CREATION", "RESTARTING", "DEAD"];
 pub(crate) const TASK_STATES: &[&str] =
     &["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED", "FAILED"];
@@ -368,6 +368,15 @@ pub(crate) struct TasksPage {
 #[template(path = "task_rows.html")]
 pub(crate) struct TasksFragment {
     pub(crate) body: TasksBody,
+}
+
+#[derive(Template)]
+#[template(path = "charts.html")]
+pub(crate) struct ChartsPage {
+    pub(crate) title: &'static str,
+    pub(crate) here: &'static str,
+    pub(crate) window_ms: u64,
+    pub(crate) window_minutes: u64,
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! they come from ([`ClusterState`]).
 
 use crate::BoxFuture;
+use crate::metrics::{NodeSample, NodeSeries};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -25,6 +26,12 @@ pub struct NodeRow {
     pub start_time_ms: u64,
     /// 0 while it is alive.
     pub end_time_ms: u64,
+    /// Its latest sample (the dashboard and `/metrics` show it; not a State API column).
+    #[serde(skip)]
+    pub latest: Option<NodeSample>,
+    /// `host:port` of its Prometheus endpoint, empty when it serves none.
+    #[serde(skip)]
+    pub metrics_address: String,
 }
 
 /// One actor, as `list_actors` shows it.
@@ -114,4 +121,6 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn placement_groups(&self) -> Vec<PlacementGroupRow>;
     /// Asks every live node agent for at most `limit` of its tasks.
     fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing>;
+    /// Each node's samples taken after `since_ms`.
+    fn node_series(&self, since_ms: u64) -> Vec<NodeSeries>;
 }

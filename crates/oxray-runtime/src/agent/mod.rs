@@ -5,6 +5,7 @@ mod error;
 mod jobs;
 mod logs;
 mod node_state;
+pub(crate) mod node_stats;
 mod peers;
 mod service;
 pub mod state;
@@ -401,6 +402,7 @@ impl AgentShared {
             is_head: false,
             session_dir: String::new(),
             start_time_ms: 0,
+            metrics_address: String::new(),
         }
     }
 }

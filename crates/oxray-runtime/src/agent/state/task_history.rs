@@ -37,17 +37,29 @@ pub(super) struct EndedTask {
     end_ms: u64,
 }
 
-/// The last ended tasks, oldest first.
+/// The last ended tasks, oldest first, and how many ended since the node started.
 #[derive(Debug)]
 pub(super) struct TaskHistory {
     ended: VecDeque<EndedTask>,
     limit: usize,
+    finished: u64,
+    failed: u64,
 }
 
 impl Default for TaskHistory {
     fn default() -> Self {
-        Self { ended: VecDeque::new(), limit: task_history_limit() }
+        Self { ended: VecDeque::new(), limit: task_history_limit(), finished: 0, failed: 0 }
     }
+}
+
+/// This node's tasks by state, for its `NodeStats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskCounts {
+    pub running: u32,
+    pub pending: u32,
+    /// Since the node started.
+    pub finished: u64,
+    pub failed: u64,
 }
 
 impl TaskHistory {
@@ -58,6 +70,10 @@ impl TaskHistory {
         worker: Option<(WorkerId, u32)>,
         outcome: Outcome,
     ) {
+        match outcome {
+            Outcome::Finished => self.finished += 1,
+            Outcome::Raised | Outcome::Failed(..) => self.failed += 1,
+        }
         if self.limit == 0 {
             return;
         }
@@ -108,6 +124,23 @@ fn record(task_id: &TaskId, entry: &TaskEntry, status: TaskStatus, worker: Optio
 }
 
 impl AgentState {
+    pub fn task_counts(&self) -> TaskCounts {
+        let (mut running, mut pending) = (0, 0);
+        for task in self.tasks.values() {
+            match task.state {
+                TaskState::Running(_) => running += 1,
+                TaskState::WaitingArgs | TaskState::Ready => pending += 1,
+                TaskState::Forwarded(_) => {}
+            }
+        }
+        TaskCounts { running, pending, finished: self.task_history.finished, failed: self.task_history.failed }
+    }
+
+    /// How many worker processes this node has (starting, idle or busy).
+    pub fn worker_count(&self) -> usize {
+        self.workers.values().count()
+    }
+
     /// The worker running a task, with its pid.
     pub(super) fn task_worker(&self, entry: &TaskEntry) -> Option<(WorkerId, u32)> {
         match entry.state {
