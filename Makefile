@@ -54,14 +54,15 @@ lint: venv
 rust-test:
 	cargo test --workspace
 
-py-test: develop
+# The dashboard's Train tests train on real MNIST too.
+py-test: develop $(MNIST_RAW)/train-images-idx3-ubyte
 	$(PY) -m pytest tests/python $(PYTEST_ARGS) -q
 
 test: lint rust-test py-test
 
 # The dashboard's pages, as the browser tests see them, into docs/screenshots/.
 screenshots: develop
-	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py $(PYTEST_ARGS) -q
+	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py $(PYTEST_ARGS) -q
 
 bench: release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"

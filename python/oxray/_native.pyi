@@ -393,6 +393,10 @@ class Client:
         """By id, or else by name in the namespace."""
     def list_placement_groups(self) -> list[PlacementGroupInfo]: ...
 
+    # Train
+    def update_train_run(self, run_id: str, run_json: str, new_reports_json: list[str]) -> None:
+        """Sends a Train run's whole state and its new reports (JSON) to the head."""
+
     # worker side
     def worker_connect(self) -> None: ...
     def next_assignment(self, timeout_s: float) -> Assignment | None:

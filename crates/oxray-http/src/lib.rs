@@ -27,6 +27,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// Milliseconds since the epoch (0 for a clock before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
 /// What the routes need to know about the cluster.
 #[derive(Clone, Debug)]
 pub struct HttpConfig {

@@ -219,6 +219,14 @@ impl ClusterState for HeadClusterState {
             .collect()
     }
 
+    fn train_runs(&self) -> Vec<serde_json::Value> {
+        self.0.train_runs().runs().into_iter().map(|run| run.state).collect()
+    }
+
+    fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)> {
+        self.0.train_runs().run(id)
+    }
+
     fn node_series(&self, since_ms: u64) -> Vec<NodeSeries> {
         self.0
             .node_samples(since_ms)

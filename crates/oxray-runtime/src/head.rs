@@ -5,12 +5,13 @@ use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::placement::{Strategy, StrategyError, plan};
 use crate::resources::{ResourceError, ResourceSet, hold_bundle};
+use crate::train_runs::TrainRuns;
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DriverRecord, Empty, GetNamedActorReply,
     GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, NodeStats,
     PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
-    RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
+    RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest, TrainRunUpdate,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -141,7 +142,7 @@ impl ActorTable {
     }
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Head {
     nodes: Arc<Mutex<HashMap<NodeId, NodeRecord>>>,
     actors: Arc<Mutex<ActorTable>>,
@@ -163,6 +164,8 @@ pub struct Head {
     drivers: Arc<Mutex<DriverTable>>,
     /// How long each node's samples are kept (`OXRAY_METRICS_WINDOW_S`).
     metrics_window: MetricsWindow,
+    /// The cluster's Train runs, as their controllers report them.
+    train_runs: Arc<TrainRuns>,
 }
 
 /// Milliseconds of samples kept per node.
@@ -180,6 +183,28 @@ struct DriverTable {
     by_job: HashMap<Vec<u8>, DriverRecord>,
     /// Ended drivers, oldest first.
     ended: std::collections::VecDeque<Vec<u8>>,
+}
+
+impl Default for Head {
+    /// A head whose tables live in memory only.
+    fn default() -> Self {
+        let history = History::default();
+        Head {
+            nodes: Arc::default(),
+            actors: Arc::default(),
+            store: None,
+            groups: Arc::default(),
+            placing: Arc::default(),
+            removed_groups: Arc::default(),
+            history,
+            token: Arc::default(),
+            channels: Arc::default(),
+            changes: Arc::default(),
+            drivers: Arc::default(),
+            metrics_window: MetricsWindow::default(),
+            train_runs: Arc::new(TrainRuns::new(None, history.0).expect("no store: nothing to load")),
+        }
+    }
 }
 
 impl Head {
@@ -211,7 +236,9 @@ impl Head {
                 }
             }
         }
-        let head = Head { store: Some(Arc::new(store)), ..head };
+        let store = Arc::new(store);
+        let train_runs = Arc::new(TrainRuns::new(Some(store.clone()), head.history.0)?);
+        let head = Head { store: Some(store), train_runs, ..head };
         head.forget(head.prune_dead_nodes(), forgotten_actors);
         Ok(head)
     }
@@ -403,6 +430,11 @@ impl Head {
                 (info, samples)
             })
             .collect()
+    }
+
+    /// The cluster's Train runs.
+    pub fn train_runs(&self) -> &TrainRuns {
+        &self.train_runs
     }
 
     /// Every actor the head knows, the last `history` dead ones included.
@@ -809,6 +841,15 @@ impl HeadService for Head {
         _request: Request<Empty>,
     ) -> Result<Response<ListPlacementGroupsReply>, Status> {
         Ok(Response::new(ListPlacementGroupsReply { groups: self.groups.lock().values().cloned().collect() }))
+    }
+
+    async fn update_train_run(&self, request: Request<TrainRunUpdate>) -> Result<Response<Empty>, Status> {
+        let update = request.into_inner();
+        self.train_runs
+            .update(&update.run_id, &update.run_json, &update.new_reports_json)
+            .await
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(Empty {}))
     }
 
     async fn update_driver(&self, request: Request<DriverRecord>) -> Result<Response<Empty>, Status> {

@@ -1,5 +1,6 @@
 //! The head's durable state in redb: node and actor records (protobuf-encoded),
-//! written through on every change and loaded when the head starts again.
+//! and Train runs with their reports (JSON), written through on every change
+//! and loaded when the head starts again.
 
 #[cfg(test)]
 use oxray_proto::ActorState;
@@ -10,6 +11,13 @@ use std::path::Path;
 
 const NODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("nodes");
 const ACTORS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("actors");
+/// Run id -> the run's JSON.
+const TRAIN_RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("train_runs");
+/// (run id, report number) -> the report's JSON.
+const TRAIN_REPORTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("train_reports");
+
+/// A Train run as stored: its JSON and its kept reports (number, JSON), oldest first.
+pub type StoredRun = (String, Vec<u8>, Vec<(u64, Vec<u8>)>);
 
 pub struct HeadStore {
     db: Database,
@@ -116,6 +124,72 @@ impl HeadStore {
         self.db.begin_write().unwrap()
     }
 
+    /// Writes a run's JSON and its new reports, and deletes its reports numbered below `keep_from`.
+    pub fn put_train_run(
+        &self,
+        id: &str,
+        run: &[u8],
+        reports: &[(u64, Vec<u8>)],
+        keep_from: u64,
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(db)?;
+        {
+            txn.open_table(TRAIN_RUNS).map_err(db)?.insert(id, run).map_err(db)?;
+            let mut t = txn.open_table(TRAIN_REPORTS).map_err(db)?;
+            for (n, report) in reports {
+                t.insert((id, *n), report.as_slice()).map_err(db)?;
+            }
+            t.retain_in((id, 0)..(id, keep_from), |_, _| false).map_err(db)?;
+        }
+        txn.commit().map_err(db)
+    }
+
+    /// Deletes forgotten runs and their reports.
+    pub fn remove_train_runs(&self, ids: &[String]) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db)?;
+        {
+            let mut runs = txn.open_table(TRAIN_RUNS).map_err(db)?;
+            let mut reports = txn.open_table(TRAIN_REPORTS).map_err(db)?;
+            for id in ids {
+                runs.remove(id.as_str()).map_err(db)?;
+                reports.retain_in((id.as_str(), 0)..=(id.as_str(), u64::MAX), |_, _| false).map_err(db)?;
+            }
+        }
+        txn.commit().map_err(db)
+    }
+
+    /// Every stored run with its reports.
+    pub fn train_runs(&self) -> Result<Vec<StoredRun>, StoreError> {
+        let txn = self.db.begin_read().map_err(db)?;
+        let runs = match txn.open_table(TRAIN_RUNS) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(db(e)),
+        };
+        let reports = match txn.open_table(TRAIN_REPORTS) {
+            Ok(t) => Some(t),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(db(e)),
+        };
+        let mut out = Vec::new();
+        for row in runs.iter().map_err(db)? {
+            let (id, run) = row.map_err(db)?;
+            let id = id.value().to_string();
+            let mut kept = Vec::new();
+            if let Some(reports) = &reports {
+                for row in reports.range((id.as_str(), 0)..=(id.as_str(), u64::MAX)).map_err(db)? {
+                    let (key, value) = row.map_err(db)?;
+                    kept.push((key.value().1, value.value().to_vec()));
+                }
+            }
+            out.push((id, run.value().to_vec(), kept));
+        }
+        Ok(out)
+    }
+
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         load(&self.db, NODES)
     }
@@ -156,6 +230,26 @@ mod tests {
         assert_eq!(actors[0].state(), ActorState::Dead, "the latest write wins");
         store.remove(&[vec![1; 16]], &[vec![2; 16]]).unwrap();
         assert!(store.nodes().unwrap().is_empty() && store.actors().unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn train_runs_keep_their_newest_reports_across_reopening() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-store-{}", rand::random::<u64>()));
+        {
+            let store = HeadStore::open(&dir).unwrap();
+            let reports: Vec<(u64, Vec<u8>)> = (0..5).map(|n| (n, format!("{{\"n\":{n}}}").into_bytes())).collect();
+            store.put_train_run("run-a", b"{}", &reports, 0).unwrap();
+            store.put_train_run("run-a", b"{\"status\":\"FINISHED\"}", &[(5, b"{}".to_vec())], 3).unwrap();
+            store.put_train_run("run-b", b"{}", &[], 0).unwrap();
+            store.remove_train_runs(&["run-b".to_string()]).unwrap();
+        }
+        let store = HeadStore::open(&dir).unwrap();
+        let runs = store.train_runs().unwrap();
+        assert_eq!(runs.len(), 1);
+        let (id, run, reports) = &runs[0];
+        assert_eq!((id.as_str(), run.as_slice()), ("run-a", b"{\"status\":\"FINISHED\"}".as_slice()));
+        assert_eq!(reports.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![3, 4, 5]);
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -15,5 +15,6 @@ pub mod placement;
 pub mod refs;
 pub mod resources;
 pub mod tls;
+pub mod train_runs;
 
 pub use oxray_proto as proto;

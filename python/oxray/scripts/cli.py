@@ -199,8 +199,12 @@ def _print_started(args, record, config) -> None:
         if record.get("dashboard_url"):
             print(f"  Jobs API (and dashboard) at {record['dashboard_url']}; the token it asks for:")
             print("    oxray get-auth-token")
-            print("  This link logs a browser into the dashboard (it carries the token: keep it private):")
-            print(f"    {record['dashboard_url']}/?token={node_files.read_token_file(config['token_file'])}")
+            if sys.stdout.isatty():
+                # Only to a terminal: the link carries the token, which must not end up in a log.
+                print("  This link logs a browser into the dashboard (it carries the token: keep it private):")
+                print(f"    {record['dashboard_url']}/?token={node_files.read_token_file(config['token_file'])}")
+            else:
+                print(f"  A browser logs in at {record['dashboard_url']}/?token=<the token>")
         print("  To see the cluster's nodes and resources:")
         print("    oxray status")
         print("  To stop oxray on this host:")

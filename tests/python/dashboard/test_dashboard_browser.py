@@ -15,7 +15,7 @@ from oxray_testutil import http_call
 
 pytestmark = pytest.mark.timeout(240)
 
-PAGES = ["overview", "jobs", "actors", "tasks", "charts"]
+PAGES = ["overview", "jobs", "actors", "tasks", "train", "charts"]
 
 
 def logged_in(browser, cluster):
@@ -64,9 +64,12 @@ def test_every_page_loads_without_console_errors(head, browser, screenshots, con
     errors = console_errors(page)
     expect(page.locator("#nodes tbody tr")).to_have_count(2)
     for name in PAGES:
-        page.goto(f"{head.dashboard_url}/{name}")
+        page.click(f"nav a[href='/{name}']")  # every page is in the navigation bar
+        expect(page).to_have_url(f"{head.dashboard_url}/{name}")
+        expect(page.locator("nav a.here")).to_have_attribute("href", f"/{name}")
         page.wait_for_load_state("networkidle")
-        page.screenshot(path=screenshots(name), full_page=True)
+        if name != "train":  # the Train tests take it with a run on it
+            page.screenshot(path=screenshots(name), full_page=True)
     # The charts draw each node's samples (one line per node).
     page.goto(f"{head.dashboard_url}/charts")
     expect(page.locator("#chart-cpu canvas").first).to_be_visible()
@@ -150,3 +153,26 @@ def test_browser_requests_that_change_something_need_the_dashboards_header(head)
         assert http_call("GET", f"{head.dashboard_url}{path}")[0] == 401
         assert http_call("GET", f"{head.dashboard_url}{path}", token="wrong")[0] == 403
         assert http_call("GET", f"{head.dashboard_url}{path}", token=head.token)[0] == 200
+
+
+def test_oxray_start_prints_a_login_link_to_a_terminal_only(tmp_path, monkeypatch, browser):
+    import shlex
+    import subprocess
+
+    from cli_cluster import OXRAY, running_cluster
+
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        args = ["start", "--head", "--dashboard-port", str(cluster.dashboard_port), "--port", str(cluster.port)]
+        command = " ".join(shlex.quote(a) for a in [*OXRAY, *args, "--num-cpus", "1"])
+        # `script` gives the command a terminal, as a person running it has.
+        started = subprocess.run(
+            ["script", "-qec", command, "/dev/null"], env=cluster.env, capture_output=True, text=True, timeout=120
+        )
+        assert started.returncode == 0, started.stdout + started.stderr
+        link = re.search(r"(http://\S+/\?token=\w+)", started.stdout).group(1)
+        assert link == f"{cluster.dashboard_url}/?token={cluster.token}"
+        page = browser.new_context().new_page()
+        page.goto(link)
+        expect(page).to_have_url(re.compile(r"/overview$"))
+        expect(page.locator("#nodes-alive")).to_have_text("1")
+        # Without a terminal (a log, CI) the token is not printed: test_cli's test_a_token_on_the_command_line_warns.

@@ -11,6 +11,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ("app.css", "text/css; charset=utf-8", include_bytes!("../../assets/app.css")),
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/app.js")),
     ("charts.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/charts.js")),
+    ("train.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/train.js")),
     ("vendor/htmx.min.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/vendor/htmx.min.js")),
     (
         "vendor/uPlot.iife.min.js",

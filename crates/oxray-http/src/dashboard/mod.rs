@@ -5,6 +5,7 @@
 //! or a `/?token=` link sets an HttpOnly SameSite=Strict cookie.
 
 mod assets;
+mod train;
 pub(crate) mod views;
 
 use crate::HttpConfig;
@@ -45,6 +46,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .route("/ui/tasks", get(tasks_fragment))
         .route("/static/{*path}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
+        .merge(train::routes())
         .with_state(Dashboard { config, sources })
 }
 

@@ -7,15 +7,21 @@ use askama::Template;
 use serde_json::Value;
 
 /// The navigation bar: (path, label).
-pub(crate) const NAV: &[(&str, &str)] =
-    &[("/overview", "Overview"), ("/jobs", "Jobs"), ("/actors", "Actors"), ("/tasks", "Tasks"), ("/charts", "Metrics")];
+pub(crate) const NAV: &[(&str, &str)] = &[
+    ("/overview", "Overview"),
+    ("/jobs", "Jobs"),
+    ("/actors", "Actors"),
+    ("/tasks", "Tasks"),
+    ("/train", "Train"),
+    ("/charts", "Metrics"),
+];
 pub(crate) const ACTOR_STATES: &[&str] = &["", "ALIVE", "PENDING_CREATION", "RESTARTING", "DEAD"];
 pub(crate) const TASK_STATES: &[&str] =
     &["", "PENDING_ARGS_AVAIL", "PENDING_NODE_ASSIGNMENT", "RUNNING", "FINISHED", "FAILED"];
 /// Rows a table shows at most (the rest are counted, and a filter narrows them).
 pub(crate) const MAX_ROWS: usize = 1000;
 
-fn short(id: &str) -> String {
+pub(crate) fn short_id(id: &str) -> String {
     id.chars().take(12).collect()
 }
 
@@ -77,7 +83,7 @@ impl NodeView {
         let one = [node];
         Self {
             id: node.node_id.clone(),
-            short: short(&node.node_id),
+            short: short_id(&node.node_id),
             ip: node.node_ip.clone(),
             head: node.is_head_node,
             state: node.state,
@@ -145,12 +151,12 @@ impl ActorView {
         let node = a.node_id.clone().unwrap_or_default();
         Self {
             id: a.actor_id.clone(),
-            short: short(&a.actor_id),
+            short: short_id(&a.actor_id),
             class_name: a.class_name.clone(),
             name: a.name.clone(),
             state: a.state,
             pid: a.pid.map(|p| p.to_string()).unwrap_or_default(),
-            node_short: short(&node),
+            node_short: short_id(&node),
             node,
             restarts: a.num_restarts,
             job_id: a.job_id.clone(),
@@ -184,12 +190,12 @@ impl TaskView {
         let node = t.node_id.clone().unwrap_or_default();
         Self {
             id: t.task_id.clone(),
-            short: short(&t.task_id),
+            short: short_id(&t.task_id),
             name: t.name.clone(),
             kind: t.kind,
             state: t.state,
             attempt: t.attempt_number,
-            node_short: short(&node),
+            node_short: short_id(&node),
             node,
             pid: t.worker_pid.map(|p| p.to_string()).unwrap_or_default(),
             created_ms: t.creation_time_ms.unwrap_or(0),

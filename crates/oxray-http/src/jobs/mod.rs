@@ -25,7 +25,7 @@ use resources::{EntrypointResources, HeldOn, HoldError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use store::JobStore;
 use tokio::sync::watch;
 
@@ -95,10 +95,6 @@ pub(crate) enum JobError {
     BadRequest(String),
     NotFound(String),
     Internal(String),
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
 impl JobManager {
@@ -246,7 +242,7 @@ impl JobManager {
             status: JobStatus::Pending,
             message: MSG_PENDING.into(),
             error_type: None,
-            start_time: now_ms(),
+            start_time: crate::now_ms(),
             end_time: None,
             metadata: request.metadata,
             runtime_env: request.runtime_env,

@@ -79,7 +79,7 @@ impl JobRecord {
         self.status = status;
         self.message = message;
         self.error_type = error_type.map(str::to_string);
-        self.end_time = Some(super::now_ms());
+        self.end_time = Some(crate::now_ms());
         self.pid = None;
         self.pid_start = None;
     }

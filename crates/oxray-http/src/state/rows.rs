@@ -123,4 +123,8 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing>;
     /// Each node's samples taken after `since_ms`.
     fn node_series(&self, since_ms: u64) -> Vec<NodeSeries>;
+    /// Every Train run's state (Ray's `TrainRun` JSON), oldest first.
+    fn train_runs(&self) -> Vec<serde_json::Value>;
+    /// One run's state and its kept reports, oldest first.
+    fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
 }

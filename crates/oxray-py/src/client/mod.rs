@@ -4,13 +4,15 @@
 //! `#[pymethods]` block of the same class (pyo3's `multiple-pymethods`):
 //! objects and references (`objects.rs`), tasks and functions (`tasks.rs`),
 //! actors (`actors.rs`), placement groups (`placement.rs`), the cluster's
-//! nodes and logs (`nodes.rs`), and the worker side (`worker.rs`).
+//! nodes and logs (`nodes.rs`), Train runs' state for the head (`train.rs`),
+//! and the worker side (`worker.rs`).
 
 mod actors;
 mod nodes;
 mod objects;
 mod placement;
 mod tasks;
+mod train;
 mod worker;
 
 use crate::buffers::ArenaMap;

@@ -16,8 +16,8 @@ use oxray_proto::{
     GetObjectsReply, GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent,
     PeerMessage, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest,
     PutObjectRequest, RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest,
-    TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest,
-    WorkerEvent, driver_session_event, peer_message, worker_event,
+    TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply,
+    WaitObjectsRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -417,6 +417,11 @@ impl DriverService for AgentService {
     ) -> Result<Response<ListPlacementGroupsReply>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
         head.list_placement_groups(request.into_inner()).await
+    }
+
+    async fn update_train_run(&self, request: Request<TrainRunUpdate>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.update_train_run(request.into_inner()).await
     }
 }
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 import oxray
 from oxray.train._internal.checkpoint_manager import CheckpointManager
 from oxray.train._internal.data_config import DataConfig
+from oxray.train._internal.run_state import RunReporter
 from oxray.train._internal.storage import RunStorage
 from oxray.train._internal.worker_group import WorkerFailure, WorkerGroup, _log, gather
 from oxray.train._result import Result
@@ -86,6 +87,24 @@ class TrainController:
         if self.manager.load_snapshot():
             _log(f"resuming run {self.run_config.name!r} from {self.manager.latest_checkpoint}")
         check_feasible(self.scaling)
+        self.reporter = RunReporter(
+            self.run_config.name,
+            self.storage.experiment_fs_path,
+            self.scaling.num_workers,
+            self.scaling.worker_resources,
+        )
+        try:
+            result = self._run()
+        except (ControllerError, WorkerGroupError) as e:
+            self.reporter.status("ERRORED", str(e))
+            raise
+        except BaseException as e:  # Ctrl-C, or the driver's own failure
+            self.reporter.abort(repr(e))
+            raise
+        self.reporter.status("FINISHED")
+        return result
+
+    def _run(self) -> Result:
         max_failures = self.run_config.failure_config.max_failures
         failures = 0
         while True:
@@ -95,12 +114,15 @@ class TrainController:
                 self.scaling.placement_strategy,
                 self.run_config.worker_runtime_env,
             )
+            self.reporter.attempt_started()
             try:
                 return_value = self._attempt(group)
+                self.reporter.attempt_ended("FINISHED")
                 break
             except WorkerFailure as failure:
                 failures += 1
                 error = _describe(failure)
+                self.reporter.attempt_ended("ERRORED", f"{failure.who} failed:\n{error}", failure.rank)
                 for callback in self.run_config.callbacks:
                     callback.after_exception(
                         self.run_context, {failure.rank if failure.rank is not None else -1: failure.error}
@@ -113,6 +135,7 @@ class TrainController:
                     if failure.rank is None:
                         raise ControllerError(message) from None
                     raise WorkerGroupError(message, {failure.rank: failure.error}) from None
+                self.reporter.status("RESTARTING", f"{failure.who} failed: {_last_line(error)}")
                 _log(
                     f"{failure.who.lower()} failed ({_last_line(error)}); restarting the worker group "
                     f"from {self.manager.latest_checkpoint} (failure {failures} of "
@@ -140,6 +163,7 @@ class TrainController:
         except oxray.exceptions.RayError as e:  # e.g. the sync actor could not start
             raise WorkerFailure(None, e) from None
         layout = group.rank_layout()
+        self.reporter.workers_ready(group.infos, layout, group.node_ip)
         master_addr = group.node_ip(group.infos[0]["node_id"])
         cpus = int(group.resources.get("CPU", 1)) or 1
         setups = []
@@ -224,6 +248,8 @@ class TrainController:
         for per_rank, dir_name in events:
             self.manager.on_report(per_rank[0], dir_name)
             checkpoint = self.manager.latest_checkpoint if dir_name is not None else None
+            kept = {r.dir_name for r in self.manager.results}
+            self.reporter.report(per_rank[0], dir_name, checkpoint.path if checkpoint else None, kept)
             for callback in self.run_config.callbacks:
                 callback.after_report(self.run_context, per_rank, checkpoint)
 

@@ -1,0 +1,257 @@
+//! The dashboard's Train pages (every run; one run's attempts, workers,
+//! metric charts and checkpoints) and Ray's `/api/train/v2/runs/v1`, from the
+//! runs' state as their controllers report it to the head.
+
+use super::views::short_id;
+use super::{Dashboard, ok};
+use askama::Template;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+pub(super) fn routes() -> Router<Dashboard> {
+    Router::new()
+        .route("/api/train/v2/runs/v1", get(ray_runs))
+        .route("/api/oxray/train/runs/{id}", get(run_json))
+        .route("/train", get(runs_page))
+        .route("/ui/train", get(runs_fragment))
+        .route("/train/{id}", get(run_page))
+        .route("/ui/train/{id}", get(run_fragment))
+}
+
+fn text(v: &Value, key: &str) -> String {
+    match &v[key] {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn ms(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().map(|ns| ns / 1_000_000).unwrap_or(0)
+}
+
+fn duration(v: &Value) -> String {
+    let (start, end) = (ms(v, "start_time_ns"), ms(v, "end_time_ns"));
+    if start == 0 {
+        return String::new();
+    }
+    let end = if end == 0 { crate::now_ms() } else { end };
+    let secs = end.saturating_sub(start) / 1000;
+    if secs >= 3600 {
+        format!("{}h {:02}m", secs / 3600, secs / 60 % 60)
+    } else {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    }
+}
+
+pub(crate) struct RunRow {
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) status: String,
+    pub(crate) detail: String,
+    pub(crate) job_id: String,
+    pub(crate) attempts: usize,
+    pub(crate) reports: u64,
+    pub(crate) start_ms: u64,
+    pub(crate) duration: String,
+}
+
+impl RunRow {
+    fn new(run: &Value) -> Self {
+        Self {
+            id: text(run, "id"),
+            name: text(run, "name"),
+            status: text(run, "status"),
+            detail: text(run, "status_detail"),
+            job_id: text(run, "job_id"),
+            attempts: run["attempts"].as_array().map(Vec::len).unwrap_or(0),
+            reports: run["reports"].as_u64().unwrap_or(0),
+            start_ms: ms(run, "start_time_ns"),
+            duration: duration(run),
+        }
+    }
+}
+
+pub(crate) struct WorkerRow {
+    pub(crate) rank: String,
+    pub(crate) local_rank: String,
+    pub(crate) node: String,
+    pub(crate) node_ip: String,
+    pub(crate) pid: String,
+    pub(crate) device: String,
+    pub(crate) status: String,
+    pub(crate) error: String,
+}
+
+pub(crate) struct AttemptRow {
+    pub(crate) id: String,
+    pub(crate) status: String,
+    pub(crate) detail: String,
+    pub(crate) start_ms: u64,
+    pub(crate) duration: String,
+    pub(crate) workers: Vec<WorkerRow>,
+}
+
+impl AttemptRow {
+    fn new(attempt: &Value) -> Self {
+        let workers = attempt["workers"].as_array().cloned().unwrap_or_default();
+        Self {
+            id: text(attempt, "attempt_id"),
+            status: text(attempt, "status"),
+            detail: text(attempt, "status_detail"),
+            start_ms: ms(attempt, "start_time_ns"),
+            duration: duration(attempt),
+            workers: workers
+                .iter()
+                .map(|w| {
+                    let gpus: Vec<String> = w["gpu_ids"]
+                        .as_array()
+                        .map(|ids| ids.iter().map(|g| g.as_str().unwrap_or("").to_string()).collect())
+                        .unwrap_or_default();
+                    WorkerRow {
+                        rank: text(w, "world_rank"),
+                        local_rank: text(w, "local_rank"),
+                        node: short_id(&text(w, "node_id")),
+                        node_ip: text(w, "node_ip"),
+                        pid: text(w, "pid"),
+                        device: if gpus.is_empty() { "cpu".into() } else { format!("cuda {}", gpus.join(",")) },
+                        status: text(w, "status"),
+                        error: text(w, "error"),
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+pub(crate) struct CheckpointRow {
+    pub(crate) report: String,
+    pub(crate) dir_name: String,
+    pub(crate) path: String,
+    pub(crate) metrics: String,
+    pub(crate) kept: bool,
+}
+
+pub(crate) struct RunBody {
+    pub(crate) run: RunRow,
+    pub(crate) storage_path: String,
+    pub(crate) workers: usize,
+    /// Newest first.
+    pub(crate) attempts: Vec<AttemptRow>,
+    /// Newest first.
+    pub(crate) checkpoints: Vec<CheckpointRow>,
+}
+
+impl RunBody {
+    fn new(run: &Value) -> Self {
+        let mut attempts: Vec<AttemptRow> =
+            run["attempts"].as_array().map(|a| a.iter().map(AttemptRow::new).collect()).unwrap_or_default();
+        attempts.reverse();
+        let mut checkpoints: Vec<CheckpointRow> = run["checkpoints"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .map(|c| CheckpointRow {
+                        report: text(c, "report_index"),
+                        dir_name: text(c, "dir_name"),
+                        path: text(c, "path"),
+                        metrics: c["metrics"].to_string(),
+                        kept: c["kept"].as_bool().unwrap_or(false),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        checkpoints.reverse();
+        Self {
+            run: RunRow::new(run),
+            storage_path: text(run, "storage_path"),
+            workers: run["num_workers"].as_u64().unwrap_or(0) as usize,
+            attempts,
+            checkpoints,
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "train_runs.html")]
+struct RunsPage {
+    title: &'static str,
+    here: &'static str,
+    runs: Vec<RunRow>,
+}
+
+#[derive(Template)]
+#[template(path = "train_runs_table.html")]
+struct RunsFragment {
+    runs: Vec<RunRow>,
+}
+
+#[derive(Template)]
+#[template(path = "train_run.html")]
+struct RunPage {
+    title: &'static str,
+    here: &'static str,
+    body: RunBody,
+}
+
+#[derive(Template)]
+#[template(path = "train_run_body.html")]
+struct RunFragment {
+    body: RunBody,
+}
+
+/// Newest first.
+fn runs(dash: &Dashboard) -> Vec<Value> {
+    let mut runs = dash.sources.cluster.as_ref().map(|c| c.train_runs()).unwrap_or_default();
+    runs.reverse();
+    runs
+}
+
+/// Ray's `{"train_runs": [...]}`.
+async fn ray_runs(State(dash): State<Dashboard>) -> Response {
+    axum::Json(json!({"train_runs": runs(&dash)})).into_response()
+}
+
+fn no_run(id: &str) -> Response {
+    (StatusCode::NOT_FOUND, format!("no Train run {id:?} on this cluster")).into_response()
+}
+
+/// A run's state and reports, for its page's charts.
+async fn run_json(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
+    match dash.sources.cluster.as_ref().and_then(|c| c.train_run(&id)) {
+        Some((run, reports)) => axum::Json(json!({"run": run, "reports": reports})).into_response(),
+        None => no_run(&id),
+    }
+}
+
+async fn runs_page(State(dash): State<Dashboard>) -> Response {
+    let runs = runs(&dash).iter().map(RunRow::new).collect();
+    ok(&RunsPage { title: "Train", here: "/train", runs })
+}
+
+async fn runs_fragment(State(dash): State<Dashboard>) -> Response {
+    ok(&RunsFragment { runs: runs(&dash).iter().map(RunRow::new).collect() })
+}
+
+fn run_body(dash: &Dashboard, id: &str) -> Option<RunBody> {
+    let (run, _) = dash.sources.cluster.as_ref()?.train_run(id)?;
+    Some(RunBody::new(&run))
+}
+
+async fn run_page(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
+    match run_body(&dash, &id) {
+        Some(body) => ok(&RunPage { title: "Train run", here: "/train", body }),
+        None => no_run(&id),
+    }
+}
+
+async fn run_fragment(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
+    match run_body(&dash, &id) {
+        Some(body) => ok(&RunFragment { body }),
+        None => no_run(&id),
+    }
+}
