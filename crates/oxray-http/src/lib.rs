@@ -18,7 +18,9 @@ pub use jobs::remote::{RemoteEvent, RemoteJobs, RemoteRun};
 pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
 pub use jobs::{entrypoint, runtime_env};
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
-pub use state::rows::{ActorRow, ClusterState, NodeRow, PlacementGroupRow, TaskListing, TaskRow};
+pub use state::rows::{
+    ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeRow, PlacementGroupRow, TaskListing, TaskRow,
+};
 
 use axum::Router;
 use std::net::SocketAddr;

@@ -4,12 +4,12 @@
 
 use crate::head::Head;
 use oxray_http::{
-    ActorRow, BoxFuture, ClusterState, GpuSample, NodeRow, NodeSample, NodeSeries, PlacementGroupRow, TaskListing,
-    TaskRow,
+    ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,
+    PlacementGroupRow, TaskListing, TaskRow,
 };
 use oxray_proto::{
-    ActorInfo, ActorState, ListTasksRequest, NodeInfo, NodeStats, PlacementGroupInfo, PlacementGroupState,
-    PlacementStrategy, TaskKind, TaskRecord, TaskStatus,
+    ActorInfo, ActorState, ListLogsRequest, ListTasksRequest, NodeInfo, NodeStats, PlacementGroupInfo,
+    PlacementGroupState, PlacementStrategy, ReadLogRequest, TaskKind, TaskRecord, TaskStatus,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -20,6 +20,14 @@ const NODE_ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone)]
 pub struct HeadClusterState(pub Head);
+
+impl HeadClusterState {
+    /// The state service of node `node_id` (hex).
+    async fn node_state(&self, node_id: &str) -> Result<crate::client::NodeStateClient, String> {
+        let id = hex::decode(node_id).map_err(|_| format!("node_id={node_id:?}: expected a node id in hex"))?;
+        self.0.node_state(&id).await
+    }
+}
 
 impl std::fmt::Debug for HeadClusterState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -217,6 +225,56 @@ impl ClusterState for HeadClusterState {
                 node_row(n, s)
             })
             .collect()
+    }
+
+    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>> {
+        Box::pin(async move {
+            let mut client = self.node_state(node_id).await?;
+            let reply = client.list_logs(ListLogsRequest {}).await.map_err(|e| e.message().to_string())?.into_inner();
+            Ok(reply
+                .files
+                .into_iter()
+                .map(|f| LogFileRow { name: f.name, size: f.size, modified_ms: f.modified_ms })
+                .collect())
+        })
+    }
+
+    fn read_log<'a>(
+        &'a self,
+        node_id: &'a str,
+        name: &'a str,
+        offset: i64,
+        length: u64,
+    ) -> BoxFuture<'a, Result<LogChunk, String>> {
+        Box::pin(async move {
+            let mut client = self.node_state(node_id).await?;
+            let request = ReadLogRequest { name: name.to_string(), offset, length, ..Default::default() };
+            let reply = client.read_log(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            Ok(LogChunk { data: reply.data, offset: reply.offset, size: reply.size })
+        })
+    }
+
+    fn search_log<'a>(
+        &'a self,
+        node_id: &'a str,
+        name: &'a str,
+        text: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<LogSearch, String>> {
+        Box::pin(async move {
+            let mut client = self.node_state(node_id).await?;
+            let request = ReadLogRequest {
+                name: name.to_string(),
+                search: text.to_string(),
+                max_matches: max,
+                ..Default::default()
+            };
+            let reply = client.read_log(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            Ok(LogSearch {
+                matches: reply.matches.into_iter().map(|m| (m.line, m.text)).collect(),
+                truncated: reply.truncated,
+            })
+        })
     }
 
     fn train_runs(&self) -> Vec<serde_json::Value> {

@@ -392,7 +392,7 @@ def _run(args) -> None:
         _get_auth_token()
     elif args.command == "job":
         job_cli.run(args)
-    elif args.command in ("list", "summary"):
+    elif args.command in ("list", "summary", "logs"):
         state_cli.run(args)
     else:
         _status(args)

@@ -1,6 +1,6 @@
-"""`oxray list <resource>` and `oxray summary tasks`, as Ray's `ray list` and
-`ray summary`: rows from the head's State API (`oxray.util.state`), printed as
-a table or as JSON."""
+"""`oxray list <resource>`, `oxray summary tasks` and `oxray logs`, as Ray's
+`ray list`, `ray summary` and `ray logs`: rows and logs from the head's State
+API (`oxray.util.state`), printed as a table, as JSON, or as the log's text."""
 
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def add_parser(sub) -> None:
     summary.add_argument("resource", choices=("tasks",))
     summary.add_argument("--format", choices=("table", "json"), default="table")
     summary.add_argument("--address", help="the head's HTTP address (default: RAY_ADDRESS, else this host's cluster)")
+    logs = sub.add_parser("logs", help="list a node's log files, or print one (Ray's `ray logs`)")
+    logs.add_argument("glob", nargs="?", help="a file name (printed) or glob (listed); default: list every file")
+    logs.add_argument("--node-id", help="the node (default: the head's, or the one --actor-id names)")
+    logs.add_argument("--node-ip", help="the node, by address")
+    logs.add_argument("--pid", type=int, help="print the log of the worker with this pid")
+    logs.add_argument("--actor-id", help="print the log of this actor's worker")
+    logs.add_argument("--submission-id", help="print this job's output")
+    logs.add_argument("--tail", type=int, default=1000, help="the last N lines (-1: all; default 1000)")
+    logs.add_argument("--address", help="the head's HTTP address (default: RAY_ADDRESS, else this host's cluster)")
 
 
 def _fail(message: str) -> "NoReturn":  # noqa: F821
@@ -64,11 +73,43 @@ def print_table(rows: list) -> None:
         print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
 
 
+def _logs(state, args) -> None:
+    wants_file = args.glob and not any(c in args.glob for c in "*?[")
+    if args.actor_id or args.submission_id or args.pid is not None or wants_file:
+        node_id = args.node_id
+        if node_id is None and args.node_ip is None and not (args.actor_id or args.submission_id):
+            node_id = next(n.node_id for n in state.list_nodes(address=args.address) if n.is_head_node)
+        for text in state.get_log(
+            address=args.address,
+            node_id=node_id,
+            node_ip=args.node_ip,
+            filename=args.glob if wants_file else None,
+            actor_id=args.actor_id,
+            pid=args.pid,
+            submission_id=args.submission_id,
+            tail=args.tail,
+        ):
+            sys.stdout.write(text)
+        return
+    nodes = state.list_nodes(address=args.address, filters=[("state", "=", "ALIVE")])
+    for node in nodes:
+        if args.node_id and node.node_id != args.node_id or args.node_ip and node.node_ip != args.node_ip:
+            continue
+        print(f"node {node.node_id} ({node.node_ip}{', head' if node.is_head_node else ''}):")
+        listed = state.list_logs(address=args.address, node_id=node.node_id, glob_filter=args.glob or "*")
+        for category, names in sorted(listed.items()):
+            print(f"  {category}:")
+            for name in names:
+                print(f"    {name}")
+
+
 def run(args) -> None:
     from oxray.util import state
 
     try:
-        if args.command == "list":
+        if args.command == "logs":
+            _logs(state, args)
+        elif args.command == "list":
             filters = [parse_filter(f) for f in args.filter]
             lister = getattr(state, f"list_{args.resource.replace('-', '_')}")
             found = lister(address=args.address, filters=filters, limit=args.limit, detail=args.detail)

@@ -5,6 +5,7 @@
 //! or a `/?token=` link sets an HttpOnly SameSite=Strict cookie.
 
 mod assets;
+mod logs;
 mod train;
 pub(crate) mod views;
 
@@ -47,6 +48,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .route("/static/{*path}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
         .merge(train::routes())
+        .merge(logs::routes())
         .with_state(Dashboard { config, sources })
 }
 

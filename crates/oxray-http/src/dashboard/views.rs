@@ -14,6 +14,7 @@ pub(crate) const NAV: &[(&str, &str)] = &[
     ("/tasks", "Tasks"),
     ("/train", "Train"),
     ("/charts", "Metrics"),
+    ("/logs", "Logs"),
 ];
 pub(crate) const ACTOR_STATES: &[&str] = &["", "ALIVE", "PENDING_CREATION", "RESTARTING", "DEAD"];
 pub(crate) const TASK_STATES: &[&str] =

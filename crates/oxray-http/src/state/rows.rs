@@ -114,6 +114,29 @@ pub struct TaskListing {
     pub unreachable: Vec<String>,
 }
 
+/// One log file of a node's session (`logs/worker-*.log`, `jobs/*`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct LogFileRow {
+    pub name: String,
+    pub size: u64,
+    pub modified_ms: u64,
+}
+
+/// Bytes of a log file: `data` starts at `offset` of a file `size` bytes long now.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogChunk {
+    pub data: Vec<u8>,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// The lines of a log file holding a text: (line number, line); `truncated` when cut at the maximum.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogSearch {
+    pub matches: Vec<(u64, String)>,
+    pub truncated: bool,
+}
+
 /// Where the State API's rows come from: the head's tables and its node agents.
 pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Vec<NodeRow>;
@@ -127,4 +150,22 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn train_runs(&self) -> Vec<serde_json::Value>;
     /// One run's state and its kept reports, oldest first.
     fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
+    /// Node `node_id`'s (hex) log files; `Err` says why they could not be listed.
+    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>>;
+    /// Up to `length` bytes of a node's log file from `offset` (negative: back from the end).
+    fn read_log<'a>(
+        &'a self,
+        node_id: &'a str,
+        name: &'a str,
+        offset: i64,
+        length: u64,
+    ) -> BoxFuture<'a, Result<LogChunk, String>>;
+    /// The lines of a node's log file holding `text` (at most `max`).
+    fn search_log<'a>(
+        &'a self,
+        node_id: &'a str,
+        name: &'a str,
+        text: &'a str,
+        max: u32,
+    ) -> BoxFuture<'a, Result<LogSearch, String>>;
 }

@@ -4,6 +4,7 @@
 mod error;
 mod jobs;
 mod logs;
+mod node_logs;
 mod node_state;
 pub(crate) mod node_stats;
 mod peers;

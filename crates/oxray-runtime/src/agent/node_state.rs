@@ -1,10 +1,22 @@
 //! What the head's State API asks this node's agent (`NodeStateService`): its
-//! tasks, live and recently ended (`state::task_history`).
+//! tasks, live and recently ended (`state::task_history`), and its session's
+//! log files (`node_logs`).
 
+use super::node_logs;
 use super::service::AgentService;
 use oxray_proto::node_state_service_server::NodeStateService;
-use oxray_proto::{ListTasksReply, ListTasksRequest};
+use oxray_proto::{
+    ListLogsReply, ListLogsRequest, ListTasksReply, ListTasksRequest, LogFile, LogMatch, ReadLogReply, ReadLogRequest,
+};
+use std::path::PathBuf;
 use tonic::{Request, Response, Status};
+
+impl AgentService {
+    fn session_dir(&self) -> Result<PathBuf, Status> {
+        let spawn = self.shared.spawn.lock();
+        spawn.as_ref().map(|s| s.session_dir.clone()).ok_or_else(|| Status::unavailable("the node is not started yet"))
+    }
+}
 
 #[tonic::async_trait]
 impl NodeStateService for AgentService {
@@ -12,5 +24,34 @@ impl NodeStateService for AgentService {
         let limit = request.into_inner().limit as usize;
         let (tasks, total) = self.shared.state.lock().list_tasks(limit);
         Ok(Response::new(ListTasksReply { tasks, total: total as u64 }))
+    }
+
+    async fn list_logs(&self, _request: Request<ListLogsRequest>) -> Result<Response<ListLogsReply>, Status> {
+        let session = self.session_dir()?;
+        let files = tokio::task::spawn_blocking(move || node_logs::list(&session))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .into_iter()
+            .map(|(name, size, modified_ms)| LogFile { name, size, modified_ms })
+            .collect();
+        Ok(Response::new(ListLogsReply { files }))
+    }
+
+    async fn read_log(&self, request: Request<ReadLogRequest>) -> Result<Response<ReadLogReply>, Status> {
+        let req = request.into_inner();
+        let session = self.session_dir()?;
+        let reply = tokio::task::spawn_blocking(move || -> Result<ReadLogReply, node_logs::LogError> {
+            if req.search.is_empty() {
+                let (data, offset, size) = node_logs::read(&session, &req.name, req.offset, req.length)?;
+                Ok(ReadLogReply { data, offset, size, ..Default::default() })
+            } else {
+                let (found, truncated) = node_logs::search(&session, &req.name, &req.search, req.max_matches)?;
+                let matches = found.into_iter().map(|(line, text)| LogMatch { line, text }).collect();
+                Ok(ReadLogReply { matches, truncated, ..Default::default() })
+            }
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(reply))
     }
 }

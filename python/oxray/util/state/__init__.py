@@ -219,6 +219,61 @@ def summarize_tasks(address=None, timeout=DEFAULT_RPC_TIMEOUT, raise_on_missing_
     return result["result"]["node_id_to_summary"]
 
 
+def list_logs(address=None, node_id=None, node_ip=None, glob_filter="*", timeout=DEFAULT_RPC_TIMEOUT, _interval=None):
+    """A node's log files by category (`{"worker_out": [...], "jobs": [...]}`)."""
+    if not node_id and not node_ip:
+        raise ValueError("list_logs() needs node_id or node_ip (list_nodes() gives them)")
+    url, headers = head_http.endpoint(address, "list_logs")
+    params = [(k, v) for k, v in (("node_id", node_id), ("node_ip", node_ip), ("glob", glob_filter)) if v]
+    try:
+        reply = head_http.get_json(url, headers, "/api/v0/logs", params, timeout=timeout)
+    except RuntimeError as e:
+        raise RayStateApiException(str(e)) from None
+    return reply["data"]["result"]
+
+
+def get_log(
+    address=None,
+    node_id=None,
+    node_ip=None,
+    filename=None,
+    actor_id=None,
+    task_id=None,
+    pid=None,
+    follow=False,
+    tail=1000,
+    timeout=DEFAULT_RPC_TIMEOUT,
+    suffix="out",
+    encoding="utf-8",
+    errors="strict",
+    submission_id=None,
+    attempt_number=0,
+    _interval=None,
+    filter_ansi_code=False,
+):
+    """A log's last `tail` lines (-1: all), named by file and node, worker pid and node,
+    actor id, or job submission id. Yields the text (bytes with `encoding=None`)."""
+    if follow:
+        raise ValueError("get_log(follow=True) is not supported by oxray: the dashboard's Logs page follows a log")
+    if task_id is not None:
+        raise ValueError("get_log(task_id=...) is not supported by oxray: ask by actor_id, pid or filename")
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url, headers = head_http.endpoint(address, "get_log")
+    params = {"node_id": node_id, "node_ip": node_ip, "filename": filename, "actor_id": actor_id, "pid": pid}
+    params.update({"submission_id": submission_id, "lines": tail})
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    request = urllib.request.Request(f"{url}/api/v0/logs/file?{query}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:
+            data = reply.read()
+    except urllib.error.HTTPError as e:
+        raise RayStateApiException(e.read().decode(errors="replace")) from None
+    yield data if encoding is None else data.decode(encoding, errors=errors)
+
+
 __all__ = [
     "ActorState",
     "JobState",
@@ -226,12 +281,14 @@ __all__ = [
     "PlacementGroupState",
     "TaskState",
     "get_actor",
+    "get_log",
     "get_job",
     "get_node",
     "get_placement_group",
     "get_task",
     "list_actors",
     "list_jobs",
+    "list_logs",
     "list_nodes",
     "list_placement_groups",
     "list_tasks",
