@@ -20,6 +20,8 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet "schemathesis>=4,<5"
 	# The dashboard's browser tests: Playwright drives Debian's Chromium (browsers cannot be downloaded).
 	$(PIP) install --quiet "playwright>=1.50,<2"
+	# The dashboard's live profiling runs py-spy on the workers' node.
+	$(PIP) install --quiet "py-spy>=0.4"
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || { echo "the dashboard tests need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	touch $@
@@ -62,7 +64,7 @@ test: lint rust-test py-test
 
 # The dashboard's pages, as the browser tests see them, into docs/screenshots/.
 screenshots: develop
-	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py $(PYTEST_ARGS) -q
+	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py tests/python/dashboard/test_logs.py tests/python/dashboard/test_profile.py $(PYTEST_ARGS) -q
 
 bench: release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"

@@ -19,7 +19,7 @@ pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
 pub use jobs::{entrypoint, runtime_env};
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use state::rows::{
-    ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeRow, PlacementGroupRow, TaskListing, TaskRow,
+    ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeRow, PlacementGroupRow, Profile, TaskListing, TaskRow,
 };
 
 use axum::Router;

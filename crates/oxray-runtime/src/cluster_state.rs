@@ -5,11 +5,12 @@
 use crate::head::Head;
 use oxray_http::{
     ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,
-    PlacementGroupRow, TaskListing, TaskRow,
+    PlacementGroupRow, Profile, TaskListing, TaskRow,
 };
 use oxray_proto::{
     ActorInfo, ActorState, ListLogsRequest, ListTasksRequest, NodeInfo, NodeStats, PlacementGroupInfo,
-    PlacementGroupState, PlacementStrategy, ReadLogRequest, TaskKind, TaskRecord, TaskStatus,
+    PlacementGroupState, PlacementStrategy, ProfileKind, ProfileRequest, ReadLogRequest, TaskKind, TaskRecord,
+    TaskStatus,
 };
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -274,6 +275,20 @@ impl ClusterState for HeadClusterState {
                 matches: reply.matches.into_iter().map(|m| (m.line, m.text)).collect(),
                 truncated: reply.truncated,
             })
+        })
+    }
+
+    fn profile<'a>(&'a self, node_id: &'a str, pid: u32, what: Profile) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+        Box::pin(async move {
+            let mut client = self.node_state(node_id).await?;
+            let request = match what {
+                Profile::Dump => ProfileRequest { pid, kind: ProfileKind::Dump as i32, duration_s: 0 },
+                Profile::FlameGraph { seconds } => {
+                    ProfileRequest { pid, kind: ProfileKind::Flamegraph as i32, duration_s: seconds }
+                }
+            };
+            let reply = client.profile_worker(request).await.map_err(|e| e.message().to_string())?;
+            Ok(reply.into_inner().output)
         })
     }
 

@@ -6,6 +6,7 @@
 
 mod assets;
 mod logs;
+mod profile;
 mod train;
 pub(crate) mod views;
 
@@ -49,6 +50,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .route("/favicon.ico", get(assets::favicon))
         .merge(train::routes())
         .merge(logs::routes())
+        .merge(profile::routes())
         .with_state(Dashboard { config, sources })
 }
 
@@ -63,7 +65,7 @@ pub(crate) fn html(status: StatusCode, page: &impl Template) -> Response {
                 (header::X_FRAME_OPTIONS, "DENY"),
                 (
                     header::CONTENT_SECURITY_POLICY,
-                    "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+                    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
                 ),
             ],
             body,

@@ -137,6 +137,15 @@ pub struct LogSearch {
     pub truncated: bool,
 }
 
+/// What to take of a worker with py-spy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Profile {
+    /// Every thread's Python stack now (text).
+    Dump,
+    /// A CPU flame graph over this many seconds (SVG).
+    FlameGraph { seconds: u32 },
+}
+
 /// Where the State API's rows come from: the head's tables and its node agents.
 pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Vec<NodeRow>;
@@ -160,6 +169,8 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
         offset: i64,
         length: u64,
     ) -> BoxFuture<'a, Result<LogChunk, String>>;
+    /// A py-spy profile of worker `pid` on node `node_id` (hex).
+    fn profile<'a>(&'a self, node_id: &'a str, pid: u32, what: Profile) -> BoxFuture<'a, Result<Vec<u8>, String>>;
     /// The lines of a node's log file holding `text` (at most `max`).
     fn search_log<'a>(
         &'a self,

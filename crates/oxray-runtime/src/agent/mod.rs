@@ -8,6 +8,7 @@ mod node_logs;
 mod node_state;
 pub(crate) mod node_stats;
 mod peers;
+mod profile;
 mod service;
 pub mod state;
 mod workers;

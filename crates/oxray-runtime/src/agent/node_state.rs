@@ -2,16 +2,22 @@
 //! tasks, live and recently ended (`state::task_history`), and its session's
 //! log files (`node_logs`).
 
-use super::node_logs;
 use super::service::AgentService;
+use super::{node_logs, profile};
 use oxray_proto::node_state_service_server::NodeStateService;
 use oxray_proto::{
-    ListLogsReply, ListLogsRequest, ListTasksReply, ListTasksRequest, LogFile, LogMatch, ReadLogReply, ReadLogRequest,
+    ListLogsReply, ListLogsRequest, ListTasksReply, ListTasksRequest, LogFile, LogMatch, ProfileKind, ProfileReply,
+    ProfileRequest, ReadLogReply, ReadLogRequest,
 };
 use std::path::PathBuf;
 use tonic::{Request, Response, Status};
 
 impl AgentService {
+    fn python(&self) -> Result<String, Status> {
+        let spawn = self.shared.spawn.lock();
+        spawn.as_ref().map(|s| s.python.clone()).ok_or_else(|| Status::unavailable("the node is not started yet"))
+    }
+
     fn session_dir(&self) -> Result<PathBuf, Status> {
         let spawn = self.shared.spawn.lock();
         spawn.as_ref().map(|s| s.session_dir.clone()).ok_or_else(|| Status::unavailable("the node is not started yet"))
@@ -53,5 +59,21 @@ impl NodeStateService for AgentService {
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(reply))
+    }
+
+    async fn profile_worker(&self, request: Request<ProfileRequest>) -> Result<Response<ProfileReply>, Status> {
+        let req = request.into_inner();
+        if !self.shared.state.lock().is_worker_pid(req.pid) {
+            return Err(profile::ProfileError::NotAWorker(req.pid).into());
+        }
+        let python = self.python()?;
+        let output = match req.kind() {
+            ProfileKind::Dump => profile::dump(&python, req.pid).await?,
+            ProfileKind::Flamegraph => profile::flamegraph(&python, req.pid, req.duration_s).await?,
+            ProfileKind::Unspecified => {
+                return Err(Status::invalid_argument("a profile needs a kind: dump or flamegraph"));
+            }
+        };
+        Ok(Response::new(ProfileReply { output }))
     }
 }

@@ -136,11 +136,6 @@ impl AgentState {
         TaskCounts { running, pending, finished: self.task_history.finished, failed: self.task_history.failed }
     }
 
-    /// How many worker processes this node has (starting, idle or busy).
-    pub fn worker_count(&self) -> usize {
-        self.workers.values().count()
-    }
-
     /// The worker running a task, with its pid.
     pub(super) fn task_worker(&self, entry: &TaskEntry) -> Option<(WorkerId, u32)> {
         match entry.state {

@@ -94,6 +94,16 @@ impl WorkerPool {
 }
 
 impl AgentState {
+    /// Whether `pid` is one of this node's worker processes.
+    pub fn is_worker_pid(&self, pid: u32) -> bool {
+        pid != 0 && self.workers.values().any(|w| w.pid == pid)
+    }
+
+    /// How many worker processes this node has (starting, idle or busy).
+    pub fn worker_count(&self) -> usize {
+        self.workers.values().count()
+    }
+
     pub(super) fn spawn_worker(
         &mut self,
         role: WorkerRole,
