@@ -393,9 +393,11 @@ class Client:
         """By id, or else by name in the namespace."""
     def list_placement_groups(self) -> list[PlacementGroupInfo]: ...
 
-    # Train
+    # Train and Data
     def update_train_run(self, run_id: str, run_json: str, new_reports_json: list[str]) -> None:
         """Sends a Train run's whole state and its new reports (JSON) to the head."""
+    def update_dataset(self, dataset_id: str, dataset_json: str) -> None:
+        """Sends a Data execution's figures (JSON) to the head."""
 
     # worker side
     def worker_connect(self) -> None: ...
@@ -556,4 +558,8 @@ class DataExecutor:
     def next_output(self) -> tuple[int, int, int] | None: ...
     def finished(self) -> bool: ...
     def progress(self) -> list[tuple[str, int, float, int]]: ...
+    def op_figures(self) -> list[tuple[str, int, int, int, int, int, float, float]]:
+        """`(name, rows, bytes, blocks, tasks, in_flight, wall_s, cpu_s)` of every operator."""
+    def memory(self) -> tuple[int, int]:
+        """`(used, peak)` object-store bytes the execution holds."""
     def summary(self) -> str: ...

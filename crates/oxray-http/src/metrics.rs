@@ -290,6 +290,31 @@ async fn cluster_metrics(State(sources): Sources) -> Response {
         for (state, count) in actors {
             out.add("ray_actors", "gauge", "actors by state (the last dead ones)", &[("State", state)], count as f64);
         }
+        let statuses = ["INITIALIZING", "SCHEDULING", "RUNNING", "RESTARTING", "FINISHED", "ERRORED", "ABORTED"];
+        let mut runs: BTreeMap<String, usize> = statuses.iter().map(|s| (s.to_string(), 0)).collect();
+        for run in cluster.train_runs() {
+            *runs.entry(run["status"].as_str().unwrap_or("").to_string()).or_insert(0) += 1;
+        }
+        for (status, count) in &runs {
+            let help = "Train runs by status (the last ended ones)";
+            out.add("oxray_train_runs", "gauge", help, &[("Status", status.as_str())], *count as f64);
+        }
+        let mut datasets: BTreeMap<String, usize> =
+            ["RUNNING", "FINISHED", "FAILED"].iter().map(|s| (s.to_string(), 0)).collect();
+        for dataset in cluster.datasets() {
+            let state = dataset["state"].as_str().unwrap_or("").to_string();
+            if state == "RUNNING" {
+                let id = dataset["id"].as_str().unwrap_or("");
+                let rows = dataset["rows_emitted"].as_f64().unwrap_or(0.0);
+                let help = "rows a running Data execution has handed its consumer";
+                out.add("oxray_dataset_rows_emitted", "gauge", help, &[("Dataset", id)], rows);
+            }
+            *datasets.entry(state).or_insert(0) += 1;
+        }
+        for (state, count) in &datasets {
+            let help = "Data executions by state (the last ended ones)";
+            out.add("oxray_datasets", "gauge", help, &[("State", state.as_str())], *count as f64);
+        }
     }
     if let Some(jobs) = &sources.jobs {
         let mut by_status: BTreeMap<String, usize> =

@@ -291,6 +291,22 @@ impl DataExecutor {
             .collect())
     }
 
+    /// `(name, rows, bytes, blocks, tasks, in_flight, wall_s, cpu_s)` of every operator, for the dashboard.
+    #[allow(clippy::type_complexity, reason = "one plain tuple per operator crosses to Python")]
+    fn op_figures(&self) -> PyResult<Vec<(String, u64, u64, u64, u64, u64, f64, f64)>> {
+        let exec = self.lock()?;
+        Ok(exec
+            .op_stats()
+            .map(|s| (s.name.clone(), s.rows, s.bytes, s.blocks, s.tasks, s.in_flight, s.wall_s(), s.cpu_s))
+            .collect())
+    }
+
+    /// `(used, peak)`: object-store bytes the execution holds now, and at most so far.
+    fn memory(&self) -> PyResult<(u64, u64)> {
+        let exec = self.lock()?;
+        Ok((exec.used_bytes(), exec.peak_bytes()))
+    }
+
     /// Per-operator wall time, CPU time, rows and bytes, and the budget's peak.
     fn summary(&self) -> PyResult<String> {
         Ok(self.lock()?.summary())

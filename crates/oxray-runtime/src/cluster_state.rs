@@ -292,6 +292,10 @@ impl ClusterState for HeadClusterState {
         })
     }
 
+    fn datasets(&self) -> Vec<serde_json::Value> {
+        self.0.datasets().list()
+    }
+
     fn train_runs(&self) -> Vec<serde_json::Value> {
         self.0.train_runs().runs().into_iter().map(|run| run.state).collect()
     }

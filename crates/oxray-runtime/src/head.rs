@@ -1,6 +1,7 @@
 //! The head service: the cluster's node table, fed by registrations and heartbeats.
 
 use crate::client::{AgentChannels, BundleClient, ClientError, NodeJobClient, NodeStateClient};
+use crate::datasets::Datasets;
 use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::placement::{Strategy, StrategyError, plan};
@@ -8,9 +9,9 @@ use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use crate::train_runs::TrainRuns;
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DriverRecord, Empty, GetNamedActorReply,
-    GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo, NodeStats,
-    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
+    ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty,
+    GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo,
+    NodeStats, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
     RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest, TrainRunUpdate,
 };
 use parking_lot::Mutex;
@@ -166,6 +167,8 @@ pub struct Head {
     metrics_window: MetricsWindow,
     /// The cluster's Train runs, as their controllers report them.
     train_runs: Arc<TrainRuns>,
+    /// The cluster's Data executions, as the processes running them report them.
+    datasets: Arc<Datasets>,
 }
 
 /// Milliseconds of samples kept per node.
@@ -203,6 +206,7 @@ impl Default for Head {
             drivers: Arc::default(),
             metrics_window: MetricsWindow::default(),
             train_runs: Arc::new(TrainRuns::new(None, history.0).expect("no store: nothing to load")),
+            datasets: Arc::new(Datasets::new(history.0)),
         }
     }
 }
@@ -435,6 +439,11 @@ impl Head {
     /// The cluster's Train runs.
     pub fn train_runs(&self) -> &TrainRuns {
         &self.train_runs
+    }
+
+    /// The cluster's Data executions.
+    pub fn datasets(&self) -> &Datasets {
+        &self.datasets
     }
 
     /// Every actor the head knows, the last `history` dead ones included.
@@ -849,6 +858,12 @@ impl HeadService for Head {
             .update(&update.run_id, &update.run_json, &update.new_reports_json)
             .await
             .map_err(Status::invalid_argument)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn update_dataset(&self, request: Request<DatasetUpdate>) -> Result<Response<Empty>, Status> {
+        let update = request.into_inner();
+        self.datasets.update(&update.dataset_id, &update.dataset_json).map_err(Status::invalid_argument)?;
         Ok(Response::new(Empty {}))
     }
 

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod client;
 pub mod cluster;
 pub mod cluster_state;
+pub mod datasets;
 pub mod errors;
 pub mod head;
 pub mod head_store;

@@ -5,6 +5,7 @@
 //! or a `/?token=` link sets an HttpOnly SameSite=Strict cookie.
 
 mod assets;
+mod datasets;
 mod logs;
 mod profile;
 mod train;
@@ -51,6 +52,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .merge(train::routes())
         .merge(logs::routes())
         .merge(profile::routes())
+        .merge(datasets::routes())
         .with_state(Dashboard { config, sources })
 }
 

@@ -13,6 +13,7 @@ pub(crate) const NAV: &[(&str, &str)] = &[
     ("/actors", "Actors"),
     ("/tasks", "Tasks"),
     ("/train", "Train"),
+    ("/datasets", "Datasets"),
     ("/charts", "Metrics"),
     ("/logs", "Logs"),
 ];

@@ -159,6 +159,8 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn train_runs(&self) -> Vec<serde_json::Value>;
     /// One run's state and its kept reports, oldest first.
     fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
+    /// Every Data execution's figures, oldest first.
+    fn datasets(&self) -> Vec<serde_json::Value>;
     /// Node `node_id`'s (hex) log files; `Err` says why they could not be listed.
     fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>>;
     /// Up to `length` bytes of a node's log file from `offset` (negative: back from the end).

@@ -1,10 +1,11 @@
 //! Train's controller telling the head where its run is (`UpdateTrainRun`),
-//! for the dashboard's run pages and Ray's `/api/train/v2/runs/v1`.
+//! and Data's executor telling it how an execution goes (`UpdateDataset`), for
+//! the dashboard's Train and Datasets pages.
 
 use super::Client;
 use crate::error::client_error as rpc_err;
 use crate::runtime;
-use oxray_runtime::proto::TrainRunUpdate;
+use oxray_runtime::proto::{DatasetUpdate, TrainRunUpdate};
 use pyo3::prelude::*;
 
 #[pymethods]
@@ -21,6 +22,14 @@ impl Client {
         let mut agent = self.inner.driver();
         let update = TrainRunUpdate { run_id, run_json, new_reports_json };
         py.detach(|| runtime().block_on(agent.update_train_run(update))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    /// Sends a Data execution's figures (a JSON object) to the head.
+    fn update_dataset(&self, py: Python<'_>, dataset_id: String, dataset_json: String) -> PyResult<()> {
+        let mut agent = self.inner.driver();
+        let update = DatasetUpdate { dataset_id, dataset_json };
+        py.detach(|| runtime().block_on(agent.update_dataset(update))).map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }
 }

@@ -23,6 +23,7 @@ from oxray import _native
 from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
+from oxray.data._internal.execution_state import ExecutionReporter
 
 DEFAULT_STORE_SHARE = 0.5
 # The estimated output of a read task that does not know its size.
@@ -259,15 +260,20 @@ class Executor:
             self._specs, self.budget, self.max_tasks, self.cluster_cpus, self.preserve_order
         )
         self.stats.scheduler = scheduler
+        reporter = ExecutionReporter(self._specs, self.budget)
+        ending = ("FINISHED", "")
         try:
             while True:
                 actions = scheduler.poll()
                 for action in actions:
                     self._perform(scheduler, action)
+                reporter.update(scheduler)
                 out = scheduler.next_output()
                 if out is not None:
                     bundle_id, rows, size = out
+                    handed = time.monotonic()
                     yield Bundle(bundle_id, rows, size, self._data.pop(bundle_id), scheduler)
+                    reporter.waited_on_consumer(time.monotonic() - handed, rows)
                     continue
                 if scheduler.finished():
                     return
@@ -279,7 +285,14 @@ class Executor:
                         "please report it with the dataset's repr"
                     )
                 self._wait(scheduler)
+        except GeneratorExit:
+            ending = ("FINISHED", "its consumer stopped early")
+            raise
+        except BaseException as e:
+            ending = ("FAILED", f"{type(e).__name__}: {e}")
+            raise
         finally:
+            reporter.ended(scheduler, *ending)
             self._shutdown()
 
     def _wait(self, scheduler) -> None:
