@@ -6,7 +6,7 @@ use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::placement::{Strategy, StrategyError, plan};
 use crate::resources::{ResourceError, ResourceSet, hold_bundle};
-use crate::train_runs::TrainRuns;
+use crate::train_runs::{TrainRuns, runs_kept as train_runs_kept};
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty,
@@ -205,7 +205,7 @@ impl Default for Head {
             changes: Arc::default(),
             drivers: Arc::default(),
             metrics_window: MetricsWindow::default(),
-            train_runs: Arc::new(TrainRuns::new(None, history.0).expect("no store: nothing to load")),
+            train_runs: Arc::new(TrainRuns::new(None, train_runs_kept()).expect("no store: nothing to load")),
             datasets: Arc::new(Datasets::new(history.0)),
         }
     }
@@ -241,7 +241,7 @@ impl Head {
             }
         }
         let store = Arc::new(store);
-        let train_runs = Arc::new(TrainRuns::new(Some(store.clone()), head.history.0)?);
+        let train_runs = Arc::new(TrainRuns::new(Some(store.clone()), train_runs_kept())?);
         let head = Head { store: Some(store), train_runs, ..head };
         head.forget(head.prune_dead_nodes(), forgotten_actors);
         Ok(head)

@@ -2,8 +2,8 @@
 //! state (Ray's `TrainRun` JSON: status, attempts with their workers and
 //! errors, checkpoints) and its last reports, for the dashboard and Ray's
 //! `/api/train/v2/runs/v1`. Bounded: the last `OXRAY_TRAIN_REPORTS_KEPT`
-//! reports of a run (10,000), and the last `OXRAY_HEAD_HISTORY` finished runs;
-//! written through to redb on a head with a state directory.
+//! reports of a run (10,000), and the last `OXRAY_TRAIN_RUNS_KEPT` finished
+//! runs (100); written through to redb on a head with a state directory.
 
 use crate::head_store::{HeadStore, StoreError};
 use parking_lot::Mutex;
@@ -12,12 +12,18 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 const DEFAULT_REPORTS_KEPT: usize = 10_000;
+const DEFAULT_RUNS_KEPT: usize = 100;
 
 fn reports_kept() -> usize {
     std::env::var("OXRAY_TRAIN_REPORTS_KEPT")
         .ok()
         .and_then(|raw| raw.trim().parse().ok())
         .unwrap_or(DEFAULT_REPORTS_KEPT)
+}
+
+/// `OXRAY_TRAIN_RUNS_KEPT`, else 100 finished runs.
+pub fn runs_kept() -> usize {
+    std::env::var("OXRAY_TRAIN_RUNS_KEPT").ok().and_then(|raw| raw.trim().parse().ok()).unwrap_or(DEFAULT_RUNS_KEPT)
 }
 
 /// A run's state says it ended.

@@ -15,7 +15,7 @@ from oxray_testutil import http_call
 
 pytestmark = pytest.mark.timeout(240)
 
-PAGES = ["overview", "jobs", "actors", "tasks", "train", "charts"]
+PAGES = ["overview", "jobs", "actors", "tasks", "train", "datasets", "charts", "logs"]
 
 
 def logged_in(browser, cluster):
@@ -63,12 +63,14 @@ def test_every_page_loads_without_console_errors(head, browser, screenshots, con
     page = logged_in(browser, head)
     errors = console_errors(page)
     expect(page.locator("#nodes tbody tr")).to_have_count(2)
+    expect(page.locator("#nodes td.cpu-used").first).to_have_text(re.compile(r"^\d+%$"))  # measured, not reserved
+    expect(page.locator("#nodes td.store-used").first).to_contain_text("/")
     for name in PAGES:
         page.click(f"nav a[href='/{name}']")  # every page is in the navigation bar
         expect(page).to_have_url(f"{head.dashboard_url}/{name}")
         expect(page.locator("nav a.here")).to_have_attribute("href", f"/{name}")
         page.wait_for_load_state("networkidle")
-        if name != "train":  # the Train tests take it with a run on it
+        if name not in ("train", "datasets", "logs"):  # their own tests take them with something on them
             page.screenshot(path=screenshots(name), full_page=True)
     # The charts draw each node's samples (one line per node).
     page.goto(f"{head.dashboard_url}/charts")

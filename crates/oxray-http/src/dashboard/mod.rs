@@ -112,11 +112,11 @@ fn job_rows(dash: &Dashboard) -> Vec<serde_json::Value> {
 }
 
 fn overview_body(dash: &Dashboard) -> OverviewBody {
-    let (nodes, actors) = match &dash.sources.cluster {
-        Some(cluster) => (cluster.nodes(), cluster.actors()),
-        None => (Vec::new(), Vec::new()),
+    let (nodes, actors, runs) = match &dash.sources.cluster {
+        Some(cluster) => (cluster.nodes(), cluster.actors(), cluster.train_runs()),
+        None => (Vec::new(), Vec::new(), Vec::new()),
     };
-    OverviewBody::new(&nodes, &actors, &job_rows(dash))
+    OverviewBody::new(&nodes, &actors, &job_rows(dash), &runs)
 }
 
 async fn overview(State(dash): State<Dashboard>) -> Response {

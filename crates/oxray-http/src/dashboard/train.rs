@@ -77,6 +77,7 @@ impl RunRow {
 }
 
 pub(crate) struct WorkerRow {
+    pub(crate) node_id: String,
     pub(crate) rank: String,
     pub(crate) local_rank: String,
     pub(crate) node: String,
@@ -113,6 +114,7 @@ impl AttemptRow {
                         .map(|ids| ids.iter().map(|g| g.as_str().unwrap_or("").to_string()).collect())
                         .unwrap_or_default();
                     WorkerRow {
+                        node_id: text(w, "node_id"),
                         rank: text(w, "world_rank"),
                         local_rank: text(w, "local_rank"),
                         node: short_id(&text(w, "node_id")),

@@ -63,6 +63,18 @@ impl Usage {
     }
 }
 
+impl Usage {
+    /// Bytes used of the total, summed over the nodes' latest samples.
+    fn of_samples(nodes: &[&NodeRow], pick: impl Fn(&crate::metrics::NodeSample) -> (u64, u64)) -> Self {
+        let (used, total) = nodes
+            .iter()
+            .filter_map(|n| n.latest.as_ref())
+            .map(&pick)
+            .fold((0u64, 0u64), |(u, t), (du, dt)| (u + du, t + dt));
+        Self::of(used as f64, total as f64, true)
+    }
+}
+
 fn trim(n: f64) -> String {
     if n.fract() == 0.0 { format!("{n:.0}") } else { format!("{n:.2}") }
 }
@@ -75,9 +87,12 @@ pub(crate) struct NodeView {
     pub(crate) state: &'static str,
     pub(crate) cpu: Usage,
     pub(crate) gpu: Usage,
-    pub(crate) memory: Usage,
-    pub(crate) store: Usage,
     pub(crate) started_ms: u64,
+    /// What the node measured last: CPU use, memory used, object-store bytes used (empty before a sample).
+    pub(crate) cpu_measured: String,
+    pub(crate) memory_measured: Usage,
+    pub(crate) store_measured: Usage,
+    pub(crate) gpus_measured: String,
 }
 
 impl NodeView {
@@ -91,9 +106,23 @@ impl NodeView {
             state: node.state,
             cpu: Usage::of_resource("CPU", &one, false),
             gpu: Usage::of_resource("GPU", &one, false),
-            memory: Usage::of_resource("memory", &one, true),
-            store: Usage::of_resource("object_store_memory", &one, true),
             started_ms: node.start_time_ms,
+            cpu_measured: node.latest.as_ref().map(|s| format!("{:.0}%", s.cpu_percent)).unwrap_or_default(),
+            memory_measured: node
+                .latest
+                .as_ref()
+                .map(|s| Usage::of(s.memory_used as f64, s.memory_total as f64, true))
+                .unwrap_or(Usage { text: String::new(), percent: 0 }),
+            store_measured: node
+                .latest
+                .as_ref()
+                .map(|s| Usage::of(s.store_used as f64, s.store_capacity as f64, true))
+                .unwrap_or(Usage { text: String::new(), percent: 0 }),
+            gpus_measured: node
+                .latest
+                .as_ref()
+                .map(|s| s.gpus.iter().map(|g| format!("{:.0}%", g.utilization_percent)).collect::<Vec<_>>().join(" "))
+                .unwrap_or_default(),
         }
     }
 }
@@ -243,21 +272,31 @@ pub(crate) struct OverviewBody {
     pub(crate) actors_alive: usize,
     /// The running and pending ones.
     pub(crate) jobs: Vec<JobView>,
+    /// Train runs not ended yet: (id, name, status).
+    pub(crate) runs: Vec<(String, String, String)>,
 }
 
 impl OverviewBody {
-    pub(crate) fn new(nodes: &[NodeRow], actors: &[ActorRow], jobs: &[Value]) -> Self {
+    pub(crate) fn new(nodes: &[NodeRow], actors: &[ActorRow], jobs: &[Value], runs: &[Value]) -> Self {
         let alive: Vec<&NodeRow> = nodes.iter().filter(|n| n.state == "ALIVE").collect();
         Self {
             cpu: Usage::of_resource("CPU", &alive, false),
             gpu: Usage::of_resource("GPU", &alive, false),
-            memory: Usage::of_resource("memory", &alive, true),
-            store: Usage::of_resource("object_store_memory", &alive, true),
+            memory: Usage::of_samples(&alive, |s| (s.memory_used, s.memory_total)),
+            store: Usage::of_samples(&alive, |s| (s.store_used, s.store_capacity)),
             alive: alive.len(),
             dead: nodes.len() - alive.len(),
             nodes: nodes.iter().map(NodeView::new).collect(),
             actors_alive: actors.iter().filter(|a| a.state == "ALIVE").count(),
             jobs: jobs.iter().map(JobView::new).filter(|j| j.running).collect(),
+            runs: runs
+                .iter()
+                .filter(|r| !matches!(r["status"].as_str(), Some("FINISHED" | "ERRORED" | "ABORTED")))
+                .map(|r| {
+                    let text = |k: &str| r[k].as_str().unwrap_or("").to_string();
+                    (text("id"), text("name"), text("status"))
+                })
+                .collect(),
         }
     }
 }
