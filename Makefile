@@ -74,6 +74,7 @@ bench: release
 	$(PY) bench/data_bench.py
 	$(PY) bench/data_train_loop.py
 	$(PY) bench/jobs_bench.py
+	$(PY) bench/dashboard_bench.py
 
 clean:
 	cargo clean

@@ -124,3 +124,69 @@ async fn the_actors_table_shows_at_most_a_thousand_rows_and_says_how_many_matche
     let html = String::from_utf8(body).unwrap();
     assert!(html.contains("1 of 1 matching actors (10000 known)"));
 }
+
+#[tokio::test]
+async fn every_route_but_the_public_ones_needs_the_token() {
+    let config = HttpConfig {
+        token: TOKEN.into(),
+        session_name: "session_test".into(),
+        jobs: None,
+        cluster: Some(Arc::new(ManyActors(1))),
+        metrics_window_ms: 60_000,
+    };
+    let app = router(config).unwrap();
+    let paths = [
+        "/overview",
+        "/jobs",
+        "/jobs/x",
+        "/actors",
+        "/tasks",
+        "/train",
+        "/train/x",
+        "/datasets",
+        "/charts",
+        "/logs",
+        "/logs/view?node_id=ab&name=logs/x",
+        "/logs/worker?node_id=ab&pid=1",
+        "/profile?node_id=ab&pid=1",
+        "/ui/overview",
+        "/ui/jobs",
+        "/ui/actors",
+        "/ui/tasks",
+        "/ui/train",
+        "/ui/datasets",
+        "/ui/logs/tail",
+        "/ui/profile",
+        "/metrics",
+        "/api/prometheus/sd",
+        "/api/oxray/metrics",
+        "/api/oxray/profile",
+        "/api/oxray/train/runs/x",
+        "/api/train/v2/runs/v1",
+        "/api/data/datasets/01000000",
+        "/api/v0/nodes",
+        "/api/v0/actors",
+        "/api/v0/tasks",
+        "/api/v0/jobs",
+        "/api/v0/placement_groups",
+        "/api/v0/tasks/summarize",
+        "/api/v0/logs",
+        "/api/v0/logs/file",
+        "/api/version",
+    ];
+    for path in paths {
+        for (token, expected) in [(None, StatusCode::UNAUTHORIZED), (Some("wrong"), StatusCode::FORBIDDEN)] {
+            let mut request = Request::get(path);
+            if let Some(token) = token {
+                request = request.header("authorization", format!("Bearer {token}"));
+            }
+            let reply = app.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+            assert_eq!(reply.status(), expected, "{path} with token {token:?}");
+        }
+    }
+    // Public: the login page, static files, health.
+    for path in ["/", "/static/app.css", "/favicon.ico", "/api/healthz"] {
+        let reply = app.clone().oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(reply.status(), StatusCode::OK, "{path}");
+    }
+}

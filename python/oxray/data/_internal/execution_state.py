@@ -1,6 +1,6 @@
 """What a Data execution tells the head about itself, for the dashboard's
-Datasets page and Ray's `/api/data/datasets/{job_id}`: each operator's rows,
-bytes and blocks out, rows in, tasks and blocks in flight, rows/s, the
+Datasets page and Ray's `/api/data/datasets/{job_id}`: each operator's rows
+and bytes in and out, blocks out, tasks and blocks in flight, rows/s, the
 object-store bytes the execution holds (now and at most), and how long it has
 waited on its consumer. Sent at most twice a second while it runs; a failure to
 reach the head is never the dataset's failure."""
@@ -51,6 +51,7 @@ class ExecutionReporter:
                 {
                     "operator": name,
                     "rows_in": sum(figures[j][1] for j in inputs) if inputs else None,
+                    "bytes_in": sum(figures[j][2] for j in inputs) if inputs else None,
                     "rows_out": rows,
                     "bytes_out": size,
                     "blocks_out": blocks,
