@@ -356,6 +356,7 @@ class Client:
         placement_resources: dict[str, float] = ...,
         get_if_exists: bool = False,
         job_namespace: str = "",
+        parent_task_id: bytes = b"",
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are

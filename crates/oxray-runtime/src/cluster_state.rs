@@ -200,7 +200,7 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
             TaskKind::ActorTask => "ACTOR_TASK",
         },
         func_or_class_name,
-        parent_task_id: String::new(),
+        parent_task_id: hex::encode(&task.parent_task_id),
         node_id: Some(node_id.to_string()),
         worker_id: hex_or_none(&task.worker_id),
         worker_pid: (task.worker_pid != 0).then_some(task.worker_pid),

@@ -7,7 +7,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
-from oxray._private.state import STATE, current_job_id
+from oxray._private.state import STATE, current_job_id, current_task_id
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
 
 
@@ -90,6 +90,7 @@ class ActorClass:
             placement_resources=placement,
             get_if_exists=bool(options.get("get_if_exists", False)),
             job_namespace=STATE.namespace,
+            parent_task_id=current_task_id(),
         )
         del keep
         return ActorHandle(created.actor_id, self.__name__, self._methods)
@@ -154,6 +155,7 @@ class ActorHandle:
             method_name=method_name,
             nested_refs=nested,
             job_id=current_job_id(),
+            parent_task_id=current_task_id(),
         )
         del keep
         return returns_for(refs, num_returns)

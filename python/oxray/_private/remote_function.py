@@ -6,7 +6,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
-from oxray._private.state import STATE, current_job_id
+from oxray._private.state import STATE, current_job_id, current_task_id
 from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
 
 DEFAULT_TASK_RETRIES = 3
@@ -65,6 +65,7 @@ class RemoteFunction:
             nested_refs=nested,
             job_id=current_job_id(),
             job_namespace=STATE.namespace,
+            parent_task_id=current_task_id(),
         )
         del keep
         return returns_for(refs, num_returns)

@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
     logs.add_argument("--actor-id", help="print the log of this actor's worker")
     logs.add_argument("--submission-id", help="print this job's output")
     logs.add_argument("--tail", type=int, default=1000, help="the last N lines (-1: all; default 1000)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing what the log gains (Ctrl-C ends)")
     logs.add_argument("--address", help="the head's HTTP address (default: RAY_ADDRESS, else this host's cluster)")
 
 
@@ -88,8 +89,10 @@ def _logs(state, args) -> None:
             pid=args.pid,
             submission_id=args.submission_id,
             tail=args.tail,
+            follow=args.follow,
         ):
             sys.stdout.write(text)
+            sys.stdout.flush()
         return
     nodes = state.list_nodes(address=args.address, filters=[("state", "=", "ALIVE")])
     for node in nodes:
@@ -108,7 +111,10 @@ def run(args) -> None:
 
     try:
         if args.command == "logs":
-            _logs(state, args)
+            try:
+                _logs(state, args)
+            except KeyboardInterrupt:  # how a followed log ends
+                pass
         elif args.command == "list":
             filters = [parse_filter(f) for f in args.filter]
             lister = getattr(state, f"list_{args.resource.replace('-', '_')}")

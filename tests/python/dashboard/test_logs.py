@@ -1,7 +1,8 @@
 """Every node's session logs: Ray's `/api/v0/logs` listing and `/api/v0/logs/file`
-reading (by file, worker pid, actor id or job), through `oxray.util.state` and
-`oxray logs` (Ray's own `get_log` needs a GCS address, not an HTTP one, so it
-cannot point at an oxray head); names outside the log
+reading (by file, worker pid, actor id or job) and `/api/v0/logs/stream`
+following, through `oxray.util.state` and `oxray logs` (Ray's own `get_log`
+needs a GCS address, not an HTTP one, so it cannot point at an oxray head);
+names outside the log
 directories refused; and the Logs pages in Chromium (an actor's log reached
 from the actors table, its tail growing live, a search of its lines)."""
 
@@ -65,12 +66,21 @@ def test_logs_are_listed_and_read_by_file_pid_actor_and_job(head, monkeypatch):
     assert wait_until(lambda: client.get_job_status(job).is_terminal(), timeout=60)
     assert "job output here" in "".join(get_log(submission_id=job))
 
+    # Following: the last lines, then what the log gains.
+    followed = get_log(actor_id=actor_id, follow=True, tail=1)
+    assert "hello from the actor" in next(followed)
+    ray.get(talker.say.remote("said while followed"))
+    assert "said while followed" in next(followed)
+    followed.close()
+    with pytest.raises(Exception, match="oxray job logs --follow"):
+        next(get_log(submission_id=job, follow=True))
+
     url, token = head.dashboard_url, head.token
     for bad in ["../state/token", "secret", "/etc/passwd", "logs/../../x"]:
         status, body = http_call("GET", f"{url}/api/v0/logs/file?node_id={head_node}&filename={bad}", token=token)
         assert status == 404 and "not a log file of this node" in body, (bad, status, body)
-    status, body = http_call("GET", f"{url}/api/v0/logs/stream?node_id={head_node}&filename={name}", token=token)
-    assert status == 400 and "follow" in body
+    status, body = http_call("GET", f"{url}/api/v0/logs/tail?node_id={head_node}&filename={name}", token=token)
+    assert status == 400 and "expected file or stream" in body
     status, body = http_call("GET", f"{url}/api/v0/logs", token=token)
     assert status == 400 and "node id" in json.loads(body)["msg"]
     assert http_call("GET", f"{url}/api/v0/logs?node_id={head_node}")[0] == 401

@@ -33,6 +33,16 @@ def on_second_node():
 
 
 @ray.remote
+def outer():
+    return ray.get_runtime_context().get_task_id(), ray.get(inner.remote())
+
+
+@ray.remote
+def inner():
+    return ray.get_runtime_context().get_task_id()
+
+
+@ray.remote
 class Counter:
     def __init__(self):
         self.n = 0
@@ -142,6 +152,11 @@ def test_oxray_util_state_and_the_list_and_summary_commands(fresh_cluster):
     with pytest.warns(UserWarning, match="2 of 5 tasks are returned"):
         assert len(list_tasks(limit=2)) == 2
     assert summarize_tasks()["cluster"]["summary"]["square"]["state_counts"] == {"FINISHED": 3}
+    outer_id, inner_id = ray.get(outer.remote())
+    [nested] = list_tasks(filters=[("task_id", "=", inner_id)])
+    assert nested.parent_task_id == outer_id, "a nested task names the task that submitted it"
+    [top] = list_tasks(filters=[("task_id", "=", outer_id)])
+    assert top.parent_task_id and top.parent_task_id != outer_id, "the driver's own task id"
 
     cli = [sys.executable, "-m", "oxray.scripts.cli"]
     listed = subprocess.run(

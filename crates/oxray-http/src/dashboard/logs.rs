@@ -1,8 +1,8 @@
 //! Every node's session logs: the dashboard's Logs pages (files by node, a
 //! file's tail refreshed live, searching a file's lines) and Ray's
-//! `/api/v0/logs` (listing) and `/api/v0/logs/file` (a file, or a worker's by
-//! pid or actor id, or a job's by submission id), which `ray logs`,
-//! `ray.util.state.get_log` and `oxray logs` read.
+//! `/api/v0/logs` (listing) and `/api/v0/logs/{file,stream}` (a file, or a
+//! worker's by pid or actor id, or a job's by submission id; `stream` follows
+//! it), which `oxray logs` and `oxray.util.state.get_log` read.
 
 use super::views::short_id;
 use super::{Dashboard, ok};
@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 /// Bytes of a file's tail a page shows.
 const TAIL_BYTES: i64 = 64 * 1024;
+/// How often a followed log is read for what it gained.
+const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// Ray's default `lines`.
 const DEFAULT_LINES: usize = 1000;
 
@@ -146,17 +148,19 @@ async fn ray_get(
     axum::extract::Path(media_type): axum::extract::Path<String>,
     Query(q): Query<GetQuery>,
 ) -> Response {
-    if media_type != "file" {
-        return bad(format!(
-            "media type {media_type:?} is not supported: oxray serves whole files (`file`), not follow streams; \
-             the dashboard's Logs page follows a file live"
-        ));
-    }
+    let follow = match media_type.as_str() {
+        "file" => false,
+        "stream" => true,
+        other => return bad(format!("media type {other:?}: expected file or stream")),
+    };
     if q.task_id.is_some() {
         return bad("task_id is not supported: ask by actor_id, pid or filename".into());
     }
     let lines = q.lines.unwrap_or(DEFAULT_LINES as i64);
     if let Some(id) = q.submission_id.as_deref() {
+        if follow {
+            return bad(format!("follow a job's output with `oxray job logs --follow {id}` (the Jobs API's tail)"));
+        }
         let Some(jobs) = &dash.sources.jobs else { return bad("this server runs no jobs".into()) };
         return match jobs.logs(id) {
             Ok(text) => text_reply(last_lines(text.as_bytes(), lines).to_vec()),
@@ -184,10 +188,36 @@ async fn ray_get(
         },
         (None, None) => return bad("name a log: filename, pid, actor_id or submission_id".into()),
     };
-    match cluster.read_log(&node, &name, -(4 << 20), 4 << 20).await {
-        Ok(chunk) => text_reply(last_lines(&chunk.data, lines).to_vec()),
-        Err(e) => (StatusCode::NOT_FOUND, e).into_response(),
+    let chunk = match cluster.read_log(&node, &name, -(4 << 20), 4 << 20).await {
+        Ok(chunk) => chunk,
+        Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
+    };
+    let first = last_lines(&chunk.data, lines).to_vec();
+    if !follow {
+        return text_reply(first);
     }
+    // Ray's `stream`: the last lines, then what the file gains, until the client goes.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(16);
+    let cluster = cluster.clone();
+    let mut offset = chunk.offset + chunk.data.len() as u64;
+    tokio::spawn(async move {
+        if tx.send(Ok(first)).await.is_err() {
+            return;
+        }
+        loop {
+            tokio::select! {
+                () = tx.closed() => return,
+                () = tokio::time::sleep(FOLLOW_POLL) => {}
+            }
+            let Ok(more) = cluster.read_log(&node, &name, offset as i64, 4 << 20).await else { return };
+            offset = more.offset + more.data.len() as u64;
+            if !more.data.is_empty() && tx.send(Ok(more.data)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
 fn text_reply(body: Vec<u8>) -> Response {

@@ -88,7 +88,7 @@ pub struct TaskRow {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub func_or_class_name: String,
-    /// Empty: oxray does not record which task submitted a task yet.
+    /// The task (or driver) that submitted it, hex.
     pub parent_task_id: String,
     pub node_id: Option<String>,
     pub worker_id: Option<String>,

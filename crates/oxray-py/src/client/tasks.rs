@@ -25,7 +25,7 @@ impl Client {
         max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
         env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
-        placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new()))]
+        placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -54,6 +54,7 @@ impl Client {
         placement_resources: HashMap<String, f64>,
         get_if_exists: bool,
         job_namespace: String,
+        parent_task_id: Vec<u8>,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
@@ -90,6 +91,7 @@ impl Client {
             placement_resources,
             owner_id: self.inner.client_id.to_vec(),
             job_namespace,
+            parent_task_id,
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();

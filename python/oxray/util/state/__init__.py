@@ -252,9 +252,8 @@ def get_log(
     filter_ansi_code=False,
 ):
     """A log's last `tail` lines (-1: all), named by file and node, worker pid and node,
-    actor id, or job submission id. Yields the text (bytes with `encoding=None`)."""
-    if follow:
-        raise ValueError("get_log(follow=True) is not supported by oxray: the dashboard's Logs page follows a log")
+    actor id, or job submission id. Yields the text (bytes with `encoding=None`); with
+    `follow=True`, then what the log gains, until the caller stops."""
     if task_id is not None:
         raise ValueError("get_log(task_id=...) is not supported by oxray: ask by actor_id, pid or filename")
     import urllib.error
@@ -265,13 +264,21 @@ def get_log(
     params = {"node_id": node_id, "node_ip": node_ip, "filename": filename, "actor_id": actor_id, "pid": pid}
     params.update({"submission_id": submission_id, "lines": tail})
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    request = urllib.request.Request(f"{url}/api/v0/logs/file?{query}", headers=headers)
+    media = "stream" if follow else "file"
+    request = urllib.request.Request(f"{url}/api/v0/logs/{media}?{query}", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            data = reply.read()
+        # A followed log has no end: no timeout on reading it.
+        reply = urllib.request.urlopen(request, timeout=None if follow else timeout)
     except urllib.error.HTTPError as e:
         raise RayStateApiException(e.read().decode(errors="replace")) from None
-    yield data if encoding is None else data.decode(encoding, errors=errors)
+    with reply:
+        while True:
+            data = reply.read1(1 << 16) if follow else reply.read()
+            if not data:
+                return
+            yield data if encoding is None else data.decode(encoding, errors=errors)
+            if not follow:
+                return
 
 
 __all__ = [

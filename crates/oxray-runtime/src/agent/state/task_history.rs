@@ -119,6 +119,7 @@ fn record(task_id: &TaskId, entry: &TaskEntry, status: TaskStatus, worker: Optio
         resources: spec.resources.clone(),
         creation_time_ms: entry.created_ms,
         start_time_ms: entry.started_ms,
+        parent_task_id: spec.parent_task_id.clone(),
         ..Default::default()
     }
 }
