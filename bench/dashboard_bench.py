@@ -35,7 +35,7 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jobs_bench import OxrayHead, RayHead, run, wait_terminal  # noqa: E402
+from jobs_bench import OxrayHead, RayHead, run_sides, wait_terminal  # noqa: E402
 
 CHROMIUM = os.environ.get("OXRAY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -195,13 +195,7 @@ def main():
     if args.side:
         print(json.dumps(side(args.side, args.repeat)))
         return
-    results = {}
-    for framework in ("oxray", "ray") if args.framework == "both" else (args.framework,):
-        proc = run([sys.executable, __file__, "--side", framework, "--repeat", str(args.repeat)], os.environ, 1800)
-        if proc.returncode:
-            print(f"{framework}: failed\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
-            continue
-        results[framework] = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_sides(__file__, args.framework, args.repeat)
     if args.json:
         print(json.dumps(results, indent=2))
         return

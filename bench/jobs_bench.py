@@ -205,6 +205,19 @@ def _fmt(value) -> str:
     return f"{value:.3f}" if value is not None else "-"
 
 
+def run_sides(script: str, framework: str, repeat: int) -> dict:
+    """Runs `script --side oxray` and `--side ray` (or one), each in its own process so one's
+    imports and threads do not weigh on the other; their JSON results by side."""
+    results = {}
+    for side_name in ("oxray", "ray") if framework == "both" else (framework,):
+        proc = run([sys.executable, script, "--side", side_name, "--repeat", str(repeat)], os.environ, 1800)
+        if proc.returncode:
+            print(f"{side_name}: failed\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
+            continue
+        results[side_name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--framework", choices=("both", "oxray", "ray"), default="both")
@@ -215,14 +228,7 @@ def main():
     if args.side:
         print(json.dumps(side(args.side, args.repeat)))
         return
-    results = {}
-    for framework in ("oxray", "ray") if args.framework == "both" else (args.framework,):
-        # Each side in its own process, so one's imports and threads do not weigh on the other.
-        proc = run([sys.executable, __file__, "--side", framework, "--repeat", str(args.repeat)], os.environ, 1800)
-        if proc.returncode:
-            print(f"{framework}: failed\n{proc.stdout}\n{proc.stderr}", file=sys.stderr)
-            continue
-        results[framework] = json.loads(proc.stdout.strip().splitlines()[-1])
+    results = run_sides(__file__, args.framework, args.repeat)
     if args.json:
         print(json.dumps(results, indent=2))
         return

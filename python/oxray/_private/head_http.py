@@ -71,6 +71,14 @@ def endpoint(address: Optional[str], what: str) -> Tuple[str, dict]:
     return url, ({"Authorization": f"Bearer {token}"} if token else {})
 
 
+def auth_error(text: str) -> AuthenticationError:
+    """What a 401 or 403 from the head becomes, with the fix."""
+    return AuthenticationError(
+        f"Authentication required: {text}. Set OXRAY_TOKEN (or RAY_AUTH_TOKEN) to the cluster's token "
+        "(`oxray get-auth-token` prints it)"
+    )
+
+
 def get_json(url: str, headers: dict, path: str, params=(), timeout: float = 60):
     """GETs `path` (with `params`, a list of pairs) and returns the parsed body;
     401/403 raise `AuthenticationError`, another failure `RuntimeError` with the body."""
@@ -82,10 +90,7 @@ def get_json(url: str, headers: dict, path: str, params=(), timeout: float = 60)
     except urllib.error.HTTPError as e:
         text = e.read().decode(errors="replace")
         if e.code in (401, 403):
-            raise AuthenticationError(
-                f"Authentication required: {text}. Set OXRAY_TOKEN (or RAY_AUTH_TOKEN) to the cluster's token "
-                "(`oxray get-auth-token` prints it)"
-            ) from None
+            raise auth_error(text) from None
         try:
             message = json.loads(text).get("msg") or text
         except ValueError:

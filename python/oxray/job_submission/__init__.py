@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 from oxray._private import head_http
-from oxray.exceptions import AuthenticationError
 from oxray.job_submission import _package
 
 
@@ -117,10 +116,7 @@ class JobSubmissionClient:
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")
             if e.code in (401, 403):
-                raise AuthenticationError(
-                    f"Authentication required: {text}. Set OXRAY_TOKEN (or RAY_AUTH_TOKEN) to the cluster's token "
-                    "(`oxray get-auth-token` prints it)"
-                ) from None
+                raise head_http.auth_error(text) from None
             return e.code, text.encode()
         except urllib.error.URLError as e:
             raise ConnectionError(f"Failed to connect to the Jobs API at {self._address}: {e.reason}") from None
