@@ -92,8 +92,7 @@ def test_the_head_keeps_only_the_window_of_samples(fresh_cluster, monkeypatch):
     first = series()[0]["samples"][0]["time_ms"]
     assert wait_until(lambda: series()[0]["samples"][0]["time_ms"] > first + 2000, timeout=10)
     samples = series()[0]["samples"]
-    assert 1 <= len(samples) <= 4, len(samples)
-    assert samples[-1]["time_ms"] - samples[0]["time_ms"] <= 2000
+    assert samples and samples[-1]["time_ms"] - samples[0]["time_ms"] <= 2000, "older samples are dropped"
     newest = samples[-1]["time_ms"]
     _, body = http_call("GET", f"{url}/api/oxray/metrics?since_ms={newest}", token=token)
     assert all(s["time_ms"] > newest for s in json.loads(body)[0]["samples"])
