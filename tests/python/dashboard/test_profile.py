@@ -51,6 +51,11 @@ def test_a_busy_actors_stack_and_flame_graph_name_where_it_spins(head, browser, 
     svg = base64.b64decode(graph.get_attribute("src").split(",", 1)[1]).decode()
     assert "<svg" in svg and "spin_hot_loop" in svg
     page.screenshot(path=screenshots("profile"), full_page=True)
+    # A running task's worker is reached from the tasks table the same way.
+    page.goto(f"{head.dashboard_url}/tasks?state=RUNNING")
+    page.locator("#tasks tr", has_text="Busy.spin_hot_loop").locator("a.profile").click()
+    page.click("#take-stacks")
+    expect(page.locator("#stacks")).to_contain_text("spin_hot_loop", timeout=30_000)
     assert errors.seen == []
     ray.cancel(spinning, force=True)
 
