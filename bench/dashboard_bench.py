@@ -20,7 +20,6 @@ See bench/README.md ("Dashboard benchmark").
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import glob
 import json
@@ -35,7 +34,7 @@ import time
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from jobs_bench import OxrayHead, RayHead, run_sides, wait_terminal  # noqa: E402
+from jobs_bench import OxrayHead, RayHead, side_by_side, wait_terminal  # noqa: E402
 
 CHROMIUM = os.environ.get("OXRAY_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
@@ -186,18 +185,8 @@ ROWS = [
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--framework", choices=("both", "oxray", "ray"), default="both")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--side", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.side:
-        print(json.dumps(side(args.side, args.repeat)))
-        return
-    results = run_sides(__file__, args.framework, args.repeat)
-    if args.json:
-        print(json.dumps(results, indent=2))
+    results = side_by_side(__doc__, __file__, side)
+    if results is None:
         return
     print("| metric | unit | ray | oxray | oxray/ray |\n|---|---|---:|---:|---:|")
     for key, label, unit in ROWS:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 HELLO = "print('hello world')\n"
 
@@ -218,19 +219,29 @@ def run_sides(script: str, framework: str, repeat: int) -> dict:
     return results
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def side_by_side(doc: str, script: str, side_fn) -> Optional[dict]:
+    """The benchmarks' command line: `--side NAME` runs `side_fn(NAME, repeat)` and prints its JSON;
+    otherwise both sides (or `--framework`) run, each in its own process, and their results are
+    printed as JSON (`--json`, returning None) or returned for a table."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--framework", choices=("both", "oxray", "ray"), default="both")
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        print(json.dumps(side(args.side, args.repeat)))
-        return
-    results = run_sides(__file__, args.framework, args.repeat)
+        print(json.dumps(side_fn(args.side, args.repeat)))
+        return None
+    results = run_sides(script, args.framework, args.repeat)
     if args.json:
         print(json.dumps(results, indent=2))
+        return None
+    return results
+
+
+def main():
+    results = side_by_side(__doc__, __file__, side)
+    if results is None:
         return
     print("| metric | unit | ray | oxray | oxray/ray | goal (oxray) |\n|---|---|---:|---:|---:|---|")
     for key, label, unit, goal in ROWS:

@@ -62,14 +62,9 @@ fn unavailable(what: &str) -> Response {
     )
 }
 
-/// Ray's `ListApiResponse`: `total` rows at the source, of which the source
-/// sent `after_truncation`, `num_filtered` passing the filters, the first
-/// `limit` of them returned.
-fn list_reply(schema: &Schema, rows: Vec<Value>, total: usize, options: &ListOptions, warning: String) -> Response {
-    let after_truncation = rows.len();
-    let mut filtered = schema.filter(rows, options);
-    let num_filtered = filtered.len();
-    filtered.truncate(options.limit);
+/// Ray's `ListApiResponse` / `SummaryApiResponse` around `result`: `total` rows at
+/// the source, of which it sent `after_truncation`, `filtered` passing the filters.
+fn counted_reply(total: usize, after_truncation: usize, filtered: usize, result: Value, warning: &str) -> Response {
     let partial = if warning.is_empty() { Value::Null } else { json!(warning) };
     reply(
         StatusCode::OK,
@@ -77,12 +72,21 @@ fn list_reply(schema: &Schema, rows: Vec<Value>, total: usize, options: &ListOpt
         json!({
             "total": total,
             "num_after_truncation": after_truncation,
-            "num_filtered": num_filtered,
-            "result": filtered,
+            "num_filtered": filtered,
+            "result": result,
             "partial_failure_warning": partial,
             "warnings": Value::Null,
         }),
     )
+}
+
+/// The rows that pass the filters, the first `limit` of them.
+fn list_reply(schema: &Schema, rows: Vec<Value>, total: usize, options: &ListOptions, warning: String) -> Response {
+    let after_truncation = rows.len();
+    let mut filtered = schema.filter(rows, options);
+    let num_filtered = filtered.len();
+    filtered.truncate(options.limit);
+    counted_reply(total, after_truncation, num_filtered, Value::Array(filtered), &warning)
 }
 
 fn to_values<T: serde::Serialize>(rows: Vec<T>) -> Vec<Value> {
@@ -200,23 +204,12 @@ async fn summarize_tasks(State(sources): Sources, RawQuery(query): RawQuery) -> 
         let count = entry["state_counts"][&state].as_u64().unwrap_or(0) + 1;
         entry["state_counts"][state] = json!(count);
     }
-    let partial = if warning.is_empty() { Value::Null } else { json!(warning) };
-    reply(
-        StatusCode::OK,
-        "",
-        json!({
-            "total": total,
-            "num_after_truncation": after_truncation,
-            "num_filtered": rows.len(),
-            "result": {"node_id_to_summary": {"cluster": {
-                "summary": summary,
-                "total_tasks": total_tasks,
-                "total_actor_tasks": total_actor_tasks,
-                "total_actor_scheduled": total_actor_scheduled,
-                "summary_by": if by_name { "task_name" } else { "func_name" },
-            }}},
-            "partial_failure_warning": partial,
-            "warnings": Value::Null,
-        }),
-    )
+    let result = json!({"node_id_to_summary": {"cluster": {
+        "summary": summary,
+        "total_tasks": total_tasks,
+        "total_actor_tasks": total_actor_tasks,
+        "total_actor_scheduled": total_actor_scheduled,
+        "summary_by": if by_name { "task_name" } else { "func_name" },
+    }}});
+    counted_reply(total, after_truncation, rows.len(), result, &warning)
 }
