@@ -24,12 +24,15 @@ from oxray._private.options import TASK_OPTIONS as _TASK_OPTIONS
 from oxray._private.remote_function import RemoteFunction
 from oxray.runtime_context import get_runtime_context
 
+# Ray's older name for ObjectRef, still exported by Ray.
+ObjectID = ObjectRef
+
 
 def __getattr__(name):
-    # `ray.train`, `ray.util`, `ray.data`: subpackages load on first use, as attributes
+    # `ray.train`, `ray.util`, `ray.data`, `ray.types`: subpackages load on first use, as attributes
     # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
     # `import oxray as ray; ray.train.torch.TorchTrainer` works.
-    if name in ("train", "util", "data"):
+    if name in ("train", "util", "data", "types"):
         import importlib
 
         return importlib.import_module(f"oxray.{name}")
@@ -61,6 +64,7 @@ def remote(*args, **kwargs):
 __all__ = [
     "ActorClass",
     "ActorHandle",
+    "ObjectID",
     "ObjectRef",
     "available_resources",
     "cancel",

@@ -43,6 +43,17 @@ class ActorClass:
             f"Actors cannot be instantiated directly. Instead of '{self.__name__}()', use '{self.__name__}.remote()'."
         )
 
+    def __getattr__(self, name):
+        # The class's own attributes (constants, static and class methods), as on Ray's actor class,
+        # which derives from the user's class.
+        cls = self.__dict__.get("_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(f"actor class '{cls.__name__}' has no attribute '{name}'") from None
+
     def options(self, **options):
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "actor")})
 
@@ -125,6 +136,10 @@ class ActorHandle:
     def _from_info(cls, info):
         names = info.method_names or None
         return cls(info.actor_id, info.class_name, {n: {} for n in names} if names else None)
+
+    def __dir__(self):
+        # Its methods too, as in Ray (tab completion, `hasattr` checks by listing).
+        return sorted(set(super().__dir__()) | set(self.__dict__.get("_methods") or ()))
 
     def __getattr__(self, name):
         if name.startswith("_") and name != "__call__":

@@ -357,6 +357,8 @@ def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None, 
     if single:
         raise TypeError("wait() expects a list of ObjectRefs, got a single ObjectRef")
     _check_timeout(timeout)
+    if not refs:
+        return [], []  # as Ray: nothing to wait for, whatever num_returns says
     if not isinstance(num_returns, int) or isinstance(num_returns, bool) or num_returns < 1:
         raise ValueError(f"num_returns must be an integer >= 1, got {num_returns!r}")
     if num_returns > len(refs):

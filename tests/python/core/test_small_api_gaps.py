@@ -1,0 +1,49 @@
+"""Small pieces of Ray's public API, written the way Ray's own tests use them:
+`ray.wait([])`, `ray.ObjectID` and `ray.types`, `dir()` on an actor handle, and a
+class's attributes reached through its actor class."""
+
+import pytest
+
+import oxray as ray
+
+
+def test_wait_on_no_refs_returns_two_empty_lists(ray_cluster):
+    assert ray.wait([]) == ([], [])
+    assert ray.wait([], num_returns=3, timeout=0) == ([], [])
+
+
+def test_object_id_and_ray_types_name_object_ref(ray_cluster):
+    from oxray.types import ObjectRef
+
+    ref = ray.put(1)
+    assert ray.ObjectID is ray.ObjectRef is ObjectRef is ray.types.ObjectRef
+    assert isinstance(ref, ray.ObjectID)
+
+
+@ray.remote
+class Config:
+    LIMIT = 7
+    NAMES = ("a", "b")
+
+    @staticmethod
+    def double(x):
+        return 2 * x
+
+    def limit(self):
+        return self.LIMIT
+
+
+def test_dir_of_an_actor_handle_lists_its_methods(ray_cluster):
+    handle = Config.remote()
+    assert ray.get(handle.limit.remote()) == 7
+    names = dir(handle)
+    assert "limit" in names and "double" in names
+    assert names == sorted(names)
+
+
+def test_class_attributes_are_reached_through_the_actor_class(ray_cluster):
+    assert Config.LIMIT == 7
+    assert Config.NAMES == ("a", "b")
+    assert Config.double(4) == 8
+    with pytest.raises(AttributeError, match="actor class 'Config' has no attribute 'MISSING'"):
+        _ = Config.MISSING
