@@ -95,9 +95,14 @@ impl IntoResponse for Refusal {
 }
 
 pub(crate) fn check(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Refusal> {
+    check_token(&config.token, headers)
+}
+
+/// Whether `headers` carry `expected` (the head's server and each node's metrics server).
+pub(crate) fn check_token(expected: &str, headers: &HeaderMap) -> Result<(), Refusal> {
     match token_of(headers) {
         None => Err(Refusal::Missing),
-        Some(token) if constant_time_eq(token.as_bytes(), config.token.as_bytes()) => Ok(()),
+        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => Ok(()),
         Some(_) => Err(Refusal::Invalid),
     }
 }

@@ -7,7 +7,7 @@
 use crate::auth;
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -179,10 +179,9 @@ async fn node_metrics(State(node): State<NodeMetrics>) -> Response {
 }
 
 async fn require_token(State(node): State<NodeMetrics>, request: Request, next: Next) -> Response {
-    match auth::token_of(request.headers()) {
-        None => (StatusCode::UNAUTHORIZED, "Unauthorized: Missing authentication token").into_response(),
-        Some(token) if auth::constant_time_eq(token.as_bytes(), node.token.as_bytes()) => next.run(request).await,
-        Some(_) => (StatusCode::FORBIDDEN, "Forbidden: Invalid authentication token").into_response(),
+    match auth::check_token(&node.token, request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
     }
 }
 

@@ -3,6 +3,7 @@
 //! agent (`NodeStateService`), asked at once, each within a few seconds.
 
 use crate::head::Head;
+use crate::resources::{placement_group_of, without_group_names};
 use oxray_http::{
     ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,
     PlacementGroupRow, Profile, TaskListing, TaskRow,
@@ -13,7 +14,7 @@ use oxray_proto::{
     TaskStatus,
 };
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// How long a node agent gets to list its tasks.
@@ -38,16 +39,6 @@ impl std::fmt::Debug for HeadClusterState {
 
 fn hex_or_none(bytes: &[u8]) -> Option<String> {
     (!bytes.is_empty()).then(|| hex::encode(bytes))
-}
-
-/// The placement group a resource request names (`bundle_group_<pg>`), if any.
-fn placement_group_of(resources: &HashMap<String, f64>) -> Option<String> {
-    resources.keys().find_map(|k| k.strip_prefix("bundle_group_").filter(|rest| !rest.contains('_')).map(String::from))
-}
-
-/// What was asked for, without the placement group's own resource names.
-fn plain_resources(resources: &HashMap<String, f64>) -> BTreeMap<String, f64> {
-    resources.iter().filter(|(k, _)| !k.contains("_group_")).map(|(k, v)| (k.clone(), *v)).collect()
 }
 
 /// The HTTP crate's copy of a node's sample.
@@ -123,7 +114,7 @@ fn actor_row(actor: ActorInfo) -> ActorRow {
         node_id: hex_or_none(&actor.node_id),
         pid: (actor.pid != 0).then_some(actor.pid),
         ray_namespace: actor.namespace,
-        required_resources: plain_resources(&actor.resources),
+        required_resources: without_group_names(&actor.resources),
         death_cause,
         is_detached: actor.detached,
         placement_group_id: placement_group_of(&actor.resources),
@@ -206,7 +197,7 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
         worker_pid: (task.worker_pid != 0).then_some(task.worker_pid),
         error_type: (!task.error_type.is_empty()).then_some(task.error_type),
         language: "PYTHON",
-        required_resources: plain_resources(&task.resources),
+        required_resources: without_group_names(&task.resources),
         placement_group_id: placement_group_of(&task.resources),
         creation_time_ms: nonzero(task.creation_time_ms),
         start_time_ms: nonzero(task.start_time_ms),

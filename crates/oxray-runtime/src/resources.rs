@@ -152,6 +152,16 @@ pub fn hold_bundle(
     available.add(&group);
 }
 
+/// The placement group a request's resource names point into (`bundle_group_<pg>`), hex.
+pub fn placement_group_of(request: &std::collections::HashMap<String, f64>) -> Option<String> {
+    request.keys().find_map(|k| k.strip_prefix("bundle_group_").filter(|rest| !rest.contains('_')).map(String::from))
+}
+
+/// A request as its user wrote it: without the `*_group_*` names a placement group adds.
+pub fn without_group_names(request: &std::collections::HashMap<String, f64>) -> BTreeMap<String, f64> {
+    request.iter().filter(|(k, _)| !k.contains("_group_")).map(|(k, v)| (k.clone(), *v)).collect()
+}
+
 /// GPUs a request takes from this node's devices: plain `GPU` plus GPUs held
 /// through a placement group (counted once, by the any-bundle name).
 pub fn gpu_amount(request: &ResourceSet) -> f64 {

@@ -182,14 +182,8 @@ async fn actors_fragment(State(dash): State<Dashboard>, Query(search): Query<Sea
 
 async fn tasks_body(dash: &Dashboard, search: &Search) -> TasksBody {
     let Some(cluster) = &dash.sources.cluster else { return TasksBody::new(&[], 0, String::new(), search) };
-    let mut listing = cluster.tasks(crate::state::MAX_TASKS).await;
-    listing.tasks.sort_by_key(|t| std::cmp::Reverse(t.creation_time_ms));
-    let warning = if listing.unreachable.is_empty() {
-        String::new()
-    } else {
-        format!("Not answering: {}", listing.unreachable.join("; "))
-    };
-    TasksBody::new(&listing.tasks, listing.total, warning, search)
+    let (tasks, total, warning) = crate::state::newest_tasks(cluster.as_ref()).await;
+    TasksBody::new(&tasks, total, warning, search)
 }
 
 async fn tasks(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {

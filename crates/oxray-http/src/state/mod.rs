@@ -15,9 +15,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use query::{ListOptions, MAX_LIMIT, Schema};
-
-/// The most tasks the head asks all nodes for (Ray's `RAY_MAX_LIMIT_FROM_DATA_SOURCE`).
-pub(crate) const MAX_TASKS: usize = MAX_LIMIT;
 use rows::ClusterState;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -142,8 +139,8 @@ async fn jobs(State(sources): Sources, RawQuery(query): RawQuery, headers: Heade
 }
 
 /// Every node's tasks, newest first, at most Ray's `RAY_MAX_LIMIT_FROM_DATA_SOURCE`
-/// (10,000) in all; and how many the nodes have.
-async fn read_tasks(cluster: &dyn ClusterState) -> (Vec<Value>, usize, String) {
+/// (10,000) in all; how many the nodes have; and which nodes did not answer ("" if all did).
+pub(crate) async fn newest_tasks(cluster: &dyn ClusterState) -> (Vec<rows::TaskRow>, usize, String) {
     let listing = cluster.tasks(MAX_LIMIT).await;
     let mut rows = listing.tasks;
     rows.sort_by(|a, b| b.creation_time_ms.cmp(&a.creation_time_ms).then_with(|| a.task_id.cmp(&b.task_id)));
@@ -153,7 +150,12 @@ async fn read_tasks(cluster: &dyn ClusterState) -> (Vec<Value>, usize, String) {
     } else {
         format!("Some nodes did not answer, so their tasks are missing: {}", listing.unreachable.join("; "))
     };
-    (to_values(rows), listing.total, warning)
+    (rows, listing.total, warning)
+}
+
+async fn read_tasks(cluster: &dyn ClusterState) -> (Vec<Value>, usize, String) {
+    let (rows, total, warning) = newest_tasks(cluster).await;
+    (to_values(rows), total, warning)
 }
 
 async fn tasks(State(sources): Sources, RawQuery(query): RawQuery) -> Response {

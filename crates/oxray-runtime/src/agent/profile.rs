@@ -58,6 +58,11 @@ fn classify(pid: u32, output: String) -> ProfileError {
     }
 }
 
+/// What a failed py-spy run said, classified.
+fn failure(pid: u32, out: &std::process::Output) -> ProfileError {
+    classify(pid, format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
 /// `py-spy dump`: every thread's Python stack, as text.
 pub(crate) async fn dump(python: &str, pid: u32) -> Result<Vec<u8>, ProfileError> {
     let out = tokio::process::Command::new(py_spy(python)?)
@@ -66,11 +71,7 @@ pub(crate) async fn dump(python: &str, pid: u32) -> Result<Vec<u8>, ProfileError
         .output()
         .await
         .map_err(|e| ProfileError::Failed { pid, output: e.to_string() })?;
-    if out.status.success() {
-        Ok(out.stdout)
-    } else {
-        Err(classify(pid, format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))))
-    }
+    if out.status.success() { Ok(out.stdout) } else { Err(failure(pid, &out)) }
 }
 
 /// `py-spy record --format flamegraph` over `duration_s`: an SVG.
@@ -92,10 +93,7 @@ pub(crate) async fn flamegraph(python: &str, pid: u32, duration_s: u32) -> Resul
         .map_err(|_| ProfileError::Failed { pid, output: "py-spy did not finish in time".into() })?
         .map_err(|e| ProfileError::Failed { pid, output: e.to_string() })?;
     if !out.status.success() {
-        return Err(classify(
-            pid,
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
-        ));
+        return Err(failure(pid, &out));
     }
     std::fs::read(&svg).map_err(|e| ProfileError::Failed { pid, output: format!("no flame graph written: {e}") })
 }
