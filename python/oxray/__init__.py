@@ -1,6 +1,6 @@
 """oxray: Ray's API on a Rust engine. `import oxray as ray` and go."""
 
-from oxray import exceptions
+from oxray import actor, exceptions
 from oxray._native import __version__
 from oxray._private.actor import ActorClass, ActorHandle, method
 from oxray._private.api import (
@@ -18,6 +18,7 @@ from oxray._private.api import (
     shutdown,
     wait,
 )
+from oxray._private.ids import ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID
 from oxray._private.object_ref import ObjectRef
 from oxray._private.options import ACTOR_OPTIONS as _ACTOR_OPTIONS
 from oxray._private.options import TASK_OPTIONS as _TASK_OPTIONS
@@ -52,6 +53,11 @@ def remote(*args, **kwargs):
 
     if len(args) == 1 and not kwargs and callable(args[0]):
         return make(args[0], {})
+    if not args and not kwargs:
+        raise TypeError(
+            "The @remote decorator must be applied either with no parentheses, as '@remote', "
+            "or with some options, as '@remote(num_cpus=2)'"
+        )
     if args:
         raise TypeError("@remote takes either a function/class or only keyword options, e.g. @remote(num_cpus=2)")
     allowed = _TASK_OPTIONS | _ACTOR_OPTIONS
@@ -64,8 +70,15 @@ def remote(*args, **kwargs):
 __all__ = [
     "ActorClass",
     "ActorHandle",
+    "ActorID",
+    "JobID",
+    "NodeID",
     "ObjectID",
     "ObjectRef",
+    "PlacementGroupID",
+    "TaskID",
+    "WorkerID",
+    "actor",
     "available_resources",
     "cancel",
     "cluster_resources",

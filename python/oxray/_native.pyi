@@ -218,6 +218,21 @@ class Assignment:
     @property
     def cuda_visible_devices(self) -> str: ...
     @property
+    def resources(self) -> dict[str, float]:
+        """What the task (or an actor, at its creation) holds, as the agent names it."""
+    @property
+    def exit(self) -> bool:
+        """The agent retired this worker (its function's `max_calls` reached): it exits."""
+    @property
+    def capture_child_tasks(self) -> bool:
+        """Child tasks with no scheduling strategy go into this task's placement group."""
+    @property
+    def max_calls(self) -> int:
+        """A normal task: its worker exits after running the function this many times (0: never)."""
+    @property
+    def retry_exception_types(self) -> bytes:
+        """Pickled exception types that `retry_exceptions` retries (empty: all)."""
+    @property
     def functions_generation(self) -> int:
         """Bumped whenever the agent drops functions of ended jobs."""
     def __repr__(self) -> str: ...
@@ -357,16 +372,22 @@ class Client:
         get_if_exists: bool = False,
         job_namespace: str = "",
         parent_task_id: bytes = b"",
+        capture_child_tasks: bool = False,
+        max_calls: int = 0,
+        call_max_task_retries: int | None = None,
+        retry_exception_types: bytes = b"",
+        node_affinity: tuple[bytes, bool] | None = None,
+        spread: bool = False,
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
         (is_ref, object id or encoded value) pairs."""
     def register_function(self, function_id: bytes, data: bytes, job_id: bytes) -> None: ...
     def get_function(self, function_id: bytes) -> bytes: ...
-    def cancel(self, object_id: bytes, force: bool = False) -> None: ...
+    def cancel(self, object_id: bytes, force: bool = False, recursive: bool = True) -> None: ...
 
     # actors
-    def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> None: ...
+    def kill_actor(self, actor_id: bytes, no_restart: bool = True, cause: str = "") -> None: ...
     def get_named_actor(self, name: str, namespace: str) -> ActorInfo | None: ...
     def get_actor_info(self, actor_id: bytes) -> ActorInfo | None: ...
     def list_actors(self) -> list[ActorInfo]: ...
@@ -414,7 +435,11 @@ class Client:
         nested_refs: Sequence[bytes] = ...,
         method_names: Sequence[str] = ...,
         error_text: str = "",
-    ) -> None: ...
+        retire: bool = False,
+        not_retryable: bool = False,
+    ) -> None:
+        """Reports a finished task. `retire`: the worker reached `max_calls` and exits, so it
+        takes no other task; `not_retryable`: the error is not one `retry_exceptions` lists."""
 
 @final
 class Storage:

@@ -42,8 +42,10 @@ type Result<T> = std::result::Result<T, StorageError>;
 /// Data's readers and writers: the standard AWS variables (`AWS_ENDPOINT_URL`,
 /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, ...), plain HTTP
 /// allowed for an `http://` endpoint, `us-east-1` when no region is set, and
-/// bounded retries.
+/// bounded retries. pyarrow's S3 options in the URI's query override them, as
+/// Ray accepts them: `s3://bucket/key?region=...&endpoint_override=host:port&scheme=http`.
 pub fn object_store_for_uri(uri: &str) -> Result<(Arc<dyn ObjectStore>, String)> {
+    let (uri, query) = split_query(uri);
     let invalid = |reason: &str| StorageError::InvalidUri { uri: uri.to_string(), reason: reason.to_string() };
     let Some(rest) = uri.strip_prefix("s3://") else {
         return Err(invalid("expected s3://<bucket>/<key>"));
@@ -60,6 +62,9 @@ pub fn object_store_for_uri(uri: &str) -> Result<(Arc<dyn ObjectStore>, String)>
     if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() {
         builder = builder.with_region("us-east-1");
     }
+    if let Some(query) = query {
+        builder = with_query_options(builder, query).map_err(|reason| invalid(&reason))?;
+    }
     // Bounded retries: a dead endpoint fails in seconds, not minutes.
     let retry = object_store::RetryConfig {
         max_retries: 3,
@@ -72,6 +77,76 @@ pub fn object_store_for_uri(uri: &str) -> Result<(Arc<dyn ObjectStore>, String)>
     let store =
         builder.with_retry(retry).with_config(connect_timeout, "5s").build().map_err(|e| invalid(&e.to_string()))?;
     Ok((Arc::new(store), prefix.trim_matches('/').to_string()))
+}
+
+/// The URI without its `?query`, and the query.
+pub fn split_query(uri: &str) -> (&str, Option<&str>) {
+    match uri.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (uri, None),
+    }
+}
+
+/// The S3 options pyarrow takes in a URI's query (those Ray users pass).
+const QUERY_OPTIONS: &str = "region, endpoint_override, scheme, access_key, secret_key, session_token, anonymous";
+
+fn with_query_options(mut builder: AmazonS3Builder, query: &str) -> std::result::Result<AmazonS3Builder, String> {
+    let mut scheme = "https".to_string();
+    let mut endpoint = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, raw) = pair.split_once('=').unwrap_or((pair, ""));
+        let value =
+            percent_decode(raw).ok_or_else(|| format!("the query value {raw:?} of {key:?} is not valid UTF-8"))?;
+        builder = match key {
+            "region" => builder.with_region(value),
+            "endpoint_override" => {
+                endpoint = Some(value);
+                builder
+            }
+            "scheme" if value == "http" || value == "https" => {
+                scheme = value;
+                builder
+            }
+            "scheme" => return Err(format!("scheme={value:?} in the query: expected http or https")),
+            "access_key" => builder.with_access_key_id(value),
+            "secret_key" => builder.with_secret_access_key(value),
+            "session_token" => builder.with_token(value),
+            "anonymous" => builder.with_skip_signature(matches!(value.as_str(), "true" | "1" | "True")),
+            other => {
+                return Err(format!("unsupported S3 option {other:?} in the query: supported are {QUERY_OPTIONS}"));
+            }
+        };
+    }
+    if let Some(endpoint) = endpoint {
+        let url = if endpoint.contains("://") { endpoint } else { format!("{scheme}://{endpoint}") };
+        builder = builder.with_allow_http(url.starts_with("http://")).with_endpoint(url);
+    }
+    Ok(builder)
+}
+
+/// `%XX` escapes and `+` (a space) of a query value.
+fn percent_decode(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A storage root: `/abs/path`, `file:///abs/path` or `s3://bucket/prefix`.
@@ -92,7 +167,9 @@ impl Storage {
         let invalid = |reason: &str| StorageError::InvalidUri { uri: uri.to_string(), reason: reason.to_string() };
         if uri.starts_with("s3://") {
             let (store, prefix) = object_store_for_uri(uri)?;
-            return Ok(Storage::S3 { store, prefix, uri: uri.trim_end_matches('/').to_string() });
+            // Shown in paths and errors without its query, which may hold credentials.
+            let root = split_query(uri).0.trim_end_matches('/').to_string();
+            return Ok(Storage::S3 { store, prefix, uri: root });
         }
         let path = uri.strip_prefix("file://").unwrap_or(uri);
         if path.contains("://") {
@@ -350,6 +427,18 @@ fn local_files(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn s3_query_options_are_read_and_kept_out_of_the_root() {
+        let storage =
+            Storage::open("s3://bucket/runs?region=eu-west-1&endpoint_override=127.0.0.1%3A9000&scheme=http").unwrap();
+        assert_eq!(storage.uri(), "s3://bucket/runs");
+        let refused = Storage::open("s3://bucket/runs?allow_bucket_creation=true").err().unwrap().to_string();
+        assert!(refused.contains("allow_bucket_creation") && refused.contains("endpoint_override"), "{refused}");
+        let bad_scheme = Storage::open("s3://bucket/runs?scheme=ftp").err().unwrap().to_string();
+        assert!(bad_scheme.contains("scheme=\"ftp\""), "{bad_scheme}");
+        assert_eq!(percent_decode("a%2Fb+c").as_deref(), Some("a/b c"));
+    }
 
     #[tokio::test]
     async fn paths_that_leave_the_root_are_refused() {

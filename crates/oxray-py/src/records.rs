@@ -246,6 +246,17 @@ pub(crate) struct Assignment {
     /// The submitting job's namespace: where `get_actor(name)` looks.
     pub job_namespace: String,
     pub cuda_visible_devices: String,
+    /// What the task (or the actor, at its creation) holds while it runs, under the
+    /// names it asked for: `CPU_group_0_<pg>` in a placement group's bundle.
+    pub resources: HashMap<String, f64>,
+    /// Child tasks with no scheduling strategy go into this task's placement group.
+    pub capture_child_tasks: bool,
+    /// A normal task: its worker exits after running the function this many times (0: never).
+    pub max_calls: i32,
+    /// Pickled exception types that `retry_exceptions` retries (empty: all).
+    pub retry_exception_types: Vec<u8>,
+    /// The agent retired this worker (its function's `max_calls` reached): it exits.
+    pub exit: bool,
     /// Bumped whenever the agent drops functions: registrations made under an older one may be gone.
     pub functions_generation: u64,
 }

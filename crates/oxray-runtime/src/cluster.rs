@@ -145,6 +145,25 @@ pub fn detect_gpus() -> usize {
     std::fs::read_dir("/proc/driver/nvidia/gpus").map(|d| d.count()).unwrap_or(0)
 }
 
+/// The model of this host's first NVIDIA GPU under Ray's accelerator type name
+/// ("NVIDIA H100 80GB HBM3" is `H100`), from the driver's `/proc` files.
+pub fn detect_accelerator_type() -> Option<String> {
+    let gpus = std::fs::read_dir("/proc/driver/nvidia/gpus").ok()?;
+    let mut dirs: Vec<_> = gpus.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    let info = std::fs::read_to_string(dirs.first()?.join("information")).ok()?;
+    let model = info.lines().find_map(|l| l.strip_prefix("Model:"))?;
+    accelerator_type_of(model.trim())
+}
+
+/// Ray's rule: the word after the vendor, up to its first character that is not
+/// an upper-case letter or a digit ("Tesla V100-SXM2-16GB" is `V100`).
+pub fn accelerator_type_of(model: &str) -> Option<String> {
+    let word = model.split_whitespace().nth(1)?;
+    let name: String = word.chars().take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit()).collect();
+    (!name.is_empty()).then_some(name)
+}
+
 /// This process as `<pid>-<start ticks>`, the owner recorded on its arena and session.
 fn owner_tag() -> String {
     let pid = std::process::id();
@@ -252,6 +271,14 @@ fn build_resources(cfg: &ClusterConfig, ip: &str, is_head: bool) -> Result<(Reso
     set.set(&format!("node:{ip}"), 1.0).map_err(cfg_err)?;
     if is_head {
         set.set("node:__internal_head__", 1.0).map_err(cfg_err)?;
+    }
+    // Ray's: a node with GPUs advertises their model, so `accelerator_type=` requests can be met.
+    let declared = cfg.resources.keys().any(|k| k.starts_with("accelerator_type:"));
+    if gpus > 0
+        && !declared
+        && let Some(model) = detect_accelerator_type()
+    {
+        set.set(&format!("accelerator_type:{model}"), 1.0).map_err(cfg_err)?;
     }
     for (name, value) in &cfg.resources {
         if matches!(name.as_str(), "CPU" | "GPU") {
@@ -605,5 +632,14 @@ mod tests {
         assert!(!owner_alive(&format!("{}-1", u32::MAX)));
         assert!(owner_alive(&pid.to_string()));
         assert!(owner_alive("not-an-owner"), "names we did not write are left alone");
+    }
+
+    #[test]
+    fn gpu_models_get_rays_accelerator_type_names() {
+        assert_eq!(accelerator_type_of("NVIDIA H100 80GB HBM3").as_deref(), Some("H100"));
+        assert_eq!(accelerator_type_of("NVIDIA A100-SXM4-40GB").as_deref(), Some("A100"));
+        assert_eq!(accelerator_type_of("Tesla V100-SXM2-16GB").as_deref(), Some("V100"));
+        assert_eq!(accelerator_type_of("NVIDIA L4").as_deref(), Some("L4"));
+        assert_eq!(accelerator_type_of("NVIDIA"), None);
     }
 }

@@ -929,7 +929,7 @@ mod tests {
         let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
         let gone = head.get_named_actor(Request::new(lookup("on_head"))).await.unwrap().into_inner();
         assert!(!gone.found, "its name is free");
-        let dead = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], no_restart: false }));
+        let dead = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], ..Default::default() }));
         let dead = dead.await.unwrap().into_inner().actor.unwrap();
         assert_eq!(dead.state(), ActorState::Dead);
         assert!(dead.death_cause.contains("07070707") && dead.death_cause.contains("head"), "{}", dead.death_cause);
@@ -969,7 +969,7 @@ mod tests {
         assert_eq!(kept.actor.unwrap().state(), ActorState::Alive, "its node beat again");
         drop(head);
         let again = Head::persistent(&dir).unwrap();
-        let dead = again.get_actor(Request::new(ActorRequest { actor_id: vec![8; 16], no_restart: false }));
+        let dead = again.get_actor(Request::new(ActorRequest { actor_id: vec![8; 16], ..Default::default() }));
         let dead = dead.await.unwrap().into_inner().actor.unwrap();
         assert_eq!(dead.state(), ActorState::Dead, "recorded");
         assert!(dead.death_cause.contains("08080808"), "{}", dead.death_cause);
@@ -1112,7 +1112,7 @@ mod tests {
         update(1, ActorState::Alive).await.unwrap();
         update(2, ActorState::Dead).await.unwrap();
         update(3, ActorState::Dead).await.unwrap();
-        let kept = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], no_restart: false }));
+        let kept = head.get_actor(Request::new(ActorRequest { actor_id: vec![1; 16], ..Default::default() }));
         let kept = kept.await.unwrap().into_inner();
         assert!(kept.found, "the live actor was forgotten with the dead ones");
         assert_eq!(kept.actor.unwrap().state(), ActorState::Alive);

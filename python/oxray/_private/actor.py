@@ -8,7 +8,14 @@ import os
 from oxray._native import TaskKind
 from oxray._private import options as opts
 from oxray._private.state import STATE, current_job_id, current_task_id
-from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
+from oxray._private.submission import (
+    check_arguments,
+    encode_args,
+    function_id_for,
+    new_return_refs,
+    returns_for,
+    signature_of,
+)
 
 
 def method(**options):
@@ -22,7 +29,55 @@ def method(**options):
     return decorate
 
 
-def _public_methods(cls):
+# Methods every actor has (Ray's): `__ray_ready__` resolves once the actor is up,
+# `__ray_terminate__` ends it after the calls queued before it, and
+# `__ray_call__(fn, *args)` runs `fn(actor, *args)` in it.
+BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__ray_call__")
+
+
+# What callers of a reclaimed actor are told.
+RECLAIMED_CAUSE = "all references to the actor were removed"
+
+
+class ActorExitRequest(BaseException):
+    """Raised by `exit_actor()` (and `__ray_terminate__`) in an actor's worker, which
+    then ends the actor. Not an `Exception`, so user code's `except Exception` lets it by."""
+
+    def __init__(self, cause: str):
+        super().__init__(cause)
+        self.cause = cause
+
+
+def exit_actor():
+    """Ends the current actor on purpose: its `__ray_shutdown__` and atexit handlers
+    run, the call that asked gets `RayActorError`, and it is not restarted."""
+    from oxray._private.state import STATE
+
+    if STATE.mode != "worker" or not STATE.actor_id:
+        raise TypeError("exit_actor() can only be called inside an actor: use ray.kill(handle) to end one from outside")
+    raise ActorExitRequest("exit_actor() was called")
+
+
+def is_async_class(cls) -> bool:
+    """An async actor: one with `async def` methods, run on an event loop."""
+    return any(inspect.iscoroutinefunction(getattr(cls, n, None)) for n in dir(cls) if not n.startswith("__"))
+
+
+# Ray's default cap on the calls an async actor runs at once.
+ASYNC_DEFAULT_MAX_CONCURRENCY = 1000
+
+
+def method_signatures(cls) -> dict:
+    """Each public method's signature as its callers see it (no `self`), to check calls."""
+    out = {}
+    for name in public_methods(cls):
+        static = inspect.getattr_static(cls, name, None)
+        bound_already = isinstance(static, (staticmethod, classmethod))
+        out[name] = signature_of(getattr(cls, name), drop_first=not bound_already)
+    return out
+
+
+def public_methods(cls):
     names = {}
     for name, member in inspect.getmembers(cls):
         if callable(member) and (not name.startswith("__") or name == "__call__"):
@@ -34,7 +89,8 @@ class ActorClass:
     def __init__(self, cls, options: dict):
         self._cls = cls
         self._options = opts.validate(dict(options), "actor")
-        self._methods = _public_methods(cls)
+        self._methods = public_methods(cls)
+        self._signatures = None  # read on first use: most classes' are never needed
         self.__name__ = cls.__name__
         self.__doc__ = cls.__doc__
 
@@ -63,7 +119,11 @@ class ActorClass:
     def _remote(self, args, kwargs, options):
         from oxray._private.api import _client
 
+        if self._signatures is None:
+            self._signatures = {"__init__": signature_of(self._cls), **method_signatures(self._cls)}
+        check_arguments(self._signatures["__init__"], args, kwargs, self.__name__)
         client = _client()
+        options = opts.with_captured_placement(options)
         fid = function_id_for(client, self._cls, self)
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, self.__name__)
         holds = opts.resource_request(options, default_cpus=0)
@@ -94,7 +154,8 @@ class ActorClass:
             job_id=current_job_id(),
             max_restarts=options.get("max_restarts") or 0,
             max_task_retries=options.get("max_task_retries") or 0,
-            max_concurrency=options.get("max_concurrency") or 1,
+            max_concurrency=options.get("max_concurrency")
+            or (ASYNC_DEFAULT_MAX_CONCURRENCY if is_async_class(self._cls) else 1),
             actor_name=options.get("name") or "",
             namespace=namespace,
             detached=options.get("lifetime") == "detached",
@@ -102,9 +163,16 @@ class ActorClass:
             get_if_exists=bool(options.get("get_if_exists", False)),
             job_namespace=STATE.namespace,
             parent_task_id=current_task_id(),
+            capture_child_tasks=opts.captures_child_tasks(options),
+            **opts.strategy_fields(options),
         )
         del keep
-        return ActorHandle(created.actor_id, self.__name__, self._methods)
+        handle = ActorHandle(created.actor_id, self.__name__, self._methods, self._signatures)
+        # Reclaimed when this handle is gone, unless something else may still reach the actor by
+        # name, by lifetime, or through a copy of the handle (see `ActorHandle.__del__`).
+        reachable_otherwise = created.existing or options.get("name") or options.get("lifetime") == "detached"
+        handle._reclaim_epoch = None if reachable_otherwise else STATE.epoch
+        return handle
 
 
 class ActorMethod:
@@ -127,10 +195,25 @@ class ActorMethod:
 
 
 class ActorHandle:
-    def __init__(self, actor_id: bytes, class_name: str, methods: dict | None):
+    def __init__(self, actor_id: bytes, class_name: str, methods: dict | None, signatures: dict | None = None):
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
+        # Where known (the creator's handle), calls are checked against them; not pickled.
+        self._signatures = signatures or {}
+        # The creator's handle of an unnamed, non-detached actor: the session it was made in. Its end
+        # ends the actor gracefully (`__ray_terminate__` after the calls already made), as Ray reclaims
+        # an actor whose handles are all gone. Never set on copies; cleared once the handle is pickled
+        # (a copy elsewhere may still use the actor) or the actor is killed.
+        self._reclaim_epoch = None
+
+    def __del__(self):
+        try:
+            epoch = self.__dict__.get("_reclaim_epoch")
+            if epoch is not None and epoch == STATE.epoch and STATE.client is not None:
+                self._call("__ray_terminate__", (RECLAIMED_CAUSE,), {}, {"num_returns": 0})
+        except Exception:  # noqa: BLE001 - never raise from a finalizer (e.g. at exit)
+            pass
 
     @classmethod
     def _from_info(cls, info):
@@ -142,6 +225,8 @@ class ActorHandle:
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_methods") or ()))
 
     def __getattr__(self, name):
+        if name in BUILTIN_METHODS:
+            return ActorMethod(self, name, {})
         if name.startswith("_") and name != "__call__":
             raise AttributeError(name)
         methods = self.__dict__.get("_methods")
@@ -152,14 +237,17 @@ class ActorHandle:
     def _call(self, method_name, args, kwargs, options):
         from oxray._private.api import _client
 
+        check_arguments(self._signatures.get(method_name), args, kwargs, f"{self._class_name}.{method_name}")
         client = _client()
-        name = f"{self._class_name}.{method_name}"
+        name = options.get("name") or f"{self._class_name}.{method_name}"
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
         num_returns = options.get("num_returns", 1)
-        return_ids, refs = new_return_refs(num_returns)
+        task_id = os.urandom(16)
+        return_ids, refs = new_return_refs(num_returns, task_id)
+        retry_exceptions, retry_types = opts.retry_policy(options)
         client.submit(
             kind=TaskKind.ACTOR_TASK,
-            task_id=os.urandom(16),
+            task_id=task_id,
             function_id=b"",
             name=name,
             args=encoded,
@@ -168,6 +256,9 @@ class ActorHandle:
             resources={},
             actor_id=self._actor_id,
             method_name=method_name,
+            call_max_task_retries=options.get("max_task_retries"),
+            retry_exceptions=retry_exceptions,
+            retry_exception_types=retry_types,
             nested_refs=nested,
             job_id=current_job_id(),
             parent_task_id=current_task_id(),
@@ -176,6 +267,7 @@ class ActorHandle:
         return returns_for(refs, num_returns)
 
     def __reduce__(self):
+        self._reclaim_epoch = None  # a copy may outlive this handle: the actor is no longer reclaimed
         return (ActorHandle, (self._actor_id, self._class_name, self._methods))
 
     def __repr__(self):

@@ -82,19 +82,13 @@ def init(
             "Maybe you called oxray.init twice by accident? This error can be suppressed by passing "
             "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
         )
-    unknown = set(kwargs) - {
-        "labels",
-        "local_mode",
-        "dashboard_host",
-        "dashboard_port",
-        "job_config",
-        "configure_logging",
-        "log_to_driver",
-        "_system_config",
-        "_temp_dir",
-    }
+    _refuse_unsupported_init_options(kwargs)
+    unknown = set(kwargs) - {"dashboard_host", "dashboard_port", "configure_logging", "_temp_dir"}
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {sorted(unknown)}")
+    if not isinstance(log_to_driver, bool):
+        raise TypeError(f"init(log_to_driver={log_to_driver!r}): expected True or False")
+    level = _logging_level(logging_level)
     for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("object_store_memory", object_store_memory)):
         _check_count(name, value)
     if num_gpus is not None and int(num_gpus) != num_gpus:
@@ -216,11 +210,61 @@ def init(
     STATE.job_env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if submitted else {}
     STATE.functions.clear()
     STATE.registered.clear()
+    if kwargs.get("configure_logging", True):
+        # Ray's: the level of the library's own logger ("oxray", and "ray" for code that logs under it).
+        import logging
+
+        for name in ("oxray", "ray"):
+            logging.getLogger(name).setLevel(level)
     if log_to_driver:
         # The embedded agent prints its workers' output itself; other nodes' comes over the network.
         client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
     atexit.register(shutdown)
     return RayContext(STATE.address_info)
+
+
+# Ray's init() options oxray does not have, each refused by name rather than ignored.
+_UNSUPPORTED_INIT_OPTIONS = {
+    "labels": "node labels are not supported yet",
+    "local_mode": "local mode is deprecated in Ray and not supported: tasks always run in worker processes",
+    "job_config": "JobConfig is not supported: pass runtime_env= and namespace= to init() instead",
+    "_system_config": "Ray's internal system config has no meaning here: oxray is configured by OXRAY_* "
+    "environment variables and `oxray start` flags",
+    "logging_format": "the log format is not configurable yet",
+    "logging_config": "LoggingConfig is not supported yet",
+    "enable_resource_isolation": "resource isolation (cgroups) is not supported",
+    "system_reserved_cpu": "resource isolation (cgroups) is not supported",
+    "system_reserved_memory": "resource isolation (cgroups) is not supported",
+    "_node_ip_address": "pass the address to `oxray start --node-ip-address` instead",
+    "_plasma_directory": "the object store always lives in /dev/shm",
+    "_object_spilling_directory": "spilled objects go to the session directory",
+    "_redis_password": "there is no Redis: the cluster token authenticates",
+    "_metrics_export_port": "use `oxray start --metrics-export-port` instead",
+    "_node_name": "node names are not supported",
+    "_enable_object_reconstruction": "lineage reconstruction is not supported",
+}
+
+
+def _refuse_unsupported_init_options(kwargs: dict) -> None:
+    for name, why in _UNSUPPORTED_INIT_OPTIONS.items():
+        value = kwargs.get(name)
+        # Ray's defaults (off, empty) are accepted: they ask for nothing.
+        if name in kwargs and value not in (None, False, {}, [], ""):
+            raise NotImplementedError(f"init({name}={value!r}) is not supported by oxray: {why}")
+        kwargs.pop(name, None)
+
+
+def _logging_level(level) -> int:
+    """Ray's `logging_level`: a `logging` level number or name; INFO when not given."""
+    import logging
+
+    if level is None:
+        return logging.INFO
+    if isinstance(level, str) and isinstance(logging.getLevelName(level.upper()), int):
+        return logging.getLevelName(level.upper())
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    raise ValueError(f"init(logging_level={level!r}): expected a logging level such as logging.INFO or 'debug'")
 
 
 def _dashboard_request(include_dashboard, kwargs, embedded: bool):
@@ -344,8 +388,10 @@ def put(value, *, _owner=None) -> ObjectRef:
 
 
 def put_serialized(client, data, buffers, nested) -> ObjectRef:
+    from oxray._private.state import current_task_id
+
     object_id = os.urandom(16)
-    ref = ObjectRef(object_id)
+    ref = ObjectRef(object_id, current_task_id())
     prepared = client.prepare(object_id, data, buffers, serialization.FLAG_VALUE)
     client.seal(prepared, nested)
     return ref
@@ -372,10 +418,13 @@ def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None, 
 
 
 def cancel(object_ref, *, force: bool = False, recursive: bool = True) -> None:
-    """Cancels the task that produces `object_ref`; `get` then raises TaskCancelledError."""
+    """Cancels the task that produces `object_ref`; `get` then raises TaskCancelledError.
+    `recursive` (the default) also cancels the tasks it submitted, and theirs."""
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
-    _client().cancel(object_ref._id, force)
+    if not isinstance(force, bool) or not isinstance(recursive, bool):
+        raise TypeError(f"cancel(force={force!r}, recursive={recursive!r}): expected True or False for each")
+    _client().cancel(object_ref._id, force, recursive)
 
 
 def kill(actor, *, no_restart: bool = True) -> None:
@@ -384,6 +433,8 @@ def kill(actor, *, no_restart: bool = True) -> None:
 
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+    if no_restart:
+        actor._reclaim_epoch = None  # dead already: nothing to reclaim
     _client().kill_actor(actor._actor_id, no_restart)
 
 

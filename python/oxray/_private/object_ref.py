@@ -7,12 +7,14 @@ from oxray._private.state import STATE
 
 
 class ObjectRef:
-    __slots__ = ("_id", "_epoch", "__weakref__")
+    __slots__ = ("_id", "_task_id", "_epoch", "__weakref__")
 
-    def __init__(self, object_id: bytes):
+    def __init__(self, object_id: bytes, task_id: bytes | None = None):
         if not isinstance(object_id, bytes) or len(object_id) != 16:
             raise ValueError(f"ObjectRef needs a 16-byte id, got {object_id!r}")
         self._id = object_id
+        # The task that makes the object (for put(), the task or driver that called it).
+        self._task_id = task_id
         self._epoch = STATE.epoch
         client = STATE.client
         if client is not None:
@@ -33,7 +35,11 @@ class ObjectRef:
         return self._id.hex()
 
     def task_id(self):
-        return None
+        """The id of the task that creates this object (Ray's `ObjectRef.task_id()`);
+        nil for a ref built from bare bytes."""
+        from oxray._private.ids import TaskID
+
+        return TaskID(self._task_id) if self._task_id else TaskID.nil()
 
     def __eq__(self, other):
         return isinstance(other, ObjectRef) and other._id == self._id
@@ -46,7 +52,7 @@ class ObjectRef:
 
     def __reduce__(self):
         serialization.note_nested_ref(self._id)
-        return (ObjectRef, (self._id,))
+        return (ObjectRef, (self._id, self._task_id))
 
     def future(self):
         import concurrent.futures

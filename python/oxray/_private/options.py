@@ -55,6 +55,18 @@ def _int_at_least(name, v, low):
         raise ValueError(f"The option {name!r} must be an integer >= {low}, got {v!r}")
 
 
+# Ray's options that oxray accepts by name but does not have yet: set to anything
+# but Ray's default, each is refused with why, never silently ignored.
+UNSUPPORTED_OPTIONS = {
+    "label_selector": "node labels are not supported yet",
+    "concurrency_groups": "concurrency groups are not supported yet: use max_concurrency",
+    "concurrency_group": "concurrency groups are not supported yet",
+    "max_pending_calls": "a cap on an actor's pending calls is not supported yet",
+    "object_store_memory": "a per-task or per-actor object store quota is not enforced yet",
+    "_metadata": "Ray's internal task metadata is not supported",
+}
+
+
 def validate(options: dict, kind: str) -> dict:
     """Checks names and values; `kind` is "task", "actor" or "method"."""
     allowed = {"task": TASK_OPTIONS, "actor": ACTOR_OPTIONS, "method": METHOD_OPTIONS}[kind]
@@ -62,7 +74,10 @@ def validate(options: dict, kind: str) -> dict:
     for key in options:
         if key not in allowed:
             raise ValueError(f"Invalid option keyword {key!r} for {what}. Valid ones are {sorted(allowed)}.")
-    for key in ("num_cpus", "num_gpus", "memory", "object_store_memory"):
+    for key, why in UNSUPPORTED_OPTIONS.items():
+        if options.get(key) not in (None, {}, -1 if key == "max_pending_calls" else None):
+            raise NotImplementedError(f"The option {key}={options[key]!r} is not supported by oxray: {why}")
+    for key in ("num_cpus", "num_gpus", "memory"):
         if options.get(key) is not None:
             _nonneg_number(key, options[key])
     resources = options.get("resources")
@@ -74,6 +89,8 @@ def validate(options: dict, kind: str) -> dict:
                 raise TypeError(f"Resource names must be strings, got {name!r}")
             if name in ("CPU", "GPU"):
                 raise ValueError(f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}")
+            if name == "bundle":
+                raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
     if options.get("num_returns") is not None and options["num_returns"] != "dynamic":
         _int_at_least("num_returns", options["num_returns"], 0)
@@ -93,14 +110,34 @@ def validate(options: dict, kind: str) -> dict:
         raise ValueError(f"The option 'lifetime' must be 'detached' or 'non_detached', got {options['lifetime']!r}")
     if options.get("get_if_exists") is not None and not isinstance(options["get_if_exists"], bool):
         raise TypeError(f"The option 'get_if_exists' must be a bool, got {options['get_if_exists']!r}")
-    if options.get("retry_exceptions") is not None and not isinstance(options["retry_exceptions"], (bool, list)):
-        raise TypeError(f"The option 'retry_exceptions' must be a bool, got {options['retry_exceptions']!r}")
+    retry = options.get("retry_exceptions")
+    if retry is not None and not (
+        isinstance(retry, bool)
+        or (isinstance(retry, list) and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry))
+    ):
+        raise TypeError(f"The option 'retry_exceptions' must be a bool or a list of exception types, got {retry!r}")
     validate_runtime_env(options.get("runtime_env"))
     strategy = options.get("scheduling_strategy")
     if strategy is not None and not (isinstance(strategy, str) and strategy in ("DEFAULT", "SPREAD")):
-        if not hasattr(strategy, "placement_group") and not hasattr(strategy, "node_id"):
-            raise ValueError(f"Unsupported scheduling_strategy {strategy!r}: expected 'DEFAULT' or 'SPREAD'")
+        from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+
+        if not isinstance(strategy, (NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy)):
+            raise ValueError(
+                f"Unsupported scheduling_strategy {strategy!r}: expected 'DEFAULT', 'SPREAD', "
+                "a PlacementGroupSchedulingStrategy or a NodeAffinitySchedulingStrategy"
+            )
     return options
+
+
+def strategy_fields(options: dict) -> dict:
+    """The task spec's fields for Ray's `SPREAD` and node-affinity strategies."""
+    strategy = options.get("scheduling_strategy")
+    if strategy == "SPREAD":
+        return {"spread": True}
+    node_id = getattr(strategy, "node_id", None)
+    if node_id is not None:
+        return {"node_affinity": (bytes.fromhex(node_id), strategy.soft)}
+    return {}
 
 
 class WithOptions:
@@ -123,6 +160,13 @@ def validate_runtime_env(env):
         return
     if not isinstance(env, dict):
         raise TypeError(f"runtime_env must be a dict, got {env!r}")
+    for key in env:
+        if key != "env_vars":
+            raise NotImplementedError(
+                f"runtime_env key {key!r} is not supported for tasks, actors or init() yet: only 'env_vars' is. "
+                "A job's runtime_env (`oxray job submit`, JobSubmissionClient) supports working_dir, py_modules "
+                "and pip."
+            )
     env_vars = env.get("env_vars")
     if env_vars is not None:
         if not isinstance(env_vars, dict) or not all(
@@ -170,6 +214,71 @@ def in_placement_group(request: dict, options: dict) -> dict:
     if index >= 0:
         out[f"bundle_group_{index}_{pg_hex}"] = 0.001
     return out
+
+
+def _group_parts(name: str):
+    """(base, bundle index or None, group hex) of a name `in_placement_group` made, else None."""
+    base, sep, rest = name.partition("_group_")
+    if not sep:
+        return None
+    index, sep, pg_hex = rest.partition("_")
+    if sep and index.isdigit():
+        return base, int(index), pg_hex
+    return base, None, rest
+
+
+def requested_names(resources) -> dict:
+    """What a task holds under the names it asked for: `in_placement_group`'s renames
+    undone (`CPU_group_<pg>` back to `CPU`), its markers and `accelerator_type:` left out."""
+    out = {}
+    for name, qty in dict(resources).items():
+        parts = _group_parts(name)
+        if parts is None:
+            if not name.startswith("accelerator_type:"):
+                out[name] = qty
+        elif parts[1] is None and parts[0] != "bundle":
+            out[parts[0]] = qty
+    return out
+
+
+def placement_group_hex(resources) -> str | None:
+    """The placement group a task's resources were drawn from, if any."""
+    for name in resources:
+        parts = _group_parts(name)
+        if parts is not None and parts[0] == "bundle":
+            return parts[2]
+    return None
+
+
+def retry_policy(options: dict) -> tuple:
+    """(retry_exceptions flag, pickled exception types or b"") for a task spec: a
+    list retries only those types (the worker checks what was raised)."""
+    retry = options.get("retry_exceptions") or False
+    if isinstance(retry, list):
+        import cloudpickle
+
+        return (True, cloudpickle.dumps(tuple(retry))) if retry else (False, b"")
+    return bool(retry), b""
+
+
+def with_captured_placement(options: dict) -> dict:
+    """Ray's `placement_group_capture_child_tasks`: inside a task or actor placed with
+    it, work submitted with no scheduling strategy goes into the same group (any bundle)."""
+    from oxray._private.state import CURRENT
+
+    if options.get("scheduling_strategy") is not None or not CURRENT.capture_child_tasks:
+        return options
+    from oxray.util.placement_group import get_current_placement_group
+    from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = get_current_placement_group()
+    if pg is None:
+        return options
+    return {**options, "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, -1, True)}
+
+
+def captures_child_tasks(options: dict) -> bool:
+    return bool(getattr(options.get("scheduling_strategy"), "placement_group_capture_child_tasks", False))
 
 
 def env_vars(options: dict) -> dict:

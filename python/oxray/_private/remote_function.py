@@ -7,7 +7,14 @@ import os
 from oxray._native import TaskKind
 from oxray._private import options as opts
 from oxray._private.state import STATE, current_job_id, current_task_id
-from oxray._private.submission import encode_args, function_id_for, new_return_refs, returns_for
+from oxray._private.submission import (
+    check_arguments,
+    encode_args,
+    function_id_for,
+    new_return_refs,
+    returns_for,
+    signature_of,
+)
 
 DEFAULT_TASK_RETRIES = 3
 
@@ -20,6 +27,7 @@ class RemoteFunction:
         self.__doc__ = function.__doc__
         self.__name__ = getattr(function, "__name__", "task")
         self.__wrapped__ = function
+        self._signature = signature_of(function)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -36,15 +44,23 @@ class RemoteFunction:
     def _remote(self, args, kwargs, options):
         from oxray._private.api import _client
 
+        check_arguments(self._signature, args, kwargs, self._name)
         client = _client()
+        options = opts.with_captured_placement(options)
         fid = function_id_for(client, self._function, self)
         num_returns = options.get("num_returns", 1)
         if num_returns == "dynamic":
             raise ValueError("num_returns='dynamic' is not supported; return a list of ObjectRefs instead")
         name = options.get("name") or self._name
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
-        return_ids, refs = new_return_refs(num_returns)
+        task_id = os.urandom(16)
+        return_ids, refs = new_return_refs(num_returns, task_id)
         max_retries = options.get("max_retries")
+        retry_exceptions, retry_types = opts.retry_policy(options)
+        max_calls = options.get("max_calls")
+        if max_calls is None:
+            # Ray's default: a GPU task's worker exits after it, so the GPU memory it took is freed.
+            max_calls = 1 if options.get("num_gpus") else 0
         env = {
             **STATE.job_env_vars,
             **opts.env_vars({"runtime_env": STATE.runtime_env}),
@@ -52,7 +68,7 @@ class RemoteFunction:
         }
         client.submit(
             kind=TaskKind.NORMAL,
-            task_id=os.urandom(16),
+            task_id=task_id,
             function_id=fid,
             name=name,
             args=encoded,
@@ -60,7 +76,11 @@ class RemoteFunction:
             return_ids=return_ids,
             resources=opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),
             max_retries=DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
-            retry_exceptions=bool(options.get("retry_exceptions", False)),
+            retry_exceptions=retry_exceptions,
+            retry_exception_types=retry_types,
+            max_calls=max_calls,
+            capture_child_tasks=opts.captures_child_tasks(options),
+            **opts.strategy_fields(options),
             env_vars=env,
             nested_refs=nested,
             job_id=current_job_id(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -30,34 +31,64 @@ class ProcessState:
     # working_dir, py_modules and pip virtualenv, which the Jobs server set up).
     job_env_vars: dict = field(default_factory=dict)
     address_info: dict = field(default_factory=dict)
+    # In an actor's worker: the handle of the actor it runs (the runtime context's).
+    current_actor: Any = None
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 STATE = ProcessState()
 
 
-class _ThreadTask(threading.local):
-    """The task running on this thread (actors with max_concurrency run several).
-    Class defaults make a lookup on a thread with no task cheap: submissions read
-    the job on every call, and a missing attribute costs a raised AttributeError."""
+class _ContextField:
+    """One attribute of `CURRENT`, kept in a context variable: each thread has its
+    own, and so has each asyncio task (an async actor runs many calls on one thread)."""
 
-    task_id: Optional[bytes] = None
-    job_id: Optional[bytes] = None
-    cuda_visible_devices: str = ""
+    def __init__(self, name: str, default):
+        self._var = contextvars.ContextVar(f"oxray_current_{name}", default=default)
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else self._var.get()
+
+    def __set__(self, obj, value):
+        self._var.set(value)
 
 
-CURRENT = _ThreadTask()
+class _CurrentTask:
+    """The task running in this thread or asyncio task (actors with max_concurrency
+    run several at once)."""
+
+    __slots__ = ()
+    task_id = _ContextField("task_id", None)
+    job_id = _ContextField("job_id", None)
+    cuda_visible_devices = _ContextField("cuda_visible_devices", "")
+    # The task's display name and its function's qualified name (the runtime context's).
+    task_name = _ContextField("task_name", None)
+    function_name = _ContextField("function_name", None)
+    # Work it submits with no scheduling strategy goes into its placement group.
+    capture_child_tasks = _ContextField("capture_child_tasks", False)
+    # What the task holds, as the agent names it (`CPU_group_0_<pg>` in a placement group).
+    resources = _ContextField("resources", None)
+
+    def fields(self) -> dict:
+        return {name: getattr(self, name) for name, v in vars(type(self)).items() if isinstance(v, _ContextField)}
+
+    def restore(self, fields: dict) -> None:
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+
+CURRENT = _CurrentTask()
 
 
 def current_task_id() -> bytes:
-    return getattr(CURRENT, "task_id", None) or STATE.driver_task_id
+    return CURRENT.task_id or STATE.driver_task_id
 
 
 def current_job_id() -> bytes:
     """The job of the task running on this thread (a worker), else the driver's:
     work submitted from a task belongs to its job and ends with its driver."""
-    return getattr(CURRENT, "job_id", None) or STATE.job_id
+    return CURRENT.job_id or STATE.job_id
 
 
 def current_gpu_ids() -> str:
-    return getattr(CURRENT, "cuda_visible_devices", "")
+    return CURRENT.cuda_visible_devices

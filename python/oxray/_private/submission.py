@@ -4,6 +4,7 @@ arguments encoded (large ones put in the object store), refs for the returns."""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 
 import cloudpickle
@@ -31,6 +32,7 @@ def function_id_for(client, obj, cache_owner) -> bytes:
         data = cloudpickle.dumps(obj, protocol=5)
     except Exception as e:  # noqa: BLE001
         raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
+    _check_pickled_size(obj, len(data))
     fid = hashlib.blake2b(data, digest_size=16).digest()
     client.register_function(fid, data, job_id)
     key = (STATE.epoch, STATE.functions_generation)
@@ -68,9 +70,58 @@ def encode_args(client, args, kwargs, name):
     return encoded, list(kwargs), nested_all, keep
 
 
-def new_return_refs(num_returns: int):
+# Ray's limits on a pickled function or class: past the first a warning, past the
+# second an error (it is usually a large array captured from the enclosing scope).
+FUNCTION_SIZE_WARN_THRESHOLD = 25 * 1024 * 1024
+FUNCTION_SIZE_ERROR_THRESHOLD = 95 * 1024 * 1024
+
+
+def _check_pickled_size(obj, size: int) -> None:
+    name = getattr(obj, "__qualname__", repr(obj))
+    what = "class" if inspect.isclass(obj) else "function"
+    advice = (
+        "Check that its definition is not implicitly capturing a large array or other object in scope: "
+        "put() it and pass the ObjectRef instead"
+    )
+    if size > FUNCTION_SIZE_ERROR_THRESHOLD:
+        raise ValueError(
+            f"The remote {what} {name} is too large ({size // (1 << 20)} MiB > "
+            f"FUNCTION_SIZE_ERROR_THRESHOLD={FUNCTION_SIZE_ERROR_THRESHOLD // (1 << 20)} MiB). {advice}."
+        )
+    if size > FUNCTION_SIZE_WARN_THRESHOLD:
+        import warnings
+
+        warnings.warn(
+            f"The remote {what} {name} is very large ({size // (1 << 20)} MiB). {advice}.", UserWarning, stacklevel=4
+        )
+
+
+def signature_of(target, drop_first: bool = False):
+    """The signature `.remote()` calls are checked against (as Ray does at call time),
+    or None when Python cannot read one (some builtins)."""
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
+    if drop_first:
+        params = list(signature.parameters.values())[1:]
+        signature = signature.replace(parameters=params)
+    return signature
+
+
+def check_arguments(signature, args, kwargs, name: str) -> None:
+    """Raises the TypeError a direct call would, before anything is submitted."""
+    if signature is None:
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{name}.remote(): {e}") from None
+
+
+def new_return_refs(num_returns: int, task_id: bytes):
     ids = [os.urandom(16) for _ in range(num_returns)]
-    return ids, [ObjectRef(i) for i in ids]
+    return ids, [ObjectRef(i, task_id) for i in ids]
 
 
 def returns_for(refs, num_returns):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import importlib
+import inspect
 import os
 import signal
 import socket
 import sys
+import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +19,7 @@ import cloudpickle
 from oxray import _native, exceptions
 from oxray._native import TaskKind
 from oxray._private import serialization
+from oxray._private.actor import RECLAIMED_CAUSE, ActorExitRequest, ActorHandle, is_async_class, public_methods
 from oxray._private.state import CURRENT, STATE
 
 
@@ -78,8 +83,15 @@ class Worker:
         self.actor = None
         self.pool = None
         self.ip = socket.gethostbyname("localhost")
-        # GPUs are assigned when an actor is created and hold for all its calls.
+        # GPUs and resources are assigned when an actor is created and hold for all its calls.
         self.actor_gpus = ""
+        self.actor_resources = {}
+        self.actor_captures_children = False
+        # Calls of each function with `max_calls` this worker has run.
+        self.calls = {}
+        self.actor_function_prefix = ""
+        # An async actor's event loop, on a thread of its own: every call runs there.
+        self.event_loop = None
         # The modules imported before the running task (refreshed only when the count
         # changed), to clean up after a cancel that cuts an import short.
         self.modules_before = set(sys.modules)
@@ -95,10 +107,18 @@ class Worker:
         kind = a.kind
         if kind == TaskKind.ACTOR_CREATION:
             self.actor_gpus = a.cuda_visible_devices
+            self.actor_resources = dict(a.resources)
+            self.actor_captures_children = a.capture_child_tasks
         # An actor's calls run on the GPUs it was created with.
         gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
+        CURRENT.task_name = a.name
+        CURRENT.resources = self.actor_resources if kind == TaskKind.ACTOR_TASK else dict(a.resources)
+        CURRENT.capture_child_tasks = (
+            self.actor_captures_children if kind == TaskKind.ACTOR_TASK else a.capture_child_tasks
+        )
+        CURRENT.function_name = f"{self.actor_function_prefix}.{a.method_name}" if kind == TaskKind.ACTOR_TASK else None
         STATE.functions_generation = a.functions_generation
         if kind != TaskKind.ACTOR_TASK:
             # `get_actor(name)` and the runtime context look in the job's namespace
@@ -109,7 +129,10 @@ class Worker:
             self.modules_before = set(sys.modules)
         saved_env = {}
         env = dict(a.env_vars)
-        env["CUDA_VISIBLE_DEVICES"] = gpus
+        if not _truthy(env.get(_NOSET_CUDA, os.environ.get(_NOSET_CUDA))):
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+        if kind != TaskKind.ACTOR_TASK and "OMP_NUM_THREADS" not in env and not _USER_OMP_NUM_THREADS:
+            env["OMP_NUM_THREADS"] = _omp_threads(a.resources)
         if kind != TaskKind.ACTOR_CREATION:
             for k, v in env.items():
                 saved_env[k] = os.environ.get(k)
@@ -135,23 +158,33 @@ class Worker:
             positional = args[: len(args) - n_kw]
             if kind == TaskKind.NORMAL:
                 fn = self.load(a.function_id)
+                CURRENT.function_name = _qualified_name(fn)
                 with _UserCode():
                     result = fn(*positional, **kwargs)
             elif kind == TaskKind.ACTOR_CREATION:
                 cls = self.load(a.function_id)
                 STATE.actor_id = a.actor_id
+                self.actor_function_prefix = _qualified_name(cls)
+                CURRENT.function_name = f"{self.actor_function_prefix}.__init__"
                 with _UserCode():
                     self.actor = cls(*positional, **kwargs)
                 method_names = [
                     n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")
                 ]
+                STATE.current_actor = ActorHandle(a.actor_id, cls.__name__, public_methods(cls))
+                if is_async_class(cls):
+                    self.event_loop = asyncio.new_event_loop()
+                    threading.Thread(target=self.event_loop.run_forever, name="oxray-actor-loop", daemon=True).start()
                 if a.max_concurrency > 1:
+                    # An async actor's calls wait here on its loop, where they run.
                     self.pool = ThreadPoolExecutor(max_workers=a.max_concurrency)
                 result = None
             else:
-                result = getattr(self.actor, a.method_name)(*positional, **kwargs)
+                result = self.call_method(a.method_name, positional, kwargs)
             prepared, nested = self.prepare_returns(returns_ids, result, name)
-            self.client.task_done(a.task_id, prepared, False, nested, method_names)
+            self.client.task_done(a.task_id, prepared, False, nested, method_names, retire=self.retires_after(a))
+        except ActorExitRequest as e:
+            self.exit_actor(e.cause)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
             if kind != TaskKind.ACTOR_TASK:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
@@ -172,6 +205,63 @@ class Worker:
                 else:
                     os.environ[k] = v
             CURRENT.task_id = None
+
+    def call_method(self, method_name, args, kwargs):
+        """An actor call: a method of the user's class, or one of Ray's built-in ones."""
+        if method_name == "__ray_ready__":
+            return True
+        if method_name == "__ray_terminate__":
+            # The creator's handle sends its reclamation as one too, with that cause.
+            raise ActorExitRequest(args[0] if args == (RECLAIMED_CAUSE,) else "__ray_terminate__ was called")
+        if method_name == "__ray_call__":
+            fn, *rest = args
+            return self.on_actor_thread(lambda: fn(self.actor, *rest, **kwargs))
+        method = getattr(self.actor, method_name)
+        return self.on_actor_thread(lambda: method(*args, **kwargs))
+
+    def on_actor_thread(self, call):
+        """Runs `call` here, or for an async actor on its event loop (awaiting what it
+        returns), with this task's context: ids, name and resources."""
+        if self.event_loop is None:
+            return call()
+        fields = CURRENT.fields()
+
+        async def in_loop():
+            CURRENT.restore(fields)
+            result = call()
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(in_loop(), self.event_loop).result()
+
+    def exit_actor(self, cause: str):
+        """Ends this actor on purpose (`exit_actor()`, `__ray_terminate__`): its
+        `__ray_shutdown__` and atexit handlers run, then the agent marks it dead for
+        good (no restart), failing its queued calls with the cause, and the process ends."""
+        shutdown = getattr(self.actor, "__ray_shutdown__", None)
+        if callable(shutdown):
+            try:
+                self.on_actor_thread(shutdown)
+            except BaseException as e:  # noqa: BLE001 - the actor still ends
+                print(f"(oxray) __ray_shutdown__ raised: {e!r}", file=sys.stderr)
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        class_name = STATE.current_actor._class_name if STATE.current_actor is not None else "actor"
+        try:
+            self.client.kill_actor(STATE.actor_id, True, f"The actor {class_name} exited on purpose: {cause}")
+        finally:
+            os._exit(0)
+
+    def retires_after(self, a) -> bool:
+        """Whether this call reaches its function's `max_calls` here: the worker then
+        exits (the agent sends it no other task), freeing what the function held."""
+        if a.kind != TaskKind.NORMAL or a.max_calls <= 0:
+            return False
+        count = self.calls.get(a.function_id, 0) + 1
+        self.calls[a.function_id] = count
+        return count >= a.max_calls
 
     def forget_half_imported(self):
         """A cancel (KeyboardInterrupt) that cut an import short leaves the package's
@@ -216,7 +306,10 @@ class Worker:
         if not return_ids:
             prepared = []
         text = getattr(error, "traceback_str", "") or str(e)
-        self.client.task_done(a.task_id, prepared, True, [], [], text)
+        retryable = not a.retry_exception_types or isinstance(e, cloudpickle.loads(a.retry_exception_types))
+        self.client.task_done(
+            a.task_id, prepared, True, [], [], text, retire=self.retires_after(a), not_retryable=not retryable
+        )
 
     def loop(self):
         preload = _preload_names()
@@ -227,6 +320,8 @@ class Worker:
                 continue  # a cancel that arrived between tasks
             except _native.OxrayRpcError:
                 return  # the agent is gone
+            if a is not None and a.exit:
+                return  # retired: its function's max_calls reached
             if a is None:
                 if preload:
                     _preload(preload)
@@ -241,6 +336,28 @@ class Worker:
                     continue
                 except _native.OxrayRpcError:
                     return  # the agent is gone
+
+
+# Ray's: set, the workers leave CUDA_VISIBLE_DEVICES as it is (get_gpu_ids() still names the GPUs given).
+_NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+# An OMP_NUM_THREADS the node's environment already sets wins, as in Ray.
+_USER_OMP_NUM_THREADS = "OMP_NUM_THREADS" in os.environ
+
+
+def _truthy(value) -> bool:
+    return str(value or "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _omp_threads(resources) -> str:
+    """Ray's OMP_NUM_THREADS for a task or actor: its whole CPUs, at least 1, so
+    numeric libraries do not each start a thread per core of the machine."""
+    from oxray._private.options import requested_names
+
+    return str(max(1, int(requested_names(resources).get("CPU", 1))))
+
+
+def _qualified_name(obj) -> str:
+    return f"{getattr(obj, '__module__', None) or '__main__'}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
 # Modules a worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so

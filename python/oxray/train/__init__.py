@@ -2,9 +2,18 @@
 
 from oxray.train._checkpoint import Checkpoint
 from oxray.train._internal.data_config import DataConfig
-from oxray.train._internal.session import CheckpointUploadMode, get_checkpoint, get_context, get_dataset_shard, report
+from oxray.train._internal.session import (
+    CheckpointUploadMode,
+    ReportedCheckpoint,
+    get_all_reported_checkpoints,
+    get_checkpoint,
+    get_context,
+    get_dataset_shard,
+    report,
+)
 from oxray.train._internal.trainer import DataParallelTrainer
 from oxray.train._result import Result
+from oxray.train.backend import BackendConfig
 from oxray.train.callback import UserCallback
 from oxray.train.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from oxray.train.exceptions import ControllerError, TrainingFailedError, WorkerGroupError
@@ -21,6 +30,7 @@ def __getattr__(name):
 
 
 __all__ = [
+    "BackendConfig",
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointUploadMode",
@@ -28,12 +38,14 @@ __all__ = [
     "DataConfig",
     "DataParallelTrainer",
     "FailureConfig",
+    "ReportedCheckpoint",
     "Result",
     "RunConfig",
     "ScalingConfig",
     "TrainingFailedError",
     "UserCallback",
     "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

@@ -9,7 +9,13 @@ import shutil
 import tempfile
 from typing import Iterator, Optional
 
-from oxray.train._internal.storage import is_remote, open_storage
+from oxray.train._internal.storage import (
+    is_remote,
+    open_storage,
+    options_for,
+    pyarrow_filesystem,
+    resolve,
+)
 
 _METADATA_FILE = ".metadata.json"
 
@@ -19,13 +25,16 @@ class Checkpoint:
     path or an `s3://bucket/key` URI."""
 
     def __init__(self, path, filesystem=None):
-        if filesystem is not None:
-            raise ValueError("Checkpoint(filesystem=...) is not supported; pass a local path or an s3:// URI")
-        path = os.fspath(path)
+        path = resolve(path, filesystem, "Checkpoint(filesystem=...)")
         if path.startswith("file://"):
             path = path[len("file://") :]
         self.path = path if is_remote(path) else os.path.abspath(path)
-        self.filesystem = None
+        self._storage_options = options_for(self.path)
+
+    @property
+    def filesystem(self):
+        """The pyarrow filesystem the checkpoint is on (Ray's)."""
+        return pyarrow_filesystem(self.path)
 
     @classmethod
     def from_directory(cls, path) -> "Checkpoint":
@@ -95,4 +104,6 @@ class Checkpoint:
         return f"Checkpoint(filesystem={fs}, path={self.path})"
 
     def __reduce__(self):
-        return (Checkpoint, (self.path,))
+        # Its S3 options travel with it, as a ?query (a worker may not have seen its run's storage).
+        query = self._storage_options
+        return (Checkpoint, (f"{self.path}?{query}" if query else self.path,))

@@ -28,7 +28,10 @@ class Result:
 
     @property
     def filesystem(self):
-        return None
+        """The pyarrow filesystem the run's directory is on (Ray's)."""
+        from oxray.train._internal.storage import pyarrow_filesystem
+
+        return pyarrow_filesystem(self.path)
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
         if mode not in ("max", "min"):
@@ -40,9 +43,16 @@ class Result:
         return pick(scored, key=lambda t: t[0])[1]
 
     @classmethod
-    def from_path(cls, path: str) -> "Result":
-        """The result of a finished run, read from its directory (local or s3://)."""
-        from oxray.train._internal.storage import SNAPSHOT_FILE, join, open_storage
+    def from_path(cls, path, storage_filesystem=None) -> "Result":
+        """The result of a finished run, read from its directory: a local path or an s3:// URI
+        (str or PathLike; S3 options as a ?query), or a path on `storage_filesystem` (pyarrow)."""
+        import os
+
+        from oxray.train._internal.storage import SNAPSHOT_FILE, join, open_storage, resolve
+
+        path = resolve(path, storage_filesystem, "Result.from_path(storage_filesystem=...)")
+        if "://" not in path:
+            path = os.path.abspath(path)
 
         raw = open_storage(path).read_bytes(SNAPSHOT_FILE)
         if raw is None:

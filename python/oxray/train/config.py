@@ -104,6 +104,15 @@ class FailureConfig:
             )
         if self.fail_fast is not None:
             raise DeprecationWarning("FailureConfig(fail_fast=...) is deprecated in Ray Train v2 and not supported")
+        # Ray's defaults (-1: no separate limit) ask for nothing; anything else is refused, not ignored.
+        for name, why in (
+            ("controller_failure_limit", "the Train controller runs in the driver and is not restarted"),
+            ("max_preemption_failures", "preemptions are counted as ordinary failures (max_failures)"),
+        ):
+            if getattr(self, name) != -1:
+                raise NotImplementedError(
+                    f"FailureConfig({name}={getattr(self, name)!r}) is not supported by oxray: {why}"
+                )
 
 
 @dataclass
@@ -161,20 +170,23 @@ class RunConfig:
                 raise ValueError(f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2")
         if self.logging_config is not None:
             raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
-        if self.storage_filesystem is not None:
-            raise ValueError(
-                "RunConfig(storage_filesystem=...) is not supported; pass a path or an s3:// URI as storage_path"
-            )
         if self.name is None:
             self.name = "ray_train_run-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
         from oxray.train._internal.storage import check_name
 
         check_name("RunConfig(name=...)", self.name)
         if self.storage_path is None:
+            if self.storage_filesystem is not None:
+                raise ValueError("RunConfig(storage_filesystem=...) needs storage_path: the run's root on it")
             self.storage_path = os.path.expanduser("~/ray_results")
         if not isinstance(self.storage_path, (str, os.PathLike)):
             raise ValueError(f"RunConfig(storage_path={self.storage_path!r}): expected a local path or an s3:// URI")
-        self.storage_path = os.fspath(self.storage_path)
+        from oxray.train._internal.storage import options_for, resolve
+
+        # S3 options (a pyarrow S3FileSystem's, or a ?query) stay with the root, registered for every
+        # open here, and passed to the workers.
+        self.storage_path = resolve(self.storage_path, self.storage_filesystem, "RunConfig(storage_filesystem=...)")
+        self._storage_options = options_for(self.storage_path)
         if "://" not in self.storage_path:
             self.storage_path = os.path.abspath(os.path.expanduser(self.storage_path))
         self.failure_config = self.failure_config or FailureConfig()

@@ -6,27 +6,9 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Optional
 
+from oxray._private.ids import PlacementGroupID
+
 VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-
-
-class PlacementGroupID:
-    def __init__(self, binary: bytes):
-        self._binary = binary
-
-    def binary(self) -> bytes:
-        return self._binary
-
-    def hex(self) -> str:
-        return self._binary.hex()
-
-    def __eq__(self, other):
-        return isinstance(other, PlacementGroupID) and other._binary == self._binary
-
-    def __hash__(self):
-        return hash(self._binary)
-
-    def __repr__(self):
-        return f"PlacementGroupID({self.hex()})"
 
 
 class PlacementGroup:
@@ -139,6 +121,13 @@ def placement_group(
     """Reserves `bundles` with `strategy`; the group may stay pending until the
     cluster has room (see `ready()` / `wait()`)."""
     clean = _validate_bundles(bundles)
+    if bundle_label_selector:
+        raise NotImplementedError(
+            f"placement_group(bundle_label_selector={bundle_label_selector!r}) is not supported by oxray: "
+            "node labels are not supported yet"
+        )
+    if _soft_target_node_id is not None:
+        raise NotImplementedError("placement_group(_soft_target_node_id=...) is not supported by oxray")
     if strategy not in VALID_STRATEGIES:
         raise ValueError(
             f"Invalid placement group strategy {strategy!r}: expected one of {', '.join(VALID_STRATEGIES)}"
@@ -192,4 +181,17 @@ def placement_group_table(placement_group: Optional[PlacementGroup] = None) -> d
 
 
 def get_current_placement_group() -> Optional[PlacementGroup]:
-    return None
+    """The placement group the calling task or actor runs in; None outside one (and in a driver)."""
+    from oxray._private.options import placement_group_hex
+    from oxray._private.state import CURRENT, STATE
+
+    if STATE.mode != "worker":
+        return None
+    pg_hex = placement_group_hex(CURRENT.resources or {})
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_hex))) if pg_hex else None
+
+
+def _captures_child_tasks() -> bool:
+    from oxray._private.state import CURRENT
+
+    return bool(CURRENT.capture_child_tasks)

@@ -468,3 +468,27 @@ def test_status_shows_the_object_store_in_use(local_cluster):
     assert wait_until(lambda: store_used_gib(local_cluster.status()) >= 0.15, timeout=30), local_cluster.status()
     del held
     assert wait_until(lambda: store_used_gib(local_cluster.status()) < 0.01, timeout=30), local_cluster.status()
+
+
+def test_node_affinity_pins_work_to_a_node(three_nodes):
+    from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    b = three_nodes.node_with("node_b")["node_id"]
+    on_b = NodeAffinitySchedulingStrategy(node_id=b, soft=False)
+    assert ray.get([where.options(scheduling_strategy=on_b).remote() for _ in range(3)]) == [b] * 3
+    actor = Where.options(scheduling_strategy=on_b).remote()
+    assert ray.get(actor.call.remote())[1] == b
+    # A node that is not in the cluster: hard affinity fails with the node named, soft runs anywhere.
+    gone = "ab" * (len(b) // 2)
+    with pytest.raises(ray.exceptions.TaskUnschedulableError, match=f"{gone}.*not a live node"):
+        ray.get(where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(gone, soft=False)).remote())
+    soft = NodeAffinitySchedulingStrategy(gone, soft=True)
+    assert ray.get(where.options(scheduling_strategy=soft).remote()) in {n["NodeID"] for n in ray.nodes()}
+    with pytest.raises(ValueError, match="node_id='not-hex'"):
+        NodeAffinitySchedulingStrategy("not-hex", soft=False)
+
+
+def test_spread_places_tasks_over_every_node(three_nodes):
+    # Small tasks that would all fit on the first node: SPREAD still uses all three.
+    nodes = ray.get([where.options(num_cpus=0.1, scheduling_strategy="SPREAD").remote() for _ in range(6)])
+    assert set(nodes) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}

@@ -10,11 +10,13 @@ use pyo3::prelude::*;
 
 #[pymethods]
 impl Client {
-    #[pyo3(signature = (actor_id, no_restart=true))]
-    fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool) -> PyResult<()> {
+    /// Kills an actor's process at once; `cause` (an actor ending itself) is what
+    /// its callers are told instead of "killed by ray.kill()", and rules out a restart.
+    #[pyo3(signature = (actor_id, no_restart=true, cause=String::new()))]
+    fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool, cause: String) -> PyResult<()> {
         self.flush(py)?;
         let mut agent = self.inner.driver();
-        py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart })))
+        py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart, cause })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }
@@ -34,7 +36,7 @@ impl Client {
         self.flush(py)?;
         let mut agent = self.inner.driver();
         let reply = py
-            .detach(|| runtime().block_on(agent.get_actor_info(ActorRequest { actor_id, no_restart: false })))
+            .detach(|| runtime().block_on(agent.get_actor_info(ActorRequest { actor_id, ..Default::default() })))
             .map_err(|s| rpc_err(s.into()))?
             .into_inner();
         Ok(reply.actor.filter(|_| reply.found).map(ActorInfo::from))

@@ -25,7 +25,9 @@ impl Client {
         max_retries=0, retry_exceptions=false, actor_id=None, method_name=String::new(),
         env_vars=HashMap::new(), nested_refs=Vec::new(), job_id=Vec::new(), max_restarts=0, max_task_retries=0,
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
-        placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new()))]
+        placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new(),
+        capture_child_tasks=false, max_calls=0, call_max_task_retries=None, retry_exception_types=Vec::new(),
+        node_affinity=None, spread=false))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -55,6 +57,12 @@ impl Client {
         get_if_exists: bool,
         job_namespace: String,
         parent_task_id: Vec<u8>,
+        capture_child_tasks: bool,
+        max_calls: i32,
+        call_max_task_retries: Option<i32>,
+        retry_exception_types: Vec<u8>,
+        node_affinity: Option<(Vec<u8>, bool)>,
+        spread: bool,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
@@ -92,6 +100,12 @@ impl Client {
             owner_id: self.inner.client_id.to_vec(),
             job_namespace,
             parent_task_id,
+            capture_child_tasks,
+            max_calls,
+            call_max_task_retries,
+            retry_exception_types,
+            node_affinity: node_affinity.map(|(node_id, soft)| proto::NodeAffinity { node_id, soft }),
+            spread,
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();
@@ -129,11 +143,11 @@ impl Client {
         Ok(PyBytes::new(py, &blob.into_inner().data))
     }
 
-    #[pyo3(signature = (object_id, force=false))]
-    fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool) -> PyResult<()> {
+    #[pyo3(signature = (object_id, force=false, recursive=true))]
+    fn cancel(&self, py: Python<'_>, object_id: Vec<u8>, force: bool, recursive: bool) -> PyResult<()> {
         self.flush(py)?;
         let mut agent = self.inner.driver();
-        py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force })))
+        py.detach(|| runtime().block_on(agent.cancel_task(CancelRequest { object_id, force, recursive })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }

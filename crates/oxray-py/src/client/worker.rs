@@ -46,7 +46,7 @@ impl Client {
             Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
             Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
         };
-        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, .. } = *assignment;
+        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, exit } = *assignment;
         let spec = task.unwrap_or_default();
         let resolved = py.detach(|| self.map_locations(resolved_args))?;
         let mut resolved = resolved.into_iter();
@@ -77,7 +77,12 @@ impl Client {
             namespace: spec.namespace,
             job_namespace: spec.job_namespace,
             cuda_visible_devices,
+            resources: spec.resources,
+            capture_child_tasks: spec.capture_child_tasks,
+            max_calls: spec.max_calls,
+            retry_exception_types: spec.retry_exception_types,
             functions_generation,
+            exit,
         }))
     }
 
@@ -89,7 +94,8 @@ impl Client {
         py.detach(|| runtime().block_on(c.task_cancelled(task_id))).map_err(rpc_err)
     }
 
-    #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(), error_text=String::new()))]
+    #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(),
+        error_text=String::new(), retire=false, not_retryable=false))]
     #[allow(clippy::too_many_arguments, reason = "one argument per keyword of task_done() in Python")]
     fn task_done(
         &self,
@@ -100,6 +106,8 @@ impl Client {
         nested_refs: Vec<Vec<u8>>,
         method_names: Vec<String>,
         error_text: String,
+        retire: bool,
+        not_retryable: bool,
     ) -> PyResult<()> {
         let returns = returns.into_iter().filter_map(|mut p| p.location.take()).collect();
         let done = TaskDoneRequest {
@@ -111,6 +119,8 @@ impl Client {
             ref_deltas: None,
             method_names,
             error_text,
+            retire,
+            not_retryable,
         };
         let Some(done) = self.inner.try_task_done_now(done) else { return Ok(()) };
         let c = self.inner.clone();

@@ -69,12 +69,17 @@ impl AgentShared {
                 Action::ReleaseRemote { node, id } => {
                     (node, peer_message::Msg::Refs(RefDeltas { decref: vec![id.to_vec()], ..Default::default() }))
                 }
-                Action::PeerCancel { node, object_id, force } => {
-                    (node, peer_message::Msg::Cancel(CancelRequest { object_id: object_id.to_vec(), force }))
+                Action::PeerCancel { node, object_id, force, recursive } => {
+                    (node, peer_message::Msg::Cancel(CancelRequest { object_id: object_id.to_vec(), force, recursive }))
                 }
-                Action::PeerKillActor { node, actor_id, no_restart } => {
-                    (node, peer_message::Msg::KillActor(ActorRequest { actor_id: actor_id.to_vec(), no_restart }))
-                }
+                Action::PeerKillActor { node, actor_id, no_restart } => (
+                    node,
+                    peer_message::Msg::KillActor(ActorRequest {
+                        actor_id: actor_id.to_vec(),
+                        no_restart,
+                        cause: String::new(),
+                    }),
+                ),
                 Action::PeerJobEnded { node, job } => {
                     (node, peer_message::Msg::JobEnded(JobEnded { job_id: job.to_vec() }))
                 }
@@ -208,7 +213,7 @@ impl AgentShared {
             Some(peer_message::Msg::Cancel(req)) => {
                 let id = ObjectId::from_bytes(&req.object_id)?;
                 self.with_state(|st| {
-                    st.cancel(id, req.force);
+                    st.cancel(id, req.force, req.recursive);
                     st.schedule();
                 });
             }
@@ -379,7 +384,7 @@ impl AgentShared {
             self.with_state(|st| st.update_peers(&reply.into_inner().nodes));
         }
         for actor_id in unknown_actors {
-            let Ok(reply) = head.get_actor(ActorRequest { actor_id, no_restart: false }).await else { continue };
+            let Ok(reply) = head.get_actor(ActorRequest { actor_id, ..Default::default() }).await else { continue };
             // A dead one too: its calls then fail with the cause the head recorded.
             if let Some(info) = reply.into_inner().actor {
                 let _ = self.with_state(|st| st.add_actor_proxy(&info));

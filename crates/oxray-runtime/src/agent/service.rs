@@ -256,14 +256,18 @@ impl DriverService for AgentService {
             // Met here for the first time, or forgotten since it died: the head knows
             // where it lives or how it died. Unknown to the head too, it died long ago
             // and killing it does nothing (as in Ray).
-            let request = ActorRequest { actor_id: req.actor_id.clone(), no_restart: false };
+            let request = ActorRequest { actor_id: req.actor_id.clone(), ..Default::default() };
             match head.get_actor(request).await.map(|r| r.into_inner().actor) {
                 Ok(Some(info)) => self.shared.with_state(|st| st.add_actor_proxy(&info))?,
                 Ok(None) => return Ok(Response::new(Empty {})),
                 Err(status) => return Err(status),
             }
         }
-        self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
+        if req.cause.is_empty() {
+            self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
+        } else {
+            self.shared.with_state(|st| st.kill_actor_because(id, req.cause));
+        }
         Ok(Response::new(Empty {}))
     }
 
@@ -271,7 +275,7 @@ impl DriverService for AgentService {
         let req = request.into_inner();
         let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| {
-            st.cancel(id, req.force);
+            st.cancel(id, req.force, req.recursive);
             st.schedule();
         });
         Ok(Response::new(Empty {}))
@@ -335,10 +339,16 @@ impl DriverService for AgentService {
     async fn cluster_info(&self, _request: Request<Empty>) -> Result<Response<ClusterInfoReply>, Status> {
         let own = self.shared.node_info(&self.address);
         let head = self.shared.head.lock().clone();
-        let mut nodes = match head {
-            Some(mut head) => head.list_nodes(Empty {}).await.map(|r| r.into_inner().nodes).unwrap_or_default(),
-            None => Vec::new(),
+        let listed = match head {
+            Some(mut head) => head.list_nodes(Empty {}).await.map(|r| r.into_inner().nodes).ok(),
+            None => None,
         };
+        if let Some(nodes) = &listed {
+            // A caller that sees a node in this list can place work there at once (node affinity,
+            // SPREAD), not only after this node's next heartbeat.
+            self.shared.with_state(|st| st.update_peers(nodes));
+        }
+        let mut nodes = listed.unwrap_or_default();
         // This node's own numbers are live; the head's lag by a heartbeat.
         match nodes.iter_mut().find(|n| n.node_id == own.node_id) {
             Some(n) => {

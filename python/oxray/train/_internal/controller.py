@@ -70,7 +70,10 @@ class TrainController:
         backend_setup: BackendSetup,
         datasets: Optional[dict],
         data_config: Optional[DataConfig] = None,
+        backend_config=None,
     ):
+        from oxray.train.backend import BackendConfig
+
         self.train_fn = train_fn
         self.train_config = train_config
         self.scaling = scaling
@@ -78,6 +81,7 @@ class TrainController:
         self.backend_setup = backend_setup
         self.datasets = datasets or {}
         self.data_config = data_config or DataConfig()
+        self.backend_config = backend_config if backend_config is not None else BackendConfig()
         self.storage = RunStorage(run_config.storage_path, run_config.name)
         self.manager = CheckpointManager(self.storage, run_config.checkpoint_config)
         self.run_context = TrainRunContext(run_config, scaling, train_config)
@@ -157,6 +161,8 @@ class TrainController:
     def _attempt(self, group: WorkerGroup) -> Any:
         try:
             group.start()
+            # Checkpoints kept from earlier attempts and runs count as reported (Ray's).
+            group.sync.registered_reports.remote(0, self._kept())
             master_port = gather([group.workers[0].free_port.remote()])[0]
         except WorkerFailure:
             raise
@@ -180,12 +186,28 @@ class TrainController:
             }
             setups.append(worker.setup.remote(env, self.backend_setup))
         gather(setups)
+        backend = self.backend_config.backend_cls()
+        self._backend_hook(backend.on_start, group)
         shards = self.data_config.configure(self.datasets, group.num_workers)
         try:
+            self._backend_hook(backend.on_training_start, group)
             return self._run_loops(group, layout, shards)
         finally:
             # An attempt's split coordinators (and the executions they run) end with it.
             self.data_config.release(shards)
+            self._backend_hook(backend.on_shutdown, group, raising=False)
+
+    def _backend_hook(self, hook, group: WorkerGroup, raising: bool = True) -> None:
+        """A custom Backend's hook: its failure fails the attempt, as a worker's would."""
+        try:
+            hook(group, self.backend_config)
+        except WorkerFailure:
+            if raising:
+                raise
+        except Exception as e:  # noqa: BLE001 - user code
+            if raising:
+                raise WorkerFailure(None, e) from None
+            _log(f"Backend.{hook.__name__} failed: {e!r}")
 
     def _run_loops(self, group: WorkerGroup, layout: list, shards: list) -> Any:
         latest = self.manager.latest_checkpoint
@@ -193,6 +215,7 @@ class TrainController:
         for rank, (worker, ranks) in enumerate(zip(group.workers, layout, strict=True)):
             context_args = {
                 "storage_path": self.run_config.storage_path,
+                "storage_options": self.run_config._storage_options,
                 "name": self.run_config.name,
                 "info": ranks,
             }
@@ -204,6 +227,7 @@ class TrainController:
                     group.sync,
                     latest,
                     shards[rank],
+                    self.backend_config.train_func_context,
                 )
             )
         return self._wait(group, runs)
@@ -221,7 +245,7 @@ class TrainController:
                             got = oxray.get(ref)
                         except oxray.exceptions.RayError as e:  # the sync actor died (with its node)
                             raise WorkerFailure(None, e) from None
-                        self._register(got)
+                        self._register(got, group)
                         events = group.sync.next_events.remote(30.0)
                         continue
                     rank = pending.pop(ref)
@@ -240,11 +264,11 @@ class TrainController:
         try:
             oxray.get(group.sync.close.remote(), timeout=10)
             for ref in (in_flight, group.sync.next_events.remote(0.0)):
-                self._register(oxray.get(ref, timeout=10))
+                self._register(oxray.get(ref, timeout=10), group)
         except Exception as e:  # noqa: BLE001 - best effort: the sync actor may be gone with its node
             _log(f"could not collect the last reports: {e!r}")
 
-    def _register(self, events: list) -> None:
+    def _register(self, events: list, group: WorkerGroup) -> None:
         for per_rank, dir_name in events:
             self.manager.on_report(per_rank[0], dir_name)
             checkpoint = self.manager.latest_checkpoint if dir_name is not None else None
@@ -252,6 +276,11 @@ class TrainController:
             self.reporter.report(per_rank[0], dir_name, checkpoint.path if checkpoint else None, kept)
             for callback in self.run_config.callbacks:
                 callback.after_report(self.run_context, per_rank, checkpoint)
+        # What `get_all_reported_checkpoints()` in the workers waits for (a fire-and-forget call).
+        group.sync.registered_reports.remote(len(events), self._kept())
+
+    def _kept(self) -> list:
+        return [(r.dir_name, r.metrics) for r in self.manager.results]
 
 
 def _describe(failure: WorkerFailure) -> str:

@@ -68,6 +68,15 @@ class Session:
         self.sync = sync
         self.latest_checkpoint = latest_checkpoint
         self.datasets = datasets
+        self.reports = 0  # report() calls this attempt
+
+
+@dataclass
+class ReportedCheckpoint:
+    """A reported checkpoint that retention kept, with the metrics rank 0 reported with it."""
+
+    checkpoint: Checkpoint
+    metrics: dict
 
 
 _SESSION: Optional[Session] = None
@@ -171,6 +180,7 @@ def report(
             shutil.rmtree(checkpoint.path, ignore_errors=True)
     # Second barrier: all files are in place; the controller registers the report.
     gave = get(session.sync.report.remote(rank, plain, dir_name, checkpoint is not None))
+    session.reports += 1
     if gave:
         session.latest_checkpoint = Checkpoint(session.context.get_storage().checkpoint_path(dir_name))
 
@@ -178,6 +188,23 @@ def report(
 def get_checkpoint() -> Optional[Checkpoint]:
     """The latest checkpoint reported in this run (or the run it resumes), or None."""
     return get_session("get_checkpoint").latest_checkpoint
+
+
+def get_all_reported_checkpoints(consistency_mode=None) -> list:
+    """Every checkpoint reported so far in this run (earlier attempts', and a resumed
+    run's, included) that retention still keeps, oldest first, as `ReportedCheckpoint`s.
+    Waits until the controller has registered every report this worker made."""
+    from oxray._private.api import get
+
+    if consistency_mode is not None:
+        raise NotImplementedError(
+            f"get_all_reported_checkpoints(consistency_mode={consistency_mode!r}) is not supported by oxray: "
+            "checkpoints are returned once the controller has registered them"
+        )
+    session = get_session("get_all_reported_checkpoints")
+    storage = session.context.get_storage()
+    kept = get(session.sync.reported_checkpoints.remote(session.reports))
+    return [ReportedCheckpoint(Checkpoint(storage.checkpoint_path(name)), metrics) for name, metrics in kept]
 
 
 def get_context() -> TrainContext:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 from oxray import _native
 
@@ -31,10 +32,110 @@ def is_remote(path: str) -> bool:
     return "://" in path and not path.startswith("file://")
 
 
-@functools.lru_cache(maxsize=64)
+# S3 options (pyarrow's names, as a URI query) of each storage root that was given some: a
+# `?query` on the storage path, or a `storage_filesystem`. Paths under the root are opened with them.
+_ROOT_OPTIONS: dict = {}
+
+
+def split_options(uri: str) -> tuple:
+    """(the URI without its `?query`, the query or "")."""
+    path, _, query = uri.partition("?")
+    return path, query
+
+
+def register_options(root: str, query: str) -> None:
+    if query:
+        _ROOT_OPTIONS[root.rstrip("/")] = query
+
+
+def options_for(uri: str) -> str:
+    """The query registered for the longest root that `uri` is under, or ""."""
+    roots = [root for root in _ROOT_OPTIONS if uri == root or uri.startswith(root + "/")]
+    return _ROOT_OPTIONS[max(roots, key=len)] if roots else ""
+
+
 def open_storage(uri: str) -> "_native.Storage":
-    """The native storage client for a root (cached: an S3 client keeps its connections)."""
+    """The native storage client for a root, with the S3 options registered for it."""
+    query = options_for(uri)
+    return _open(f"{uri}?{query}" if query else uri)
+
+
+@functools.lru_cache(maxsize=64)
+def _open(uri: str) -> "_native.Storage":
+    # Cached: an S3 client keeps its connections.
     return _native.Storage(uri)
+
+
+# pyarrow S3FileSystem settings oxray maps onto its own S3 client; any other set to a non-default
+# value is refused by name rather than ignored.
+_S3_OPTIONS = ("region", "endpoint_override", "scheme", "access_key", "secret_key", "session_token")
+_S3_DEFAULTS = {
+    "role_arn": "",
+    "session_name": "",
+    "external_id": "",
+    "tls_ca_file_path": "",
+    "force_virtual_addressing": False,
+    "allow_bucket_creation": False,
+    "allow_bucket_deletion": False,
+}
+
+
+def uri_for_filesystem(filesystem, path, what: str) -> str:
+    """A path on a pyarrow filesystem as the URI oxray opens: local paths as they are,
+    `bucket/key` on an S3FileSystem as `s3://bucket/key?<its options>`."""
+    import urllib.parse
+
+    import pyarrow.fs
+
+    path = os.fspath(path)
+    if isinstance(filesystem, pyarrow.fs.LocalFileSystem):
+        return os.path.abspath(path)
+    if isinstance(filesystem, pyarrow.fs.S3FileSystem):
+        settings = filesystem.__reduce__()[1][0]
+        for name, default in _S3_DEFAULTS.items():
+            if settings.get(name, default) != default:
+                raise NotImplementedError(f"{what}: S3FileSystem({name}=...) is not supported by oxray")
+        if (settings.get("proxy_options") or {}).get("host"):
+            raise NotImplementedError(f"{what}: S3FileSystem(proxy_options=...) is not supported by oxray")
+        query = {k: settings[k] for k in _S3_OPTIONS if settings.get(k)}
+        if settings.get("anonymous"):
+            query["anonymous"] = "true"
+        bucket_key = path.removeprefix("s3://").lstrip("/")
+        return f"s3://{bucket_key}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+    raise NotImplementedError(
+        f"{what}: a {type(filesystem).__name__} is not supported by oxray; pass a pyarrow LocalFileSystem "
+        "or S3FileSystem, or a local path or an s3:// URI (with pyarrow's options as a ?query) instead"
+    )
+
+
+def resolve(path, filesystem, what: str) -> str:
+    """`path` (a str or PathLike, on `filesystem` when given) as a root URI without a query;
+    its S3 options are registered for later opens."""
+    uri = uri_for_filesystem(filesystem, path, what) if filesystem is not None else os.fspath(path)
+    root, query = split_options(uri)
+    if query and not root.startswith("s3://"):
+        raise ValueError(f"{what}: options in a ?query are only for s3:// URIs, got {uri!r}")
+    register_options(root, query)
+    return root
+
+
+def pyarrow_filesystem(uri: str):
+    """The pyarrow filesystem a path lives on (Ray's `Result.filesystem`, `Checkpoint.filesystem`)."""
+    import urllib.parse
+
+    import pyarrow.fs
+
+    if not is_remote(uri):
+        return pyarrow.fs.LocalFileSystem()
+    options = dict(urllib.parse.parse_qsl(options_for(uri)))
+    if "anonymous" in options:
+        options["anonymous"] = options["anonymous"] in ("true", "1", "True")
+    # What the AWS variables say, unless the options say otherwise (as oxray's own client does).
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and "endpoint_override" not in options:
+        scheme, _, host = endpoint.partition("://")
+        options.update(endpoint_override=host, scheme=scheme)
+    return pyarrow.fs.S3FileSystem(**options)
 
 
 class RunStorage:

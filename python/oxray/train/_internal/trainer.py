@@ -31,7 +31,7 @@ class DataParallelTrainer:
             raise TypeError(
                 f"{name}(train_loop_per_worker=...) must be a function, got {type(train_loop_per_worker).__name__}"
             )
-        if resume_from_checkpoint is not None or metadata is not None:
+        if resume_from_checkpoint is not None or metadata is not None:  # Ray Train v2 raises the same
             raise DeprecationWarning(
                 f"{name}(resume_from_checkpoint=..., metadata=...) is deprecated in Ray Train v2: call "
                 "oxray.train.get_checkpoint() in the training function, "
@@ -55,6 +55,19 @@ class DataParallelTrainer:
             raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
         if validation_config is not None:
             raise ValueError(f"{name}(validation_config=...) is not supported by oxray yet")
+        from oxray.train.backend import BackendConfig
+
+        backend_config = backend_config if backend_config is not None else BackendConfig()
+        if not isinstance(backend_config, BackendConfig):
+            raise TypeError(
+                f"{name}(backend_config=...) must be an oxray.train.backend.BackendConfig, "
+                f"got {type(backend_config).__name__}"
+            )
+        if getattr(backend_config.backend_cls, "share_cuda_visible_devices", False):
+            raise NotImplementedError(
+                f"{name}: Backend.share_cuda_visible_devices=True is not supported by oxray yet: "
+                "each worker sees only its own GPUs"
+            )
         self.dataset_config = check_data_config(dataset_config, name)
         if datasets is not None and not isinstance(datasets, dict):
             raise TypeError(f"{name}(datasets=...) must be a dict of name -> Dataset, got {type(datasets).__name__}")
@@ -71,6 +84,15 @@ class DataParallelTrainer:
     def _backend_setup(self) -> Callable[[], None]:
         return _no_setup
 
+    @classmethod
+    def restore(cls, *args, **kwargs):
+        """Removed in Ray Train v2 (it raises there too): resume a run by running it again."""
+        raise DeprecationWarning(_RESTORE_REMOVED.format(name=cls.__name__, what="restore"))
+
+    @classmethod
+    def can_restore(cls, *args, **kwargs):
+        raise DeprecationWarning(_RESTORE_REMOVED.format(name=cls.__name__, what="can_restore"))
+
     def fit(self) -> Result:
         """Runs training to the end and returns its `Result`; raises
         `TrainingFailedError` when it fails more than `max_failures` times."""
@@ -84,8 +106,16 @@ class DataParallelTrainer:
             self._backend_setup(),
             self.datasets,
             self.dataset_config,
+            backend_config=self.backend_config,
         )
         return controller.run()
+
+
+_RESTORE_REMOVED = (
+    "{name}.{what}() is deprecated in Ray Train v2: to resume a run, create the trainer again with the same "
+    "RunConfig(name=..., storage_path=...) and call fit(); the training function gets the latest checkpoint "
+    "from oxray.train.get_checkpoint()"
+)
 
 
 def _no_setup() -> None:

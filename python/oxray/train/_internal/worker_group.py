@@ -3,6 +3,7 @@ the synchronization actor that `report` uses as its barrier."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -28,6 +29,9 @@ class SyncActor:
         self.events: list = []
         self.closed = False
         self.finished: set = set()
+        # Reports the controller has registered, and the checkpoints it keeps: (dir name, metrics).
+        self.registered = 0
+        self.kept: list = []
 
     def close(self) -> None:
         """Wakes a waiting `next_events`: the controller is about to drain the queue."""
@@ -84,6 +88,19 @@ class SyncActor:
         values = self._gather(rank, (metrics, has_checkpoint), complete)
         return any(v[1] for v in values)
 
+    def registered_reports(self, count: int, kept: list) -> None:
+        """The controller registered `count` more reports; `kept` is what retention keeps now."""
+        with self.cond:
+            self.registered += count
+            self.kept = kept
+            self.cond.notify_all()
+
+    def reported_checkpoints(self, reports: int) -> list:
+        """The kept checkpoints, once the controller has registered this attempt's first `reports` reports."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.registered >= reports or self.closed)
+            return list(self.kept)
+
     def next_events(self, timeout_s: float) -> list:
         with self.cond:
             self.cond.wait_for(lambda: self.events or self.closed, timeout_s)
@@ -116,10 +133,15 @@ class RayTrainWorker:
                 pass
         backend_setup()
 
-    def run(self, train_fn, config, context_args: dict, sync, latest_checkpoint, datasets: dict):
-        from oxray.train._internal import session as s
-        from oxray.train._internal.storage import RunStorage
+    def execute(self, fn, *args, **kwargs):
+        """A custom Backend's `worker_group.execute(fn)` on this worker."""
+        return fn(*args, **kwargs)
 
+    def run(self, train_fn, config, context_args: dict, sync, latest_checkpoint, datasets: dict, func_context=None):
+        from oxray.train._internal import session as s
+        from oxray.train._internal.storage import RunStorage, register_options
+
+        register_options(context_args["storage_path"], context_args.get("storage_options", ""))
         storage = RunStorage(context_args["storage_path"], context_args["name"])
         storage.check_shared()
         session_dir = os.environ.get("OXRAY_SESSION_DIR")
@@ -132,7 +154,8 @@ class RayTrainWorker:
         context = s.TrainContext(s.WorkerInfo(**context_args["info"]), context_args["name"], storage)
         s.set_session(s.Session(context, sync, latest_checkpoint, datasets))
         try:
-            result = train_fn(config) if config is not None else train_fn()
+            with (func_context or contextlib.nullcontext)():
+                result = train_fn(config) if config is not None else train_fn()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -249,6 +272,20 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.workers, self.sync, self.pg = [], None, None
+
+    # Ray's worker-group interface, for a custom Backend's hooks.
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def execute_async(self, fn, *args, **kwargs) -> list:
+        return [w.execute.remote(fn, *args, **kwargs) for w in self.workers]
+
+    def execute(self, fn, *args, **kwargs) -> list:
+        """Runs `fn(*args, **kwargs)` on every worker; the results by rank."""
+        return gather(self.execute_async(fn, *args, **kwargs))
+
+    def execute_single(self, rank: int, fn, *args, **kwargs):
+        return gather([self.workers[rank].execute.remote(fn, *args, **kwargs)])[0]
 
 
 class WorkerFailure(Exception):

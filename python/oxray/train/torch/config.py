@@ -8,9 +8,15 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from oxray.train.backend import Backend, BackendConfig
+
+
+class _TorchBackend(Backend):
+    """Torch's process group is joined in each worker's setup (`worker_setup`)."""
+
 
 @dataclass
-class TorchConfig:
+class TorchConfig(BackendConfig):
     backend: Optional[str] = None
     init_method: str = "env"
     timeout_s: int = 1800
@@ -22,6 +28,10 @@ class TorchConfig:
             raise ValueError(f"TorchConfig(init_method={self.init_method!r}): expected 'env' or 'tcp'")
         if not isinstance(self.timeout_s, (int, float)) or self.timeout_s <= 0:
             raise ValueError(f"TorchConfig(timeout_s={self.timeout_s!r}): expected a number of seconds > 0")
+
+    @property
+    def backend_cls(self):
+        return _TorchBackend
 
     def worker_setup(self, use_gpu: bool):
         backend = self.backend or ("nccl" if use_gpu else "gloo")

@@ -307,7 +307,7 @@ impl AgentState {
             }
             return Ok(());
         }
-        let retries = actor.max_task_retries;
+        let retries = spec.call_max_task_retries.unwrap_or(actor.max_task_retries);
         self.insert_task(task_id, spec, ResourceSet::new(), ResourceSet::new(), retries)?;
         self.actors.get_mut(&actor_id).expect("checked").queue.push_back(task_id);
         self.dispatch_actor(actor_id);
@@ -420,7 +420,7 @@ impl AgentState {
     }
 
     /// Kills an actor for good, with `cause` as what its callers are told.
-    pub(super) fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
+    pub fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.no_restart = true;
         actor.death_cause = cause;

@@ -172,7 +172,7 @@ impl AgentState {
             }
             TaskState::Forwarded(node) => {
                 if let Some(object_id) = first_return {
-                    self.actions.push(Action::PeerCancel { node, object_id, force: true });
+                    self.actions.push(Action::PeerCancel { node, object_id, force: true, recursive: false });
                 }
             }
             TaskState::Ready | TaskState::WaitingArgs => {

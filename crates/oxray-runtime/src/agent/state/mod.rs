@@ -90,6 +90,7 @@ pub enum Action {
         node: NodeId,
         object_id: ObjectId,
         force: bool,
+        recursive: bool,
     },
     PeerKillActor {
         node: NodeId,

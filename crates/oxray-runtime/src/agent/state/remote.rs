@@ -41,6 +41,28 @@ pub(super) struct PeerTable {
     /// Nodes may join this cluster (it was started by `oxray start`, or another
     /// node has joined): a request no live node can meet waits instead of failing.
     may_grow: bool,
+    /// The next turn of `SPREAD` placement.
+    spread_turn: usize,
+    /// How many times the head's node list came in: a task pinned to a node this
+    /// node has not heard of waits for the next one before it fails.
+    updates: u64,
+    /// Tasks pinned to a node not heard of yet, with `updates` when first seen.
+    awaiting_node: HashMap<TaskId, u64>,
+}
+
+/// Where a ready task may run, by its scheduling strategy.
+pub(super) enum Placement {
+    /// Here if it fits, else wherever `pick_peer` finds room (the default; `SPREAD`'s
+    /// turn was taken when it became ready).
+    Anywhere,
+    /// Here only: it waits until it fits.
+    Here,
+    /// On this other node (it waits there until it fits).
+    Node(NodeId),
+    /// Not yet: it names a node this one has not heard of (the head's next list may have it).
+    Wait,
+    /// Nowhere: its results become this `TaskUnschedulableError`.
+    Fail(String),
 }
 
 impl PeerTable {
@@ -87,6 +109,7 @@ impl AgentState {
 
     /// Applies the head's node table; nodes that stopped beating are failed over.
     pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
+        self.peers.updates += 1;
         let mut died = Vec::new();
         for n in nodes {
             let Ok(id) = NodeId::from_bytes(&n.node_id) else { continue };
@@ -137,6 +160,74 @@ impl AgentState {
             .map(|(id, _)| *id)
     }
 
+    /// Where a ready task may run: Ray's node affinity strategy (a placement
+    /// group's bundles are resources, placed like any other; `SPREAD` is `spread_to`).
+    pub(super) fn placement_for(&mut self, task_id: TaskId, placement: &ResourceSet) -> Placement {
+        let Some(task) = self.tasks.get(&task_id).filter(|t| t.from_peer.is_none()) else {
+            return Placement::Anywhere; // its owner's node placed it here
+        };
+        if let Some(affinity) = &task.spec.node_affinity {
+            let soft = affinity.soft;
+            let Ok(node) = NodeId::from_bytes(&affinity.node_id) else {
+                return Placement::Fail(format!(
+                    "NodeAffinitySchedulingStrategy: {:?} is not a node id",
+                    affinity.node_id
+                ));
+            };
+            let known = node == self.node_id || self.peers.nodes.contains_key(&node);
+            if !known && !soft {
+                let now = self.peers.updates;
+                if *self.peers.awaiting_node.entry(task_id).or_insert(now) == now {
+                    return Placement::Wait;
+                }
+            }
+            self.peers.awaiting_node.remove(&task_id);
+            let (alive, fits) = if node == self.node_id {
+                (true, self.total.fits(placement))
+            } else {
+                self.peers.nodes.get(&node).map_or((false, false), |p| (p.alive, p.total.fits(placement)))
+            };
+            return match (alive, fits) {
+                (true, true) if node == self.node_id => Placement::Here,
+                (true, true) => Placement::Node(node),
+                _ if soft => Placement::Anywhere,
+                (true, false) => Placement::Fail(format!(
+                    "NodeAffinitySchedulingStrategy(soft=False): node {node} can never hold this task's {placement}; \
+                     pass soft=True to run it elsewhere"
+                )),
+                (false, _) => Placement::Fail(format!(
+                    "NodeAffinitySchedulingStrategy(soft=False): node {node} is not a live node of this cluster; \
+                     pass soft=True to run it elsewhere"
+                )),
+            };
+        }
+        Placement::Anywhere
+    }
+
+    /// Ray's `SPREAD`: the node a ready task goes to, taking turns over the live
+    /// nodes with room now (this one included); None keeps it here.
+    pub(super) fn spread_to(&mut self, task_id: TaskId) -> Option<NodeId> {
+        let task = self.tasks.get(&task_id).filter(|t| t.spec.spread && t.from_peer.is_none())?;
+        let (placement, holds) = (&task.placement, &task.holds);
+        let mut nodes: Vec<NodeId> = self
+            .peers
+            .nodes
+            .iter()
+            .filter(|(_, p)| p.alive && p.available.fits(placement))
+            .map(|(id, _)| *id)
+            .collect();
+        if self.available.fits(placement) && self.available.fits(holds) {
+            nodes.push(self.node_id);
+        }
+        if nodes.is_empty() {
+            return None; // no room anywhere now: placed as usual
+        }
+        nodes.sort();
+        let node = nodes[self.peers.spread_turn % nodes.len()];
+        self.peers.spread_turn = self.peers.spread_turn.wrapping_add(1);
+        (node != self.node_id).then_some(node)
+    }
+
     pub(super) fn source_of(&self, id: ObjectId) -> ArgSource {
         let remote = self
             .objects
@@ -156,6 +247,9 @@ impl AgentState {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         task.state = TaskState::Forwarded(node);
         let mut spec = task.spec.clone();
+        // Placed: the node it goes to runs it (its strategy is not applied there again).
+        spec.spread = false;
+        spec.node_affinity = None;
         let placement = task.placement.clone();
         if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.available.subtract(&placement);

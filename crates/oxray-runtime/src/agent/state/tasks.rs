@@ -2,6 +2,7 @@
 //! which object, the functions they run, and the scheduler that places ready
 //! tasks on workers (or hands them to another node).
 
+use super::remote::Placement;
 use super::task_history::Outcome;
 use super::{Action, ActorState, AgentState, WorkerRole, resources_of};
 use crate::agent::AgentError;
@@ -507,6 +508,10 @@ impl AgentState {
     }
 
     pub(super) fn push_ready(&mut self, task_id: TaskId) {
+        if let Some(node) = self.spread_to(task_id) {
+            self.forward_task(task_id, node);
+            return;
+        }
         let Some(task) = self.tasks.entries.get(&task_id) else { return };
         self.tasks.ready.push(task_id, task);
     }
@@ -526,9 +531,27 @@ impl AgentState {
                     continue;
                 }
                 let q = self.tasks.ready.shape(qi);
-                if !self.available.fits(&q.placement) || !self.available.fits(&q.holds) {
+                let (placement, holds) = (q.placement.clone(), q.holds.clone());
+                let only_here = match self.placement_for(task_id, &placement) {
+                    Placement::Anywhere => false,
+                    Placement::Here => true,
+                    Placement::Wait => break,
+                    Placement::Node(node) => {
+                        self.tasks.ready.pop_front(qi);
+                        self.forward_task(task_id, node);
+                        continue;
+                    }
+                    Placement::Fail(message) => {
+                        self.tasks.ready.pop_front(qi);
+                        self.finish_task(task_id, Some((SystemErrorKind::TaskUnschedulable, message)));
+                        continue;
+                    }
+                };
+                if !self.available.fits(&placement) || !self.available.fits(&holds) {
+                    if only_here {
+                        break;
+                    }
                     // Not here now: another node with room, or one that can run it at all.
-                    let placement = q.placement.clone();
                     match self.pick_peer(task_id, &placement) {
                         Some(node) => {
                             self.tasks.ready.pop_front(qi);
@@ -595,7 +618,15 @@ impl AgentState {
         done: oxray_proto::TaskDoneRequest,
         nested: &[ObjectId],
     ) -> Result<(), AgentError> {
-        let oxray_proto::TaskDoneRequest { returns, application_error, method_names, error_text, .. } = done;
+        let oxray_proto::TaskDoneRequest {
+            returns,
+            application_error,
+            method_names,
+            error_text,
+            retire,
+            not_retryable,
+            ..
+        } = done;
         let returns = &returns[..];
         let current = self.tasks.get(&task_id).is_some_and(|t| match t.state {
             TaskState::Running(w) => w == worker_id,
@@ -613,7 +644,8 @@ impl AgentState {
         };
         let kind = task.spec.kind;
         let cancelled = task.cancelled;
-        let retry_app_error = application_error && task.spec.retry_exceptions && task.retries_left != 0 && !cancelled;
+        let retry_app_error =
+            application_error && task.spec.retry_exceptions && !not_retryable && task.retries_left != 0 && !cancelled;
         if kind == TaskKind::ActorCreation as i32 {
             self.creation_done(worker_id, task_id, application_error, method_names, error_text);
             return Ok(());
@@ -626,7 +658,12 @@ impl AgentState {
                 if worker.blocked {
                     worker.blocked = false;
                 }
-                self.workers.make_idle(worker_id);
+                if !retire {
+                    self.workers.make_idle(worker_id);
+                } else if let Some(tx) = &worker.tx {
+                    // It reached its function's `max_calls`: told to exit, it takes nothing else.
+                    let _ = tx.send(Ok(Assignment { exit: true, ..Default::default() }));
+                }
             }
         } else if let Some(actor) = self.actor_of_task(task_id) {
             actor.inflight.retain(|t| *t != task_id);
@@ -688,6 +725,8 @@ impl AgentState {
             let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
             if let Some(actor) = self.actors.get_mut(&actor_id) {
                 actor.queue.push_front(task_id);
+                // A live actor takes it again at once (a restarting one, once it is back).
+                self.dispatch_actor(actor_id);
             }
         } else {
             self.push_ready(task_id);
@@ -703,13 +742,29 @@ impl AgentState {
 
     /// Cancels the task that produces `object_id`: dropped if queued, interrupted
     /// (or killed with `force`) if running.
-    pub fn cancel(&mut self, object_id: ObjectId, force: bool) {
+    /// Cancels the task that produces `object_id`; `recursive` also cancels the
+    /// tasks it submitted that are still here, and those forwarded on (their nodes
+    /// cancel the tasks submitted there in turn).
+    pub fn cancel(&mut self, object_id: ObjectId, force: bool, recursive: bool) {
         let Some(task_id) = self.tasks.producer_of(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if task.cancelled {
             return;
         }
         task.cancelled = true;
+        if recursive {
+            let parent = task_id.to_vec();
+            let children: Vec<ObjectId> = self
+                .tasks
+                .values()
+                .filter(|t| t.spec.parent_task_id == parent && t.spec.kind != TaskKind::ActorCreation as i32)
+                .filter_map(|t| t.spec.return_ids.first().and_then(|r| ObjectId::from_bytes(r).ok()))
+                .collect();
+            for child in children {
+                self.cancel(child, force, true);
+            }
+        }
+        let Some(task) = self.tasks.get_mut(&task_id) else { return };
         match task.state {
             TaskState::Running(worker_id) => {
                 if task.spec.kind != TaskKind::ActorTask as i32 {
@@ -717,7 +772,7 @@ impl AgentState {
                 }
             }
             TaskState::Forwarded(node) => {
-                self.actions.push(Action::PeerCancel { node, object_id, force });
+                self.actions.push(Action::PeerCancel { node, object_id, force, recursive });
             }
             TaskState::Ready | TaskState::WaitingArgs => {
                 self.unqueue(task_id);

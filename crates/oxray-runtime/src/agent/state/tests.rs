@@ -300,7 +300,7 @@ fn cancelling_a_queued_task_fails_its_result() {
     let mut st = new_state(1.0, 0);
     st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
     st.submit(DRIVER, task(2, &[("CPU", 1.0)])).unwrap();
-    st.cancel(oid(102), false);
+    st.cancel(oid(102), false, false);
     assert_eq!(system_error_type(&mut st, oid(102)).as_deref(), Some("TaskCancelledError"));
     st.schedule();
     let w = spawned(&mut st)[0];
@@ -752,4 +752,103 @@ fn an_ended_job_keeps_its_functions_while_its_work_runs_here_and_workers_learn_o
     st.submit(DRIVER, second).unwrap();
     st.schedule();
     assert_eq!(rx.try_recv().unwrap().unwrap().functions_generation, 1);
+}
+
+fn forwarded_nodes(st: &mut AgentState) -> Vec<NodeId> {
+    st.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Forward { node, .. } => Some(node),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn spread_tasks_take_turns_over_the_nodes_with_room() {
+    let mut st = new_state(4.0, 0);
+    st.update_peers(&[peer_info(4.0, true)]);
+    for n in 1..=4 {
+        st.submit(DRIVER, TaskSpec { spread: true, ..task(n, &[("CPU", 0.5)]) }).unwrap();
+    }
+    st.schedule();
+    // Two go to the peer; the two kept here wait for workers to start.
+    assert_eq!(forwarded_nodes(&mut st), vec![PEER, PEER]);
+    // Without SPREAD they would all stay here, where they fit.
+    st.submit(DRIVER, task(9, &[("CPU", 0.5)])).unwrap();
+    st.schedule();
+    assert!(forwarded_nodes(&mut st).is_empty());
+}
+
+fn pinned(n: u8, node: NodeId, soft: bool) -> TaskSpec {
+    let affinity = oxray_proto::NodeAffinity { node_id: node.to_vec(), soft };
+    TaskSpec { node_affinity: Some(affinity), ..task(n, &[("CPU", 1.0)]) }
+}
+
+#[test]
+fn node_affinity_sends_work_to_its_node_or_fails_it_by_name() {
+    let mut st = new_state(4.0, 0);
+    st.update_peers(&[peer_info(4.0, true)]);
+    st.submit(DRIVER, pinned(1, PEER, false)).unwrap();
+    st.schedule();
+    assert_eq!(forwarded_nodes(&mut st), vec![PEER], "sent to its node though it fits here");
+    // A node never heard of: the head's next list may still bring it, then it fails.
+    let unknown = NodeId::from_array([7; 16]);
+    st.submit(DRIVER, pinned(2, unknown, false)).unwrap();
+    st.submit(DRIVER, pinned(3, unknown, true)).unwrap();
+    st.schedule();
+    assert!(!st.is_ready(&oid(102)), "waits for the head's next node list");
+    st.update_peers(&[peer_info(4.0, true)]);
+    assert_eq!(system_error_type(&mut st, oid(102)).as_deref(), Some("TaskUnschedulableError"));
+    // Soft: it runs here instead.
+    assert!(!st.is_ready(&oid(103)), "not failed: it waits for a worker here");
+    // A dead node fails a hard request at once.
+    st.update_peers(&[peer_info(4.0, false)]);
+    // (Another shape than t3's, which waits for a worker in its queue.)
+    let shape = HashMap::from([("CPU".to_string(), 2.0)]);
+    st.submit(DRIVER, TaskSpec { resources: shape, ..pinned(4, PEER, false) }).unwrap();
+    st.schedule();
+    assert_eq!(system_error_type(&mut st, oid(104)).as_deref(), Some("TaskUnschedulableError"));
+}
+
+#[test]
+fn a_recursive_cancel_reaches_the_tasks_a_task_submitted() {
+    let mut st = new_state(1.0, 0);
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 71);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    // t1 submitted t2 and t3 (queued: no CPU left); t3 submitted t4.
+    st.submit(DRIVER, TaskSpec { parent_task_id: vec![1; 16], ..task(2, &[("CPU", 1.0)]) }).unwrap();
+    st.submit(DRIVER, TaskSpec { parent_task_id: vec![1; 16], ..task(3, &[("CPU", 1.0)]) }).unwrap();
+    st.submit(DRIVER, TaskSpec { parent_task_id: vec![3; 16], ..task(4, &[("CPU", 1.0)]) }).unwrap();
+    st.submit(DRIVER, task(5, &[("CPU", 1.0)])).unwrap();
+    st.cancel(oid(101), false, true);
+    for child in [102, 103, 104] {
+        assert_eq!(system_error_type(&mut st, oid(child)).as_deref(), Some("TaskCancelledError"));
+    }
+    assert!(!st.is_ready(&oid(105)), "an unrelated task is left alone");
+}
+
+#[test]
+fn a_retiring_worker_gets_no_other_task() {
+    let mut st = new_state(1.0, 0);
+    let first = task(1, &[("CPU", 1.0)]);
+    st.submit(DRIVER, first.clone()).unwrap();
+    st.submit(DRIVER, task(2, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 72);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    let returns = vec![ObjectLocation {
+        object_id: first.return_ids[0].clone(),
+        place: Some(Place::InlineData(b"x".to_vec())),
+        size: 1,
+    }];
+    let req = TaskDoneRequest { task_id: first.task_id.clone(), returns, retire: true, ..Default::default() };
+    st.task_done(w, TaskId::from_array([1; 16]), req, &[]).unwrap();
+    let told = rx.try_recv().unwrap().unwrap();
+    assert!(told.exit && told.task.is_none(), "told to exit, not given t2");
+    assert_eq!(spawned(&mut st).len(), 1, "a new worker starts for t2");
 }

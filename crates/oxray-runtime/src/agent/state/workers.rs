@@ -312,7 +312,7 @@ impl AgentState {
                 }
                 TaskState::Forwarded(node) => {
                     if let Some(object_id) = returns.first().and_then(|r| ObjectId::from_bytes(r).ok()) {
-                        self.actions.push(Action::PeerCancel { node, object_id, force: true });
+                        self.actions.push(Action::PeerCancel { node, object_id, force: true, recursive: false });
                     }
                     self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
                 }

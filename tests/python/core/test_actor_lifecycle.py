@@ -1,0 +1,194 @@
+"""An actor's life as Ray's tests drive it: `__ray_ready__`, `__ray_terminate__`,
+`ray.actor.exit_actor()`, `__ray_shutdown__` and atexit handlers, `__ray_call__`,
+and async actors (`async def` methods on the actor's event loop)."""
+
+import asyncio
+import os
+
+import pytest
+
+import oxray as ray
+from oxray.exceptions import RayActorError
+
+
+@ray.remote
+class Journal:
+    """Writes what happens to it into `path`, one line per event."""
+
+    def __init__(self, path):
+        import atexit
+
+        self.path = path
+        atexit.register(self.note, "atexit")
+
+    def note(self, line):
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+        return line
+
+    def leave(self):
+        ray.actor.exit_actor()
+
+    def pid(self):
+        return os.getpid()
+
+    def __ray_shutdown__(self):
+        self.note("shutdown")
+
+
+def lines(path):
+    with open(path) as f:
+        return f.read().split()
+
+
+def test_ready_resolves_once_the_actor_is_up(ray_cluster):
+    a = Journal.remote("/dev/null")
+    assert ray.get(a.__ray_ready__.remote()) is True
+
+
+def test_terminate_runs_queued_calls_then_shutdown_and_atexit(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.remote(path)
+    before = [a.note.remote(f"call{i}") for i in range(3)]
+    done = a.__ray_terminate__.remote()
+    assert ray.get(before) == ["call0", "call1", "call2"]
+    with pytest.raises(RayActorError, match="__ray_terminate__"):
+        ray.get(done)
+    with pytest.raises(RayActorError):
+        ray.get(a.note.remote("after"))
+    assert lines(path) == ["call0", "call1", "call2", "shutdown", "atexit"]
+
+
+def test_exit_actor_ends_it_for_good_despite_restarts(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.options(max_restarts=3).remote(path)
+    ray.get(a.pid.remote())
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(a.leave.remote())
+    # Not restarted: every later call fails at once.
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(a.pid.remote())
+    assert lines(path) == ["shutdown", "atexit"]
+
+
+def test_kill_skips_shutdown_and_atexit(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.remote(path)
+    ray.get(a.note.remote("alive"))
+    ray.kill(a)
+    with pytest.raises(RayActorError):
+        ray.get(a.note.remote("after"))
+    assert lines(path) == ["alive"]
+
+
+def test_exit_actor_outside_an_actor_is_a_type_error(ray_cluster):
+    with pytest.raises(TypeError, match="inside an actor"):
+        ray.actor.exit_actor()
+
+    @ray.remote
+    def task():
+        try:
+            ray.actor.exit_actor()
+        except TypeError as e:
+            return str(e)
+
+    assert "inside an actor" in ray.get(task.remote())
+
+
+def test_ray_call_runs_a_function_on_the_actor(ray_cluster):
+    a = Journal.remote("/dev/null")
+    assert ray.get(a.__ray_call__.remote(lambda self, x: (self.path, x), 5)) == ("/dev/null", 5)
+
+
+@ray.remote
+class AsyncGate:
+    def __init__(self):
+        self.opened = asyncio.Event()
+        self.inflight = 0
+        self.peak = 0
+        self.started = asyncio.Event()
+        self.full = asyncio.Event()
+
+    async def wait(self):
+        self.started.set()
+        await self.opened.wait()
+        return ray.get_runtime_context().get_task_id()
+
+    async def open(self):
+        self.opened.set()
+
+    async def until_started(self):
+        await self.started.wait()
+
+    async def held(self, together):
+        # The first calls return only once `together` of them run at the same time.
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        if self.inflight >= together:
+            self.full.set()
+        await self.full.wait()
+        self.inflight -= 1
+        return self.peak
+
+    async def await_ref(self, refs):
+        return await refs[0]
+
+    def sync_method(self):
+        return "sync"
+
+
+def test_async_methods_run_concurrently_on_the_event_loop(ray_cluster):
+    gate = AsyncGate.remote()
+    waiting = [gate.wait.remote() for _ in range(5)]
+    ray.get(gate.until_started.remote())
+    # The waits are all parked on the loop; one more call still gets through and opens them.
+    ray.get(gate.open.remote())
+    task_ids = ray.get(waiting)
+    # Each call saw its own task id, though all ran on one thread.
+    assert task_ids == [ref.task_id().hex() for ref in waiting]
+    assert ray.get(gate.sync_method.remote()) == "sync"
+
+
+def test_max_concurrency_caps_an_async_actor(ray_cluster):
+    gate = AsyncGate.options(max_concurrency=2).remote()
+    peaks = ray.get([gate.held.remote(2) for _ in range(6)])
+    assert max(peaks) == 2
+
+
+def test_an_async_actor_awaits_object_refs(ray_cluster):
+    gate = AsyncGate.remote()
+    assert ray.get(gate.await_ref.remote([ray.put("value")])) == "value"
+
+
+@ray.remote
+def takes_all_cpus():
+    return "ran"
+
+
+@ray.remote
+def hand_back(handle):
+    return handle
+
+
+def test_an_actor_whose_handle_is_gone_is_reclaimed_after_its_calls(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.options(num_cpus=2).remote(path)
+    last = a.note.remote("last call")
+    del a
+    assert ray.get(last) == "last call"
+    # The actor held every CPU: this task runs only once it is gone.
+    assert ray.get(takes_all_cpus.options(num_cpus=2).remote()) == "ran"
+    assert lines(path) == ["last", "call", "shutdown", "atexit"]
+
+
+def test_an_actor_reachable_otherwise_is_not_reclaimed(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.remote(path)
+    copy = ray.get(hand_back.remote(a))  # the handle went through a task: copies may live anywhere
+    del a
+    assert ray.get(copy.note.remote("still here")) == "still here"
+    named = Journal.options(name="kept-by-name").remote(path)
+    del named
+    assert ray.get(ray.get_actor("kept-by-name").note.remote("by name")) == "by name"
+    ray.kill(ray.get_actor("kept-by-name"))
+    ray.kill(copy)

@@ -1,0 +1,78 @@
+"""Calls checked the way Ray checks them, before anything is submitted: arguments
+against the function's or method's signature, `@remote()` with nothing in it, the
+reserved resource name `bundle`, and closures too large to ship."""
+
+import numpy as np
+import pytest
+
+import oxray as ray
+
+
+@ray.remote
+def add(x, y=1, *, scale=1):
+    return (x + y) * scale
+
+
+@ray.remote
+class Account:
+    def __init__(self, owner, balance=0):
+        self.owner, self.balance = owner, balance
+
+    def deposit(self, amount):
+        self.balance += amount
+        return self.balance
+
+    @staticmethod
+    def fee(amount):
+        return amount // 100
+
+    @classmethod
+    def kind(cls, verbose=False):
+        return cls.__name__
+
+
+def test_task_arguments_are_checked_at_the_call(ray_cluster):
+    assert ray.get(add.remote(1, 2, scale=3)) == 9
+    with pytest.raises(TypeError, match="missing a required argument: 'x'"):
+        add.remote()
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        add.remote(1, 2, 3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'z'"):
+        add.remote(1, z=2)
+
+
+def test_actor_constructor_and_method_arguments_are_checked(ray_cluster):
+    with pytest.raises(TypeError, match="missing a required argument: 'owner'"):
+        Account.remote()
+    a = Account.remote("ann", balance=5)
+    assert ray.get(a.deposit.remote(10)) == 15
+    with pytest.raises(TypeError, match="Account.deposit.remote"):
+        a.deposit.remote()
+    assert ray.get(a.fee.remote(250)) == 2
+    assert ray.get(a.kind.remote(verbose=True)) == "Account"
+    with pytest.raises(TypeError):
+        a.fee.remote(1, 2)
+
+
+def test_remote_with_empty_parentheses_is_an_error():
+    with pytest.raises(TypeError, match="@remote"):
+
+        @ray.remote()
+        def f():
+            return 1
+
+
+def test_bundle_is_a_reserved_resource_name():
+    with pytest.raises(ValueError, match="'bundle' is a reserved resource name"):
+        add.options(resources={"bundle": 1})
+
+
+def test_a_closure_too_large_to_ship_is_refused(ray_cluster):
+    big = np.zeros(100 * 1024 * 1024, dtype=np.uint8)
+
+    @ray.remote
+    def uses_big():
+        return big.size
+
+    with pytest.raises(ValueError, match="too large.*capturing a large array"):
+        uses_big.remote()

@@ -1,0 +1,242 @@
+"""Every option Ray accepts is enforced or refused by name, never ignored:
+`max_calls`, `retry_exceptions=[types]`, method-level retries, `cancel(recursive)`,
+`get_current_placement_group` and `placement_group_capture_child_tasks`,
+`init(logging_level=)`, and the options oxray refuses."""
+
+import logging
+
+import pytest
+
+import oxray as ray
+from oxray.train import FailureConfig
+from oxray.util.placement_group import get_current_placement_group, placement_group, remove_placement_group
+from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+@ray.remote
+def pid():
+    import os
+
+    return os.getpid()
+
+
+def test_max_calls_retires_the_worker(ray_cluster):
+    once = [ray.get(pid.options(max_calls=1).remote()) for _ in range(4)]
+    assert len(set(once)) == 4
+    twice = [ray.get(pid.options(max_calls=2).remote()) for _ in range(6)]
+    assert max(twice.count(p) for p in twice) <= 2
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self):
+        self.n += 1
+        return self.n
+
+
+def flaky(counter, exc_type, failures):
+    """Raises `exc_type` on its first `failures` attempts."""
+    if ray.get(counter.bump.remote()) <= failures:
+        raise exc_type("flaky")
+    return "ok"
+
+
+def test_retry_exceptions_list_retries_only_those_types(ray_cluster):
+    task = ray.remote(flaky).options(max_retries=3, retry_exceptions=[ValueError])
+    counter = Counter.remote()
+    assert ray.get(task.remote(counter, ValueError, 2)) == "ok"
+    assert ray.get(counter.bump.remote()) == 4  # 3 attempts, then this call
+    counter = Counter.remote()
+    with pytest.raises(TypeError, match="flaky"):
+        ray.get(task.remote(counter, TypeError, 2))
+    assert ray.get(counter.bump.remote()) == 2  # no retry
+
+
+def test_retry_exceptions_must_be_a_bool_or_exception_types(ray_cluster):
+    with pytest.raises(TypeError, match="retry_exceptions"):
+        pid.options(retry_exceptions=["ValueError"])
+    with pytest.raises(TypeError, match="retry_exceptions"):
+        pid.options(retry_exceptions=ValueError)
+
+
+@ray.remote
+class Flaky:
+    def __init__(self):
+        self.calls = 0
+
+    def call(self, failures):
+        self.calls += 1
+        if self.calls <= failures:
+            raise ValueError(f"attempt {self.calls}")
+        return self.calls
+
+
+def test_method_options_set_retries_per_call(ray_cluster):
+    a = Flaky.remote()
+    with pytest.raises(ValueError, match="attempt 1"):
+        ray.get(a.call.remote(1))  # the actor's default: no retries
+    b = Flaky.remote()
+    assert ray.get(b.call.options(max_task_retries=2, retry_exceptions=True).remote(2)) == 3
+    c = Flaky.remote()
+    with pytest.raises(ValueError, match="attempt 1"):
+        ray.get(c.call.options(max_task_retries=2, retry_exceptions=[KeyError]).remote(2))
+
+
+@ray.remote
+class Board:
+    """Holds refs for a test and lets a waiter block until they are posted."""
+
+    def __init__(self):
+        import asyncio
+
+        self.posted = asyncio.Event()
+        self.released = asyncio.Event()
+        self.refs = None
+
+    async def post(self, refs):
+        self.refs = refs
+        self.posted.set()
+
+    async def refs_posted(self):
+        await self.posted.wait()
+        return self.refs
+
+    async def release(self):
+        self.released.set()
+
+    async def wait_release(self):
+        await self.released.wait()
+        return "released"
+
+
+@ray.remote
+def child(board):
+    return ray.get(board.wait_release.remote())
+
+
+@ray.remote
+def parent(board):
+    kid = child.remote(board)
+    ray.get(board.post.remote([kid]))
+    return ray.get(kid)
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_cancel_recursive_reaches_the_tasks_a_task_submitted(ray_cluster, recursive):
+    board = Board.remote()
+    top = parent.remote(board)
+    [kid] = ray.get(board.refs_posted.remote())
+    ray.cancel(top, recursive=recursive)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(top)
+    if recursive:
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            ray.get(kid)
+    else:
+        ray.get(board.release.remote())
+        assert ray.get(kid) == "released"
+
+
+@ray.remote
+def current_group():
+    pg = get_current_placement_group()
+    return pg.id.hex() if pg else None
+
+
+@ray.remote
+def spawn_and_report():
+    return ray.get(current_group.remote())
+
+
+def test_get_current_placement_group_and_capture_child_tasks(ray_cluster):
+    assert get_current_placement_group() is None
+    assert ray.get(current_group.remote()) is None
+    pg = placement_group([{"CPU": 1}])  # the other CPU stays outside, for the uncaptured child
+    ray.get(pg.ready())
+    try:
+        inside = PlacementGroupSchedulingStrategy(pg)
+        assert ray.get(current_group.options(scheduling_strategy=inside).remote()) == pg.id.hex()
+        # Without capture a child runs outside the group; with it, inside.
+        assert ray.get(spawn_and_report.options(num_cpus=0, scheduling_strategy=inside).remote()) is None
+        capture = PlacementGroupSchedulingStrategy(pg, placement_group_capture_child_tasks=True)
+        assert ray.get(spawn_and_report.options(num_cpus=0, scheduling_strategy=capture).remote()) == pg.id.hex()
+    finally:
+        remove_placement_group(pg)
+
+
+def test_init_logging_level_sets_the_library_logger(fresh_cluster):
+    fresh_cluster(logging_level="debug")
+    assert logging.getLogger("oxray").level == logging.DEBUG
+    ray.shutdown()
+    fresh_cluster(logging_level=logging.WARNING)
+    assert logging.getLogger("oxray").level == logging.WARNING
+
+
+@pytest.mark.parametrize(
+    "kwargs, named",
+    [
+        ({"labels": {"zone": "a"}}, "labels"),
+        ({"local_mode": True}, "local_mode"),
+        ({"_system_config": {"x": 1}}, "_system_config"),
+        ({"job_config": object()}, "job_config"),
+        ({"_node_ip_address": "10.0.0.1"}, "_node_ip_address"),
+    ],
+)
+def test_init_refuses_what_it_does_not_do(kwargs, named):
+    ray.shutdown()
+    with pytest.raises(NotImplementedError, match=named):
+        ray.init(**kwargs)
+    assert not ray.is_initialized()
+
+
+def test_init_rejects_bad_logging_options():
+    ray.shutdown()
+    with pytest.raises(ValueError, match="logging_level"):
+        ray.init(logging_level="chatty")
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        ray.init(no_such_option=1)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"label_selector": {"zone": "a"}}, "label_selector"),
+        ({"object_store_memory": 1 << 20}, "object_store_memory"),
+        ({"runtime_env": {"pip": ["requests"]}}, "'pip'"),
+        ({"runtime_env": {"working_dir": "."}}, "'working_dir'"),
+    ],
+)
+def test_task_options_refused_by_name(options, named):
+    with pytest.raises(NotImplementedError, match=named):
+        pid.options(**options)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"concurrency_groups": {"io": 2}}, "concurrency_groups"),
+        ({"max_pending_calls": 10}, "max_pending_calls"),
+    ],
+)
+def test_actor_options_refused_by_name(options, named):
+    with pytest.raises(NotImplementedError, match=named):
+        Counter.options(**options)
+
+
+def test_method_concurrency_group_refused():
+    with pytest.raises(NotImplementedError, match="concurrency_group"):
+        ray.method(concurrency_group="io")
+
+
+def test_placement_group_label_selector_refused(ray_cluster):
+    with pytest.raises(NotImplementedError, match="bundle_label_selector"):
+        placement_group([{"CPU": 1}], bundle_label_selector=[{"zone": "a"}])
+
+
+def test_failure_config_controller_failure_limit_refused():
+    assert FailureConfig(controller_failure_limit=-1).controller_failure_limit == -1
+    with pytest.raises(NotImplementedError, match="controller_failure_limit"):
+        FailureConfig(controller_failure_limit=2)

@@ -1,0 +1,46 @@
+"""The environment Ray gives a task or actor: OMP_NUM_THREADS from its CPUs,
+CUDA_VISIBLE_DEVICES left alone under RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES,
+and `accelerator_type` met only by a node that advertises it."""
+
+import os
+
+import pytest
+
+import oxray as ray
+
+
+@ray.remote
+def env(name):
+    return os.environ.get(name)
+
+
+@ray.remote(num_cpus=2)
+class Threads:
+    def omp(self):
+        return os.environ.get("OMP_NUM_THREADS")
+
+
+def test_omp_num_threads_follows_the_cpus_asked_for(ray_cluster):
+    preset = os.environ.get("OMP_NUM_THREADS")
+    assert ray.get(env.options(num_cpus=2).remote("OMP_NUM_THREADS")) == (preset or "2")
+    assert ray.get(env.options(num_cpus=0.5).remote("OMP_NUM_THREADS")) == (preset or "1")
+    assert ray.get(env.remote("OMP_NUM_THREADS")) == (preset or "1")
+    threads = Threads.remote()
+    assert ray.get(threads.omp.remote()) == (preset or "2")
+    ray.kill(threads)
+    # A task's own runtime_env wins.
+    own = env.options(num_cpus=2, runtime_env={"env_vars": {"OMP_NUM_THREADS": "7"}})
+    assert ray.get(own.remote("OMP_NUM_THREADS")) == "7"
+
+
+def test_noset_cuda_visible_devices_leaves_it_alone(ray_cluster):
+    assert ray.get(env.remote("CUDA_VISIBLE_DEVICES")) == ""
+    noset = {"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1", "CUDA_VISIBLE_DEVICES": "3"}}
+    assert ray.get(env.options(runtime_env=noset).remote("CUDA_VISIBLE_DEVICES")) == "3"
+
+
+def test_accelerator_type_is_met_only_by_a_node_that_advertises_it(fresh_cluster):
+    fresh_cluster(resources={"accelerator_type:A100": 1})
+    assert ray.get(env.options(accelerator_type="A100").remote("OMP_NUM_THREADS")) is not None
+    with pytest.raises(ray.exceptions.TaskUnschedulableError, match="accelerator_type:H100"):
+        ray.get(env.options(accelerator_type="H100").remote("OMP_NUM_THREADS"))
