@@ -142,6 +142,9 @@ class NodeInfo:
     def session_dir(self) -> str: ...
     @property
     def start_time_ms(self) -> int: ...
+    @property
+    def labels(self) -> dict[str, str]:
+        """Ray's node labels, `ray.io/node-id` included."""
     def __repr__(self) -> str: ...
 
 @final
@@ -303,6 +306,7 @@ def start_cluster(
     nodes_may_join: bool = False,
     dashboard: tuple[str, int] | None = None,
     metrics: tuple[str, int] | None = None,
+    labels: dict[str, str] = ...,
 ) -> Cluster:
     """Starts a node in this process, with its own head (listening on `port`,
     keeping its state in `state_dir`) or joining the head at `join` (its agent
@@ -378,6 +382,7 @@ class Client:
         retry_exception_types: bytes = b"",
         node_affinity: tuple[bytes, bool] | None = None,
         spread: bool = False,
+        label_selector: dict[str, str] = ...,
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
@@ -387,7 +392,7 @@ class Client:
     def cancel(self, object_id: bytes, force: bool = False, recursive: bool = True) -> None: ...
 
     # actors
-    def kill_actor(self, actor_id: bytes, no_restart: bool = True, cause: str = "") -> None: ...
+    def kill_actor(self, actor_id: bytes, no_restart: bool = True) -> None: ...
     def get_named_actor(self, name: str, namespace: str) -> ActorInfo | None: ...
     def get_actor_info(self, actor_id: bytes) -> ActorInfo | None: ...
     def list_actors(self) -> list[ActorInfo]: ...
@@ -409,6 +414,7 @@ class Client:
         namespace: str = "",
         job_id: bytes = b"",
         detached: bool = False,
+        bundle_label_selector: Sequence[dict[str, str]] = ...,
     ) -> PlacementGroupInfo: ...
     def remove_placement_group(self, pg_id: bytes) -> None: ...
     def get_placement_group(self, pg_id: bytes = b"", name: str = "", namespace: str = "") -> PlacementGroupInfo | None:
@@ -437,9 +443,11 @@ class Client:
         error_text: str = "",
         retire: bool = False,
         not_retryable: bool = False,
+        actor_exit: str = "",
     ) -> None:
         """Reports a finished task. `retire`: the worker reached `max_calls` and exits, so it
-        takes no other task; `not_retryable`: the error is not one `retry_exceptions` lists."""
+        takes no other task; `not_retryable`: the error is not one `retry_exceptions` lists;
+        `actor_exit`: the actor ends itself, with this cause for its callers."""
 
 @final
 class Storage:

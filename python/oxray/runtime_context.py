@@ -114,7 +114,11 @@ class RuntimeContext:
         return json.dumps(STATE.runtime_env)
 
     def get_node_labels(self) -> Dict[str, str]:
-        raise NotImplementedError("node labels are not supported by oxray yet")
+        """This node's labels (`ray.io/node-id` included)."""
+        for node in STATE.client.cluster_info():
+            if node.node_id == STATE.node_id:
+                return dict(node.labels)
+        return {}
 
     @property
     def namespace(self) -> str:

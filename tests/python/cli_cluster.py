@@ -64,7 +64,7 @@ class LocalCluster:
             json.dumps(resources or {}),
         )
 
-    def add_node(self, num_cpus=1, resources=None):
+    def add_node(self, num_cpus=1, resources=None, labels=None):
         self.cli(
             "start",
             "--address",
@@ -75,6 +75,7 @@ class LocalCluster:
             str(512 * MiB),
             "--resources",
             json.dumps(resources or {}),
+            *(["--labels", labels] if labels else []),
             env={**self.env, "OXRAY_TOKEN": self.token},
         )
 

@@ -33,7 +33,8 @@ pub(crate) struct Cluster {
 #[pyfunction]
 #[pyo3(signature = (*, session_dir, python, cwd, num_cpus=None, num_gpus=None, resources=HashMap::new(),
     memory=None, object_store_memory=None, worker_env=Vec::new(), host="127.0.0.1".to_string(), token=None,
-    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false, dashboard=None, metrics=None))]
+    forward_output=true, join=None, port=0, state_dir=None, nodes_may_join=false, dashboard=None, metrics=None,
+    labels=HashMap::new()))]
 #[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python start_cluster()")]
 pub(crate) fn start_cluster(
     py: Python<'_>,
@@ -55,6 +56,7 @@ pub(crate) fn start_cluster(
     nodes_may_join: bool,
     dashboard: Option<(String, u16)>,
     metrics: Option<(String, u16)>,
+    labels: HashMap<String, String>,
 ) -> PyResult<Cluster> {
     let (head, agent_port) = match join {
         Some(address) => (HeadRole::Join { address }, port),
@@ -78,6 +80,7 @@ pub(crate) fn start_cluster(
         nodes_may_join,
         dashboard,
         metrics,
+        labels,
     };
     let started = py.detach(|| runtime().block_on(start_node(cfg)));
     let running = started.map_err(crate::error::cluster_error)?;

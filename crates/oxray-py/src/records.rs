@@ -145,6 +145,7 @@ pub(crate) struct NodeInfo {
     is_head: bool,
     session_dir: String,
     start_time_ms: u64,
+    labels: HashMap<String, String>,
 }
 
 impl From<proto::NodeInfo> for NodeInfo {
@@ -159,6 +160,7 @@ impl From<proto::NodeInfo> for NodeInfo {
             is_head: n.is_head,
             session_dir: n.session_dir,
             start_time_ms: n.start_time_ms,
+            labels: n.labels,
         }
     }
 }

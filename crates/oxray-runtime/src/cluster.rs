@@ -71,6 +71,8 @@ pub struct ClusterConfig {
     /// This node's Prometheus endpoint (`--metrics-export-port`): `(host, port)`,
     /// port 0 picking a free one; None serves none.
     pub metrics: Option<(String, u16)>,
+    /// Ray's node labels (`--labels`, `init(labels=)`), matched by label selectors.
+    pub labels: HashMap<String, String>,
 }
 
 pub struct RunningCluster {
@@ -289,6 +291,22 @@ fn build_resources(cfg: &ClusterConfig, ip: &str, is_head: bool) -> Result<(Reso
     Ok((set, gpus, store))
 }
 
+/// The node's labels: those given, plus Ray's `ray.io/node-id` and, with GPUs,
+/// `ray.io/accelerator-type` (given ones win).
+fn node_labels(
+    cfg: &ClusterConfig,
+    node_id: NodeId,
+    total: &ResourceSet,
+) -> Result<HashMap<String, String>, ClusterError> {
+    crate::labels::check_node_labels(&cfg.labels).map_err(ClusterError::Config)?;
+    let mut labels = HashMap::from([(crate::labels::NODE_ID_LABEL.to_string(), node_id.to_string())]);
+    if let Some(model) = total.names().find_map(|name| name.strip_prefix("accelerator_type:")) {
+        labels.insert(crate::labels::ACCELERATOR_LABEL.to_string(), model.to_string());
+    }
+    labels.extend(cfg.labels.clone());
+    Ok(labels)
+}
+
 /// Accepted connections with Nagle off: the builder's `tcp_nodelay` does not
 /// apply to an incoming stream we provide, and small RPCs would stall on delayed ACKs.
 fn incoming_nodelay(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
@@ -340,6 +358,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     let store =
         ObjectStore::new(shm_dir.clone(), cfg.session_dir.join("spill"), store_bytes as usize).map_err(io(&shm_dir))?;
     let cpus = total.get("CPU").ceil().max(1.0) as usize;
+    let labels = node_labels(&cfg, node_id, &total)?;
     let state = AgentState::new(
         AgentConfig {
             node_id,
@@ -348,6 +367,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
             max_starting_workers: cpus,
             worker_env: cfg.worker_env.clone(),
             dead_actors_kept: crate::head::history_limit(),
+            labels,
         },
         store,
     );

@@ -4,6 +4,7 @@ use crate::client::{AgentChannels, BundleClient, ClientError, NodeJobClient, Nod
 use crate::datasets::Datasets;
 use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
+use crate::labels::LabelSelector;
 use crate::placement::{Strategy, StrategyError, plan};
 use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use crate::train_runs::{TrainRuns, runs_kept as train_runs_kept};
@@ -48,6 +49,8 @@ pub enum HeadError {
     BadBundle { index: usize, source: ResourceError },
     #[error("bundle {0} is empty: every bundle needs at least one resource greater than 0")]
     EmptyBundle(usize),
+    #[error("bundle {index}: {source}")]
+    BadLabelSelector { index: usize, source: crate::labels::LabelError },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -61,6 +64,7 @@ impl From<HeadError> for Status {
             | HeadError::Strategy(_)
             | HeadError::NoBundles
             | HeadError::BadBundle { .. }
+            | HeadError::BadLabelSelector { .. }
             | HeadError::EmptyBundle(_) => Status::invalid_argument(message),
             HeadError::UnknownNode(_) | HeadError::UnknownPlacementGroup(_) => Status::not_found(message),
             HeadError::NameTaken { .. } => Status::already_exists(message),
@@ -475,7 +479,11 @@ impl Head {
         let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
         let free: Vec<ResourceSet> =
             live.iter().map(|n| ResourceSet::from_map(&n.available).unwrap_or_default()).collect();
-        let Some(assignment) = plan(strategy, &bundles, &free) else { return };
+        // Checked when the group was created: a selector that does not parse matches no node.
+        let selectors: Vec<Option<LabelSelector>> =
+            spec.bundles.iter().map(|b| LabelSelector::parse(&b.label_selector).ok()).collect();
+        let allowed = |b: usize, n: usize| selectors[b].as_ref().is_some_and(|s| s.matches(&live[n].labels));
+        let Some(assignment) = plan(strategy, &bundles, &free, &allowed) else { return };
         let mut by_node: Vec<(usize, Vec<BundleSlot>)> = Vec::new();
         for (index, node) in assignment.iter().enumerate() {
             let slot = BundleSlot { index: index as u32, resources: spec.bundles[index].resources.clone() };
@@ -768,6 +776,8 @@ impl HeadService for Head {
             if resources.is_empty() {
                 return Err(HeadError::EmptyBundle(index).into());
             }
+            LabelSelector::parse(&bundle.label_selector)
+                .map_err(|source| HeadError::BadLabelSelector { index, source })?;
         }
         let info = PlacementGroupInfo {
             spec: Some(spec),
@@ -1122,7 +1132,8 @@ mod tests {
     async fn only_the_last_removed_placement_groups_are_kept() {
         let head = Head { history: History(3), ..Head::default() };
         for id in 1..=10u8 {
-            let bundle = oxray_proto::Bundle { resources: HashMap::from([("CPU".to_string(), 1.0)]) };
+            let bundle =
+                oxray_proto::Bundle { resources: HashMap::from([("CPU".to_string(), 1.0)]), ..Default::default() };
             let spec = PlacementGroupSpec {
                 pg_id: vec![id; 16],
                 bundles: vec![bundle],

@@ -72,7 +72,10 @@ impl HeadEntrypointResources {
 fn job_group(id: &str, pg_id: PlacementGroupId, resources: &BTreeMap<String, f64>) -> PlacementGroupSpec {
     PlacementGroupSpec {
         pg_id: pg_id.to_vec(),
-        bundles: vec![Bundle { resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect() }],
+        bundles: vec![Bundle {
+            resources: resources.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            ..Default::default()
+        }],
         name: format!("job:{id}"),
         namespace: String::new(),
         strategy: PlacementStrategy::StrictPack as i32,

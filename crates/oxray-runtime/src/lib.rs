@@ -12,6 +12,7 @@ pub mod head;
 pub mod head_store;
 pub mod ids;
 pub mod job_resources;
+pub mod labels;
 pub mod placement;
 pub mod refs;
 pub mod resources;

@@ -66,45 +66,55 @@ impl Strategy {
 }
 
 /// The node index for each bundle, or `None` when the live nodes cannot hold
-/// the group right now. `nodes` are the available resources of live nodes, in preference order.
-pub fn plan(strategy: Strategy, bundles: &[ResourceSet], nodes: &[ResourceSet]) -> Option<Vec<usize>> {
+/// the group right now. `nodes` are the available resources of live nodes, in
+/// preference order; `allowed(bundle, node)` says whether a bundle may go to a node
+/// (its `bundle_label_selector`).
+pub fn plan(
+    strategy: Strategy,
+    bundles: &[ResourceSet],
+    nodes: &[ResourceSet],
+    allowed: &dyn Fn(usize, usize) -> bool,
+) -> Option<Vec<usize>> {
     let mut free: Vec<ResourceSet> = nodes.to_vec();
     let mut sum = ResourceSet::new();
     for b in bundles {
         sum.add(b);
     }
-    let one_node = || nodes.iter().position(|n| n.fits(&sum)).map(|i| vec![i; bundles.len()]);
+    let fits = |free: &[ResourceSet], b: usize, i: usize| allowed(b, i) && free[i].fits(&bundles[b]);
+    let all_allowed = |i: usize| (0..bundles.len()).all(|b| allowed(b, i));
+    let one_node =
+        || nodes.iter().enumerate().position(|(i, n)| all_allowed(i) && n.fits(&sum)).map(|i| vec![i; bundles.len()]);
     match strategy {
         Strategy::StrictPack => one_node(),
         Strategy::Pack => one_node().or_else(|| {
             let mut out = Vec::new();
-            for b in bundles {
+            for (b, bundle) in bundles.iter().enumerate() {
                 // Fill the nodes already used first.
                 let i = out
                     .iter()
                     .copied()
-                    .find(|&i: &usize| free[i].fits(b))
-                    .or_else(|| free.iter().position(|n| n.fits(b)))?;
-                free[i].subtract(b);
+                    .find(|&i: &usize| fits(&free, b, i))
+                    .or_else(|| (0..free.len()).find(|&i| fits(&free, b, i)))?;
+                free[i].subtract(bundle);
                 out.push(i);
             }
             Some(out)
         }),
         Strategy::Spread | Strategy::StrictSpread => {
             let mut out: Vec<usize> = Vec::new();
-            for b in bundles {
-                let unused = (0..free.len()).find(|i| !out.contains(i) && free[*i].fits(b));
+            for (b, bundle) in bundles.iter().enumerate() {
+                let unused = (0..free.len()).find(|i| !out.contains(i) && fits(&free, b, *i));
                 let i = match (unused, strategy) {
                     (Some(i), _) => i,
                     (None, Strategy::StrictSpread) => return None,
                     (None, _) => {
                         // Every node has a bundle: the one holding the fewest that fits.
                         (0..free.len())
-                            .filter(|i| free[*i].fits(b))
+                            .filter(|i| fits(&free, b, *i))
                             .min_by_key(|i| out.iter().filter(|j| *j == i).count())?
                     }
                 };
-                free[i].subtract(b);
+                free[i].subtract(bundle);
                 out.push(i);
             }
             Some(out)
@@ -116,6 +126,8 @@ pub fn plan(strategy: Strategy, bundles: &[ResourceSet], nodes: &[ResourceSet]) 
 mod tests {
     use super::*;
 
+    const ANY: fn(usize, usize) -> bool = |_, _| true;
+
     fn cpus(n: f64) -> ResourceSet {
         let mut r = ResourceSet::new();
         r.set("CPU", n).unwrap();
@@ -126,19 +138,31 @@ mod tests {
     fn strategies_place_bundles_as_ray_does() {
         let nodes = [cpus(2.0), cpus(2.0), cpus(1.0)];
         let two = [cpus(1.0), cpus(1.0)];
-        assert_eq!(plan(Strategy::StrictPack, &two, &nodes), Some(vec![0, 0]));
-        assert_eq!(plan(Strategy::Pack, &two, &nodes), Some(vec![0, 0]));
-        assert_eq!(plan(Strategy::Spread, &two, &nodes), Some(vec![0, 1]));
-        assert_eq!(plan(Strategy::StrictSpread, &[cpus(1.0), cpus(1.0), cpus(1.0)], &nodes), Some(vec![0, 1, 2]));
+        assert_eq!(plan(Strategy::StrictPack, &two, &nodes, &ANY), Some(vec![0, 0]));
+        assert_eq!(plan(Strategy::Pack, &two, &nodes, &ANY), Some(vec![0, 0]));
+        assert_eq!(plan(Strategy::Spread, &two, &nodes, &ANY), Some(vec![0, 1]));
+        assert_eq!(plan(Strategy::StrictSpread, &[cpus(1.0), cpus(1.0), cpus(1.0)], &nodes, &ANY), Some(vec![0, 1, 2]));
         // More bundles than nodes: STRICT_SPREAD waits, SPREAD doubles up.
         let four = [cpus(1.0), cpus(1.0), cpus(1.0), cpus(1.0)];
-        assert_eq!(plan(Strategy::StrictSpread, &four, &nodes), None);
-        assert_eq!(plan(Strategy::Spread, &four, &nodes), Some(vec![0, 1, 2, 0]));
+        assert_eq!(plan(Strategy::StrictSpread, &four, &nodes, &ANY), None);
+        assert_eq!(plan(Strategy::Spread, &four, &nodes, &ANY), Some(vec![0, 1, 2, 0]));
         // PACK spills over when no node holds the whole group; STRICT_PACK does not.
         let three = [cpus(2.0), cpus(2.0), cpus(1.0)];
-        assert_eq!(plan(Strategy::StrictPack, &three, &nodes), None);
-        assert_eq!(plan(Strategy::Pack, &three, &nodes), Some(vec![0, 1, 2]));
-        assert_eq!(plan(Strategy::Pack, &[cpus(3.0)], &nodes), None);
+        assert_eq!(plan(Strategy::StrictPack, &three, &nodes, &ANY), None);
+        assert_eq!(plan(Strategy::Pack, &three, &nodes, &ANY), Some(vec![0, 1, 2]));
+        assert_eq!(plan(Strategy::Pack, &[cpus(3.0)], &nodes, &ANY), None);
         assert!(Strategy::parse("PAKC").unwrap_err().to_string().contains("PAKC"));
+    }
+
+    #[test]
+    fn bundles_go_only_where_their_labels_allow() {
+        let nodes = [cpus(2.0), cpus(2.0), cpus(1.0)];
+        let two = [cpus(1.0), cpus(1.0)];
+        // Bundle 1 only on node 2: PACK splits, STRICT_PACK cannot.
+        let only_last = |b: usize, n: usize| b == 0 || n == 2;
+        assert_eq!(plan(Strategy::Pack, &two, &nodes, &only_last), Some(vec![0, 2]));
+        assert_eq!(plan(Strategy::StrictPack, &two, &nodes, &only_last), None);
+        assert_eq!(plan(Strategy::Spread, &two, &nodes, &|_, n| n == 1), Some(vec![1, 1]));
+        assert_eq!(plan(Strategy::StrictSpread, &two, &nodes, &|_, n| n == 1), None);
     }
 }

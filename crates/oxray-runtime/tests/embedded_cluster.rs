@@ -28,6 +28,7 @@ async fn start() -> RunningCluster {
         nodes_may_join: false,
         dashboard: None,
         metrics: None,
+        labels: HashMap::new(),
     })
     .await
     .expect("cluster starts")

@@ -83,9 +83,15 @@ def init(
             "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
         )
     _refuse_unsupported_init_options(kwargs)
+    labels = kwargs.pop("labels", None)
     unknown = set(kwargs) - {"dashboard_host", "dashboard_port", "configure_logging", "_temp_dir"}
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {sorted(unknown)}")
+    if labels is not None:
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise TypeError(f"init(labels={labels!r}): expected a dict of label name -> value")
     if not isinstance(log_to_driver, bool):
         raise TypeError(f"init(log_to_driver={log_to_driver!r}): expected True or False")
     level = _logging_level(logging_level)
@@ -134,6 +140,7 @@ def init(
             dashboard=dashboard,
             # A cluster that serves a dashboard serves Prometheus metrics too.
             metrics=(dashboard[0], 0) if dashboard else None,
+            labels=labels or {},
         )
         agent_address, token = cluster.agent_address, cluster.token
         STATE.cluster = cluster
@@ -164,6 +171,7 @@ def init(
                 ("num_gpus", num_gpus),
                 ("resources", resources),
                 ("object_store_memory", object_store_memory),
+                ("labels", labels),
             )
             if v is not None
         ]
@@ -225,7 +233,6 @@ def init(
 
 # Ray's init() options oxray does not have, each refused by name rather than ignored.
 _UNSUPPORTED_INIT_OPTIONS = {
-    "labels": "node labels are not supported yet",
     "local_mode": "local mode is deprecated in Ray and not supported: tasks always run in worker processes",
     "job_config": "JobConfig is not supported: pass runtime_env= and namespace= to init() instead",
     "_system_config": "Ray's internal system config has no meaning here: oxray is configured by OXRAY_* "
@@ -488,6 +495,7 @@ def nodes() -> list:
                 "alive": n.alive,
                 "IsHeadNode": n.is_head,
                 "SessionDir": n.session_dir,
+                "Labels": dict(n.labels),
             }
         )
     return out

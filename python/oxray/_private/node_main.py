@@ -30,6 +30,7 @@ def run(config: dict, on_ready=None) -> int:
             num_cpus=config.get("num_cpus"),
             num_gpus=config.get("num_gpus"),
             resources=config.get("resources") or {},
+            labels=config.get("labels") or {},
             object_store_memory=config.get("object_store_memory"),
             worker_env=[("PYTHONPATH", python_path)],
             host=config["host"],

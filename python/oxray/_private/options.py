@@ -58,7 +58,6 @@ def _int_at_least(name, v, low):
 # Ray's options that oxray accepts by name but does not have yet: set to anything
 # but Ray's default, each is refused with why, never silently ignored.
 UNSUPPORTED_OPTIONS = {
-    "label_selector": "node labels are not supported yet",
     "concurrency_groups": "concurrency groups are not supported yet: use max_concurrency",
     "concurrency_group": "concurrency groups are not supported yet",
     "max_pending_calls": "a cap on an actor's pending calls is not supported yet",
@@ -116,6 +115,8 @@ def validate(options: dict, kind: str) -> dict:
         or (isinstance(retry, list) and all(isinstance(t, type) and issubclass(t, BaseException) for t in retry))
     ):
         raise TypeError(f"The option 'retry_exceptions' must be a bool or a list of exception types, got {retry!r}")
+    if options.get("label_selector") is not None:
+        check_label_selector(options["label_selector"], "label_selector")
     validate_runtime_env(options.get("runtime_env"))
     strategy = options.get("scheduling_strategy")
     if strategy is not None and not (isinstance(strategy, str) and strategy in ("DEFAULT", "SPREAD")):
@@ -130,14 +131,44 @@ def validate(options: dict, kind: str) -> dict:
 
 
 def strategy_fields(options: dict) -> dict:
-    """The task spec's fields for Ray's `SPREAD` and node-affinity strategies."""
+    """The task spec's fields for Ray's `SPREAD`, node-affinity and label strategies."""
+    fields = {"label_selector": dict(options["label_selector"])} if options.get("label_selector") else {}
     strategy = options.get("scheduling_strategy")
     if strategy == "SPREAD":
-        return {"spread": True}
+        fields["spread"] = True
     node_id = getattr(strategy, "node_id", None)
     if node_id is not None:
-        return {"node_affinity": (bytes.fromhex(node_id), strategy.soft)}
-    return {}
+        fields["node_affinity"] = (bytes.fromhex(node_id), strategy.soft)
+    return fields
+
+
+def label_selector_matches(selector: dict, labels: dict) -> bool:
+    """Whether a node with `labels` matches (as the agent decides; for checks before placing)."""
+    for key, condition in selector.items():
+        body = condition.strip()
+        negated = body.startswith("!")
+        body = body.removeprefix("!").strip()
+        values = {v.strip() for v in body[3:-1].split(",")} if body.startswith("in(") else {body}
+        if (labels.get(key) in values) == negated:
+            return False
+    return True
+
+
+def check_label_selector(selector, what: str) -> dict:
+    """Ray's label selector: {key: "value" | "!value" | "in(a, b)" | "!in(a, b)"}."""
+    if not isinstance(selector, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
+    ):
+        raise TypeError(f"{what}={selector!r}: expected a dict of label name -> condition string")
+    for key, condition in selector.items():
+        body = condition.strip().removeprefix("!").strip()
+        values = body[3:-1].split(",") if body.startswith("in(") and body.endswith(")") else [body]
+        if not key.strip() or any(not v.strip() or any(c in v for c in "(),") for v in values):
+            raise ValueError(
+                f"{what}: {key!r}: {condition!r} is not a condition: expected 'value', '!value', "
+                "'in(a, b)' or '!in(a, b)'"
+            )
+    return selector
 
 
 class WithOptions:

@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -184,7 +185,7 @@ class Worker:
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a.task_id, prepared, False, nested, method_names, retire=self.retires_after(a))
         except ActorExitRequest as e:
-            self.exit_actor(e.cause)
+            self.exit_actor(a, e.cause)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
             if kind != TaskKind.ACTOR_TASK:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
@@ -212,7 +213,8 @@ class Worker:
             return True
         if method_name == "__ray_terminate__":
             # The creator's handle sends its reclamation as one too, with that cause.
-            raise ActorExitRequest(args[0] if args == (RECLAIMED_CAUSE,) else "__ray_terminate__ was called")
+            reclaimed = list(args) == [RECLAIMED_CAUSE]
+            raise ActorExitRequest(RECLAIMED_CAUSE if reclaimed else "__ray_terminate__ was called")
         if method_name == "__ray_call__":
             fn, *rest = args
             return self.on_actor_thread(lambda: fn(self.actor, *rest, **kwargs))
@@ -235,10 +237,12 @@ class Worker:
 
         return asyncio.run_coroutine_threadsafe(in_loop(), self.event_loop).result()
 
-    def exit_actor(self, cause: str):
+    def exit_actor(self, a, cause: str):
         """Ends this actor on purpose (`exit_actor()`, `__ray_terminate__`): its
         `__ray_shutdown__` and atexit handlers run, then the agent marks it dead for
-        good (no restart), failing its queued calls with the cause, and the process ends."""
+        good (no restart), failing the call that asked and its queued calls with the cause,
+        and kills this process. The request rides the worker's stream, behind the results
+        of the calls that finished before it."""
         shutdown = getattr(self.actor, "__ray_shutdown__", None)
         if callable(shutdown):
             try:
@@ -250,7 +254,13 @@ class Worker:
         sys.stderr.flush()
         class_name = STATE.current_actor._class_name if STATE.current_actor is not None else "actor"
         try:
-            self.client.kill_actor(STATE.actor_id, True, f"The actor {class_name} exited on purpose: {cause}")
+            self.client.task_done(a.task_id, [], actor_exit=f"The actor {class_name} exited on purpose: {cause}")
+            # Waiting here sends it; the agent's kill ends the wait (and this process).
+            deadline = time.monotonic() + _EXIT_WAIT_S
+            while time.monotonic() < deadline:
+                self.client.next_assignment(1.0)
+        except BaseException:  # noqa: BLE001 - the agent is gone or killed us: nothing left to do
+            pass
         finally:
             os._exit(0)
 
@@ -337,6 +347,9 @@ class Worker:
                 except _native.OxrayRpcError:
                     return  # the agent is gone
 
+
+# How long an actor that ended itself waits for its agent to kill it before it exits alone.
+_EXIT_WAIT_S = 30.0
 
 # Ray's: set, the workers leave CUDA_VISIBLE_DEVICES as it is (get_gpu_ids() still names the GPUs given).
 _NOSET_CUDA = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"

@@ -41,6 +41,25 @@ def _resources(text):
     return {k: float(v) for k, v in value.items()}
 
 
+def _labels(text):
+    """`--labels`: Ray's `key1=value1,key2=value2`, or a JSON object."""
+    if not text:
+        return {}
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            _fail(f"--labels={text!r} is not valid JSON ({e}); expected e.g. 'zone=us-west,tier=gpu'")
+    else:
+        pairs = [p.partition("=") for p in text.split(",") if p.strip()]
+        if any(not sep or not k.strip() for k, sep, _ in pairs):
+            _fail(f"--labels={text!r}: expected key=value pairs separated by commas, e.g. 'zone=us-west,tier=gpu'")
+        value = {k.strip(): v.strip() for k, _, v in pairs}
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        _fail(f"--labels={text!r} must map label names to string values")
+    return value
+
+
 def _port(text: str) -> int:
     """An argparse type: a TCP port number, 0 meaning "pick a free one"."""
     try:
@@ -118,6 +137,7 @@ def _start(args) -> None:
         "num_cpus": args.num_cpus,
         "num_gpus": args.num_gpus,
         "resources": _resources(args.resources),
+        "labels": _labels(args.labels),
         "object_store_memory": args.object_store_memory,
     }
     if args.head:
@@ -339,6 +359,7 @@ def main(argv=None) -> None:
     start.add_argument("--num-cpus", type=float, help="CPUs this node offers (default: all)")
     start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")
     start.add_argument("--resources", help="custom resources as JSON, e.g. '{\"node_b\": 1}'")
+    start.add_argument("--labels", help="node labels, e.g. 'zone=us-west,tier=gpu' (or a JSON object)")
     start.add_argument("--object-store-memory", type=int, help="bytes of shared memory for objects")
     start.add_argument(
         "--node-ip-address", help="address to listen on (default 127.0.0.1; anything else exposes the node)"

@@ -27,7 +27,7 @@ class ScalingConfig:
     resources_per_worker: Optional[dict] = None
     placement_strategy: str = "PACK"
     accelerator_type: Optional[str] = None
-    label_selector: Optional[dict] = None
+    label_selector: Optional[Union[dict, list]] = None
     use_tpu: bool = False
     topology: Optional[str] = None
 
@@ -43,11 +43,19 @@ class ScalingConfig:
             raise ValueError(f"ScalingConfig(use_gpu={self.use_gpu!r}): expected True or False")
         if self.use_tpu:
             raise ValueError("ScalingConfig(use_tpu=True): TPUs are not supported by oxray")
-        for unsupported in ("label_selector", "topology"):
-            if getattr(self, unsupported) is not None:
+        if self.topology is not None:
+            raise ValueError("ScalingConfig(topology=...) is not supported by oxray yet; use resources_per_worker")
+        if self.label_selector is not None:
+            from oxray._private.options import check_label_selector
+
+            selectors = self.label_selector if isinstance(self.label_selector, list) else [self.label_selector]
+            if isinstance(self.label_selector, list) and len(selectors) != self.num_workers:
                 raise ValueError(
-                    f"ScalingConfig({unsupported}=...) is not supported by oxray yet; use resources_per_worker"
+                    f"ScalingConfig(label_selector=...): a list needs one selector per worker ({self.num_workers}), "
+                    f"got {len(selectors)}"
                 )
+            for selector in selectors:
+                check_label_selector(selector, "ScalingConfig(label_selector=...)")
         if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
                 f"ScalingConfig(placement_strategy={self.placement_strategy!r}): expected one of "
@@ -84,6 +92,15 @@ class ScalingConfig:
         if self.accelerator_type:
             res[f"accelerator_type:{self.accelerator_type}"] = 0.001
         return res
+
+    @property
+    def worker_label_selectors(self) -> list:
+        """Each worker's label selector (its placement-group bundle's), or [] for none."""
+        if not self.label_selector:
+            return []
+        if isinstance(self.label_selector, list):
+            return [dict(s) for s in self.label_selector]
+        return [dict(self.label_selector) for _ in range(self.num_workers)]
 
     @property
     def total_resources(self) -> dict:

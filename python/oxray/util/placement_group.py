@@ -121,11 +121,16 @@ def placement_group(
     """Reserves `bundles` with `strategy`; the group may stay pending until the
     cluster has room (see `ready()` / `wait()`)."""
     clean = _validate_bundles(bundles)
+    selectors = []
     if bundle_label_selector:
-        raise NotImplementedError(
-            f"placement_group(bundle_label_selector={bundle_label_selector!r}) is not supported by oxray: "
-            "node labels are not supported yet"
-        )
+        from oxray._private.options import check_label_selector
+
+        if not isinstance(bundle_label_selector, (list, tuple)) or len(bundle_label_selector) != len(clean):
+            raise ValueError(
+                f"placement_group(bundle_label_selector={bundle_label_selector!r}): expected a list with one "
+                f"label selector per bundle ({len(clean)})"
+            )
+        selectors = [dict(check_label_selector(s, "bundle_label_selector")) for s in bundle_label_selector]
     if _soft_target_node_id is not None:
         raise NotImplementedError("placement_group(_soft_target_node_id=...) is not supported by oxray")
     if strategy not in VALID_STRATEGIES:
@@ -140,7 +145,14 @@ def placement_group(
 
     pg_id = os.urandom(16)
     _client().create_placement_group(
-        pg_id, clean, strategy, name, STATE.namespace or "", job_id=current_job_id(), detached=lifetime == "detached"
+        pg_id,
+        clean,
+        strategy,
+        name,
+        STATE.namespace or "",
+        job_id=current_job_id(),
+        detached=lifetime == "detached",
+        bundle_label_selector=selectors,
     )
     return PlacementGroup(PlacementGroupID(pg_id), clean)
 

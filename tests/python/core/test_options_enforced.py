@@ -178,7 +178,6 @@ def test_init_logging_level_sets_the_library_logger(fresh_cluster):
 @pytest.mark.parametrize(
     "kwargs, named",
     [
-        ({"labels": {"zone": "a"}}, "labels"),
         ({"local_mode": True}, "local_mode"),
         ({"_system_config": {"x": 1}}, "_system_config"),
         ({"job_config": object()}, "job_config"),
@@ -203,7 +202,6 @@ def test_init_rejects_bad_logging_options():
 @pytest.mark.parametrize(
     "options, named",
     [
-        ({"label_selector": {"zone": "a"}}, "label_selector"),
         ({"object_store_memory": 1 << 20}, "object_store_memory"),
         ({"runtime_env": {"pip": ["requests"]}}, "'pip'"),
         ({"runtime_env": {"working_dir": "."}}, "'working_dir'"),
@@ -229,11 +227,6 @@ def test_actor_options_refused_by_name(options, named):
 def test_method_concurrency_group_refused():
     with pytest.raises(NotImplementedError, match="concurrency_group"):
         ray.method(concurrency_group="io")
-
-
-def test_placement_group_label_selector_refused(ray_cluster):
-    with pytest.raises(NotImplementedError, match="bundle_label_selector"):
-        placement_group([{"CPU": 1}], bundle_label_selector=[{"zone": "a"}])
 
 
 def test_failure_config_controller_failure_limit_refused():

@@ -12,18 +12,8 @@ import pytest
 
 pafs = pytest.importorskip("pyarrow.fs")
 
-import oxray as ray  # noqa: E402
 from oxray import train  # noqa: E402
 from oxray.train import DataParallelTrainer, Result, RunConfig, ScalingConfig  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, object_store_memory=200 * 1024**2)
-    yield
-    ray.shutdown()
 
 
 def checkpoint_twice():

@@ -22,15 +22,6 @@ from oxray.train.torch import TorchTrainer, prepare_data_loader, prepare_model  
 from oxray_testutil import wait_until  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=3, object_store_memory=200 * 1024**2)
-    yield
-    ray.shutdown()
-
-
 def run_config(tmp_path, name="run", **kwargs):
     return RunConfig(storage_path=str(tmp_path / "results"), name=name, **kwargs)
 

@@ -13,15 +13,6 @@ from oxray.train import DataParallelTrainer, RunConfig, ScalingConfig
 from oxray.train.backend import Backend, BackendConfig
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=3, object_store_memory=200 * 1024**2)
-    yield
-    ray.shutdown()
-
-
 def report_three_checkpoints():
     seen = []
     for step in range(3):
@@ -130,3 +121,26 @@ def test_backend_config_must_be_a_backend_config(tmp_path):
 def test_restore_is_removed_in_train_v2(method):
     with pytest.raises(DeprecationWarning, match=method):
         getattr(DataParallelTrainer, method)("/tmp/some-run")
+
+
+def node_of_worker():
+    return os.environ["OXRAY_NODE_ID"]
+
+
+def test_scaling_config_label_selector_places_the_workers(cluster, tmp_path):
+    [node] = ray.nodes()
+    selector = {"ray.io/node-id": node["NodeID"]}
+    result = DataParallelTrainer(
+        node_of_worker,
+        scaling_config=ScalingConfig(num_workers=2, label_selector=selector),
+        run_config=RunConfig(storage_path=str(tmp_path), name="labelled"),
+    ).fit()
+    assert result.return_value == node["NodeID"]
+    with pytest.raises(ValueError, match="no node of the cluster has matching labels"):
+        DataParallelTrainer(
+            node_of_worker,
+            scaling_config=ScalingConfig(num_workers=2, label_selector={"zone": "moon"}),
+            run_config=RunConfig(storage_path=str(tmp_path), name="nowhere"),
+        ).fit()
+    with pytest.raises(ValueError, match="one selector per worker"):
+        ScalingConfig(num_workers=2, label_selector=[selector])

@@ -10,13 +10,11 @@ use pyo3::prelude::*;
 
 #[pymethods]
 impl Client {
-    /// Kills an actor's process at once; `cause` (an actor ending itself) is what
-    /// its callers are told instead of "killed by ray.kill()", and rules out a restart.
-    #[pyo3(signature = (actor_id, no_restart=true, cause=String::new()))]
-    fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool, cause: String) -> PyResult<()> {
+    #[pyo3(signature = (actor_id, no_restart=true))]
+    fn kill_actor(&self, py: Python<'_>, actor_id: Vec<u8>, no_restart: bool) -> PyResult<()> {
         self.flush(py)?;
         let mut agent = self.inner.driver();
-        py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart, cause })))
+        py.detach(|| runtime().block_on(agent.kill_actor(ActorRequest { actor_id, no_restart })))
             .map_err(|s| rpc_err(s.into()))?;
         Ok(())
     }

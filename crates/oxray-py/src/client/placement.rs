@@ -13,8 +13,10 @@ use std::collections::HashMap;
 
 #[pymethods]
 impl Client {
-    /// `job_id`: the job whose driver's exit removes the group, unless `detached`.
-    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string(), job_id=Vec::new(), detached=false))]
+    /// `job_id`: the job whose driver's exit removes the group, unless `detached`;
+    /// `bundle_label_selector`: one selector per bundle, or none.
+    #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string(), job_id=Vec::new(),
+        detached=false, bundle_label_selector=Vec::new()))]
     #[allow(clippy::too_many_arguments, reason = "mirrors placement_group()'s keyword arguments")]
     fn create_placement_group(
         &self,
@@ -26,11 +28,23 @@ impl Client {
         namespace: String,
         job_id: Vec<u8>,
         detached: bool,
+        bundle_label_selector: Vec<HashMap<String, String>>,
     ) -> PyResult<PlacementGroupInfo> {
         let strategy = Strategy::parse(&strategy).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if !bundle_label_selector.is_empty() && bundle_label_selector.len() != bundles.len() {
+            return Err(PyValueError::new_err(format!(
+                "bundle_label_selector has {} entries for {} bundles: give one per bundle",
+                bundle_label_selector.len(),
+                bundles.len()
+            )));
+        }
+        let mut selectors = bundle_label_selector.into_iter();
         let spec = PlacementGroupSpec {
             pg_id,
-            bundles: bundles.into_iter().map(|resources| Bundle { resources }).collect(),
+            bundles: bundles
+                .into_iter()
+                .map(|resources| Bundle { resources, label_selector: selectors.next().unwrap_or_default() })
+                .collect(),
             strategy: strategy.to_proto() as i32,
             name,
             namespace,

@@ -5,6 +5,7 @@ use super::{Client, to_ids};
 use crate::error::client_error as rpc_err;
 use crate::records::{CreatedActor, TaskKind};
 use crate::runtime;
+use oxray_runtime::labels::LabelSelector;
 use oxray_runtime::proto::{self, CancelRequest, FunctionBlob, FunctionId, TaskArg, TaskSpec, task_arg};
 use oxray_runtime::resources::ResourceSet;
 use pyo3::exceptions::PyValueError;
@@ -27,7 +28,7 @@ impl Client {
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
         placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new(),
         capture_child_tasks=false, max_calls=0, call_max_task_retries=None, retry_exception_types=Vec::new(),
-        node_affinity=None, spread=false))]
+        node_affinity=None, spread=false, label_selector=HashMap::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -63,11 +64,13 @@ impl Client {
         retry_exception_types: Vec<u8>,
         node_affinity: Option<(Vec<u8>, bool)>,
         spread: bool,
+        label_selector: HashMap<String, String>,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
             ResourceSet::check_map(quantities).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
+        LabelSelector::parse(&label_selector).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let args = args
             .into_iter()
             .map(|(is_ref, data)| TaskArg {
@@ -106,6 +109,7 @@ impl Client {
             retry_exception_types,
             node_affinity: node_affinity.map(|(node_id, soft)| proto::NodeAffinity { node_id, soft }),
             spread,
+            label_selector,
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();

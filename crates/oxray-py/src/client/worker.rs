@@ -95,7 +95,7 @@ impl Client {
     }
 
     #[pyo3(signature = (task_id, returns, application_error=false, nested_refs=Vec::new(), method_names=Vec::new(),
-        error_text=String::new(), retire=false, not_retryable=false))]
+        error_text=String::new(), retire=false, not_retryable=false, actor_exit=String::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per keyword of task_done() in Python")]
     fn task_done(
         &self,
@@ -108,6 +108,7 @@ impl Client {
         error_text: String,
         retire: bool,
         not_retryable: bool,
+        actor_exit: String,
     ) -> PyResult<()> {
         let returns = returns.into_iter().filter_map(|mut p| p.location.take()).collect();
         let done = TaskDoneRequest {
@@ -121,6 +122,7 @@ impl Client {
             error_text,
             retire,
             not_retryable,
+            actor_exit,
         };
         let Some(done) = self.inner.try_task_done_now(done) else { return Ok(()) };
         let c = self.inner.clone();

@@ -405,6 +405,7 @@ impl AgentShared {
             session_dir: String::new(),
             start_time_ms: 0,
             metrics_address: String::new(),
+            labels: st.labels.clone(),
         }
     }
 }

@@ -72,14 +72,9 @@ impl AgentShared {
                 Action::PeerCancel { node, object_id, force, recursive } => {
                     (node, peer_message::Msg::Cancel(CancelRequest { object_id: object_id.to_vec(), force, recursive }))
                 }
-                Action::PeerKillActor { node, actor_id, no_restart } => (
-                    node,
-                    peer_message::Msg::KillActor(ActorRequest {
-                        actor_id: actor_id.to_vec(),
-                        no_restart,
-                        cause: String::new(),
-                    }),
-                ),
+                Action::PeerKillActor { node, actor_id, no_restart } => {
+                    (node, peer_message::Msg::KillActor(ActorRequest { actor_id: actor_id.to_vec(), no_restart }))
+                }
                 Action::PeerJobEnded { node, job } => {
                     (node, peer_message::Msg::JobEnded(JobEnded { job_id: job.to_vec() }))
                 }

@@ -263,11 +263,7 @@ impl DriverService for AgentService {
                 Err(status) => return Err(status),
             }
         }
-        if req.cause.is_empty() {
-            self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
-        } else {
-            self.shared.with_state(|st| st.kill_actor_because(id, req.cause));
-        }
+        self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
         Ok(Response::new(Empty {}))
     }
 

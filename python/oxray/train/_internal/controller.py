@@ -33,6 +33,14 @@ def check_feasible(scaling: ScalingConfig) -> None:
                 f"ScalingConfig(resources_per_worker=...) asks for {name!r}, which no node in the cluster has; "
                 f"the cluster has {sorted(k for k in known if '_group_' not in k)}"
             )
+    from oxray._private.options import label_selector_matches
+
+    for selector in scaling.worker_label_selectors:
+        if not any(label_selector_matches(selector, n.get("Labels", {})) for n in nodes):
+            raise ValueError(
+                f"ScalingConfig(label_selector={selector!r}): no node of the cluster has matching labels; "
+                f"nodes have {[n.get('Labels', {}) for n in nodes]}"
+            )
     fits = [n for n in nodes if all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items())]
     if not fits:
         raise ValueError(
@@ -117,6 +125,7 @@ class TrainController:
                 self.scaling.worker_resources,
                 self.scaling.placement_strategy,
                 self.run_config.worker_runtime_env,
+                self.scaling.worker_label_selectors,
             )
             self.reporter.attempt_started()
             try:

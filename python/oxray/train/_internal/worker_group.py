@@ -174,8 +174,16 @@ def start_timeout_s() -> float:
 
 
 class WorkerGroup:
-    def __init__(self, num_workers: int, resources: dict, strategy: str, runtime_env: Optional[dict] = None):
+    def __init__(
+        self,
+        num_workers: int,
+        resources: dict,
+        strategy: str,
+        runtime_env: Optional[dict] = None,
+        label_selectors: Optional[list] = None,
+    ):
         self.num_workers = num_workers
+        self.label_selectors = label_selectors or []
         self.resources = resources
         self.strategy = strategy
         self.runtime_env = runtime_env
@@ -206,7 +214,11 @@ class WorkerGroup:
     def start(self) -> None:
         from oxray.util.placement_group import placement_group
 
-        self.pg = placement_group([dict(self.resources) for _ in range(self.num_workers)], strategy=self.strategy)
+        self.pg = placement_group(
+            [dict(self.resources) for _ in range(self.num_workers)],
+            strategy=self.strategy,
+            bundle_label_selector=self.label_selectors or None,
+        )
         started = time.monotonic()
         while not self.pg.wait(timeout_seconds=10):
             if time.monotonic() - started > start_timeout_s():

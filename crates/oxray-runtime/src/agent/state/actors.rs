@@ -420,7 +420,7 @@ impl AgentState {
     }
 
     /// Kills an actor for good, with `cause` as what its callers are told.
-    pub fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
+    pub(super) fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.no_restart = true;
         actor.death_cause = cause;

@@ -131,6 +131,8 @@ pub struct AgentConfig {
     pub worker_env: Vec<(String, String)>,
     /// How many dead actors this node remembers (`OXRAY_HEAD_HISTORY`, as the head).
     pub dead_actors_kept: usize,
+    /// Ray's node labels, matched by label selectors.
+    pub labels: HashMap<String, String>,
 }
 
 pub struct AgentState {
@@ -140,6 +142,8 @@ pub struct AgentState {
     pub address: String,
     /// Everything this node has, placement-group bundle names included.
     total: ResourceSet,
+    /// Ray's node labels.
+    pub labels: HashMap<String, String>,
     /// What is free now: lowered while tasks and actors hold resources.
     available: ResourceSet,
     /// Which GPU indices (and fractions of them) are handed out.
@@ -172,6 +176,7 @@ impl AgentState {
             address: String::new(),
             available: config.total.clone(),
             total: config.total,
+            labels: config.labels,
             gpus: GpuSlots::new(config.num_gpus),
             objects: ObjectTable::new(store),
             tasks: TaskTable::default(),

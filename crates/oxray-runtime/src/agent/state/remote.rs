@@ -7,6 +7,7 @@ use super::{Action, ActorEntry, ActorState, AgentState, TaskState};
 use crate::agent::{AgentError, CopyError};
 use crate::errors::{SystemErrorKind, system_error_object};
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
+use crate::labels::LabelSelector;
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectPlace;
 use oxray_proto::object_location::Place;
@@ -26,6 +27,7 @@ pub struct PeerView {
     /// This node saw it die (its link broke): it stays dead here even while the
     /// head still lists it, so work is never sent to it again.
     pub failed: bool,
+    pub labels: HashMap<String, String>,
 }
 
 /// The other nodes, as this one knows them.
@@ -120,7 +122,14 @@ impl AgentState {
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let available = ResourceSet::from_map(&n.available).unwrap_or_default();
             let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
-            let view = PeerView { address: n.address.clone(), alive: n.alive && !failed, total, available, failed };
+            let view = PeerView {
+                address: n.address.clone(),
+                alive: n.alive && !failed,
+                total,
+                available,
+                failed,
+                labels: n.labels.clone(),
+            };
             if let Some(old) = self.peers.nodes.insert(id, view)
                 && old.alive
                 && !n.alive
@@ -147,7 +156,8 @@ impl AgentState {
         if task.from_peer.is_some() {
             return None;
         }
-        let alive = || self.peers.nodes.iter().filter(|(_, p)| p.alive);
+        let selector = LabelSelector::parse(&task.spec.label_selector).unwrap_or_default();
+        let alive = || self.peers.nodes.iter().filter(|(_, p)| p.alive && selector.matches(&p.labels));
         if let Some((id, _)) = alive().find(|(_, p)| p.available.fits(placement)) {
             return Some(*id);
         }
@@ -201,7 +211,36 @@ impl AgentState {
                 )),
             };
         }
-        Placement::Anywhere
+        if task.spec.label_selector.is_empty() {
+            return Placement::Anywhere;
+        }
+        let selector = match LabelSelector::parse(&task.spec.label_selector) {
+            Ok(selector) => selector,
+            Err(e) => return Placement::Fail(e.to_string()),
+        };
+        if selector.matches(&self.labels) && self.total.fits(placement) {
+            return Placement::Anywhere; // here, or a matching peer (`pick_peer` asks only those)
+        }
+        let matching = || {
+            self.peers.nodes.iter().filter(|(_, p)| p.alive && selector.matches(&p.labels) && p.total.fits(placement))
+        };
+        if let Some((node, _)) = matching().find(|(_, p)| p.available.fits(placement)).or_else(|| matching().next()) {
+            return Placement::Node(*node);
+        }
+        if self.nodes_may_join() {
+            return Placement::Wait; // a node with those labels may join (`warn_infeasible` says so)
+        }
+        Placement::Fail(format!(
+            "no node of the cluster has labels matching label_selector {selector} and room for {placement}"
+        ))
+    }
+
+    /// Labels no live node (this one included) matches, for a waiting task's warning.
+    pub(super) fn unmatched_selector(&self, spec: &TaskSpec) -> Option<LabelSelector> {
+        let selector = LabelSelector::parse(&spec.label_selector).ok().filter(|s| !s.is_empty())?;
+        let matched =
+            selector.matches(&self.labels) || self.peers.nodes.values().any(|p| p.alive && selector.matches(&p.labels));
+        (!matched).then_some(selector)
     }
 
     /// Ray's `SPREAD`: the node a ready task goes to, taking turns over the live
@@ -209,14 +248,15 @@ impl AgentState {
     pub(super) fn spread_to(&mut self, task_id: TaskId) -> Option<NodeId> {
         let task = self.tasks.get(&task_id).filter(|t| t.spec.spread && t.from_peer.is_none())?;
         let (placement, holds) = (&task.placement, &task.holds);
+        let selector = LabelSelector::parse(&task.spec.label_selector).unwrap_or_default();
         let mut nodes: Vec<NodeId> = self
             .peers
             .nodes
             .iter()
-            .filter(|(_, p)| p.alive && p.available.fits(placement))
+            .filter(|(_, p)| p.alive && p.available.fits(placement) && selector.matches(&p.labels))
             .map(|(id, _)| *id)
             .collect();
-        if self.available.fits(placement) && self.available.fits(holds) {
+        if self.available.fits(placement) && self.available.fits(holds) && selector.matches(&self.labels) {
             nodes.push(self.node_id);
         }
         if nodes.is_empty() {
@@ -250,6 +290,7 @@ impl AgentState {
         // Placed: the node it goes to runs it (its strategy is not applied there again).
         spec.spread = false;
         spec.node_affinity = None;
+        spec.label_selector.clear();
         let placement = task.placement.clone();
         if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.available.subtract(&placement);

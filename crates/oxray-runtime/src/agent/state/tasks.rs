@@ -335,8 +335,16 @@ impl AgentState {
             let mut waiting =
                 q.tasks.iter().filter_map(|id| self.tasks.get(id)).filter(|t| t.state == TaskState::Ready);
             let Some(first) = waiting.next() else { continue };
-            let Some(why) = self.unmet_by_cluster(&q.placement) else { continue };
             let what = if q.creation { "actor creation" } else { "task" };
+            if let Some(selector) = self.unmatched_selector(&first.spec) {
+                warnings.push(format!(
+                    "{what} {} waits for a node with labels matching label_selector {selector}: no live node has them. \
+                     It runs as soon as such a node joins the cluster.",
+                    first.spec.name
+                ));
+                continue;
+            }
+            let Some(why) = self.unmet_by_cluster(&q.placement) else { continue };
             warnings.push(format!(
                 "{} {what}(s) such as {} require {} and are waiting for a node that can run them {why} \
                  They run as soon as such a node joins the cluster.",
@@ -625,6 +633,7 @@ impl AgentState {
             error_text,
             retire,
             not_retryable,
+            actor_exit,
             ..
         } = done;
         let returns = &returns[..];
@@ -642,6 +651,13 @@ impl AgentState {
             }
             return Ok(());
         };
+        if !actor_exit.is_empty() {
+            // The actor ends itself: every call it finished was reported before this one.
+            if let Some(actor_id) = self.actor_of_task(task_id).map(|a| a.id) {
+                self.kill_actor_because(actor_id, actor_exit);
+            }
+            return Ok(());
+        }
         let kind = task.spec.kind;
         let cancelled = task.cancelled;
         let retry_app_error =

@@ -32,6 +32,7 @@ fn new_state(cpus: f64, gpus: usize) -> AgentState {
             max_starting_workers: 2,
             worker_env: vec![],
             dead_actors_kept: 1000,
+            labels: HashMap::from([("zone".to_string(), "home".to_string())]),
         },
         store,
     )
@@ -851,4 +852,35 @@ fn a_retiring_worker_gets_no_other_task() {
     let told = rx.try_recv().unwrap().unwrap();
     assert!(told.exit && told.task.is_none(), "told to exit, not given t2");
     assert_eq!(spawned(&mut st).len(), 1, "a new worker starts for t2");
+}
+
+#[test]
+fn label_selectors_send_work_to_matching_nodes_or_fail_it() {
+    let mut st = new_state(4.0, 0);
+    let far = oxray_proto::NodeInfo { labels: HashMap::from([("zone".into(), "far".into())]), ..peer_info(4.0, true) };
+    st.update_peers(&[far]);
+    let selecting = |n: u8, zone: &str| TaskSpec {
+        label_selector: HashMap::from([("zone".to_string(), zone.to_string())]),
+        ..task(n, &[("CPU", 1.0)])
+    };
+    st.submit(DRIVER, selecting(1, "far")).unwrap();
+    st.schedule();
+    assert_eq!(forwarded_nodes(&mut st), vec![PEER], "only the peer has zone=far");
+    st.submit(DRIVER, selecting(2, "!far")).unwrap();
+    st.schedule();
+    assert!(forwarded_nodes(&mut st).is_empty(), "this node (zone=home) matches and has room");
+    // A cluster another node has joined may get a matching one: it waits, with a warning naming the selector.
+    let shape = HashMap::from([("CPU".to_string(), 2.0)]);
+    st.submit(DRIVER, TaskSpec { resources: shape.clone(), ..selecting(4, "moon") }).unwrap();
+    st.schedule();
+    st.take_actions();
+    assert!(!st.is_ready(&oid(104)));
+    st.warn_infeasible();
+    let warnings = log_lines(&mut st);
+    assert!(warnings.iter().any(|w| w.contains("t4") && w.contains("zone=moon")), "{warnings:?}");
+    // On a lone node nothing can ever match: it fails at once.
+    let mut lone = new_state(4.0, 0);
+    lone.submit(DRIVER, TaskSpec { resources: shape, ..selecting(3, "moon") }).unwrap();
+    lone.schedule();
+    assert_eq!(system_error_type(&mut lone, oid(103)).as_deref(), Some("TaskUnschedulableError"));
 }

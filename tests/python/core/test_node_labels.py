@@ -1,0 +1,74 @@
+"""Node labels as Ray's tests use them: `init(labels=)` and `oxray start --labels`,
+`ray.io/node-id` on every node, `label_selector` on tasks and actors, and a
+placement group's `bundle_label_selector`."""
+
+import os
+
+import pytest
+
+import oxray as ray
+from cli_cluster import running_cluster
+from oxray.util import placement_group, placement_group_table, remove_placement_group
+
+
+@ray.remote
+def where():
+    return os.environ["OXRAY_NODE_ID"], ray.get_runtime_context().get_node_labels()
+
+
+@ray.remote
+class Where:
+    def node(self):
+        return os.environ["OXRAY_NODE_ID"]
+
+
+def test_labels_of_an_embedded_cluster(fresh_cluster):
+    fresh_cluster(labels={"zone": "a", "tier": "cpu"})
+    [node] = ray.nodes()
+    assert node["Labels"]["zone"] == "a" and node["Labels"]["ray.io/node-id"] == node["NodeID"]
+    node_id, labels = ray.get(where.options(label_selector={"zone": "a"}).remote())
+    assert node_id == node["NodeID"] and labels["tier"] == "cpu"
+    assert ray.get(where.options(label_selector={"zone": "!b", "tier": "in(cpu, gpu)"}).remote())[0] == node_id
+    # No node could ever match: on a lone cluster that fails at once, naming the selector.
+    with pytest.raises(ray.exceptions.TaskUnschedulableError, match="zone=b"):
+        ray.get(where.options(label_selector={"zone": "b"}).remote())
+
+
+def test_bad_selectors_and_labels_are_refused(fresh_cluster):
+    with pytest.raises(ValueError, match="not a condition"):
+        where.options(label_selector={"zone": "in(a,"})
+    with pytest.raises(TypeError, match="label_selector"):
+        where.options(label_selector={"zone": 1})
+    with pytest.raises(TypeError, match="labels"):
+        ray.init(labels={"zone": 1})
+
+
+@pytest.fixture
+def labelled_nodes(tmp_path, monkeypatch):
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=1)
+        cluster.add_node(num_cpus=1, resources={"node_b": 1}, labels="zone=b,tier=gpu")
+        cluster.add_node(num_cpus=1, resources={"node_c": 1}, labels='{"zone": "c"}')
+        ray.init()
+        cluster.wait_nodes(3)
+        yield cluster
+
+
+def test_label_selectors_place_work_on_matching_nodes(labelled_nodes):
+    b = labelled_nodes.node_with("node_b")["node_id"]
+    c = labelled_nodes.node_with("node_c")["node_id"]
+    labels = {n["NodeID"]: n["Labels"] for n in ray.nodes()}
+    assert labels[b]["zone"] == "b" and labels[b]["tier"] == "gpu" and labels[c]["zone"] == "c"
+    assert {ray.get(where.options(label_selector={"zone": "b"}).remote())[0] for _ in range(3)} == {b}
+    assert ray.get(where.options(label_selector={"zone": "in(c)"}).remote())[0] == c
+    actor = Where.options(label_selector={"tier": "gpu"}).remote()
+    assert ray.get(actor.node.remote()) == b
+    # Bundles follow their own selectors.
+    pg = placement_group(
+        [{"CPU": 0.5}, {"CPU": 0.5}], strategy="PACK", bundle_label_selector=[{"zone": "c"}, {"zone": "b"}]
+    )
+    ray.get(pg.ready())
+    assert placement_group_table(pg)["bundles_to_node_id"] == {0: c, 1: b}
+    remove_placement_group(pg)
+    with pytest.raises(ValueError, match="one label selector per bundle"):
+        placement_group([{"CPU": 0.5}], bundle_label_selector=[{"zone": "b"}, {"zone": "c"}])
