@@ -28,6 +28,7 @@ __all__ = [
     "Assignment",
     "StoreStats",
     "start_cluster",
+    "set_process_title",
     "encode_object",
     "DataParquetStream",
     "DataBatcher",
@@ -314,6 +315,10 @@ def start_cluster(
     request no live node can meet waits for one instead of failing at once.
     A head with `dashboard` (host, port; 0 picks one) serves its HTTP API there;
     with `metrics` the node serves its Prometheus `/metrics` there."""
+
+def set_process_title(title: str) -> bool:
+    """Shows `title` as this process's command line and thread name (Ray's `ray::...`);
+    False when it could not."""
 
 def encode_object(pickle: bytes, buffers: Sequence[Buffer], flags: int) -> bytes:
     """Serializes into inline bytes (used for small task arguments)."""

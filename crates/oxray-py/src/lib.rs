@@ -8,6 +8,7 @@ mod cluster;
 mod data;
 mod data_exec;
 mod error;
+mod proctitle;
 mod records;
 mod storage;
 
@@ -81,6 +82,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<records::StoreStats>()?;
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
+    m.add_function(wrap_pyfunction!(proctitle::set_process_title, m)?)?;
     data::register(m)?;
     data_exec::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;

@@ -115,6 +115,8 @@ class Worker:
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
         CURRENT.task_name = a.name
+        if self.pool is None:  # one call at a time: the title names it (Ray's `ray::f`, `ray::A.m`)
+            _native.set_process_title(f"ray::{a.name}")
         CURRENT.resources = self.actor_resources if kind == TaskKind.ACTOR_TASK else dict(a.resources)
         CURRENT.capture_child_tasks = (
             self.actor_captures_children if kind == TaskKind.ACTOR_TASK else a.capture_child_tasks
@@ -206,6 +208,13 @@ class Worker:
                 else:
                     os.environ[k] = v
             CURRENT.task_id = None
+            if self.pool is None:
+                _native.set_process_title(self.idle_title())
+
+    def idle_title(self) -> str:
+        """Ray's title between calls: `ray::IDLE` for a pool worker, `ray::<Class>` for an actor."""
+        actor = STATE.current_actor
+        return f"ray::{actor._class_name}" if actor is not None else "ray::IDLE"
 
     def call_method(self, method_name, args, kwargs):
         """An actor call: a method of the user's class, or one of Ray's built-in ones."""
@@ -416,6 +425,7 @@ def main():
     _UserCode.client = client
     signal.signal(signal.SIGINT, _on_sigint)
     client.worker_connect()
+    _native.set_process_title("ray::IDLE")
     Worker(client).loop()
     sys.stdout.flush()
     os._exit(0)

@@ -44,3 +44,34 @@ def test_accelerator_type_is_met_only_by_a_node_that_advertises_it(fresh_cluster
     assert ray.get(env.options(accelerator_type="A100").remote("OMP_NUM_THREADS")) is not None
     with pytest.raises(ray.exceptions.TaskUnschedulableError, match="accelerator_type:H100"):
         ray.get(env.options(accelerator_type="H100").remote("OMP_NUM_THREADS"))
+
+
+@ray.remote
+def own_title():
+    import psutil
+
+    return psutil.Process().cmdline()[0], psutil.Process().name()
+
+
+@ray.remote
+class Titled:
+    def title(self):
+        import psutil
+
+        return psutil.Process().cmdline()[0]
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_worker_process_titles_read_like_rays(ray_cluster):
+    import psutil
+
+    cmdline, name = ray.get(own_title.remote())
+    assert cmdline == f"ray::{own_title._name}" and name == f"ray::{own_title._name}"[:15]
+    actor = Titled.remote()
+    assert ray.get(actor.title.remote()) == "ray::Titled.title"
+    pid = ray.get(actor.pid.remote())
+    # Between calls the actor's process reads as its class.
+    assert psutil.Process(pid).cmdline()[0] == "ray::Titled"
+    ray.kill(actor)

@@ -584,7 +584,8 @@ impl AgentState {
                     scratch.subtract(&holds);
                     continue;
                 }
-                if !self.workers.has_idle() {
+                let wants_gpu = crate::resources::gpu_amount(&holds) > 0.0;
+                if !self.workers.has_idle_for(wants_gpu) {
                     // Count how many more of this shape could run, to start that many workers.
                     let queued = q.tasks.len();
                     let mut n = 0;
@@ -599,7 +600,7 @@ impl AgentState {
                     break;
                 }
                 let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
-                let worker_id = self.workers.take_idle().expect("checked non-empty");
+                let worker_id = self.workers.take_idle_for(wants_gpu).expect("checked above");
                 self.tasks.ready.pop_front(qi);
                 self.run_on(worker_id, task_id, gpus);
                 scratch.subtract(&holds);

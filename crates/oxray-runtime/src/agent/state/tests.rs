@@ -884,3 +884,26 @@ fn label_selectors_send_work_to_matching_nodes_or_fail_it() {
     lone.schedule();
     assert_eq!(system_error_type(&mut lone, oid(103)).as_deref(), Some("TaskUnschedulableError"));
 }
+
+#[test]
+fn a_gpu_task_never_runs_in_a_worker_that_ran_a_cpu_only_task() {
+    let mut st = new_state(2.0, 1);
+    let cpu_task = task(1, &[("CPU", 1.0)]);
+    st.submit(DRIVER, cpu_task.clone()).unwrap();
+    st.schedule();
+    let cpu_worker = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, cpu_worker, 80);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    done(&mut st, cpu_worker, &cpu_task, b"x");
+    st.submit(DRIVER, task(2, &[("CPU", 1.0), ("GPU", 1.0)])).unwrap();
+    st.schedule();
+    assert!(next(&mut rx).is_none(), "the idle CPU-only worker is passed over");
+    let gpu_worker = spawned(&mut st);
+    assert_eq!(gpu_worker.len(), 1, "a fresh worker starts for the GPU task");
+    let mut gpu_rx = connect(&mut st, gpu_worker[0], 81);
+    assert_eq!(gpu_rx.try_recv().unwrap().unwrap().cuda_visible_devices, "0");
+    // A CPU task may still use the idle CPU-only worker.
+    st.submit(DRIVER, task(3, &[("CPU", 1.0)])).unwrap();
+    st.schedule();
+    assert_eq!(next(&mut rx).unwrap().name, "t3");
+}

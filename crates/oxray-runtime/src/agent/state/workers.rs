@@ -30,6 +30,9 @@ pub(super) struct WorkerEntry {
     pub(super) blocked: bool,
     /// What an actor's worker lent while blocked in `get` (its CPUs), taken back after.
     pub(super) lent: ResourceSet,
+    /// It ran a task without GPUs: never given a GPU task after (as in Ray, a GPU task
+    /// starts in a worker whose CUDA state no CPU-only task has touched).
+    pub(super) ran_cpu_only: bool,
 }
 
 /// The worker processes of this node.
@@ -75,12 +78,18 @@ impl WorkerPool {
         self.workers.values()
     }
 
-    pub(super) fn has_idle(&self) -> bool {
-        !self.idle.is_empty()
+    /// An idle worker that may run a task with (`gpu`) or without GPUs, oldest first.
+    fn idle_for(&self, gpu: bool) -> Option<usize> {
+        self.idle.iter().position(|w| !gpu || self.workers.get(w).is_some_and(|e| !e.ran_cpu_only))
     }
 
-    pub(super) fn take_idle(&mut self) -> Option<WorkerId> {
-        self.idle.pop_front()
+    pub(super) fn has_idle_for(&self, gpu: bool) -> bool {
+        self.idle_for(gpu).is_some()
+    }
+
+    pub(super) fn take_idle_for(&mut self, gpu: bool) -> Option<WorkerId> {
+        let at = self.idle_for(gpu)?;
+        self.idle.remove(at)
     }
 
     pub(super) fn make_idle(&mut self, id: WorkerId) {
@@ -130,6 +139,7 @@ impl AgentState {
                 job_id,
                 blocked: false,
                 lent: ResourceSet::new(),
+                ran_cpu_only: false,
             },
         );
         self.actions.push(Action::SpawnWorker { worker_id, env });
@@ -139,12 +149,14 @@ impl AgentState {
     pub(super) fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>) {
         let task = self.tasks.get_mut(&task_id).expect("task exists");
         self.available.subtract(&task.holds);
+        let no_gpus = gpus.is_empty();
         task.gpus = gpus;
         task.start_on(worker_id);
         let label = task.spec.name.clone();
         let job_id = task.job;
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("idle worker exists");
+        worker.ran_cpu_only |= no_gpus;
         worker.running = Some(task_id);
         worker.label = label;
         worker.job_id = job_id;
