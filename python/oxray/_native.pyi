@@ -29,6 +29,8 @@ __all__ = [
     "StoreStats",
     "start_cluster",
     "set_process_title",
+    "check_label_selector",
+    "label_selector_matches",
     "encode_object",
     "DataParquetStream",
     "DataBatcher",
@@ -315,6 +317,12 @@ def start_cluster(
     request no live node can meet waits for one instead of failing at once.
     A head with `dashboard` (host, port; 0 picks one) serves its HTTP API there;
     with `metrics` the node serves its Prometheus `/metrics` there."""
+
+def check_label_selector(selector: dict[str, str]) -> None:
+    """Raises ValueError naming a condition that is not `value`, `!value`, `in(a, b)` or `!in(a, b)`."""
+
+def label_selector_matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Whether a node with `labels` matches `selector`, as the scheduler decides."""
 
 def set_process_title(title: str) -> bool:
     """Shows `title` as this process's command line and thread name (Ray's `ray::...`);

@@ -8,6 +8,7 @@ mod cluster;
 mod data;
 mod data_exec;
 mod error;
+mod labels;
 mod proctitle;
 mod records;
 mod storage;
@@ -83,6 +84,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     m.add_function(wrap_pyfunction!(proctitle::set_process_title, m)?)?;
+    m.add_function(wrap_pyfunction!(labels::check_label_selector, m)?)?;
+    m.add_function(wrap_pyfunction!(labels::label_selector_matches, m)?)?;
     data::register(m)?;
     data_exec::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;

@@ -142,32 +142,19 @@ def strategy_fields(options: dict) -> dict:
     return fields
 
 
-def label_selector_matches(selector: dict, labels: dict) -> bool:
-    """Whether a node with `labels` matches (as the agent decides; for checks before placing)."""
-    for key, condition in selector.items():
-        body = condition.strip()
-        negated = body.startswith("!")
-        body = body.removeprefix("!").strip()
-        values = {v.strip() for v in body[3:-1].split(",")} if body.startswith("in(") else {body}
-        if (labels.get(key) in values) == negated:
-            return False
-    return True
-
-
 def check_label_selector(selector, what: str) -> dict:
-    """Ray's label selector: {key: "value" | "!value" | "in(a, b)" | "!in(a, b)"}."""
+    """Ray's label selector: {key: "value" | "!value" | "in(a, b)" | "!in(a, b)"}, checked by the
+    scheduler's own parser."""
+    from oxray import _native
+
     if not isinstance(selector, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in selector.items()
     ):
         raise TypeError(f"{what}={selector!r}: expected a dict of label name -> condition string")
-    for key, condition in selector.items():
-        body = condition.strip().removeprefix("!").strip()
-        values = body[3:-1].split(",") if body.startswith("in(") and body.endswith(")") else [body]
-        if not key.strip() or any(not v.strip() or any(c in v for c in "(),") for v in values):
-            raise ValueError(
-                f"{what}: {key!r}: {condition!r} is not a condition: expected 'value', '!value', "
-                "'in(a, b)' or '!in(a, b)'"
-            )
+    try:
+        _native.check_label_selector(selector)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
     return selector
 
 

@@ -7,6 +7,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 import oxray
+from oxray import _native
 from oxray.train._internal.checkpoint_manager import CheckpointManager
 from oxray.train._internal.data_config import DataConfig
 from oxray.train._internal.run_state import RunReporter
@@ -33,10 +34,8 @@ def check_feasible(scaling: ScalingConfig) -> None:
                 f"ScalingConfig(resources_per_worker=...) asks for {name!r}, which no node in the cluster has; "
                 f"the cluster has {sorted(k for k in known if '_group_' not in k)}"
             )
-    from oxray._private.options import label_selector_matches
-
     for selector in scaling.worker_label_selectors:
-        if not any(label_selector_matches(selector, n.get("Labels", {})) for n in nodes):
+        if not any(_native.label_selector_matches(selector, n.get("Labels", {})) for n in nodes):
             raise ValueError(
                 f"ScalingConfig(label_selector={selector!r}): no node of the cluster has matching labels; "
                 f"nodes have {[n.get('Labels', {}) for n in nodes]}"
