@@ -383,6 +383,11 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         HeadRole::Local { state_dir: None, .. } => Some(Head::default()),
         HeadRole::Join { .. } => None,
     };
+    if let Some(head) = &head {
+        // Before the HTTP server starts: the Jobs API re-attaches to jobs a previous head placed on
+        // other nodes at once, and those calls carry this token (an empty one was refused).
+        head.set_token(&token);
+    }
     let http = match (&cfg.head, &cfg.dashboard) {
         (HeadRole::Local { .. }, Some((host, port))) => {
             let started = async {
@@ -485,7 +490,6 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         .add_service(guarded!(NodeJobServiceServer, service.clone()))
         .add_service(guarded!(NodeStateServiceServer, service));
     if let Some(head) = &head {
-        head.set_token(&token);
         background.push(head.spawn_placement_loop());
         router = router.add_service(HeadServiceServer::with_interceptor(head.clone(), guard.clone()));
     }
