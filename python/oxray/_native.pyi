@@ -428,6 +428,7 @@ class Client:
         job_id: bytes = b"",
         detached: bool = False,
         bundle_label_selector: Sequence[dict[str, str]] = ...,
+        pack_label: str = "",
     ) -> PlacementGroupInfo: ...
     def remove_placement_group(self, pg_id: bytes) -> None: ...
     def get_placement_group(self, pg_id: bytes = b"", name: str = "", namespace: str = "") -> PlacementGroupInfo | None:

@@ -5,7 +5,7 @@ use crate::datasets::Datasets;
 use crate::head_store::{HeadStore, StoreError};
 use crate::ids::{ActorId, IdError, NodeId, PlacementGroupId};
 use crate::labels::LabelSelector;
-use crate::placement::{Strategy, StrategyError, plan};
+use crate::placement::{Strategy, StrategyError, plan, plan_in_domains};
 use crate::resources::{ResourceError, ResourceSet, hold_bundle};
 use crate::train_runs::{TrainRuns, runs_kept as train_runs_kept};
 use oxray_proto::head_service_server::HeadService;
@@ -483,7 +483,12 @@ impl Head {
         let selectors: Vec<Option<LabelSelector>> =
             spec.bundles.iter().map(|b| LabelSelector::parse(&b.label_selector).ok()).collect();
         let allowed = |b: usize, n: usize| selectors[b].as_ref().is_some_and(|s| s.matches(&live[n].labels));
-        let Some(assignment) = plan(strategy, &bundles, &free, &allowed) else { return };
+        let labels: Vec<&HashMap<String, String>> = live.iter().map(|n| &n.labels).collect();
+        let Some(assignment) = plan_in_domains(&spec.pack_label, &labels, |in_domain| {
+            plan(strategy, &bundles, &free, &|b, n| in_domain(n) && allowed(b, n))
+        }) else {
+            return;
+        };
         let mut by_node: Vec<(usize, Vec<BundleSlot>)> = Vec::new();
         for (index, node) in assignment.iter().enumerate() {
             let slot = BundleSlot { index: index as u32, resources: spec.bundles[index].resources.clone() };

@@ -81,6 +81,7 @@ fn job_group(id: &str, pg_id: PlacementGroupId, resources: &BTreeMap<String, f64
         strategy: PlacementStrategy::StrictPack as i32,
         job_id: Vec::new(),
         detached: true,
+        pack_label: String::new(),
     }
 }
 

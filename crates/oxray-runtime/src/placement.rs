@@ -2,6 +2,7 @@
 //! Pure functions over the head's view of the nodes.
 
 use crate::resources::ResourceSet;
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
@@ -63,6 +64,30 @@ impl Strategy {
             other => Err(StrategyError::Unknown(other.to_string())),
         }
     }
+}
+
+/// Ray's `topology_strategy={<label>: "STRICT_PACK"}`: with `pack_label` set, the
+/// whole group goes onto nodes that share one value of that label (a node without
+/// it takes no bundle). `plan_within(in_domain)` plans with the nodes `in_domain`
+/// allows; the label's values are tried in the order they first appear in
+/// `node_labels` (the nodes' preference order). Without a label: one plan, anywhere.
+pub fn plan_in_domains(
+    pack_label: &str,
+    node_labels: &[&HashMap<String, String>],
+    plan_within: impl Fn(&dyn Fn(usize) -> bool) -> Option<Vec<usize>>,
+) -> Option<Vec<usize>> {
+    if pack_label.is_empty() {
+        return plan_within(&|_| true);
+    }
+    let mut domains: Vec<&str> = Vec::new();
+    for labels in node_labels {
+        if let Some(value) = labels.get(pack_label)
+            && !domains.contains(&value.as_str())
+        {
+            domains.push(value);
+        }
+    }
+    domains.into_iter().find_map(|domain| plan_within(&|n| node_labels[n].get(pack_label).is_some_and(|v| v == domain)))
 }
 
 /// The node index for each bundle, or `None` when the live nodes cannot hold
@@ -132,6 +157,23 @@ mod tests {
         let mut r = ResourceSet::new();
         r.set("CPU", n).unwrap();
         r
+    }
+
+    #[test]
+    fn a_pack_label_keeps_the_group_within_one_domain() {
+        let label = |v: &str| HashMap::from([("rack".to_string(), v.to_string())]);
+        let (a, b, none) = (label("a"), label("b"), HashMap::new());
+        // Rack a has one free CPU, rack b two (over two nodes), one node has no rack.
+        let nodes = [cpus(1.0), cpus(4.0), cpus(1.0), cpus(1.0)];
+        let labels = [&a, &none, &b, &b];
+        let two = [cpus(1.0), cpus(1.0)];
+        let within = |in_domain: &dyn Fn(usize) -> bool| plan(Strategy::Pack, &two, &nodes, &|_, n| in_domain(n));
+        // Rack a cannot hold both and the unlabelled node is in no rack: rack b takes the group.
+        assert_eq!(plan_in_domains("rack", &labels, within), Some(vec![2, 3]));
+        // No label: the big node holds both.
+        assert_eq!(plan_in_domains("", &labels, within), Some(vec![1, 1]));
+        // A label no node has: never placed.
+        assert_eq!(plan_in_domains("zone", &labels, within), None);
     }
 
     #[test]

@@ -61,7 +61,6 @@ UNSUPPORTED_OPTIONS = {
     "concurrency_groups": "concurrency groups are not supported yet: use max_concurrency",
     "concurrency_group": "concurrency groups are not supported yet",
     "max_pending_calls": "a cap on an actor's pending calls is not supported yet",
-    "object_store_memory": "a per-task or per-actor object store quota is not enforced yet",
     "_metadata": "Ray's internal task metadata is not supported",
 }
 
@@ -76,7 +75,7 @@ def validate(options: dict, kind: str) -> dict:
     for key, why in UNSUPPORTED_OPTIONS.items():
         if options.get(key) not in (None, {}, -1 if key == "max_pending_calls" else None):
             raise NotImplementedError(f"The option {key}={options[key]!r} is not supported by oxray: {why}")
-    for key in ("num_cpus", "num_gpus", "memory"):
+    for key in ("num_cpus", "num_gpus", "memory", "object_store_memory"):
         if options.get(key) is not None:
             _nonneg_number(key, options[key])
     resources = options.get("resources")
@@ -88,6 +87,8 @@ def validate(options: dict, kind: str) -> dict:
                 raise TypeError(f"Resource names must be strings, got {name!r}")
             if name in ("CPU", "GPU"):
                 raise ValueError(f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}")
+            if name in ("memory", "object_store_memory"):
+                raise ValueError(f"Use the {name!r} option instead of resources={{{name!r}: ...}}")
             if name == "bundle":
                 raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
@@ -200,8 +201,10 @@ def resource_request(options: dict, default_cpus: float) -> dict:
     out["CPU"] = float(default_cpus if cpus is None else cpus)
     if options.get("num_gpus"):
         out["GPU"] = float(options["num_gpus"])
-    if options.get("memory"):
-        out["memory"] = float(options["memory"])
+    # Both are scheduling requests, as in Ray: the bytes are held on the node while it runs.
+    for name in ("memory", "object_store_memory"):
+        if options.get(name):
+            out[name] = float(options[name])
     for name, qty in (options.get("resources") or {}).items():
         out[name] = float(qty)
     if options.get("accelerator_type"):

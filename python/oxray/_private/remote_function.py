@@ -6,7 +6,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
-from oxray._private.state import STATE, current_job_id, current_task_id
+from oxray._private.state import CURRENT, STATE, current_job_id, current_task_id
 from oxray._private.submission import (
     check_arguments,
     encode_args,
@@ -28,6 +28,7 @@ class RemoteFunction:
         self.__name__ = getattr(function, "__name__", "task")
         self.__wrapped__ = function
         self._signature = signature_of(function)
+        self._cached_fields = None
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -46,46 +47,69 @@ class RemoteFunction:
 
         check_arguments(self._signature, args, kwargs, self._name)
         client = _client()
-        options = opts.with_captured_placement(options)
+        if CURRENT.capture_child_tasks:
+            options = opts.with_captured_placement(options)
+        fields = self._submit_fields(options)
         fid = function_id_for(client, self._function, self)
-        num_returns = options.get("num_returns", 1)
-        if num_returns == "dynamic":
-            raise ValueError("num_returns='dynamic' is not supported; return a list of ObjectRefs instead")
-        name = options.get("name") or self._name
-        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
+        num_returns = fields["num_returns"]
+        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, fields["name"])
         task_id = os.urandom(16)
         return_ids, refs = new_return_refs(num_returns, task_id)
-        max_retries = options.get("max_retries")
-        retry_exceptions, retry_types = opts.retry_policy(options)
-        max_calls = options.get("max_calls")
-        if max_calls is None:
-            # Ray's default: a GPU task's worker exits after it, so the GPU memory it took is freed.
-            max_calls = 1 if options.get("num_gpus") else 0
-        env = {
-            **STATE.job_env_vars,
-            **opts.env_vars({"runtime_env": STATE.runtime_env}),
-            **opts.env_vars(options),
-        }
         client.submit(
             kind=TaskKind.NORMAL,
             task_id=task_id,
             function_id=fid,
-            name=name,
             args=encoded,
             kwarg_names=kwarg_names,
             return_ids=return_ids,
-            resources=opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),
-            max_retries=DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
-            retry_exceptions=retry_exceptions,
-            retry_exception_types=retry_types,
-            max_calls=max_calls,
-            capture_child_tasks=opts.captures_child_tasks(options),
-            **opts.strategy_fields(options),
-            env_vars=env,
             nested_refs=nested,
             job_id=current_job_id(),
-            job_namespace=STATE.namespace,
             parent_task_id=current_task_id(),
+            **fields["spec"],
         )
         del keep
         return returns_for(refs, num_returns)
+
+    def _submit_fields(self, options: dict) -> dict:
+        """The submission fields that follow from the options and the session alone, worked out
+        once per options dict and session rather than on every call."""
+        key = (STATE.epoch, STATE.namespace, STATE.job_env_vars, STATE.runtime_env)
+        cached = self._cached_fields
+        if cached is not None and cached[0] is options and cached[1] == key:
+            return cached[2]
+        fields = task_submit_fields(options, self._name)
+        if options is self._options:  # `.options(...)` dicts are usually one call's: not kept
+            self._cached_fields = (options, key, fields)
+        return fields
+
+
+def task_submit_fields(options: dict, default_name: str) -> dict:
+    """{"num_returns", "name", "spec": client.submit's option-derived keyword arguments}."""
+    num_returns = options.get("num_returns", 1)
+    if num_returns == "dynamic":
+        raise ValueError("num_returns='dynamic' is not supported; return a list of ObjectRefs instead")
+    name = options.get("name") or default_name
+    max_retries = options.get("max_retries")
+    retry_exceptions, retry_types = opts.retry_policy(options)
+    max_calls = options.get("max_calls")
+    if max_calls is None:
+        # Ray's default: a GPU task's worker exits after it, so the GPU memory it took is freed.
+        max_calls = 1 if options.get("num_gpus") else 0
+    env = {
+        **STATE.job_env_vars,
+        **opts.env_vars({"runtime_env": STATE.runtime_env}),
+        **opts.env_vars(options),
+    }
+    spec = {
+        "name": name,
+        "resources": opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),
+        "max_retries": DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
+        "retry_exceptions": retry_exceptions,
+        "retry_exception_types": retry_types,
+        "max_calls": max_calls,
+        "capture_child_tasks": opts.captures_child_tasks(options),
+        **opts.strategy_fields(options),
+        "env_vars": env,
+        "job_namespace": STATE.namespace,
+    }
+    return {"num_returns": num_returns, "name": name, "spec": spec}

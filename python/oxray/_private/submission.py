@@ -96,9 +96,45 @@ def _check_pickled_size(obj, size: int) -> None:
         )
 
 
-def signature_of(target, drop_first: bool = False):
-    """The signature `.remote()` calls are checked against (as Ray does at call time),
-    or None when Python cannot read one (some builtins)."""
+class ArgumentCheck:
+    """A function's signature, checked at `.remote()` as Ray does. The common call (positional
+    arguments only, against plain parameters) is a count comparison; anything else binds."""
+
+    __slots__ = ("signature", "min_positional", "max_positional")
+
+    def __init__(self, signature: inspect.Signature):
+        self.signature = signature
+        kinds = [p.kind for p in signature.parameters.values()]
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        required_keyword_only = any(
+            p.kind == inspect.Parameter.KEYWORD_ONLY and p.default is inspect.Parameter.empty
+            for p in signature.parameters.values()
+        )
+        # None: no count-only answer (a required keyword-only parameter always needs binding).
+        self.min_positional = None
+        self.max_positional = None
+        if not required_keyword_only:
+            params = [p for p in signature.parameters.values() if p.kind in positional]
+            self.min_positional = sum(1 for p in params if p.default is inspect.Parameter.empty)
+            self.max_positional = None if inspect.Parameter.VAR_POSITIONAL in kinds else len(params)
+
+    def check(self, args, kwargs, name: str) -> None:
+        if (
+            not kwargs
+            and self.min_positional is not None
+            and self.min_positional <= len(args)
+            and (self.max_positional is None or len(args) <= self.max_positional)
+        ):
+            return
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{name}.remote(): {e}") from None
+
+
+def signature_of(target, drop_first: bool = False) -> ArgumentCheck | None:
+    """The check `.remote()` calls go through (as Ray's, at call time), or None when
+    Python cannot read a signature (some builtins)."""
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):
@@ -106,17 +142,13 @@ def signature_of(target, drop_first: bool = False):
     if drop_first:
         params = list(signature.parameters.values())[1:]
         signature = signature.replace(parameters=params)
-    return signature
+    return ArgumentCheck(signature)
 
 
-def check_arguments(signature, args, kwargs, name: str) -> None:
+def check_arguments(check: ArgumentCheck | None, args, kwargs, name: str) -> None:
     """Raises the TypeError a direct call would, before anything is submitted."""
-    if signature is None:
-        return
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as e:
-        raise TypeError(f"{name}.remote(): {e}") from None
+    if check is not None:
+        check.check(args, kwargs, name)
 
 
 def new_return_refs(num_returns: int, task_id: bytes):

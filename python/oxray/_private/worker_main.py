@@ -90,6 +90,7 @@ class Worker:
         self.actor_captures_children = False
         # Calls of each function with `max_calls` this worker has run.
         self.calls = {}
+        self.qualified_names = {}
         self.actor_function_prefix = ""
         # An async actor's event loop, on a thread of its own: every call runs there.
         self.event_loop = None
@@ -104,6 +105,11 @@ class Worker:
             STATE.functions[function_id] = fn
         return fn
 
+    def qualified_name_of(self, function_id, fn) -> str:
+        """A function's `module.qualname` (the runtime context's), worked out once per function."""
+        name = self.qualified_names[function_id] = _qualified_name(fn)
+        return name
+
     def run(self, a: _native.Assignment):
         kind = a.kind
         if kind == TaskKind.ACTOR_CREATION:
@@ -117,7 +123,8 @@ class Worker:
         CURRENT.task_name = a.name
         if self.pool is None:  # one call at a time: the title names it (Ray's `ray::f`, `ray::A.m`)
             _native.set_process_title(f"ray::{a.name}")
-        CURRENT.resources = self.actor_resources if kind == TaskKind.ACTOR_TASK else dict(a.resources)
+        resources = self.actor_resources if kind == TaskKind.ACTOR_TASK else a.resources  # a fresh dict
+        CURRENT.resources = resources
         CURRENT.capture_child_tasks = (
             self.actor_captures_children if kind == TaskKind.ACTOR_TASK else a.capture_child_tasks
         )
@@ -132,10 +139,14 @@ class Worker:
             self.modules_before = set(sys.modules)
         saved_env = {}
         env = dict(a.env_vars)
-        if not _truthy(env.get(_NOSET_CUDA, os.environ.get(_NOSET_CUDA))):
-            env["CUDA_VISIBLE_DEVICES"] = gpus
+        noset_cuda = _truthy(env[_NOSET_CUDA]) if _NOSET_CUDA in env else _NOSET_CUDA_AT_START
+        if "CUDA_VISIBLE_DEVICES" in env and not noset_cuda:
+            env["CUDA_VISIBLE_DEVICES"] = gpus  # the GPUs given win over the job's own setting
+        else:
+            # Left set between tasks (each sets its own), so a run of tasks does not rewrite the environment.
+            _set_env_if_changed("CUDA_VISIBLE_DEVICES", _CUDA_AT_START if noset_cuda else gpus)
         if kind != TaskKind.ACTOR_TASK and "OMP_NUM_THREADS" not in env and not _USER_OMP_NUM_THREADS:
-            env["OMP_NUM_THREADS"] = _omp_threads(a.resources)
+            _set_env_if_changed("OMP_NUM_THREADS", _omp_threads(resources))
         if kind != TaskKind.ACTOR_CREATION:
             for k, v in env.items():
                 saved_env[k] = os.environ.get(k)
@@ -161,7 +172,9 @@ class Worker:
             positional = args[: len(args) - n_kw]
             if kind == TaskKind.NORMAL:
                 fn = self.load(a.function_id)
-                CURRENT.function_name = _qualified_name(fn)
+                CURRENT.function_name = self.qualified_names.get(a.function_id) or self.qualified_name_of(
+                    a.function_id, fn
+                )
                 with _UserCode():
                     result = fn(*positional, **kwargs)
             elif kind == TaskKind.ACTOR_CREATION:
@@ -370,12 +383,29 @@ def _truthy(value) -> bool:
     return str(value or "").strip().lower() not in ("", "0", "false", "no")
 
 
+# Read once: the worker's own environment does not change under it.
+_NOSET_CUDA_AT_START = _truthy(os.environ.get(_NOSET_CUDA))
+_CUDA_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _set_env_if_changed(name: str, value: str | None) -> None:
+    """Sets (or, for None, unsets) one variable, skipping the write when it already holds that."""
+    if os.environ.get(name) != value:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def _omp_threads(resources) -> str:
     """Ray's OMP_NUM_THREADS for a task or actor: its whole CPUs, at least 1, so
     numeric libraries do not each start a thread per core of the machine."""
-    from oxray._private.options import requested_names
+    cpus = resources.get("CPU")
+    if cpus is None:  # drawn from a placement group (`CPU_group_<pg>`), or no CPUs asked for
+        from oxray._private.options import requested_names
 
-    return str(max(1, int(requested_names(resources).get("CPU", 1))))
+        cpus = requested_names(resources).get("CPU", 1)
+    return str(max(1, int(cpus)))
 
 
 def _qualified_name(obj) -> str:

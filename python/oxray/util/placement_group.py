@@ -112,15 +112,19 @@ def _validate_bundles(bundles) -> List[Dict[str, float]]:
 
 def placement_group(
     bundles: List[Dict[str, float]],
-    strategy: str = "PACK",
+    strategy: Optional[str] = None,
     name: str = "",
     lifetime: Optional[str] = None,
     _soft_target_node_id: Optional[str] = None,
     bundle_label_selector=None,
+    topology_strategy: Optional[Dict[str, str]] = None,
 ) -> PlacementGroup:
     """Reserves `bundles` with `strategy`; the group may stay pending until the
-    cluster has room (see `ready()` / `wait()`)."""
+    cluster has room (see `ready()` / `wait()`). `topology_strategy`, instead of
+    `strategy`: `{"ray.io/node-id": <strategy>, <label>: "STRICT_PACK"}` also keeps
+    every bundle on nodes that share one value of `<label>`."""
     clean = _validate_bundles(bundles)
+    strategy, pack_label = _node_strategy_and_pack_label(strategy, topology_strategy)
     selectors = []
     if bundle_label_selector:
         from oxray._private.options import check_label_selector
@@ -153,8 +157,51 @@ def placement_group(
         job_id=current_job_id(),
         detached=lifetime == "detached",
         bundle_label_selector=selectors,
+        pack_label=pack_label,
     )
     return PlacementGroup(PlacementGroupID(pg_id), clean)
+
+
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def _node_strategy_and_pack_label(strategy, topology_strategy) -> tuple:
+    """Ray's rules for `strategy` and `topology_strategy`: (the node-level strategy, the
+    label every bundle's node must share one value of, or "")."""
+    if topology_strategy is None:
+        return ("PACK" if strategy is None else strategy), ""
+    if strategy is not None:
+        raise ValueError(
+            "`strategy` and `topology_strategy` cannot both be specified. "
+            f"Pass node-level packing via `topology_strategy['{NODE_ID_LABEL}']`."
+        )
+    if not isinstance(topology_strategy, dict):
+        raise ValueError(f"`topology_strategy` must be a dict, got {type(topology_strategy).__name__}.")
+    if len(topology_strategy) > 2:
+        raise ValueError(
+            f"`topology_strategy` must contain 0, 1, or 2 entries: `{NODE_ID_LABEL}` plus an optional topology "
+            f"label. Got {len(topology_strategy)} entries."
+        )
+    labels = []
+    for key, value in topology_strategy.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"`topology_strategy` keys must be non-empty strings, got {key!r}.")
+        if value not in VALID_STRATEGIES:
+            raise ValueError(
+                f"Invalid topology strategy {value!r} for label {key!r}: expected one of {', '.join(VALID_STRATEGIES)}"
+            )
+        if key != NODE_ID_LABEL:
+            if value != "STRICT_PACK":
+                raise ValueError(
+                    f"Topology strategy {value!r} for label {key!r} is not supported: only 'STRICT_PACK' is, for "
+                    f"labels other than `{NODE_ID_LABEL}` (as in Ray)."
+                )
+            labels.append(key)
+    if len(labels) > 1:
+        raise ValueError(
+            f"`topology_strategy` supports at most one topology label other than `{NODE_ID_LABEL}`. Got {labels}."
+        )
+    return topology_strategy.get(NODE_ID_LABEL, "PACK"), (labels[0] if labels else "")
 
 
 def remove_placement_group(placement_group: PlacementGroup) -> None:

@@ -76,3 +76,35 @@ def test_a_closure_too_large_to_ship_is_refused(ray_cluster):
 
     with pytest.raises(ValueError, match="too large.*capturing a large array"):
         uses_big.remote()
+
+
+def test_the_fast_argument_check_agrees_with_a_direct_call():
+    # `.remote()` answers the common positional call by counting; every shape of
+    # signature must accept and refuse exactly what calling the function would.
+    from oxray._private.submission import signature_of
+
+    def plain(a, b): ...
+    def defaults(a, b=1, c=2): ...
+    def star(a, *rest): ...
+    def keyword_only(a, *, k): ...
+    def keyword_only_default(a, *, k=1): ...
+    def positional_only(a, b=2, /): ...
+    def anything(*args, **kwargs): ...
+    def nothing(): ...
+
+    calls = [((), {}), ((1,), {}), ((1, 2), {}), ((1, 2, 3), {}), ((1, 2, 3, 4), {}), ((1,), {"k": 2}), ((), {"a": 1})]
+    for fn in (plain, defaults, star, keyword_only, keyword_only_default, positional_only, anything, nothing):
+        check = signature_of(fn)
+        for args, kwargs in calls:
+            try:
+                fn(*args, **kwargs)
+                direct_ok = True
+            except TypeError:
+                direct_ok = False
+            try:
+                check.check(args, kwargs, fn.__name__)
+                checked_ok = True
+            except TypeError as e:
+                assert f"{fn.__name__}.remote()" in str(e)
+                checked_ok = False
+            assert checked_ok == direct_ok, (fn.__name__, args, kwargs)

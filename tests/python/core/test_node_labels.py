@@ -1,6 +1,6 @@
 """Node labels as Ray's tests use them: `init(labels=)` and `oxray start --labels`,
 `ray.io/node-id` on every node, `label_selector` on tasks and actors, and a
-placement group's `bundle_label_selector`."""
+placement group's `bundle_label_selector` and `topology_strategy`."""
 
 import os
 
@@ -32,6 +32,21 @@ def test_labels_of_an_embedded_cluster(fresh_cluster):
     # No node could ever match: on a lone cluster that fails at once, naming the selector.
     with pytest.raises(ray.exceptions.TaskUnschedulableError, match="zone=b"):
         ray.get(where.options(label_selector={"zone": "b"}).remote())
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"strategy": "PACK", "topology_strategy": {"zone": "STRICT_PACK"}}, "cannot both be specified"),
+        ({"topology_strategy": ["zone"]}, "must be a dict"),
+        ({"topology_strategy": {"zone": "PACK"}}, "only 'STRICT_PACK'"),
+        ({"topology_strategy": {"zone": "STRICT_PACK", "rack": "STRICT_PACK"}}, "at most one topology label"),
+        ({"topology_strategy": {"ray.io/node-id": "PAKC"}}, "Invalid topology strategy 'PAKC'"),
+    ],
+)
+def test_bad_topology_strategies_are_refused_as_ray_refuses_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        placement_group([{"CPU": 1}], **kwargs)
 
 
 def test_bad_selectors_and_labels_are_refused(fresh_cluster):
@@ -69,6 +84,15 @@ def test_label_selectors_place_work_on_matching_nodes(labelled_nodes):
     )
     ray.get(pg.ready())
     assert placement_group_table(pg)["bundles_to_node_id"] == {0: c, 1: b}
+    remove_placement_group(pg)
+    # topology_strategy: SPREAD across nodes, but within one zone. Unconstrained, SPREAD would put
+    # the two bundles on two nodes; each zone here is one node, so both share it.
+    pg = placement_group(
+        [{"CPU": 0.5}, {"CPU": 0.5}], topology_strategy={"ray.io/node-id": "SPREAD", "zone": "STRICT_PACK"}
+    )
+    ray.get(pg.ready())
+    placed = placement_group_table(pg)["bundles_to_node_id"]
+    assert placed[0] == placed[1] and placed[0] in (b, c)
     remove_placement_group(pg)
     with pytest.raises(ValueError, match="one label selector per bundle"):
         placement_group([{"CPU": 0.5}], bundle_label_selector=[{"zone": "b"}, {"zone": "c"}])

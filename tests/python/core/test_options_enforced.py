@@ -11,6 +11,7 @@ import oxray as ray
 from oxray.train import FailureConfig
 from oxray.util.placement_group import get_current_placement_group, placement_group, remove_placement_group
 from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from oxray_testutil import wait_until
 
 
 @ray.remote
@@ -199,10 +200,33 @@ def test_init_rejects_bad_logging_options():
         ray.init(no_such_option=1)
 
 
+@ray.remote
+class StoreHolder:
+    def assigned(self):
+        return ray.get_runtime_context().get_assigned_resources()
+
+
+def test_object_store_memory_is_held_like_a_resource(ray_cluster):
+    # As in Ray, the option asks for that much of a node's object store: held while the actor
+    # lives, so the node promises it to nothing else, and refused where no store is that big.
+    mib = 1 << 20
+    total = ray.cluster_resources()["object_store_memory"]
+    holder = StoreHolder.options(object_store_memory=150 * mib).remote()
+    assert ray.get(holder.assigned.remote())["object_store_memory"] == 150 * mib
+    # Nodes report what is free with their heartbeat: wait for the one after the actor started.
+    assert wait_until(lambda: ray.available_resources()["object_store_memory"] <= total - 150 * mib)
+    ray.kill(holder)
+    with pytest.raises(ray.exceptions.TaskUnschedulableError, match="object_store_memory"):
+        ray.get(pid.options(object_store_memory=total * 2).remote())
+    with pytest.raises(ValueError, match="'object_store_memory' option instead"):
+        pid.options(resources={"object_store_memory": 1})
+    with pytest.raises(ValueError, match="object_store_memory"):
+        pid.options(object_store_memory=-1)
+
+
 @pytest.mark.parametrize(
     "options, named",
     [
-        ({"object_store_memory": 1 << 20}, "object_store_memory"),
         ({"runtime_env": {"pip": ["requests"]}}, "'pip'"),
         ({"runtime_env": {"working_dir": "."}}, "'working_dir'"),
     ],

@@ -14,9 +14,10 @@ use std::collections::HashMap;
 #[pymethods]
 impl Client {
     /// `job_id`: the job whose driver's exit removes the group, unless `detached`;
-    /// `bundle_label_selector`: one selector per bundle, or none.
+    /// `bundle_label_selector`: one selector per bundle, or none; `pack_label`: a label
+    /// whose one value all the bundles' nodes share (Ray's `topology_strategy`), or "".
     #[pyo3(signature = (pg_id, bundles, strategy, name="".to_string(), namespace="".to_string(), job_id=Vec::new(),
-        detached=false, bundle_label_selector=Vec::new()))]
+        detached=false, bundle_label_selector=Vec::new(), pack_label=String::new()))]
     #[allow(clippy::too_many_arguments, reason = "mirrors placement_group()'s keyword arguments")]
     fn create_placement_group(
         &self,
@@ -29,6 +30,7 @@ impl Client {
         job_id: Vec<u8>,
         detached: bool,
         bundle_label_selector: Vec<HashMap<String, String>>,
+        pack_label: String,
     ) -> PyResult<PlacementGroupInfo> {
         let strategy = Strategy::parse(&strategy).map_err(|e| PyValueError::new_err(e.to_string()))?;
         if !bundle_label_selector.is_empty() && bundle_label_selector.len() != bundles.len() {
@@ -50,6 +52,7 @@ impl Client {
             namespace,
             job_id,
             detached,
+            pack_label,
         };
         let mut agent = self.inner.driver();
         let reply =

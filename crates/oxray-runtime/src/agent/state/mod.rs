@@ -207,14 +207,16 @@ impl AgentState {
     /// The object store's capacity and use.
     /// What this node reports free to the head: its resources, with
     /// `object_store_memory` lowered by the bytes the store's arena holds (as
-    /// Ray's raylet reports it), so `oxray status` shows the store in use.
+    /// Ray's raylet reports it), so `oxray status` shows the store in use, on top
+    /// of what tasks and actors hold with the `object_store_memory` option.
     pub fn reported_available(&self) -> ResourceSet {
         let mut available = self.available.clone();
         let store = self.total.get("object_store_memory");
         if store > 0.0 {
             let used = self.objects.store().shm_used() as f64;
+            let unheld = self.available.get("object_store_memory");
             // Within [0, store]: a valid quantity whatever the arena reports.
-            let _ = available.set("object_store_memory", (store - used).clamp(0.0, store));
+            let _ = available.set("object_store_memory", (unheld - used).clamp(0.0, store));
         }
         available
     }
