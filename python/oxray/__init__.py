@@ -30,10 +30,10 @@ ObjectID = ObjectRef
 
 
 def __getattr__(name):
-    # `ray.train`, `ray.util`, `ray.data`, `ray.types`: subpackages load on first use, as attributes
+    # `ray.train`, `ray.util`, `ray.data`, `ray.types`, `ray.runtime_env`: subpackages load on first use, as attributes
     # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
     # `import oxray as ray; ray.train.torch.TorchTrainer` works.
-    if name in ("train", "util", "data", "types"):
+    if name in ("train", "util", "data", "types", "runtime_env"):
         import importlib
 
         return importlib.import_module(f"oxray.{name}")

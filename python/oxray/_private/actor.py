@@ -114,9 +114,14 @@ class ActorClass:
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "actor")})
 
     def remote(self, *args, **kwargs):
-        return self._remote(args, kwargs, self._options)
+        return self._submit(args, kwargs, self._options)
 
-    def _remote(self, args, kwargs, options):
+    def _remote(self, args=None, kwargs=None, **options):
+        """Ray's `_remote(args=, kwargs=, **options)`: `.options(**options).remote(*args, **kwargs)`."""
+        merged = {**self._options, **opts.validate(dict(options), "actor")} if options else self._options
+        return self._submit(tuple(args or ()), dict(kwargs or {}), merged)
+
+    def _submit(self, args, kwargs, options):
         from oxray._private.api import _client
 
         if self._signatures is None:

@@ -168,7 +168,7 @@ class WithOptions:
         self._options = options
 
     def remote(self, *args, **kwargs):
-        return self._parent._remote(args, kwargs, self._options)
+        return self._parent._submit(args, kwargs, self._options)
 
     def __call__(self, *args, **kwargs):
         return self._parent(*args, **kwargs)

@@ -40,9 +40,14 @@ class RemoteFunction:
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "task")})
 
     def remote(self, *args, **kwargs):
-        return self._remote(args, kwargs, self._options)
+        return self._submit(args, kwargs, self._options)
 
-    def _remote(self, args, kwargs, options):
+    def _remote(self, args=None, kwargs=None, **options):
+        """Ray's `_remote(args=, kwargs=, **options)`: `.options(**options).remote(*args, **kwargs)`."""
+        merged = {**self._options, **opts.validate(dict(options), "task")} if options else self._options
+        return self._submit(tuple(args or ()), dict(kwargs or {}), merged)
+
+    def _submit(self, args, kwargs, options):
         from oxray._private.api import _client
 
         check_arguments(self._signature, args, kwargs, self._name)

@@ -1,5 +1,6 @@
-"""Utilities: placement groups and scheduling strategies."""
+"""Utilities: placement groups, scheduling strategies and `ActorPool`."""
 
+from oxray.util.actor_pool import ActorPool
 from oxray.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -10,6 +11,7 @@ from oxray.util.placement_group import (
 )
 
 __all__ = [
+    "ActorPool",
     "PlacementGroup",
     "get_current_placement_group",
     "get_placement_group",

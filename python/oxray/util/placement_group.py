@@ -106,6 +106,16 @@ def _validate_bundles(bundles) -> List[Dict[str, float]]:
                 f"Bundle {i} ({bundle!r}) is empty: "
                 "every bundle needs at least one resource with an amount greater than 0"
             )
+        if "object_store_memory" in bundle:
+            import warnings
+
+            warnings.warn(
+                "Setting 'object_store_memory' for bundles is deprecated (as in Ray): the bundle holds that much "
+                "of the node's object_store_memory resource, but the store does not set the bytes aside for it. "
+                "Objects beyond the store's free space spill to disk instead.",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         out.append(clean)
     return out
 

@@ -108,3 +108,14 @@ def test_the_fast_argument_check_agrees_with_a_direct_call():
                 assert f"{fn.__name__}.remote()" in str(e)
                 checked_ok = False
             assert checked_ok == direct_ok, (fn.__name__, args, kwargs)
+
+
+def test_underscore_remote_takes_args_kwargs_and_options(ray_cluster):
+    # Ray's `_remote(args=, kwargs=, **options)`, which Ray's own tests and libraries call.
+    assert ray.get(add._remote(args=[1], kwargs={"y": 2, "scale": 2}, num_cpus=0.5)) == 6
+    account = Account._remote(args=["ann"], kwargs={"balance": 1}, max_restarts=1)
+    assert ray.get(account.deposit.remote(2)) == 3
+    with pytest.raises(ValueError, match="Invalid option keyword 'colour'"):
+        add._remote(args=[1], colour="red")
+    with pytest.raises(TypeError, match="missing a required argument"):
+        add._remote()

@@ -257,3 +257,29 @@ def test_failure_config_controller_failure_limit_refused():
     assert FailureConfig(controller_failure_limit=-1).controller_failure_limit == -1
     with pytest.raises(NotImplementedError, match="controller_failure_limit"):
         FailureConfig(controller_failure_limit=2)
+
+
+def test_object_store_memory_in_a_bundle_warns_as_in_ray(ray_cluster):
+    with pytest.warns(DeprecationWarning, match="'object_store_memory' for bundles is deprecated"):
+        pg = placement_group([{"CPU": 1, "object_store_memory": 1 << 20}])
+    ray.get(pg.ready())
+    remove_placement_group(pg)
+
+
+def test_runtime_env_class_is_a_dict_of_the_fields_given(ray_cluster):
+    from oxray.runtime_env import RuntimeEnv
+
+    env = RuntimeEnv(env_vars={"GREETING": "hi"})
+    assert env == {"env_vars": {"GREETING": "hi"}} and env.env_vars() == {"GREETING": "hi"}
+
+    @ray.remote(runtime_env=env)
+    def greeting():
+        import os
+
+        return os.environ["GREETING"]
+
+    assert ray.get(greeting.remote()) == "hi"
+    with pytest.raises(NotImplementedError, match="'pip'"):
+        greeting.options(runtime_env=ray.runtime_env.RuntimeEnv(pip=["requests"]))
+    with pytest.raises(TypeError, match="env_vars"):
+        RuntimeEnv(env_vars={"A": 1})

@@ -234,13 +234,13 @@ class WorkerGroup:
                 f"waiting for resources for {self.num_workers} workers of {self.resources} each "
                 f"({time.monotonic() - started:.0f} s so far); the cluster has {oxray.available_resources()} free"
             )
-        self.sync = ActorClass(SyncActor, {})._remote(
+        self.sync = ActorClass(SyncActor, {})._submit(
             (self.num_workers,),
             {},
             {"num_cpus": 0, "max_concurrency": self.num_workers + 4, "_display_name": "TrainSync"},
         )
         worker_cls = ActorClass(RayTrainWorker, {})
-        self.workers = [worker_cls._remote((), {}, self._actor_options(rank)) for rank in range(self.num_workers)]
+        self.workers = [worker_cls._submit((), {}, self._actor_options(rank)) for rank in range(self.num_workers)]
         self.infos = gather([w.info.remote() for w in self.workers])
 
     def rank_layout(self) -> list[dict]:
