@@ -396,6 +396,7 @@ class Client:
         node_affinity: tuple[bytes, bool] | None = None,
         spread: bool = False,
         label_selector: dict[str, str] = ...,
+        fallback_strategy: Sequence[dict[str, str]] = ...,
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are

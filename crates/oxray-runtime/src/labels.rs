@@ -29,6 +29,46 @@ enum Condition {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LabelSelector(Vec<(String, Condition)>);
 
+/// Kubernetes' label syntax, which Ray checks: a name is at most 63 characters,
+/// alphanumeric at both ends, with `-`, `_` and `.` between.
+fn is_label_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_alphanumeric()
+        && bytes[bytes.len() - 1].is_ascii_alphanumeric()
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A key is `name` or `prefix/name`, the prefix a DNS subdomain (`ray.io`).
+fn key_problem(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        let valid = !prefix.is_empty()
+            && prefix.len() <= 253
+            && prefix.split('.').all(|part| {
+                let b = part.as_bytes();
+                !b.is_empty()
+                    && b[0].is_ascii_alphanumeric()
+                    && b[b.len() - 1].is_ascii_alphanumeric()
+                    && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            });
+        if !valid {
+            return Some("a key's prefix must be a DNS subdomain such as ray.io (lowercase letters, digits, '-', '.')");
+        }
+    }
+    (!is_label_name(name))
+        .then_some("a key's name must be 1-63 characters, alphanumeric at both ends, with '-', '_' or '.' between")
+}
+
+fn value_problem(value: &str) -> Option<&'static str> {
+    (!value.is_empty() && !is_label_name(value))
+        .then_some("a value must be at most 63 characters, alphanumeric at both ends, with '-', '_' or '.' between")
+}
+
 impl LabelSelector {
     pub fn parse(selector: &HashMap<String, String>) -> Result<Self, LabelError> {
         let mut conditions = Vec::with_capacity(selector.len());
@@ -36,6 +76,9 @@ impl LabelSelector {
             let err = |reason| LabelError { key: key.clone(), value: raw.clone(), reason };
             if key.trim().is_empty() {
                 return Err(err("label keys must not be empty"));
+            }
+            if let Some(problem) = key_problem(key) {
+                return Err(err(problem));
             }
             let value = raw.trim();
             let (negated, body) = match value.strip_prefix('!') {
@@ -56,6 +99,9 @@ impl LabelSelector {
                 }
                 None => vec![body.to_string()],
             };
+            if let Some(problem) = values.iter().find_map(|v| value_problem(v)) {
+                return Err(err(problem));
+            }
             conditions.push((key.clone(), if negated { Condition::NotIn(values) } else { Condition::In(values) }));
         }
         conditions.sort_by(|a, b| a.0.cmp(&b.0));
@@ -98,10 +144,8 @@ pub fn check_node_labels(labels: &HashMap<String, String>) -> Result<(), String>
         if key.trim().is_empty() {
             return Err(format!("node label {key:?}={value:?}: label keys must not be empty"));
         }
-        if value.starts_with('!') || value.contains(['(', ')', ',']) {
-            return Err(format!(
-                "node label {key:?}={value:?}: a value must not start with '!' or contain '(', ')' or ','"
-            ));
+        if let Some(problem) = key_problem(key).or_else(|| value_problem(value)) {
+            return Err(format!("node label {key:?}={value:?}: {problem}"));
         }
     }
     Ok(())
@@ -126,9 +170,15 @@ mod tests {
         assert!(!matches(&[("zone", "!in(a,b)")]));
         assert!(!matches(&[("missing", "x")]), "a missing key fails an equality");
         assert!(matches(&[("missing", "!x")]), "and passes a negation");
-        for bad in ["", "in()", "in(a,)", "a,b", "!"] {
+        for bad in ["", "in()", "in(a,)", "a,b", "!", "??==ags!", "-bad-value-", "in(H100,, B200)", "matches(TPU)"] {
             assert!(LabelSelector::parse(&map(&[("zone", bad)])).is_err(), "{bad:?}");
         }
+        for bad_key in ["r!a!y.io/market_type", "??==ags!", "-bad-key-", "Ray.io/x", "/x"] {
+            assert!(LabelSelector::parse(&map(&[(bad_key, "a")])).is_err(), "{bad_key:?}");
+        }
+        assert!(LabelSelector::parse(&map(&[("ray.io/accelerator-type", "in(H100, B200)")])).is_ok());
+        assert!(check_node_labels(&map(&[("zone", "us-west-1a"), ("ray.io/node-id", "ab12")])).is_ok());
+        assert!(check_node_labels(&map(&[("zone", "a b")])).is_err());
         let shown = LabelSelector::parse(&map(&[("zone", "in(a,b)"), ("tier", "!cpu")])).unwrap().to_string();
         assert_eq!(shown, "{tier!=cpu, zone in (a, b)}");
     }

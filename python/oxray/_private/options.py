@@ -14,6 +14,7 @@ _COMMON = {
     "runtime_env",
     "scheduling_strategy",
     "label_selector",
+    "fallback_strategy",
     "_metadata",
     "object_store_memory",
 }
@@ -118,6 +119,8 @@ def validate(options: dict, kind: str) -> dict:
         raise TypeError(f"The option 'retry_exceptions' must be a bool or a list of exception types, got {retry!r}")
     if options.get("label_selector") is not None:
         check_label_selector(options["label_selector"], "label_selector")
+    if options.get("fallback_strategy") is not None:
+        check_fallback_strategy(options["fallback_strategy"])
     validate_runtime_env(options.get("runtime_env"))
     strategy = options.get("scheduling_strategy")
     if strategy is not None and not (isinstance(strategy, str) and strategy in ("DEFAULT", "SPREAD")):
@@ -134,6 +137,8 @@ def validate(options: dict, kind: str) -> dict:
 def strategy_fields(options: dict) -> dict:
     """The task spec's fields for Ray's `SPREAD`, node-affinity and label strategies."""
     fields = {"label_selector": dict(options["label_selector"])} if options.get("label_selector") else {}
+    if options.get("fallback_strategy"):
+        fields["fallback_strategy"] = [dict(f["label_selector"]) for f in options["fallback_strategy"]]
     strategy = options.get("scheduling_strategy")
     if strategy == "SPREAD":
         fields["spread"] = True
@@ -157,6 +162,23 @@ def check_label_selector(selector, what: str) -> dict:
     except ValueError as e:
         raise ValueError(f"{what}: {e}") from None
     return selector
+
+
+def check_fallback_strategy(strategy) -> None:
+    """Ray's `fallback_strategy`: a list of `{"label_selector": {...}}`, tried in order when no
+    node matches the task's own `label_selector`."""
+    if not isinstance(strategy, list):
+        raise TypeError(
+            f"fallback_strategy={strategy!r}: expected a list of dicts such as "
+            '[{"label_selector": {"market-type": "spot"}}]'
+        )
+    for i, entry in enumerate(strategy):
+        if not isinstance(entry, dict) or set(entry) - {"label_selector"} or "label_selector" not in entry:
+            raise ValueError(
+                f"fallback_strategy[{i}]={entry!r}: expected a dict with one key, 'label_selector' "
+                "(the only fallback option supported, as in Ray)"
+            )
+        check_label_selector(entry["label_selector"], f"fallback_strategy[{i}]['label_selector']")
 
 
 class WithOptions:

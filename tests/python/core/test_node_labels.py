@@ -49,6 +49,28 @@ def test_bad_topology_strategies_are_refused_as_ray_refuses_them(kwargs, message
         placement_group([{"CPU": 1}], **kwargs)
 
 
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"label_selector": {"r!a!y.io/market_type": "spot"}}, ValueError),  # a prefix that is no DNS name
+        ({"label_selector": {"??==ags!": "true"}}, ValueError),
+        ({"label_selector": {"ray.io/accelerator_type": "??==ags!"}}, ValueError),
+        ({"label_selector": {"ray.io/accelerator_type": "in(H100,, B200)"}}, ValueError),
+        ({"label_selector": ""}, TypeError),
+        ({"fallback_strategy": {"label_selector": {"market-type": "spot"}}}, TypeError),
+        ({"fallback_strategy": ["not-a-dict"]}, ValueError),
+        ({"fallback_strategy": [{"memory": "1Gi"}]}, ValueError),
+        ({"fallback_strategy": [{"label_selector": {"-bad-key-": "value"}}]}, ValueError),
+        ({"fallback_strategy": [{"label_selector": {"key": "-bad-value-"}}]}, ValueError),
+    ],
+)
+def test_label_syntax_is_checked_as_rays_is(options, error):
+    with pytest.raises(error):
+        where.options(**options)
+    good = {"label_selector": {"ray.io/accelerator-type": "in(H100, B200)", "market-type": "!spot"}}
+    where.options(**good, fallback_strategy=[{"label_selector": {"region": "in(us-west-1, us-east-1)"}}])
+
+
 def test_bad_selectors_and_labels_are_refused(fresh_cluster):
     with pytest.raises(ValueError, match="not a condition"):
         where.options(label_selector={"zone": "in(a,"})
@@ -76,6 +98,10 @@ def test_label_selectors_place_work_on_matching_nodes(labelled_nodes):
     assert labels[b]["zone"] == "b" and labels[b]["tier"] == "gpu" and labels[c]["zone"] == "c"
     assert {ray.get(where.options(label_selector={"zone": "b"}).remote())[0] for _ in range(3)} == {b}
     assert ray.get(where.options(label_selector={"zone": "in(c)"}).remote())[0] == c
+    # fallback_strategy: no node is in zone x, so the first fallback that some node matches decides.
+    fallback = [{"label_selector": {"zone": "y"}}, {"label_selector": {"zone": "c"}}]
+    assert ray.get(where.options(label_selector={"zone": "x"}, fallback_strategy=fallback).remote())[0] == c
+    assert ray.get(where.options(label_selector={"zone": "b"}, fallback_strategy=fallback).remote())[0] == b
     actor = Where.options(label_selector={"tier": "gpu"}).remote()
     assert ray.get(actor.node.remote()) == b
     # Bundles follow their own selectors.

@@ -28,7 +28,7 @@ impl Client {
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
         placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new(),
         capture_child_tasks=false, max_calls=0, call_max_task_retries=None, retry_exception_types=Vec::new(),
-        node_affinity=None, spread=false, label_selector=HashMap::new()))]
+        node_affinity=None, spread=false, label_selector=HashMap::new(), fallback_strategy=Vec::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -65,12 +65,15 @@ impl Client {
         node_affinity: Option<(Vec<u8>, bool)>,
         spread: bool,
         label_selector: HashMap<String, String>,
+        fallback_strategy: Vec<HashMap<String, String>>,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
             ResourceSet::check_map(quantities).map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
-        LabelSelector::parse(&label_selector).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        for selector in std::iter::once(&label_selector).chain(&fallback_strategy) {
+            LabelSelector::parse(selector).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        }
         let args = args
             .into_iter()
             .map(|(is_ref, data)| TaskArg {
@@ -110,6 +113,10 @@ impl Client {
             node_affinity: node_affinity.map(|(node_id, soft)| proto::NodeAffinity { node_id, soft }),
             spread,
             label_selector,
+            fallback_strategy: fallback_strategy
+                .into_iter()
+                .map(|label_selector| proto::LabelFallback { label_selector })
+                .collect(),
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();

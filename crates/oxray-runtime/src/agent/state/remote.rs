@@ -156,7 +156,7 @@ impl AgentState {
         if task.from_peer.is_some() {
             return None;
         }
-        let selector = LabelSelector::parse(&task.spec.label_selector).unwrap_or_default();
+        let selector = self.effective_selector(&task.spec, placement).unwrap_or_default();
         let alive = || self.peers.nodes.iter().filter(|(_, p)| p.alive && selector.matches(&p.labels));
         if let Some((id, _)) = alive().find(|(_, p)| p.available.fits(placement)) {
             return Some(*id);
@@ -214,7 +214,7 @@ impl AgentState {
         if task.spec.label_selector.is_empty() {
             return Placement::Anywhere;
         }
-        let selector = match LabelSelector::parse(&task.spec.label_selector) {
+        let selector = match self.effective_selector(&task.spec, placement) {
             Ok(selector) => selector,
             Err(e) => return Placement::Fail(e.to_string()),
         };
@@ -237,10 +237,39 @@ impl AgentState {
 
     /// Labels no live node (this one included) matches, for a waiting task's warning.
     pub(super) fn unmatched_selector(&self, spec: &TaskSpec) -> Option<LabelSelector> {
-        let selector = LabelSelector::parse(&spec.label_selector).ok().filter(|s| !s.is_empty())?;
+        let selector = self.effective_selector(spec, &ResourceSet::new()).ok().filter(|s| !s.is_empty())?;
         let matched =
             selector.matches(&self.labels) || self.peers.nodes.values().any(|p| p.alive && selector.matches(&p.labels));
         (!matched).then_some(selector)
+    }
+
+    /// The selector a task is placed by: its `label_selector` when a live node (this one
+    /// included) matches it and could hold `placement`, else the first of its
+    /// `fallback_strategy` selectors that has such a node, else its own (which then
+    /// names what is missing).
+    pub(super) fn effective_selector(
+        &self,
+        spec: &TaskSpec,
+        placement: &ResourceSet,
+    ) -> Result<LabelSelector, crate::labels::LabelError> {
+        let primary = LabelSelector::parse(&spec.label_selector)?;
+        if spec.fallback_strategy.is_empty() {
+            return Ok(primary);
+        }
+        let holds = |s: &LabelSelector| {
+            (s.matches(&self.labels) && self.total.fits(placement))
+                || self.peers.nodes.values().any(|p| p.alive && s.matches(&p.labels) && p.total.fits(placement))
+        };
+        if holds(&primary) {
+            return Ok(primary);
+        }
+        for fallback in &spec.fallback_strategy {
+            let selector = LabelSelector::parse(&fallback.label_selector)?;
+            if holds(&selector) {
+                return Ok(selector);
+            }
+        }
+        Ok(primary)
     }
 
     /// Ray's `SPREAD`: the node a ready task goes to, taking turns over the live
@@ -248,7 +277,7 @@ impl AgentState {
     pub(super) fn spread_to(&mut self, task_id: TaskId) -> Option<NodeId> {
         let task = self.tasks.get(&task_id).filter(|t| t.spec.spread && t.from_peer.is_none())?;
         let (placement, holds) = (&task.placement, &task.holds);
-        let selector = LabelSelector::parse(&task.spec.label_selector).unwrap_or_default();
+        let selector = self.effective_selector(&task.spec, placement).unwrap_or_default();
         let mut nodes: Vec<NodeId> = self
             .peers
             .nodes
@@ -291,6 +320,7 @@ impl AgentState {
         spec.spread = false;
         spec.node_affinity = None;
         spec.label_selector.clear();
+        spec.fallback_strategy.clear();
         let placement = task.placement.clone();
         if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.available.subtract(&placement);
