@@ -204,7 +204,7 @@ class ActorHandle:
         self._actor_id = actor_id
         self._class_name = class_name
         self._methods = methods
-        # Where known (the creator's handle), calls are checked against them; not pickled.
+        # Where known (the creator's handle, and its copies), calls are checked against them.
         self._signatures = signatures or {}
         # The creator's handle of an unnamed, non-detached actor: the session it was made in. Its end
         # ends the actor gracefully (`__ray_terminate__` after the calls already made), as Ray reclaims
@@ -273,7 +273,7 @@ class ActorHandle:
 
     def __reduce__(self):
         self._reclaim_epoch = None  # a copy may outlive this handle: the actor is no longer reclaimed
-        return (ActorHandle, (self._actor_id, self._class_name, self._methods))
+        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._signatures))
 
     def __repr__(self):
         return f"Actor({self._class_name}, {self._actor_id.hex()})"

@@ -56,6 +56,33 @@ def _int_at_least(name, v, low):
         raise ValueError(f"The option {name!r} must be an integer >= {low}, got {v!r}")
 
 
+# Ray's wording for its integer options, which Ray's own tests match.
+_RAY_ACCEPTS = {
+    "max_retries": (-1, "None, 0, -1 or a positive integer, where -1 represents infinity."),
+    "max_restarts": (-1, "None, 0, -1 or a positive integer, where -1 represents infinity."),
+    "max_task_retries": (-1, "None, 0, -1 or a positive integer, where -1 represents infinity."),
+    "max_calls": (0, "None, 0 or a positive integer."),
+    "num_returns": (0, "None, a non-negative integer, 'streaming' (for generators), or 'dynamic'."),
+}
+
+
+def _ray_int_option(name, v) -> None:
+    low, accepts = _RAY_ACCEPTS[name]
+    if not isinstance(v, int) or isinstance(v, bool):
+        types = (int, str, type(None)) if name == "num_returns" else (int, type(None))
+        raise TypeError(f"The type of keyword '{name}' must be {types}, but received type {type(v)}")
+    if v < low:
+        raise ValueError(f"The keyword '{name}' only accepts {accepts} Got {v!r}.")
+
+
+def _check_precision(name, v) -> None:
+    """Ray keeps resource quantities to 1/10,000 of a unit and refuses finer ones."""
+    if _is_number(v) and v > 0 and v < 1e12 and abs(v * 10_000 - round(v * 10_000)) > 1e-6:
+        raise ValueError(
+            f"The precision of the fractional quantity of resource {name} cannot go beyond 0.0001, got {v!r}"
+        )
+
+
 # Ray's options that oxray accepts by name but does not have yet: set to anything
 # but Ray's default, each is refused with why, never silently ignored.
 UNSUPPORTED_OPTIONS = {
@@ -79,6 +106,8 @@ def validate(options: dict, kind: str) -> dict:
     for key in ("num_cpus", "num_gpus", "memory", "object_store_memory"):
         if options.get(key) is not None:
             _nonneg_number(key, options[key])
+    for key in ("num_cpus", "num_gpus"):
+        _check_precision(key, options.get(key))
     resources = options.get("resources")
     if resources is not None:
         if not isinstance(resources, dict):
@@ -93,15 +122,21 @@ def validate(options: dict, kind: str) -> dict:
             if name == "bundle":
                 raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
+            _check_precision(name, qty)
+    if options.get("num_returns") == "streaming":
+        raise NotImplementedError(
+            "num_returns='streaming' (a generator task's results as they are yielded) is not supported by oxray yet: "
+            "return a list instead"
+        )
     if options.get("num_returns") is not None and options["num_returns"] != "dynamic":
-        _int_at_least("num_returns", options["num_returns"], 0)
+        _ray_int_option("num_returns", options["num_returns"])
         if options["num_returns"] > MAX_NUM_RETURNS:
             raise ValueError(
                 f"The option 'num_returns' must be at most {MAX_NUM_RETURNS:,}, got {options['num_returns']!r}"
             )
-    for key, low in (("max_retries", -1), ("max_restarts", -1), ("max_task_retries", -1), ("max_calls", 0)):
+    for key in ("max_retries", "max_restarts", "max_task_retries", "max_calls"):
         if options.get(key) is not None:
-            _int_at_least(key, options[key], low)
+            _ray_int_option(key, options[key])
     if options.get("max_concurrency") is not None:
         _int_at_least("max_concurrency", options["max_concurrency"], 1)
     for key in ("name", "namespace", "accelerator_type"):

@@ -37,6 +37,9 @@ class RemoteFunction:
         )
 
     def options(self, **options):
+        if "max_calls" in options:
+            # As in Ray: a worker's call count is the function's, so it is set where the function is declared.
+            raise ValueError("Setting 'max_calls' is not supported in '.options()'. Pass it to @remote(max_calls=...).")
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "task")})
 
     def remote(self, *args, **kwargs):

@@ -77,22 +77,25 @@ FUNCTION_SIZE_ERROR_THRESHOLD = 95 * 1024 * 1024
 
 
 def _check_pickled_size(obj, size: int) -> None:
-    name = getattr(obj, "__qualname__", repr(obj))
-    what = "class" if inspect.isclass(obj) else "function"
+    # Ray's wording: "The actor Counter ...", "The remote function module.f ...".
+    if inspect.isclass(obj):
+        what, name = "actor", getattr(obj, "__name__", repr(obj))
+    else:
+        what, name = "remote function", f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
     advice = (
         "Check that its definition is not implicitly capturing a large array or other object in scope: "
         "put() it and pass the ObjectRef instead"
     )
     if size > FUNCTION_SIZE_ERROR_THRESHOLD:
         raise ValueError(
-            f"The remote {what} {name} is too large ({size // (1 << 20)} MiB > "
+            f"The {what} {name} is too large ({size // (1 << 20)} MiB > "
             f"FUNCTION_SIZE_ERROR_THRESHOLD={FUNCTION_SIZE_ERROR_THRESHOLD // (1 << 20)} MiB). {advice}."
         )
     if size > FUNCTION_SIZE_WARN_THRESHOLD:
         import warnings
 
         warnings.warn(
-            f"The remote {what} {name} is very large ({size // (1 << 20)} MiB). {advice}.", UserWarning, stacklevel=4
+            f"The {what} {name} is very large ({size // (1 << 20)} MiB). {advice}.", UserWarning, stacklevel=4
         )
 
 
@@ -118,6 +121,14 @@ class ArgumentCheck:
             self.min_positional = sum(1 for p in params if p.default is inspect.Parameter.empty)
             self.max_positional = None if inspect.Parameter.VAR_POSITIONAL in kinds else len(params)
 
+    def __reduce__(self):
+        # Only the parameters' names and kinds travel (with a handle or a function passed to a
+        # task): their defaults and annotations may not pickle, and binding never looks at them.
+        shape = tuple(
+            (p.name, int(p.kind), p.default is not inspect.Parameter.empty) for p in self.signature.parameters.values()
+        )
+        return (_check_from_shape, (shape,))
+
     def check(self, args, kwargs, name: str) -> None:
         if (
             not kwargs
@@ -130,6 +141,18 @@ class ArgumentCheck:
             self.signature.bind(*args, **kwargs)
         except TypeError as e:
             raise TypeError(f"{name}.remote(): {e}") from None
+
+
+def _check_from_shape(shape) -> ArgumentCheck:
+    params = [
+        inspect.Parameter(
+            name,
+            type(inspect.Parameter.POSITIONAL_ONLY)(kind),
+            default=None if has_default else inspect.Parameter.empty,
+        )
+        for name, kind, has_default in shape
+    ]
+    return ArgumentCheck(inspect.Signature(params))
 
 
 def signature_of(target, drop_first: bool = False) -> ArgumentCheck | None:

@@ -119,3 +119,38 @@ def test_underscore_remote_takes_args_kwargs_and_options(ray_cluster):
         add._remote(args=[1], colour="red")
     with pytest.raises(TypeError, match="missing a required argument"):
         add._remote()
+
+
+@ray.remote
+def call_inside(remote_callable, *args):
+    """Calls `remote_callable` from a worker: a copy of the function or handle travelled there."""
+    try:
+        remote_callable.remote(*args)
+    except TypeError as e:
+        return f"TypeError: {e}"
+    return "accepted"
+
+
+def test_copies_of_functions_and_handles_check_calls_too(ray_cluster):
+    account = Account.remote("ann")
+    assert "missing a required argument" in ray.get(call_inside.remote(add))
+    assert "missing a required argument" in ray.get(call_inside.remote(account.deposit))
+    assert ray.get(call_inside.remote(account.deposit, 1)) == "accepted"
+
+
+def test_a_signature_travels_without_its_defaults():
+    # A handle's copies carry its methods' parameter shapes only: a default that cannot be
+    # pickled does not stop the handle from being passed on.
+    import pickle
+    import threading
+
+    from oxray._private.submission import signature_of
+
+    unpicklable = threading.Lock()
+
+    def take(n, guard=unpicklable, *rest, key, **more): ...
+
+    copy = pickle.loads(pickle.dumps(signature_of(take)))
+    copy.check((1,), {"key": 2}, "take")
+    with pytest.raises(TypeError, match="missing a required argument: 'key'"):
+        copy.check((1,), {}, "take")

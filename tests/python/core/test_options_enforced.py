@@ -21,11 +21,44 @@ def pid():
     return os.getpid()
 
 
+def _pid():
+    import os
+
+    return os.getpid()
+
+
 def test_max_calls_retires_the_worker(ray_cluster):
-    once = [ray.get(pid.options(max_calls=1).remote()) for _ in range(4)]
+    once_each = ray.remote(max_calls=1)(_pid)
+    once = [ray.get(once_each.remote()) for _ in range(4)]
     assert len(set(once)) == 4
-    twice = [ray.get(pid.options(max_calls=2).remote()) for _ in range(6)]
+    twice_each = ray.remote(max_calls=2)(_pid)
+    twice = [ray.get(twice_each.remote()) for _ in range(6)]
     assert max(twice.count(p) for p in twice) <= 2
+    with pytest.raises(ValueError, match=r"Setting 'max_calls' is not supported in '\.options\(\)'"):
+        pid.options(max_calls=1)
+
+
+def test_option_errors_read_as_rays(ray_cluster):
+    # Ray's own tests match these messages.
+    def f():
+        return 1
+
+    with pytest.raises(
+        TypeError, match=r"The type of keyword 'max_retries' must be \(<class 'int'>, <class 'NoneType'>\)"
+    ):
+        ray.remote(max_retries=0.5)(f)
+    with pytest.raises(TypeError, match=r"The type of keyword 'num_returns' must be \(<class 'int'>, <class 'str'>"):
+        ray.remote(num_returns=0.5)(f)
+    with pytest.raises(ValueError, match="The keyword 'max_calls' only accepts None, 0 or a positive integer"):
+        ray.remote(max_calls=-1)(f)
+    with pytest.raises(ValueError, match="The keyword 'max_restarts' only accepts None, 0, -1 or a positive integer"):
+        ray.remote(max_restarts=-2)(Counter._cls)
+    with pytest.raises(ValueError, match="precision of the fractional quantity of resource num_gpus cannot go beyond"):
+        ray.remote(num_gpus=0.0000001)(f)
+    with pytest.raises(ValueError, match="precision of the fractional quantity of resource custom cannot go beyond"):
+        ray.remote(resources={"custom": 0.0000001})(f)
+    with pytest.raises(NotImplementedError, match="streaming"):
+        ray.remote(num_returns="streaming")(f)
 
 
 @ray.remote
