@@ -239,6 +239,12 @@ class Assignment:
     def retry_exception_types(self) -> bytes:
         """Pickled exception types that `retry_exceptions` retries (empty: all)."""
     @property
+    def concurrency_group(self) -> str:
+        """An actor call's concurrency group ("": the default one)."""
+    @property
+    def concurrency_groups(self) -> dict[str, int]:
+        """An actor creation's concurrency groups: name -> how many of its calls run at once."""
+    @property
     def functions_generation(self) -> int:
         """Bumped whenever the agent drops functions of ended jobs."""
     def __repr__(self) -> str: ...
@@ -397,6 +403,8 @@ class Client:
         spread: bool = False,
         label_selector: dict[str, str] = ...,
         fallback_strategy: Sequence[dict[str, str]] = ...,
+        concurrency_group: str = "",
+        concurrency_groups: dict[str, int] = ...,
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are

@@ -257,6 +257,10 @@ pub(crate) struct Assignment {
     pub max_calls: i32,
     /// Pickled exception types that `retry_exceptions` retries (empty: all).
     pub retry_exception_types: Vec<u8>,
+    /// An actor call's concurrency group ("": the default one).
+    pub concurrency_group: String,
+    /// An actor creation's concurrency groups: name -> how many of its calls run at once.
+    pub concurrency_groups: HashMap<String, i32>,
     /// The agent retired this worker (its function's `max_calls` reached): it exits.
     pub exit: bool,
     /// Bumped whenever the agent drops functions: registrations made under an older one may be gone.

@@ -54,7 +54,10 @@ def exit_actor():
     from oxray._private.state import STATE
 
     if STATE.mode != "worker" or not STATE.actor_id:
-        raise TypeError("exit_actor() can only be called inside an actor: use ray.kill(handle) to end one from outside")
+        raise TypeError(
+            "exit_actor API is called on a non-actor worker: exit_actor() ends the actor it is called in; "
+            "use ray.kill(handle) to end one from outside"
+        )
     raise ActorExitRequest("exit_actor() was called")
 
 
@@ -82,6 +85,9 @@ def public_methods(cls):
     for name, member in inspect.getmembers(cls):
         if callable(member) and (not name.startswith("__") or name == "__call__"):
             names[name] = dict(getattr(member, "__oxray_method_options__", {}))
+            if callable(getattr(member, "__ray_invocation_decorator__", None)):
+                # Ray's hook for rewriting a call's arguments (and result) on the caller's side.
+                names[name]["_invocation_decorator"] = member.__ray_invocation_decorator__
     return names
 
 
@@ -161,6 +167,7 @@ class ActorClass:
             max_task_retries=options.get("max_task_retries") or 0,
             max_concurrency=options.get("max_concurrency")
             or (ASYNC_DEFAULT_MAX_CONCURRENCY if is_async_class(self._cls) else 1),
+            concurrency_groups=dict(options.get("concurrency_groups") or {}),
             actor_name=options.get("name") or "",
             namespace=namespace,
             detached=options.get("lifetime") == "detached",
@@ -196,6 +203,13 @@ class ActorMethod:
         return ActorMethod(self._handle, self._name, merged)
 
     def remote(self, *args, **kwargs):
+        decorator = self._options.get("_invocation_decorator")
+        if decorator is not None:
+
+            def invoke(call_args, call_kwargs):
+                return self._handle._call(self._name, tuple(call_args), dict(call_kwargs), self._options)
+
+            return decorator(invoke)(args, kwargs)
         return self._handle._call(self._name, args, kwargs, self._options)
 
 
@@ -262,6 +276,7 @@ class ActorHandle:
             actor_id=self._actor_id,
             method_name=method_name,
             call_max_task_retries=options.get("max_task_retries"),
+            concurrency_group=options.get("concurrency_group") or "",
             retry_exceptions=retry_exceptions,
             retry_exception_types=retry_types,
             nested_refs=nested,

@@ -86,8 +86,6 @@ def _check_precision(name, v) -> None:
 # Ray's options that oxray accepts by name but does not have yet: set to anything
 # but Ray's default, each is refused with why, never silently ignored.
 UNSUPPORTED_OPTIONS = {
-    "concurrency_groups": "concurrency groups are not supported yet: use max_concurrency",
-    "concurrency_group": "concurrency groups are not supported yet",
     "max_pending_calls": "a cap on an actor's pending calls is not supported yet",
     "_metadata": "Ray's internal task metadata is not supported",
 }
@@ -139,6 +137,14 @@ def validate(options: dict, kind: str) -> dict:
             _ray_int_option(key, options[key])
     if options.get("max_concurrency") is not None:
         _int_at_least("max_concurrency", options["max_concurrency"], 1)
+    groups = options.get("concurrency_groups")
+    if groups is not None:
+        if not isinstance(groups, dict) or not all(isinstance(k, str) and k for k in groups):
+            raise TypeError(f"concurrency_groups={groups!r}: expected a dict of group name -> max concurrency")
+        for name, size in groups.items():
+            _int_at_least(f"concurrency_groups[{name!r}]", size, 1)
+    if options.get("concurrency_group") is not None and not isinstance(options["concurrency_group"], str):
+        raise TypeError(f"concurrency_group={options['concurrency_group']!r}: expected a group name")
     for key in ("name", "namespace", "accelerator_type"):
         if options.get(key) is not None and not isinstance(options[key], str):
             raise TypeError(f"The option {key!r} must be a string, got {options[key]!r}")

@@ -90,6 +90,8 @@ class Worker:
         self.actor_captures_children = False
         # Calls of each function with `max_calls` this worker has run.
         self.calls = {}
+        self.group_pools = {}
+        self.method_groups = {}
         self.qualified_names = {}
         self.actor_function_prefix = ""
         # An async actor's event loop, on a thread of its own: every call runs there.
@@ -191,9 +193,20 @@ class Worker:
                 if is_async_class(cls):
                     self.event_loop = asyncio.new_event_loop()
                     threading.Thread(target=self.event_loop.run_forever, name="oxray-actor-loop", daemon=True).start()
-                if a.max_concurrency > 1:
+                if a.max_concurrency > 1 or a.concurrency_groups:
                     # An async actor's calls wait here on its loop, where they run.
                     self.pool = ThreadPoolExecutor(max_workers=a.max_concurrency)
+                # Ray's concurrency groups: each runs at most its size of calls at once, beside
+                # the default group (max_concurrency).
+                self.group_pools = {
+                    name: ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"oxray-group-{name}")
+                    for name, size in a.concurrency_groups.items()
+                }
+                self.method_groups = {
+                    name: options["concurrency_group"]
+                    for name, options in public_methods(cls).items()
+                    if options.get("concurrency_group")
+                }
                 result = None
             else:
                 result = self.call_method(a.method_name, positional, kwargs)
@@ -201,6 +214,10 @@ class Worker:
             self.client.task_done(a.task_id, prepared, False, nested, method_names, retire=self.retires_after(a))
         except ActorExitRequest as e:
             self.exit_actor(a, e.cause)
+        except SystemExit as e:
+            # User code called sys.exit(): as in Ray, the worker process exits. The node agent sees
+            # a worker die, so the task is retried, or the actor restarted, as their options allow.
+            _exit_process(e.code)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
             if kind != TaskKind.ACTOR_TASK:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
@@ -286,6 +303,21 @@ class Worker:
         finally:
             os._exit(0)
 
+    def submit_call(self, a) -> None:
+        """Hands a call to its concurrency group's threads (the default group's: `self.pool`)."""
+        group = a.concurrency_group or self.method_groups.get(a.method_name, "")
+        if not group:
+            self.pool.submit(self.run, a)
+        elif group in self.group_pools:
+            self.group_pools[group].submit(self.run, a)
+        else:
+            error = ValueError(
+                f"{a.name}: concurrency group {group!r} is not one of the actor's "
+                f"({', '.join(sorted(self.group_pools)) or 'it has none'}): declare it with "
+                "@remote(concurrency_groups={...})"
+            )
+            self.report_error(a, a.return_ids, a.name, error)
+
     def retires_after(self, a) -> bool:
         """Whether this call reaches its function's `max_calls` here: the worker then
         exits (the agent sends it no other task), freeing what the function held."""
@@ -360,7 +392,7 @@ class Worker:
                     preload = []
                 continue
             if self.pool is not None and a.kind == TaskKind.ACTOR_TASK:
-                self.pool.submit(self.run, a)
+                self.submit_call(a)
             else:
                 try:
                     self.run(a)
@@ -386,6 +418,16 @@ def _truthy(value) -> bool:
 # Read once: the worker's own environment does not change under it.
 _NOSET_CUDA_AT_START = _truthy(os.environ.get(_NOSET_CUDA))
 _CUDA_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _exit_process(code) -> None:
+    """Ends this worker at once, as `sys.exit(code)` would end a plain Python process."""
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def _set_env_if_changed(name: str, value: str | None) -> None:

@@ -154,3 +154,28 @@ def test_a_signature_travels_without_its_defaults():
     copy.check((1,), {"key": 2}, "take")
     with pytest.raises(TypeError, match="missing a required argument: 'key'"):
         copy.check((1,), {}, "take")
+
+
+def test_a_methods_invocation_decorator_rewrites_the_call(ray_cluster):
+    # Ray's `__ray_invocation_decorator__`: the caller's side of a method decorator.
+    def on_the_caller(f):
+        def invoke(args, kwargs):
+            return f([args[0], args[0]], {}), kwargs  # one argument becomes two; kwargs stay here
+
+        return invoke
+
+    def on_the_actor(f):
+        def execute(self, b, c):
+            return f(self, b + c)
+
+        execute.__ray_invocation_decorator__ = on_the_caller
+        return execute
+
+    @ray.remote
+    class Adder:
+        @on_the_actor
+        def plus_one(self, x):
+            return x + 1
+
+    ref, extra = Adder.remote().plus_one.remote(3, kept=True)
+    assert ray.get(ref) == 7 and extra == {"kept": True}

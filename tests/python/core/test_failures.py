@@ -423,3 +423,42 @@ def test_object_whose_owner_died_before_it_was_made_raises_owner_died(ray_cluste
 class Echo:
     def echo(self, x):
         return x
+
+
+@ray.remote
+class ExitsOnce:
+    """`sys.exit()` in a method ends the actor's process, as in Ray: the actor restarts
+    (max_restarts) and the call is retried (max_task_retries)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def call(self):
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            sys.exit(1)
+        return os.getpid()
+
+
+def test_sys_exit_in_an_actor_method_ends_its_process(ray_cluster, tmp_path):
+    marker = str(tmp_path / "exited")
+    actor = ExitsOnce.options(max_restarts=1, max_task_retries=1).remote(marker)
+    pid = ray.get(actor.call.remote(), timeout=TIMEOUT)  # exited once, restarted, retried
+    assert os.path.exists(marker) and pid != os.getpid()
+    doomed = ExitsOnce.remote(str(tmp_path / "exits-for-good"))
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(doomed.call.remote(), timeout=TIMEOUT)
+
+
+@ray.remote(max_retries=1)
+def exits_once(marker):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(3)
+    return "retried"
+
+
+def test_sys_exit_in_a_task_is_a_worker_failure_and_retried(ray_cluster, tmp_path):
+    assert ray.get(exits_once.remote(str(tmp_path / "task-exited")), timeout=TIMEOUT) == "retried"
+    with pytest.raises(ray.exceptions.WorkerCrashedError):
+        ray.get(exits_once.options(max_retries=0).remote(str(tmp_path / "no-retry")), timeout=TIMEOUT)

@@ -272,18 +272,12 @@ def test_task_options_refused_by_name(options, named):
 @pytest.mark.parametrize(
     "options, named",
     [
-        ({"concurrency_groups": {"io": 2}}, "concurrency_groups"),
         ({"max_pending_calls": 10}, "max_pending_calls"),
     ],
 )
 def test_actor_options_refused_by_name(options, named):
     with pytest.raises(NotImplementedError, match=named):
         Counter.options(**options)
-
-
-def test_method_concurrency_group_refused():
-    with pytest.raises(NotImplementedError, match="concurrency_group"):
-        ray.method(concurrency_group="io")
 
 
 def test_failure_config_controller_failure_limit_refused():

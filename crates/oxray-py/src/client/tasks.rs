@@ -28,7 +28,8 @@ impl Client {
         max_concurrency=1, actor_name=String::new(), namespace=String::new(), detached=false,
         placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new(),
         capture_child_tasks=false, max_calls=0, call_max_task_retries=None, retry_exception_types=Vec::new(),
-        node_affinity=None, spread=false, label_selector=HashMap::new(), fallback_strategy=Vec::new()))]
+        node_affinity=None, spread=false, label_selector=HashMap::new(), fallback_strategy=Vec::new(),
+        concurrency_group=String::new(), concurrency_groups=HashMap::new()))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -66,6 +67,8 @@ impl Client {
         spread: bool,
         label_selector: HashMap<String, String>,
         fallback_strategy: Vec<HashMap<String, String>>,
+        concurrency_group: String,
+        concurrency_groups: HashMap<String, i32>,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
@@ -117,6 +120,8 @@ impl Client {
                 .into_iter()
                 .map(|label_selector| proto::LabelFallback { label_selector })
                 .collect(),
+            concurrency_group,
+            concurrency_groups,
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();

@@ -81,6 +81,8 @@ impl Client {
             capture_child_tasks: spec.capture_child_tasks,
             max_calls: spec.max_calls,
             retry_exception_types: spec.retry_exception_types,
+            concurrency_group: spec.concurrency_group,
+            concurrency_groups: spec.concurrency_groups,
             functions_generation,
             exit,
         }))

@@ -1,0 +1,80 @@
+"""Ray's concurrency groups: `@remote(concurrency_groups={...})` on an actor,
+`@method(concurrency_group=...)` on its methods or `.options(concurrency_group=...)`
+on a call. Each group runs up to its size of calls at once, apart from the others."""
+
+import threading
+
+import pytest
+
+import oxray as ray
+
+
+@ray.remote(concurrency_groups={"io": 2, "compute": 1})
+class Service:
+    def __init__(self):
+        self.io_barrier = threading.Barrier(2, timeout=60)
+        self.gate = threading.Event()
+
+    @ray.method(concurrency_group="io")
+    def io_pair(self):
+        # Returns only once two io calls run at the same time.
+        self.io_barrier.wait()
+        return threading.current_thread().name
+
+    @ray.method(concurrency_group="io")
+    def io_blocked(self):
+        return self.gate.wait(timeout=60)
+
+    def open_gate(self):
+        self.gate.set()
+        return "default group"
+
+    def thread(self):
+        return threading.current_thread().name
+
+
+def test_a_group_runs_its_calls_at_once_and_apart_from_the_default_group(ray_cluster):
+    service = Service.remote()
+    names = ray.get([service.io_pair.remote(), service.io_pair.remote()], timeout=60)
+    assert all(n.startswith("oxray-group-io") for n in names)
+    # Both io threads wait on the gate; the default group still runs, and opens it.
+    blocked = [service.io_blocked.remote(), service.io_blocked.remote()]
+    assert ray.get(service.open_gate.remote(), timeout=60) == "default group"
+    assert ray.get(blocked, timeout=60) == [True, True]
+    # A call can pick its group.
+    assert ray.get(service.thread.options(concurrency_group="compute").remote()).startswith("oxray-group-compute")
+
+
+def test_an_unknown_group_fails_the_call_and_bad_groups_are_refused(ray_cluster):
+    service = Service.remote()
+    with pytest.raises(ValueError, match="concurrency group 'nope'"):
+        ray.get(service.thread.options(concurrency_group="nope").remote(), timeout=60)
+    assert ray.get(service.thread.remote(), timeout=60)  # the actor carries on
+    with pytest.raises(ValueError, match="concurrency_groups\\['io'\\]"):
+        Service.options(concurrency_groups={"io": 0})
+    with pytest.raises(TypeError, match="concurrency_groups"):
+        Service.options(concurrency_groups=["io"])
+
+
+@ray.remote(concurrency_groups={"io": 2})
+class AsyncService:
+    def __init__(self):
+        import asyncio
+
+        self.event = asyncio.Event()
+
+    @ray.method(concurrency_group="io")
+    async def wait(self):
+        await self.event.wait()
+        return "released"
+
+    async def release(self):
+        self.event.set()
+        return "default group"
+
+
+def test_groups_on_an_async_actor(ray_cluster):
+    service = AsyncService.remote()
+    waiting = [service.wait.remote(), service.wait.remote()]
+    assert ray.get(service.release.remote(), timeout=60) == "default group"
+    assert ray.get(waiting, timeout=60) == ["released", "released"]
