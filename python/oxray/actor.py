@@ -1,5 +1,12 @@
 """`ray.actor`: actor classes, handles and methods, and `exit_actor()`."""
 
-from oxray._private.actor import ActorClass, ActorHandle, ActorMethod, exit_actor, method
+from oxray._private.actor import (
+    ActorClass,
+    ActorClassInheritanceException,
+    ActorHandle,
+    ActorMethod,
+    exit_actor,
+    method,
+)
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor", "method"]
+__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod", "exit_actor", "method"]

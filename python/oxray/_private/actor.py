@@ -91,7 +91,18 @@ def public_methods(cls):
     return names
 
 
+class ActorClassInheritanceException(TypeError):
+    """Raised when a class derives from an actor class (Ray's: derive from the plain class)."""
+
+
 class ActorClass:
+    def __mro_entries__(self, bases):
+        # `class Derived(SomeActor)` where SomeActor came from @remote: refused as Ray refuses it.
+        raise ActorClassInheritanceException(
+            f"Inheriting from actor classes is not currently supported: derive {self.__name__}'s plain class "
+            "instead and apply @remote to the subclass."
+        )
+
     def __init__(self, cls, options: dict):
         self._cls = cls
         self._options = opts.validate(dict(options), "actor")
@@ -115,6 +126,13 @@ class ActorClass:
             return getattr(cls, name)
         except AttributeError:
             raise AttributeError(f"actor class '{cls.__name__}' has no attribute '{name}'") from None
+
+    def __dir__(self):
+        # As Ray lists an actor class: its methods beside options/remote/bind.
+        return sorted(set(super().__dir__()) | set(self.__dict__.get("_methods") or ()))
+
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
 
     def options(self, **options):
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "actor")})
@@ -180,9 +198,10 @@ class ActorClass:
         )
         del keep
         handle = ActorHandle(created.actor_id, self.__name__, self._methods, self._signatures)
-        # Reclaimed when this handle is gone, unless something else may still reach the actor by
-        # name, by lifetime, or through a copy of the handle (see `ActorHandle.__del__`).
-        reachable_otherwise = created.existing or options.get("name") or options.get("lifetime") == "detached"
+        # Reclaimed when this handle is gone, unless the actor is detached, or a copy of the handle
+        # may still be in use (see `ActorHandle.__del__`). As in Ray, a name does not keep it alive:
+        # handles from `get_actor` are weak.
+        reachable_otherwise = created.existing or options.get("lifetime") == "detached"
         handle._reclaim_epoch = None if reachable_otherwise else STATE.epoch
         return handle
 
@@ -240,8 +259,8 @@ class ActorHandle:
         return cls(info.actor_id, info.class_name, {n: {} for n in names} if names else None)
 
     def __dir__(self):
-        # Its methods too, as in Ray (tab completion, `hasattr` checks by listing).
-        return sorted(set(super().__dir__()) | set(self.__dict__.get("_methods") or ()))
+        # As Ray lists a handle (tab completion): its methods and the built-in ones only.
+        return sorted({"__init__", *BUILTIN_METHODS, *(self.__dict__.get("_methods") or ())})
 
     def __getattr__(self, name):
         if name in BUILTIN_METHODS:

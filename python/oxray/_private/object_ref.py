@@ -54,6 +54,10 @@ class ObjectRef:
         serialization.note_nested_ref(self._id)
         return (ObjectRef, (self._id, self._task_id))
 
+    def as_future(self):
+        """A `concurrent.futures.Future` for the value (Ray's name; the same as `future()`)."""
+        return self.future()
+
     def future(self):
         import concurrent.futures
 

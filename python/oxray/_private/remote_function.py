@@ -36,6 +36,9 @@ class RemoteFunction:
             f"Instead of running '{self.__name__}()', try '{self.__name__}.remote()'."
         )
 
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+
     def options(self, **options):
         if "max_calls" in options:
             # As in Ray: a worker's call count is the function's, so it is set where the function is declared.

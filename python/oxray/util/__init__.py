@@ -10,8 +10,22 @@ from oxray.util.placement_group import (
     remove_placement_group,
 )
 
+
+def list_named_actors(all_namespaces: bool = False) -> list:
+    """Ray's: the names of the live named actors in this job's namespace, or with
+    `all_namespaces=True` dicts `{"name": ..., "namespace": ...}` across every namespace."""
+    from oxray._private.api import _client
+    from oxray._private.state import STATE
+
+    live = [a for a in _client().list_actors() if a.name and a.state != "DEAD"]
+    if all_namespaces:
+        return [{"name": a.name, "namespace": a.namespace} for a in live]
+    return [a.name for a in live if a.namespace == STATE.namespace]
+
+
 __all__ = [
     "ActorPool",
+    "list_named_actors",
     "PlacementGroup",
     "get_current_placement_group",
     "get_placement_group",

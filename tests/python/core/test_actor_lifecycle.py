@@ -9,6 +9,7 @@ import pytest
 
 import oxray as ray
 from oxray.exceptions import RayActorError
+from oxray_testutil import wait_until
 
 
 @ray.remote
@@ -82,7 +83,7 @@ def test_kill_skips_shutdown_and_atexit(ray_cluster, tmp_path):
 
 
 def test_exit_actor_outside_an_actor_is_a_type_error(ray_cluster):
-    with pytest.raises(TypeError, match="inside an actor"):
+    with pytest.raises(TypeError, match="exit_actor API is called on a non-actor worker"):
         ray.actor.exit_actor()
 
     @ray.remote
@@ -92,7 +93,7 @@ def test_exit_actor_outside_an_actor_is_a_type_error(ray_cluster):
         except TypeError as e:
             return str(e)
 
-    assert "inside an actor" in ray.get(task.remote())
+    assert "non-actor worker" in ray.get(task.remote())
 
 
 def test_ray_call_runs_a_function_on_the_actor(ray_cluster):
@@ -187,8 +188,25 @@ def test_an_actor_reachable_otherwise_is_not_reclaimed(ray_cluster, tmp_path):
     copy = ray.get(hand_back.remote(a))  # the handle went through a task: copies may live anywhere
     del a
     assert ray.get(copy.note.remote("still here")) == "still here"
-    named = Journal.options(name="kept-by-name").remote(path)
-    del named
-    assert ray.get(ray.get_actor("kept-by-name").note.remote("by name")) == "by name"
-    ray.kill(ray.get_actor("kept-by-name"))
     ray.kill(copy)
+
+
+def test_a_name_does_not_keep_an_actor_alive(ray_cluster, tmp_path):
+    # As in Ray, handles from get_actor are weak: the creator's handle going away ends a named,
+    # non-detached actor; a detached one stays.
+    named = Journal.options(name="weak-by-name").remote(str(tmp_path / "named"))
+    assert ray.get(ray.get_actor("weak-by-name").note.remote("by name")) == "by name"
+    del named
+
+    def gone():
+        try:
+            ray.get_actor("weak-by-name")
+        except ValueError:
+            return True
+        return False
+
+    assert wait_until(gone, timeout=60)
+    kept = Journal.options(name="kept-detached", lifetime="detached").remote(str(tmp_path / "detached"))
+    del kept
+    assert ray.get(ray.get_actor("kept-detached").note.remote("still here")) == "still here"
+    ray.kill(ray.get_actor("kept-detached"))

@@ -47,3 +47,31 @@ def test_class_attributes_are_reached_through_the_actor_class(ray_cluster):
     assert Config.double(4) == 8
     with pytest.raises(AttributeError, match="actor class 'Config' has no attribute 'MISSING'"):
         _ = Config.MISSING
+
+
+def test_named_actors_are_listed_and_actor_classes_are_not_inherited(ray_cluster):
+    from oxray.actor import ActorClassInheritanceException
+    from oxray.util import list_named_actors
+
+    @ray.remote
+    class Named:
+        def ping(self):
+            return "pong"
+
+    named = Named.options(name="listed-one").remote()
+    ray.get(named.ping.remote())
+    assert "listed-one" in list_named_actors()
+    assert {"name": "listed-one", "namespace": ray.get_runtime_context().namespace} in list_named_actors(
+        all_namespaces=True
+    )
+    with pytest.raises(ActorClassInheritanceException, match="Inheriting from actor classes"):
+
+        class Derived(Named):
+            pass
+
+    assert ray.put(5).as_future().result(timeout=60) == 5
+    assert set(dir(named)) == {"__init__", "__ray_ready__", "__ray_call__", "__ray_terminate__", "ping"}
+    assert {n for n in dir(Named) if not n.startswith("_")} == {"ping", "options", "remote", "bind"}
+    with pytest.raises(NotImplementedError, match="bind"):
+        Named.bind()
+    ray.kill(named)

@@ -399,10 +399,20 @@ def test_no_upload_mode_registers_a_checkpoint_written_in_place(cluster, tmp_pat
 
 
 def test_torch_tensor_metric_is_rejected(cluster, tmp_path):
-    with pytest.raises(train.TrainingFailedError, match="'loss' is a torch Tensor"):
+    # Ray's wording, which Ray's tests match: reported or returned, anywhere in the value.
+    with pytest.raises(train.TrainingFailedError, match="Passing objects containing Torch tensors as metrics"):
         TorchTrainer(
             tensor_metric_loop, scaling_config=ScalingConfig(num_workers=2), run_config=run_config(tmp_path)
         ).fit()
+    with pytest.raises(train.TrainingFailedError, match="Returning objects containing Torch tensors") as failed:
+        TorchTrainer(
+            returns_a_state_dict, scaling_config=ScalingConfig(num_workers=1), run_config=run_config(tmp_path, "ret")
+        ).fit()
+    assert isinstance(failed.value.worker_failures[0], ValueError)
+
+
+def returns_a_state_dict():
+    return {"nested": [torch.nn.Linear(1, 1).state_dict()]}
 
 
 def fsdp_on_cpu_loop():

@@ -112,13 +112,25 @@ def _plain(value: Any):
 def _check_metrics(metrics) -> dict:
     if not isinstance(metrics, dict):
         raise TypeError(f"report(metrics=...) expects a dict of metrics, got {type(metrics).__name__}")
-    for key, value in metrics.items():
-        if type(value).__module__.startswith("torch"):
-            raise ValueError(
-                f"report(): the metric {key!r} is a torch {type(value).__name__}; pass a Python number instead, e.g. "
-                f"{key}=value.item()"
-            )
+    if contains_torch_tensor(metrics):
+        raise ValueError(
+            "Passing objects containing Torch tensors as metrics is not supported as it will throw an exception on "
+            "deserialization. Pass Python numbers instead (tensor.item(), or tensor.tolist())."
+        )
     return json.loads(json.dumps(metrics, default=_plain))
+
+
+def contains_torch_tensor(value, depth: int = 0) -> bool:
+    """Whether a torch tensor is anywhere in `value` (through dicts, lists, tuples and sets)."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "dtype") and hasattr(value, "shape"):
+        return True
+    if depth > 100:
+        return False
+    if isinstance(value, dict):
+        return any(contains_torch_tensor(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(contains_torch_tensor(v, depth + 1) for v in value)
+    return False
 
 
 def _default_dir_name() -> str:

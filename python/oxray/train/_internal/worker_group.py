@@ -159,6 +159,11 @@ class RayTrainWorker:
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+        if s.contains_torch_tensor(result):
+            raise ValueError(
+                "Returning objects containing Torch tensors from the training function is not supported as it will "
+                "throw an exception on deserialization. Return Python numbers or lists instead (tensor.tolist())."
+            )
         # Only on a normal return: a rank that raised is reported as itself by the controller.
         oxray.get(sync.rank_finished.remote(rank))
         return result
