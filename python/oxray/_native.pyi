@@ -291,6 +291,9 @@ class Cluster:
         """`host:port` of this node's Prometheus endpoint, when it serves one."""
     def shutdown(self) -> None:
         """Kills all workers, removes the object store's files and stops the servers."""
+    def serve_http(self, host: str, port: int) -> str:
+        """Starts the head's HTTP server (Jobs and State APIs, dashboard) on `host:port` if
+        it has none yet; returns its `host:port`."""
     def worker_pids(self) -> list[int]: ...
     def store_stats(self) -> StoreStats | None:
         """None once the cluster is shut down."""

@@ -116,6 +116,18 @@ impl Cluster {
         }
     }
 
+    /// Starts the head's HTTP server (Jobs and State APIs, dashboard) on `host:port` if
+    /// it has none yet; returns its `host:port`.
+    fn serve_http(&mut self, py: Python<'_>, host: String, port: u16) -> PyResult<String> {
+        let Some(running) = self.inner.as_mut() else {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err("the cluster is shut down"));
+        };
+        let address =
+            py.detach(|| runtime().block_on(running.serve_http(&host, port))).map_err(crate::error::cluster_error)?;
+        self.dashboard_address = Some(address.clone());
+        Ok(address)
+    }
+
     fn worker_pids(&self) -> Vec<u32> {
         self.inner.as_ref().map(|c| c.agent.state.lock().worker_pids()).unwrap_or_default()
     }

@@ -88,6 +88,8 @@ pub struct RunningCluster {
     /// `host:port` of this node's Prometheus endpoint, when it serves one.
     pub metrics_address: Option<String>,
     http: Option<HttpServer>,
+    /// Set on a head node: what a later `serve_http` builds its server from.
+    http_context: Option<HttpContext>,
     metrics: Option<MetricsServer>,
     stop: Vec<oneshot::Sender<()>>,
     background: Vec<tokio::task::JoinHandle<()>>,
@@ -388,49 +390,27 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         // other nodes at once, and those calls carry this token (an empty one was refused).
         head.set_token(&token);
     }
-    let http = match (&cfg.head, &cfg.dashboard) {
-        (HeadRole::Local { .. }, Some((host, port))) => {
-            let started = async {
-                let listener =
-                    TcpListener::bind(format!("{host}:{port}")).await.map_err(|source| ClusterError::Bind {
-                        what: "the dashboard port (pick another: --dashboard-port, or init(dashboard_port=...))",
-                        addr: format!("{host}:{port}"),
-                        source,
-                    })?;
-                let session_name =
-                    cfg.session_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let data_dir = match &cfg.head {
-                    HeadRole::Local { state_dir: Some(dir), .. } => dir.clone(),
-                    _ => cfg.session_dir.clone(),
-                };
-                let jobs = JobsConfig {
-                    head_address: agent_address.clone(),
-                    token: token.clone(),
-                    data_dir,
-                    session_dir: cfg.session_dir.clone(),
-                    python: cfg.python.clone(),
-                    resources: head.clone().map(|head| {
-                        Arc::new(HeadEntrypointResources::new(head, node_id)) as Arc<dyn EntrypointResources>
-                    }),
-                    drivers: head.clone().map(|head| Arc::new(HeadDrivers(head)) as Arc<dyn DriverTable>),
-                    remote: head
-                        .clone()
-                        .map(|head| Arc::new(HeadRemoteJobs::new(head, agent_address.clone())) as Arc<dyn RemoteJobs>),
-                };
-                let cluster = head.clone().map(|head| Arc::new(HeadClusterState(head)) as Arc<dyn ClusterState>);
-                let metrics_window_ms = crate::head::metrics_window_ms();
-                let config =
-                    HttpConfig { token: token.clone(), session_name, jobs: Some(jobs), cluster, metrics_window_ms };
-                HttpServer::start(listener, config).map_err(ClusterError::Http)
-            };
-            match started.await {
-                Ok(server) => Some(server),
-                Err(e) => {
-                    agent.state.lock().store_mut().destroy();
-                    return Err(e);
-                }
+    // What the head's HTTP server needs, kept so one can be started later (`serve_http`).
+    let http_context = head.clone().map(|head| HttpContext {
+        head,
+        node_id,
+        agent_address: agent_address.clone(),
+        token: token.clone(),
+        session_dir: cfg.session_dir.clone(),
+        data_dir: match &cfg.head {
+            HeadRole::Local { state_dir: Some(dir), .. } => dir.clone(),
+            _ => cfg.session_dir.clone(),
+        },
+        python: cfg.python.clone(),
+    });
+    let http = match (&http_context, &cfg.dashboard) {
+        (Some(context), Some((host, port))) => match context.start(host, *port).await {
+            Ok(server) => Some(server),
+            Err(e) => {
+                agent.state.lock().store_mut().destroy();
+                return Err(e);
             }
-        }
+        },
         _ => None,
     };
     let dashboard_address = http.as_ref().map(|h| h.local_addr().to_string());
@@ -594,10 +574,51 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         dashboard_address,
         metrics_address: metrics.as_ref().map(|m| m.local_addr().to_string()),
         http,
+        http_context,
         metrics,
         stop,
         background,
     })
+}
+
+/// The head's state and settings its HTTP server (Jobs API, State API, dashboard) is built from.
+struct HttpContext {
+    head: Head,
+    node_id: NodeId,
+    agent_address: String,
+    token: String,
+    session_dir: PathBuf,
+    data_dir: PathBuf,
+    python: String,
+}
+
+impl HttpContext {
+    async fn start(&self, host: &str, port: u16) -> Result<HttpServer, ClusterError> {
+        let listener = TcpListener::bind(format!("{host}:{port}")).await.map_err(|source| ClusterError::Bind {
+            what: "the dashboard port (pick another: --dashboard-port, or init(dashboard_port=...))",
+            addr: format!("{host}:{port}"),
+            source,
+        })?;
+        let session_name = self.session_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let head = &self.head;
+        let jobs = JobsConfig {
+            head_address: self.agent_address.clone(),
+            token: self.token.clone(),
+            data_dir: self.data_dir.clone(),
+            session_dir: self.session_dir.clone(),
+            python: self.python.clone(),
+            resources: Some(
+                Arc::new(HeadEntrypointResources::new(head.clone(), self.node_id)) as Arc<dyn EntrypointResources>
+            ),
+            drivers: Some(Arc::new(HeadDrivers(head.clone())) as Arc<dyn DriverTable>),
+            remote: Some(Arc::new(HeadRemoteJobs::new(head.clone(), self.agent_address.clone())) as Arc<dyn RemoteJobs>),
+        };
+        let cluster = Some(Arc::new(HeadClusterState(head.clone())) as Arc<dyn ClusterState>);
+        let metrics_window_ms = crate::head::metrics_window_ms();
+        let config =
+            HttpConfig { token: self.token.clone(), session_name, jobs: Some(jobs), cluster, metrics_window_ms };
+        HttpServer::start(listener, config).map_err(ClusterError::Http)
+    }
 }
 
 /// What this node's metrics server shows: the sample its heartbeat last sent.
@@ -618,6 +639,22 @@ impl RunningCluster {
     /// Stops the head's jobs and its HTTP server, then the jobs the head placed
     /// on this node, kills every worker, waits for
     /// them to be reaped, removes the object store's files and stops the gRPC server.
+    /// Starts the head's HTTP server now, if it has none yet, and returns its `host:port`
+    /// (Ray serves its State API from every head; this one serves it once a caller asks).
+    pub async fn serve_http(&mut self, host: &str, port: u16) -> Result<String, ClusterError> {
+        if let Some(address) = &self.dashboard_address {
+            return Ok(address.clone());
+        }
+        let Some(context) = &self.http_context else {
+            return Err(ClusterError::Config("only a head node serves the HTTP API".to_string()));
+        };
+        let server = context.start(host, port).await?;
+        let address = server.local_addr().to_string();
+        self.http = Some(server);
+        self.dashboard_address = Some(address.clone());
+        Ok(address)
+    }
+
     pub async fn shutdown(mut self) {
         if let Some(http) = self.http.take() {
             http.shutdown().await;

@@ -276,7 +276,8 @@ def _logging_level(level) -> int:
 
 def _dashboard_request(include_dashboard, kwargs, embedded: bool):
     """(host, port) for the embedded head's HTTP server (Jobs API), or None. Unlike Ray, an
-    embedded cluster serves it only when asked: include_dashboard=True or a dashboard_port/host."""
+    embedded cluster serves it from the start only when asked: include_dashboard=True or a dashboard_port/host
+    (else `head_http.serve_http_here` starts it on the State API's or Jobs client's first use)."""
     host, port = kwargs.get("dashboard_host"), kwargs.get("dashboard_port")
     if host is None and port is None and not include_dashboard:
         return None

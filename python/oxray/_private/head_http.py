@@ -19,17 +19,29 @@ from oxray.exceptions import AuthenticationError
 
 
 def local_cluster() -> Optional[dict]:
-    """This process's cluster when it serves HTTP, else the first one on this host."""
+    """This process's cluster (its head starts serving HTTP on 127.0.0.1 on first use, as
+    Ray's head always serves its State API), else the first one on this host."""
     from oxray._private import node_files
     from oxray._private.api import STATE
 
-    url = STATE.address_info.get("dashboard_url") if STATE.cluster is not None else None
-    if url:
+    if STATE.cluster is not None:
+        url = STATE.address_info.get("dashboard_url") or serve_http_here()
         return {"dashboard_url": url if "://" in url else f"http://{url}", "token": STATE.cluster.token}
     try:
         return node_files.find_local_cluster(None)
     except Exception:  # noqa: BLE001 - no readable cluster files: there is no local cluster
         return None
+
+
+def serve_http_here() -> str:
+    """Starts this process's embedded head's HTTP server (loopback only, token required)."""
+    from oxray._private.api import STATE
+
+    with STATE.lock:
+        address = STATE.cluster.serve_http("127.0.0.1", 0)
+        STATE.address_info["dashboard_url"] = address
+        STATE.address_info["dashboard_login_url"] = f"http://{address}/?token={STATE.cluster.token}"
+    return address
 
 
 def resolve_address(address: Optional[str], current: Optional[dict], what: str) -> str:

@@ -206,3 +206,17 @@ def test_each_node_keeps_a_bounded_history_of_ended_tasks(fresh_cluster, monkeyp
     ray.get([square.remote(i) for i in range(20)])
     listed = list_tasks(limit=100)
     assert len(listed) == 5 and {t.state for t in listed} == {"FINISHED"}
+
+
+def test_the_state_api_works_after_a_plain_init(fresh_cluster):
+    # As with Ray: no dashboard option needed. The embedded head starts serving HTTP (loopback
+    # only, token required) when the State API is first used.
+    from oxray.util.state import get_actor, list_actors
+
+    fresh_cluster(num_cpus=2)
+    assert "dashboard_url" not in ray._private.api.STATE.address_info
+    counter = Counter.options(name="plain-init").remote()
+    ray.get(counter.add.remote())
+    [row] = [a for a in list_actors() if a.name == "plain-init"]
+    assert row.state == "ALIVE" and get_actor(row.actor_id).class_name == "Counter"
+    assert ray.get_runtime_context().get_dashboard_url().startswith("127.0.0.1:")

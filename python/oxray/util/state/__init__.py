@@ -4,7 +4,7 @@
 (`ActorState`, `NodeState`, ...) with the same fields, filters and limits.
 
 The cluster: `address` (its HTTP address) or, as in Ray, `RAY_ADDRESS`; else
-this driver's cluster when it serves HTTP (`init(include_dashboard=True)`),
+this driver's embedded cluster (whose head starts serving HTTP on first use),
 else the cluster `oxray start --head` runs on this host."""
 
 from __future__ import annotations
