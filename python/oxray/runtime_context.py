@@ -107,7 +107,9 @@ class RuntimeContext:
         """The head's HTTP address (dashboard and Jobs API), "" when it serves none."""
         from oxray._private import head_http
 
-        url = STATE.address_info.get("dashboard_url") or (head_http.local_cluster() or {}).get("dashboard_url")
+        url = STATE.address_info.get("dashboard_url") or (head_http.local_cluster(serve=False) or {}).get(
+            "dashboard_url"
+        )
         return url.split("://", 1)[-1] if url else ""
 
     def get_runtime_env_string(self) -> str:

@@ -18,14 +18,16 @@ from typing import Optional, Tuple
 from oxray.exceptions import AuthenticationError
 
 
-def local_cluster() -> Optional[dict]:
-    """This process's cluster (its head starts serving HTTP on 127.0.0.1 on first use, as
-    Ray's head always serves its State API), else the first one on this host."""
+def local_cluster(serve: bool = True) -> Optional[dict]:
+    """This process's cluster (with `serve`, its head starts serving HTTP on 127.0.0.1 if it
+    did not yet, as Ray's head always serves its State API), else the first one on this host."""
     from oxray._private import node_files
     from oxray._private.api import STATE
 
     if STATE.cluster is not None:
-        url = STATE.address_info.get("dashboard_url") or serve_http_here()
+        url = STATE.address_info.get("dashboard_url") or (serve_http_here() if serve else None)
+        if not url:
+            return None
         return {"dashboard_url": url if "://" in url else f"http://{url}", "token": STATE.cluster.token}
     try:
         return node_files.find_local_cluster(None)

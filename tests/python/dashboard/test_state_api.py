@@ -219,4 +219,4 @@ def test_the_state_api_works_after_a_plain_init(fresh_cluster):
     ray.get(counter.add.remote())
     [row] = [a for a in list_actors() if a.name == "plain-init"]
     assert row.state == "ALIVE" and get_actor(row.actor_id).class_name == "Counter"
-    assert ray.get_runtime_context().get_dashboard_url().startswith("127.0.0.1:")
+    assert ray.get_runtime_context().get_dashboard_url() == ray._private.api.STATE.address_info["dashboard_url"]
