@@ -174,11 +174,7 @@ class ActorClass:
             return_ids=[],
             resources=holds,
             actor_id=actor_id,
-            env_vars={
-                **STATE.job_env_vars,
-                **opts.env_vars({"runtime_env": STATE.runtime_env}),
-                **opts.env_vars(options),
-            },
+            env_vars=opts.submitted_env_vars(options),
             nested_refs=nested,
             job_id=current_job_id(),
             max_restarts=options.get("max_restarts") or 0,

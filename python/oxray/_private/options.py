@@ -365,5 +365,18 @@ def captures_child_tasks(options: dict) -> bool:
     return bool(getattr(options.get("scheduling_strategy"), "placement_group_capture_child_tasks", False))
 
 
+def submitted_env_vars(options: dict) -> dict:
+    """The env_vars a task or actor submitted now runs with, later ones winning: the job's, the
+    init() runtime_env's, those of the task submitting it (inherited, as in Ray), then its own."""
+    from oxray._private.state import CURRENT, STATE
+
+    return {
+        **STATE.job_env_vars,
+        **env_vars({"runtime_env": STATE.runtime_env}),
+        **(CURRENT.env_vars or {}),
+        **env_vars(options),
+    }
+
+
 def env_vars(options: dict) -> dict:
     return dict(((options.get("runtime_env") or {}).get("env_vars")) or {})

@@ -84,7 +84,7 @@ class RemoteFunction:
     def _submit_fields(self, options: dict) -> dict:
         """The submission fields that follow from the options and the session alone, worked out
         once per options dict and session rather than on every call."""
-        key = (STATE.epoch, STATE.namespace, STATE.job_env_vars, STATE.runtime_env)
+        key = (STATE.epoch, STATE.namespace, STATE.job_env_vars, STATE.runtime_env, CURRENT.env_vars)
         cached = self._cached_fields
         if cached is not None and cached[0] is options and cached[1] == key:
             return cached[2]
@@ -106,11 +106,7 @@ def task_submit_fields(options: dict, default_name: str) -> dict:
     if max_calls is None:
         # Ray's default: a GPU task's worker exits after it, so the GPU memory it took is freed.
         max_calls = 1 if options.get("num_gpus") else 0
-    env = {
-        **STATE.job_env_vars,
-        **opts.env_vars({"runtime_env": STATE.runtime_env}),
-        **opts.env_vars(options),
-    }
+    env = opts.submitted_env_vars(options)
     spec = {
         "name": name,
         "resources": opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),

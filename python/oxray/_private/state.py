@@ -68,6 +68,8 @@ class _CurrentTask:
     capture_child_tasks = _ContextField("capture_child_tasks", False)
     # What the task holds, as the agent names it (`CPU_group_0_<pg>` in a placement group).
     resources = _ContextField("resources", None)
+    # The task's (or its actor's) runtime_env env_vars: work it submits inherits them, as in Ray.
+    env_vars = _ContextField("env_vars", None)
 
     def fields(self) -> dict:
         return {name: getattr(self, name) for name, v in vars(type(self)).items() if isinstance(v, _ContextField)}

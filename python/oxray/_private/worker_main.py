@@ -90,6 +90,7 @@ class Worker:
         self.actor_captures_children = False
         # Calls of each function with `max_calls` this worker has run.
         self.calls = {}
+        self.actor_env = {}
         self.group_pools = {}
         self.method_groups = {}
         self.qualified_names = {}
@@ -141,6 +142,9 @@ class Worker:
             self.modules_before = set(sys.modules)
         saved_env = {}
         env = dict(a.env_vars)
+        if kind == TaskKind.ACTOR_CREATION:
+            self.actor_env = dict(env)
+        CURRENT.env_vars = self.actor_env if kind == TaskKind.ACTOR_TASK else dict(env)
         noset_cuda = _truthy(env[_NOSET_CUDA]) if _NOSET_CUDA in env else _NOSET_CUDA_AT_START
         if "CUDA_VISIBLE_DEVICES" in env and not noset_cuda:
             env["CUDA_VISIBLE_DEVICES"] = gpus  # the GPUs given win over the job's own setting

@@ -75,3 +75,32 @@ def test_worker_process_titles_read_like_rays(ray_cluster):
     # Between calls the actor's process reads as its class.
     assert psutil.Process(pid).cmdline()[0] == "ray::Titled"
     ray.kill(actor)
+
+
+@ray.remote
+def read_env(key):
+    return os.environ.get(key)
+
+
+@ray.remote
+def read_env_nested(key, child_env=None):
+    child = read_env.options(runtime_env={"env_vars": child_env}) if child_env else read_env
+    return ray.get(child.remote(key))
+
+
+@ray.remote
+class EnvActor:
+    def nested(self, key):
+        return ray.get(read_env.remote(key))
+
+
+def test_nested_work_inherits_the_runtime_env_vars(ray_cluster):
+    # As in Ray: tasks and actors pass their env_vars on to the work they submit; a child's own win.
+    parent = {"runtime_env": {"env_vars": {"GREETING": "from-parent", "KEPT": "yes"}}}
+    assert ray.get(read_env_nested.options(**parent).remote("GREETING")) == "from-parent"
+    overridden = read_env_nested.options(**parent).remote("GREETING", {"GREETING": "from-child"})
+    assert ray.get(overridden) == "from-child"
+    assert ray.get(read_env_nested.options(**parent).remote("KEPT", {"GREETING": "x"})) == "yes"
+    actor = EnvActor.options(**parent).remote()
+    assert ray.get(actor.nested.remote("GREETING")) == "from-parent"
+    assert ray.get(read_env_nested.remote("GREETING")) is None
