@@ -345,6 +345,14 @@ def _unpublish() -> None:
 
 def _client():
     if STATE.client is None:
+        # Ray's switch: with RAY_ENABLE_AUTO_CONNECT=0 the first call does not start a cluster.
+        if os.environ.get("RAY_ENABLE_AUTO_CONNECT", "").strip().lower() in ("0", "false", "no"):
+            from oxray.exceptions import RaySystemError
+
+            raise RaySystemError(
+                "Ray has not been started yet. You can start Ray with 'ray.init()' "
+                "(automatic start is off: RAY_ENABLE_AUTO_CONNECT=0)."
+            )
         init()
     return STATE.client
 

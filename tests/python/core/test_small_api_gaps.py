@@ -75,3 +75,21 @@ def test_named_actors_are_listed_and_actor_classes_are_not_inherited(ray_cluster
     with pytest.raises(NotImplementedError, match="bind"):
         Named.bind()
     ray.kill(named)
+
+
+def test_auto_connect_can_be_switched_off(monkeypatch):
+    ray.shutdown()
+
+    @ray.remote
+    def one():
+        return 1
+
+    monkeypatch.setenv("RAY_ENABLE_AUTO_CONNECT", "0")
+    with pytest.raises(ray.exceptions.RaySystemError, match="ray.init"):
+        one.remote()
+    assert not ray.is_initialized()
+    monkeypatch.delenv("RAY_ENABLE_AUTO_CONNECT")
+    try:
+        assert ray.get(one.remote()) == 1  # the default: the first call starts a cluster
+    finally:
+        ray.shutdown()
