@@ -217,6 +217,9 @@ class ActorMethod:
         merged = {**self._options, **opts.validate(dict(options), "method")}
         return ActorMethod(self._handle, self._name, merged)
 
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+
     def remote(self, *args, **kwargs):
         decorator = self._options.get("_invocation_decorator")
         if decorator is not None:

@@ -148,6 +148,10 @@ def validate(options: dict, kind: str) -> dict:
     for key in ("name", "namespace", "accelerator_type"):
         if options.get(key) is not None and not isinstance(options[key], str):
             raise TypeError(f"The option {key!r} must be a string, got {options[key]!r}")
+    if kind == "actor" and options.get("name") == "":
+        raise ValueError("Actor name cannot be an empty string: give a name, or None for an unnamed actor.")
+    if options.get("namespace") == "":
+        raise ValueError('"namespace" must be None or a non-empty string.')
     if options.get("lifetime") not in (None, "detached", "non_detached"):
         raise ValueError(f"The option 'lifetime' must be 'detached' or 'non_detached', got {options['lifetime']!r}")
     if options.get("get_if_exists") is not None and not isinstance(options["get_if_exists"], bool):

@@ -310,3 +310,17 @@ def test_runtime_env_class_is_a_dict_of_the_fields_given(ray_cluster):
         greeting.options(runtime_env=ray.runtime_env.RuntimeEnv(pip=["requests"]))
     with pytest.raises(TypeError, match="env_vars"):
         RuntimeEnv(env_vars={"A": 1})
+
+
+def test_actor_names_are_checked_as_ray_checks_them(ray_cluster):
+    with pytest.raises(ValueError, match="Actor name cannot be an empty string"):
+        Counter.options(name="")
+    with pytest.raises(ValueError, match="namespace"):
+        Counter.options(name="ok", namespace="")
+    with pytest.raises(TypeError):
+        Counter.options(name=1)
+    first = Counter.options(name="only-one").remote()
+    ray.get(first.bump.remote())
+    with pytest.raises(ValueError, match="Please use a different name"):
+        Counter.options(name="only-one").remote()
+    ray.kill(first)
