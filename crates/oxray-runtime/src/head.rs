@@ -36,8 +36,8 @@ pub enum HeadError {
     #[error("unknown node {0}: register before sending heartbeats")]
     UnknownNode(NodeId),
     #[error(
-        "An actor named {name:?} already exists in namespace {namespace:?}. Please use a different name, \
-         or get_if_exists=True to get that one"
+        "The name {name:?} (namespace={namespace:?}) is already taken by another actor. Please use a \
+         different name, or get_if_exists=True to get that one"
     )]
     NameTaken { name: String, namespace: String },
     #[error("no placement group {0}")]

@@ -455,7 +455,9 @@ def _omp_threads(resources) -> str:
 
 
 def _qualified_name(obj) -> str:
-    return f"{getattr(obj, '__module__', None) or '__main__'}.{getattr(obj, '__qualname__', repr(obj))}"
+    """Ray's function name for the runtime context: `module.name` (`module.Class` for an actor's
+    class), without the enclosing function of one defined inside another."""
+    return f"{getattr(obj, '__module__', None) or '__main__'}.{getattr(obj, '__name__', repr(obj))}"
 
 
 # Modules a worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so

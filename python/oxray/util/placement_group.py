@@ -9,6 +9,8 @@ from typing import Dict, List, Optional
 from oxray._private.ids import PlacementGroupID
 
 VALID_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+# Ray's name for it.
+VALID_PLACEMENT_GROUP_STRATEGIES = VALID_STRATEGIES
 
 
 class PlacementGroup:

@@ -13,8 +13,8 @@ pub enum AgentError {
     #[error("{0}")]
     Malformed(&'static str),
     #[error(
-        "An actor named {name:?} already exists in namespace {namespace:?}. Please use a different name, \
-         or get_if_exists=True to get that one"
+        "The name {name:?} (namespace={namespace:?}) is already taken by another actor. Please use a \
+         different name, or get_if_exists=True to get that one"
     )]
     NameTaken { name: String, namespace: String },
     #[error("no actor {0} on this node")]

@@ -290,7 +290,7 @@ fn named_actors_are_unique_per_namespace() {
     st.register_actor(&spec, false).unwrap();
     let mut again = spec.clone();
     again.actor_id = vec![10; 16];
-    assert!(st.register_actor(&again, false).unwrap_err().to_string().contains("already exists"));
+    assert!(st.register_actor(&again, false).unwrap_err().to_string().contains("is already taken"));
     assert_eq!(st.register_actor(&again, true).unwrap(), (ActorId::from_array([9; 16]), true));
     assert!(st.named_actor("ns", "counter").is_some());
     assert!(st.named_actor("other", "counter").is_none());
