@@ -137,7 +137,7 @@ class TrainController:
                 self.reporter.attempt_ended("ERRORED", f"{failure.who} failed:\n{error}", failure.rank)
                 for callback in self.run_config.callbacks:
                     callback.after_exception(
-                        self.run_context, {failure.rank if failure.rank is not None else -1: failure.error}
+                        self.run_context, {failure.rank if failure.rank is not None else -1: _user_error(failure.error)}
                     )
                 if max_failures != -1 and failures > max_failures:
                     message = (
@@ -146,7 +146,7 @@ class TrainController:
                     )
                     if failure.rank is None:
                         raise ControllerError(message) from None
-                    raise WorkerGroupError(message, {failure.rank: failure.error}) from None
+                    raise WorkerGroupError(message, {failure.rank: _user_error(failure.error)}) from None
                 self.reporter.status("RESTARTING", f"{failure.who} failed: {_last_line(error)}")
                 _log(
                     f"{failure.who.lower()} failed ({_last_line(error)}); restarting the worker group "
@@ -289,6 +289,15 @@ class TrainController:
 
     def _kept(self) -> list:
         return [(r.dir_name, r.metrics) for r in self.manager.results]
+
+
+def _user_error(err: BaseException) -> BaseException:
+    """The exception the training function raised (as Ray's `worker_failures` holds it), not the
+    task error that carried it back."""
+    from oxray.exceptions import RayTaskError
+
+    cause = getattr(err, "cause", None) if isinstance(err, RayTaskError) else None
+    return cause if isinstance(cause, BaseException) else err
 
 
 def _describe(failure: WorkerFailure) -> str:
