@@ -298,10 +298,15 @@ class Worker:
         class_name = STATE.current_actor._class_name if STATE.current_actor is not None else "actor"
         try:
             self.client.task_done(a.task_id, [], actor_exit=f"The actor {class_name} exited on purpose: {cause}")
-            # Waiting here sends it; the agent's kill ends the wait (and this process).
+            # Waiting on the stream sends it; the agent's kill ends the wait (and this process). On a
+            # pool thread the main thread already waits on the stream (it reads it alone): wait aside.
             deadline = time.monotonic() + _EXIT_WAIT_S
+            on_main_thread = threading.current_thread() is threading.main_thread()
             while time.monotonic() < deadline:
-                self.client.next_assignment(1.0)
+                if on_main_thread:
+                    self.client.next_assignment(1.0)
+                else:
+                    time.sleep(0.05)
         except BaseException:  # noqa: BLE001 - the agent is gone or killed us: nothing left to do
             pass
         finally:

@@ -82,6 +82,27 @@ def test_kill_skips_shutdown_and_atexit(ray_cluster, tmp_path):
     assert lines(path) == ["alive"]
 
 
+@ray.remote
+class AsyncLeaver:
+    async def leave(self):
+        ray.actor.exit_actor()
+
+    async def ping(self):
+        return "pong"
+
+
+@pytest.mark.parametrize("concurrency", [None, 4], ids=["async", "threaded-async"])
+def test_exit_actor_in_an_async_actor_ends_it_on_purpose(ray_cluster, concurrency):
+    # The exit is asked for from a thread that is not the worker's main one: the agent must still
+    # learn it was on purpose before the process goes.
+    actor = AsyncLeaver.options(max_restarts=2, max_concurrency=concurrency).remote()
+    assert ray.get(actor.ping.remote()) == "pong"
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(actor.leave.remote())
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(actor.ping.remote())
+
+
 def test_exit_actor_outside_an_actor_is_a_type_error(ray_cluster):
     with pytest.raises(TypeError, match="exit_actor API is called on a non-actor worker"):
         ray.actor.exit_actor()
