@@ -462,3 +462,26 @@ def test_sys_exit_in_a_task_is_a_worker_failure_and_retried(ray_cluster, tmp_pat
     assert ray.get(exits_once.remote(str(tmp_path / "task-exited")), timeout=TIMEOUT) == "retried"
     with pytest.raises(ray.exceptions.WorkerCrashedError):
         ray.get(exits_once.options(max_retries=0).remote(str(tmp_path / "no-retry")), timeout=TIMEOUT)
+
+
+@ray.remote
+class NeverOpens:
+    def wait(self):
+        threading.Event().wait()
+
+
+@ray.remote(max_retries=0)
+def fails_now():
+    raise ValueError("failed first")
+
+
+def test_get_raises_a_failure_without_waiting_for_the_rest(ray_cluster):
+    # As in Ray: one failed object ends the get, though another will never be ready.
+    gate = NeverOpens.remote()
+    never = gate.wait.remote()
+    with pytest.raises(ValueError, match="failed first"):
+        ray.get([never, fails_now.remote()], timeout=120)
+    assert ray.get([ray.put(1), ray.put(2)]) == [1, 2]
+    with pytest.raises(ray.exceptions.GetTimeoutError):
+        ray.get([never, ray.put(3)], timeout=0.5)
+    ray.kill(gate)
