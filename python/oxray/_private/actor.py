@@ -131,8 +131,7 @@ class ActorClass:
         # As Ray lists an actor class: its methods beside options/remote/bind.
         return sorted(set(super().__dir__()) | set(self.__dict__.get("_methods") or ()))
 
-    def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+    bind = staticmethod(opts.refuse_bind)
 
     def options(self, **options):
         return opts.WithOptions(self, {**self._options, **opts.validate(dict(options), "actor")})
@@ -217,8 +216,7 @@ class ActorMethod:
         merged = {**self._options, **opts.validate(dict(options), "method")}
         return ActorMethod(self._handle, self._name, merged)
 
-    def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+    bind = staticmethod(opts.refuse_bind)
 
     def remote(self, *args, **kwargs):
         decorator = self._options.get("_invocation_decorator")

@@ -226,6 +226,11 @@ def check_fallback_strategy(strategy) -> None:
         check_label_selector(entry["label_selector"], f"fallback_strategy[{i}]['label_selector']")
 
 
+def refuse_bind(*args, **kwargs):
+    """Ray's `.bind()` (DAGs, Compiled Graphs) on functions, actor classes and methods: refused by name."""
+    raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+
+
 class WithOptions:
     """What `.options(...)` returns: the same remote function or actor class with
     extra options for the next `.remote()` call."""

@@ -36,8 +36,7 @@ class RemoteFunction:
             f"Instead of running '{self.__name__}()', try '{self.__name__}.remote()'."
         )
 
-    def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind(), Ray Compiled Graphs) are not supported by oxray: call .remote()")
+    bind = staticmethod(opts.refuse_bind)
 
     def options(self, **options):
         if "max_calls" in options:
