@@ -18,6 +18,7 @@ from oxray._private.api import (
     shutdown,
     wait,
 )
+from oxray._private.generator import ObjectRefGenerator
 from oxray._private.ids import ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID
 from oxray._private.object_ref import ObjectRef
 from oxray._private.options import ACTOR_OPTIONS as _ACTOR_OPTIONS
@@ -27,6 +28,8 @@ from oxray.runtime_context import get_runtime_context
 
 # Ray's older name for ObjectRef, still exported by Ray.
 ObjectID = ObjectRef
+# Ray's older name for ObjectRefGenerator.
+StreamingObjectRefGenerator = ObjectRefGenerator
 
 
 def __getattr__(name):
@@ -75,6 +78,7 @@ __all__ = [
     "NodeID",
     "ObjectID",
     "ObjectRef",
+    "ObjectRefGenerator",
     "PlacementGroupID",
     "TaskID",
     "WorkerID",

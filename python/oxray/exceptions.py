@@ -143,6 +143,7 @@ _SYSTEM_ERRORS = {
     for cls in (
         RaySystemError,
         ActorDiedError,
+        ActorUnavailableError,
         ActorUnschedulableError,
         TaskUnschedulableError,
         WorkerCrashedError,

@@ -14,6 +14,8 @@ pub const FLAG_SYSTEM_ERROR: u32 = 2;
 pub enum SystemErrorKind {
     WorkerCrashed,
     ActorDied,
+    /// The actor's process died and it is restarting: a call that ran there failed.
+    ActorUnavailable,
     ActorUnschedulable,
     TaskUnschedulable,
     TaskCancelled,
@@ -29,6 +31,7 @@ impl SystemErrorKind {
         match self {
             SystemErrorKind::WorkerCrashed => "WorkerCrashedError",
             SystemErrorKind::ActorDied => "ActorDiedError",
+            SystemErrorKind::ActorUnavailable => "ActorUnavailableError",
             SystemErrorKind::ActorUnschedulable => "ActorUnschedulableError",
             SystemErrorKind::TaskUnschedulable => "TaskUnschedulableError",
             SystemErrorKind::TaskCancelled => "TaskCancelledError",

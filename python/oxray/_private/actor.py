@@ -7,6 +7,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
+from oxray._private.generator import STREAMING, default_num_returns
 from oxray._private.state import STATE, current_job_id, current_task_id
 from oxray._private.submission import (
     check_arguments,
@@ -85,6 +86,8 @@ def public_methods(cls):
     for name, member in inspect.getmembers(cls):
         if callable(member) and (not name.startswith("__") or name == "__call__"):
             names[name] = dict(getattr(member, "__oxray_method_options__", {}))
+            if default_num_returns(member, names[name]) == STREAMING:
+                names[name]["num_returns"] = STREAMING  # Ray's default for a generator method
             if callable(getattr(member, "__ray_invocation_decorator__", None)):
                 # Ray's hook for rewriting a call's arguments (and result) on the caller's side.
                 names[name]["_invocation_decorator"] = member.__ray_invocation_decorator__

@@ -472,6 +472,10 @@ def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None, 
 def cancel(object_ref, *, force: bool = False, recursive: bool = True) -> None:
     """Cancels the task that produces `object_ref`; `get` then raises TaskCancelledError.
     `recursive` (the default) also cancels the tasks it submitted, and theirs."""
+    from oxray._private.generator import ObjectRefGenerator
+
+    if isinstance(object_ref, ObjectRefGenerator):
+        object_ref = object_ref.completed()  # the generator's task
     if not isinstance(object_ref, ObjectRef):
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     if not isinstance(force, bool) or not isinstance(recursive, bool):

@@ -68,6 +68,8 @@ _RAY_ACCEPTS = {
 
 def _ray_int_option(name, v) -> None:
     low, accepts = _RAY_ACCEPTS[name]
+    if name == "num_returns" and isinstance(v, str):
+        raise ValueError(f"The keyword '{name}' only accepts {accepts} Got {v!r}.")
     if not isinstance(v, int) or isinstance(v, bool):
         types = (int, str, type(None)) if name == "num_returns" else (int, type(None))
         raise TypeError(f"The type of keyword '{name}' must be {types}, but received type {type(v)}")
@@ -121,12 +123,7 @@ def validate(options: dict, kind: str) -> dict:
                 raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
             _check_precision(name, qty)
-    if options.get("num_returns") == "streaming":
-        raise NotImplementedError(
-            "num_returns='streaming' (a generator task's results as they are yielded) is not supported by oxray yet: "
-            "return a list instead"
-        )
-    if options.get("num_returns") is not None and options["num_returns"] != "dynamic":
+    if options.get("num_returns") is not None and options["num_returns"] not in ("dynamic", "streaming"):
         _ray_int_option("num_returns", options["num_returns"])
         if options["num_returns"] > MAX_NUM_RETURNS:
             raise ValueError(

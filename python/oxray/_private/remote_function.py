@@ -6,6 +6,7 @@ import os
 
 from oxray._native import TaskKind
 from oxray._private import options as opts
+from oxray._private.generator import default_num_returns
 from oxray._private.state import CURRENT, STATE, current_job_id, current_task_id
 from oxray._private.submission import (
     check_arguments,
@@ -87,15 +88,15 @@ class RemoteFunction:
         cached = self._cached_fields
         if cached is not None and cached[0] is options and cached[1] == key:
             return cached[2]
-        fields = task_submit_fields(options, self._name)
+        fields = task_submit_fields(options, self._name, self._function)
         if options is self._options:  # `.options(...)` dicts are usually one call's: not kept
             self._cached_fields = (options, key, fields)
         return fields
 
 
-def task_submit_fields(options: dict, default_name: str) -> dict:
+def task_submit_fields(options: dict, default_name: str, function=None) -> dict:
     """{"num_returns", "name", "spec": client.submit's option-derived keyword arguments}."""
-    num_returns = options.get("num_returns", 1)
+    num_returns = default_num_returns(function, options)
     if num_returns == "dynamic":
         raise ValueError("num_returns='dynamic' is not supported; return a list of ObjectRefs instead")
     name = options.get("name") or default_name

@@ -11,6 +11,7 @@ import cloudpickle
 
 from oxray import _native
 from oxray._private import serialization
+from oxray._private.generator import STREAMING, ObjectRefGenerator, stream_end_id
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE, current_job_id
 
@@ -174,12 +175,17 @@ def check_arguments(check: ArgumentCheck | None, args, kwargs, name: str) -> Non
         check.check(args, kwargs, name)
 
 
-def new_return_refs(num_returns: int, task_id: bytes):
-    ids = [os.urandom(16) for _ in range(num_returns)]
+def new_return_refs(num_returns, task_id: bytes):
+    if num_returns == STREAMING:
+        ids = [stream_end_id(task_id)]
+    else:
+        ids = [os.urandom(16) for _ in range(num_returns)]
     return ids, [ObjectRef(i, task_id) for i in ids]
 
 
 def returns_for(refs, num_returns):
+    if num_returns == STREAMING:
+        return ObjectRefGenerator(refs[0])
     if num_returns == 1:
         return refs[0]
     if num_returns == 0:

@@ -21,6 +21,8 @@ from oxray import _native, exceptions
 from oxray._native import TaskKind
 from oxray._private import serialization
 from oxray._private.actor import RECLAIMED_CAUSE, ActorExitRequest, ActorHandle, is_async_class, public_methods
+from oxray._private.generator import StreamEnd, is_streaming_task, stream_item_id, yielded_values
+from oxray._private.object_ref import ObjectRef
 from oxray._private.state import CURRENT, STATE
 
 
@@ -183,6 +185,8 @@ class Worker:
                 )
                 with _UserCode():
                     result = fn(*positional, **kwargs)
+                    if is_streaming_task(a.task_id, returns_ids):
+                        result = self.stream(a, result, name)
             elif kind == TaskKind.ACTOR_CREATION:
                 cls = self.load(a.function_id)
                 STATE.actor_id = a.actor_id
@@ -214,6 +218,8 @@ class Worker:
                 result = None
             else:
                 result = self.call_method(a.method_name, positional, kwargs)
+                if is_streaming_task(a.task_id, returns_ids):
+                    result = self.stream(a, result, name)
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a.task_id, prepared, False, nested, method_names, retire=self.retires_after(a))
         except ActorExitRequest as e:
@@ -244,6 +250,40 @@ class Worker:
             CURRENT.task_id = None
             if self.pool is None:
                 _native.set_process_title(self.idle_title())
+
+    def stream(self, a, gen, name) -> StreamEnd:
+        """Runs a streaming task's generator, sealing each value as its item as it is
+        yielded. A failure keeps the items made before it alive: they are pinned to the
+        error the caller gets after them."""
+        if not (inspect.isgenerator(gen) or inspect.isasyncgen(gen)):
+            raise TypeError(
+                f"{name} was called with num_returns='streaming' but returned {type(gen).__name__}, "
+                "not a generator: yield its values, or declare it with num_returns=1"
+            )
+        items = []
+        try:
+            for value in yielded_values(gen, self.event_loop, CURRENT.fields()):
+                items.append(self.seal_item(a, len(items), value, name))
+        except BaseException as e:
+            try:
+                e._oxray_stream_items = [ref._id for ref in items]
+            except AttributeError:
+                pass
+            raise
+        return StreamEnd(items)
+
+    def seal_item(self, a, index: int, value, name) -> ObjectRef:
+        item_id = stream_item_id(a.return_ids[0], index)
+        data, buffers, nested = serialization.serialize(value, f"item {index} yielded by {name}")
+        ref = ObjectRef(item_id, a.task_id)
+        try:
+            prepared = self.client.prepare(item_id, data, buffers, serialization.FLAG_VALUE)
+            self.client.seal(prepared, nested)
+        except _native.OxrayRpcError as e:
+            # A retried attempt yields what an earlier one delivered: the first copy stays.
+            if "already exists" not in str(e):
+                raise
+        return ref
 
     def idle_title(self) -> str:
         """Ray's title between calls: `ray::IDLE` for a pool worker, `ray::<Class>` for an actor."""
@@ -351,7 +391,9 @@ class Worker:
         if len(return_ids) == 1:
             values = [result]
         else:
-            values = list(result) if isinstance(result, (list, tuple)) else None
+            # A generator with a fixed num_returns (Ray's static generator): its values are the returns.
+            is_sequence = isinstance(result, (list, tuple)) or inspect.isgenerator(result)
+            values = list(result) if is_sequence else None
             if values is None or len(values) != len(return_ids):
                 raise ValueError(
                     f"Task {name} declared num_returns={len(return_ids)} but returned {result!r}; "
@@ -380,8 +422,17 @@ class Worker:
             prepared = []
         text = getattr(error, "traceback_str", "") or str(e)
         retryable = not a.retry_exception_types or isinstance(e, cloudpickle.loads(a.retry_exception_types))
+        # A streaming task's items made before the failure live as long as its error.
+        stream_items = list(getattr(e, "_oxray_stream_items", ()))
         self.client.task_done(
-            a.task_id, prepared, True, [], [], text, retire=self.retires_after(a), not_retryable=not retryable
+            a.task_id,
+            prepared,
+            True,
+            stream_items,
+            [],
+            text,
+            retire=self.retires_after(a),
+            not_retryable=not retryable,
         )
 
     def loop(self):

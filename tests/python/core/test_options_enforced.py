@@ -57,8 +57,8 @@ def test_option_errors_read_as_rays(ray_cluster):
         ray.remote(num_gpus=0.0000001)(f)
     with pytest.raises(ValueError, match="precision of the fractional quantity of resource custom cannot go beyond"):
         ray.remote(resources={"custom": 0.0000001})(f)
-    with pytest.raises(NotImplementedError, match="streaming"):
-        ray.remote(num_returns="streaming")(f)
+    with pytest.raises(ValueError, match=r"The keyword 'num_returns' only accepts None, a non-negative integer"):
+        ray.remote(num_returns="many")(f)
 
 
 @ray.remote

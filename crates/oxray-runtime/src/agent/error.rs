@@ -25,6 +25,10 @@ pub enum AgentError {
     UnknownFunction(String),
     #[error("object {0} was never reserved with CreateObject")]
     NotReserved(ObjectId),
+    /// A put of an id already sealed here: the first copy stays (a retried streaming
+    /// generator yields its delivered items again under the same ids).
+    #[error("object {0} already exists")]
+    AlreadySealed(ObjectId),
     #[error("cannot reserve {size} bytes in the object store: {source}")]
     StoreFull { size: usize, source: std::io::Error },
     #[error("node {node} has {available} available, not {wanted}")]
@@ -47,7 +51,7 @@ impl From<AgentError> for tonic::Status {
             AgentError::BadId(_) | AgentError::BadResources(_) | AgentError::Malformed(_) => {
                 tonic::Status::invalid_argument(message)
             }
-            AgentError::NameTaken { .. } => tonic::Status::already_exists(message),
+            AgentError::NameTaken { .. } | AgentError::AlreadySealed(_) => tonic::Status::already_exists(message),
             AgentError::UnknownActor(_) | AgentError::UnknownWorker(_) | AgentError::UnknownFunction(_) => {
                 tonic::Status::not_found(message)
             }

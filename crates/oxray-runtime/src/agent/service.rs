@@ -195,6 +195,10 @@ impl DriverService for AgentService {
         self.shared.with_ref_changes(client, &req.ref_deltas, || {
             self.shared.with_state(|st| {
                 st.add_holders(client, &[id]);
+                if st.is_local(&id) {
+                    // Put again under the same id (a retried generator's item): the first copy stays.
+                    return Ok(());
+                }
                 let sealed = st.seal_object(&object, &nested);
                 st.schedule();
                 sealed

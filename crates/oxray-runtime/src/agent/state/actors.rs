@@ -495,7 +495,9 @@ impl AgentState {
             if retry {
                 retry_ids.push(task_id);
             } else {
-                self.finish_task(task_id, Some((SystemErrorKind::ActorDied, cause.clone())));
+                // As in Ray: a call lost to a crash is "unavailable" while the actor comes back.
+                let kind = if can_restart { SystemErrorKind::ActorUnavailable } else { SystemErrorKind::ActorDied };
+                self.finish_task(task_id, Some((kind, cause.clone())));
             }
         }
         for task_id in retry_ids.into_iter().rev() {

@@ -311,6 +311,9 @@ impl AgentState {
         size: usize,
         may_spill: bool,
     ) -> Result<Reservation<ObjectLocation>, AgentError> {
+        if self.is_local(&id) {
+            return Err(AgentError::AlreadySealed(id));
+        }
         let reserved = self
             .objects
             .store_mut()

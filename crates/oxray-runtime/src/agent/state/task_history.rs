@@ -93,6 +93,7 @@ fn error_type(kind: SystemErrorKind) -> &'static str {
     match kind {
         SystemErrorKind::WorkerCrashed => "WORKER_DIED",
         SystemErrorKind::ActorDied => "ACTOR_DIED",
+        SystemErrorKind::ActorUnavailable => "ACTOR_UNAVAILABLE",
         SystemErrorKind::ActorUnschedulable => "ACTOR_UNSCHEDULABLE_ERROR",
         SystemErrorKind::TaskUnschedulable => "TASK_UNSCHEDULABLE_ERROR",
         SystemErrorKind::TaskCancelled => "TASK_CANCELLED",
