@@ -247,6 +247,12 @@ class Assignment:
     @property
     def functions_generation(self) -> int:
         """Bumped whenever the agent drops functions of ended jobs."""
+    @property
+    def cancel_task_id(self) -> bytes:
+        """Not a task: this worker's actor call with that id was cancelled."""
+    @property
+    def cancelled_before_start(self) -> bool:
+        """An actor call cancelled before it started: it must not run."""
     def __repr__(self) -> str: ...
 
 @final

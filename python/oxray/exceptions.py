@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
+import logging
+import os
+import socket
+
+_logger = logging.getLogger(__name__)
+
 
 class RayError(Exception):
     """Base class of every error oxray raises."""
@@ -12,71 +19,162 @@ class RaySystemError(RayError):
 
 
 class RayTaskError(RayError):
-    """A task or actor method raised. `str()` holds the remote traceback.
+    """A task or actor method raised. `str()` is Ray's: a `ray::f() (pid=.., ip=..)` header
+    in place of each `Traceback` line of the remote traceback (user frames only).
 
     `get()` raises it as an instance of both RayTaskError and the user's
     exception class, so `except ValueError` still catches a remote ValueError.
     """
 
-    def __init__(self, function_name="", traceback_str="", cause=None, proctitle="", pid=None, ip=None):
+    def __init__(
+        self,
+        function_name="",
+        traceback_str="",
+        cause=None,
+        proctitle=None,
+        pid=None,
+        ip=None,
+        actor_repr=None,
+        actor_id=None,
+    ):
         self.function_name = function_name
         self.traceback_str = traceback_str
-        self.cause = cause
-        self.proctitle = proctitle
-        self.pid = pid
-        self.ip = ip
-        super().__init__(self._message())
-
-    def _message(self):
-        where = f" (pid={self.pid}, ip={self.ip})" if self.pid is not None else ""
-        kind = type(self.cause).__name__ if self.cause else "Error"
-        return f"{kind} in {self.function_name}(){where}:\n{self.traceback_str}"
-
-    def __reduce__(self):
-        return (RayTaskError, (self.function_name, self.traceback_str, self.cause, self.proctitle, self.pid, self.ip))
+        self.proctitle = proctitle or f"ray::{function_name}"
+        self.pid = pid or os.getpid()
+        self.ip = ip or _local_ip()
+        self.actor_repr = actor_repr
+        self._actor_id = actor_id
+        self.cause = _picklable_cause(cause, traceback_str)
+        # Exception's pickling calls the class with `args` (then restores `__dict__`).
+        self.args = (function_name, traceback_str, self.cause, proctitle, pid, ip)
 
     def __str__(self):
-        return self._message()
+        header = f"{self.proctitle}() (pid={self.pid}, ip={self.ip}"
+        if self.actor_repr:
+            header += f", actor_id={self._actor_id}, repr={self.actor_repr})"
+        else:
+            header += ")"
+        lines = self.traceback_str.strip().split("\n")
+        return "\n".join(header if line.startswith("Traceback ") else line for line in lines)
+
+    def make_dual_exception_instance(self) -> RayTaskError:
+        """An instance of a class deriving from both RayTaskError and the cause's class,
+        with this error's text. Raises TypeError when the cause's class cannot be subclassed."""
+        cause_cls = type(self.cause)
+        text = str(self)
+        group = _BaseExceptionGroup is not None and isinstance(self.cause, _BaseExceptionGroup)
+
+        class Dual(RayTaskError, cause_cls):
+            if group:
+
+                def __new__(cls, cause):
+                    # An exception group's constructor takes (message, exceptions).
+                    return super().__new__(cls, cause.message, cause.exceptions)
+
+            def __init__(self, cause):
+                self.cause = cause
+                # Kept aside: the user's class may make `args` a read-only property.
+                self._ray_task_error_args = (cause,)
+
+            @property
+            def args(self):
+                return self._ray_task_error_args
+
+            @args.setter
+            def args(self, value):
+                self._ray_task_error_args = value
+
+            def __reduce__(self):
+                return (Dual, self._ray_task_error_args, dict(self.__dict__))
+
+            def __getattr__(self, name):
+                return getattr(self.cause, name)
+
+            def __str__(self):
+                return text
+
+        name = f"RayTaskError({cause_cls.__name__})"
+        Dual.__name__ = name
+        Dual.__qualname__ = name
+        dual = Dual(self.cause)
+        # This error's fields too (pid, traceback_str, ...), which the cause's class lacks.
+        for key, value in self.__dict__.items():
+            dual.__dict__.setdefault(key, value)
+        return dual
 
     def as_instanceof_cause(self):
-        """An exception that is both this RayTaskError and the cause's class."""
-        cause = self.cause
-        if cause is None or not isinstance(cause, BaseException):
+        """This error as an instance of the cause's class too (see make_dual_exception_instance),
+        or itself (with a warning) when that class cannot be combined with RayTaskError."""
+        cause_cls = type(self.cause)
+        if not isinstance(self.cause, BaseException) or issubclass(RayTaskError, cause_cls):
             return self
-        cause_cls = type(cause)
-        if issubclass(RayTaskError, cause_cls):
-            return self
-        message = self._message()
-        error = self
-
         try:
-
-            class _Combined(RayTaskError, cause_cls):
-                def __init__(self, c):
-                    self.cause = c
-                    self.args = (c,)
-                    self.function_name = error.function_name
-                    self.traceback_str = error.traceback_str
-                    self.pid = error.pid
-                    self.ip = error.ip
-                    self.proctitle = error.proctitle
-
-                def __getattr__(self, name):
-                    return getattr(self.cause, name)
-
-                def __str__(self):
-                    return message
-
-                def __reduce__(self):
-                    return error.__reduce__()
-
-            name = f"RayTaskError({cause_cls.__name__})"
-            _Combined.__name__ = name
-            _Combined.__qualname__ = name
-            return _Combined(cause)
-        except TypeError:
-            # Some builtin classes can't be combined (layout conflicts).
+            return self.make_dual_exception_instance()
+        except Exception as e:  # noqa: BLE001 - a class that refuses subclassing (final, layout, args)
+            _logger.warning(
+                f"User exception type {cause_cls} in RayTaskError can't be subclassed! "
+                "This exception is raised as RayTaskError only. You can use "
+                f"`ray_task_error.cause` to access the user exception. Failure in subclassing: {e}"
+            )
             return self
+
+
+_BaseExceptionGroup = getattr(builtins, "BaseExceptionGroup", None)
+
+
+def _picklable_cause(cause, traceback_str):
+    """The cause, or (as Ray) a RayError naming it when it cannot be pickled: the task's
+    error must still reach the caller."""
+    if cause is None:
+        return None
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(cause)
+        return cause
+    except Exception as e:  # noqa: BLE001 - any pickling failure
+        err_type = f"{type(cause).__module__}.{type(cause).__name__}"
+        _logger.warning(f"The original cause of the RayTaskError ({err_type}) isn't serializable: {e}")
+        return RayError(f"Exception {err_type} isn't serializable: {e}.\nOriginal exception details:\n{traceback_str}")
+
+
+_LOCAL_IP = None
+
+
+def _local_ip() -> str:
+    global _LOCAL_IP
+    if _LOCAL_IP is None:
+        try:
+            _LOCAL_IP = socket.gethostbyname("localhost")
+        except OSError:
+            _LOCAL_IP = "127.0.0.1"
+    return _LOCAL_IP
+
+
+def type_name(cls) -> str:
+    """A class's name as a traceback's last line gives it, with oxray's exceptions under
+    Ray's module name (`ray.exceptions.RayTaskError`), as users of Ray read them."""
+    module = getattr(cls, "__module__", None)
+    if module == __name__:
+        module = "ray.exceptions"
+    qualname = getattr(cls, "__qualname__", cls.__name__)
+    return qualname if module in (None, "builtins", "__main__") else f"{module}.{qualname}"
+
+
+class UnserializableException(RayError):
+    """A task's exception could not be unpickled where it was read; holds the text of
+    the error as the task saw it."""
+
+    def __init__(self, original_stack_trace: str):
+        self._original_stack_trace = original_stack_trace
+        super().__init__(original_stack_trace)
+
+    def __str__(self):
+        return (
+            "Failed to deserialize exception. Refer to https://docs.ray.io/en/latest/ray-core/objects/"
+            "serialization.html#custom-serializers-for-exceptions for more information.\n"
+            f"Original exception:\n{self._original_stack_trace}"
+        )
 
 
 class GetTimeoutError(RayError, TimeoutError):
@@ -135,7 +233,18 @@ class RuntimeEnvSetupError(RayError):
 
 
 class AuthenticationError(RayError):
-    """The cluster token was missing or wrong."""
+    """The cluster token was missing or wrong. `str()` points at Ray's token docs."""
+
+    DOCS_URL = "https://docs.ray.io/en/latest/ray-security/token-auth.html"
+
+    def __init__(self, message: str):
+        self.message = message
+        self.__suppress_context__ = True
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        end = "" if self.message.endswith(".") else "."
+        return f"{self.message}{end} For more information, see: {self.DOCS_URL}"
 
 
 _SYSTEM_ERRORS = {
@@ -152,6 +261,10 @@ _SYSTEM_ERRORS = {
         TaskCancelledError,
     )
 }
+
+
+# What a worker reports when an actor's constructor raised (Ray's text): the actor's death cause.
+CREATION_TASK_FAILED = "The actor died because of an error raised in its creation task, "
 
 
 def system_error(kind: str, message: str) -> RayError:

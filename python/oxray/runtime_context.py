@@ -95,12 +95,16 @@ class RuntimeContext:
         return _captures_child_tasks()
 
     def is_canceled(self) -> bool:
-        """Whether the running task has been cancelled (for code that polls instead of
-        being interrupted). Not for actor tasks, as in Ray."""
+        """Whether the running task or sync actor call has been cancelled (for code that
+        polls instead of being interrupted). An async actor's calls are cancelled on their
+        event loop instead, so there it raises, as in Ray."""
         if STATE.mode != "worker" or not CURRENT.task_id:
             raise RuntimeError("is_canceled() is only meaningful inside a task")
-        if STATE.actor_id:
-            raise RuntimeError("is_canceled() is only supported for tasks, not actor tasks")
+        if STATE.async_actor:
+            raise RuntimeError(
+                "This method is not supported in an async actor. An async call is cancelled with "
+                "asyncio.CancelledError raised where it awaits."
+            )
         return STATE.client.task_cancelled(CURRENT.task_id)
 
     def get_dashboard_url(self) -> str:

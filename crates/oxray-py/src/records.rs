@@ -263,6 +263,10 @@ pub(crate) struct Assignment {
     pub concurrency_groups: HashMap<String, i32>,
     /// The agent retired this worker (its function's `max_calls` reached): it exits.
     pub exit: bool,
+    /// Not a task: this worker's actor call with that id was cancelled (stop it if async, skip it if not started).
+    pub cancel_task_id: Vec<u8>,
+    /// An actor call cancelled before it started: it must not run.
+    pub cancelled_before_start: bool,
     /// Bumped whenever the agent drops functions: registrations made under an older one may be gone.
     pub functions_generation: u64,
 }

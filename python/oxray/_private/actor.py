@@ -156,7 +156,7 @@ class ActorClass:
         client = _client()
         options = opts.with_captured_placement(options)
         fid = function_id_for(client, self._cls, self)
-        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, self.__name__)
+        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, self.__name__, callee=self._cls)
         holds = opts.resource_request(options, default_cpus=0)
         # Like Ray: an actor with no resources given needs 1 CPU to be placed but holds none.
         explicit = any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "resources", "memory"))
@@ -281,7 +281,7 @@ class ActorHandle:
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
         num_returns = options.get("num_returns", 1)
         task_id = os.urandom(16)
-        return_ids, refs = new_return_refs(num_returns, task_id)
+        return_ids, refs = new_return_refs(num_returns, task_id, actor_call=True)
         retry_exceptions, retry_types = opts.retry_policy(options)
         client.submit(
             kind=TaskKind.ACTOR_TASK,

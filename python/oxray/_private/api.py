@@ -435,7 +435,10 @@ def put(value, *, _owner=None) -> ObjectRef:
             "If you really want to do this, wrap it in a list: put([ref])."
         )
     client = _client()
-    data, buffers, nested = serialization.serialize(value)
+    try:
+        data, buffers, nested = serialization.serialize(value)
+    except TypeError as e:
+        raise serialization.unserializable(f"Could not serialize the put value {value!r}", value, e.__cause__) from e
     return put_serialized(client, data, buffers, nested)
 
 
@@ -480,6 +483,11 @@ def cancel(object_ref, *, force: bool = False, recursive: bool = True) -> None:
         raise TypeError(f"cancel() expects an ObjectRef, got {type(object_ref).__name__}")
     if not isinstance(force, bool) or not isinstance(recursive, bool):
         raise TypeError(f"cancel(force={force!r}, recursive={recursive!r}): expected True or False for each")
+    if force and object_ref._actor_call:
+        raise ValueError(
+            "force=True is not supported for actor tasks: cancel(ref) stops an async call (CancelledError) "
+            "or one not started; ray.kill(actor) ends the whole actor"
+        )
     _client().cancel(object_ref._id, force, recursive)
 
 

@@ -7,14 +7,16 @@ from oxray._private.state import STATE
 
 
 class ObjectRef:
-    __slots__ = ("_id", "_task_id", "_epoch", "__weakref__")
+    __slots__ = ("_id", "_task_id", "_epoch", "_actor_call", "__weakref__")
 
-    def __init__(self, object_id: bytes, task_id: bytes | None = None):
+    def __init__(self, object_id: bytes, task_id: bytes | None = None, actor_call: bool = False):
         if not isinstance(object_id, bytes) or len(object_id) != 16:
             raise ValueError(f"ObjectRef needs a 16-byte id, got {object_id!r}")
         self._id = object_id
         # The task that makes the object (for put(), the task or driver that called it).
         self._task_id = task_id
+        # Made by an actor call: `cancel(force=True)` does not apply to it.
+        self._actor_call = actor_call
         self._epoch = STATE.epoch
         client = STATE.client
         if client is not None:
@@ -52,7 +54,7 @@ class ObjectRef:
 
     def __reduce__(self):
         serialization.note_nested_ref(self._id)
-        return (ObjectRef, (self._id, self._task_id))
+        return (ObjectRef, (self._id, self._task_id, self._actor_call))
 
     def as_future(self):
         """A `concurrent.futures.Future` for the value (Ray's name; the same as `future()`)."""

@@ -63,7 +63,7 @@ class RemoteFunction:
         fields = self._submit_fields(options)
         fid = function_id_for(client, self._function, self)
         num_returns = fields["num_returns"]
-        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, fields["name"])
+        encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, fields["name"], callee=self._function)
         task_id = os.urandom(16)
         return_ids, refs = new_return_refs(num_returns, task_id)
         client.submit(

@@ -52,20 +52,53 @@ def serialize(value, what: str = "value"):
     return data, raw, nested
 
 
+def unserializable(header: str, value, error: BaseException) -> TypeError:
+    """Ray's error for a value that cannot be pickled: `header`, then what
+    `inspect_serializability` finds in it."""
+    import io
+
+    from oxray.util.check_serialize import inspect_serializability
+
+    out = io.StringIO()
+    try:
+        inspect_serializability(value, print_file=out)
+    except Exception as e:  # noqa: BLE001 - the report is a help; the error must still be raised
+        out.write(f"(could not inspect it: {e!r})\n{error}")
+    failure = TypeError(f"{header}:\n{out.getvalue()}")
+    failure.__cause__ = error
+    return failure
+
+
+def serialize_error(error: BaseException) -> bytes:
+    """An application error's object bytes: Ray's text of the error beside its pickle, so
+    a reader that cannot unpickle it still gets the text (as UnserializableException)."""
+    text = f"{exceptions.type_name(type(error))}: {error}"
+    return pickle.dumps((text, cloudpickle.dumps(error, protocol=5)), protocol=5)
+
+
 def payload_size(data: bytes, buffers) -> int:
     return len(data) + sum(b.nbytes for b in buffers)
 
 
-def deserialize(buf):
-    """The value an ObjectBuffer holds; raises the stored error for error objects."""
+def deserialize(buf, as_cause: bool = True):
+    """The value an ObjectBuffer holds; raises the stored error for error objects (a
+    task's error as an instance of its cause's class too, unless `as_cause` is False)."""
     flags, (p0, p1), ranges = buf.layout()
     view = memoryview(buf)
     if flags == FLAG_SYSTEM_ERROR:
         info = json.loads(bytes(view[p0:p1]))
         raise exceptions.system_error(info.get("type", ""), info.get("message", ""))
-    value = pickle.loads(view[p0:p1], buffers=[view[a:b] for a, b in ranges])
     if flags == FLAG_APPLICATION_ERROR:
-        if isinstance(value, exceptions.RayTaskError):
-            raise value.as_instanceof_cause()
-        raise value
-    return value
+        error = _load_error(view[p0:p1])
+        if as_cause and isinstance(error, exceptions.RayTaskError):
+            raise error.as_instanceof_cause()
+        raise error
+    return pickle.loads(view[p0:p1], buffers=[view[a:b] for a, b in ranges])
+
+
+def _load_error(data) -> BaseException:
+    text, payload = pickle.loads(data)
+    try:
+        return pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - e.g. the class's __init__ wants arguments its pickle lacks
+        return exceptions.UnserializableException(text)

@@ -33,6 +33,8 @@ class ProcessState:
     address_info: dict = field(default_factory=dict)
     # In an actor's worker: the handle of the actor it runs (the runtime context's).
     current_actor: Any = None
+    # This worker hosts an actor with `async def` methods (its calls run on an event loop).
+    async_actor: bool = False
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 

@@ -32,7 +32,10 @@ def function_id_for(client, obj, cache_owner) -> bytes:
     try:
         data = cloudpickle.dumps(obj, protocol=5)
     except Exception as e:  # noqa: BLE001
-        raise TypeError(f"Could not serialize {getattr(obj, '__qualname__', obj)!r} to ship it to workers: {e}") from e
+        # Ray's wording names the function as `module.qualname`, an actor class by its `__init__`.
+        what = "the actor class" if inspect.isclass(obj) else "the function"
+        header = f"Could not serialize {what} {_descriptor(obj)}"
+        raise serialization.unserializable(header, obj, e) from e
     _check_pickled_size(obj, len(data))
     fid = hashlib.blake2b(data, digest_size=16).digest()
     client.register_function(fid, data, job_id)
@@ -42,22 +45,24 @@ def function_id_for(client, obj, cache_owner) -> bytes:
     return fid
 
 
-def encode_args(client, args, kwargs, name):
-    """([(is_ref, bytes)], kwarg names, nested ref ids, refs to keep alive until submitted)."""
+def encode_args(client, args, kwargs, name, callee=None):
+    """([(is_ref, bytes)], kwarg names, nested ref ids, refs to keep alive until submitted).
+    `callee` (the function or actor class called, None for an actor method) names it in errors."""
     encoded = []
     nested_all = []
     keep = []
     values = list(args) + list(kwargs.values())
-    for i, value in enumerate(values):
+    for value in values:
         if isinstance(value, ObjectRef):
             encoded.append((True, value._id))
             continue
-        what = (
-            f"argument {i} of {name}"
-            if i < len(args)
-            else f"keyword argument {list(kwargs)[i - len(args)]!r} of {name}"
-        )
-        data, buffers, nested = serialization.serialize(value, what)
+        try:
+            data, buffers, nested = serialization.serialize(value)
+        except TypeError as e:
+            # Ray's text names the callee as `module.qualname` (an actor method by its task name).
+            what = _descriptor(callee) if callee is not None else name
+            header = f"Could not serialize the argument {value!r} for a task or actor {what}"
+            raise serialization.unserializable(header, value, e.__cause__) from e
         if serialization.payload_size(data, buffers) <= _native.INLINE_THRESHOLD:
             encoded.append((False, _native.encode_object(data, buffers, serialization.FLAG_VALUE)))
             nested_all.extend(nested)
@@ -69,6 +74,12 @@ def encode_args(client, args, kwargs, name):
             keep.append(ref)
             encoded.append((True, ref._id))
     return encoded, list(kwargs), nested_all, keep
+
+
+def _descriptor(obj) -> str:
+    """Ray's name of a function (`module.qualname`) or an actor class (`module.qualname.__init__`)."""
+    name = f"{getattr(obj, '__module__', None) or '__main__'}.{getattr(obj, '__qualname__', repr(obj))}"
+    return f"{name}.__init__" if inspect.isclass(obj) else name
 
 
 # Ray's limits on a pickled function or class: past the first a warning, past the
@@ -175,12 +186,12 @@ def check_arguments(check: ArgumentCheck | None, args, kwargs, name: str) -> Non
         check.check(args, kwargs, name)
 
 
-def new_return_refs(num_returns, task_id: bytes):
+def new_return_refs(num_returns, task_id: bytes, actor_call: bool = False):
     if num_returns == STREAMING:
         ids = [stream_end_id(task_id)]
     else:
         ids = [os.urandom(16) for _ in range(num_returns)]
-    return ids, [ObjectRef(i, task_id) for i in ids]
+    return ids, [ObjectRef(i, task_id, actor_call) for i in ids]
 
 
 def returns_for(refs, num_returns):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import importlib
 import inspect
 import os
@@ -73,11 +74,57 @@ _RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _user_traceback(e: BaseException) -> str:
+    """Ray's remote traceback text: user code's frames only, each chained exception's
+    too, and oxray's exception classes under Ray's name (`ray.exceptions.RayTaskError`)."""
+    top = traceback.TracebackException(type(e), e, e.__traceback__)
+    todo, seen = [top], set()
+    while todo:
+        te = todo.pop()
+        if id(te) in seen:
+            continue
+        seen.add(id(te))
+        te.stack = _user_frames(te.stack)
+        todo.extend(t for t in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())) if t)
+    ours = exceptions.__name__ + "."
+    text = "".join(
+        "ray.exceptions." + chunk[len(ours) :] if chunk.startswith(ours) else chunk for chunk in top.format()
+    )
+    # The first line becomes the `ray::f() (pid=..)` header, even with no frame to show.
+    return text if text.startswith("Traceback ") else "Traceback (most recent call last):\n" + text
+
+
+class _DependencyFailed(Exception):
+    """An argument's object holds an error (its task failed): this task fails with it."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def _constructed(e: BaseException):
+    """The instance whose `__init__` raised `e` (the outermost `__init__` frame's `self`)."""
     tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "__init__" and not frame.f_code.co_filename.startswith(_RUNTIME_DIR):
+            return frame.f_locals.get("self")
         tb = tb.tb_next
-    # An error raised by the runtime itself keeps its frames: they are all there is.
-    return "".join(traceback.format_exception(type(e), e, tb or e.__traceback__))
+    return None
+
+
+def _user_frames(stack):
+    """The frames of a stack users see: the worker's own (anywhere) and the standard library's
+    that lead from them into user code are left out. An error raised by the runtime itself
+    (no user frame) keeps every frame: they are all there is."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    runtime = [f.filename.startswith(_RUNTIME_DIR) for f in stack]
+    library = [f.filename.startswith(stdlib) and "-packages" not in f.filename for f in stack]
+    first_user = next((i for i, f in enumerate(stack) if not runtime[i] and not library[i]), None)
+    if first_user is None:
+        return stack
+    drop_lead = any(runtime[:first_user])
+    kept = [f for i, f in enumerate(stack) if not runtime[i] and (i >= first_user or not drop_lead)]
+    return traceback.StackSummary.from_list(kept)
 
 
 class Worker:
@@ -99,6 +146,12 @@ class Worker:
         self.actor_function_prefix = ""
         # An async actor's event loop, on a thread of its own: every call runs there.
         self.event_loop = None
+        # Actor calls handed to this worker and not finished, the futures of the async ones
+        # running on the event loop, and those cancelled before they started.
+        self.calls_here = set()
+        self.async_calls = {}
+        self.cancelled_calls = set()
+        self.calls_lock = threading.Lock()
         # The modules imported before the running task (refreshed only when the count
         # changed), to clean up after a cancel that cuts an import short.
         self.modules_before = set(sys.modules)
@@ -173,7 +226,10 @@ class Worker:
         name = a.name
         method_names = []
         try:
-            args = [serialization.deserialize(b) for b in a.args]
+            try:
+                args = [serialization.deserialize(b, False) for b in a.args]
+            except exceptions.RayError as e:
+                raise _DependencyFailed(e) from None
             kwarg_names = a.kwarg_names
             n_kw = len(kwarg_names)
             kwargs = dict(zip(kwarg_names, args[len(args) - n_kw :], strict=True)) if n_kw else {}
@@ -199,6 +255,7 @@ class Worker:
                 ]
                 STATE.current_actor = ActorHandle(a.actor_id, cls.__name__, public_methods(cls))
                 if is_async_class(cls):
+                    STATE.async_actor = True
                     self.event_loop = asyncio.new_event_loop()
                     threading.Thread(target=self.event_loop.run_forever, name="oxray-actor-loop", daemon=True).start()
                 if a.max_concurrency > 1 or a.concurrency_groups:
@@ -217,6 +274,8 @@ class Worker:
                 }
                 result = None
             else:
+                if a.cancelled_before_start or self.cancelled_before_start(a.task_id):
+                    raise asyncio.CancelledError(f"{name} was cancelled before it started")
                 result = self.call_method(a.method_name, positional, kwargs)
                 if is_streaming_task(a.task_id, returns_ids):
                     result = self.stream(a, result, name)
@@ -233,6 +292,9 @@ class Worker:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
             if isinstance(e, KeyboardInterrupt):
                 self.forget_half_imported()
+            if self.stopped_by_cancel(a, e):
+                # As in Ray: a running task stopped by `cancel()` fails with RayTaskError(TaskCancelledError).
+                e = exceptions.TaskCancelledError(f"Task: TaskID({a.task_id.hex()}) was cancelled.")
             try:
                 self.report_error(a, returns_ids, name, e)
             except BaseException as report_failure:  # noqa: BLE001 - the task must still be reported
@@ -248,6 +310,10 @@ class Worker:
                 else:
                     os.environ[k] = v
             CURRENT.task_id = None
+            if kind == TaskKind.ACTOR_TASK and self.calls_here:
+                with self.calls_lock:
+                    self.calls_here.discard(a.task_id)
+                    self.cancelled_calls.discard(a.task_id)
             if self.pool is None:
                 _native.set_process_title(self.idle_title())
 
@@ -301,7 +367,7 @@ class Worker:
         if method_name == "__ray_call__":
             fn, *rest = args
             return self.on_actor_thread(lambda: fn(self.actor, *rest, **kwargs))
-        method = getattr(self.actor, method_name)
+        method = _method_of(self.actor, method_name)
         return self.on_actor_thread(lambda: method(*args, **kwargs))
 
     def on_actor_thread(self, call):
@@ -310,15 +376,55 @@ class Worker:
         if self.event_loop is None:
             return call()
         fields = CURRENT.fields()
+        task_id = CURRENT.task_id
 
         async def in_loop():
             CURRENT.restore(fields)
-            result = call()
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+            with self.calls_lock:
+                if task_id in self.cancelled_calls:
+                    raise asyncio.CancelledError
+                self.async_calls[task_id] = asyncio.current_task()
+            try:
+                result = call()
+                # Only an `async def` method's coroutine is awaited: a returned ObjectRef (awaitable
+                # too) is the method's value, as in Ray.
+                if inspect.iscoroutine(result):
+                    result = await result
+                return result
+            finally:
+                with self.calls_lock:
+                    self.async_calls.pop(task_id, None)
 
         return asyncio.run_coroutine_threadsafe(in_loop(), self.event_loop).result()
+
+    def cancel_call(self, task_id: bytes) -> None:
+        """The agent cancelled an actor call sent here: an async one running on the event
+        loop gets CancelledError (as in Ray); one not started yet never runs; a sync one
+        runs on (it can poll `is_canceled()`). Its result is TaskCancelledError."""
+        with self.calls_lock:
+            if task_id not in self.calls_here:
+                return  # finished already
+            self.cancelled_calls.add(task_id)
+            running = self.async_calls.get(task_id)
+        if running is not None:
+            # Cancelled on its loop, the call's own `except CancelledError` runs before it ends.
+            self.event_loop.call_soon_threadsafe(running.cancel)
+
+    def stopped_by_cancel(self, a, e: BaseException) -> bool:
+        """Whether `e` is how a cancel stopped this call: a task's interrupt (raised only once
+        the agent confirmed the cancel), or an async actor call's CancelledError."""
+        if a.kind == TaskKind.NORMAL:
+            return isinstance(e, KeyboardInterrupt)
+        if a.kind == TaskKind.ACTOR_TASK and isinstance(e, (asyncio.CancelledError, concurrent.futures.CancelledError)):
+            with self.calls_lock:
+                return a.task_id in self.cancelled_calls
+        return False
+
+    def cancelled_before_start(self, task_id: bytes) -> bool:
+        if not self.cancelled_calls:
+            return False
+        with self.calls_lock:
+            return task_id in self.cancelled_calls
 
     def exit_actor(self, a, cause: str):
         """Ends this actor on purpose (`exit_actor()`, `__ray_terminate__`): its
@@ -354,6 +460,8 @@ class Worker:
 
     def submit_call(self, a) -> None:
         """Hands a call to its concurrency group's threads (the default group's: `self.pool`)."""
+        with self.calls_lock:
+            self.calls_here.add(a.task_id)
         group = a.concurrency_group or self.method_groups.get(a.method_name, "")
         if not group:
             self.pool.submit(self.run, a)
@@ -406,21 +514,61 @@ class Worker:
             nested.extend(inner)
         return prepared, nested
 
-    def report_error(self, a, return_ids, name, e):
-        if isinstance(e, exceptions.RayTaskError):
-            error = e  # a failed dependency: pass it on unchanged
+    def error_fields(self, a, name, e) -> dict:
+        """The parts of a task error's `ray::f() (pid=.., ip=.., actor_id=.., repr=..)` header
+        besides pid and ip: Ray's process title (a function's plain name unless the task was
+        named) and, for an actor, its id and repr."""
+        kind = a.kind
+        if kind == TaskKind.NORMAL:
+            try:
+                fn = self.load(a.function_id)  # not yet loaded when an argument failed
+            except Exception:  # noqa: BLE001 - the function itself may be what failed to load
+                fn = None
+            if fn is not None and name == getattr(fn, "__qualname__", None):
+                name = getattr(fn, "__name__", name)
+            return {"proctitle": f"ray::{name}"}
+        if kind == TaskKind.ACTOR_CREATION:
+            name = f"{name}.__init__"
+            instance = _constructed(e)  # its constructor failed: only its own frame holds it
         else:
-            error = exceptions.RayTaskError(name, _user_traceback(e), e, pid=os.getpid(), ip=self.ip)
+            instance = self.actor
+        if instance is None:  # it never ran (an argument failed): name the class
+            cls = STATE.functions.get(a.function_id)
+            actor_repr = f"<{_qualified_name(cls)} object>" if cls is not None else name
+        else:
+            try:
+                actor_repr = repr(instance)
+            except Exception:  # noqa: BLE001 - a __repr__ that needs what the constructor never set
+                actor_repr = object.__repr__(instance)
+        return {"proctitle": f"ray::{name}", "actor_repr": actor_repr, "actor_id": a.actor_id.hex()}
+
+    def report_error(self, a, return_ids, name, e):
+        if isinstance(e, _DependencyFailed):
+            # As Ray: the note, then the input's own error (which the caller gets as the cause).
+            e = e.error
+            traceback_str = (
+                "Traceback (most recent call last):\n"
+                "  At least one of the input arguments for this task could not be computed:\n"
+                f"{exceptions.type_name(type(e))}: {e}"
+            )
+        else:
+            traceback_str = _user_traceback(e)
+        fields = self.error_fields(a, name, e)
+        # As Ray: a task error raised here (by a `get()` in user code, or a failed input) is not
+        # nested: its cause becomes this error's, so callers still catch the root exception's class.
+        cause = e.cause if isinstance(e, exceptions.RayTaskError) else e
+        error = exceptions.RayTaskError(name, traceback_str, cause, pid=os.getpid(), ip=self.ip, **fields)
         try:
-            data, buffers, _ = serialization.serialize(error)
-        except TypeError:
-            error = exceptions.RayTaskError(name, error.traceback_str, None, pid=os.getpid(), ip=self.ip)
-            data, buffers, _ = serialization.serialize(error)
+            data = serialization.serialize_error(error)
+        except Exception:  # noqa: BLE001 - a cause that pickles but its error does not: send the text
+            error = exceptions.RayTaskError(name, traceback_str, None, pid=os.getpid(), ip=self.ip, **fields)
+            data = serialization.serialize_error(error)
         ids = return_ids or [os.urandom(16)]
-        prepared = [self.client.prepare(rid, data, buffers, serialization.FLAG_APPLICATION_ERROR) for rid in ids]
+        prepared = [self.client.prepare(rid, data, [], serialization.FLAG_APPLICATION_ERROR) for rid in ids]
         if not return_ids:
             prepared = []
-        text = getattr(error, "traceback_str", "") or str(e)
+        # The agent keeps a failed constructor's text as the actor's death cause (Ray's wording).
+        text = exceptions.CREATION_TASK_FAILED + str(error) if a.kind == TaskKind.ACTOR_CREATION else str(error)
         retryable = not a.retry_exception_types or isinstance(e, cloudpickle.loads(a.retry_exception_types))
         # A streaming task's items made before the failure live as long as its error.
         stream_items = list(getattr(e, "_oxray_stream_items", ()))
@@ -446,6 +594,9 @@ class Worker:
                 return  # the agent is gone
             if a is not None and a.exit:
                 return  # retired: its function's max_calls reached
+            if a is not None and a.cancel_task_id:
+                self.cancel_call(a.cancel_task_id)
+                continue
             if a is None:
                 if preload:
                     _preload(preload)
@@ -478,6 +629,15 @@ def _truthy(value) -> bool:
 # Read once: the worker's own environment does not change under it.
 _NOSET_CUDA_AT_START = _truthy(os.environ.get(_NOSET_CUDA))
 _CUDA_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def _method_of(actor, name: str):
+    """The class's method `name` bound to the actor, as Ray resolves calls: an instance
+    attribute of the same name (`self.called = False` beside `def called`) does not hide it."""
+    static = inspect.getattr_static(type(actor), name, None)
+    if inspect.isfunction(static):
+        return static.__get__(actor)
+    return getattr(actor, name)
 
 
 def _exit_process(code) -> None:

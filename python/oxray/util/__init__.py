@@ -1,6 +1,7 @@
-"""Utilities: placement groups, scheduling strategies and `ActorPool`."""
+"""Utilities: placement groups, scheduling strategies, `ActorPool` and serialization helpers."""
 
 from oxray.util.actor_pool import ActorPool
+from oxray.util.check_serialize import inspect_serializability
 from oxray.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -9,6 +10,7 @@ from oxray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
+from oxray.util.serialization import deregister_serializer, register_serializer
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
@@ -25,11 +27,14 @@ def list_named_actors(all_namespaces: bool = False) -> list:
 
 __all__ = [
     "ActorPool",
+    "deregister_serializer",
+    "inspect_serializability",
     "list_named_actors",
     "PlacementGroup",
     "get_current_placement_group",
     "get_placement_group",
     "placement_group",
     "placement_group_table",
+    "register_serializer",
     "remove_placement_group",
 ]

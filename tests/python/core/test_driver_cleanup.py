@@ -515,7 +515,7 @@ def test_ended_jobs_functions_are_dropped_but_a_detached_actors_stay(cli_cluster
     def restarted():
         try:
             return ray.get(keeper.pid.remote(), timeout=60) != old_pid
-        except ray.exceptions.ActorDiedError:
+        except ray.exceptions.RayActorError:  # ActorUnavailableError while it restarts
             return False  # the call was in flight when the worker died
 
     assert wait_until(restarted, timeout=60)
@@ -559,7 +559,7 @@ def test_the_agent_forgets_all_but_the_last_dead_actors(small_history_cluster):
     assert wait_until(lambda: _client().agent_table_sizes()[1] <= 10, timeout=20), _client().agent_table_sizes()
     with pytest.raises(ray.exceptions.ActorDiedError):
         ray.get(actors[0].size_of.remote(), timeout=30)
-    with pytest.raises(ray.exceptions.ActorDiedError, match="killed by ray.kill"):
+    with pytest.raises(ray.exceptions.ActorDiedError, match="killed by `ray.kill`"):
         ray.get(actors[-1].size_of.remote(), timeout=30)
     # Killing a forgotten actor again does nothing, as in Ray.
     ray.kill(actors[0])

@@ -20,10 +20,11 @@ use crate::error::{bad_id, client_error as rpc_err};
 use crate::runtime;
 use oxray_runtime::client::{AssignmentStream, CoreClient};
 use oxray_runtime::ids::{ClientId, JobId, ObjectId};
+use oxray_runtime::proto;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Once, Weak};
 use std::time::Duration;
 use tokio::runtime::RuntimeFlavor;
@@ -40,6 +41,9 @@ fn to_ids(raw: &[Vec<u8>]) -> PyResult<Vec<ObjectId>> {
 pub(crate) struct Client {
     inner: Arc<CoreClient>,
     assignments: Mutex<Option<AssignmentStream>>,
+    /// Assignments read from the stream ahead of their turn (behind an actor call), each
+    /// with whether a cancel of it arrived before it started.
+    read_ahead: Mutex<VecDeque<(proto::Assignment, bool)>>,
     /// This process's mapping of each node arena it has seen (mapped once, kept warm).
     arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
     /// Started with the first submission in a process whose runtime has no threads.
@@ -91,6 +95,7 @@ impl Client {
         Ok(Client {
             inner,
             assignments: Mutex::new(None),
+            read_ahead: Mutex::new(VecDeque::new()),
             arenas: Mutex::new(HashMap::new()),
             sender_thread: Once::new(),
         })

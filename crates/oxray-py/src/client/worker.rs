@@ -10,6 +10,70 @@ use crate::{OxrayRpcError, runtime};
 use oxray_runtime::proto::{self, TaskDoneRequest, task_arg};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use std::time::Duration;
+
+impl Client {
+    /// The next message on the assignment stream, None on timeout.
+    fn read_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Box<proto::Assignment>>> {
+        // Taken out while waiting: the stream is moved into the GIL-free section.
+        let mut stream =
+            self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
+        let deadline = super::objects::deadline_after(Some(timeout_s))?;
+        let (item, stream) = py.detach(move || {
+            let item = runtime().block_on(async {
+                match deadline {
+                    Some(d) => tokio::time::timeout_at(d.into(), stream.message()).await,
+                    None => Ok(stream.message().await),
+                }
+            });
+            (item, stream)
+        });
+        *self.assignments.lock() = Some(stream);
+        match item {
+            Err(_elapsed) => Ok(None),
+            Ok(Ok(Some(a))) => Ok(Some(Box::new(a))),
+            Ok(Ok(None)) => Err(OxrayRpcError::new_err("the node agent closed the stream")),
+            Ok(Err(status)) => Err(OxrayRpcError::new_err(status.message().to_string())),
+        }
+    }
+
+    /// Moves the messages that already arrived into `read_ahead`. A cancel of a call
+    /// waiting there marks it instead of being passed on; returns whether one cancels
+    /// `current` (the call about to be returned).
+    fn read_ready_ahead(&self, py: Python<'_>, current: &[u8]) -> PyResult<bool> {
+        let Some(mut stream) = self.assignments.lock().take() else { return Ok(false) };
+        let (arrived, stream) = py.detach(move || {
+            let mut arrived = Vec::new();
+            runtime().block_on(async {
+                // A zero timeout polls once: only what is already here. An error or the
+                // stream's end stays for the next blocking read to report.
+                while let Ok(Ok(Some(a))) = tokio::time::timeout(Duration::ZERO, stream.message()).await {
+                    arrived.push(a);
+                }
+            });
+            (arrived, stream)
+        });
+        *self.assignments.lock() = Some(stream);
+        let mut current_cancelled = false;
+        let mut ahead = self.read_ahead.lock();
+        for a in arrived {
+            if !a.cancel_task_id.is_empty() {
+                if a.cancel_task_id == current {
+                    current_cancelled = true;
+                    continue;
+                }
+                let waiting =
+                    ahead.iter_mut().find(|(p, _)| p.task.as_ref().is_some_and(|t| t.task_id == a.cancel_task_id));
+                if let Some((_, cancelled)) = waiting {
+                    *cancelled = true;
+                    continue;
+                }
+            }
+            ahead.push_back((a, false));
+        }
+        Ok(current_cancelled)
+    }
+}
 
 #[pymethods]
 impl Client {
@@ -26,27 +90,23 @@ impl Client {
     /// The calling thread reads the stream itself (in a worker the runtime runs on
     /// the calling threads), so a task reaches Python with no thread hand-off.
     fn next_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Assignment>> {
-        // Taken out while waiting: the stream is moved into the GIL-free section.
-        let mut stream =
-            self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
-        let deadline = super::objects::deadline_after(Some(timeout_s))?;
-        let (item, stream) = py.detach(move || {
-            let item = runtime().block_on(async {
-                match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), stream.message()).await,
-                    None => Ok(stream.message().await),
-                }
-            });
-            (item, stream)
-        });
-        *self.assignments.lock() = Some(stream);
-        let assignment = match item {
-            Err(_elapsed) => return Ok(None),
-            Ok(Ok(Some(a))) => Box::new(a),
-            Ok(Ok(None)) => return Err(OxrayRpcError::new_err("the node agent closed the stream")),
-            Ok(Err(status)) => return Err(OxrayRpcError::new_err(status.message().to_string())),
+        let ahead = self.read_ahead.lock().pop_front();
+        let (assignment, mut cancelled_before_start) = match ahead {
+            Some((a, cancelled)) => (Box::new(a), cancelled),
+            None => match self.read_assignment(py, timeout_s)? {
+                Some(a) => (a, false),
+                None => return Ok(None),
+            },
         };
-        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, exit } = *assignment;
+        let is_actor_call = assignment.task.as_ref().is_some_and(|t| t.kind == proto::TaskKind::ActorTask as i32);
+        if is_actor_call {
+            // The calls queued behind this one may have been cancelled already: a cancel of
+            // one not started yet must keep it from running, so read what has arrived.
+            let task_id = assignment.task.as_ref().map(|t| t.task_id.clone()).unwrap_or_default();
+            cancelled_before_start |= self.read_ready_ahead(py, &task_id)?;
+        }
+        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, exit, cancel_task_id } =
+            *assignment;
         let spec = task.unwrap_or_default();
         let resolved = py.detach(|| self.map_locations(resolved_args))?;
         let mut resolved = resolved.into_iter();
@@ -85,6 +145,8 @@ impl Client {
             concurrency_groups: spec.concurrency_groups,
             functions_generation,
             exit,
+            cancel_task_id,
+            cancelled_before_start,
         }))
     }
 

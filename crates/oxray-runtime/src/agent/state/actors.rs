@@ -266,8 +266,13 @@ impl AgentState {
         }
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         if failed {
-            actor.death_cause =
-                format!("The actor {} died because its constructor raised:\n{error_text}", actor.class_name);
+            // The worker words it as Ray does ("The actor died because of an error raised in its
+            // creation task, ray::A.__init__() ..." and the traceback).
+            actor.death_cause = if error_text.is_empty() {
+                format!("The actor {} died because its constructor raised", actor.class_name)
+            } else {
+                error_text
+            };
             actor.death_kind = SystemErrorKind::ActorDied;
             actor.no_restart = true;
             actor.state = ActorState::Dead;
@@ -414,7 +419,9 @@ impl AgentState {
         let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
         if no_restart && actor.state != ActorState::Dead {
             actor.no_restart = true;
-            actor.death_cause = format!("The actor {} was killed by ray.kill()", actor.class_name);
+            // Ray's wording, with the class named.
+            actor.death_cause =
+                format!("The actor is dead because it was killed by `ray.kill` (actor class {})", actor.class_name);
         }
         self.stop_actor(actor_id, no_restart)
     }

@@ -503,6 +503,7 @@ impl AgentState {
             cuda_visible_devices: cuda,
             exit: false,
             functions_generation: self.functions.generation,
+            cancel_task_id: Vec::new(),
         }
     }
 
@@ -692,10 +693,13 @@ impl AgentState {
                 }
             }
             self.retry(task_id);
-        } else if cancelled {
+        } else if cancelled && (kind == TaskKind::ActorTask as i32 || returns.is_empty()) {
             let error = self.cancelled_error(task_id);
             self.finish_task(task_id, error);
         } else {
+            // As in Ray, a cancelled task (not an actor call) that still ended reports its own
+            // result: how the cancel stopped it (RayTaskError(TaskCancelledError)), or the value
+            // it returned after handling the interrupt.
             for loc in returns {
                 // Each return pins every nested ref: which return holds which is not
                 // reported, and dropping one return must not free refs inside another.
@@ -786,6 +790,12 @@ impl AgentState {
             TaskState::Running(worker_id) => {
                 if task.spec.kind != TaskKind::ActorTask as i32 {
                     self.signal_worker(worker_id, if force { libc::SIGKILL } else { libc::SIGINT });
+                } else if let Some(tx) = self.workers.get(&worker_id).and_then(|w| w.tx.as_ref()) {
+                    // An actor call is never interrupted: an async one is cancelled on its
+                    // event loop, one still queued in the worker is skipped, and a running sync
+                    // one sees `is_canceled()`. Its result becomes TaskCancelledError either way.
+                    let cancel = Assignment { cancel_task_id: task_id.to_vec(), ..Default::default() };
+                    let _ = tx.send(Ok(cancel));
                 }
             }
             TaskState::Forwarded(node) => {
@@ -793,7 +803,7 @@ impl AgentState {
             }
             TaskState::Ready | TaskState::WaitingArgs => {
                 self.unqueue(task_id);
-                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "This task was cancelled".into())));
+                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, cancelled_message(task_id))));
             }
         }
     }
@@ -804,7 +814,7 @@ impl AgentState {
         let task = self.tasks.get(&task_id)?;
         let settled =
             task.spec.return_ids.iter().filter_map(|r| ObjectId::from_bytes(r).ok()).all(|r| self.is_ready(&r));
-        (!settled).then(|| (SystemErrorKind::TaskCancelled, "This task was cancelled".into()))
+        (!settled).then(|| (SystemErrorKind::TaskCancelled, cancelled_message(task_id)))
     }
 
     pub(super) fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str) {
@@ -845,4 +855,9 @@ impl AgentState {
             }
         }
     }
+}
+
+/// Ray's text for a cancelled task: it names the task, as `ObjectRef.task_id()` does.
+fn cancelled_message(task_id: TaskId) -> String {
+    format!("Task: TaskID({}) was cancelled.", task_id.hex())
 }

@@ -272,7 +272,11 @@ fn actor_calls_run_in_order_and_restart_after_a_crash() {
     // The actor holds no CPU but needed one to be placed.
     assert_eq!(st.available().get("CPU"), 2.0);
     st.worker_exited(w, "killed by SIGKILL".into());
-    assert_eq!(system_error_type(&mut st, oid(120)).as_deref(), Some("ActorDiedError"), "in-flight call fails");
+    assert_eq!(
+        system_error_type(&mut st, oid(120)).as_deref(),
+        Some("ActorUnavailableError"),
+        "in-flight call fails while the actor restarts"
+    );
     st.schedule();
     let w2 = spawned(&mut st);
     assert_eq!(w2.len(), 1, "restarted on a new worker");
