@@ -6,16 +6,20 @@ from oxray._private.actor import ActorClass, ActorHandle, method
 from oxray._private.api import (
     available_resources,
     cancel,
+    client,
     cluster_resources,
     get,
     get_actor,
     get_gpu_ids,
     init,
     is_initialized,
+    java_actor_class,
+    java_function,
     kill,
     nodes,
     put,
     shutdown,
+    timeline,
     wait,
 )
 from oxray._private.generator import ObjectRefGenerator
@@ -33,10 +37,11 @@ StreamingObjectRefGenerator = ObjectRefGenerator
 
 
 def __getattr__(name):
-    # `ray.train`, `ray.util`, `ray.data`, `ray.types`, `ray.runtime_env`: subpackages load on first use, as attributes
+    # `ray.train`, `ray.util`, `ray.data`, `ray.types`, `ray.runtime_env`, `ray.job_config`:
+    # subpackages load on first use, as attributes
     # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
     # `import oxray as ray; ray.train.torch.TorchTrainer` works.
-    if name in ("train", "util", "data", "types", "runtime_env"):
+    if name in ("train", "util", "data", "types", "runtime_env", "job_config"):
         import importlib
 
         return importlib.import_module(f"oxray.{name}")
@@ -85,6 +90,7 @@ __all__ = [
     "actor",
     "available_resources",
     "cancel",
+    "client",
     "cluster_resources",
     "exceptions",
     "get",
@@ -93,12 +99,15 @@ __all__ = [
     "get_runtime_context",
     "init",
     "is_initialized",
+    "java_actor_class",
+    "java_function",
     "kill",
     "method",
     "nodes",
     "put",
     "remote",
     "shutdown",
+    "timeline",
     "wait",
     "__version__",
 ]

@@ -42,6 +42,30 @@ class RuntimeContext:
             return None
         return CURRENT.task_id.hex()
 
+    def get_session_name(self) -> str:
+        """The cluster's session, the same on every node: the head's session directory name."""
+        import os
+
+        for node in STATE.client.cluster_info():
+            if node.is_head and node.session_dir:
+                return os.path.basename(node.session_dir.rstrip("/"))
+        return ""
+
+    def get_placement_group_id(self) -> Optional[str]:
+        """The placement group the running task or actor was placed in; None outside one."""
+        from oxray.util.placement_group import get_current_placement_group
+
+        pg = get_current_placement_group()
+        return pg.id.hex() if pg is not None else None
+
+    @property
+    def current_placement_group_id(self):
+        from oxray._private.ids import PlacementGroupID
+
+        _deprecated("current_placement_group_id", "get_placement_group_id()")
+        pg_hex = self.get_placement_group_id()
+        return PlacementGroupID(bytes.fromhex(pg_hex)) if pg_hex else PlacementGroupID.nil()
+
     def get_actor_id(self) -> Optional[str]:
         return STATE.actor_id.hex() if STATE.mode == "worker" and STATE.actor_id else None
 
@@ -49,7 +73,8 @@ class RuntimeContext:
         if STATE.mode != "worker" or not STATE.actor_id:
             return None
         info = STATE.client.get_actor_info(STATE.actor_id)
-        return (info.name or None) if info is not None else None
+        # As Ray: "" in an unnamed actor, None outside any actor.
+        return info.name if info is not None else ""
 
     def get_task_name(self) -> Optional[str]:
         """The running task's name (its `name=` option, else the function's or `Class.method`)."""
@@ -164,7 +189,7 @@ class RuntimeContext:
 
 def _deprecated(name: str, instead: str) -> None:
     warnings.warn(
-        f"Use get_runtime_context().{instead} instead of .{name}: the property is deprecated in Ray",
+        f"RuntimeContext.{name} is deprecated (as in Ray). Use {instead} instead.",
         DeprecationWarning,
         stacklevel=3,
     )

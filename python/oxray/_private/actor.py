@@ -8,6 +8,7 @@ import os
 from oxray._native import TaskKind
 from oxray._private import options as opts
 from oxray._private.generator import STREAMING, default_num_returns
+from oxray._private.ids import ActorIDBytes
 from oxray._private.state import STATE, current_job_id, current_task_id
 from oxray._private.submission import (
     check_arguments,
@@ -161,10 +162,12 @@ class ActorClass:
         # Like Ray: an actor with no resources given needs 1 CPU to be placed but holds none.
         explicit = any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "resources", "memory"))
         placement = holds if explicit else {**holds, "CPU": 1.0}
+        opts.check_fits_placement_group(options, holds, placement, self._cls.__qualname__)
         holds, placement = opts.in_placement_group(holds, options), opts.in_placement_group(placement, options)
         namespace = options.get("namespace")
         namespace = STATE.namespace if namespace is None else namespace
-        actor_id = os.urandom(16)
+        # Ray's layout: unique bytes, then the creating job's id (what `_actor_id.job_id` reads).
+        actor_id = os.urandom(12) + current_job_id()[-4:].rjust(4, b"\0")
         created = client.submit(
             kind=TaskKind.ACTOR_CREATION,
             task_id=os.urandom(16),
@@ -234,7 +237,7 @@ class ActorMethod:
 
 class ActorHandle:
     def __init__(self, actor_id: bytes, class_name: str, methods: dict | None, signatures: dict | None = None):
-        self._actor_id = actor_id
+        self._actor_id = ActorIDBytes(actor_id)
         self._class_name = class_name
         self._methods = methods
         # Where known (the creator's handle, and its copies), calls are checked against them.

@@ -71,6 +71,7 @@ def init(
     log_to_driver: bool = True,
     logging_level: Any = None,
     _memory: Optional[int] = None,
+    job_config=None,
     **kwargs,
 ):
     """Starts an embedded cluster (head + node agent in this process), or joins
@@ -83,6 +84,13 @@ def init(
             "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
         )
     _refuse_unsupported_init_options(kwargs)
+    if job_config is not None:
+        from oxray.job_config import JobConfig
+
+        if not isinstance(job_config, JobConfig):
+            raise TypeError(f"init(job_config=...) expects a JobConfig, got {type(job_config).__name__}")
+        namespace = job_config.ray_namespace if namespace is None else namespace
+        runtime_env = job_config.runtime_env or None if runtime_env is None else runtime_env
     labels = kwargs.pop("labels", None)
     unknown = set(kwargs) - {"dashboard_host", "dashboard_port", "configure_logging", "_temp_dir"}
     if unknown:
@@ -105,6 +113,8 @@ def init(
         for k, v in resources.items():
             _check_count(f"resources[{k!r}]", v)
     opts.validate_runtime_env(runtime_env)
+    if namespace is not None:
+        opts.validate_namespace(namespace)
 
     # None and "auto": the address in the environment, then the cluster `oxray start`
     # runs on this host; "auto" also joins one another driver's init() started (as
@@ -228,13 +238,28 @@ def init(
         # The embedded agent prints its workers' output itself; other nodes' comes over the network.
         client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
     atexit.register(shutdown)
+    _exit_on_sigterm()
     return RayContext(STATE.address_info)
+
+
+def _exit_on_sigterm() -> None:
+    """As Ray's init(): SIGTERM makes the driver exit (status 15) through Python, so `atexit`
+    runs shutdown() and the cluster this driver started stops with it, leaving no workers."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers
+
+    def exit_with_signal(signum, frame):
+        sys.exit(signum)
+
+    signal.signal(signal.SIGTERM, exit_with_signal)
 
 
 # Ray's init() options oxray does not have, each refused by name rather than ignored.
 _UNSUPPORTED_INIT_OPTIONS = {
     "local_mode": "local mode is deprecated in Ray and not supported: tasks always run in worker processes",
-    "job_config": "JobConfig is not supported: pass runtime_env= and namespace= to init() instead",
     "_system_config": "Ray's internal system config has no meaning here: oxray is configured by OXRAY_* "
     "environment variables and `oxray start` flags",
     "logging_format": "the log format is not configurable yet",
@@ -345,16 +370,19 @@ def _unpublish() -> None:
 
 def _client():
     if STATE.client is None:
-        # Ray's switch: with RAY_ENABLE_AUTO_CONNECT=0 the first call does not start a cluster.
-        if os.environ.get("RAY_ENABLE_AUTO_CONNECT", "").strip().lower() in ("0", "false", "no"):
-            from oxray.exceptions import RaySystemError
-
-            raise RaySystemError(
-                "Ray has not been started yet. You can start Ray with 'ray.init()' "
-                "(automatic start is off: RAY_ENABLE_AUTO_CONNECT=0)."
-            )
+        _refuse_if_auto_connect_off()
         init()
     return STATE.client
+
+
+def _refuse_if_auto_connect_off() -> None:
+    """Ray's switch: with RAY_ENABLE_AUTO_CONNECT=0, a call before init() raises rather than
+    starting a cluster (checked before the call's arguments, as Ray does)."""
+    if STATE.client is None and os.environ.get("RAY_ENABLE_AUTO_CONNECT", "").strip().lower() in ("0", "false", "no"):
+        raise exceptions.RaySystemError(
+            "Ray has not been started yet. You can start Ray with 'ray.init()' "
+            "(automatic start is off: RAY_ENABLE_AUTO_CONNECT=0)."
+        )
 
 
 def _as_ref_list(object_refs, what):
@@ -380,6 +408,7 @@ def _check_timeout(timeout):
 
 def get(object_refs, *, timeout: Optional[float] = None):
     """The values of one ObjectRef or a list of them, waiting until they exist."""
+    _refuse_if_auto_connect_off()
     refs, single = _as_ref_list(object_refs, "get")
     _check_timeout(timeout)
     if not refs:
@@ -454,6 +483,7 @@ def put_serialized(client, data, buffers, nested) -> ObjectRef:
 
 def wait(object_refs, *, num_returns: int = 1, timeout: Optional[float] = None, fetch_local: bool = True):
     """(ready, not_ready): the first `num_returns` refs that are ready, in input order."""
+    _refuse_if_auto_connect_off()
     refs, single = _as_ref_list(object_refs, "wait")
     if single:
         raise TypeError("wait() expects a list of ObjectRefs, got a single ObjectRef")
@@ -477,6 +507,7 @@ def cancel(object_ref, *, force: bool = False, recursive: bool = True) -> None:
     `recursive` (the default) also cancels the tasks it submitted, and theirs."""
     from oxray._private.generator import ObjectRefGenerator
 
+    _refuse_if_auto_connect_off()
     if isinstance(object_ref, ObjectRefGenerator):
         object_ref = object_ref.completed()  # the generator's task
     if not isinstance(object_ref, ObjectRef):
@@ -495,6 +526,7 @@ def kill(actor, *, no_restart: bool = True) -> None:
     """Kills an actor's process at once. With no_restart=False it may restart."""
     from oxray._private.actor import ActorHandle
 
+    _refuse_if_auto_connect_off()
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
     if no_restart:
@@ -508,6 +540,8 @@ def get_actor(name: str, namespace: Optional[str] = None):
 
     if not isinstance(name, str) or not name:
         raise ValueError(f"get_actor() needs a non-empty actor name, got {name!r}")
+    if namespace is not None:
+        opts.validate_namespace(namespace)
     ns = STATE.namespace if namespace is None else namespace
     info = _client().get_named_actor(name, ns)
     if info is None:
@@ -562,5 +596,67 @@ def get_gpu_ids() -> list:
     """GPU indices this task or actor may use (from CUDA_VISIBLE_DEVICES)."""
     from oxray._private.state import current_gpu_ids
 
+    _refuse_if_auto_connect_off()
     visible = current_gpu_ids() if STATE.mode == "worker" else os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return [int(x) if x.strip().isdigit() else x for x in visible.split(",") if x.strip()]
+
+
+def timeline(filename: Optional[str] = None) -> Optional[list]:
+    """Ray's `timeline()`: the cluster's recent tasks as Chrome trace events (one row per
+    worker, grouped by node), for chrome://tracing or Perfetto. With `filename`, writes
+    them there as JSON and returns None. Tasks come from the State API, which keeps the
+    running ones and the latest finished ones on each node."""
+    import json
+
+    from oxray.util.state import list_tasks
+
+    _client()
+    events = []
+    for task in list_tasks(detail=True, limit=_TIMELINE_MAX_TASKS, raise_on_missing_output=False):
+        if not task.start_time_ms:
+            continue
+        end_ms = task.end_time_ms or time.time() * 1000
+        events.append(
+            {
+                "cat": "task::" + (task.func_or_class_name or task.name or ""),
+                "name": task.name or "",
+                "pid": f"Node {task.node_id}",
+                "tid": f"Worker {task.worker_id} (pid {task.worker_pid})",
+                "ph": "X",
+                "ts": task.start_time_ms * 1000,
+                "dur": max(0, end_ms - task.start_time_ms) * 1000,
+                "cname": "generic_work" if task.state == "FINISHED" else "bad",
+                "args": {"task_id": task.task_id, "state": task.state, "actor_id": task.actor_id},
+            }
+        )
+    events.sort(key=lambda e: e["ts"])
+    if filename is None:
+        return events
+    with open(filename, "w") as f:
+        json.dump(events, f)
+    return None
+
+
+_TIMELINE_MAX_TASKS = 10_000  # the State API's own cap
+
+
+def java_function(class_name: str, function_name: str):
+    """Ray's handle to a Java task: oxray runs Python workers only."""
+    raise NotImplementedError(
+        f"java_function({class_name!r}, {function_name!r}): cross-language (Java) tasks are not supported by oxray"
+    )
+
+
+def java_actor_class(class_name: str):
+    """Ray's handle to a Java actor class: oxray runs Python workers only."""
+    raise NotImplementedError(
+        f"java_actor_class({class_name!r}): cross-language (Java) actors are not supported by oxray"
+    )
+
+
+def client(address: Optional[str] = None, _deprecation_warn_enabled: bool = True):
+    """Ray Client (`ray://` addresses) is not part of oxray: a driver joins a cluster directly."""
+    raise NotImplementedError(
+        "Ray Client (ray.client / ray:// addresses) is not supported by oxray: run the driver on a cluster node "
+        "with init(address=...), or submit it as a job (`oxray job submit`)"
+    )

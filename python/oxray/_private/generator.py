@@ -152,7 +152,9 @@ class ObjectRefGenerator:
 
         client = _client()
         if self._next_ref is None:
-            self._next_ref = ObjectRef(stream_item_id(self._end._id, self._index), self._end._task_id)
+            self._next_ref = ObjectRef(
+                stream_item_id(self._end._id, self._index), self._end._task_id, job_id=self._end._job_id
+            )
             client.flush_refs()  # the agent must know the item is awaited before the wait below
         item = self._next_ref
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

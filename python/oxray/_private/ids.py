@@ -75,3 +75,20 @@ class WorkerID(BaseID):
 
 class PlacementGroupID(BaseID):
     __slots__ = ()
+
+
+class ActorIDBytes(bytes):
+    """An actor handle's id: the bytes the runtime takes, plus Ray's `ActorID` accessors.
+    As in Ray, its last 4 bytes are the id of the job that created the actor."""
+
+    __slots__ = ()
+
+    @property
+    def job_id(self) -> JobID:
+        return JobID(bytes(self[-4:]))
+
+    def binary(self) -> bytes:
+        return bytes(self)
+
+    def __repr__(self):
+        return f"ActorID({self.hex()})"

@@ -142,17 +142,19 @@ def validate(options: dict, kind: str) -> dict:
             _int_at_least(f"concurrency_groups[{name!r}]", size, 1)
     if options.get("concurrency_group") is not None and not isinstance(options["concurrency_group"], str):
         raise TypeError(f"concurrency_group={options['concurrency_group']!r}: expected a group name")
-    for key in ("name", "namespace", "accelerator_type"):
+    for key in ("name", "accelerator_type"):
         if options.get(key) is not None and not isinstance(options[key], str):
             raise TypeError(f"The option {key!r} must be a string, got {options[key]!r}")
     if kind == "actor" and options.get("name") == "":
         raise ValueError("Actor name cannot be an empty string: give a name, or None for an unnamed actor.")
-    if options.get("namespace") == "":
-        raise ValueError('"namespace" must be None or a non-empty string.')
+    if options.get("namespace") is not None:
+        validate_namespace(options["namespace"])
     if options.get("lifetime") not in (None, "detached", "non_detached"):
         raise ValueError(f"The option 'lifetime' must be 'detached' or 'non_detached', got {options['lifetime']!r}")
     if options.get("get_if_exists") is not None and not isinstance(options["get_if_exists"], bool):
         raise TypeError(f"The option 'get_if_exists' must be a bool, got {options['get_if_exists']!r}")
+    if options.get("get_if_exists") and kind == "actor" and options.get("name") is None:
+        raise ValueError("The actor name must be specified to use `get_if_exists`: add name=... to the options")
     retry = options.get("retry_exceptions")
     if retry is not None and not (
         isinstance(retry, bool)
@@ -279,6 +281,40 @@ def resource_request(options: dict, default_cpus: float) -> dict:
     if options.get("accelerator_type"):
         out[f"accelerator_type:{options['accelerator_type']}"] = 0.001
     return {k: v for k, v in out.items() if v > 0}
+
+
+def validate_namespace(namespace) -> None:
+    """Ray's rule for a namespace given to init(), an actor's options or get_actor()."""
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be None or a string, got {type(namespace).__name__}: {namespace!r}")
+    if namespace == "":
+        raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
+
+
+def check_fits_placement_group(options: dict, request: dict, placement: dict, what: str) -> None:
+    """Fails at submission, as Ray does, a task or actor whose request fits no bundle of the
+    placement group it is scheduled into: it could never run."""
+    pg = getattr(options.get("scheduling_strategy"), "placement_group", None)
+    bundles = pg.bundle_specs if pg is not None else None
+    if not bundles:
+        return
+
+    def fits(req):
+        req = {k: v for k, v in req.items() if not k.startswith("accelerator_type:")}
+        return any(all(b.get(k, 0) >= v for k, v in req.items()) for b in bundles)
+
+    if not fits(request):
+        shown = {k: int(v) if float(v).is_integer() else v for k, v in request.items()}
+        raise ValueError(
+            f"Cannot schedule {what} with the placement group because the resource request {shown} "
+            f"cannot fit into any bundles for the placement group, {bundles}."
+        )
+    if not fits(placement):
+        raise ValueError(
+            f"Cannot schedule {what} with the placement group because the actor requires "
+            f"{placement.get('CPU', 0)} CPU for creation, but it cannot fit into any bundles for the placement "
+            f"group, {bundles}. Consider creating a placement group with CPU resources."
+        )
 
 
 def in_placement_group(request: dict, options: dict) -> dict:

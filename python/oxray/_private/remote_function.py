@@ -22,6 +22,14 @@ DEFAULT_TASK_RETRIES = 3
 
 class RemoteFunction:
     def __init__(self, function, options: dict):
+        import inspect
+
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            # As Ray: a task has no event loop to run on; an async actor does.
+            raise ValueError(
+                f"'async def' should not be used for remote tasks ({getattr(function, '__qualname__', function)}). "
+                "You can wrap the async function with `asyncio.run(f())`, or make it a method of an async actor."
+            )
         self._function = function
         self._options = opts.validate(dict(options), "task")
         self._name = getattr(function, "__qualname__", getattr(function, "__name__", "task"))
@@ -107,9 +115,11 @@ def task_submit_fields(options: dict, default_name: str, function=None) -> dict:
         # Ray's default: a GPU task's worker exits after it, so the GPU memory it took is freed.
         max_calls = 1 if options.get("num_gpus") else 0
     env = opts.submitted_env_vars(options)
+    request = opts.resource_request(options, default_cpus=1)
+    opts.check_fits_placement_group(options, request, request, default_name)
     spec = {
         "name": name,
-        "resources": opts.in_placement_group(opts.resource_request(options, default_cpus=1), options),
+        "resources": opts.in_placement_group(request, options),
         "max_retries": DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
         "retry_exceptions": retry_exceptions,
         "retry_exception_types": retry_types,

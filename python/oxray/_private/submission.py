@@ -30,7 +30,9 @@ def function_id_for(client, obj, cache_owner) -> bytes:
     ):
         return cached[2]
     try:
-        data = cloudpickle.dumps(obj, protocol=5)
+        # With its `__qualname__`: cloudpickle drops it for a class defined inside a function
+        # (Ray's names for the class's methods use it).
+        data = cloudpickle.dumps((obj, getattr(obj, "__qualname__", None)), protocol=5)
     except Exception as e:  # noqa: BLE001
         # Ray's wording names the function as `module.qualname`, an actor class by its `__init__`.
         what = "the actor class" if inspect.isclass(obj) else "the function"

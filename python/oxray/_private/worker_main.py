@@ -146,6 +146,10 @@ class Worker:
         self.actor_function_prefix = ""
         # An async actor's event loop, on a thread of its own: every call runs there.
         self.event_loop = None
+        # An async actor's concurrency groups each have a loop of their own (as in Ray), so
+        # a call that blocks one group's loop does not hold up the others.
+        self.group_loops = {}
+        self.group_of_thread = threading.local()
         # Actor calls handed to this worker and not finished, the futures of the async ones
         # running on the event loop, and those cancelled before they started.
         self.calls_here = set()
@@ -159,7 +163,9 @@ class Worker:
     def load(self, function_id):
         fn = STATE.functions.get(function_id)
         if fn is None:
-            fn = cloudpickle.loads(self.client.get_function(function_id))
+            fn, qualname = cloudpickle.loads(self.client.get_function(function_id))
+            if qualname is not None and inspect.isclass(fn):
+                fn.__qualname__ = qualname  # see `submission.function_id_for`
             STATE.functions[function_id] = fn
         return fn
 
@@ -178,6 +184,8 @@ class Worker:
         gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
+        # The job of threads the task starts (they do not see CURRENT): the worker's latest.
+        STATE.job_id = a.job_id
         CURRENT.task_name = a.name
         if self.pool is None:  # one call at a time: the title names it (Ray's `ray::f`, `ray::A.m`)
             _native.set_process_title(f"ray::{a.name}")
@@ -246,7 +254,9 @@ class Worker:
             elif kind == TaskKind.ACTOR_CREATION:
                 cls = self.load(a.function_id)
                 STATE.actor_id = a.actor_id
-                self.actor_function_prefix = _qualified_name(cls)
+                # As Ray names them: an async actor's methods by their full `__qualname__`.
+                async_name = f"{cls.__module__ or '__main__'}.{cls.__qualname__}"
+                self.actor_function_prefix = async_name if is_async_class(cls) else _qualified_name(cls)
                 CURRENT.function_name = f"{self.actor_function_prefix}.__init__"
                 with _UserCode():
                     self.actor = cls(*positional, **kwargs)
@@ -256,8 +266,10 @@ class Worker:
                 STATE.current_actor = ActorHandle(a.actor_id, cls.__name__, public_methods(cls))
                 if is_async_class(cls):
                     STATE.async_actor = True
-                    self.event_loop = asyncio.new_event_loop()
-                    threading.Thread(target=self.event_loop.run_forever, name="oxray-actor-loop", daemon=True).start()
+                    self.event_loop = _start_event_loop("oxray-actor-loop")
+                    self.group_loops = {
+                        name: _start_event_loop(f"oxray-actor-loop-{name}") for name in a.concurrency_groups
+                    }
                 if a.max_concurrency > 1 or a.concurrency_groups:
                     # An async actor's calls wait here on its loop, where they run.
                     self.pool = ThreadPoolExecutor(max_workers=a.max_concurrency)
@@ -328,7 +340,7 @@ class Worker:
             )
         items = []
         try:
-            for value in yielded_values(gen, self.event_loop, CURRENT.fields()):
+            for value in yielded_values(gen, self.loop_here(), CURRENT.fields()):
                 items.append(self.seal_item(a, len(items), value, name))
         except BaseException as e:
             try:
@@ -395,7 +407,11 @@ class Worker:
                 with self.calls_lock:
                     self.async_calls.pop(task_id, None)
 
-        return asyncio.run_coroutine_threadsafe(in_loop(), self.event_loop).result()
+        return asyncio.run_coroutine_threadsafe(in_loop(), self.loop_here()).result()
+
+    def loop_here(self):
+        """The event loop of the concurrency group whose thread this is (an async actor's)."""
+        return self.group_loops.get(getattr(self.group_of_thread, "name", ""), self.event_loop)
 
     def cancel_call(self, task_id: bytes) -> None:
         """The agent cancelled an actor call sent here: an async one running on the event
@@ -408,7 +424,7 @@ class Worker:
             running = self.async_calls.get(task_id)
         if running is not None:
             # Cancelled on its loop, the call's own `except CancelledError` runs before it ends.
-            self.event_loop.call_soon_threadsafe(running.cancel)
+            running.get_loop().call_soon_threadsafe(running.cancel)
 
     def stopped_by_cancel(self, a, e: BaseException) -> bool:
         """Whether `e` is how a cancel stopped this call: a task's interrupt (raised only once
@@ -466,7 +482,7 @@ class Worker:
         if not group:
             self.pool.submit(self.run, a)
         elif group in self.group_pools:
-            self.group_pools[group].submit(self.run, a)
+            self.group_pools[group].submit(self.run_in_group, group, a)
         else:
             error = ValueError(
                 f"{a.name}: concurrency group {group!r} is not one of the actor's "
@@ -474,6 +490,10 @@ class Worker:
                 "@remote(concurrency_groups={...})"
             )
             self.report_error(a, a.return_ids, a.name, error)
+
+    def run_in_group(self, group: str, a) -> None:
+        self.group_of_thread.name = group  # `on_actor_thread` runs an async call on the group's loop
+        self.run(a)
 
     def retires_after(self, a) -> bool:
         """Whether this call reaches its function's `max_calls` here: the worker then
@@ -668,6 +688,12 @@ def _omp_threads(resources) -> str:
 
         cpus = requested_names(resources).get("CPU", 1)
     return str(max(1, int(cpus)))
+
+
+def _start_event_loop(thread_name: str) -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name=thread_name, daemon=True).start()
+    return loop
 
 
 def _qualified_name(obj) -> str:

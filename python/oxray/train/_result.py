@@ -36,7 +36,13 @@ class Result:
     def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
         if mode not in ("max", "min"):
             raise ValueError(f"get_best_checkpoint(mode={mode!r}): expected 'max' or 'min'")
-        scored = [(m[metric], c) for c, m in self.best_checkpoints if isinstance(m.get(metric), (int, float))]
+        from oxray.train._internal.checkpoint_manager import metric_value
+
+        scored = [
+            (value, c)
+            for c, m in self.best_checkpoints
+            if isinstance(value := metric_value(m, metric), (int, float)) and not isinstance(value, bool)
+        ]
         if not scored:
             raise RuntimeError(f"get_best_checkpoint: no retained checkpoint reported the metric {metric!r}")
         pick = max if mode == "max" else min

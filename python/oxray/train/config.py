@@ -34,8 +34,8 @@ class ScalingConfig:
     def __post_init__(self):
         if isinstance(self.num_workers, tuple):
             raise ValueError(
-                f"ScalingConfig(num_workers={self.num_workers!r}): elastic (min, max) worker counts are not supported; "
-                "pass an integer >= 1"
+                f"ScalingConfig(num_workers={self.num_workers!r}): elastic (min_workers, max_workers) worker "
+                "counts are not supported; pass an integer >= 1"
             )
         if not _is_int(self.num_workers) or self.num_workers < 1:
             raise ValueError(f"ScalingConfig(num_workers={self.num_workers!r}): expected an integer >= 1")
@@ -181,20 +181,8 @@ class RunConfig:
     progress_reporter: Any = None
     log_to_file: Any = None
 
-    def __post_init__(self):
-        for old in _TUNE_ERAS:
-            if getattr(self, old) is not None:
-                raise ValueError(f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2")
-        if self.logging_config is not None:
-            raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
-        if self.name is None:
-            self.name = "ray_train_run-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        from oxray.train._internal.storage import check_name
-
-        check_name("RunConfig(name=...)", self.name)
+    def _resolve_storage(self) -> None:
         if self.storage_path is None:
-            if self.storage_filesystem is not None:
-                raise ValueError("RunConfig(storage_filesystem=...) needs storage_path: the run's root on it")
             self.storage_path = os.path.expanduser("~/ray_results")
         if not isinstance(self.storage_path, (str, os.PathLike)):
             raise ValueError(f"RunConfig(storage_path={self.storage_path!r}): expected a local path or an s3:// URI")
@@ -206,6 +194,33 @@ class RunConfig:
         self._storage_options = options_for(self.storage_path)
         if "://" not in self.storage_path:
             self.storage_path = os.path.abspath(os.path.expanduser(self.storage_path))
+
+    def check_storage(self) -> None:
+        """Raises if this config cannot name where a run is stored."""
+        if self._storage_error:
+            raise ValueError(self._storage_error)
+
+    def __post_init__(self):
+        for old in _TUNE_ERAS:
+            if getattr(self, old) is not None:
+                raise ValueError(f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2")
+        if self.logging_config is not None:
+            raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
+        if self.name is None:
+            self.name = "ray_train_run-" + datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        from oxray.train._internal.storage import check_name
+
+        check_name("RunConfig(name=...)", self.name)
+        self._storage_error = None
+        if self.storage_path is None and self.storage_filesystem is not None:
+            # Accepted as in Ray, but a trainer refuses it (`check_storage`): there is no
+            # default root on another filesystem.
+            self._storage_error = (
+                "RunConfig(storage_filesystem=...) needs storage_path: the run's root on that filesystem"
+            )
+            self._storage_options = ""
+        else:
+            self._resolve_storage()
         self.failure_config = self.failure_config or FailureConfig()
         self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
         if not isinstance(self.failure_config, FailureConfig):

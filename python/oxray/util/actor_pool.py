@@ -25,14 +25,14 @@ class ActorPool:
         self._submitted = 0
         self._returned = 0
         # Submissions waiting for an actor to come free.
-        self._queued: deque = deque()
+        self._pending_submits: deque = deque()
 
     # Submitting
 
     def submit(self, fn: Callable, value: Any) -> None:
         """Calls `fn(actor, value)` on a free actor, or queues it until one is free."""
         if not self._idle:
-            self._queued.append((fn, value))
+            self._pending_submits.append((fn, value))
             return
         actor = self._idle.pop()
         refs = fn(actor, value)
@@ -126,7 +126,7 @@ class ActorPool:
 
     def has_free(self) -> bool:
         """Whether an actor is idle and no submission is waiting for one."""
-        return bool(self._idle) and not self._queued
+        return bool(self._idle) and not self._pending_submits
 
     def pop_idle(self):
         """Takes an idle actor out of the pool (None if none is free)."""
@@ -141,8 +141,8 @@ class ActorPool:
 
     def _free(self, actor) -> None:
         self._idle.append(actor)
-        if self._queued:
-            self.submit(*self._queued.popleft())
+        if self._pending_submits:
+            self.submit(*self._pending_submits.popleft())
 
 
 def _as_list(refs) -> list:

@@ -135,6 +135,41 @@ def placement_group(
     cluster has room (see `ready()` / `wait()`). `topology_strategy`, instead of
     `strategy`: `{"ray.io/node-id": <strategy>, <label>: "STRICT_PACK"}` also keeps
     every bundle on nodes that share one value of `<label>`."""
+    clean, strategy, pack_label, selectors = _checked_request(
+        bundles, strategy, name, lifetime, _soft_target_node_id, bundle_label_selector, topology_strategy
+    )
+    from oxray._private.state import STATE, current_job_id
+
+    pg_id = os.urandom(16)
+    _client().create_placement_group(
+        pg_id,
+        clean,
+        strategy,
+        name,
+        STATE.namespace or "",
+        job_id=current_job_id(),
+        detached=lifetime == "detached",
+        bundle_label_selector=selectors,
+        pack_label=pack_label,
+    )
+    return PlacementGroup(PlacementGroupID(pg_id), clean)
+
+
+def validate_placement_group(
+    bundles: List[Dict[str, float]],
+    strategy: str = "PACK",
+    lifetime: Optional[str] = None,
+    _soft_target_node_id: Optional[str] = None,
+    bundle_label_selector=None,
+) -> bool:
+    """Ray's check of `placement_group()`'s arguments, without creating the group: raises
+    ValueError/TypeError naming what is wrong, else returns True."""
+    _checked_request(bundles, strategy, "", lifetime, _soft_target_node_id, bundle_label_selector, None)
+    return True
+
+
+def _checked_request(bundles, strategy, name, lifetime, _soft_target_node_id, bundle_label_selector, topology_strategy):
+    """(bundles, node strategy, pack label, label selectors) of a valid request; raises otherwise."""
     clean = _validate_bundles(bundles)
     strategy, pack_label = _node_strategy_and_pack_label(strategy, topology_strategy)
     selectors = []
@@ -157,21 +192,7 @@ def placement_group(
         raise ValueError(f"placement_group(lifetime=...) must be None or 'detached', got {lifetime!r}")
     if not isinstance(name, str):
         raise TypeError(f"placement_group(name=...) must be a string, got {name!r}")
-    from oxray._private.state import STATE, current_job_id
-
-    pg_id = os.urandom(16)
-    _client().create_placement_group(
-        pg_id,
-        clean,
-        strategy,
-        name,
-        STATE.namespace or "",
-        job_id=current_job_id(),
-        detached=lifetime == "detached",
-        bundle_label_selector=selectors,
-        pack_label=pack_label,
-    )
-    return PlacementGroup(PlacementGroupID(pg_id), clean)
+    return clean, strategy, pack_label, selectors
 
 
 NODE_ID_LABEL = "ray.io/node-id"

@@ -59,13 +59,15 @@ def test_an_unknown_group_fails_the_call_and_bad_groups_are_refused(ray_cluster)
 @ray.remote(concurrency_groups={"io": 2})
 class AsyncService:
     def __init__(self):
-        import asyncio
-
-        self.event = asyncio.Event()
+        # Each group runs on an event loop of its own (as in Ray): a signal between groups
+        # must be thread-safe, which an asyncio.Event is not.
+        self.event = threading.Event()
 
     @ray.method(concurrency_group="io")
     async def wait(self):
-        await self.event.wait()
+        import asyncio
+
+        assert await asyncio.get_running_loop().run_in_executor(None, self.event.wait, 60)
         return "released"
 
     async def release(self):
@@ -78,3 +80,29 @@ def test_groups_on_an_async_actor(ray_cluster):
     waiting = [service.wait.remote(), service.wait.remote()]
     assert ray.get(service.release.remote(), timeout=60) == "default group"
     assert ray.get(waiting, timeout=60) == ["released", "released"]
+
+
+@ray.remote(concurrency_groups={"other": 1})
+class BlockingAsync:
+    def __init__(self):
+        self.started = threading.Event()
+        self.gate = threading.Event()
+
+    async def block_the_loop(self):
+        # Blocks the default group's event loop itself (no await), as careless code does.
+        self.started.set()
+        return self.gate.wait(60)
+
+    @ray.method(concurrency_group="other")
+    async def release(self):
+        assert self.started.wait(60)
+        self.gate.set()
+        return "released"
+
+
+def test_each_group_of_an_async_actor_has_its_own_event_loop(ray_cluster):
+    actor = BlockingAsync.remote()
+    blocked = actor.block_the_loop.remote()
+    # With one loop for the whole actor, `release` would wait behind the blocked call forever.
+    assert ray.get(actor.release.remote(), timeout=60) == "released"
+    assert ray.get(blocked, timeout=60) is True

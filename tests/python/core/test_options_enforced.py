@@ -214,7 +214,6 @@ def test_init_logging_level_sets_the_library_logger(fresh_cluster):
     [
         ({"local_mode": True}, "local_mode"),
         ({"_system_config": {"x": 1}}, "_system_config"),
-        ({"job_config": object()}, "job_config"),
         ({"_node_ip_address": "10.0.0.1"}, "_node_ip_address"),
     ],
 )

@@ -69,7 +69,7 @@ def test_named_actors_are_listed_and_actor_classes_are_not_inherited(ray_cluster
         class Derived(Named):
             pass
 
-    assert ray.put(5).as_future().result(timeout=60) == 5
+    assert ray.put(5).future().result(timeout=60) == 5
     assert set(dir(named)) == {"__init__", "__ray_ready__", "__ray_call__", "__ray_terminate__", "ping"}
     assert {n for n in dir(Named) if not n.startswith("_")} == {"ping", "options", "remote", "bind"}
     with pytest.raises(NotImplementedError, match="bind"):

@@ -144,3 +144,87 @@ def test_scaling_config_label_selector_places_the_workers(cluster, tmp_path):
         ).fit()
     with pytest.raises(ValueError, match="one selector per worker"):
         ScalingConfig(num_workers=2, label_selector=[selector])
+
+
+def test_get_best_checkpoint_reads_nested_metric_paths():
+    from oxray.train import Checkpoint, Result
+
+    scores = [(0, 100.0), (1, 300.0), (2, 200.0)]
+    nested = Result(
+        metrics={},
+        checkpoint=None,
+        error=None,
+        path="/bucket/run",
+        best_checkpoints=[
+            (Checkpoint(f"/bucket/run/ckpt{i}"), {"iter": i, "env_runners": {"episode_return_mean": score}})
+            for i, score in scores
+        ],
+    )
+    assert nested.get_best_checkpoint("env_runners/episode_return_mean", "max").path == "/bucket/run/ckpt1"
+    assert nested.get_best_checkpoint("env_runners/episode_return_mean", "min").path == "/bucket/run/ckpt0"
+    flat = Result(
+        metrics={},
+        checkpoint=None,
+        error=None,
+        path="/bucket/run",
+        best_checkpoints=[(Checkpoint(f"/bucket/run/ckpt{i}"), {"a/b": score}) for i, score in scores],
+    )
+    assert flat.get_best_checkpoint("a/b", "max").path == "/bucket/run/ckpt1"
+    with pytest.raises(RuntimeError, match="no retained checkpoint reported the metric 'a/missing'"):
+        flat.get_best_checkpoint("a/missing", "max")
+
+
+def test_storage_filesystem_without_storage_path_is_refused_by_the_trainer():
+    import pyarrow.fs
+
+    from oxray.train.torch import TorchTrainer
+
+    config = RunConfig(storage_filesystem=pyarrow.fs.S3FileSystem(region="us-east-1"))
+    assert "S3FileSystem" in repr(config)
+    with pytest.raises(ValueError, match="needs storage_path"):
+        TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1), run_config=config)
+
+
+def test_process_group_shutdown_timeout_is_read_and_checked(monkeypatch):
+    import torch.distributed as dist
+
+    from oxray.train.constants import TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S
+    from oxray.train.torch import TorchTrainer
+    from oxray.train.torch.config import leave_process_group, shutdown_timeout_s
+
+    monkeypatch.setenv(TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, "soon")
+    with pytest.raises(ValueError, match="TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S='soon'"):
+        TorchTrainer(lambda: None, scaling_config=ScalingConfig(num_workers=1))
+    monkeypatch.setenv(TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, "0")
+    assert shutdown_timeout_s() == 0.0
+
+    # What each worker runs at shutdown: its group is destroyed within the timeout.
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    assert leave_process_group(10.0) is True
+    assert not dist.is_initialized()
+    assert leave_process_group(0.0) is True  # nothing left to leave
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_finished_torch_run_leaves_its_process_group(cluster, tmp_path, monkeypatch):
+    from oxray.train.constants import TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S
+    from oxray.train.torch import TorchConfig, TorchTrainer
+
+    monkeypatch.setenv(TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, "0")
+    result = TorchTrainer(
+        lambda: None,
+        scaling_config=ScalingConfig(num_workers=2),
+        torch_config=TorchConfig(backend="gloo"),
+        run_config=RunConfig(storage_path=str(tmp_path), name="leaves"),
+    ).fit()
+    # Even with no time to wait for the group's destruction, the run completes.
+    assert result.error is None

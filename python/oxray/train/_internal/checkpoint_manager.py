@@ -76,8 +76,7 @@ class CheckpointManager:
                 print(f"(oxray.train) could not delete the old checkpoint {r.dir_name}: {e}", flush=True)
 
     def _score(self, r: CheckpointResult) -> float:
-        attr = self.config.checkpoint_score_attribute
-        value = r.metrics.get(attr)
+        value = metric_value(r.metrics, self.config.checkpoint_score_attribute)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
             return -math.inf  # a checkpoint without the score ranks worst
         return value if self.config.checkpoint_score_order == "max" else -value
@@ -122,3 +121,16 @@ class CheckpointManager:
     def write_snapshot(self) -> None:
         # Metrics are plain JSON already: report() normalized them on the worker.
         self.storage.write_snapshot(json.dumps(self.snapshot(), indent=2).encode())
+
+
+def metric_value(metrics: dict, key: str):
+    """A reported metric by name: a flat key, or a path into nested dicts (`"a/b"` reads
+    `metrics["a"]["b"]`, as Ray does); None when absent."""
+    if key in metrics:
+        return metrics[key]
+    value = metrics
+    for part in key.split("/"):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value

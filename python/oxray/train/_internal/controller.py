@@ -199,7 +199,9 @@ class TrainController:
         shards = self.data_config.configure(self.datasets, group.num_workers)
         try:
             self._backend_hook(backend.on_training_start, group)
-            return self._run_loops(group, layout, shards)
+            result = self._run_loops(group, layout, shards)
+            group.training_finished = True  # every rank returned: `on_shutdown` may call them
+            return result
         finally:
             # An attempt's split coordinators (and the executions they run) end with it.
             self.data_config.release(shards)

@@ -53,6 +53,7 @@ class DataParallelTrainer:
             )
         if not isinstance(run_config, RunConfig):
             raise TypeError(f"{name}(run_config=...) must be an oxray.train.RunConfig, got {type(run_config).__name__}")
+        run_config.check_storage()
         if validation_config is not None:
             raise ValueError(f"{name}(validation_config=...) is not supported by oxray yet")
         from oxray.train.backend import BackendConfig

@@ -196,6 +196,8 @@ class WorkerGroup:
         self.sync = None
         self.workers: list = []
         self.infos: list = []
+        # Set once every rank's training function has returned (the attempt succeeded).
+        self.training_finished = False
 
     def _actor_options(self, rank: int) -> dict:
         from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

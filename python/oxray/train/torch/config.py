@@ -12,7 +12,60 @@ from oxray.train.backend import Backend, BackendConfig
 
 
 class _TorchBackend(Backend):
-    """Torch's process group is joined in each worker's setup (`worker_setup`)."""
+    """Torch's process group is joined in each worker's setup (`worker_setup`), and left
+    when the group shuts down, each worker waiting at most
+    `TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S` seconds (a peer that died can hang it)."""
+
+    def on_shutdown(self, worker_group, backend_config) -> None:
+        import oxray
+
+        if not getattr(worker_group, "training_finished", True):
+            # A failed attempt: some rank may still be inside its training function (so a call
+            # would wait behind it), and every worker is about to be stopped anyway.
+            return
+        timeout_s = shutdown_timeout_s()
+        calls = worker_group.execute_async(leave_process_group, timeout_s)
+        oxray.wait(calls, num_returns=len(calls), timeout=timeout_s + _CALL_MARGIN_S)
+
+
+# Time for the calls themselves, beyond the destroy's own wait.
+_CALL_MARGIN_S = 5.0
+
+
+def shutdown_timeout_s() -> float:
+    from oxray.train.constants import (
+        DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S,
+        TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S,
+    )
+
+    raw = os.environ.get(TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S, str(DEFAULT_TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S))
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise ValueError(f"{TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S}={raw!r}: expected a number of seconds >= 0")
+    return value
+
+
+def leave_process_group(timeout_s: float) -> bool:
+    """Destroys this worker's process group, waiting at most `timeout_s`; whether it finished."""
+    import threading
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return True
+    done = threading.Event()
+
+    def destroy():
+        try:
+            dist.destroy_process_group()
+        finally:
+            done.set()
+
+    threading.Thread(target=destroy, name="oxray-destroy-process-group", daemon=True).start()
+    return done.wait(timeout_s)
 
 
 @dataclass

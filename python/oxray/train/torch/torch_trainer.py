@@ -6,7 +6,7 @@ from typing import Any, Callable, Optional
 
 from oxray.train._internal.trainer import DataParallelTrainer
 from oxray.train.config import RunConfig, ScalingConfig
-from oxray.train.torch.config import TorchConfig
+from oxray.train.torch.config import TorchConfig, shutdown_timeout_s
 
 
 class TorchTrainer(DataParallelTrainer):
@@ -27,6 +27,7 @@ class TorchTrainer(DataParallelTrainer):
         torch_config = torch_config if torch_config is not None else TorchConfig()
         if not isinstance(torch_config, TorchConfig):
             raise TypeError(f"TorchTrainer(torch_config=...) must be a TorchConfig, got {type(torch_config).__name__}")
+        shutdown_timeout_s()  # a bad TORCH_PROCESS_GROUP_SHUTDOWN_TIMEOUT_S fails here, not at the end
         super().__init__(
             train_loop_per_worker,
             train_loop_config=train_loop_config,

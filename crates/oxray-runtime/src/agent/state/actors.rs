@@ -443,7 +443,13 @@ impl AgentState {
         match actor.worker.and_then(|w| self.workers.get(&w)) {
             Some(w) if w.pid != 0 => self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL }),
             _ => {
-                if actor.state != ActorState::Dead {
+                let can_restart = actor.max_restarts < 0 || actor.num_restarts < actor.max_restarts;
+                if !no_restart && can_restart && actor.state != ActorState::Dead {
+                    // Killed (restart allowed) before its process exists: as in Ray, that counts
+                    // as a restart, and its creation simply goes on.
+                    actor.num_restarts += 1;
+                    self.actions.push(Action::ActorChanged(actor_id));
+                } else if actor.state != ActorState::Dead {
                     actor.state = ActorState::Dead;
                     if actor.death_cause.is_empty() {
                         actor.death_cause = format!("The actor {} was killed before it started", actor.class_name);

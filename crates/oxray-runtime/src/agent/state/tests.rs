@@ -424,6 +424,23 @@ fn killing_an_actor_before_it_starts_keeps_it_dead() {
     assert_eq!(system_error_type(&mut st, oid(150)).as_deref(), Some("ActorDiedError"));
 }
 
+#[test]
+fn killing_an_actor_before_it_starts_with_restarts_left_counts_a_restart() {
+    let mut st = new_state(2.0, 0);
+    let id = ActorId::from_array([9; 16]);
+    let w = place_actor(&mut st, 1);
+    st.kill_actor(id, false).unwrap();
+    let actor = st.actor(&id).unwrap();
+    assert_ne!(actor.state, ActorState::Dead, "a restart was allowed");
+    assert_eq!(actor.num_restarts, 1);
+    // Its creation goes on: the worker that was starting gets the constructor.
+    let mut rx = connect(&mut st, w, 95);
+    assert_eq!(next(&mut rx).unwrap().kind, TaskKind::ActorCreation as i32);
+    // No restart is left: the next such kill is for good.
+    st.kill_actor(id, false).unwrap();
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::Signal { pid: 95, .. })));
+}
+
 // ------------------------------------------------------------ other nodes
 
 const PEER: NodeId = NodeId::from_array([2; 16]);
