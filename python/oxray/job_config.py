@@ -3,12 +3,13 @@ lifetime) handed to `init(job_config=...)` as one object."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, Optional
 
 
 class JobConfig:
-    """What `init(job_config=...)` applies to the driver's job: its namespace and
-    runtime_env (`init`'s own `namespace=` and `runtime_env=` win over them). Settings
+    """What `init(job_config=...)` applies to the driver's job: its namespace, runtime_env
+    (`init`'s own `namespace=` and `runtime_env=` win over them) and code search path. Settings
     oxray does not carry out (the JVM's, metadata, a detached default lifetime) raise
     when given rather than being dropped."""
 
@@ -23,15 +24,12 @@ class JobConfig:
         default_actor_lifetime: str = "non_detached",
         _py_driver_sys_path: Optional[list] = None,
     ):
-        for name, value in (
-            ("jvm_options", jvm_options),
-            ("code_search_path", code_search_path),
-            ("_py_driver_sys_path", _py_driver_sys_path),
-        ):
+        for name, value in (("jvm_options", jvm_options), ("_py_driver_sys_path", _py_driver_sys_path)):
             if value:
                 raise NotImplementedError(
                     f"JobConfig({name}={value!r}) is not supported by oxray: it runs Python workers only"
                 )
+        self.set_code_search_path(code_search_path)
         self.set_metadata(metadata)
         self.set_runtime_env(runtime_env)
         if ray_namespace is not None:
@@ -40,6 +38,15 @@ class JobConfig:
             self.ray_namespace = None
         self.set_default_actor_lifetime(default_actor_lifetime)
         self._client_job = _client_job
+
+    def set_code_search_path(self, code_search_path: Optional[list]) -> None:
+        """Directories (or zip files) the job's workers import code from: added to their
+        PYTHONPATH, which is what Ray's `code_search_path` means for Python."""
+        paths = list(code_search_path or [])
+        for path in paths:
+            if not isinstance(path, (str, os.PathLike)):
+                raise TypeError(f"JobConfig(code_search_path=...): expected a list of paths, got {path!r}")
+        self.code_search_path = [os.path.abspath(os.fspath(p)) for p in paths]
 
     def set_metadata(self, metadata: Optional[Dict[str, str]]) -> None:
         if metadata:

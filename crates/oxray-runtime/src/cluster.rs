@@ -368,7 +368,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
             num_gpus,
             max_starting_workers: cpus,
             worker_env: cfg.worker_env.clone(),
-            dead_actors_kept: crate::head::history_limit(),
+            dead_actors_kept: crate::head::dead_actor_limit(),
             labels,
         },
         store,

@@ -132,6 +132,18 @@ pub fn history_limit() -> usize {
     })
 }
 
+/// How many dead actors are remembered: Ray's `RAY_maximum_gcs_destroyed_actor_cached_count`
+/// when set, else `history_limit()`. Node agents keep as many.
+pub fn dead_actor_limit() -> usize {
+    const RAY_NAME: &str = "RAY_maximum_gcs_destroyed_actor_cached_count";
+    let Ok(raw) = std::env::var(RAY_NAME) else { return history_limit() };
+    raw.trim().parse().unwrap_or_else(|_| {
+        let fallback = history_limit();
+        tracing::warn!("{RAY_NAME}={raw:?} is not a whole number of actors; using {fallback}");
+        fallback
+    })
+}
+
 impl ActorTable {
     /// Records that `id` died; returns the ids of dead actors now forgotten.
     fn note_dead(&mut self, id: ActorId, keep: History) -> Vec<ActorId> {
@@ -160,6 +172,8 @@ pub struct Head {
     /// Removed placement groups, oldest first (the last `history` are kept).
     removed_groups: Arc<Mutex<std::collections::VecDeque<PlacementGroupId>>>,
     history: History,
+    /// How many dead actors are kept (`dead_actor_limit`).
+    dead_actors: History,
     /// The cluster token, for the head's own calls to node agents.
     token: Arc<Mutex<String>>,
     channels: Arc<AgentChannels>,
@@ -205,6 +219,7 @@ impl Default for Head {
             placing: Arc::default(),
             removed_groups: Arc::default(),
             history,
+            dead_actors: History(dead_actor_limit()),
             token: Arc::default(),
             channels: Arc::default(),
             changes: Arc::default(),
@@ -241,7 +256,7 @@ impl Head {
                 let dead = actor.state() == ActorState::Dead;
                 table.actors.insert(id, actor);
                 if dead {
-                    forgotten_actors.extend(table.note_dead(id, head.history));
+                    forgotten_actors.extend(table.note_dead(id, head.dead_actors));
                 }
             }
         }
@@ -375,7 +390,7 @@ impl Head {
             let mut forgotten = Vec::new();
             for actor in &failed {
                 if let Ok(id) = ActorId::from_bytes(&actor.actor_id) {
-                    forgotten.extend(table.note_dead(id, self.history));
+                    forgotten.extend(table.note_dead(id, self.dead_actors));
                 }
             }
             (failed, forgotten)
@@ -739,7 +754,7 @@ impl HeadService for Head {
             table.dead.retain(|d| *d != actor_id);
         }
         table.actors.insert(actor_id, info);
-        let forgotten = if dead { table.note_dead(actor_id, self.history) } else { Vec::new() };
+        let forgotten = if dead { table.note_dead(actor_id, self.dead_actors) } else { Vec::new() };
         drop(table);
         self.forget(Vec::new(), forgotten);
         Ok(Response::new(Empty {}))
@@ -1062,7 +1077,7 @@ mod tests {
     async fn only_the_last_dead_actors_are_kept_in_memory_and_in_redb() {
         let dir = std::env::temp_dir().join(format!("oxray-head-history-{}", rand::random::<u64>()));
         {
-            let head = Head { history: History(3), ..Head::persistent(&dir).unwrap() };
+            let head = Head { dead_actors: History(3), ..Head::persistent(&dir).unwrap() };
             let alive = RegisterActorRequest { actor: Some(named(100, "alive")), get_if_exists: false };
             head.register_actor(Request::new(alive)).await.unwrap();
             for id in 1..=10 {
@@ -1117,7 +1132,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_actor_alive_again_is_not_forgotten_with_the_dead() {
-        let head = Head { history: History(1), ..Head::default() };
+        let head = Head { dead_actors: History(1), ..Head::default() };
         let update = |id: u8, state: ActorState| {
             let mut info = named(id, &format!("a{id}"));
             info.set_state(state);

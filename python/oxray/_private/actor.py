@@ -256,6 +256,11 @@ class ActorHandle:
         except Exception:  # noqa: BLE001 - never raise from a finalizer (e.g. at exit)
             pass
 
+    @property
+    def _ray_actor_id(self):
+        """Ray's name for the handle's actor id (used by code written against Ray's internals)."""
+        return self._actor_id
+
     @classmethod
     def _from_info(cls, info):
         names = info.method_names or None

@@ -226,6 +226,11 @@ def init(
     STATE.runtime_env = dict(runtime_env or {})
     submitted = os.environ.get("OXRAY_JOB_SUBMISSION_ID") and os.environ.get("PYTHONPATH")
     STATE.job_env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if submitted else {}
+    code_search_path = job_config.code_search_path if job_config is not None else []
+    if code_search_path:
+        # Ray's meaning for Python: the job's workers import from these too (their PYTHONPATH).
+        rest = STATE.job_env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+        STATE.job_env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [*code_search_path, rest] if p)}
     STATE.functions.clear()
     STATE.registered.clear()
     if kwargs.get("configure_logging", True):

@@ -37,12 +37,19 @@ def local_cluster(serve: bool = True) -> Optional[dict]:
 
 def serve_http_here() -> str:
     """Starts this process's embedded head's HTTP server (loopback only, token required)."""
+    from oxray._private import node_files
     from oxray._private.api import STATE
 
     with STATE.lock:
-        address = STATE.cluster.serve_http("127.0.0.1", 0)
+        cluster = STATE.cluster
+        address = cluster.serve_http("127.0.0.1", 0)
         STATE.address_info["dashboard_url"] = address
-        STATE.address_info["dashboard_login_url"] = f"http://{address}/?token={STATE.cluster.token}"
+        STATE.address_info["dashboard_login_url"] = f"http://{address}/?token={cluster.token}"
+        if STATE.published:
+            # Other drivers that joined this cluster find its HTTP server from the record too.
+            STATE.published = node_files.publish_embedded_cluster(
+                cluster.head_address, cluster.token, cluster.session_dir, f"http://{address}"
+            )
     return address
 
 

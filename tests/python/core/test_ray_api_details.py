@@ -330,3 +330,72 @@ def test_calls_before_init_raise_when_auto_connect_is_off(monkeypatch):
         with pytest.raises(ray.exceptions.RaySystemError, match="Ray has not been started yet"):
             call()
     assert not ray.is_initialized()
+
+
+def test_code_search_path_lets_workers_import_the_jobs_code(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code_dir = tmp_path / "code dir"  # a space, as Ray's test has
+    code_dir.mkdir()
+    (code_dir / "helper_module_for_search_path.py").write_text("def answer():\n    return 'found'\n")
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        textwrap.dedent(
+            f"""
+            import oxray as ray
+
+            @ray.remote
+            def use_helper():
+                import helper_module_for_search_path
+                return helper_module_for_search_path.answer()
+
+            ray.init(num_cpus=1, job_config=ray.job_config.JobConfig(code_search_path=[{str(code_dir)!r}]))
+            print("result:", ray.get(use_helper.remote()))
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OXRAY_ADDRESS", "RAY_ADDRESS")}
+    done = subprocess.run([sys.executable, str(driver)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "result: found" in done.stdout
+
+
+def test_rays_dead_actor_cache_size_bounds_the_dead_actors_listed(fresh_cluster, monkeypatch):
+    from oxray.util.state import list_actors
+
+    monkeypatch.setenv("RAY_maximum_gcs_destroyed_actor_cached_count", "3")
+    fresh_cluster(num_cpus=1)
+    actors = [Named.remote() for _ in range(6)]
+    ray.get([a.ready.remote() for a in actors])
+    assert sum(a.state == "ALIVE" for a in list_actors()) == 6
+    for actor in actors:
+        ray.kill(actor)
+    wait_until(lambda: len(list_actors()) == 3, timeout=60)
+    assert {a.state for a in list_actors()} == {"DEAD"}
+
+
+def test_a_joined_driver_finds_the_state_api_the_embedded_head_started_serving(fresh_cluster, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from oxray.util.state import list_actors
+
+    fresh_cluster(num_cpus=1)
+    named = Named.options(name="seen_from_elsewhere").remote()
+    ray.get(named.ready.remote())
+    assert [a.name for a in list_actors()] == ["seen_from_elsewhere"]  # starts serving HTTP here
+    script = tmp_path / "joined.py"
+    script.write_text(
+        "import oxray as ray\n"
+        "from oxray.util.state import list_actors\n"
+        "ray.init('auto')\n"
+        "print('names:', sorted(a.name for a in list_actors()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("OXRAY_ADDRESS", "RAY_ADDRESS")}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "names: ['seen_from_elsewhere']" in done.stdout
