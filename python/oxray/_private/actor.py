@@ -39,6 +39,8 @@ BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__ray_call__")
 
 # What callers of a reclaimed actor are told.
 RECLAIMED_CAUSE = "all references to the actor were removed"
+# The built-in method the agent calls to end an actor whose handles are all gone.
+RECLAIM_METHOD = "__oxray_reclaim__"
 
 
 class ActorExitRequest(BaseException):
@@ -198,13 +200,29 @@ class ActorClass:
             **opts.strategy_fields(options),
         )
         del keep
-        handle = ActorHandle(created.actor_id, self.__name__, self._methods, self._signatures)
-        # Reclaimed when this handle is gone, unless the actor is detached, or a copy of the handle
-        # may still be in use (see `ActorHandle.__del__`). As in Ray, a name does not keep it alive:
-        # handles from `get_actor` are weak.
-        reachable_otherwise = created.existing or options.get("lifetime") == "detached"
-        handle._reclaim_epoch = None if reachable_otherwise else STATE.epoch
-        return handle
+        # A new non-detached actor is reclaimed once no strong handle is left anywhere: this one
+        # and its copies (pickled into arguments, returns, puts) hold its token. As in Ray, a name
+        # does not keep it alive: handles from `get_actor` (or an existing actor's) are weak.
+        strong = not created.existing and options.get("lifetime") != "detached"
+        token = _put_handle_token(client, created.actor_id) if strong else None
+        return ActorHandle(created.actor_id, self.__name__, self._methods, self._signatures, token)
+
+
+def handle_token_id(actor_id: bytes) -> bytes:
+    """The object whose references are an actor's strong handles: the actor id's bytes
+    reversed (the agent derives the same, in `agent/state/actors.rs`)."""
+    return bytes(reversed(actor_id))
+
+
+def _put_handle_token(client, actor_id: bytes):
+    """Stores the actor's (empty) handle token, referenced by the creator's handle."""
+    from oxray._private import serialization
+    from oxray._private.object_ref import ObjectRef
+
+    token = ObjectRef(handle_token_id(actor_id))
+    data, buffers, nested = serialization.serialize(None)
+    client.seal(client.prepare(token._id, data, buffers, serialization.FLAG_VALUE), nested)
+    return token
 
 
 class ActorMethod:
@@ -236,25 +254,23 @@ class ActorMethod:
 
 
 class ActorHandle:
-    def __init__(self, actor_id: bytes, class_name: str, methods: dict | None, signatures: dict | None = None):
+    def __init__(
+        self,
+        actor_id: bytes,
+        class_name: str,
+        methods: dict | None,
+        signatures: dict | None = None,
+        token=None,
+    ):
         self._actor_id = ActorIDBytes(actor_id)
         self._class_name = class_name
         self._methods = methods
         # Where known (the creator's handle, and its copies), calls are checked against them.
         self._signatures = signatures or {}
-        # The creator's handle of an unnamed, non-detached actor: the session it was made in. Its end
-        # ends the actor gracefully (`__ray_terminate__` after the calls already made), as Ray reclaims
-        # an actor whose handles are all gone. Never set on copies; cleared once the handle is pickled
-        # (a copy elsewhere may still use the actor) or the actor is killed.
-        self._reclaim_epoch = None
-
-    def __del__(self):
-        try:
-            epoch = self.__dict__.get("_reclaim_epoch")
-            if epoch is not None and epoch == STATE.epoch and STATE.client is not None:
-                self._call("__ray_terminate__", (RECLAIMED_CAUSE,), {}, {"num_returns": 0})
-        except Exception:  # noqa: BLE001 - never raise from a finalizer (e.g. at exit)
-            pass
+        # A strong handle's ref to its actor's handle token (see `_put_handle_token`); None for a
+        # weak one (`get_actor`, `current_actor`). When every ref to the token is gone, the agent
+        # that created the actor ends it gracefully, after the calls already made.
+        self._token = token
 
     @property
     def _ray_actor_id(self):
@@ -314,8 +330,8 @@ class ActorHandle:
         return returns_for(refs, num_returns)
 
     def __reduce__(self):
-        self._reclaim_epoch = None  # a copy may outlive this handle: the actor is no longer reclaimed
-        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._signatures))
+        # The token travels as a nested ref: a copy elsewhere keeps the actor alive, as in Ray.
+        return (ActorHandle, (self._actor_id, self._class_name, self._methods, self._signatures, self._token))
 
     def __repr__(self):
         return f"Actor({self._class_name}, {self._actor_id.hex()})"

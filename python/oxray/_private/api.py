@@ -534,8 +534,6 @@ def kill(actor, *, no_restart: bool = True) -> None:
     _refuse_if_auto_connect_off()
     if not isinstance(actor, ActorHandle):
         raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
-    if no_restart:
-        actor._reclaim_epoch = None  # dead already: nothing to reclaim
     _client().kill_actor(actor._actor_id, no_restart)
 
 

@@ -21,7 +21,14 @@ import cloudpickle
 from oxray import _native, exceptions
 from oxray._native import TaskKind
 from oxray._private import serialization
-from oxray._private.actor import RECLAIMED_CAUSE, ActorExitRequest, ActorHandle, is_async_class, public_methods
+from oxray._private.actor import (
+    RECLAIM_METHOD,
+    RECLAIMED_CAUSE,
+    ActorExitRequest,
+    ActorHandle,
+    is_async_class,
+    public_methods,
+)
 from oxray._private.generator import StreamEnd, is_streaming_task, stream_item_id, yielded_values
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import CURRENT, STATE
@@ -155,7 +162,8 @@ class Worker:
         self.calls_here = set()
         self.async_calls = {}
         self.cancelled_calls = set()
-        self.calls_lock = threading.Lock()
+        # A Condition: a reclamation waits on it for the other calls to finish.
+        self.calls_lock = threading.Condition()
         # The modules imported before the running task (refreshed only when the count
         # changed), to clean up after a cancel that cuts an import short.
         self.modules_before = set(sys.modules)
@@ -326,6 +334,7 @@ class Worker:
                 with self.calls_lock:
                     self.calls_here.discard(a.task_id)
                     self.cancelled_calls.discard(a.task_id)
+                    self.calls_lock.notify_all()
             if self.pool is None:
                 _native.set_process_title(self.idle_title())
 
@@ -373,9 +382,14 @@ class Worker:
         if method_name == "__ray_ready__":
             return True
         if method_name == "__ray_terminate__":
-            # The creator's handle sends its reclamation as one too, with that cause.
-            reclaimed = list(args) == [RECLAIMED_CAUSE]
-            raise ActorExitRequest(RECLAIMED_CAUSE if reclaimed else "__ray_terminate__ was called")
+            raise ActorExitRequest("__ray_terminate__ was called")
+        if method_name == RECLAIM_METHOD:
+            # Sent by the agent once no strong handle to this actor is left (see `_put_handle_token`):
+            # as in Ray, the calls already running (an async or threaded actor's) finish first.
+            this_call = {CURRENT.task_id}
+            with self.calls_lock:
+                self.calls_lock.wait_for(lambda: self.calls_here <= this_call)
+            raise ActorExitRequest(RECLAIMED_CAUSE)
         if method_name == "__ray_call__":
             fn, *rest = args
             return self.on_actor_thread(lambda: fn(self.actor, *rest, **kwargs))

@@ -9,7 +9,7 @@ import pytest
 
 import oxray as ray
 from oxray.exceptions import RayActorError
-from oxray_testutil import wait_until
+from oxray_testutil import pid_alive, wait_until
 
 
 @ray.remote
@@ -192,6 +192,20 @@ def hand_back(handle):
     return handle
 
 
+@ray.remote(num_cpus=0, max_concurrency=2)
+class Gate:
+    def __init__(self):
+        import threading
+
+        self.event = threading.Event()
+
+    def wait(self):
+        return self.event.wait(120)
+
+    def open(self):
+        self.event.set()
+
+
 def test_an_actor_whose_handle_is_gone_is_reclaimed_after_its_calls(ray_cluster, tmp_path):
     path = str(tmp_path / "journal")
     a = Journal.options(num_cpus=2).remote(path)
@@ -203,13 +217,56 @@ def test_an_actor_whose_handle_is_gone_is_reclaimed_after_its_calls(ray_cluster,
     assert lines(path) == ["last", "call", "shutdown", "atexit"]
 
 
-def test_an_actor_reachable_otherwise_is_not_reclaimed(ray_cluster, tmp_path):
+def test_a_copy_of_the_handle_keeps_the_actor_until_it_is_gone_too(ray_cluster, tmp_path):
     path = str(tmp_path / "journal")
     a = Journal.remote(path)
-    copy = ray.get(hand_back.remote(a))  # the handle went through a task: copies may live anywhere
+    pid = ray.get(a.pid.remote())
+    copy = ray.get(hand_back.remote(a))  # the handle went through a task and came back
     del a
     assert ray.get(copy.note.remote("still here")) == "still here"
-    ray.kill(copy)
+    assert pid_alive(pid)
+    del copy  # the last strong handle
+    assert wait_until(lambda: not pid_alive(pid), timeout=60)
+    assert lines(path)[-2:] == ["shutdown", "atexit"]
+
+
+@ray.remote
+def call_later(handle, gate):
+    ray.get(gate[0])  # in a list: the task starts at once and waits here
+    return ray.get(handle.note.remote("from the task"))
+
+
+@ray.remote
+class SelfHolder:
+    def keep_self(self, self_handle):
+        # Its own handle (weak) and a strong copy passed in: neither may keep it alive after.
+        self.weak = ray.get_runtime_context().current_actor
+        return "kept"
+
+    def pid(self):
+        return os.getpid()
+
+
+def test_a_handle_passed_to_a_waiting_task_keeps_the_actor_until_the_task_ends(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    a = Journal.remote(path)
+    pid = ray.get(a.pid.remote())
+    gate = Gate.remote()
+    result = call_later.remote(a, [gate.wait.remote()])
+    del a
+    assert pid_alive(pid)
+    ray.get(gate.open.remote())
+    assert ray.get(result) == "from the task"
+    assert wait_until(lambda: not pid_alive(pid), timeout=60)
+
+
+def test_an_actors_own_handle_does_not_keep_it_alive(ray_cluster):
+    holder = SelfHolder.remote()
+    pid = ray.get(holder.pid.remote())
+    for _ in range(3):
+        assert ray.get(holder.keep_self.remote(holder)) == "kept"
+    del holder
+    assert wait_until(lambda: not pid_alive(pid), timeout=60)
 
 
 def test_a_name_does_not_keep_an_actor_alive(ray_cluster, tmp_path):

@@ -492,3 +492,29 @@ def test_spread_places_tasks_over_every_node(three_nodes):
     # Small tasks that would all fit on the first node: SPREAD still uses all three.
     nodes = ray.get([where.options(num_cpus=0.1, scheduling_strategy="SPREAD").remote() for _ in range(6)])
     assert set(nodes) == {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+
+
+@ray.remote
+class Pinned:
+    def pid_and_node(self):
+        return os.getpid(), os.environ["OXRAY_NODE_ID"]
+
+
+@ray.remote
+def create_pinned_elsewhere():
+    # Made by a task on node b, its handle comes back to the driver on node a.
+    return Pinned.options(resources={"node_c": 0.1}).remote()
+
+
+def test_an_actor_handle_that_crossed_nodes_keeps_its_actor_until_dropped(three_nodes):
+    handle = ray.get(create_pinned_elsewhere.options(resources={"node_b": 0.1}).remote())
+    pid, node = ray.get(handle.pid_and_node.remote())
+    assert node != ray.get_runtime_context().get_node_id()
+    # The task's return (and the creator's handle in it) are gone: the driver's copy keeps it.
+    for _ in range(3):
+        assert ray.get(handle.pid_and_node.remote()) == (pid, node)
+    actor_hex = handle._actor_id.hex()
+    del handle
+    from oxray.util.state import get_actor
+
+    assert wait_until(lambda: get_actor(id=actor_hex).state == "DEAD", timeout=60)

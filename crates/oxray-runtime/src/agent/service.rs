@@ -158,6 +158,9 @@ impl DriverService for AgentService {
             }
             let (actor_id, existing) = st.register_actor(&spec, req.get_if_exists)?;
             if !existing {
+                if !spec.detached {
+                    st.reclaim_when_unreferenced(actor_id);
+                }
                 st.submit(owner, spec)?;
                 st.schedule();
             }

@@ -6,7 +6,7 @@ use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
-use oxray_proto::TaskSpec;
+use oxray_proto::{TaskKind, TaskSpec};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +198,33 @@ impl AgentState {
         }
         self.actors.insert(actor_id, ActorEntry::new(actor_id, spec));
         Ok((actor_id, false))
+    }
+
+    /// Reclaims the actor once no handle to it is left: each strong handle (the creator's,
+    /// and copies of it passed on) holds a ref to its token object, which the creator puts.
+    pub fn reclaim_when_unreferenced(&mut self, actor_id: ActorId) {
+        self.handle_tokens.insert(handle_token_id(actor_id), actor_id);
+    }
+
+    /// Ends an actor whose handles are all gone, as Ray does: a call queued behind the
+    /// creator's (so after the calls it made) runs `__ray_shutdown__` and exits.
+    pub(super) fn reclaim_actor(&mut self, actor_id: ActorId) {
+        let Some(actor) = self.actors.get(&actor_id).filter(|a| a.state != ActorState::Dead) else { return };
+        let creation = &actor.creation;
+        let Ok(owner) = ClientId::from_bytes(&creation.owner_id) else { return };
+        let spec = TaskSpec {
+            task_id: TaskId::random().to_vec(),
+            name: format!("{}.__ray_terminate__", actor.class_name),
+            kind: TaskKind::ActorTask as i32,
+            actor_id: actor_id.to_vec(),
+            method_name: RECLAIM_METHOD.into(),
+            owner_id: creation.owner_id.clone(),
+            job_id: creation.job_id.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = self.submit_actor_task(owner, spec) {
+            self.actions.push(Action::warn(format!("could not reclaim actor {}: {e}", actor_id.short())));
+        }
     }
 
     pub fn named_actor(&self, namespace: &str, name: &str) -> Option<&ActorEntry> {
@@ -609,4 +636,15 @@ impl ActorEntry {
     pub(super) fn take_held(&mut self) -> (Vec<(usize, i64)>, ResourceSet) {
         self.held.take().unwrap_or_default()
     }
+}
+
+/// The built-in method a reclaimed actor's worker answers by ending the actor.
+pub(super) const RECLAIM_METHOD: &str = "__oxray_reclaim__";
+
+/// The id of an actor's handle token: its id's bytes reversed (an id nothing else makes,
+/// as object ids are random; `python/oxray/_private/actor.py` derives the same).
+pub(super) fn handle_token_id(actor_id: ActorId) -> ObjectId {
+    let mut bytes = *actor_id.as_bytes();
+    bytes.reverse();
+    ObjectId::from_array(bytes)
 }

@@ -157,6 +157,9 @@ pub struct AgentState {
     bundles: BundleTable,
     peers: PeerTable,
     drivers: DriverTable,
+    /// Handle tokens of the non-detached actors created here: when a token object is
+    /// freed (no handle to its actor is left anywhere), the actor is reclaimed.
+    handle_tokens: HashMap<ObjectId, ActorId>,
     /// Side effects for the service layer, taken after each call.
     actions: Vec<Action>,
     /// Set once the node is stopping: nothing new is scheduled or restarted.
@@ -187,6 +190,7 @@ impl AgentState {
             bundles: BundleTable::default(),
             peers: PeerTable::default(),
             drivers: DriverTable::default(),
+            handle_tokens: HashMap::new(),
             actions: Vec::new(),
             shutting_down: false,
         }

@@ -179,6 +179,9 @@ impl AgentState {
         for nested in meta.nested {
             self.unpin(nested);
         }
+        if let Some(actor_id) = self.handle_tokens.remove(&id) {
+            self.reclaim_actor(actor_id);
+        }
     }
 
     /// Records a sealed object (inline bytes or a file already reserved) and

@@ -286,6 +286,32 @@ fn actor_calls_run_in_order_and_restart_after_a_crash() {
 }
 
 #[test]
+fn an_actor_is_reclaimed_once_its_handle_token_is_freed_after_the_creators_calls() {
+    let mut st = new_state(2.0, 0);
+    let actor = ActorId::from_array([9; 16]);
+    st.reclaim_when_unreferenced(actor);
+    let w = place_actor(&mut st, 0);
+    let token = actors::handle_token_id(actor);
+    st.add_holders(DRIVER, &[token]);
+    st.submit_actor_task(DRIVER, actor_call(20)).unwrap();
+    // The last handle goes before the actor even started: its calls still run first.
+    st.remove_holders(DRIVER, &[token]);
+    let mut rx = connect(&mut st, w, 60);
+    let creation = next(&mut rx).unwrap();
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
+    let call = next(&mut rx).unwrap();
+    assert_eq!(call.task_id, vec![20; 16]);
+    let reclaim = next(&mut rx).unwrap();
+    assert_eq!(reclaim.method_name, actors::RECLAIM_METHOD);
+    assert_eq!(reclaim.name, "Counter.__ray_terminate__");
+    // A token freed again (a later handle's) reclaims nothing twice.
+    st.add_holders(DRIVER, &[token]);
+    st.remove_holders(DRIVER, &[token]);
+    assert!(next(&mut rx).is_none());
+}
+
+#[test]
 fn named_actors_are_unique_per_namespace() {
     let mut st = new_state(2.0, 0);
     let mut spec = actor_spec(0);
