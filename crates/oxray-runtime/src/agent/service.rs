@@ -290,7 +290,17 @@ impl DriverService for AgentService {
     ) -> Result<Response<GetNamedActorReply>, Status> {
         let req = request.into_inner();
         if let Some(mut head) = self.shared.head() {
-            return head.get_named_actor(req).await;
+            let mut reply = head.get_named_actor(req).await?.into_inner();
+            // An actor this node has seen die or killed for good (a `kill` just made here, say) is
+            // gone even if the head has not heard yet: a lookup right after `kill` must not find it.
+            let dead_here = reply.actor.as_ref().is_some_and(|a| {
+                ActorId::from_bytes(&a.actor_id)
+                    .is_ok_and(|id| self.shared.state.lock().actor(&id).is_some_and(|e| e.is_ending()))
+            });
+            if dead_here {
+                reply = GetNamedActorReply { found: false, actor: None };
+            }
+            return Ok(Response::new(reply));
         }
         let st = self.shared.state.lock();
         let actor = st.named_actor(&req.namespace, &req.name).map(|a| actor_info(a, &st.node_id));

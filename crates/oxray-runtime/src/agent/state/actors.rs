@@ -78,6 +78,11 @@ impl ActorEntry {
     pub fn creation(&self) -> &TaskSpec {
         &self.creation
     }
+
+    /// Dead, or killed for good and about to be (its process may not have exited yet).
+    pub fn is_ending(&self) -> bool {
+        self.state == ActorState::Dead || self.no_restart
+    }
 }
 
 /// Actors this node hosts or routes to, and the names of live ones.
