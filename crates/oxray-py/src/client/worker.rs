@@ -10,7 +10,6 @@ use crate::{OxrayRpcError, runtime};
 use oxray_runtime::proto::{self, TaskDoneRequest, task_arg};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use std::time::Duration;
 
 impl Client {
     /// The next message on the assignment stream, None on timeout.
@@ -45,9 +44,10 @@ impl Client {
         let (arrived, stream) = py.detach(move || {
             let mut arrived = Vec::new();
             runtime().block_on(async {
-                // A zero timeout polls once: only what is already here. An error or the
-                // stream's end stays for the next blocking read to report.
-                while let Ok(Ok(Some(a))) = tokio::time::timeout(Duration::ZERO, stream.message()).await {
+                // Each read is polled once: only what is already here. (A zero timeout would wait
+                // for the timer's next tick, about 1 ms per actor call.) An error or the stream's
+                // end stays for the next blocking read to report.
+                while let Some(Ok(Some(a))) = poll_once(stream.message()).await {
                     arrived.push(a);
                 }
             });
@@ -205,4 +205,14 @@ fn kill_group_when_orphaned() {
     }
     // SAFETY: installs a handler that only makes one async-signal-safe call.
     unsafe { libc::signal(libc::SIGTERM, kill_own_group as *const () as libc::sighandler_t) };
+}
+
+/// `fut`'s output if it is ready at its first poll, else None (the future is dropped).
+async fn poll_once<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    std::future::poll_fn(|cx| match fut.as_mut().poll(cx) {
+        std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
 }
