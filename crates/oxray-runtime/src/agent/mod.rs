@@ -463,7 +463,9 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
     ActorInfo {
         actor_id: a.id.to_vec(),
         class_name: a.class_name.clone(),
-        state: a.state.to_proto() as i32,
+        // Killed for good is dead to everyone else at once, as in Ray (its name is free again),
+        // while this node still waits for the process to exit.
+        state: if a.is_ending() { oxray_proto::ActorState::Dead as i32 } else { a.state.to_proto() as i32 },
         name: a.name.clone(),
         namespace: a.namespace.clone(),
         pid: a.pid,

@@ -271,6 +271,16 @@ impl DriverService for AgentService {
             }
         }
         self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
+        if req.no_restart {
+            // The head hears before `kill` returns, so the name is free for the caller's next call.
+            let info = {
+                let st = self.shared.state.lock();
+                st.actor(&id).filter(|a| a.remote.is_none()).map(|a| actor_info(a, &st.node_id))
+            };
+            if let (Some(info), Some(mut head)) = (info, self.shared.head()) {
+                head.update_actor(info).await?;
+            }
+        }
         Ok(Response::new(Empty {}))
     }
 

@@ -188,7 +188,7 @@ impl AgentState {
         if !spec.actor_name.is_empty() {
             let key = (spec.namespace.clone(), spec.actor_name.clone());
             if let Some(existing) = self.actors.named.get(&key) {
-                let alive = self.actors.get(existing).is_some_and(|a| a.state != ActorState::Dead);
+                let alive = self.actors.get(existing).is_some_and(|a| !a.is_ending());
                 if alive {
                     if get_if_exists {
                         return Ok((*existing, true));
@@ -234,7 +234,7 @@ impl AgentState {
 
     pub fn named_actor(&self, namespace: &str, name: &str) -> Option<&ActorEntry> {
         let id = self.actors.named.get(&(namespace.to_string(), name.to_string()))?;
-        self.actors.get(id).filter(|a| a.state != ActorState::Dead)
+        self.actors.get(id).filter(|a| !a.is_ending())
     }
 
     pub(super) fn start_actor_worker(&mut self, task_id: TaskId, gpus: Vec<(usize, i64)>) {
@@ -454,6 +454,7 @@ impl AgentState {
             // Ray's wording, with the class named.
             actor.death_cause =
                 format!("The actor is dead because it was killed by `ray.kill` (actor class {})", actor.class_name);
+            self.actions.push(Action::ActorChanged(actor_id));
         }
         self.stop_actor(actor_id, no_restart)
     }

@@ -312,6 +312,27 @@ fn an_actor_is_reclaimed_once_its_handle_token_is_freed_after_the_creators_calls
 }
 
 #[test]
+fn a_name_is_free_again_once_its_actor_is_killed_for_good() {
+    let mut st = new_state(2.0, 0);
+    let mut spec = actor_spec(3);
+    spec.actor_name = "counter".into();
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec.clone()).unwrap();
+    st.schedule();
+    let w = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, w, 61);
+    let creation = next(&mut rx).unwrap();
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
+    st.kill_actor(ActorId::from_array([9; 16]), true).unwrap();
+    // Its process has not exited yet, but the kill was for good: as in Ray, the name is free.
+    assert!(st.named_actor("", "counter").is_none());
+    let mut again = spec;
+    again.actor_id = vec![10; 16];
+    assert_eq!(st.register_actor(&again, false).unwrap(), (ActorId::from_array([10; 16]), false));
+}
+
+#[test]
 fn named_actors_are_unique_per_namespace() {
     let mut st = new_state(2.0, 0);
     let mut spec = actor_spec(0);
