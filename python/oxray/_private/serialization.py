@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+import types
 
 import cloudpickle
 
@@ -20,6 +21,30 @@ FLAG_APPLICATION_ERROR = 1
 FLAG_SYSTEM_ERROR = 2
 
 _context = threading.local()
+
+_DYNAMIC_CODE_FILENAME = "<dynamic-code>"
+
+
+def _keep_code_filenames() -> None:
+    """cloudpickle 3.1.3 and later write "<dynamic-code>" as the file name of every code
+    object pickled by value (a script's or a notebook's functions), so a task's traceback
+    loses its source lines. Ray's own (vendored) cloudpickle keeps the name: so do we."""
+    table = cloudpickle.CloudPickler.dispatch_table
+    reduce_code = table.get(types.CodeType)
+    if reduce_code is None or getattr(reduce_code, "_oxray_keeps_filename", False):
+        return
+
+    def reduce_keeping_filename(code: types.CodeType):
+        constructor, args = reduce_code(code)
+        return constructor, tuple(
+            code.co_filename if isinstance(arg, str) and arg == _DYNAMIC_CODE_FILENAME else arg for arg in args
+        )
+
+    reduce_keeping_filename._oxray_keeps_filename = True
+    table[types.CodeType] = reduce_keeping_filename
+
+
+_keep_code_filenames()
 
 
 def note_nested_ref(object_id: bytes) -> None:
