@@ -192,6 +192,11 @@ class ActorDiedError(RayActorError):
     """The actor died and will not come back."""
 
 
+class AsyncioActorExit(RayError):
+    """Raised by `exit_actor()` in an async actor (Ray's): the actor ends once the call (or
+    the background task) that called it is over, even if user code catches this."""
+
+
 class ActorUnavailableError(RayActorError):
     """The actor is temporarily unavailable (e.g. restarting)."""
 

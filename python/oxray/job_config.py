@@ -9,9 +9,10 @@ from typing import Any, Dict, Optional
 
 class JobConfig:
     """What `init(job_config=...)` applies to the driver's job: its namespace, runtime_env
-    (`init`'s own `namespace=` and `runtime_env=` win over them) and code search path. Settings
-    oxray does not carry out (the JVM's, metadata, a detached default lifetime) raise
-    when given rather than being dropped."""
+    (`init`'s own `namespace=` and `runtime_env=` win over them), code search path and the
+    lifetime of actors created without one (theirs, and those their tasks and actors create).
+    Settings oxray does not carry out (the JVM's, metadata) raise when given rather than
+    being dropped."""
 
     def __init__(
         self,
@@ -72,11 +73,6 @@ class JobConfig:
         if default_actor_lifetime not in ("detached", "non_detached"):
             raise ValueError(
                 f"Default actor lifetime must be one of 'detached' or 'non_detached', got {default_actor_lifetime!r}"
-            )
-        if default_actor_lifetime == "detached":
-            raise NotImplementedError(
-                "JobConfig(default_actor_lifetime='detached') is not supported by oxray: "
-                "pass lifetime='detached' to each actor's options instead"
             )
         self.default_actor_lifetime = default_actor_lifetime
 

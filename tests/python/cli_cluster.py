@@ -64,7 +64,7 @@ class LocalCluster:
             json.dumps(resources or {}),
         )
 
-    def add_node(self, num_cpus=1, resources=None, labels=None):
+    def add_node(self, num_cpus=1, resources=None, labels=None, extra=()):
         self.cli(
             "start",
             "--address",
@@ -76,6 +76,7 @@ class LocalCluster:
             "--resources",
             json.dumps(resources or {}),
             *(["--labels", labels] if labels else []),
+            *extra,
             env={**self.env, "OXRAY_TOKEN": self.token},
         )
 

@@ -43,6 +43,10 @@ RECLAIMED_CAUSE = "all references to the actor were removed"
 RECLAIM_METHOD = "__oxray_reclaim__"
 
 
+# What callers of an actor that called `exit_actor()` are told.
+EXIT_ACTOR_CAUSE = "exit_actor() was called"
+
+
 class ActorExitRequest(BaseException):
     """Raised by `exit_actor()` (and `__ray_terminate__`) in an actor's worker, which
     then ends the actor. Not an `Exception`, so user code's `except Exception` lets it by."""
@@ -54,15 +58,23 @@ class ActorExitRequest(BaseException):
 
 def exit_actor():
     """Ends the current actor on purpose: its `__ray_shutdown__` and atexit handlers
-    run, the call that asked gets `RayActorError`, and it is not restarted."""
+    run, the call that asked gets `RayActorError`, and it is not restarted.
+
+    As in Ray, the actor is marked to exit first, so it ends even when user code catches
+    what this raises: `AsyncioActorExit` in an async actor, `ActorExitRequest` (a
+    `BaseException`, like `SystemExit`) otherwise."""
     from oxray._private.state import STATE
+    from oxray.exceptions import AsyncioActorExit
 
     if STATE.mode != "worker" or not STATE.actor_id:
         raise TypeError(
             "exit_actor API is called on a non-actor worker: exit_actor() ends the actor it is called in; "
             "use ray.kill(handle) to end one from outside"
         )
-    raise ActorExitRequest("exit_actor() was called")
+    STATE.actor_exit_cause = EXIT_ACTOR_CAUSE
+    if STATE.async_actor:
+        raise AsyncioActorExit()
+    raise ActorExitRequest(EXIT_ACTOR_CAUSE)
 
 
 def is_async_class(cls) -> bool:
@@ -168,6 +180,8 @@ class ActorClass:
         holds, placement = opts.in_placement_group(holds, options), opts.in_placement_group(placement, options)
         namespace = options.get("namespace")
         namespace = STATE.namespace if namespace is None else namespace
+        # As in Ray, an actor without a lifetime of its own takes its job's default (JobConfig).
+        detached = (options.get("lifetime") or opts.default_actor_lifetime()) == "detached"
         # Ray's layout: unique bytes, then the creating job's id (what `_actor_id.job_id` reads).
         actor_id = os.urandom(12) + current_job_id()[-4:].rjust(4, b"\0")
         created = client.submit(
@@ -191,7 +205,7 @@ class ActorClass:
             concurrency_groups=dict(options.get("concurrency_groups") or {}),
             actor_name=options.get("name") or "",
             namespace=namespace,
-            detached=options.get("lifetime") == "detached",
+            detached=detached,
             placement_resources=placement,
             get_if_exists=bool(options.get("get_if_exists", False)),
             job_namespace=STATE.namespace,
@@ -203,7 +217,7 @@ class ActorClass:
         # A new non-detached actor is reclaimed once no strong handle is left anywhere: this one
         # and its copies (pickled into arguments, returns, puts) hold its token. As in Ray, a name
         # does not keep it alive: handles from `get_actor` (or an existing actor's) are weak.
-        strong = not created.existing and options.get("lifetime") != "detached"
+        strong = not created.existing and not detached
         token = _put_handle_token(client, created.actor_id) if strong else None
         return ActorHandle(created.actor_id, self.__name__, self._methods, self._signatures, token)
 

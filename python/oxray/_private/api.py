@@ -231,6 +231,8 @@ def init(
         # Ray's meaning for Python: the job's workers import from these too (their PYTHONPATH).
         rest = STATE.job_env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
         STATE.job_env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [*code_search_path, rest] if p)}
+    if job_config is not None and job_config.default_actor_lifetime == "detached":
+        STATE.job_env_vars = {**STATE.job_env_vars, opts.DEFAULT_ACTOR_LIFETIME_ENV: "detached"}
     STATE.functions.clear()
     STATE.registered.clear()
     if kwargs.get("configure_logging", True):
@@ -533,7 +535,7 @@ def kill(actor, *, no_restart: bool = True) -> None:
 
     _refuse_if_auto_connect_off()
     if not isinstance(actor, ActorHandle):
-        raise TypeError(f"kill() expects an actor handle, got {type(actor).__name__}")
+        raise ValueError(f"ray.kill() only supported for actors. For tasks, try ray.cancel(). Got: {type(actor)}.")
     _client().kill_actor(actor._actor_id, no_restart)
 
 

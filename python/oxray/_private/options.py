@@ -422,3 +422,16 @@ def submitted_env_vars(options: dict) -> dict:
 
 def env_vars(options: dict) -> dict:
     return dict(((options.get("runtime_env") or {}).get("env_vars")) or {})
+
+
+# The job's default actor lifetime (`JobConfig(default_actor_lifetime=)`), as an environment
+# variable of the job so that its tasks and actors (and theirs) create actors with it too.
+DEFAULT_ACTOR_LIFETIME_ENV = "OXRAY_DEFAULT_ACTOR_LIFETIME"
+
+
+def default_actor_lifetime() -> str:
+    """The lifetime of an actor created without one: its job's default, "non_detached" unless set."""
+    from oxray._private.state import CURRENT, STATE
+
+    env = CURRENT.env_vars if STATE.mode == "worker" else STATE.job_env_vars
+    return (env or {}).get(DEFAULT_ACTOR_LIFETIME_ENV) or "non_detached"

@@ -32,11 +32,14 @@ class RemoteFunction:
             )
         self._function = function
         self._options = opts.validate(dict(options), "task")
-        self._name = getattr(function, "__qualname__", getattr(function, "__name__", "task"))
+        # Ray's default task name: the last part of the function's qualified name (`f`, not `outer.<locals>.f`).
+        self._name = getattr(function, "__qualname__", getattr(function, "__name__", "task")).rpartition(".")[2]
         self.__doc__ = function.__doc__
         self.__name__ = getattr(function, "__name__", "task")
         self.__wrapped__ = function
         self._signature = signature_of(function)
+        decorator = getattr(function, "__ray_invocation_decorator__", None)
+        self._invocation_decorator = decorator if callable(decorator) else None
         self._cached_fields = None
 
     def __call__(self, *args, **kwargs):
@@ -62,6 +65,15 @@ class RemoteFunction:
         return self._submit(tuple(args or ()), dict(kwargs or {}), merged)
 
     def _submit(self, args, kwargs, options):
+        decorator = self._invocation_decorator
+        if decorator is not None:
+            # Ray's hook for rewriting a call's arguments (and what `.remote()` returns) on the caller's side.
+            return decorator(lambda call_args, call_kwargs: self._send(tuple(call_args), dict(call_kwargs), options))(
+                args, kwargs
+            )
+        return self._send(args, kwargs, options)
+
+    def _send(self, args, kwargs, options):
         from oxray._private.api import _client
 
         check_arguments(self._signature, args, kwargs, self._name)

@@ -164,6 +164,8 @@ class Worker:
         self.cancelled_calls = set()
         # A Condition: a reclamation waits on it for the other calls to finish.
         self.calls_lock = threading.Condition()
+        self.creation_task_id = b""
+        self.exit_lock = threading.Lock()
         # The modules imported before the running task (refreshed only when the count
         # changed), to clean up after a cancel that cuts an import short.
         self.modules_before = set(sys.modules)
@@ -262,22 +264,25 @@ class Worker:
             elif kind == TaskKind.ACTOR_CREATION:
                 cls = self.load(a.function_id)
                 STATE.actor_id = a.actor_id
+                self.creation_task_id = a.task_id
+                is_async = is_async_class(cls)
                 # As Ray names them: an async actor's methods by their full `__qualname__`.
                 async_name = f"{cls.__module__ or '__main__'}.{cls.__qualname__}"
-                self.actor_function_prefix = async_name if is_async_class(cls) else _qualified_name(cls)
+                self.actor_function_prefix = async_name if is_async else _qualified_name(cls)
                 CURRENT.function_name = f"{self.actor_function_prefix}.__init__"
-                with _UserCode():
-                    self.actor = cls(*positional, **kwargs)
-                method_names = [
-                    n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")
-                ]
-                STATE.current_actor = ActorHandle(a.actor_id, cls.__name__, public_methods(cls))
-                if is_async_class(cls):
+                if is_async:
+                    # As in Ray, an async actor's `__init__` runs on its event loop (it may start tasks there).
                     STATE.async_actor = True
                     self.event_loop = _start_event_loop("oxray-actor-loop")
                     self.group_loops = {
                         name: _start_event_loop(f"oxray-actor-loop-{name}") for name in a.concurrency_groups
                     }
+                with _UserCode():
+                    self.actor = self.on_actor_thread(lambda: cls(*positional, **kwargs))
+                method_names = [
+                    n for n in dir(self.actor) if callable(getattr(self.actor, n, None)) and not n.startswith("__")
+                ]
+                STATE.current_actor = ActorHandle(a.actor_id, cls.__name__, public_methods(cls))
                 if a.max_concurrency > 1 or a.concurrency_groups:
                     # An async actor's calls wait here on its loop, where they run.
                     self.pool = ThreadPoolExecutor(max_workers=a.max_concurrency)
@@ -299,15 +304,19 @@ class Worker:
                 result = self.call_method(a.method_name, positional, kwargs)
                 if is_streaming_task(a.task_id, returns_ids):
                     result = self.stream(a, result, name)
+            if STATE.actor_exit_cause:  # the call caught what `exit_actor()` raised: the actor still ends
+                raise ActorExitRequest(STATE.actor_exit_cause)
             prepared, nested = self.prepare_returns(returns_ids, result, name)
             self.client.task_done(a.task_id, prepared, False, nested, method_names, retire=self.retires_after(a))
         except ActorExitRequest as e:
-            self.exit_actor(a, e.cause)
+            self.exit_actor(a.task_id, e.cause)
         except SystemExit as e:
             # User code called sys.exit(): as in Ray, the worker process exits. The node agent sees
             # a worker die, so the task is retried, or the actor restarted, as their options allow.
             _exit_process(e.code)
         except BaseException as e:  # noqa: BLE001 - every failure becomes the task's error
+            if STATE.actor_exit_cause:  # `exit_actor()` in an async actor raises AsyncioActorExit
+                self.exit_actor(a.task_id, STATE.actor_exit_cause)
             if kind != TaskKind.ACTOR_TASK:
                 _UserCode.running = False  # an interrupt may have cut `__enter__`/`__exit__` short
             if isinstance(e, KeyboardInterrupt):
@@ -456,12 +465,16 @@ class Worker:
         with self.calls_lock:
             return task_id in self.cancelled_calls
 
-    def exit_actor(self, a, cause: str):
+    def exit_actor(self, task_id: bytes, cause: str):
         """Ends this actor on purpose (`exit_actor()`, `__ray_terminate__`): its
         `__ray_shutdown__` and atexit handlers run, then the agent marks it dead for
-        good (no restart), failing the call that asked and its queued calls with the cause,
-        and kills this process. The request rides the worker's stream, behind the results
-        of the calls that finished before it."""
+        good (no restart), failing the call that asked (`task_id`; the creation task's when
+        no call asked) and its queued calls with the cause, and kills this process. The
+        request rides the worker's stream, behind the results of the calls that finished
+        before it. Only the first of several threads that get here ends the actor."""
+        if not self.exit_lock.acquire(blocking=False):
+            while True:  # another thread is ending this process
+                time.sleep(1.0)
         shutdown = getattr(self.actor, "__ray_shutdown__", None)
         if callable(shutdown):
             try:
@@ -473,7 +486,7 @@ class Worker:
         sys.stderr.flush()
         class_name = STATE.current_actor._class_name if STATE.current_actor is not None else "actor"
         try:
-            self.client.task_done(a.task_id, [], actor_exit=f"The actor {class_name} exited on purpose: {cause}")
+            self.client.task_done(task_id, [], actor_exit=f"The actor {class_name} exited on purpose: {cause}")
             # Waiting on the stream sends it; the agent's kill ends the wait (and this process). On a
             # pool thread the main thread already waits on the stream (it reads it alone): wait aside.
             deadline = time.monotonic() + _EXIT_WAIT_S
@@ -495,6 +508,8 @@ class Worker:
         group = a.concurrency_group or self.method_groups.get(a.method_name, "")
         if not group:
             self.pool.submit(self.run, a)
+        elif group == SYSTEM_CONCURRENCY_GROUP:
+            self.system_pool().submit(self.run_in_group, group, a)
         elif group in self.group_pools:
             self.group_pools[group].submit(self.run_in_group, group, a)
         else:
@@ -504,6 +519,16 @@ class Worker:
                 "@remote(concurrency_groups={...})"
             )
             self.report_error(a, a.return_ids, a.name, error)
+
+    def system_pool(self) -> ThreadPoolExecutor:
+        """Ray's `_ray_system` concurrency group, which every actor has: one thread of its own,
+        so a call sent there runs beside the actor's other calls."""
+        with self.calls_lock:
+            if SYSTEM_CONCURRENCY_GROUP not in self.group_pools:
+                self.group_pools[SYSTEM_CONCURRENCY_GROUP] = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix=f"oxray-group-{SYSTEM_CONCURRENCY_GROUP}"
+                )
+            return self.group_pools[SYSTEM_CONCURRENCY_GROUP]
 
     def run_in_group(self, group: str, a) -> None:
         self.group_of_thread.name = group  # `on_actor_thread` runs an async call on the group's loop
@@ -620,6 +645,10 @@ class Worker:
     def loop(self):
         preload = _preload_names()
         while True:
+            if STATE.actor_exit_cause:
+                # `exit_actor()` outside any call (an async actor's background task), as Ray checks
+                # between tasks: the actor ends now.
+                self.exit_actor(self.creation_task_id, STATE.actor_exit_cause)
             try:
                 a = self.client.next_assignment(_IDLE_BEFORE_PRELOAD_S if preload else 1.0)
             except KeyboardInterrupt:
@@ -636,8 +665,8 @@ class Worker:
                     _preload(preload)
                     preload = []
                 continue
-            if self.pool is not None and a.kind == TaskKind.ACTOR_TASK:
-                self.submit_call(a)
+            if a.kind == TaskKind.ACTOR_TASK and (self.pool is not None or a.concurrency_group):
+                self.submit_call(a)  # threads of its own, or a call to a group this actor lacks
             else:
                 try:
                     self.run(a)
@@ -646,6 +675,9 @@ class Worker:
                 except _native.OxrayRpcError:
                     return  # the agent is gone
 
+
+# Ray's concurrency group that every actor has, beside those it declares.
+SYSTEM_CONCURRENCY_GROUP = "_ray_system"
 
 # How long an actor that ended itself waits for its agent to kill it before it exits alone.
 _EXIT_WAIT_S = 30.0

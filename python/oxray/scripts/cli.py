@@ -41,23 +41,58 @@ def _resources(text):
     return {k: float(v) for k, v in value.items()}
 
 
+_NOT_A_PAIR = "Label string is not a key-value pair."  # Ray's words, which its tests and users look for
+
+
 def _labels(text):
-    """`--labels`: Ray's `key1=value1,key2=value2`, or a JSON object."""
+    """`--labels`: Ray's `key1=value1,key2=value2` (quotes around it are dropped), or a JSON
+    object of strings. As in Ray, custom labels may not use the `ray.io/` prefix."""
     if not text:
         return {}
+    expected = "expected key=value pairs separated by commas (e.g. 'zone=us-west,tier=gpu') or a JSON object of strings"
     if text.lstrip().startswith("{"):
         try:
             value = json.loads(text)
         except ValueError as e:
-            _fail(f"--labels={text!r} is not valid JSON ({e}); expected e.g. 'zone=us-west,tier=gpu'")
+            _fail(f"--labels={text!r}: {_NOT_A_PAIR} It is not valid JSON ({e}); {expected}")
     else:
-        pairs = [p.partition("=") for p in text.split(",") if p.strip()]
-        if any(not sep or not k.strip() for k, sep, _ in pairs):
-            _fail(f"--labels={text!r}: expected key=value pairs separated by commas, e.g. 'zone=us-west,tier=gpu'")
-        value = {k.strip(): v.strip() for k, _, v in pairs}
+        if len(text) > 1 and text.startswith('"') and text.endswith('"'):
+            text = text[1:-1]
+        pairs = [p.split("=") for p in text.split(",")] if text else []
+        if any(len(pair) != 2 or not pair[0].strip() for pair in pairs):
+            _fail(f"--labels={text!r}: {_NOT_A_PAIR} {expected[0].upper()}{expected[1:]}")
+        value = {k.strip(): v.strip() for k, v in pairs}
+    return _checked_labels(value, f"--labels={text!r}")
+
+
+def _checked_labels(value, what: str) -> dict:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        _fail(f"--labels={text!r} must map label names to string values")
+        _fail(f"{what}: {_NOT_A_PAIR} It must map label names to string values")
+    reserved = sorted(k for k in value if k.startswith("ray.io/"))
+    if reserved:
+        _fail(f"{what}: {_NOT_A_PAIR} {', '.join(reserved)} use the prefix ray.io/, which only Ray's own labels use")
     return value
+
+
+def _labels_file(path):
+    """`--labels-file`: a YAML (or JSON) file mapping label names to string values, as in Ray."""
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        _fail(f"--labels-file={path!r}: cannot read it ({e.strerror})")
+    try:
+        import yaml
+    except ImportError:
+        yaml = None
+    try:
+        value = yaml.safe_load(text) if yaml is not None else json.loads(text)
+    except Exception as e:  # noqa: BLE001 - yaml's and json's parse errors alike
+        hint = "" if yaml is not None else " (without pyyaml installed, the file must be JSON: pip install pyyaml)"
+        _fail(f"--labels-file={path!r} is not a YAML mapping of labels{hint}: {e}")
+    return _checked_labels(value, f"--labels-file={path!r}")
 
 
 def _port(text: str) -> int:
@@ -137,7 +172,7 @@ def _start(args) -> None:
         "num_cpus": args.num_cpus,
         "num_gpus": args.num_gpus,
         "resources": _resources(args.resources),
-        "labels": _labels(args.labels),
+        "labels": {**_labels_file(args.labels_file), **_labels(args.labels)},
         "object_store_memory": args.object_store_memory,
     }
     if args.head:
@@ -360,6 +395,7 @@ def main(argv=None) -> None:
     start.add_argument("--num-gpus", type=int, help="GPUs this node offers (default: detected)")
     start.add_argument("--resources", help="custom resources as JSON, e.g. '{\"node_b\": 1}'")
     start.add_argument("--labels", help="node labels, e.g. 'zone=us-west,tier=gpu' (or a JSON object)")
+    start.add_argument("--labels-file", help="a YAML file mapping node label names to values (--labels wins)")
     start.add_argument("--object-store-memory", type=int, help="bytes of shared memory for objects")
     start.add_argument(
         "--node-ip-address", help="address to listen on (default 127.0.0.1; anything else exposes the node)"

@@ -103,6 +103,69 @@ def test_exit_actor_in_an_async_actor_ends_it_on_purpose(ray_cluster, concurrenc
         ray.get(actor.ping.remote())
 
 
+@ray.remote
+class AsyncJournal:
+    """Ray's cases of an async actor ending itself: a call that catches what `exit_actor()`
+    raises, and a background task (started by `__init__`, on the event loop) that calls it."""
+
+    def __init__(self, path, leave_from_init=False):
+        import atexit
+
+        self.path = path
+        atexit.register(self.note, "atexit")
+        self.gate = asyncio.Event()
+        if leave_from_init:
+            asyncio.create_task(self.leave_later())
+
+    def note(self, line):
+        with open(self.path, "a") as f:
+            f.write(line + "\n")
+        return line
+
+    async def leave_but_catch(self):
+        try:
+            ray.actor.exit_actor()
+        except ray.exceptions.AsyncioActorExit:
+            return "caught"
+
+    async def start_leaving(self):
+        asyncio.create_task(self.leave_later())
+
+    async def leave_later(self):
+        await self.gate.wait()
+        ray.actor.exit_actor()
+        self.note("after exit_actor")  # never runs
+
+    async def open_gate(self):
+        self.gate.set()
+
+
+def test_an_async_actor_that_catches_its_exit_still_ends(ray_cluster, tmp_path):
+    path = str(tmp_path / "journal")
+    actor = AsyncJournal.remote(path)
+    ray.get(actor.__ray_ready__.remote())
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(actor.leave_but_catch.remote())
+    with pytest.raises(RayActorError):
+        ray.get(actor.note.remote("after"))
+    assert lines(path) == ["atexit"]
+
+
+@pytest.mark.parametrize("from_init", [False, True], ids=["from-a-call", "from-init"])
+def test_exit_actor_from_a_background_task_ends_the_async_actor(ray_cluster, tmp_path, from_init):
+    path = str(tmp_path / "journal")
+    actor = AsyncJournal.options(max_restarts=2).remote(path, leave_from_init=from_init)
+    ray.get(actor.__ray_ready__.remote())
+    if not from_init:
+        ray.get(actor.start_leaving.remote())
+    # The background task's exit_actor() runs outside any call: the actor still ends, for good.
+    actor.open_gate.remote()
+    assert wait_until(lambda: os.path.exists(path) and "atexit" in lines(path), timeout=30)
+    with pytest.raises(RayActorError, match="exit_actor"):
+        ray.get(actor.note.remote("after"), timeout=30)
+    assert lines(path) == ["atexit"]
+
+
 def test_exit_actor_outside_an_actor_is_a_type_error(ray_cluster):
     with pytest.raises(TypeError, match="exit_actor API is called on a non-actor worker"):
         ray.actor.exit_actor()

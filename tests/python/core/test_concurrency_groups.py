@@ -106,3 +106,58 @@ def test_each_group_of_an_async_actor_has_its_own_event_loop(ray_cluster):
     # With one loop for the whole actor, `release` would wait behind the blocked call forever.
     assert ray.get(actor.release.remote(), timeout=60) == "released"
     assert ray.get(blocked, timeout=60) is True
+
+
+@ray.remote
+class OneThread:
+    def __init__(self):
+        self.gate = threading.Event()
+
+    def block(self):
+        return self.gate.wait(timeout=60)
+
+    def open_gate(self):
+        self.gate.set()
+        return "opened"
+
+    def ping(self):
+        return "pong"
+
+
+def test_every_actor_has_rays_system_group(ray_cluster):
+    # A one-thread actor with no groups declared: a call sent to `_ray_system` runs on a thread
+    # of its own, so it does not hold up the actor's other calls.
+    actor = OneThread.remote()
+    stuck = actor.block.options(concurrency_group="_ray_system").remote()
+    assert ray.get(actor.ping.remote(), timeout=60) == "pong"
+    assert ray.get(actor.open_gate.remote(), timeout=60) == "opened"
+    assert ray.get(stuck, timeout=60) is True
+    # A group a one-thread actor lacks is an error naming it, not a silent default.
+    with pytest.raises(ValueError, match="concurrency group 'io'"):
+        ray.get(actor.ping.options(concurrency_group="io").remote(), timeout=60)
+
+
+@ray.remote
+def wait_for_signal(signal):
+    return ray.get(signal.block.remote())
+
+
+@ray.remote(concurrency_groups={"group_a": 1, "group_b": 1})
+class TwoGroups:
+    @ray.method(concurrency_group="group_a")
+    def slow(self, _dependency):
+        return "a"
+
+    @ray.method(concurrency_group="group_b")
+    def fast(self, i):
+        return f"b{i}"
+
+
+def test_a_call_waiting_for_its_arguments_holds_back_only_its_own_group(ray_cluster):
+    signal = OneThread.options(max_concurrency=2).remote()
+    actor = TwoGroups.remote()
+    waiting = actor.slow.remote(wait_for_signal.remote(signal))
+    # As in Ray, each group keeps its own order: group_b's calls need not wait for group_a's.
+    assert ray.get([actor.fast.remote(i) for i in range(5)], timeout=60) == [f"b{i}" for i in range(5)]
+    ray.get(signal.open_gate.remote(), timeout=60)
+    assert ray.get(waiting, timeout=60) == "a"

@@ -84,11 +84,26 @@ def test_bad_selectors_and_labels_are_refused(fresh_cluster):
 def labelled_nodes(tmp_path, monkeypatch):
     with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
         cluster.start_head(num_cpus=1)
-        cluster.add_node(num_cpus=1, resources={"node_b": 1}, labels="zone=b,tier=gpu")
-        cluster.add_node(num_cpus=1, resources={"node_c": 1}, labels='{"zone": "c"}')
+        # Ray's three spellings: a (quoted) string of pairs, a JSON object, and a YAML file.
+        cluster.add_node(num_cpus=1, resources={"node_b": 1}, labels='"zone=b,tier=gpu"')
+        labels_file = tmp_path / "labels.yaml"
+        labels_file.write_text("zone: c\n")
+        cluster.add_node(
+            num_cpus=1, resources={"node_c": 1}, labels='{"rack": "r1"}', extra=["--labels-file", str(labels_file)]
+        )
         ray.init()
         cluster.wait_nodes(3)
         yield cluster
+
+
+@pytest.mark.parametrize(
+    "labels", ["xxx", "a=b=c", '{"gpu_type": 1}', '{"ray.io/node-id": "111"}', "ray.io/other=1", "{not json"]
+)
+def test_oxray_start_refuses_bad_labels_in_rays_words(tmp_path, monkeypatch, labels):
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        refused = cluster.cli("start", "--head", f"--labels={labels}", check=False)
+        assert refused.returncode == 1 and "Label string is not a key-value pair." in refused.stderr, refused.stderr
+        assert not cluster.records()
 
 
 def test_label_selectors_place_work_on_matching_nodes(labelled_nodes):
@@ -96,6 +111,7 @@ def test_label_selectors_place_work_on_matching_nodes(labelled_nodes):
     c = labelled_nodes.node_with("node_c")["node_id"]
     labels = {n["NodeID"]: n["Labels"] for n in ray.nodes()}
     assert labels[b]["zone"] == "b" and labels[b]["tier"] == "gpu" and labels[c]["zone"] == "c"
+    assert labels[c]["rack"] == "r1"
     assert {ray.get(where.options(label_selector={"zone": "b"}).remote())[0] for _ in range(3)} == {b}
     assert ray.get(where.options(label_selector={"zone": "in(c)"}).remote())[0] == c
     # fallback_strategy: no node is in zone x, so the first fallback that some node matches decides.

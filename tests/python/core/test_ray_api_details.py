@@ -142,8 +142,6 @@ def test_job_config_sets_the_namespace_and_refuses_what_it_cannot_do(fresh_clust
 
     with pytest.raises(NotImplementedError, match="metadata"):
         JobConfig(metadata={"owner": "me"})
-    with pytest.raises(NotImplementedError, match="default_actor_lifetime='detached'"):
-        JobConfig(default_actor_lifetime="detached")
     with pytest.raises(ValueError, match="Default actor lifetime"):
         JobConfig(default_actor_lifetime="forever")
     with pytest.raises(TypeError, match="expects a JobConfig"):
@@ -154,6 +152,43 @@ def test_job_config_sets_the_namespace_and_refuses_what_it_cannot_do(fresh_clust
     named = Named.options(name="in_config_ns").remote()
     assert ray.get(named.ready.remote())
     assert ray.get_actor("in_config_ns", namespace="from_config") == named
+
+
+@ray.remote
+class Owner:
+    def make_child(self, lifetime=None):
+        options = {} if lifetime is None else {"lifetime": lifetime}
+        child = Named.options(**options).remote()
+        ray.get(child.ready.remote())
+        return child
+
+
+def _dead(actor) -> bool:
+    try:
+        ray.get(actor.ready.remote(), timeout=30)
+        return False
+    except ray.exceptions.RayActorError:
+        return True
+
+
+def test_job_config_default_actor_lifetime_reaches_actors_the_jobs_actors_create(fresh_cluster):
+    from oxray.job_config import JobConfig
+
+    fresh_cluster(job_config=JobConfig(default_actor_lifetime="detached"))
+    owner = Owner.remote()
+    by_default = ray.get(owner.make_child.remote())
+    non_detached = ray.get(owner.make_child.remote("non_detached"))
+    ray.kill(owner)
+    # As in Ray: the job's default made the first child detached, so it outlives its owner;
+    # a lifetime given in the options wins, and that child dies with its owner.
+    assert wait_until(lambda: _dead(non_detached), timeout=30)
+    assert ray.get(by_default.ready.remote())
+    created_here = Named.remote()
+    from oxray.util.state import list_actors
+
+    assert {a.actor_id: a.is_detached for a in list_actors(detail=True)}[created_here._actor_id.hex()]
+    ray.kill(by_default)
+    ray.kill(created_here)
 
 
 def test_validate_placement_group_checks_without_creating():

@@ -5,6 +5,7 @@ class's attributes reached through its actor class."""
 import pytest
 
 import oxray as ray
+from oxray_testutil import wait_until
 
 
 def test_wait_on_no_refs_returns_two_empty_lists(ray_cluster):
@@ -93,3 +94,48 @@ def test_auto_connect_can_be_switched_off(monkeypatch):
         assert ray.get(one.remote()) == 1  # the default: the first call starts a cluster
     finally:
         ray.shutdown()
+
+
+def test_kill_of_something_else_than_an_actor_is_rays_value_error(ray_cluster):
+    with pytest.raises(ValueError, match="ray.kill\\(\\) only supported for actors. For tasks, try ray.cancel\\(\\)"):
+        ray.kill("not_an_actor_handle")
+
+
+def test_a_functions_invocation_decorator_rewrites_its_calls(ray_cluster):
+    def reverse_and_report(f):
+        def call(args, kwargs):
+            return f(args[::-1], {"d": 5}), kwargs
+
+        return call
+
+    def f(a, b, c, d=None):
+        return a, b, c, d
+
+    f.__ray_invocation_decorator__ = reverse_and_report
+    remote_f = ray.remote(f)
+    ref, kwargs = remote_f.remote(1, 2, 3, d=4)
+    assert kwargs == {"d": 4} and ray.get(ref) == (3, 2, 1, 5)
+
+
+def test_ray_cloudpickle_pickles_what_tasks_send(ray_cluster):
+    import oxray.cloudpickle as pickle
+
+    def local(x):
+        return x + 1
+
+    assert pickle.loads(pickle.dumps(local))(1) == 2
+    error = ray.exceptions.RayTaskError("f", "Traceback (most recent call last):\nValueError: x", ValueError("x"))
+    copy = pickle.loads(pickle.dumps(error.make_dual_exception_instance()))
+    assert isinstance(copy, ray.exceptions.RayTaskError) and isinstance(copy, ValueError)
+
+
+def test_tasks_are_named_as_ray_names_them(ray_cluster):
+    from oxray.util.state import list_tasks
+
+    @ray.remote
+    def nested():
+        return ray.get_runtime_context().get_task_name()
+
+    # Ray's default name is the function's own name, not its qualified name.
+    assert ray.get(nested.remote()) == "nested"
+    assert wait_until(lambda: list_tasks(filters=[("func_or_class_name", "=", "nested")]))

@@ -352,8 +352,9 @@ impl AgentState {
     }
 
     /// Sends queued calls to a live actor: each caller's calls in the order it
-    /// made them, so a call waiting for its arguments holds back only later calls
-    /// from the same caller (as in Ray), never other callers'.
+    /// made them within each concurrency group, so a call waiting for its arguments
+    /// holds back only later calls from the same caller to the same group (as in Ray),
+    /// never other callers' or other groups'.
     pub(super) fn dispatch_actor(&mut self, actor_id: ActorId) {
         let Some(actor) = self.actors.get(&actor_id) else { return };
         // Calls to an actor on another node go there as soon as their arguments
@@ -367,7 +368,9 @@ impl AgentState {
             (None, Some(w)) => Some(w),
             (None, None) => return,
         };
-        let mut waiting_callers: HashSet<Vec<u8>> = HashSet::new();
+        // (caller, concurrency group): as in Ray, each group keeps its own order, so a call
+        // waiting for its arguments holds back only its caller's later calls in its group.
+        let mut waiting_callers: HashSet<(&[u8], &str)> = HashSet::new();
         let mut ready = Vec::new();
         let mut gone = Vec::new();
         let mut to_copy = Vec::new();
@@ -376,7 +379,8 @@ impl AgentState {
                 gone.push(task_id);
                 continue;
             };
-            if waiting_callers.contains(&task.spec.owner_id) {
+            let sequence = (task.spec.owner_id.as_slice(), task.spec.concurrency_group.as_str());
+            if waiting_callers.contains(&sequence) {
                 continue;
             }
             let copies =
@@ -384,7 +388,7 @@ impl AgentState {
             if task.missing_args.is_empty() && copies.is_empty() {
                 ready.push(task_id);
             } else {
-                waiting_callers.insert(task.spec.owner_id.clone());
+                waiting_callers.insert(sequence);
                 if !copies.is_empty() {
                     to_copy.push((task_id, copies));
                 }

@@ -639,6 +639,14 @@ impl AgentState {
             ..
         } = done;
         let returns = &returns[..];
+        if !actor_exit.is_empty() {
+            // The actor ends itself, from a call or (an async actor's background task) from none:
+            // every call it finished was reported before this.
+            if let Some(&WorkerRole::Actor(actor_id)) = self.workers.get(&worker_id).map(|w| &w.role) {
+                self.kill_actor_because(actor_id, actor_exit);
+            }
+            return Ok(());
+        }
         let current = self.tasks.get(&task_id).is_some_and(|t| match t.state {
             TaskState::Running(w) => w == worker_id,
             _ => false,
@@ -653,13 +661,6 @@ impl AgentState {
             }
             return Ok(());
         };
-        if !actor_exit.is_empty() {
-            // The actor ends itself: every call it finished was reported before this one.
-            if let Some(actor_id) = self.actor_of_task(task_id).map(|a| a.id) {
-                self.kill_actor_because(actor_id, actor_exit);
-            }
-            return Ok(());
-        }
         let kind = task.spec.kind;
         let cancelled = task.cancelled;
         let retry_app_error =

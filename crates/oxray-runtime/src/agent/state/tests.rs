@@ -312,6 +312,34 @@ fn an_actor_is_reclaimed_once_its_handle_token_is_freed_after_the_creators_calls
 }
 
 #[test]
+fn an_actor_that_ends_itself_outside_any_call_is_dead_for_good() {
+    let mut st = new_state(2.0, 0);
+    let w = place_actor(&mut st, 3);
+    let mut rx = connect(&mut st, w, 62);
+    let creation = next(&mut rx).unwrap();
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
+    // An async actor's background task called exit_actor(): no call is running, so the
+    // worker names its (finished) creation task.
+    let exit = TaskDoneRequest {
+        task_id: creation.task_id.clone(),
+        actor_exit: "The actor Counter exited on purpose: exit_actor() was called".into(),
+        ..Default::default()
+    };
+    st.task_done(w, TaskId::from_array([7; 16]), exit, &[]).unwrap();
+    // The agent's kill ends the process: the actor is not started again.
+    st.worker_exited(w, "killed by SIGKILL".into());
+    st.schedule();
+    assert!(spawned(&mut st).is_empty(), "no new worker for it");
+    st.submit_actor_task(DRIVER, actor_call(20)).unwrap();
+    assert_eq!(
+        system_error_type(&mut st, oid(120)).as_deref(),
+        Some("ActorDiedError"),
+        "no restart, though max_restarts allows three"
+    );
+}
+
+#[test]
 fn a_name_is_free_again_once_its_actor_is_killed_for_good() {
     let mut st = new_state(2.0, 0);
     let mut spec = actor_spec(3);
@@ -394,6 +422,31 @@ fn a_call_waiting_for_arguments_only_holds_back_its_own_caller() {
     .unwrap();
     let sent: Vec<u8> = std::iter::from_fn(|| next(&mut rx)).map(|t| t.task_id[0]).collect();
     assert_eq!(sent, vec![40, 41], "the driver's calls follow in its order");
+}
+
+#[test]
+fn a_call_waiting_for_arguments_holds_back_only_its_own_concurrency_group() {
+    let mut st = new_state(2.0, 0);
+    let w = place_actor(&mut st, 0);
+    let mut rx = connect(&mut st, w, 81);
+    let creation = next(&mut rx).unwrap();
+    let req = TaskDoneRequest { task_id: creation.task_id.clone(), ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[]).unwrap();
+    let mut blocked = actor_call(40);
+    blocked.concurrency_group = "group_a".into();
+    blocked.args = vec![TaskArg { kind: Some(Kind::ObjectId(vec![0xee; 16])) }];
+    st.add_holders(DRIVER, &[oid(0xee)]);
+    st.submit_actor_task(DRIVER, blocked).unwrap();
+    let mut same_group = actor_call(41);
+    same_group.concurrency_group = "group_a".into();
+    st.submit_actor_task(DRIVER, same_group).unwrap();
+    for n in [42, 43] {
+        let mut other_group = actor_call(n);
+        other_group.concurrency_group = "group_b".into();
+        st.submit_actor_task(DRIVER, other_group).unwrap();
+    }
+    let sent: Vec<u8> = std::iter::from_fn(|| next(&mut rx)).map(|t| t.task_id[0]).collect();
+    assert_eq!(sent, vec![42, 43], "group_b's calls pass group_a's waiting one, in order");
 }
 
 #[test]
