@@ -30,8 +30,14 @@ class ScalingConfig:
     label_selector: Optional[Union[dict, list]] = None
     use_tpu: bool = False
     topology: Optional[str] = None
+    trainer_resources: Optional[dict] = None
 
     def __post_init__(self):
+        if self.trainer_resources is not None:
+            raise DeprecationWarning(
+                "ScalingConfig(trainer_resources=...) is deprecated in Ray Train v2: the training function "
+                "runs only on the workers, so give their resources with resources_per_worker"
+            )
         if isinstance(self.num_workers, tuple):
             raise ValueError(
                 f"ScalingConfig(num_workers={self.num_workers!r}): elastic (min_workers, max_workers) worker "
@@ -203,7 +209,10 @@ class RunConfig:
     def __post_init__(self):
         for old in _TUNE_ERAS:
             if getattr(self, old) is not None:
-                raise ValueError(f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2")
+                # Ray Train v2 raises a DeprecationWarning here too (it is an Exception).
+                raise DeprecationWarning(
+                    f"RunConfig({old}=...) belongs to Ray Tune and is not accepted by Ray Train v2"
+                )
         if self.logging_config is not None:
             raise ValueError("RunConfig(logging_config=...) is not supported by oxray yet")
         if self.name is None:

@@ -228,3 +228,18 @@ def test_a_finished_torch_run_leaves_its_process_group(cluster, tmp_path, monkey
     ).fit()
     # Even with no time to wait for the group's destruction, the run completes.
     assert result.error is None
+
+
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (lambda: train.RunConfig(verbose=0), "verbose"),
+        (lambda: train.RunConfig(sync_config=object()), "sync_config"),
+        (lambda: train.FailureConfig(fail_fast=True), "fail_fast"),
+        (lambda: train.ScalingConfig(trainer_resources={"CPU": 1}), "trainer_resources"),
+    ],
+)
+def test_v1_and_tune_era_config_fields_raise_rays_deprecation_warning(make, what):
+    # As Ray Train v2 does: raised, not warned, so the setting can never be believed to take effect.
+    with pytest.raises(DeprecationWarning, match=what):
+        make()
