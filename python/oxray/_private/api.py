@@ -598,12 +598,16 @@ def nodes() -> list:
 
 
 def get_gpu_ids() -> list:
-    """GPU indices this task or actor may use (from CUDA_VISIBLE_DEVICES)."""
+    """The GPUs this task or actor may use: indices, or (as in Ray) the entries of the node's own
+    CUDA_VISIBLE_DEVICES when it was started with one (strings, e.g. GPU UUIDs)."""
     from oxray._private.state import current_gpu_ids
 
     _refuse_if_auto_connect_off()
     visible = current_gpu_ids() if STATE.mode == "worker" else os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return [int(x) if x.strip().isdigit() else x for x in visible.split(",") if x.strip()]
+    names = [x.strip() for x in visible.split(",") if x.strip()]
+    if STATE.mode == "worker" and STATE.preset_gpu_ids:
+        return names
+    return [int(x) if x.isdigit() else x for x in names]
 
 
 def timeline(filename: Optional[str] = None) -> Optional[list]:

@@ -85,6 +85,19 @@ def _check_precision(name, v) -> None:
         )
 
 
+# Ray's accelerator resources: each is handed out as whole devices, shared only below one.
+UNIT_INSTANCE_RESOURCES = ("GPU", "TPU", "neuron_cores", "HPU", "NPU")
+
+
+def _check_unit_instances(name, v) -> None:
+    """As in Ray: a fraction of a device is fine, but more than one must be whole devices."""
+    if _is_number(v) and v > 1 and float(v) != int(v):
+        raise ValueError(
+            f"{name} resource quantity must be whole numbers when it is greater than 1 (a fraction of one device "
+            f"may be shared, more than one are whole devices). The specified quantity {v} is invalid."
+        )
+
+
 # Ray's options that oxray accepts by name but does not have yet: set to anything
 # but Ray's default, each is refused with why, never silently ignored.
 UNSUPPORTED_OPTIONS = {
@@ -108,6 +121,7 @@ def validate(options: dict, kind: str) -> dict:
             _nonneg_number(key, options[key])
     for key in ("num_cpus", "num_gpus"):
         _check_precision(key, options.get(key))
+    _check_unit_instances("GPU", options.get("num_gpus"))
     resources = options.get("resources")
     if resources is not None:
         if not isinstance(resources, dict):
@@ -123,6 +137,8 @@ def validate(options: dict, kind: str) -> dict:
                 raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
             _check_precision(name, qty)
+            if name in UNIT_INSTANCE_RESOURCES:
+                _check_unit_instances(name, qty)
     if options.get("num_returns") is not None and options["num_returns"] not in ("dynamic", "streaming"):
         _ray_int_option("num_returns", options["num_returns"])
         if options["num_returns"] > MAX_NUM_RETURNS:

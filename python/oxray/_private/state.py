@@ -35,6 +35,8 @@ class ProcessState:
     current_actor: Any = None
     # This worker hosts an actor with `async def` methods (its calls run on an event loop).
     async_actor: bool = False
+    # A worker's node was started with CUDA_VISIBLE_DEVICES set: its entries, which name the GPUs given.
+    preset_gpu_ids: list = field(default_factory=list)
     # Set by `exit_actor()`: the actor ends after the call that asked (or between calls).
     actor_exit_cause: str = ""
     lock: threading.RLock = field(default_factory=threading.RLock)

@@ -187,11 +187,11 @@ class Worker:
     def run(self, a: _native.Assignment):
         kind = a.kind
         if kind == TaskKind.ACTOR_CREATION:
-            self.actor_gpus = a.cuda_visible_devices
+            self.actor_gpus = _node_gpu_names(a.cuda_visible_devices)
             self.actor_resources = dict(a.resources)
             self.actor_captures_children = a.capture_child_tasks
         # An actor's calls run on the GPUs it was created with.
-        gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else a.cuda_visible_devices
+        gpus = self.actor_gpus if kind == TaskKind.ACTOR_TASK else _node_gpu_names(a.cuda_visible_devices)
         CURRENT.task_id = a.task_id
         CURRENT.job_id = a.job_id
         # The job of threads the task starts (they do not see CURRENT): the worker's latest.
@@ -695,6 +695,21 @@ def _truthy(value) -> bool:
 # Read once: the worker's own environment does not change under it.
 _NOSET_CUDA_AT_START = _truthy(os.environ.get(_NOSET_CUDA))
 _CUDA_AT_START = os.environ.get("CUDA_VISIBLE_DEVICES")
+# The node's own CUDA_VISIBLE_DEVICES (workers inherit it): the GPUs it counts are these, in order.
+STATE.preset_gpu_ids = [x.strip() for x in (_CUDA_AT_START or "").split(",") if x.strip()]
+
+
+def _node_gpu_names(indices: str) -> str:
+    """The GPUs given (indices among those the node counts) as CUDA names them: as in Ray, when the
+    node was started with CUDA_VISIBLE_DEVICES set (`2,3`, or GPU UUIDs), index i is its i-th entry."""
+    preset = STATE.preset_gpu_ids
+    if not indices or not preset:
+        return indices
+    names = []
+    for index in indices.split(","):
+        index = index.strip()
+        names.append(preset[int(index)] if index.isdigit() and int(index) < len(preset) else index)
+    return ",".join(names)
 
 
 def _method_of(actor, name: str):

@@ -237,3 +237,13 @@ def test_second_driver_joins_by_address_with_the_token(ray_cluster):
     assert "AuthenticationError" in bad.stderr and "OXRAY_TOKEN" in bad.stderr, bad.stderr[-2000:]
     # The cluster is unaffected.
     assert ray.cluster_resources()["CPU"] == 2.0
+
+
+def test_gpus_are_named_by_the_nodes_own_cuda_visible_devices(fresh_cluster, monkeypatch):
+    # As in Ray: a node started with CUDA_VISIBLE_DEVICES set counts those GPUs, and a task given
+    # GPU i sees the i-th entry (a physical index or a UUID), not the index itself.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "uuid1,uuid2")
+    fresh_cluster(num_gpus=2)
+    visible, ids = ray.get(gpu_view.options(num_gpus=1).remote())
+    assert visible in ("uuid1", "uuid2") and ids == [visible]
+    assert ray.get(gpu_view.options(num_gpus=2).remote()) == ("uuid1,uuid2", ["uuid1", "uuid2"])
