@@ -270,6 +270,7 @@ class Worker:
                 async_name = f"{cls.__module__ or '__main__'}.{cls.__qualname__}"
                 self.actor_function_prefix = async_name if is_async else _qualified_name(cls)
                 CURRENT.function_name = f"{self.actor_function_prefix}.__init__"
+                _native.set_process_title(f"ray::{cls.__name__}.__init__")  # Ray's title while it is built
                 if is_async:
                     # As in Ray, an async actor's `__init__` runs on its event loop (it may start tasks there).
                     STATE.async_actor = True

@@ -55,6 +55,14 @@ def own_title():
 
 @ray.remote
 class Titled:
+    def __init__(self):
+        import psutil
+
+        self.built_as = psutil.Process().cmdline()[0]
+
+    def built_title(self):
+        return self.built_as
+
     def title(self):
         import psutil
 
@@ -71,6 +79,7 @@ def test_worker_process_titles_read_like_rays(ray_cluster):
     assert cmdline == f"ray::{own_title._name}" and name == f"ray::{own_title._name}"[:15]
     actor = Titled.remote()
     assert ray.get(actor.title.remote()) == "ray::Titled.title"
+    assert ray.get(actor.built_title.remote()) == "ray::Titled.__init__"
     pid = ray.get(actor.pid.remote())
     # Between calls the actor's process reads as its class.
     assert psutil.Process(pid).cmdline()[0] == "ray::Titled"
