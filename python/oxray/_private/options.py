@@ -139,7 +139,12 @@ def validate(options: dict, kind: str) -> dict:
             _check_precision(name, qty)
             if name in UNIT_INSTANCE_RESOURCES:
                 _check_unit_instances(name, qty)
-    if options.get("num_returns") is not None and options["num_returns"] not in ("dynamic", "streaming"):
+    if options.get("num_returns") == "dynamic":
+        raise ValueError(
+            "num_returns='dynamic' is not supported by oxray (Ray deprecated it): use num_returns='streaming' "
+            "(or a generator function), whose ObjectRefGenerator gives each yielded value's ObjectRef"
+        )
+    if options.get("num_returns") is not None and options["num_returns"] != "streaming":
         _ray_int_option("num_returns", options["num_returns"])
         if options["num_returns"] > MAX_NUM_RETURNS:
             raise ValueError(

@@ -330,3 +330,11 @@ def test_actor_names_are_checked_as_ray_checks_them(ray_cluster):
     with pytest.raises(ValueError, match="Please use a different name"):
         Counter.options(name="only-one").remote()
     ray.kill(first)
+
+
+def test_dynamic_num_returns_is_refused_by_name_for_tasks_and_methods(ray_cluster):
+    with pytest.raises(ValueError, match="num_returns='dynamic' is not supported"):
+        pid.options(num_returns="dynamic")
+    counter = Counter.remote()
+    with pytest.raises(ValueError, match="num_returns='dynamic' is not supported"):
+        counter.bump.options(num_returns="dynamic")
