@@ -620,7 +620,9 @@ impl Head {
                 info
             })
             .collect();
-        out.sort_by_key(|n| (!n.is_head, n.start_time_ms));
+        // The live head first: after a restart the dead nodes of an earlier run are still listed,
+        // and `nodes()[0]` (a joining driver's node, Ray users' habit) must be the head that runs.
+        out.sort_by_key(|n| (!n.alive, !n.is_head, n.start_time_ms));
         out
     }
 }
@@ -1036,6 +1038,29 @@ mod tests {
     }
 
     use oxray_proto::HeartbeatRequest as HeadHeartbeat;
+
+    #[tokio::test]
+    async fn the_live_head_is_listed_before_the_nodes_of_an_earlier_run() {
+        let dir = std::env::temp_dir().join(format!("oxray-head-restart-{}", rand::random::<u64>()));
+        let head_node = |id: u8, start_time_ms: u64| NodeInfo {
+            node_id: vec![id; 16],
+            address: format!("127.0.0.1:{id}"),
+            is_head: true,
+            start_time_ms,
+            ..Default::default()
+        };
+        {
+            let head = Head::persistent(&dir).unwrap();
+            head.register_node(Request::new(RegisterNodeRequest { node: Some(head_node(1, 100)) })).await.unwrap();
+        }
+        let head = Head::persistent(&dir).unwrap();
+        head.register_node(Request::new(RegisterNodeRequest { node: Some(head_node(2, 200)) })).await.unwrap();
+        let nodes = head.nodes();
+        assert_eq!(nodes.len(), 2, "the earlier run's head is still listed, as dead");
+        assert_eq!((nodes[0].node_id.clone(), nodes[0].alive), (vec![2; 16], true));
+        assert_eq!((nodes[1].node_id.clone(), nodes[1].alive), (vec![1; 16], false));
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     fn named(id: u8, name: &str) -> ActorInfo {
         ActorInfo {

@@ -168,6 +168,7 @@ class ActorClass:
         if self._signatures is None:
             self._signatures = {"__init__": signature_of(self._cls), **method_signatures(self._cls)}
         check_arguments(self._signatures["__init__"], args, kwargs, self.__name__)
+        opts.check_whole_devices(options)
         client = _client()
         options = opts.with_captured_placement(options)
         fid = function_id_for(client, self._cls, self)

@@ -89,13 +89,17 @@ def _check_precision(name, v) -> None:
 UNIT_INSTANCE_RESOURCES = ("GPU", "TPU", "neuron_cores", "HPU", "NPU")
 
 
-def _check_unit_instances(name, v) -> None:
-    """As in Ray: a fraction of a device is fine, but more than one must be whole devices."""
-    if _is_number(v) and v > 1 and float(v) != int(v):
-        raise ValueError(
-            f"{name} resource quantity must be whole numbers when it is greater than 1 (a fraction of one device "
-            f"may be shared, more than one are whole devices). The specified quantity {v} is invalid."
-        )
+def check_whole_devices(options: dict) -> None:
+    """As in Ray, at `.remote()`: a fraction of one device may be shared, but more than one
+    device must be whole devices."""
+    requests = {"GPU": options.get("num_gpus"), **(options.get("resources") or {})}
+    for name in UNIT_INSTANCE_RESOURCES:
+        v = requests.get(name)
+        if _is_number(v) and v > 1 and float(v) != int(v):
+            raise ValueError(
+                f"{name} resource quantity must be whole numbers when it is greater than 1 (a fraction of one "
+                f"device may be shared, more than one are whole devices). The specified quantity {v} is invalid."
+            )
 
 
 # Ray's options that oxray accepts by name but does not have yet: set to anything
@@ -121,7 +125,6 @@ def validate(options: dict, kind: str) -> dict:
             _nonneg_number(key, options[key])
     for key in ("num_cpus", "num_gpus"):
         _check_precision(key, options.get(key))
-    _check_unit_instances("GPU", options.get("num_gpus"))
     resources = options.get("resources")
     if resources is not None:
         if not isinstance(resources, dict):
@@ -137,8 +140,6 @@ def validate(options: dict, kind: str) -> dict:
                 raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
             _nonneg_number(f"resources[{name!r}]", qty)
             _check_precision(name, qty)
-            if name in UNIT_INSTANCE_RESOURCES:
-                _check_unit_instances(name, qty)
     if options.get("num_returns") == "dynamic":
         raise ValueError(
             "num_returns='dynamic' is not supported by oxray (Ray deprecated it): use num_returns='streaming' "

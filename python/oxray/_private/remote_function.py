@@ -117,6 +117,7 @@ class RemoteFunction:
 def task_submit_fields(options: dict, default_name: str, function=None) -> dict:
     """{"num_returns", "name", "spec": client.submit's option-derived keyword arguments}."""
     num_returns = default_num_returns(function, options)
+    opts.check_whole_devices(options)
     name = options.get("name") or default_name
     max_retries = options.get("max_retries")
     retry_exceptions, retry_types = opts.retry_policy(options)

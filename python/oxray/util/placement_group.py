@@ -99,6 +99,11 @@ def _validate_bundles(bundles) -> List[Dict[str, float]]:
         for name, amount in bundle.items():
             if not isinstance(name, str):
                 raise ValueError(f"Bundle {i} has a resource name that is not a string: {name!r}")
+            if name == "bundle":
+                raise ValueError(
+                    f"Bundle {i} asks for the resource 'bundle', a name placement groups reserve for "
+                    "themselves (as in Ray); choose another name"
+                )
             if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
                 raise ValueError(f"Bundle {i} asks for {name}={amount!r}: expected a number >= 0")
             if amount > 0:

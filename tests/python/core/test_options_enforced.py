@@ -59,13 +59,13 @@ def test_option_errors_read_as_rays(ray_cluster):
         ray.remote(resources={"custom": 0.0000001})(f)
     with pytest.raises(ValueError, match=r"The keyword 'num_returns' only accepts None, a non-negative integer"):
         ray.remote(num_returns="many")(f)
-    # Devices are shared only below one: more than one must be whole, as Ray requires.
+    # Devices are shared only below one: more than one must be whole, as Ray requires (at `.remote()`).
     with pytest.raises(ValueError, match="GPU resource quantity must be whole numbers"):
-        ray.remote(num_gpus=1.5)(f)
+        ray.remote(num_gpus=1.5)(f).remote()
     with pytest.raises(ValueError, match="neuron_cores resource quantity must be whole numbers"):
-        ray.remote(resources={"neuron_cores": 2.5})(f)
-    ray.remote(num_gpus=0.5)(f)
-    ray.remote(num_gpus=2.0)(f)
+        ray.remote(resources={"neuron_cores": 2.5})(f).remote()
+    with pytest.raises(ValueError, match="TPU resource quantity must be whole numbers"):
+        Counter.options(resources={"TPU": 2.5}).remote()
 
 
 @ray.remote

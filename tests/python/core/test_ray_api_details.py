@@ -198,6 +198,8 @@ def test_validate_placement_group_checks_without_creating():
         validate_placement_group(bundles=[{"CPU": 1}], strategy="invalid")
     with pytest.raises(ValueError, match="non-empty list of bundles"):
         validate_placement_group(bundles=[])
+    with pytest.raises(ValueError, match="'bundle', a name placement groups reserve"):
+        validate_placement_group(bundles=[{"bundle": 1}])
 
 
 def test_a_request_that_fits_no_bundle_fails_at_submission(ray_cluster):
