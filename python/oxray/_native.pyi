@@ -29,6 +29,7 @@ __all__ = [
     "StoreStats",
     "start_cluster",
     "set_process_title",
+    "print_output_raw",
     "check_label_selector",
     "label_selector_matches",
     "encode_object",
@@ -338,6 +339,10 @@ def check_label_selector(selector: dict[str, str]) -> None:
 
 def label_selector_matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     """Whether a node with `labels` matches `selector`, as the scheduler decides."""
+
+def print_output_raw() -> None:
+    """At interpreter exit: worker output goes to the raw stdout/stderr descriptors from now on
+    (until then it is printed through `sys.stdout` / `sys.stderr`)."""
 
 def set_process_title(title: str) -> bool:
     """Shows `title` as this process's command line and thread name (Ray's `ray::...`);

@@ -9,6 +9,7 @@ mod data;
 mod data_exec;
 mod error;
 mod labels;
+mod output;
 mod proctitle;
 mod records;
 mod storage;
@@ -69,6 +70,8 @@ fn init_logging() {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     init_logging();
+    output::install();
+    m.add_function(wrap_pyfunction!(output::print_output_raw, m)?)?;
     m.add_class::<buffers::ObjectBuffer>()?;
     m.add_class::<buffers::PreparedObject>()?;
     m.add_class::<client::Client>()?;

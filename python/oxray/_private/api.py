@@ -14,6 +14,10 @@ from oxray._private import options as opts
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
 
+# Worker output is printed through sys.stdout/sys.stderr until the interpreter exits; registered
+# first, this runs last, after shutdown() (see oxray-py's `output.rs`).
+atexit.register(_native.print_output_raw)
+
 
 def _is_local_host(host: str) -> bool:
     import socket

@@ -368,6 +368,30 @@ def test_print_in_task_reaches_driver_stdout(ray_cluster, capfd):
     assert f"pid={worker_pid}" in line
 
 
+def test_task_output_goes_through_sys_stdout_and_stderr(ray_cluster, capsys):
+    # As Ray's driver prints it: through Python's sys.stdout/sys.stderr, so a notebook cell or a
+    # test's capture (capsys replaces sys.stdout only, not the descriptors) shows it.
+    marker = f"oxray-sys-stdout-{os.getpid()}"
+    ray.get(print_to_both.remote(marker), timeout=TIMEOUT)
+    seen = {"out": "", "err": ""}
+
+    def both_seen():
+        captured = capsys.readouterr()
+        seen["out"] += captured.out
+        seen["err"] += captured.err
+        return f"{marker} out" in seen["out"] and f"{marker} err" in seen["err"]
+
+    assert wait_until(both_seen, timeout=10, interval=0.1), seen
+
+
+@ray.remote
+def print_to_both(marker):
+    import sys
+
+    print(f"{marker} out")
+    print(f"{marker} err", file=sys.stderr)
+
+
 @ray.remote
 def print_marker(marker):
     print(marker)

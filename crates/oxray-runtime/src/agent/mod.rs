@@ -13,7 +13,7 @@ mod service;
 pub mod state;
 mod workers;
 
-pub use workers::print_line as print_worker_line;
+pub use workers::{Sink as OutputSink, print_line as print_worker_line, set_output_sinks};
 
 pub use error::{AgentError, CopyError};
 pub use service::AgentService;

@@ -67,6 +67,18 @@ where
     }
 }
 
+/// Where this process prints worker output, set before the first line is printed (the Python
+/// module sets sinks that write through `sys.stdout`/`sys.stderr`, so notebooks and captures see
+/// it); this process's own stdout and stderr when none was set.
+static OUTPUT_SINKS: std::sync::Mutex<Option<(Sink, Sink)>> = std::sync::Mutex::new(None);
+
+/// Sets where worker output is printed (stdout, stderr); only before the first line is printed.
+pub fn set_output_sinks(out: Sink, err: Sink) {
+    if let Ok(mut sinks) = OUTPUT_SINKS.lock() {
+        *sinks = Some((out, err));
+    }
+}
+
 /// Prints a line of worker output in this process's terminal as `(prefix) line`.
 /// Never blocks the caller (a runtime thread): a printer thread does the writes,
 /// and while the terminal does not keep up (a paused pager, a full pipe) lines
@@ -74,14 +86,18 @@ where
 pub fn print_line(prefix: &str, line: &str, to_stderr: bool) {
     static PRINTER: std::sync::OnceLock<Printer> = std::sync::OnceLock::new();
     PRINTER
-        .get_or_init(|| Printer::spawn(Box::new(std::io::stdout()), Box::new(std::io::stderr()), PRINT_BACKLOG))
+        .get_or_init(|| {
+            let set = OUTPUT_SINKS.lock().ok().and_then(|mut sinks| sinks.take());
+            let (out, err) = set.unwrap_or_else(|| (Box::new(std::io::stdout()), Box::new(std::io::stderr())));
+            Printer::spawn(out, err, PRINT_BACKLOG)
+        })
         .print(format!("({prefix}) {line}\n"), to_stderr);
 }
 
 /// Lines waiting for the terminal before new ones are dropped.
 const PRINT_BACKLOG: usize = 8192;
 
-type Sink = Box<dyn std::io::Write + Send>;
+pub type Sink = Box<dyn std::io::Write + Send>;
 
 /// Hands lines to a thread that writes them, so a blocked terminal never blocks the caller.
 pub(super) struct Printer {
@@ -96,7 +112,7 @@ impl Printer {
         let dropped = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen = dropped.clone();
         let spawned = std::thread::Builder::new().name("oxray-output".into()).spawn(move || {
-            while let Ok((text, to_stderr)) = rx.recv() {
+            while let Ok(first) = rx.recv() {
                 let missed = seen.swap(0, Ordering::Relaxed);
                 if missed > 0 {
                     let _ = writeln!(
@@ -104,8 +120,26 @@ impl Printer {
                         "(oxray) {missed} lines of worker output were not shown here: see the worker logs"
                     );
                 }
-                let sink = if to_stderr { &mut err } else { &mut out };
-                let _ = sink.write_all(text.as_bytes()).and_then(|()| sink.flush());
+                // What else is queued goes in the same writes: one flush per sink and batch (a sink
+                // that writes through Python takes the GIL once per flush, not once per line).
+                let (mut wrote_out, mut wrote_err) = (false, false);
+                for (text, to_stderr) in
+                    std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())).take(256)
+                {
+                    let sink = if to_stderr { &mut err } else { &mut out };
+                    let _ = sink.write_all(text.as_bytes());
+                    if to_stderr {
+                        wrote_err = true;
+                    } else {
+                        wrote_out = true;
+                    }
+                }
+                if wrote_out {
+                    let _ = out.flush();
+                }
+                if wrote_err {
+                    let _ = err.flush();
+                }
             }
         });
         if let Err(e) = spawned {
