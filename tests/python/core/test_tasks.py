@@ -379,7 +379,7 @@ def test_task_output_goes_through_sys_stdout_and_stderr(ray_cluster, capsys):
         captured = capsys.readouterr()
         seen["out"] += captured.out
         seen["err"] += captured.err
-        return f"{marker} out" in seen["out"] and f"{marker} err" in seen["err"]
+        return all(f"{marker} {what}" in seen["out"] for what in ("out", "partial")) and f"{marker} err" in seen["err"]
 
     assert wait_until(both_seen, timeout=10, interval=0.1), seen
 
@@ -390,6 +390,7 @@ def print_to_both(marker):
 
     print(f"{marker} out")
     print(f"{marker} err", file=sys.stderr)
+    print(f"{marker} partial", end=" ")  # no newline: it still comes out while the worker lives on
 
 
 @ray.remote

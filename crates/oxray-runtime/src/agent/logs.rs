@@ -13,6 +13,10 @@ use tonic::Status;
 /// worker's log file keeps the whole line).
 pub(super) const MAX_FORWARDED_LINE: usize = 64 * 1024;
 
+/// How long a line without its newline waits for the rest: then what came is a line of its own,
+/// so `print(x, end=" ")` (a prompt, progress) reaches the driver while the worker carries on.
+const PARTIAL_LINE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The lines of one worker output stream. Bytes that are not UTF-8 become
 /// U+FFFD instead of ending the stream (which would close the pipe and make
 /// the worker's next `print` fail), and a line longer than
@@ -33,6 +37,14 @@ impl<R: AsyncRead + Unpin> OutputLines<R> {
     /// Every byte read is also appended, unchanged, to `log` when given.
     pub(super) async fn next_line(&mut self, mut log: Option<&mut tokio::fs::File>) -> Option<String> {
         loop {
+            let partial = !self.line.is_empty() || self.cut > 0;
+            if partial && self.reader.buffer().is_empty() {
+                // Wait for more only so long (the read keeps what it gets: no byte is lost).
+                let more = tokio::time::timeout(PARTIAL_LINE_WAIT, self.reader.fill_buf()).await;
+                if more.is_err() {
+                    return Some(self.take_line());
+                }
+            }
             let chunk = match self.reader.fill_buf().await {
                 Ok(chunk) => chunk,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -180,5 +192,21 @@ mod tests {
             &lines[0][MAX_FORWARDED_LINE..]
         );
         assert_eq!(lines[1], "next");
+    }
+
+    #[tokio::test]
+    async fn a_line_left_without_its_newline_comes_out_while_the_stream_stays_open() {
+        use tokio::io::AsyncWriteExt;
+        let (mut worker, pipe) = tokio::io::duplex(1024);
+        let mut lines = OutputLines::new(pipe);
+        // `print(i, end=" ")` in a task: no newline comes, and the worker is still there.
+        worker.write_all(b"0 1 2 ").await.unwrap();
+        let partial = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line(None)).await;
+        assert_eq!(partial.expect("the partial line never came out").as_deref(), Some("0 1 2 "));
+        worker.write_all(b"3\nwhole\n").await.unwrap();
+        assert_eq!(lines.next_line(None).await.as_deref(), Some("3"));
+        assert_eq!(lines.next_line(None).await.as_deref(), Some("whole"));
+        drop(worker);
+        assert_eq!(lines.next_line(None).await, None);
     }
 }
