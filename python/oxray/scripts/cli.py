@@ -49,18 +49,18 @@ def _labels(text):
     object of strings. As in Ray, custom labels may not use the `ray.io/` prefix."""
     if not text:
         return {}
-    expected = "expected key=value pairs separated by commas (e.g. 'zone=us-west,tier=gpu') or a JSON object of strings"
+    expected = "Expected key=value pairs separated by commas (e.g. 'zone=us-west,tier=gpu') or a JSON object of strings"
     if text.lstrip().startswith("{"):
         try:
             value = json.loads(text)
         except ValueError as e:
-            _fail(f"--labels={text!r}: {_NOT_A_PAIR} It is not valid JSON ({e}); {expected}")
+            _fail(f"--labels={text!r}: {_NOT_A_PAIR} It is not valid JSON ({e}). {expected}")
     else:
         if len(text) > 1 and text.startswith('"') and text.endswith('"'):
             text = text[1:-1]
         pairs = [p.split("=") for p in text.split(",")] if text else []
         if any(len(pair) != 2 or not pair[0].strip() for pair in pairs):
-            _fail(f"--labels={text!r}: {_NOT_A_PAIR} {expected[0].upper()}{expected[1:]}")
+            _fail(f"--labels={text!r}: {_NOT_A_PAIR} {expected}")
         value = {k.strip(): v.strip() for k, v in pairs}
     return _checked_labels(value, f"--labels={text!r}")
 

@@ -126,22 +126,29 @@ class DriverFailed(subprocess.CalledProcessError):
         return super().__str__() + (f" Last output: {lines[-1].strip()}" if lines else "")
 
 
-def run_string_as_driver(driver_script: str, env=None, encode: str = "utf-8") -> str:
-    """Runs ``driver_script`` in a new Python process; its stdout and stderr together.
-    Raises CalledProcessError when it exits non-zero."""
+def run_driver(driver_script: str, env=None, encode: str = "utf-8", stderr=subprocess.PIPE):
+    """Runs ``driver_script`` as ``python -`` in a new process, to the end: (the finished Popen,
+    its stdout bytes, its stderr bytes or None when ``stderr`` is ``subprocess.STDOUT``)."""
     proc = subprocess.Popen(
         [sys.executable, "-"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=stderr,
         env=driver_env(env),
     )
     with proc:
-        output = proc.communicate(driver_script.encode(encoding=encode))[0]
-        out = output.decode(encode, errors="replace")
-        if proc.returncode:
-            print(out)
-            raise DriverFailed(proc.returncode, proc.args, output, None)
+        out, err = proc.communicate(driver_script.encode(encoding=encode))
+    return proc, out, err
+
+
+def run_string_as_driver(driver_script: str, env=None, encode: str = "utf-8") -> str:
+    """Runs ``driver_script`` in a new Python process; its stdout and stderr together.
+    Raises CalledProcessError when it exits non-zero."""
+    proc, output, _ = run_driver(driver_script, env, encode, stderr=subprocess.STDOUT)
+    out = output.decode(encode, errors="replace")
+    if proc.returncode:
+        print(out)
+        raise DriverFailed(proc.returncode, proc.args, output, None)
     return out
 
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from _ray_compat_shim import lenient_getattr
-from ray._common.test_utils import driver_env, run_string_as_driver, wait_for_condition  # noqa: F401
+from ray._common.test_utils import driver_env, run_driver, run_string_as_driver, wait_for_condition  # noqa: F401
 
 import oxray as ray
 
@@ -51,20 +51,12 @@ def run_string_as_driver_nonblocking(driver_script: str, env=None):
 
 def run_string_as_driver_stdout_stderr(driver_script: str, env=None, encode: str = "utf-8"):
     """Runs ``driver_script`` in a new Python process; its (stdout, stderr)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=driver_env(env),
-    )
-    with proc:
-        out, err = proc.communicate(driver_script.encode(encoding=encode))
-        out, err = out.decode(encode, errors="replace"), err.decode(encode, errors="replace")
-        if proc.returncode:
-            print(out)
-            print(err)
-            raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
+    proc, out, err = run_driver(driver_script, env, encode)
+    out, err = out.decode(encode, errors="replace"), err.decode(encode, errors="replace")
+    if proc.returncode:
+        print(out)
+        print(err)
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
     return out, err
 
 
