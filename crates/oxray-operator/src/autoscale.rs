@@ -1,0 +1,304 @@
+//! The in-tree autoscaler's decision, a pure function: the head's pending
+//! demand and its nodes' use in, each worker group's desired size and the idle
+//! workers to remove out.
+//!
+//! Demand first fills what is free: the nodes' available resources, then the
+//! whole of each worker that is starting or about to be created. What is left
+//! is packed into new workers, of the first group (in spec order) whose worker
+//! can hold it and that is below `maxReplicas`. A group that got no new worker
+//! gives back workers whose nodes have been idle (nothing in use) for the idle
+//! timeout, down to `minReplicas`. Demand no group can hold is reported.
+
+use crate::resources::{ResourceMap, fits, subtract};
+use crate::spec::GroupPlan;
+use std::collections::BTreeSet;
+
+/// At most this many single requests are packed per decision (the rest wait for the next one).
+const MAX_REQUESTS: usize = 10_000;
+
+/// What the head reports (`GET /api/cluster_status`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Demand {
+    /// Shapes of work waiting for resources, each with how many wait.
+    pub requests: Vec<(ResourceMap, u32)>,
+    pub nodes: Vec<NodeUsage>,
+}
+
+/// One live node.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeUsage {
+    /// The node's address (a pod's IP).
+    pub ip: String,
+    pub total: ResourceMap,
+    pub available: ResourceMap,
+    /// How long nothing has been in use on it.
+    pub idle_ms: u64,
+}
+
+/// A worker pod that exists and is not being deleted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerView {
+    pub pod: String,
+    /// Its IP once it has one.
+    pub ip: Option<String>,
+}
+
+/// One group as the decision sees it.
+#[derive(Clone, Debug)]
+pub struct GroupState<'a> {
+    pub plan: &'a GroupPlan,
+    /// The size decided last time (or the spec's `replicas` the first time).
+    pub baseline: i32,
+    pub workers: Vec<WorkerView>,
+}
+
+/// The autoscaler's answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decision {
+    /// Per group, in spec order.
+    pub desired: Vec<i32>,
+    /// Idle workers' pods to delete.
+    pub remove: Vec<String>,
+    /// Shapes no group's worker can hold.
+    pub unschedulable: Vec<ResourceMap>,
+}
+
+/// Free room that demand can fill without a new worker.
+struct Room {
+    available: ResourceMap,
+    /// The node's IP, for a live node (so that it is not removed as idle).
+    node_ip: Option<String>,
+}
+
+/// Decides each group's size for `demand`.
+pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) -> Decision {
+    let mut rooms: Vec<Room> =
+        demand.nodes.iter().map(|n| Room { available: n.available.clone(), node_ip: Some(n.ip.clone()) }).collect();
+    let live_ip = |ip: &Option<String>| ip.as_ref().is_some_and(|ip| demand.nodes.iter().any(|n| &n.ip == ip));
+    for group in groups {
+        let Some(shape) = &group.plan.resources else { continue };
+        let starting = group.workers.iter().filter(|w| !live_ip(&w.ip)).count();
+        let to_create = (group.baseline.max(0) as usize).saturating_sub(group.workers.len());
+        for _ in 0..starting + to_create {
+            rooms.push(Room { available: shape.clone(), node_ip: None });
+        }
+    }
+
+    let mut new_workers: Vec<(usize, ResourceMap)> = Vec::new();
+    let mut added = vec![0i32; groups.len()];
+    let mut used_nodes: BTreeSet<String> = BTreeSet::new();
+    let mut unschedulable: Vec<ResourceMap> = Vec::new();
+    let requests = demand.requests.iter().flat_map(|(shape, n)| std::iter::repeat_n(shape, *n as usize));
+    for request in requests.take(MAX_REQUESTS) {
+        if let Some(room) = rooms.iter_mut().find(|r| fits(request, &r.available)) {
+            subtract(&mut room.available, request);
+            if let Some(ip) = &room.node_ip {
+                used_nodes.insert(ip.clone());
+            }
+            continue;
+        }
+        if let Some((_, left)) = new_workers.iter_mut().find(|(_, left)| fits(request, left)) {
+            subtract(left, request);
+            continue;
+        }
+        let holds = |g: &GroupState<'_>| g.plan.resources.as_ref().is_some_and(|shape| fits(request, shape));
+        let group = groups.iter().enumerate().find(|(i, g)| {
+            holds(g) && i64::from(g.baseline.max(g.workers.len() as i32)) + i64::from(added[*i]) < i64::from(g.plan.max)
+        });
+        match group {
+            // A group could hold it but is at its maxReplicas: it waits.
+            None if groups.iter().any(holds) => {}
+            Some((i, g)) => {
+                let mut left = g.plan.resources.clone().unwrap_or_default();
+                subtract(&mut left, request);
+                new_workers.push((i, left));
+                added[i] += 1;
+            }
+            None => {
+                if !unschedulable.contains(request) {
+                    unschedulable.push(request.clone());
+                }
+            }
+        }
+    }
+
+    let mut desired = Vec::with_capacity(groups.len());
+    let mut remove = Vec::new();
+    for (i, group) in groups.iter().enumerate() {
+        let (min, max) = (group.plan.min, group.plan.max);
+        let mut size = (i64::from(group.baseline) + i64::from(added[i])).clamp(i64::from(min), i64::from(max)) as i32;
+        if added[i] == 0 {
+            let mut idle: Vec<&WorkerView> = group
+                .workers
+                .iter()
+                .filter(|w| {
+                    w.ip.as_ref().is_some_and(|ip| {
+                        !used_nodes.contains(ip)
+                            && demand.nodes.iter().any(|n| &n.ip == ip && n.idle_ms >= idle_timeout_ms)
+                    })
+                })
+                .collect();
+            // The newest (highest-numbered) workers go first.
+            idle.sort_by(|a, b| b.pod.cmp(&a.pod));
+            let existing = group.workers.len() as i32;
+            let keep_at_least = min;
+            let removable = (existing.min(size) - keep_at_least).max(0) as usize;
+            for w in idle.into_iter().take(removable) {
+                remove.push(w.pod.clone());
+                size -= 1;
+            }
+            size = size.max(min);
+        }
+        desired.push(size);
+    }
+    Decision { desired, remove, unschedulable }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, f64)]) -> ResourceMap {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    fn group(name: &str, min: i32, max: i32, cpus: f64) -> GroupPlan {
+        GroupPlan {
+            name: name.to_string(),
+            min,
+            max,
+            replicas: min,
+            resources: Some(map(&[("CPU", cpus)])),
+            args: vec![],
+        }
+    }
+
+    fn worker(pod: &str, ip: Option<&str>) -> WorkerView {
+        WorkerView { pod: pod.to_string(), ip: ip.map(str::to_string) }
+    }
+
+    fn node(ip: &str, total: f64, available: f64, idle_ms: u64) -> NodeUsage {
+        NodeUsage { ip: ip.to_string(), total: map(&[("CPU", total)]), available: map(&[("CPU", available)]), idle_ms }
+    }
+
+    #[test]
+    fn demand_that_does_not_fit_adds_workers_up_to_max() {
+        let g = group("cpu", 0, 3, 2.0);
+        let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
+        // The head has no CPUs; five 2-CPU tasks wait.
+        let demand = Demand { requests: vec![(map(&[("CPU", 2.0)]), 5)], nodes: vec![node("10.0.0.1", 0.0, 0.0, 0)] };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![3], "capped at maxReplicas");
+        assert!(d.remove.is_empty());
+        assert!(d.unschedulable.is_empty(), "it fits a worker; only the cap holds it back");
+    }
+
+    #[test]
+    fn small_requests_are_packed_into_one_worker() {
+        let g = group("cpu", 0, 10, 4.0);
+        let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
+        let demand = Demand { requests: vec![(map(&[("CPU", 1.0)]), 6)], nodes: vec![] };
+        assert_eq!(
+            decide(&groups, &demand, 60_000).desired,
+            vec![2],
+            "6 x 1 CPU fill one 4-CPU worker and half another"
+        );
+    }
+
+    #[test]
+    fn demand_that_fits_free_room_or_starting_workers_adds_nothing() {
+        let g = group("cpu", 0, 10, 2.0);
+        let groups = [GroupState {
+            plan: &g,
+            baseline: 2,
+            workers: vec![worker("c-cpu-0", Some("10.0.0.2")), worker("c-cpu-1", None)],
+        }];
+        // 1 CPU free on the live worker, the starting one will offer 2.
+        let demand = Demand {
+            requests: vec![(map(&[("CPU", 1.0)]), 3)],
+            nodes: vec![node("10.0.0.1", 0.0, 0.0, 0), node("10.0.0.2", 2.0, 1.0, 0)],
+        };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![2]);
+        assert!(d.remove.is_empty());
+    }
+
+    #[test]
+    fn the_first_group_that_fits_grows() {
+        let small = group("small", 0, 5, 1.0);
+        let big = group("big", 0, 5, 8.0);
+        let groups = [
+            GroupState { plan: &small, baseline: 0, workers: vec![] },
+            GroupState { plan: &big, baseline: 0, workers: vec![] },
+        ];
+        let demand = Demand { requests: vec![(map(&[("CPU", 4.0)]), 1), (map(&[("CPU", 1.0)]), 1)], nodes: vec![] };
+        let d = decide(&groups, &demand, 60_000);
+        // The 4-CPU task needs a big worker; the 1-CPU task fits the room left in it.
+        assert_eq!(d.desired, vec![0, 1]);
+    }
+
+    #[test]
+    fn demand_no_group_can_hold_is_reported_not_scaled_for() {
+        let g = group("cpu", 0, 5, 2.0);
+        let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
+        let gpu = map(&[("GPU", 1.0)]);
+        let demand = Demand { requests: vec![(gpu.clone(), 4)], nodes: vec![] };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![0]);
+        assert_eq!(d.unschedulable, vec![gpu], "reported once per shape");
+    }
+
+    #[test]
+    fn idle_workers_are_removed_after_the_timeout_down_to_min() {
+        let g = group("cpu", 1, 5, 2.0);
+        let workers = vec![
+            worker("c-cpu-0", Some("10.0.0.2")),
+            worker("c-cpu-1", Some("10.0.0.3")),
+            worker("c-cpu-2", Some("10.0.0.4")),
+        ];
+        let groups = [GroupState { plan: &g, baseline: 3, workers }];
+        let demand = Demand {
+            requests: vec![],
+            nodes: vec![
+                node("10.0.0.2", 2.0, 2.0, 120_000),
+                node("10.0.0.3", 2.0, 2.0, 120_000),
+                node("10.0.0.4", 2.0, 2.0, 120_000),
+            ],
+        };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![1], "down to minReplicas");
+        assert_eq!(d.remove, vec!["c-cpu-2".to_string(), "c-cpu-1".to_string()], "newest first");
+    }
+
+    #[test]
+    fn workers_idle_for_less_than_the_timeout_or_busy_stay() {
+        let g = group("cpu", 0, 5, 2.0);
+        let workers = vec![worker("c-cpu-0", Some("10.0.0.2")), worker("c-cpu-1", Some("10.0.0.3"))];
+        let groups = [GroupState { plan: &g, baseline: 2, workers }];
+        let demand =
+            Demand { requests: vec![], nodes: vec![node("10.0.0.2", 2.0, 2.0, 59_000), node("10.0.0.3", 2.0, 1.0, 0)] };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![2]);
+        assert!(d.remove.is_empty());
+    }
+
+    #[test]
+    fn an_idle_worker_that_pending_demand_will_use_stays() {
+        let g = group("cpu", 0, 5, 2.0);
+        let groups = [GroupState { plan: &g, baseline: 1, workers: vec![worker("c-cpu-0", Some("10.0.0.2"))] }];
+        let demand =
+            Demand { requests: vec![(map(&[("CPU", 2.0)]), 1)], nodes: vec![node("10.0.0.2", 2.0, 2.0, 600_000)] };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![1]);
+        assert!(d.remove.is_empty());
+    }
+
+    #[test]
+    fn without_demand_the_size_stays_within_bounds() {
+        let g = group("cpu", 2, 4, 2.0);
+        let groups = [GroupState { plan: &g, baseline: 7, workers: vec![] }];
+        assert_eq!(decide(&groups, &Demand::default(), 60_000).desired, vec![4]);
+        let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
+        assert_eq!(decide(&groups, &Demand::default(), 60_000).desired, vec![2]);
+    }
+}

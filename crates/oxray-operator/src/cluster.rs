@@ -1,0 +1,507 @@
+//! An `OxrayCluster`'s reconcile step as a pure function: the cluster and what
+//! the operator observed (its pods, Secret, Service, the head's demand) in; the
+//! objects to create, the pods to delete and the new status out. The
+//! controller (`controller.rs`) does the I/O; `oxray-operator render` prints
+//! the same objects for `podman kube play`.
+
+use crate::autoscale::{self, Demand, GroupState, WorkerView};
+use crate::crd::{Condition, HeadStatus, OxrayCluster, OxrayClusterStatus, WorkerGroupStatus};
+use crate::resources::describe;
+use crate::spec::{self, ClusterPlanSpec, GroupPlan, METRICS_PORT, STATE_DIR, STATE_VOLUME};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, Secret, SecretKeySelector,
+    Service, ServicePort, ServiceSpec, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Every object the operator makes carries this label with the cluster's name.
+pub const CLUSTER_LABEL: &str = "oxray.io/cluster";
+/// `head` or `worker`.
+pub const NODE_TYPE_LABEL: &str = "oxray.io/node-type";
+/// A worker's group.
+pub const GROUP_LABEL: &str = "oxray.io/group";
+/// The Secret's key holding the token.
+pub const TOKEN_KEY: &str = "token";
+/// The env var the `oxray` CLI reads the cluster token from.
+const TOKEN_ENV: &str = "OXRAY_TOKEN";
+/// The env var a worker's command joins (`oxray start --address`).
+pub const HEAD_ADDRESS_ENV: &str = "OXRAY_HEAD_ADDRESS";
+
+/// An object to create.
+#[derive(Clone, Debug)]
+pub enum Child {
+    Secret(Box<Secret>),
+    Service(Box<Service>),
+    Pod(Box<Pod>),
+}
+
+/// One of the cluster's pods, as observed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedPod {
+    pub name: String,
+    /// The worker group; `None` for the head.
+    pub group: Option<String>,
+    /// `Pending`, `Running`, `Succeeded`, `Failed`.
+    pub phase: Option<String>,
+    /// Its `Ready` condition is true.
+    pub ready: bool,
+    /// It has a deletion timestamp.
+    pub deleting: bool,
+    pub ip: Option<String>,
+}
+
+/// What the operator saw of a cluster's parts.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub secret_exists: bool,
+    pub service_exists: bool,
+    pub service_ip: Option<String>,
+    pub pods: Vec<ObservedPod>,
+    /// The head's report, when it could be read (autoscaling needs it).
+    pub demand: Option<Demand>,
+    /// Why the head could not be asked, when it could not.
+    pub demand_error: Option<String>,
+}
+
+/// What to do.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterPlan {
+    pub create: Vec<Child>,
+    pub delete_pods: Vec<String>,
+    pub status: OxrayClusterStatus,
+}
+
+/// The names of the cluster's parts.
+pub fn secret_name(cluster: &str) -> String {
+    format!("{cluster}-token")
+}
+pub fn service_name(cluster: &str) -> String {
+    format!("{cluster}-head-svc")
+}
+pub fn head_pod_name(cluster: &str) -> String {
+    format!("{cluster}-head")
+}
+fn worker_pod_name(cluster: &str, group: &str, index: usize) -> String {
+    format!("{cluster}-worker-{group}-{index}")
+}
+
+/// The reconcile step. `new_token` is used only when the Secret must be made;
+/// `now` is an RFC 3339 time for the conditions.
+pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &str) -> ClusterPlan {
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let previous = cluster.status.clone().unwrap_or_default();
+    let generation = cluster.metadata.generation;
+    let spec = match spec::check(&name, &cluster.spec) {
+        Ok(spec) => spec,
+        Err(message) => {
+            let mut status = previous.clone();
+            status.state = Some("failed".to_string());
+            status.reason = Some(message.clone());
+            status.observed_generation = generation;
+            set_condition(&mut status, &previous, "SpecValid", false, "InvalidSpec", &message, now);
+            set_condition(&mut status, &previous, "Ready", false, "InvalidSpec", "the spec is not valid", now);
+            return ClusterPlan { create: vec![], delete_pods: vec![], status };
+        }
+    };
+    let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let parts = Parts::new(cluster, &name, &namespace, &spec);
+    let mut plan = ClusterPlan::default();
+
+    if !observed.secret_exists {
+        plan.create.push(Child::Secret(Box::new(parts.secret(new_token))));
+    }
+    if !observed.service_exists {
+        plan.create.push(Child::Service(Box::new(parts.service())));
+    }
+
+    // The head: replaced when it ended; made again once the old one is gone.
+    let head = observed.pods.iter().find(|p| p.group.is_none() && p.name == head_pod_name(&name));
+    match head {
+        None => plan.create.push(Child::Pod(Box::new(parts.head_pod()))),
+        Some(p) if !p.deleting && ended(p) => plan.delete_pods.push(p.name.clone()),
+        Some(_) => {}
+    }
+
+    // Workers of groups no longer in the spec, and workers that ended, go.
+    for pod in &observed.pods {
+        let Some(group) = &pod.group else { continue };
+        if pod.deleting {
+            continue;
+        }
+        if !spec.groups.iter().any(|g| &g.name == group) || ended(pod) {
+            plan.delete_pods.push(pod.name.clone());
+        }
+    }
+    let live = |g: &GroupPlan| -> Vec<&ObservedPod> {
+        observed
+            .pods
+            .iter()
+            .filter(|p| p.group.as_deref() == Some(g.name.as_str()) && !p.deleting && !ended(p))
+            .collect()
+    };
+
+    // Each group's size: the spec's, or the autoscaler's.
+    let mut desired: Vec<i32> = spec.groups.iter().map(|g| g.replicas).collect();
+    let mut remove: Vec<String> = Vec::new();
+    if spec.autoscaling {
+        let states: Vec<GroupState<'_>> = spec
+            .groups
+            .iter()
+            .map(|g| GroupState {
+                plan: g,
+                baseline: previous
+                    .worker_groups
+                    .iter()
+                    .find(|s| s.group_name == g.name)
+                    .map_or(g.replicas, |s| s.desired_replicas),
+                workers: live(g).iter().map(|p| WorkerView { pod: p.name.clone(), ip: p.ip.clone() }).collect(),
+            })
+            .collect();
+        match &observed.demand {
+            Some(demand) => {
+                let decision = autoscale::decide(&states, demand, spec.idle_timeout_s.saturating_mul(1000));
+                desired = decision.desired;
+                remove = decision.remove;
+                plan.status.unschedulable_demand = (!decision.unschedulable.is_empty()).then(|| {
+                    let shapes: Vec<String> = decision.unschedulable.iter().map(describe).collect();
+                    format!("no worker group can run work that needs {}", shapes.join(", "))
+                });
+            }
+            None => {
+                desired = states.iter().map(|s| s.baseline.clamp(s.plan.min, s.plan.max)).collect();
+                plan.status.unschedulable_demand = previous.unschedulable_demand.clone();
+            }
+        }
+    }
+
+    let mut groups_status = Vec::new();
+    for (group, want) in spec.groups.iter().zip(&desired) {
+        let pods = live(group);
+        let want = *want as usize;
+        if pods.len() < want {
+            let taken: BTreeSet<&str> = observed.pods.iter().map(|p| p.name.as_str()).collect();
+            let mut index = 0;
+            for _ in pods.len()..want {
+                while taken.contains(worker_pod_name(&name, &group.name, index).as_str()) {
+                    index += 1;
+                }
+                plan.create.push(Child::Pod(Box::new(parts.worker_pod(group, index))));
+                index += 1;
+            }
+        } else if pods.len() > want {
+            let mut order: Vec<&ObservedPod> = pods.clone();
+            // Idle workers the autoscaler picked, then ones not ready, then the newest.
+            order.sort_by_key(|p| (!remove.contains(&p.name), p.ready, std::cmp::Reverse(index_of(&p.name))));
+            plan.delete_pods.extend(order.iter().take(pods.len() - want).map(|p| p.name.clone()));
+        }
+        let ready = pods.iter().filter(|p| p.ready && !plan.delete_pods.contains(&p.name)).count() as i32;
+        groups_status.push(WorkerGroupStatus {
+            group_name: group.name.clone(),
+            replicas: pods.len() as i32,
+            ready_replicas: ready,
+            desired_replicas: want as i32,
+        });
+    }
+
+    let head_ready = head.is_some_and(|p| p.ready && !p.deleting);
+    let status = &mut plan.status;
+    status.head = Some(HeadStatus {
+        service_name: service_name(&name),
+        address: format!("{}.{namespace}.svc:{}", service_name(&name), spec.head_port),
+        dashboard_url: format!("http://{}.{namespace}.svc:{}", service_name(&name), spec.dashboard_port),
+        pod_ip: head.and_then(|p| p.ip.clone()),
+        service_ip: observed.service_ip.clone(),
+    });
+    status.ready_worker_replicas = groups_status.iter().map(|g| g.ready_replicas).sum();
+    status.available_worker_replicas = status.ready_worker_replicas;
+    status.desired_worker_replicas = groups_status.iter().map(|g| g.desired_replicas).sum();
+    let all_workers_ready = groups_status.iter().all(|g| g.ready_replicas >= g.desired_replicas);
+    status.worker_groups = groups_status;
+    status.observed_generation = generation;
+    let ready = head_ready && all_workers_ready;
+    status.state = Some(if ready { "ready" } else { "pending" }.to_string());
+    status.reason = if ready {
+        None
+    } else if !head_ready {
+        Some("waiting for the head pod to be ready".to_string())
+    } else {
+        Some(format!(
+            "waiting for workers: {} of {} ready",
+            status.ready_worker_replicas, status.desired_worker_replicas
+        ))
+    };
+    if spec.autoscaling
+        && let Some(error) = &observed.demand_error
+        && head_ready
+    {
+        status.reason = Some(format!("the autoscaler could not read the head's demand: {error}"));
+    }
+    set_condition(status, &previous, "SpecValid", true, "Valid", "the spec is valid", now);
+    set_condition(
+        status,
+        &previous,
+        "HeadPodReady",
+        head_ready,
+        if head_ready { "HeadPodRunningAndReady" } else { "HeadPodNotReady" },
+        if head_ready { "the head pod is ready" } else { "the head pod is not ready yet" },
+        now,
+    );
+    let message = status.reason.clone().unwrap_or_else(|| "the head and every desired worker are ready".to_string());
+    set_condition(
+        status,
+        &previous,
+        "Ready",
+        ready,
+        if ready { "AllPodsReady" } else { "PodsNotReady" },
+        &message,
+        now,
+    );
+    plan
+}
+
+/// A pod whose containers stopped for good.
+fn ended(pod: &ObservedPod) -> bool {
+    matches!(pod.phase.as_deref(), Some("Failed" | "Succeeded"))
+}
+
+fn index_of(pod: &str) -> usize {
+    pod.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(0)
+}
+
+/// Sets condition `type_`, keeping its transition time when its status did not change.
+fn set_condition(
+    status: &mut OxrayClusterStatus,
+    previous: &OxrayClusterStatus,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    let value = if value { "True" } else { "False" };
+    let since = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == value)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.to_string());
+    status.conditions.retain(|c| c.type_ != type_);
+    status.conditions.push(Condition {
+        type_: type_.to_string(),
+        status: value.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: Some(since),
+    });
+}
+
+/// Renders the cluster's objects.
+pub struct Parts<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    spec: &'a ClusterPlanSpec,
+    cluster: &'a OxrayCluster,
+    owner: Option<OwnerReference>,
+}
+
+impl<'a> Parts<'a> {
+    pub fn new(cluster: &'a OxrayCluster, name: &'a str, namespace: &'a str, spec: &'a ClusterPlanSpec) -> Self {
+        // Without a uid (a manifest not yet applied) there is nothing to own by.
+        let owner = cluster.controller_owner_ref(&());
+        Self { name, namespace, spec, cluster, owner }
+    }
+
+    fn meta(&self, name: String, node_type: Option<&str>, group: Option<&str>) -> ObjectMeta {
+        let mut labels = BTreeMap::from([
+            (CLUSTER_LABEL.to_string(), self.name.to_string()),
+            ("app.kubernetes.io/name".to_string(), "oxray".to_string()),
+            ("app.kubernetes.io/created-by".to_string(), "oxray-operator".to_string()),
+        ]);
+        if let Some(t) = node_type {
+            labels.insert(NODE_TYPE_LABEL.to_string(), t.to_string());
+        }
+        if let Some(g) = group {
+            labels.insert(GROUP_LABEL.to_string(), g.to_string());
+        }
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.to_string()),
+            labels: Some(labels),
+            owner_references: self.owner.clone().map(|o| vec![o]),
+            ..Default::default()
+        }
+    }
+
+    /// The cluster token, private to the cluster's pods.
+    pub fn secret(&self, token: &str) -> Secret {
+        Secret {
+            metadata: self.meta(secret_name(self.name), None, None),
+            type_: Some("Opaque".to_string()),
+            string_data: Some(BTreeMap::from([(TOKEN_KEY.to_string(), token.to_string())])),
+            ..Default::default()
+        }
+    }
+
+    /// The head's Service: gRPC (what workers and drivers join), the Jobs API and dashboard, metrics.
+    pub fn service(&self) -> Service {
+        let selector = BTreeMap::from([
+            (CLUSTER_LABEL.to_string(), self.name.to_string()),
+            (NODE_TYPE_LABEL.to_string(), "head".to_string()),
+        ]);
+        let port = |name: &str, port: u16| ServicePort {
+            name: Some(name.to_string()),
+            port: i32::from(port),
+            target_port: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i32::from(port))),
+            protocol: Some("TCP".to_string()),
+            ..Default::default()
+        };
+        Service {
+            metadata: self.meta(service_name(self.name), Some("head"), None),
+            spec: Some(ServiceSpec {
+                type_: Some(self.spec.service_type.clone()),
+                selector: Some(selector),
+                ports: Some(vec![
+                    port("gcs", self.spec.head_port),
+                    port("dashboard", self.spec.dashboard_port),
+                    port("metrics", METRICS_PORT),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    pub fn head_pod(&self) -> Pod {
+        let template = &self.cluster.spec.head_group_spec.template;
+        let mut line = vec!["exec oxray start --head --block".to_string()];
+        line.push(node_ip_arg());
+        line.extend(self.spec.head_args.iter().map(|a| shell_quote(a)));
+        let ports = vec![
+            container_port("gcs", self.spec.head_port),
+            container_port("dashboard", self.spec.dashboard_port),
+            container_port("metrics", METRICS_PORT),
+        ];
+        let mut pod = self.pod(template, head_pod_name(self.name), "head", None, line.join(" "), ports);
+        if self.spec.head_has_state_volume
+            && let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut())
+        {
+            let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+            if !mounts.iter().any(|m| m.name == STATE_VOLUME) {
+                mounts.push(VolumeMount {
+                    name: STATE_VOLUME.to_string(),
+                    mount_path: STATE_DIR.to_string(),
+                    ..Default::default()
+                });
+            }
+        }
+        pod
+    }
+
+    pub fn worker_pod(&self, group: &GroupPlan, index: usize) -> Pod {
+        let template = self
+            .cluster
+            .spec
+            .worker_group_specs
+            .iter()
+            .find(|g| g.group_name == group.name)
+            .map(|g| &g.template)
+            .cloned()
+            .unwrap_or_default();
+        let mut line = vec![format!("exec oxray start --address=\"${HEAD_ADDRESS_ENV}\" --block")];
+        line.push(node_ip_arg());
+        line.extend(group.args.iter().map(|a| shell_quote(a)));
+        let ports = vec![container_port("metrics", METRICS_PORT)];
+        let name = worker_pod_name(self.name, &group.name, index);
+        let mut pod = self.pod(&template, name, "worker", Some(&group.name), line.join(" "), ports);
+        if let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            container.env.get_or_insert_with(Vec::new).push(EnvVar {
+                name: HEAD_ADDRESS_ENV.to_string(),
+                value: Some(format!("{}.{}.svc:{}", service_name(self.name), self.namespace, self.spec.head_port)),
+                value_from: None,
+            });
+        }
+        pod
+    }
+
+    fn pod(
+        &self,
+        template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+        name: String,
+        node_type: &str,
+        group: Option<&str>,
+        command: String,
+        ports: Vec<ContainerPort>,
+    ) -> Pod {
+        let mut meta = self.meta(name, Some(node_type), group);
+        if let Some(template_meta) = &template.metadata {
+            let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+            for (k, v) in template_meta.labels.iter().flatten() {
+                labels.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            meta.annotations = template_meta.annotations.clone();
+        }
+        let mut pod_spec: PodSpec = template.spec.clone().unwrap_or_default();
+        if let Some(container) = pod_spec.containers.first_mut() {
+            set_oxray_container(container, self.name, command, ports);
+        }
+        Pod { metadata: meta, spec: Some(pod_spec), status: None }
+    }
+}
+
+/// The pod's IP (the downward API), else what `hostname -i` says (for runtimes without it).
+fn node_ip_arg() -> String {
+    "--node-ip-address=\"${OXRAY_POD_IP:-$(hostname -i | cut -d' ' -f1)}\"".to_string()
+}
+
+fn container_port(name: &str, port: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.to_string()),
+        container_port: i32::from(port),
+        protocol: Some("TCP".to_string()),
+        ..Default::default()
+    }
+}
+
+fn set_oxray_container(container: &mut Container, cluster: &str, command: String, ports: Vec<ContainerPort>) {
+    container.command = Some(vec!["/bin/sh".to_string(), "-c".to_string()]);
+    container.args = Some(vec![command]);
+    let env = container.env.get_or_insert_with(Vec::new);
+    let field = |path: &str| EnvVarSource {
+        field_ref: Some(ObjectFieldSelector { field_path: path.to_string(), api_version: None }),
+        ..Default::default()
+    };
+    env.push(EnvVar {
+        name: TOKEN_ENV.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret_name(cluster),
+                key: TOKEN_KEY.to_string(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+    });
+    env.push(EnvVar { name: "OXRAY_POD_IP".to_string(), value: None, value_from: Some(field("status.podIP")) });
+    env.push(EnvVar { name: "OXRAY_POD_NAME".to_string(), value: None, value_from: Some(field("metadata.name")) });
+    let existing = container.ports.get_or_insert_with(Vec::new);
+    for port in ports {
+        if !existing.iter().any(|p| p.container_port == port.container_port) {
+            existing.push(port);
+        }
+    }
+}
+
+/// `--key=value` quoted for `sh` (single quotes, with `'` written as `'\''`).
+fn shell_quote(arg: &str) -> String {
+    if arg.chars().all(|c| c.is_ascii_alphanumeric() || "-=_.,/:@".contains(c)) {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests;

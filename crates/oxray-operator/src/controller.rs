@@ -1,0 +1,443 @@
+//! The controllers: watch `OxrayCluster`s, `OxrayJob`s and what they own,
+//! observe, call the pure reconcile steps (`cluster::plan`, `job::plan`) and
+//! carry out what they return against the API server. A finalizer on each
+//! resource deletes what it owns before it goes (owner references let
+//! Kubernetes' garbage collector do the same; the finalizer does not rely on it).
+
+use crate::autoscale::Demand;
+use crate::cluster::{self, CLUSTER_LABEL, Child, Observed, ObservedPod, TOKEN_KEY};
+use crate::crd::{OxrayCluster, OxrayJob};
+use crate::head_api::HeadClient;
+use crate::job::{self, ClusterView, JobObserved};
+use crate::spec;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The finalizer on every `OxrayCluster` and `OxrayJob`.
+pub const FINALIZER: &str = "oxray.io/finalizer";
+
+/// How the operator reaches a cluster's head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum HeadVia {
+    /// The head Service's DNS name (the operator runs in the cluster).
+    Service,
+    /// The head pod's IP (the operator runs where pod IPs are routable but Service DNS is not).
+    PodIp,
+}
+
+/// The operator's settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Watch one namespace, or all.
+    pub namespace: Option<String>,
+    pub head_via: HeadVia,
+    /// How often a cluster is looked at again without an event (autoscaling, job status).
+    pub poll: Duration,
+}
+
+struct Context {
+    client: Client,
+    head: HeadClient,
+    settings: Settings,
+}
+
+/// A reconcile step that failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReconcileError(String);
+
+impl From<kube::Error> for ReconcileError {
+    fn from(e: kube::Error) -> Self {
+        Self(e.to_string())
+    }
+}
+
+/// Runs both controllers until the process is stopped.
+pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
+    let ctx = Arc::new(Context { client: client.clone(), head: HeadClient::new(), settings: settings.clone() });
+    let clusters: Api<OxrayCluster> = api_for(&client, &settings.namespace);
+    let jobs: Api<OxrayJob> = api_for(&client, &settings.namespace);
+    let owned = || watcher::Config::default().labels(CLUSTER_LABEL);
+    let cluster_controller = Controller::new(clusters.clone(), watcher::Config::default())
+        .owns(api_for::<Pod>(&client, &settings.namespace), owned())
+        .owns(api_for::<Service>(&client, &settings.namespace), owned())
+        .owns(api_for::<Secret>(&client, &settings.namespace), owned())
+        .shutdown_on_signal()
+        .run(reconcile_cluster, retry_later, ctx.clone())
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::warn!("cluster reconcile: {e}");
+            }
+        });
+    let job_controller = Controller::new(jobs, watcher::Config::default())
+        .owns(clusters, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile_job, retry_later, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::warn!("job reconcile: {e}");
+            }
+        });
+    tracing::info!("oxray-operator is watching OxrayClusters and OxrayJobs");
+    futures::join!(cluster_controller, job_controller);
+    Ok(())
+}
+
+fn api_for<K>(client: &Client, namespace: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn retry_later<K>(_: Arc<K>, error: &ReconcileError, _: Arc<Context>) -> Action {
+    tracing::warn!("will retry: {error}");
+    Action::requeue(Duration::from_secs(5))
+}
+
+fn now_rfc3339() -> String {
+    jiff::Timestamp::now().to_string()
+}
+
+/// Whether `meta` lists `uid` as an owner.
+fn owned_by(owners: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>, uid: &str) -> bool {
+    owners.is_some_and(|o| o.iter().any(|o| o.uid == uid))
+}
+
+/// Adds the finalizer (a merge patch: the whole list, as observed, plus ours).
+async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let mut finalizers = object.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers}});
+    api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+async fn remove_finalizer<K>(api: &Api<K>, object: &K) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+{
+    let finalizers: Vec<&String> = object.finalizers().iter().filter(|f| *f != FINALIZER).collect();
+    let patch = json!({"metadata": {"finalizers": finalizers}});
+    match api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+async fn delete_quietly<K>(api: &Api<K>, name: &str) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A JSON merge patch taking `old` to `new`: keys that went away become `null`.
+fn merge_patch(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in n {
+                patch.insert(k.clone(), merge_patch(o.get(k).unwrap_or(&Value::Null), v));
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+async fn patch_status<K, S>(api: &Api<K>, name: &str, old: Option<&S>, new: &S) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+    S: Serialize + PartialEq,
+{
+    if old == Some(new) {
+        return Ok(());
+    }
+    let old = old.map(|s| serde_json::to_value(s).unwrap_or(Value::Null)).unwrap_or(Value::Null);
+    let new = serde_json::to_value(new).map_err(|e| ReconcileError(e.to_string()))?;
+    let patch = json!({"status": merge_patch(&old, &new)});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+/// The cluster token from its Secret (`data`, or `stringData` where nothing converted it).
+fn token_of(secret: &Secret) -> Option<String> {
+    if let Some(bytes) = secret.data.as_ref().and_then(|d| d.get(TOKEN_KEY)) {
+        return String::from_utf8(bytes.0.clone()).ok();
+    }
+    secret.string_data.as_ref().and_then(|d| d.get(TOKEN_KEY)).cloned()
+}
+
+fn observe_pod(pod: &Pod) -> ObservedPod {
+    let labels = pod.labels();
+    let group = (labels.get(cluster::NODE_TYPE_LABEL).map(String::as_str) == Some("worker"))
+        .then(|| labels.get(cluster::GROUP_LABEL).cloned().unwrap_or_default());
+    let status = pod.status.as_ref();
+    ObservedPod {
+        name: pod.name_any(),
+        group,
+        phase: status.and_then(|s| s.phase.clone()),
+        ready: status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        ip: status.and_then(|s| s.pod_ip.clone()).filter(|ip| !ip.is_empty()),
+    }
+}
+
+/// The head's Jobs API and dashboard, as this operator reaches it.
+fn head_url(settings: &Settings, namespace: &str, cluster: &str, pod_ip: Option<&str>, port: u16) -> Option<String> {
+    match settings.head_via {
+        HeadVia::Service => Some(format!("http://{}.{namespace}.svc:{port}", cluster::service_name(cluster))),
+        HeadVia::PodIp => pod_ip.map(|ip| format!("http://{ip}:{port}")),
+    }
+}
+
+async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let name = oc.name_any();
+    let namespace = oc.namespace().unwrap_or_else(|| "default".to_string());
+    let uid = oc.uid().unwrap_or_default();
+    let clusters: Api<OxrayCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = ListParams::default().labels(&format!("{CLUSTER_LABEL}={name}"));
+    let own = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.labels.as_ref().and_then(|l| l.get(CLUSTER_LABEL)) == Some(&name)
+            && owned_by(meta.owner_references.as_ref(), &uid)
+    };
+
+    if oc.metadata.deletion_timestamp.is_some() {
+        if oc.finalizers().iter().any(|f| f == FINALIZER) {
+            for pod in pods.list(&selector).await?.items.iter().filter(|p| own(&p.metadata)) {
+                delete_quietly(&pods, &pod.name_any()).await?;
+            }
+            for service in services.list(&selector).await?.items.iter().filter(|s| own(&s.metadata)) {
+                delete_quietly(&services, &service.name_any()).await?;
+            }
+            for secret in secrets.list(&selector).await?.items.iter().filter(|s| own(&s.metadata)) {
+                delete_quietly(&secrets, &secret.name_any()).await?;
+            }
+            remove_finalizer(&clusters, oc.as_ref()).await?;
+            tracing::info!("cluster {namespace}/{name}: deleted its pods, Service and Secret");
+        }
+        return Ok(Action::await_change());
+    }
+    if !oc.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(&clusters, oc.as_ref()).await?;
+    }
+
+    let pod_list: Vec<Pod> = pods.list(&selector).await?.items.into_iter().filter(|p| own(&p.metadata)).collect();
+    let observed_pods: Vec<ObservedPod> = pod_list.iter().map(observe_pod).collect();
+    let secret = secrets.get_opt(&cluster::secret_name(&name)).await?;
+    let service = services.get_opt(&cluster::service_name(&name)).await?;
+    let mut observed = Observed {
+        secret_exists: secret.is_some(),
+        service_exists: service.is_some(),
+        service_ip: service.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| s.cluster_ip.clone()),
+        pods: observed_pods,
+        demand: None,
+        demand_error: None,
+    };
+    let checked = spec::check(&name, &oc.spec);
+    let head = observed.pods.iter().find(|p| p.group.is_none() && p.ready && !p.deleting);
+    if let (Ok(checked), Some(head), Some(secret)) = (&checked, head, &secret)
+        && checked.autoscaling
+    {
+        let url = head_url(&ctx.settings, &namespace, &name, head.ip.as_deref(), checked.dashboard_port);
+        match (url, token_of(secret)) {
+            (Some(url), Some(token)) => match ctx.head.demand(&url, &token).await {
+                Ok(demand) => observed.demand = Some(demand),
+                Err(e) => observed.demand_error = Some(e),
+            },
+            (None, _) => observed.demand_error = Some("the head pod has no IP yet".to_string()),
+            (_, None) => observed.demand_error = Some(format!("Secret {} has no token", cluster::secret_name(&name))),
+        }
+    }
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    let plan = cluster::plan(&oc, &observed, &token, &now_rfc3339());
+    log_demand(&name, observed.demand.as_ref(), &plan);
+
+    for child in &plan.create {
+        let created = match child {
+            Child::Secret(s) => secrets.create(&PostParams::default(), s).await.map(|_| ()),
+            Child::Service(s) => services.create(&PostParams::default(), s).await.map(|_| ()),
+            Child::Pod(p) => pods.create(&PostParams::default(), p).await.map(|_| ()),
+        };
+        match created {
+            Ok(()) => {}
+            Err(e) if is_conflict(&e) => {} // made by an earlier step whose event has not arrived yet
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for pod in &plan.delete_pods {
+        delete_quietly(&pods, pod).await?;
+    }
+    patch_status(&clusters, &name, oc.status.as_ref(), &plan.status).await?;
+    let autoscaling = checked.as_ref().is_ok_and(|c| c.autoscaling);
+    let settled =
+        plan.status.state.as_deref() == Some("ready") && plan.create.is_empty() && plan.delete_pods.is_empty();
+    Ok(if autoscaling || !settled {
+        Action::requeue(ctx.settings.poll)
+    } else {
+        Action::requeue(Duration::from_secs(300))
+    })
+}
+
+fn log_demand(name: &str, demand: Option<&Demand>, plan: &cluster::ClusterPlan) {
+    let Some(demand) = demand else { return };
+    let creating = plan.create.iter().filter(|c| matches!(c, Child::Pod(_))).count();
+    if creating > 0 || !plan.delete_pods.is_empty() {
+        let waiting: u32 = demand.requests.iter().map(|(_, n)| n).sum();
+        tracing::info!(
+            "cluster {name}: {waiting} request(s) waiting; adding {creating} pod(s), removing {:?}",
+            plan.delete_pods
+        );
+    }
+}
+
+async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let name = oj.name_any();
+    let namespace = oj.namespace().unwrap_or_else(|| "default".to_string());
+    let jobs: Api<OxrayJob> = Api::namespaced(ctx.client.clone(), &namespace);
+    let clusters: Api<OxrayCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let target = job::cluster_of(&oj);
+
+    if oj.metadata.deletion_timestamp.is_some() {
+        if oj.finalizers().iter().any(|f| f == FINALIZER) {
+            if let Ok((cluster_name, true)) = &target
+                && let Some(c) = clusters.get_opt(cluster_name).await?
+                && owned_by(c.metadata.owner_references.as_ref(), &oj.uid().unwrap_or_default())
+            {
+                delete_quietly(&clusters, cluster_name).await?;
+            }
+            remove_finalizer(&jobs, oj.as_ref()).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !oj.finalizers().iter().any(|f| f == FINALIZER) {
+        add_finalizer(&jobs, oj.as_ref()).await?;
+    }
+
+    let mut observed = JobObserved { now_s: jiff::Timestamp::now().as_second(), ..Default::default() };
+    let mut head: Option<(String, String)> = None;
+    if let Ok((cluster_name, _)) = &target
+        && let Some(c) = clusters.get_opt(cluster_name).await?
+        && c.metadata.deletion_timestamp.is_none()
+    {
+        let status = c.status.clone().unwrap_or_default();
+        let port = spec::check(cluster_name, &c.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
+        let pod_ip = status.head.as_ref().and_then(|h| h.pod_ip.clone());
+        let url = head_url(&ctx.settings, &namespace, cluster_name, pod_ip.as_deref(), port);
+        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+        let token = secrets.get_opt(&cluster::secret_name(cluster_name)).await?.as_ref().and_then(token_of);
+        let ready = status.state.as_deref() == Some("ready") && url.is_some() && token.is_some();
+        observed.cluster = ClusterView {
+            exists: true,
+            ready,
+            failed: (status.state.as_deref() == Some("failed")).then(|| status.reason.clone().unwrap_or_default()),
+            dashboard_url: status.head.as_ref().map(|h| h.dashboard_url.clone()),
+        };
+        if let (Some(url), Some(token)) = (url, token) {
+            head = Some((url, token));
+        }
+    }
+    let running = oj.status.as_ref().is_some_and(|s| {
+        s.job_id.is_some() && !matches!(s.job_deployment_status.as_deref(), Some("Complete" | "Failed"))
+    });
+    if running
+        && let Some((url, token)) = &head
+        && let Some(id) = oj.status.as_ref().and_then(|s| s.job_id.clone())
+    {
+        observed.job = Some(ctx.head.job(url, token, &id).await);
+    }
+
+    let plan = job::plan(&oj, &observed);
+    if let Some(cluster) = &plan.create_cluster {
+        match clusters.create(&PostParams::default(), cluster).await {
+            Ok(_) => {}
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut status = plan.status.clone();
+    if let Some(body) = &plan.submit {
+        let Some((url, token)) = &head else {
+            return Err(ReconcileError("the cluster is ready but its head is not reachable".to_string()));
+        };
+        match ctx.head.submit_job(url, token, body).await {
+            Ok(_) => tracing::info!("job {namespace}/{name}: submitted as {}", body["submission_id"]),
+            Err(e) => {
+                // Not submitted: keep trying, saying why.
+                status = oj.status.clone().unwrap_or_default();
+                status.message = Some(format!("could not submit: {e}"));
+                patch_status(&jobs, &name, oj.status.as_ref(), &status).await?;
+                return Ok(Action::requeue(ctx.settings.poll));
+            }
+        }
+    }
+    if plan.delete_cluster
+        && let Ok((cluster_name, true)) = &target
+    {
+        delete_quietly(&clusters, cluster_name).await?;
+        tracing::info!("job {namespace}/{name}: finished; deleted its cluster {cluster_name}");
+    }
+    patch_status(&jobs, &name, oj.status.as_ref(), &status).await?;
+    let finished = matches!(status.job_deployment_status.as_deref(), Some("Complete" | "Failed"));
+    let waiting_to_delete = finished
+        && oj.spec.shutdown_after_job_finishes.unwrap_or(false)
+        && status.cluster_deleted != Some(true)
+        && oj.spec.ray_cluster_spec.is_some();
+    Ok(if !finished || waiting_to_delete { Action::requeue(ctx.settings.poll) } else { Action::await_change() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_patch_nulls_what_went_away() {
+        let old = json!({"state": "pending", "reason": "waiting", "head": {"podIp": "1.2.3.4", "address": "a"}});
+        let new = json!({"state": "ready", "head": {"address": "a"}});
+        assert_eq!(
+            merge_patch(&old, &new),
+            json!({"state": "ready", "reason": null, "head": {"podIp": null, "address": "a"}})
+        );
+    }
+}
