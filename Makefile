@@ -22,6 +22,8 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet "playwright>=1.50,<2"
 	# The dashboard's live profiling runs py-spy on the workers' node.
 	$(PIP) install --quiet "py-spy>=0.4"
+	# The operator's tests run it against kmock's emulated Kubernetes API (tests/python/k8s).
+	$(PIP) install --quiet "kmock>=0.8,<1"
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || { echo "the dashboard tests need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	touch $@

@@ -23,6 +23,9 @@ impl ClusterState for ManyActors {
     fn nodes(&self) -> Vec<NodeRow> {
         Vec::new()
     }
+    fn load_metrics_report(&self) -> serde_json::Value {
+        serde_json::json!({"usage": {}, "resourceDemand": [], "pgDemand": [], "nodes": []})
+    }
     fn actors(&self) -> Vec<ActorRow> {
         (0..self.0)
             .map(|i| ActorRow {

@@ -126,7 +126,9 @@ pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) 
     let mut remove = Vec::new();
     for (i, group) in groups.iter().enumerate() {
         let (min, max) = (group.plan.min, group.plan.max);
-        let mut size = (i64::from(group.baseline) + i64::from(added[i])).clamp(i64::from(min), i64::from(max)) as i32;
+        // Workers that exist stay unless idle: the last decision may not have been recorded yet.
+        let base = group.baseline.max(group.workers.len() as i32);
+        let mut size = (i64::from(base) + i64::from(added[i])).clamp(i64::from(min), i64::from(max)) as i32;
         if added[i] == 0 {
             let mut idle: Vec<&WorkerView> = group
                 .workers
@@ -290,6 +292,18 @@ mod tests {
             Demand { requests: vec![(map(&[("CPU", 2.0)]), 1)], nodes: vec![node("10.0.0.2", 2.0, 2.0, 600_000)] };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![1]);
+        assert!(d.remove.is_empty());
+    }
+
+    #[test]
+    fn starting_workers_the_last_decision_did_not_record_are_kept() {
+        let g = group("cpu", 0, 5, 1.0);
+        let workers = vec![worker("c-cpu-0", None), worker("c-cpu-1", None), worker("c-cpu-2", None)];
+        // The status still says 0 (its update has not been seen), the pods exist and the demand waits for them.
+        let groups = [GroupState { plan: &g, baseline: 0, workers }];
+        let demand = Demand { requests: vec![(map(&[("CPU", 1.0)]), 3)], nodes: vec![] };
+        let d = decide(&groups, &demand, 60_000);
+        assert_eq!(d.desired, vec![3]);
         assert!(d.remove.is_empty());
     }
 

@@ -29,6 +29,18 @@ const TOKEN_ENV: &str = "OXRAY_TOKEN";
 /// The env var a worker's command joins (`oxray start --address`).
 pub const HEAD_ADDRESS_ENV: &str = "OXRAY_HEAD_ADDRESS";
 
+/// The worker's init container: waits until the head's port answers.
+const WAIT_FOR_HEAD: &str = "import os, socket, time
+host, port = os.environ['OXRAY_HEAD_ADDRESS'].rsplit(':', 1)
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+        break
+    except OSError as e:
+        print(f'waiting for the head at {host}:{port}: {e}', flush=True)
+        time.sleep(2)
+";
+
 /// An object to create.
 #[derive(Clone, Debug)]
 pub enum Child {
@@ -415,12 +427,24 @@ impl<'a> Parts<'a> {
         let ports = vec![container_port("metrics", METRICS_PORT)];
         let name = worker_pod_name(self.name, &group.name, index);
         let mut pod = self.pod(&template, name, "worker", Some(&group.name), line.join(" "), ports);
-        if let Some(container) = pod.spec.as_mut().and_then(|s| s.containers.first_mut()) {
-            container.env.get_or_insert_with(Vec::new).push(EnvVar {
-                name: HEAD_ADDRESS_ENV.to_string(),
-                value: Some(format!("{}.{}.svc:{}", service_name(self.name), self.namespace, self.spec.head_port)),
-                value_from: None,
-            });
+        let address = EnvVar {
+            name: HEAD_ADDRESS_ENV.to_string(),
+            value: Some(format!("{}.{}.svc:{}", service_name(self.name), self.namespace, self.spec.head_port)),
+            value_from: None,
+        };
+        if let Some(spec) = pod.spec.as_mut() {
+            let Some(container) = spec.containers.first_mut() else { return pod };
+            container.env.get_or_insert_with(Vec::new).push(address.clone());
+            // A worker that starts before the head would fail to join: wait for the head's port first (KubeRay's wait-gcs-ready).
+            let wait = Container {
+                name: "wait-for-head".to_string(),
+                image: container.image.clone(),
+                image_pull_policy: container.image_pull_policy.clone(),
+                command: Some(vec!["python3".to_string(), "-c".to_string(), WAIT_FOR_HEAD.to_string()]),
+                env: Some(vec![address]),
+                ..Default::default()
+            };
+            spec.init_containers.get_or_insert_with(Vec::new).insert(0, wait);
         }
         pod
     }

@@ -74,23 +74,27 @@ pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
         .owns(api_for::<Secret>(&client, &settings.namespace), owned())
         .shutdown_on_signal()
         .run(reconcile_cluster, retry_later, ctx.clone())
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::warn!("cluster reconcile: {e}");
-            }
-        });
+        .for_each(|result| async move { log_failure("cluster", result) });
     let job_controller = Controller::new(jobs, watcher::Config::default())
         .owns(clusters, watcher::Config::default())
         .shutdown_on_signal()
         .run(reconcile_job, retry_later, ctx)
-        .for_each(|result| async move {
-            if let Err(e) = result {
-                tracing::warn!("job reconcile: {e}");
-            }
-        });
+        .for_each(|result| async move { log_failure("job", result) });
     tracing::info!("oxray-operator is watching OxrayClusters and OxrayJobs");
     futures::join!(cluster_controller, job_controller);
     Ok(())
+}
+
+/// Logs a failed reconcile; an object deleted before its turn came is not a failure.
+fn log_failure<T, E: std::error::Error>(
+    what: &str,
+    result: Result<T, kube::runtime::controller::Error<E, watcher::Error>>,
+) {
+    match result {
+        Ok(_) => {}
+        Err(kube::runtime::controller::Error::ObjectNotFound(object)) => tracing::debug!("{what} {object} is gone"),
+        Err(e) => tracing::warn!("{what} reconcile: {e}"),
+    }
 }
 
 fn api_for<K>(client: &Client, namespace: &Option<String>) -> Api<K>
@@ -145,6 +149,18 @@ where
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// `get`, with any 404 as `None` (kube's `get_opt` wants the reason `NotFound` too).
+async fn get_opt<K>(api: &Api<K>, name: &str) -> Result<Option<K>, ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    match api.get(name).await {
+        Ok(object) => Ok(Some(object)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -265,8 +281,8 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
 
     let pod_list: Vec<Pod> = pods.list(&selector).await?.items.into_iter().filter(|p| own(&p.metadata)).collect();
     let observed_pods: Vec<ObservedPod> = pod_list.iter().map(observe_pod).collect();
-    let secret = secrets.get_opt(&cluster::secret_name(&name)).await?;
-    let service = services.get_opt(&cluster::service_name(&name)).await?;
+    let secret = get_opt(&secrets, &cluster::secret_name(&name)).await?;
+    let service = get_opt(&services, &cluster::service_name(&name)).await?;
     let mut observed = Observed {
         secret_exists: secret.is_some(),
         service_exists: service.is_some(),
@@ -342,7 +358,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     if oj.metadata.deletion_timestamp.is_some() {
         if oj.finalizers().iter().any(|f| f == FINALIZER) {
             if let Ok((cluster_name, true)) = &target
-                && let Some(c) = clusters.get_opt(cluster_name).await?
+                && let Some(c) = get_opt(&clusters, cluster_name).await?
                 && owned_by(c.metadata.owner_references.as_ref(), &oj.uid().unwrap_or_default())
             {
                 delete_quietly(&clusters, cluster_name).await?;
@@ -358,7 +374,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     let mut observed = JobObserved { now_s: jiff::Timestamp::now().as_second(), ..Default::default() };
     let mut head: Option<(String, String)> = None;
     if let Ok((cluster_name, _)) = &target
-        && let Some(c) = clusters.get_opt(cluster_name).await?
+        && let Some(c) = get_opt(&clusters, cluster_name).await?
         && c.metadata.deletion_timestamp.is_none()
     {
         let status = c.status.clone().unwrap_or_default();
@@ -366,7 +382,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         let pod_ip = status.head.as_ref().and_then(|h| h.pod_ip.clone());
         let url = head_url(&ctx.settings, &namespace, cluster_name, pod_ip.as_deref(), port);
         let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        let token = secrets.get_opt(&cluster::secret_name(cluster_name)).await?.as_ref().and_then(token_of);
+        let token = get_opt(&secrets, &cluster::secret_name(cluster_name)).await?.as_ref().and_then(token_of);
         let ready = status.state.as_deref() == Some("ready") && url.is_some() && token.is_some();
         observed.cluster = ClusterView {
             exists: true,

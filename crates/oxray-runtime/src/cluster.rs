@@ -26,7 +26,7 @@ use oxray_proto::node_job_service_server::NodeJobServiceServer;
 use oxray_proto::node_state_service_server::NodeStateServiceServer;
 use oxray_proto::peer_service_server::PeerServiceServer;
 use oxray_proto::worker_service_server::WorkerServiceServer;
-use oxray_proto::{HeartbeatRequest, NodeInfo, NodeStats, RegisterNodeRequest};
+use oxray_proto::{HeartbeatRequest, NodeInfo, NodeStats, RegisterNodeRequest, ResourceDemand};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -551,8 +551,16 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
             let sample = sampler.sample(&beat_agent).await;
             *beat_latest.lock() = Some(sample.clone());
             let stats = Some(sample);
-            let available = beat_agent.state.lock().reported_available().to_map();
-            match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available, stats }).await {
+            let (available, demand) = {
+                let st = beat_agent.state.lock();
+                let demand = st
+                    .pending_demand()
+                    .into_iter()
+                    .map(|(shape, count)| ResourceDemand { shape: shape.to_map(), count })
+                    .collect::<Vec<_>>();
+                (st.reported_available().to_map(), demand)
+            };
+            match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available, stats, demand }).await {
                 Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     // A head that restarted without this node on record: register again.

@@ -207,6 +207,10 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
 }
 
 impl ClusterState for HeadClusterState {
+    fn load_metrics_report(&self) -> serde_json::Value {
+        self.0.load_metrics_report()
+    }
+
     fn nodes(&self) -> Vec<NodeRow> {
         let latest = self.0.latest_samples();
         self.0

@@ -13,7 +13,8 @@ use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty,
     GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo,
     NodeStats, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
-    RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest, TrainRunUpdate,
+    PlacementStrategy, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
+    ResourceDemand, TrainRunUpdate,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -79,11 +80,30 @@ struct NodeRecord {
     last_seen: Instant,
     /// The node's samples within the metrics window, oldest first.
     samples: std::collections::VecDeque<NodeStats>,
+    /// Work queued on the node that waits for resources (its last beat's).
+    demand: Vec<ResourceDemand>,
+    /// Since when none of its resources has been in use (`None`: in use now).
+    idle_since: Option<Instant>,
 }
 
 impl NodeRecord {
     fn new(info: NodeInfo, last_seen: Instant) -> Self {
-        Self { info, last_seen, samples: std::collections::VecDeque::new() }
+        Self {
+            info,
+            last_seen,
+            samples: std::collections::VecDeque::new(),
+            demand: Vec::new(),
+            idle_since: Some(last_seen),
+        }
+    }
+
+    /// Nothing is in use: every resource but the object store (which objects, not work, fill) is all there.
+    fn unused(&self) -> bool {
+        self.info
+            .total
+            .iter()
+            .filter(|(name, _)| name.as_str() != "object_store_memory")
+            .all(|(name, total)| self.info.available.get(name).is_some_and(|a| (a - total).abs() < 1e-6))
     }
 }
 
@@ -610,6 +630,73 @@ impl Head {
         self.changes.subscribe()
     }
 
+    /// What an autoscaler needs (Ray's `/api/cluster_status` `loadMetricsReport`):
+    /// the work waiting for resources on live nodes, summed by shape
+    /// (`resourceDemand`), the placement groups not yet placed (`pgDemand`), the
+    /// cluster's use (`usage`) and each live node's resources and idle time (`nodes`).
+    pub fn load_metrics_report(&self) -> serde_json::Value {
+        use serde_json::json;
+        let nodes = self.nodes.lock();
+        let live: Vec<&NodeRecord> = nodes.values().filter(|r| r.last_seen.elapsed() < NODE_TIMEOUT).collect();
+        let mut demand: Vec<(std::collections::BTreeMap<String, f64>, u64)> = Vec::new();
+        for record in &live {
+            for d in &record.demand {
+                let shape: std::collections::BTreeMap<String, f64> = d.shape.clone().into_iter().collect();
+                match demand.iter_mut().find(|(s, _)| *s == shape) {
+                    Some((_, n)) => *n += u64::from(d.count),
+                    None => demand.push((shape, u64::from(d.count))),
+                }
+            }
+        }
+        let mut usage: std::collections::BTreeMap<String, (f64, f64)> = std::collections::BTreeMap::new();
+        let mut node_rows = Vec::new();
+        for record in &live {
+            for (name, total) in &record.info.total {
+                let available = record.info.available.get(name).copied().unwrap_or(0.0);
+                let entry = usage.entry(name.clone()).or_default();
+                entry.0 += total - available;
+                entry.1 += total;
+            }
+            let sorted = |m: &HashMap<String, f64>| {
+                m.iter().map(|(k, v)| (k.clone(), *v)).collect::<std::collections::BTreeMap<_, _>>()
+            };
+            node_rows.push(json!({
+                "nodeId": hex::encode(&record.info.node_id),
+                "nodeIp": record.info.ip,
+                "isHead": record.info.is_head,
+                "resourcesTotal": sorted(&record.info.total),
+                "resourcesAvailable": sorted(&record.info.available),
+                "idleDurationMs": record.idle_since.map_or(0, |s| s.elapsed().as_millis() as u64),
+                "labels": record.info.labels,
+            }));
+        }
+        drop(nodes);
+        let strategy = |s: i32| match PlacementStrategy::try_from(s).unwrap_or(PlacementStrategy::Pack) {
+            PlacementStrategy::StrictPack => "STRICT_PACK",
+            PlacementStrategy::Spread => "SPREAD",
+            PlacementStrategy::StrictSpread => "STRICT_SPREAD",
+            _ => "PACK",
+        };
+        let pg_demand: Vec<serde_json::Value> = self
+            .groups
+            .lock()
+            .values()
+            .filter(|g| g.state() == PlacementGroupState::Pending)
+            .filter_map(|g| g.spec.as_ref())
+            .map(|spec| {
+                let bundles: Vec<std::collections::BTreeMap<String, f64>> =
+                    spec.bundles.iter().map(|b| b.resources.clone().into_iter().collect()).collect();
+                json!({"strategy": strategy(spec.strategy), "bundles": bundles})
+            })
+            .collect();
+        json!({
+            "usage": usage.into_iter().map(|(k, (used, total))| (k, json!([used, total]))).collect::<serde_json::Map<_, _>>(),
+            "resourceDemand": demand.into_iter().map(|(shape, n)| json!([shape, n])).collect::<Vec<_>>(),
+            "pgDemand": pg_demand,
+            "nodes": node_rows,
+        })
+    }
+
     pub fn nodes(&self) -> Vec<NodeInfo> {
         let nodes = self.nodes.lock();
         let mut out: Vec<NodeInfo> = nodes
@@ -675,6 +762,13 @@ impl HeadService for Head {
         let mut nodes = self.nodes.lock();
         let record = nodes.get_mut(&node_id).ok_or(HeadError::UnknownNode(node_id))?;
         record.info.available = beat.available;
+        record.demand = beat.demand;
+        let unused = record.unused();
+        record.idle_since = match (unused, record.idle_since) {
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(Instant::now()),
+            (false, _) => None,
+        };
         if let Some(stats) = beat.stats {
             let oldest = stats.time_ms.saturating_sub(self.metrics_window.0);
             while record.samples.front().is_some_and(|s| s.time_ms < oldest) {
@@ -926,9 +1020,50 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn the_load_report_sums_demand_by_shape_and_tracks_idle_nodes() {
+        let head = Head::default();
+        let cpus = |n: f64| HashMap::from([("CPU".to_string(), n)]);
+        for (id, ip) in [(1u8, "10.0.0.1"), (2, "10.0.0.2")] {
+            let info = NodeInfo {
+                node_id: vec![id; 16],
+                ip: ip.into(),
+                total: cpus(2.0),
+                available: cpus(2.0),
+                ..Default::default()
+            };
+            head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+        }
+        let demand = |n| vec![ResourceDemand { shape: cpus(4.0), count: n }];
+        // Node 1 is busy (1 of 2 CPUs in use) and queues 2 tasks; node 2 is idle and queues 3.
+        let busy = HeartbeatRequest { node_id: vec![1; 16], available: cpus(1.0), stats: None, demand: demand(2) };
+        let idle = HeartbeatRequest { node_id: vec![2; 16], available: cpus(2.0), stats: None, demand: demand(3) };
+        head.heartbeat(Request::new(busy)).await.unwrap();
+        head.heartbeat(Request::new(idle)).await.unwrap();
+        let report = head.load_metrics_report();
+        assert_eq!(report["resourceDemand"], serde_json::json!([[{"CPU": 4.0}, 5]]));
+        assert_eq!(report["usage"]["CPU"], serde_json::json!([1.0, 4.0]));
+        let nodes = report["nodes"].as_array().unwrap();
+        let by_ip = |ip: &str| nodes.iter().find(|n| n["nodeIp"] == ip).unwrap().clone();
+        assert_eq!(by_ip("10.0.0.1")["idleDurationMs"], 0, "a node with resources in use is not idle");
+        assert_eq!(by_ip("10.0.0.2")["resourcesAvailable"], serde_json::json!({"CPU": 2.0}));
+
+        // A pending placement group is demand too.
+        let bundle = oxray_proto::Bundle { resources: cpus(8.0), ..Default::default() };
+        let spec = PlacementGroupSpec {
+            pg_id: vec![5; 16],
+            bundles: vec![bundle],
+            strategy: PlacementStrategy::StrictPack as i32,
+            ..Default::default()
+        };
+        head.create_placement_group(Request::new(spec)).await.unwrap();
+        let report = head.load_metrics_report();
+        assert_eq!(report["pgDemand"], serde_json::json!([{"strategy": "STRICT_PACK", "bundles": [{"CPU": 8.0}]}]));
+    }
+
+    #[tokio::test]
     async fn heartbeats_update_and_unknown_nodes_are_refused() {
         let head = Head::default();
-        let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new(), stats: None };
+        let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new(), stats: None, demand: vec![] };
         assert_eq!(head.heartbeat(Request::new(beat.clone())).await.unwrap_err().code(), tonic::Code::NotFound);
         let info = NodeInfo { node_id: vec![1; 16], is_head: true, ..Default::default() };
         head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
@@ -993,7 +1128,7 @@ mod tests {
             }
         }
         let head = Head::persistent(&dir).unwrap();
-        let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new(), stats: None };
+        let beat = HeadHeartbeat { node_id: vec![9; 16], available: HashMap::new(), stats: None, demand: vec![] };
         head.heartbeat(Request::new(beat)).await.unwrap();
         head.fail_actors_of_silent_nodes().await.unwrap();
         let lookup = |name: &str| GetNamedActorRequest { name: name.into(), namespace: "ns".into() };
@@ -1029,7 +1164,7 @@ mod tests {
         let nodes = head.nodes();
         assert_eq!(nodes.len(), 1);
         assert!(!nodes[0].alive, "a node is dead until it beats again");
-        let beat = HeadHeartbeat { node_id: vec![7; 16], available: HashMap::new(), stats: None };
+        let beat = HeadHeartbeat { node_id: vec![7; 16], available: HashMap::new(), stats: None, demand: vec![] };
         head.heartbeat(Request::new(beat)).await.unwrap();
         assert!(head.nodes()[0].alive);
         let dup = RegisterActorRequest { actor: Some(named(2, "kept")), get_if_exists: false };
@@ -1143,7 +1278,8 @@ mod tests {
                     record.last_seen = Instant::now() - NODE_TIMEOUT - Duration::from_secs(100 - id as u64);
                 }
             }
-            let beat = HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new(), stats: None };
+            let beat =
+                HeartbeatRequest { node_id: vec![10; 16], available: HashMap::new(), stats: None, demand: vec![] };
             head.heartbeat(Request::new(beat)).await.unwrap();
             head.forget_old_dead_nodes();
             let mut ids: Vec<u8> = head.nodes().iter().map(|n| n.node_id[0]).collect();
@@ -1183,7 +1319,7 @@ mod tests {
             let spec = PlacementGroupSpec {
                 pg_id: vec![id; 16],
                 bundles: vec![bundle],
-                strategy: oxray_proto::PlacementStrategy::Pack as i32,
+                strategy: PlacementStrategy::Pack as i32,
                 ..Default::default()
             };
             head.create_placement_group(Request::new(spec)).await.unwrap();

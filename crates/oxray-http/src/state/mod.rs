@@ -35,6 +35,7 @@ pub(crate) fn routes(sources: StateSources) -> Router {
         .route("/api/v0/jobs", get(jobs))
         .route("/api/v0/tasks", get(tasks))
         .route("/api/v0/tasks/summarize", get(summarize_tasks))
+        .route("/api/cluster_status", get(cluster_status))
         .with_state(sources)
 }
 
@@ -111,6 +112,64 @@ fn list_sorted(schema: &Schema, query: Option<String>, mut rows: Vec<Value>, id:
 async fn nodes(State(sources): Sources, RawQuery(query): RawQuery) -> Response {
     let Some(cluster) = sources.cluster else { return unavailable("nodes") };
     list_sorted(&query::NODES, query, to_values(cluster.nodes()), "node_id")
+}
+
+/// Ray's `/api/cluster_status` (legacy envelope): `clusterStatus.loadMetricsReport`
+/// holds what an autoscaler reads (the oxray operator does); `?format=1` adds it
+/// as `ray status` text in `autoscalingStatus`.
+async fn cluster_status(State(sources): Sources, RawQuery(query): RawQuery) -> Response {
+    let Some(cluster) = sources.cluster else { return unavailable("cluster status") };
+    let report = cluster.load_metrics_report();
+    let formatted =
+        form_urlencoded::parse(query.unwrap_or_default().as_bytes()).any(|(k, v)| k == "format" && v == "1");
+    let text = formatted.then(|| format_cluster_status(&report));
+    let time = crate::now_ms() as f64 / 1000.0;
+    axum::Json(json!({
+        "result": true,
+        "msg": "Got cluster status.",
+        "data": {
+            "autoscalingStatus": text,
+            "autoscalingError": Value::Null,
+            "clusterStatus": {"loadMetricsReport": report, "time": time},
+        },
+    }))
+    .into_response()
+}
+
+/// The report as `ray status` prints it: nodes, use, and the demand waiting.
+fn format_cluster_status(report: &Value) -> String {
+    let mut out = String::from("======== Cluster status ========\nNode status\n");
+    out.push_str("---------------------------------------------------------------\nActive:\n");
+    for node in report["nodes"].as_array().into_iter().flatten() {
+        let role = if node["isHead"].as_bool() == Some(true) { " (head)" } else { "" };
+        out.push_str(&format!(
+            " 1 node_{} {}{role}\n",
+            node["nodeId"].as_str().unwrap_or(""),
+            node["nodeIp"].as_str().unwrap_or("")
+        ));
+    }
+    out.push_str("\nResources\n---------------------------------------------------------------\nUsage:\n");
+    for (name, pair) in report["usage"].as_object().into_iter().flatten() {
+        out.push_str(&format!(" {}/{} {name}\n", pair[0], pair[1]));
+    }
+    out.push_str("\nDemands:\n");
+    let mut any = false;
+    for entry in report["resourceDemand"].as_array().into_iter().flatten() {
+        any = true;
+        out.push_str(&format!(" {}: {}+ pending tasks/actors\n", entry[0], entry[1]));
+    }
+    for group in report["pgDemand"].as_array().into_iter().flatten() {
+        any = true;
+        out.push_str(&format!(
+            " {} ({}): 1+ pending placement groups\n",
+            group["bundles"],
+            group["strategy"].as_str().unwrap_or("")
+        ));
+    }
+    if !any {
+        out.push_str(" (no resource demands)\n");
+    }
+    out
 }
 
 async fn actors(State(sources): Sources, RawQuery(query): RawQuery) -> Response {

@@ -151,6 +151,9 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Vec<NodeRow>;
     fn actors(&self) -> Vec<ActorRow>;
     fn placement_groups(&self) -> Vec<PlacementGroupRow>;
+    /// What an autoscaler reads: demand waiting for resources and each node's use
+    /// (Ray's `loadMetricsReport` in `/api/cluster_status`).
+    fn load_metrics_report(&self) -> serde_json::Value;
     /// Asks every live node agent for at most `limit` of its tasks.
     fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing>;
     /// Each node's samples taken after `since_ms`.

@@ -149,6 +149,10 @@ fn pods_run_oxray_start_with_the_token_from_the_secret() {
     assert!(line.contains("--num-cpus=2"), "{line}");
     let address = worker.env.as_ref().unwrap().iter().find(|e| e.name == "OXRAY_HEAD_ADDRESS").unwrap();
     assert_eq!(address.value.as_deref(), Some("demo-head-svc.ml.svc:6379"));
+    let init = &pods[1].spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+    assert_eq!(init.name, "wait-for-head", "a worker waits for the head before joining");
+    assert_eq!(init.image.as_deref(), Some("localhost/oxray:test"));
+    assert!(pods[0].spec.as_ref().unwrap().init_containers.is_none(), "the head waits for nothing");
 }
 
 #[test]

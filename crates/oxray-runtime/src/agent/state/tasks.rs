@@ -326,6 +326,23 @@ impl AgentState {
         Some(format!("{what} requires {request} but no node in the cluster can ever provide it {why}"))
     }
 
+    /// Ready work waiting for resources, one entry per shape (placement group
+    /// bundles excluded: they wait for their group, not for a new node).
+    pub fn pending_demand(&self) -> Vec<(ResourceSet, u32)> {
+        let mut demand = Vec::new();
+        for q in &self.tasks.ready.queues {
+            if q.placement.names().any(|n| n.contains("_group_")) {
+                continue;
+            }
+            let waiting =
+                q.tasks.iter().filter_map(|id| self.tasks.get(id)).filter(|t| t.state == TaskState::Ready).count();
+            if waiting > 0 {
+                demand.push((q.placement.clone(), u32::try_from(waiting).unwrap_or(u32::MAX)));
+            }
+        }
+        demand
+    }
+
     /// Queues a warning for each shape of ready work that no live node can run
     /// (it waits for a node that fits to join or come back). The agent calls this
     /// periodically (`OXRAY_INFEASIBLE_WARNING_INTERVAL_S`).

@@ -1,0 +1,166 @@
+"""An emulated Kubernetes API server for the operator's tests: kmock's
+`KubernetesEmulator` (an in-memory API on loopback: create, get, list, patch,
+delete, finalizers, watch) on a thread of its own, stamping each object with
+the `uid`, `creationTimestamp`, `resourceVersion` and `generation` a real API
+server sets (kube-rs's watcher needs them). There is no garbage collector: the
+tests check owner references and the operator's finalizer instead.
+
+`Kube` is the client side the tests use: create, get, list, patch, delete, and
+waits on conditions, over the emulator's HTTP API as kubectl would."""
+
+import asyncio
+import datetime
+import itertools
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import kmock
+
+RESOURCES = {
+    "pods": "v1/pods",
+    "services": "v1/services",
+    "secrets": "v1/secrets",
+    "oxrayclusters": "oxray.io/v1/oxrayclusters",
+    "oxrayjobs": "oxray.io/v1/oxrayjobs",
+}
+
+
+class StampingEmulator(kmock.KubernetesEmulator):
+    """Sets the metadata a real API server sets on every write."""
+
+    _versions = itertools.count(1)
+
+    async def _handle(self, request):
+        if request.resource is not None and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            if request.action == kmock.action.CREATE:
+                meta.setdefault("uid", str(uuid.uuid4()))
+                meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                meta.setdefault("generation", 1)
+                if meta.get("namespace") is None and request.namespace:
+                    meta["namespace"] = request.namespace
+            if request.action in (kmock.action.CREATE, kmock.action.UPDATE):
+                meta["resourceVersion"] = str(next(self._versions))
+        return await super()._handle(request)
+
+
+class EmulatedApiServer:
+    """The emulator served on 127.0.0.1 from a background thread."""
+
+    def __init__(self):
+        self._ready = threading.Event()
+        self._stop = None
+        self._loop = None
+        self.url = None
+        self.error = None
+        self._thread = threading.Thread(target=self._run, name="kube-emulator", daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        if not self._ready.wait(30) or self.url is None:
+            raise RuntimeError(f"the Kubernetes emulator did not start: {self.error}")
+        return self
+
+    def __exit__(self, *exc):
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def _run(self):
+        try:
+            asyncio.run(self._serve())
+        except Exception as e:  # surfaced by __enter__
+            self.error = repr(e)
+            self._ready.set()
+
+    async def _serve(self):
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with StampingEmulator() as emulator, kmock.Server(emulator) as server:
+            for path in RESOURCES.values():
+                emulator.resources[path] = {}
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def kubeconfig(self, path):
+        """A kubeconfig (plain http, no credentials) for the operator."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {}}],
+            "contexts": [
+                {"name": "emulated", "context": {"cluster": "emulated", "user": "tester", "namespace": "default"}}
+            ],
+            "current-context": "emulated",
+        }
+        with open(path, "w") as f:
+            json.dump(config, f)
+        return str(path)
+
+
+class Kube:
+    """A small client for the emulated API (what the tests do with kubectl)."""
+
+    def __init__(self, url, namespace="default"):
+        self.url = url
+        self.namespace = namespace
+
+    def _path(self, kind, name=None, subresource=None):
+        group_version, plural = RESOURCES[kind].rsplit("/", 1)
+        prefix = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+        path = f"{prefix}/namespaces/{self.namespace}/{plural}"
+        if name:
+            path += f"/{name}"
+        if subresource:
+            path += f"/{subresource}"
+        return self.url + path
+
+    def _call(self, method, url, body=None, content_type="application/json"):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise AssertionError(f"{method} {url} answered {e.code}: {e.read().decode(errors='replace')}") from e
+
+    def create(self, kind, manifest):
+        return self._call("POST", self._path(kind), manifest)
+
+    def get(self, kind, name):
+        return self._call("GET", self._path(kind, name))
+
+    def list(self, kind, labels=None):
+        items = (self._call("GET", self._path(kind)) or {}).get("items", [])
+        if labels:
+            items = [i for i in items if all(i["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
+        return items
+
+    def names(self, kind, labels=None):
+        return sorted(i["metadata"]["name"] for i in self.list(kind, labels))
+
+    def patch(self, kind, name, body, subresource=None):
+        return self._call("PATCH", self._path(kind, name, subresource), body, "application/merge-patch+json")
+
+    def delete(self, kind, name):
+        return self._call("DELETE", self._path(kind, name))
+
+
+def wait_for(what, check, timeout=60.0, interval=0.1):
+    """Polls `check` until it returns something truthy; fails naming `what` and the last value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last saw {last!r}")
