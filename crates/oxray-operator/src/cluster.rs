@@ -9,8 +9,8 @@ use crate::crd::{Condition, HeadStatus, OxrayCluster, OxrayClusterStatus, Worker
 use crate::resources::describe;
 use crate::spec::{self, ClusterPlanSpec, GroupPlan, METRICS_PORT, STATE_DIR, STATE_VOLUME};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, Secret, SecretKeySelector,
-    Service, ServicePort, ServiceSpec, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector, Pod, PodSpec, Secret,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Resource;
@@ -28,6 +28,9 @@ pub const TOKEN_KEY: &str = "token";
 const TOKEN_ENV: &str = "OXRAY_TOKEN";
 /// The env var a worker's command joins (`oxray start --address`).
 pub const HEAD_ADDRESS_ENV: &str = "OXRAY_HEAD_ADDRESS";
+
+/// The memory-backed volume mounted at /dev/shm.
+const SHM_VOLUME: &str = "oxray-shm";
 
 /// The worker's init container: waits until the head's port answers.
 const WAIT_FOR_HEAD: &str = "import os, socket, time
@@ -469,6 +472,20 @@ impl<'a> Parts<'a> {
         let mut pod_spec: PodSpec = template.spec.clone().unwrap_or_default();
         if let Some(container) = pod_spec.containers.first_mut() {
             set_oxray_container(container, self.name, command, ports);
+            // The object store's arena lives in /dev/shm, which runtimes cap at 64 MiB: give it memory (as KubeRay).
+            let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+            if !mounts.iter().any(|m| m.mount_path == "/dev/shm") {
+                mounts.push(VolumeMount {
+                    name: SHM_VOLUME.to_string(),
+                    mount_path: "/dev/shm".to_string(),
+                    ..Default::default()
+                });
+                pod_spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+                    name: SHM_VOLUME.to_string(),
+                    empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".to_string()), size_limit: None }),
+                    ..Default::default()
+                });
+            }
         }
         Pod { metadata: meta, spec: Some(pod_spec), status: None }
     }

@@ -302,6 +302,16 @@ pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensi
     crds
 }
 
+/// The CRDs as YAML documents: what `oxray-operator crds` prints and the Helm chart installs.
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
 fn strip_template_descriptions(value: &mut serde_json::Value, inside_template: bool) {
     match value {
         serde_json::Value::Object(map) => {
@@ -323,5 +333,17 @@ fn strip_template_descriptions(value: &mut serde_json::Value, inside_template: b
             items.iter_mut().for_each(|v| strip_template_descriptions(v, inside_template))
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_helm_charts_crds_are_the_operators() {
+        let committed = include_str!("../../../deploy/helm/oxray-operator/crds/oxray.io_crds.yaml");
+        assert!(
+            committed == super::crds_yaml().unwrap(),
+            "deploy/helm/oxray-operator/crds/oxray.io_crds.yaml is not what the types say: run `make crds`"
+        );
     }
 }

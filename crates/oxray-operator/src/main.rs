@@ -50,6 +50,12 @@ enum Command {
         /// Workers per group, instead of `replicas`.
         #[arg(long)]
         workers: Option<usize>,
+        /// Every container's image, instead of the templates'.
+        #[arg(long)]
+        image: Option<String>,
+        /// Publish the head's Jobs API and dashboard on this host port (`hostPort`).
+        #[arg(long)]
+        publish_dashboard: Option<u16>,
     },
 }
 
@@ -77,12 +83,12 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Crds => {
             let mut out = std::io::stdout().lock();
-            for crd in oxray_operator::crd::crds() {
-                write_yaml(&mut out, &crd)?;
-            }
+            out.write_all(oxray_operator::crd::crds_yaml()?.as_bytes())?;
             Ok(())
         }
-        Command::Render { file, token, head_address, workers } => render(&file, token, head_address, workers),
+        Command::Render { file, token, head_address, workers, image, publish_dashboard } => {
+            render(&file, &RenderOptions { token, head_address, workers, image, publish_dashboard })
+        }
     }
 }
 
@@ -92,12 +98,16 @@ fn write_yaml(out: &mut impl Write, value: &impl Serialize) -> anyhow::Result<()
     Ok(())
 }
 
-fn render(
-    file: &std::path::Path,
+/// `render`'s changes for a runtime without the API server.
+struct RenderOptions {
     token: Option<String>,
     head_address: Option<String>,
     workers: Option<usize>,
-) -> anyhow::Result<()> {
+    image: Option<String>,
+    publish_dashboard: Option<u16>,
+}
+
+fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let cluster: OxrayCluster =
         serde_saphyr::from_str(&text).with_context(|| format!("{} is not an OxrayCluster manifest", file.display()))?;
@@ -105,26 +115,58 @@ fn render(
     let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
     let checked = spec::check(&name, &cluster.spec).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let parts = Parts::new(&cluster, &name, &namespace, &checked);
-    let token = token.unwrap_or_else(|| hex::encode(rand::random::<[u8; 32]>()));
+    let token = options.token.clone().unwrap_or_else(|| hex::encode(rand::random::<[u8; 32]>()));
     let mut out = std::io::stdout().lock();
     // Runtimes without the API server's conversion want `data` (base64), not `stringData`.
     let mut secret = parts.secret(&token);
     secret.data =
         secret.string_data.take().map(|d| d.into_iter().map(|(k, v)| (k, ByteString(v.into_bytes()))).collect());
-    let mut children = vec![Child::Secret(Box::new(secret)), Child::Pod(Box::new(parts.head_pod()))];
+    let mut head = parts.head_pod();
+    if let Some(port) = options.publish_dashboard
+        && let Some(ports) = head.spec.as_mut().and_then(|s| s.containers[0].ports.as_mut())
+        && let Some(dashboard) = ports.iter_mut().find(|p| p.container_port == i32::from(checked.dashboard_port))
+    {
+        dashboard.host_port = Some(i32::from(port));
+    }
+    let mut pods = vec![head];
     for group in &checked.groups {
-        let count = workers.unwrap_or(group.replicas as usize);
+        let count = options.workers.unwrap_or(group.replicas as usize);
         for index in 0..count {
-            let mut pod = parts.worker_pod(group, index);
-            if let Some(address) = &head_address
-                && let Some(env) = pod.spec.as_mut().and_then(|s| s.containers[0].env.as_mut())
-                && let Some(var) = env.iter_mut().find(|e| e.name == HEAD_ADDRESS_ENV)
+            pods.push(parts.worker_pod(group, index));
+        }
+    }
+    for pod in &mut pods {
+        let Some(spec) = pod.spec.as_mut() else { continue };
+        open_shm_volume(spec);
+        // podman restarts init containers that exited under `Always`, so they never complete.
+        spec.restart_policy.get_or_insert_with(|| "OnFailure".to_string());
+        for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+            if let Some(image) = &options.image {
+                container.image = Some(image.clone());
+            }
+            if let Some(address) = &options.head_address
+                && let Some(var) = container.env.iter_mut().flatten().find(|e| e.name == HEAD_ADDRESS_ENV)
             {
                 var.value = Some(address.clone());
             }
-            children.push(Child::Pod(Box::new(pod)));
+            // Without Services the declared ports say nothing, and podman would publish each on the host:
+            // keep only what is published on purpose.
+            if let Some(ports) = container.ports.as_mut() {
+                ports.retain(|p| p.host_port.is_some());
+            }
+            // Runtimes such as podman have no downward API for the pod's IP: the command falls back to `hostname -i`.
+            if let Some(env) = container.env.as_mut() {
+                env.retain(|e| {
+                    e.value_from
+                        .as_ref()
+                        .and_then(|v| v.field_ref.as_ref())
+                        .is_none_or(|f| f.field_path != "status.podIP")
+                });
+            }
         }
     }
+    let mut children = vec![Child::Secret(Box::new(secret))];
+    children.extend(pods.into_iter().map(|p| Child::Pod(Box::new(p))));
     for child in children {
         match child {
             Child::Secret(s) => write_yaml(&mut out, &with_kind(&*s, "v1", "Secret")?)?,
@@ -133,6 +175,26 @@ fn render(
         }
     }
     Ok(())
+}
+
+/// Kubernetes makes an emptyDir writable by all; podman makes it root's. The pod's
+/// user must write the object store's arena in the `/dev/shm` volume, so a first
+/// init container, as root, opens it (sticky, as /dev/shm is).
+fn open_shm_volume(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
+    use k8s_openapi::api::core::v1::{Container, SecurityContext};
+    let Some(main) = spec.containers.first() else { return };
+    let Some(mount) = main.volume_mounts.iter().flatten().find(|m| m.mount_path == "/dev/shm").cloned() else {
+        return;
+    };
+    let opener = Container {
+        name: "open-shm".to_string(),
+        image: main.image.clone(),
+        command: Some(vec!["/bin/sh".to_string(), "-c".to_string(), "chmod 1777 /dev/shm".to_string()]),
+        security_context: Some(SecurityContext { run_as_user: Some(0), ..Default::default() }),
+        volume_mounts: Some(vec![mount]),
+        ..Default::default()
+    };
+    spec.init_containers.get_or_insert_with(Vec::new).insert(0, opener);
 }
 
 /// k8s-openapi leaves `apiVersion`/`kind` to the client; a manifest needs them.

@@ -153,10 +153,7 @@ class FakeKubelet:
                 secret = self.kube.get("secrets", ref["name"])
                 if secret is None:
                     return None
-                if ref["key"] in secret.get("data", {}):
-                    env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
-                else:
-                    env[var["name"]] = secret["stringData"][ref["key"]]
+                env[var["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
             elif "fieldRef" in source:
                 path = source["fieldRef"]["fieldPath"]
                 env[var["name"]] = {"status.podIP": ip, "metadata.name": pod["metadata"]["name"]}[path]

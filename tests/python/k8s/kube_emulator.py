@@ -9,6 +9,7 @@ tests check owner references and the operator's finalizer instead.
 waits on conditions, over the emulator's HTTP API as kubectl would."""
 
 import asyncio
+import base64
 import datetime
 import itertools
 import json
@@ -27,6 +28,26 @@ RESOURCES = {
     "oxrayclusters": "oxray.io/v1/oxrayclusters",
     "oxrayjobs": "oxray.io/v1/oxrayjobs",
 }
+# What `helm install` and `kubectl apply` also touch: kind, namespaced (for discovery).
+OTHER_RESOURCES = {
+    "v1/serviceaccounts": ("ServiceAccount", True),
+    "v1/configmaps": ("ConfigMap", True),
+    "v1/namespaces": ("Namespace", False),
+    "apps/v1/deployments": ("Deployment", True),
+    "rbac.authorization.k8s.io/v1/clusterroles": ("ClusterRole", False),
+    "rbac.authorization.k8s.io/v1/clusterrolebindings": ("ClusterRoleBinding", False),
+    "rbac.authorization.k8s.io/v1/roles": ("Role", True),
+    "rbac.authorization.k8s.io/v1/rolebindings": ("RoleBinding", True),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False),
+}
+KINDS = {
+    "v1/pods": ("Pod", True),
+    "v1/services": ("Service", True),
+    "v1/secrets": ("Secret", True),
+    "oxray.io/v1/oxrayclusters": ("OxrayCluster", True),
+    "oxray.io/v1/oxrayjobs": ("OxrayJob", True),
+    **OTHER_RESOURCES,
+}
 
 
 class StampingEmulator(kmock.KubernetesEmulator):
@@ -37,7 +58,14 @@ class StampingEmulator(kmock.KubernetesEmulator):
     async def _handle(self, request):
         if request.resource is not None and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
+            if request.action == kmock.action.UPDATE and self._is_apply(request):
+                await self._create_if_missing(request)
             if request.action == kmock.action.CREATE:
+                if request.resource.plural == "secrets" and "stringData" in request.data:
+                    # As the API server does: stringData is written into data, base64.
+                    string_data = request.data.pop("stringData")
+                    data = request.data.setdefault("data", {})
+                    data.update({k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()})
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
                 meta.setdefault("generation", 1)
@@ -46,6 +74,46 @@ class StampingEmulator(kmock.KubernetesEmulator):
             if request.action in (kmock.action.CREATE, kmock.action.UPDATE):
                 meta["resourceVersion"] = str(next(self._versions))
         return await super()._handle(request)
+
+    async def _serve_list(self, request):
+        """A list with its `kind` and `apiVersion`, which kubectl needs to decode it."""
+        listing = await super()._serve_list(request)
+        resource = request.resource
+        path = f"{resource.group}/{resource.version}/{resource.plural}".lstrip("/")
+        kind = KINDS.get(path, (resource.plural.capitalize(), True))[0]
+        listing["kind"] = f"{kind}List"
+        listing["apiVersion"] = f"{resource.group}/{resource.version}".lstrip("/")
+        return listing
+
+    async def _serve_version(self, request):
+        """Discovery of a group version; the core group's is `v1`, not kmock's `/v1`."""
+        listing = await super()._serve_version(request)
+        listing["groupVersion"] = listing["groupVersion"].lstrip("/")
+        return listing
+
+    @staticmethod
+    def _is_apply(request):
+        """A server-side apply (what helm 4 and `kubectl apply --server-side` send)."""
+        return any(k.lower() == "content-type" and "apply-patch" in v for k, v in request.headers.items())
+
+    async def _create_if_missing(self, request):
+        """Server-side apply creates what does not exist yet (kmock's PATCH only patches)."""
+        key = (request.resource, request.namespace, request.name)
+        async with self._lock:
+            if key in self.objects and not self.objects[key].deleted:
+                return
+            meta = request.data["metadata"]
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            meta.setdefault("generation", 1)
+            if request.namespace:
+                meta["namespace"] = request.namespace
+            meta["resourceVersion"] = str(next(self._versions))
+            if key in self.objects:
+                self.objects[key].create(request.data)
+            else:
+                self.objects[key] = request.data
+            await self._buses[request.resource].put({"type": "ADDED", "object": self.objects[key].last.raw})
 
 
 class EmulatedApiServer:
@@ -81,8 +149,16 @@ class EmulatedApiServer:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         async with StampingEmulator() as emulator, kmock.Server(emulator) as server:
-            for path in RESOURCES.values():
-                emulator.resources[path] = {}
+            for path, (kind, namespaced) in KINDS.items():
+                verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+                singular = kind.lower()
+                emulator.resources[path] = {
+                    "kind": kind,
+                    "singular": singular,
+                    "namespaced": namespaced,
+                    "verbs": verbs,
+                    "subresources": ["status"],
+                }
             self.url = str(server.url).rstrip("/")
             self._ready.set()
             await self._stop.wait()

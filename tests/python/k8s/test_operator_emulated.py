@@ -6,6 +6,7 @@ demand on the head scales a group up and idle workers are removed; an
 OxrayJob is submitted through the Jobs API, its status mirrored, and its own
 cluster deleted when it ends; a bad spec is refused with a condition."""
 
+import base64
 import json
 import os
 import signal
@@ -64,7 +65,7 @@ def head_call(ip, path, token, method="GET", body=None):
 
 def token_of(kube, cluster):
     secret = kube.get("secrets", f"{cluster}-token")
-    return secret["stringData"]["token"]
+    return base64.b64decode(secret["data"]["token"]).decode()
 
 
 def wait_ready(emulated, name, workers, timeout=90):

@@ -3,7 +3,7 @@
 use super::*;
 use crate::autoscale::NodeUsage;
 use crate::crd::{AutoscalerOptions, HeadGroupSpec, OxrayClusterSpec, WorkerGroupSpec};
-use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements, Volume};
+use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 fn template(cpu_limit: Option<&str>) -> PodTemplateSpec {
@@ -153,6 +153,17 @@ fn pods_run_oxray_start_with_the_token_from_the_secret() {
     assert_eq!(init.name, "wait-for-head", "a worker waits for the head before joining");
     assert_eq!(init.image.as_deref(), Some("localhost/oxray:test"));
     assert!(pods[0].spec.as_ref().unwrap().init_containers.is_none(), "the head waits for nothing");
+    for pod in &pods {
+        let spec = pod.spec.as_ref().unwrap();
+        let mount = spec.containers[0].volume_mounts.as_ref().unwrap().iter().find(|m| m.mount_path == "/dev/shm");
+        let volume = &spec.volumes.as_ref().unwrap()[0];
+        assert_eq!(mount.unwrap().name, volume.name);
+        assert_eq!(
+            volume.empty_dir.as_ref().unwrap().medium.as_deref(),
+            Some("Memory"),
+            "the arena gets memory, not 64 MiB"
+        );
+    }
 }
 
 #[test]
@@ -174,7 +185,7 @@ fn a_state_volume_keeps_the_heads_state() {
     let pods = created_pods(&plan(&c, &Observed::default(), "t", NOW));
     let container = &pods[0].spec.as_ref().unwrap().containers[0];
     assert!(container.args.as_ref().unwrap()[0].contains("--state-dir=/oxray/state"));
-    let mount = &container.volume_mounts.as_ref().unwrap()[0];
+    let mount = container.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "oxray-state").unwrap();
     assert_eq!((mount.name.as_str(), mount.mount_path.as_str()), ("oxray-state", "/oxray/state"));
 }
 
