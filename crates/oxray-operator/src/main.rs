@@ -137,7 +137,7 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
     }
     for pod in &mut pods {
         let Some(spec) = pod.spec.as_mut() else { continue };
-        open_shm_volume(spec);
+        open_volumes(spec);
         // podman restarts init containers that exited under `Always`, so they never complete.
         spec.restart_policy.get_or_insert_with(|| "OnFailure".to_string());
         for container in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
@@ -177,21 +177,30 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Kubernetes makes an emptyDir writable by all; podman makes it root's. The pod's
-/// user must write the object store's arena in the `/dev/shm` volume, so a first
-/// init container, as root, opens it (sticky, as /dev/shm is).
-fn open_shm_volume(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
+/// Kubernetes makes an emptyDir writable by all; podman makes its volumes root's.
+/// The pod's user must write the object store's arena in the `/dev/shm` volume
+/// (and shared storage), so a first init container, as root, opens the oxray
+/// container's emptyDir and claim mounts (sticky, as /dev/shm is).
+fn open_volumes(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
     use k8s_openapi::api::core::v1::{Container, SecurityContext};
     let Some(main) = spec.containers.first() else { return };
-    let Some(mount) = main.volume_mounts.iter().flatten().find(|m| m.mount_path == "/dev/shm").cloned() else {
-        return;
+    let writable = |name: &str| {
+        spec.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == name && (v.empty_dir.is_some() || v.persistent_volume_claim.is_some()))
     };
+    let mounts: Vec<_> = main.volume_mounts.iter().flatten().filter(|m| writable(&m.name)).cloned().collect();
+    if mounts.is_empty() {
+        return;
+    }
+    let paths: Vec<&str> = mounts.iter().map(|m| m.mount_path.as_str()).collect();
     let opener = Container {
-        name: "open-shm".to_string(),
+        name: "open-volumes".to_string(),
         image: main.image.clone(),
-        command: Some(vec!["/bin/sh".to_string(), "-c".to_string(), "chmod 1777 /dev/shm".to_string()]),
+        command: Some(vec!["/bin/sh".to_string(), "-c".to_string(), format!("chmod 1777 {}", paths.join(" "))]),
         security_context: Some(SecurityContext { run_as_user: Some(0), ..Default::default() }),
-        volume_mounts: Some(vec![mount]),
+        volume_mounts: Some(mounts),
         ..Default::default()
     };
     spec.init_containers.get_or_insert_with(Vec::new).insert(0, opener);

@@ -5,6 +5,7 @@ which hosts they trained. Submit it with:
     oxray job submit --address http://127.0.0.1:8265 --working-dir deploy/examples/jobs -- python train_torch.py
 """
 
+import os
 import socket
 
 import torch
@@ -38,12 +39,16 @@ def train_func(config):
         print(f"final loss: {loss.item():.4f} after {config['epochs']} epochs")
 
 
+# Storage every node sees: the sample cluster mounts a shared volume here (else the default, one host's disk).
+SHARED = "/mnt/cluster_storage"
+
 if __name__ == "__main__":
     ray.init()
     trainer = TorchTrainer(
         train_func,
         train_loop_config={"epochs": 5},
         scaling_config=train.ScalingConfig(num_workers=2, use_gpu=False),
+        run_config=train.RunConfig(storage_path=SHARED if os.path.isdir(SHARED) else None),
     )
     result = trainer.fit()
     print(f"training finished: {result.error or 'no error'}")

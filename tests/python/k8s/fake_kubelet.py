@@ -30,8 +30,9 @@ def port_open(ip, port):
 
 
 class RunningPod:
-    def __init__(self, name, ip, log_path):
+    def __init__(self, name, uid, ip, log_path):
         self.name = name
+        self.uid = uid
         self.ip = ip
         self.log_path = log_path
         self.process = None
@@ -49,6 +50,9 @@ class FakeKubelet:
         self.pods = {}
         self.stopped_pods = []
         self._addresses = iter(f"127.0.0.{n}" for n in range(2, 250))
+        # A pod made again under the same name gets the same address: it stands in for the Service's
+        # stable ClusterIP, which workers keep using when the head pod is replaced.
+        self._address_of = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
         self.errors = []
@@ -82,7 +86,8 @@ class FakeKubelet:
         listed = {p["metadata"]["name"]: p for p in self.kube.list("pods")}
         for name, running in list(self.pods.items()):
             pod = listed.get(name)
-            if pod is None or pod["metadata"].get("deletionTimestamp"):
+            replaced = pod is not None and pod["metadata"]["uid"] != running.uid
+            if pod is None or replaced or pod["metadata"].get("deletionTimestamp"):
                 self._kill(running)
                 del self.pods[name]
                 self.stopped_pods.append(name)
@@ -137,7 +142,7 @@ class FakeKubelet:
             **os.environ,
             **self.extra_env,
             "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-            "OXRAY_TEMP_DIR": os.path.join(self.root, pod["metadata"]["name"]),
+            "OXRAY_TEMP_DIR": self._pod_dir(pod),
         }
         env.pop("OXRAY_TOKEN", None)
         for var in container.get("env", []):
@@ -162,8 +167,11 @@ class FakeKubelet:
     def _start(self, pod):
         """Gives the pod an address and starts it on a thread of its own (its init containers may wait)."""
         name = pod["metadata"]["name"]
-        running = RunningPod(name, next(self._addresses), os.path.join(self.root, f"{name}.log"))
-        os.makedirs(os.path.join(self.root, name), mode=0o700, exist_ok=True)
+        if name not in self._address_of:
+            self._address_of[name] = next(self._addresses)
+        log_path = os.path.join(self.root, f"{name}-{pod['metadata']['uid'][:8]}.log")
+        running = RunningPod(name, pod["metadata"]["uid"], self._address_of[name], log_path)
+        os.makedirs(self._pod_dir(pod), mode=0o700, exist_ok=True)
         self._set_status(name, "Pending", running.ip, ready=False)
         threading.Thread(target=self._run_pod_reporting, args=(pod, running), name=f"pod-{name}", daemon=True).start()
         return running
@@ -202,9 +210,33 @@ class FakeKubelet:
                 return
             # Each pod has its own network namespace: what it binds on 0.0.0.0 is its own address.
             command = [part.replace("0.0.0.0", running.ip) for part in container["command"] + container.get("args", [])]
+            for mount_path, host_path in self._mounts(pod, container).items():
+                command = [part.replace(mount_path, host_path) for part in command]
             with running.lock:
                 if not running.failed:
                     running.process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
+
+    def _pod_dir(self, pod):
+        """The pod's own files (its container's filesystem): a new pod under an old name starts empty."""
+        return os.path.join(self.root, f"{pod['metadata']['name']}-{pod['metadata']['uid'][:8]}")
+
+    def _mounts(self, pod, container):
+        """Volume mounts as host directories: a claim's outlives its pods, an emptyDir's is the pod's
+        (/dev/shm stays the host's)."""
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes", [])}
+        mounts = {}
+        for mount in container.get("volumeMounts", []):
+            if mount["mountPath"] == "/dev/shm":
+                continue
+            volume = volumes.get(mount["name"], {})
+            if "persistentVolumeClaim" in volume:
+                host = os.path.join(self.root, "claims", volume["persistentVolumeClaim"]["claimName"])
+            else:
+                host = os.path.join(self._pod_dir(pod), "volumes", mount["name"])
+            os.makedirs(host, mode=0o700, exist_ok=True)
+            os.chmod(host, 0o700)
+            mounts[mount["mountPath"]] = host
+        return mounts
 
     def _kill(self, running):
         with running.lock:

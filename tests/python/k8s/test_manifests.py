@@ -115,6 +115,11 @@ def test_the_crd_schema_carries_the_constraints():
         jsonschema.validate(cluster, schema)
 
 
+def test_the_shared_storage_sample_is_valid_kubernetes(tmp_path):
+    with open(os.path.join(EXAMPLES, "shared-storage.yaml")) as f:
+        validate_strict(tmp_path, f.read(), "shared-storage.yaml")
+
+
 def test_what_the_operator_renders_is_valid_kubernetes(operator_binary, tmp_path):
     rendered = run([operator_binary, "render", "-f", os.path.join(EXAMPLES, "oxray-cluster.yaml")])
     validate_strict(tmp_path, rendered, "rendered.yaml")

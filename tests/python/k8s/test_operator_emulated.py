@@ -278,3 +278,30 @@ def test_a_bad_spec_fails_with_a_condition_not_a_crash(emulated, edit, expected)
     assert valid["status"] == "False" and expected in valid["message"]
     assert kube.names("pods") == [] and kube.names("secrets") == []
     assert emulated.operator.poll() is None, "the operator keeps running"
+
+
+def test_a_dead_head_is_replaced_and_keeps_its_state_on_the_state_volume(emulated):
+    kube = emulated.kube
+    manifest = cluster_manifest("keep", workers=1)
+    claim = {"name": "oxray-state", "persistentVolumeClaim": {"claimName": "keep-state"}}
+    manifest["spec"]["headGroupSpec"]["template"]["spec"]["volumes"] = [claim]
+    kube.create("oxrayclusters", manifest)
+    ready = wait_ready(emulated, "keep", 1)
+    head_ip, token = ready["head"]["podIp"], token_of(kube, "keep")
+    code, submitted = head_call(head_ip, "/api/jobs/", token, "POST", {"entrypoint": "echo kept"})
+    assert code == 200, submitted
+    job_id = submitted["submission_id"]
+    wait_for("the job to succeed", lambda: head_call(head_ip, f"/api/jobs/{job_id}", token)[1]["status"] == "SUCCEEDED")
+
+    # The head's process dies: its pod fails, is deleted, and a new head pod starts on the same volume.
+    old_uid = kube.get("pods", "keep-head")["metadata"]["uid"]
+    os.killpg(emulated.kubelet.pods["keep-head"].process.pid, signal.SIGKILL)
+    wait_for(
+        "a new head pod",
+        lambda: (pod := kube.get("pods", "keep-head")) is not None and pod["metadata"]["uid"] != old_uid,
+        timeout=60,
+    )
+    wait_ready(emulated, "keep", 1)
+    code, job = head_call(head_ip, f"/api/jobs/{job_id}", token)
+    assert code == 200 and job["status"] == "SUCCEEDED", (code, job)
+    wait_for("the worker back with the new head", lambda: len(alive_nodes(head_ip, token)) == 2, timeout=60)
