@@ -109,6 +109,7 @@ image: venv
 	$(PIP) download --quiet -d $(IMAGE_CONTEXT)/wheels $(IMAGE_CONTEXT)/wheels/oxray-*.whl $(IMAGE_EXTRAS)
 	cp deploy/image/Containerfile $(IMAGE_CONTEXT)/
 	$(CONTAINER) build --pull=missing --build-arg BASE=$(IMAGE_BASE) --build-arg EXTRAS="$(IMAGE_EXTRAS)" \
+	  --build-arg WHEELS_SHA=$$({ cat $(IMAGE_CONTEXT)/wheels/oxray-*.whl; ls $(IMAGE_CONTEXT)/wheels; } | sha256sum | cut -c1-16) \
 	  -t $(IMAGE_NAME):$(IMAGE_TAG)$(IMAGE_SUFFIX) $(IMAGE_CONTEXT)
 
 # The -torch variant: torch, pyarrow and pandas on top (TorchTrainer, oxray.data).

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct OxrayClusterSpec {
     /// The head: the cluster's control plane, Jobs API and dashboard.
     pub head_group_spec: HeadGroupSpec,
@@ -42,11 +43,17 @@ pub struct OxrayClusterSpec {
     /// Accepted so that KubeRay manifests apply unchanged; the image decides the version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ray_version: Option<String>,
+    /// Fields this operator does not know (KubeRay's others): kept by the API
+    /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// The head pod and its Service.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct HeadGroupSpec {
     /// `oxray start` options without the leading `--` (KubeRay's `ray start` spellings).
     #[serde(default)]
@@ -55,14 +62,22 @@ pub struct HeadGroupSpec {
     pub template: PodTemplateSpec,
     /// The head Service's type: ClusterIP (default), NodePort or LoadBalancer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["ClusterIP", "NodePort", "LoadBalancer"]))]
     pub service_type: Option<String>,
+    /// Fields this operator does not know (KubeRay's others): kept by the API
+    /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// One group of identical worker pods.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct WorkerGroupSpec {
     /// The group's name, unique in the cluster (part of each pod's name).
+    #[schemars(regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 40))]
     pub group_name: String,
     /// How many workers to run (with autoscaling: where it starts). Default: `minReplicas`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,11 +96,17 @@ pub struct WorkerGroupSpec {
     pub ray_start_params: BTreeMap<String, String>,
     /// The worker pod; its first container runs `oxray start --address=<head>`.
     pub template: PodTemplateSpec,
+    /// Fields this operator does not know (KubeRay's others): kept by the API
+    /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// KubeRay's `autoscalerOptions`, of which oxray's in-tree autoscaler reads the timing.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct AutoscalerOptions {
     /// A worker idle this long (no resources in use) is removed, down to `minReplicas`. Default 60.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -106,6 +127,11 @@ pub struct AutoscalerOptions {
     /// Refused: oxray's autoscaler adds as many workers as the demand needs at once (KubeRay's `Default`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upscaling_mode: Option<String>,
+    /// Fields this operator does not know (KubeRay's others): kept by the API
+    /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// Any JSON value: lets the schema accept a KubeRay field so that the operator
@@ -207,6 +233,7 @@ pub struct Condition {
     printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
 pub struct OxrayJobSpec {
     /// The shell command the job runs on the head, e.g. `python train.py`.
     pub entrypoint: String,
@@ -247,6 +274,11 @@ pub struct OxrayJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "any_value")]
     pub submitter_pod_template: Option<serde_json::Value>,
+    /// Fields this operator does not know (KubeRay's others): kept by the API
+    /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
 }
 
 /// The job's state, as the Jobs API reports it, and the operator's part.

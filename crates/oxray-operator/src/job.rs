@@ -189,6 +189,7 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
 
 /// Fields of KubeRay's RayJob that the operator refuses by name.
 fn check(job: &OxrayJob) -> Result<(), String> {
+    crate::spec::refuse_unknown("spec", &job.spec.unknown)?;
     if job.spec.entrypoint.trim().is_empty() {
         return Err("spec.entrypoint is empty; expected the command the job runs, e.g. `python train.py`".to_string());
     }

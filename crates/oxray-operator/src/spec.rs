@@ -76,6 +76,14 @@ pub struct ClusterPlanSpec {
 /// Checks `spec` of the cluster named `name`.
 pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, String> {
     check_name("metadata.name", name, 54)?;
+    refuse_unknown("spec", &spec.unknown)?;
+    refuse_unknown("spec.headGroupSpec", &spec.head_group_spec.unknown)?;
+    if let Some(options) = &spec.autoscaler_options {
+        refuse_unknown("spec.autoscalerOptions", &options.unknown)?;
+    }
+    for (i, group) in spec.worker_group_specs.iter().enumerate() {
+        refuse_unknown(&format!("spec.workerGroupSpecs[{i}]"), &group.unknown)?;
+    }
     let head = &spec.head_group_spec;
     first_container("headGroupSpec.template", &head.template)?;
     let head_params = check_params("headGroupSpec.rayStartParams", &head.ray_start_params, true)?;
@@ -167,6 +175,16 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Str
         autoscaling,
         idle_timeout_s,
     })
+}
+
+/// A field the operator does not know (a KubeRay one it does not build, or a typo) fails the spec by name.
+pub fn refuse_unknown(at: &str, unknown: &BTreeMap<String, serde_json::Value>) -> Result<(), String> {
+    match unknown.keys().next() {
+        None => Ok(()),
+        Some(key) => Err(format!(
+            "{at}.{key} is not a field oxray's operator supports (README, Kubernetes, lists what is); remove it"
+        )),
+    }
 }
 
 fn check_group(i: usize, group: &WorkerGroupSpec) -> Result<GroupPlan, String> {

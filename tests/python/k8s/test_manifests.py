@@ -110,6 +110,16 @@ def test_the_crd_schema_carries_the_constraints():
     cluster["spec"]["workerGroupSpecs"][0]["minReplicas"] = -1
     with pytest.raises(jsonschema.ValidationError, match="-1 is less than the minimum of 0"):
         jsonschema.validate(cluster, schema)
+    cluster["spec"]["workerGroupSpecs"][0]["minReplicas"] = 0
+    cluster["spec"]["workerGroupSpecs"][0]["groupName"] = "GPU_group"
+    with pytest.raises(jsonschema.ValidationError, match="does not match"):
+        jsonschema.validate(cluster, schema)
+    cluster["spec"]["workerGroupSpecs"][0]["groupName"] = "cpu"
+    cluster["spec"]["headGroupSpec"]["serviceType"] = "Ingress"
+    with pytest.raises(jsonschema.ValidationError, match="'Ingress' is not one of"):
+        jsonschema.validate(cluster, schema)
+    cluster["spec"]["headGroupSpec"]["serviceType"] = "NodePort"
+    jsonschema.validate(cluster, schema)
     del cluster["spec"]["headGroupSpec"]["template"]
     with pytest.raises(jsonschema.ValidationError, match="'template' is a required property"):
         jsonschema.validate(cluster, schema)

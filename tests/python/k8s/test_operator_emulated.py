@@ -263,6 +263,7 @@ def test_a_job_with_its_own_cluster_deletes_it_when_done(emulated, tmp_path):
             lambda s: s["workerGroupSpecs"][0]["rayStartParams"].update({"redis-password": "x"}),
             '"redis-password", which `oxray start` for a worker does not take',
         ),
+        (lambda s: s.update(suspend=True), "spec.suspend is not a field oxray's operator supports"),
     ],
 )
 def test_a_bad_spec_fails_with_a_condition_not_a_crash(emulated, edit, expected):

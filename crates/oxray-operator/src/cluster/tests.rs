@@ -33,6 +33,7 @@ fn group(name: &str, replicas: i32, min: i32, max: i32) -> WorkerGroupSpec {
         max_replicas: Some(max),
         ray_start_params: BTreeMap::from([("num-cpus".to_string(), "2".to_string())]),
         template: template(None),
+        ..Default::default()
     }
 }
 
@@ -44,6 +45,7 @@ fn cluster(groups: Vec<WorkerGroupSpec>) -> OxrayCluster {
                 ray_start_params: BTreeMap::from([("num-cpus".to_string(), "0".to_string())]),
                 template: template(None),
                 service_type: None,
+                ..Default::default()
             },
             worker_group_specs: groups,
             ..Default::default()
@@ -297,6 +299,18 @@ fn an_invalid_spec_fails_with_a_condition_and_touches_nothing() {
             "sets command or args",
         ),
         (Box::new(|c| c.spec.head_group_spec.service_type = Some("Ingress".into())), "serviceType is \"Ingress\""),
+        (
+            Box::new(|c| {
+                c.spec.unknown.insert("suspend".into(), serde_json::json!(true));
+            }),
+            "spec.suspend is not a field oxray's operator supports",
+        ),
+        (
+            Box::new(|c| {
+                c.spec.worker_group_specs[0].unknown.insert("numOfHosts".into(), serde_json::json!(2));
+            }),
+            "spec.workerGroupSpecs[0].numOfHosts is not a field",
+        ),
         (Box::new(|c| c.spec.worker_group_specs.push(group("cpu", 0, 0, 1))), "groupName \"cpu\" is used twice"),
         (
             Box::new(|c| {
