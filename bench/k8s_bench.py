@@ -21,20 +21,19 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-OPERATOR = os.path.join(REPO, "target", "debug", "oxray-operator")
-SAMPLE = os.path.join(REPO, "deploy", "examples", "oxray-cluster.yaml")
+sys.path.insert(0, os.path.join(REPO, "tests", "podman"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
+from podman_play import OPERATOR, SAMPLE, alive_nodes, free_port, podman, render  # noqa: E402
+
 BASE = os.environ.get("K8S_BASE_IMAGE", "localhost/oxray-debian:bookworm")
 NETWORK = "oxray-k8s-bench"
 RAY_IMAGE = "localhost/ray-bench:2.60"
@@ -54,13 +53,6 @@ RUN --mount=type=bind,source=wheels,target=/tmp/wheels \\
 ENV PATH=/opt/ray/bin:$PATH
 USER ray
 """
-
-
-def podman(*args, check=True, timeout=900, **kwargs):
-    done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, **kwargs)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"podman {' '.join(args)}: {done.stderr.strip()}")
-    return done
 
 
 def image_sizes(image):
@@ -86,23 +78,6 @@ def build_ray_image(python):
         podman("build", "-q", "--pull=missing", "--build-arg", f"BASE={BASE}", "-t", RAY_IMAGE, context)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def alive_nodes(port, token):
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v0/nodes?limit=100", headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=2) as response:
-            body = json.loads(response.read())
-    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
-        return 0
-    return sum(1 for n in body["data"]["result"]["result"] if n["state"] == "ALIVE")
-
-
 def play_until_ready(pods, port, token, timeout=300):
     """Seconds from `podman kube play` to 3 live nodes; the pods are removed after."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
@@ -113,7 +88,7 @@ def play_until_ready(pods, port, token, timeout=300):
     try:
         podman("kube", "play", "--network", NETWORK, manifest)
         deadline = started + timeout
-        while alive_nodes(port, token) < 3:
+        while len(alive_nodes(port, token)) < 3:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"not 3 live nodes after {timeout} s")
             time.sleep(0.1)
@@ -122,22 +97,6 @@ def play_until_ready(pods, port, token, timeout=300):
         podman("kube", "down", manifest, check=False)
         podman("network", "rm", "-f", NETWORK, check=False)
         os.unlink(manifest)
-
-
-def oxray_pods(image, port):
-    rendered = subprocess.run(
-        [OPERATOR, "render", "-f", SAMPLE, "--image", image, "--publish-dashboard", str(port)]
-        + ["--head-address", "oxray-sample-head:6379"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if d]
-    [secret] = [d for d in docs if d["kind"] == "Secret"]
-    podman("secret", "rm", secret["metadata"]["name"], check=False)
-    podman("secret", "create", secret["metadata"]["name"], "-", input=json.dumps(secret["data"]))
-    token = __import__("base64").b64decode(secret["data"]["token"]).decode()
-    return [d for d in docs if d["kind"] == "Pod"], token
 
 
 def ray_pods(port):
@@ -154,7 +113,6 @@ def ray_pods(port):
 
 def emulated_ready(rounds):
     """Seconds from creating the sample OxrayCluster to ready with 2 workers, in the emulator."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
     from fake_kubelet import FakeKubelet
     from kube_emulator import EmulatedApiServer, Kube, wait_for
 
@@ -211,8 +169,9 @@ def main():
     oxray_times, ray_times = [], []
     for _ in range(args.rounds):
         port = free_port()
-        pods, token = oxray_pods(args.image, port)
+        pods, token, secret = render(args.image, port)
         oxray_times.append(play_until_ready(pods, port, token))
+        podman("secret", "rm", secret, check=False)
         port = free_port()
         ray_times.append(play_until_ready(ray_pods(port), port, None))
     results["podman_play_to_ready_s"] = {"oxray": oxray_times, "ray": ray_times}

@@ -6,13 +6,11 @@ token, and a TorchTrainer job submitted through the published dashboard port
 trains across the worker containers and SUCCEEDS, its logs coming back.
 
 Run by `make k8s-test` (not `make test`): it needs podman and the images
-`make k8s-images` builds. The times it measures go to $OXRAY_K8S_BENCH_OUT."""
+`make image-torch` builds. The times it measures go to $OXRAY_K8S_BENCH_OUT."""
 
-import base64
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,69 +19,22 @@ import urllib.request
 
 import pytest
 import yaml
+from podman_play import REPO, alive_nodes, free_port, head_get, podman, render
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-OPERATOR = os.path.join(REPO, "target", "debug", "oxray-operator")
-SAMPLE = os.path.join(REPO, "deploy", "examples", "oxray-cluster.yaml")
+sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
+from kube_emulator import wait_for  # noqa: E402
+
 JOBS = os.path.join(REPO, "deploy", "examples", "jobs")
 IMAGE = os.environ.get("OXRAY_TEST_IMAGE", "localhost/oxray:latest-torch")
 NETWORK = "oxray-k8s-test"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def podman(*args, check=True, timeout=300, **kwargs):
-    done = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, **kwargs)
-    if check and done.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
-    return done
-
-
-def wait_for(what, check, timeout, diagnostics=lambda: ""):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last saw {last!r}\n{diagnostics()}")
-
-
-def head_get(port, path, token):
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        return e.code, None
-    except (urllib.error.URLError, ConnectionError, TimeoutError):
-        return None, None
 
 
 @pytest.fixture
 def played(tmp_path):
     """The sample cluster rendered and played; torn down after the test."""
     port = free_port()
-    rendered = subprocess.run(
-        [OPERATOR, "render", "-f", SAMPLE, "--image", IMAGE, "--publish-dashboard", str(port)]
-        + ["--head-address", "oxray-sample-head:6379"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(rendered) if d]
-    [secret] = [d for d in docs if d["kind"] == "Secret"]
-    pods = [d for d in docs if d["kind"] == "Pod"]
-    token = base64.b64decode(secret["data"]["token"]).decode()
+    pods, token, secret = render(IMAGE, port)
     assert len(token) == 64, "render generates a token as the operator does"
-    # podman 4's kube play reads a secretKeyRef from a podman secret holding the Secret's data (JSON).
-    podman("secret", "rm", secret["metadata"]["name"], check=False)
-    podman("secret", "create", secret["metadata"]["name"], "-", input=json.dumps(secret["data"]))
     podman("network", "create", NETWORK, check=False)
     manifest = tmp_path / "pods.yaml"
     manifest.write_text(yaml.safe_dump_all(pods))
@@ -93,7 +44,7 @@ def played(tmp_path):
         yield {"port": port, "token": token, "pods": [p["metadata"]["name"] for p in pods], "started": started}
     finally:
         podman("kube", "down", str(manifest), check=False)
-        podman("secret", "rm", secret["metadata"]["name"], check=False)
+        podman("secret", "rm", secret, check=False)
         podman("network", "rm", "-f", NETWORK, check=False)
 
 
@@ -110,14 +61,14 @@ def pod_logs(names):
 def test_the_sample_cluster_runs_a_torch_trainer_job_across_containers(played):
     port, token = played["port"], played["token"]
 
-    def alive_nodes():
-        code, body = head_get(port, "/api/v0/nodes?limit=100", token)
-        if code != 200:
-            return None
-        nodes = [n for n in body["data"]["result"]["result"] if n["state"] == "ALIVE"]
+    def three_alive():
+        nodes = alive_nodes(port, token)
         return nodes if len(nodes) == 3 else None
 
-    nodes = wait_for("the head and 2 workers alive", alive_nodes, 180, lambda: pod_logs(played["pods"]))
+    try:
+        nodes = wait_for("the head and 2 workers alive", three_alive, timeout=180)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{pod_logs(played['pods'])}") from None
     ready_s = time.monotonic() - played["started"]
     workers = [n for n in nodes if not n["is_head_node"]]
     assert sorted(n["resources_total"].get("CPU") for n in workers) == [1.0, 1.0], "num-cpus from the CPU limit"
@@ -147,7 +98,10 @@ def test_the_sample_cluster_runs_a_torch_trainer_job_across_containers(played):
         code, body = head_get(port, f"/api/jobs/{job_id}", token)
         return body if code == 200 and body["status"] in ("SUCCEEDED", "FAILED", "STOPPED") else None
 
-    job = wait_for(f"job {job_id} to end", finished, 600, lambda: pod_logs(played["pods"]))
+    try:
+        job = wait_for(f"job {job_id} to end", finished, timeout=600)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{pod_logs(played['pods'])}") from None
     job_s = time.monotonic() - started
     code, logs = head_get(port, f"/api/jobs/{job_id}/logs", token)
     assert code == 200
