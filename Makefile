@@ -103,6 +103,7 @@ IMAGE_PROFILE ?= release
 # The oxray image: Debian slim, Debian's Python, oxray and its dependencies (wheels fetched here).
 image: venv
 	@test -n "$(CONTAINER)" || { echo "make image needs podman or docker on PATH"; exit 1; }
+	@$(PY) -c "import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else 'make image: the image runs Debian bookworm\'s Python 3.11 and the wheels are fetched for this venv\'s Python; build from a Python 3.11 venv (VENV=...)')"
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/wheels
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build $(if $(filter release,$(IMAGE_PROFILE)),--release) --strip \
 	  --quiet -o $(IMAGE_CONTEXT)/wheels

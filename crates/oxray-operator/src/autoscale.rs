@@ -21,6 +21,8 @@ const MAX_REQUESTS: usize = 10_000;
 pub struct Demand {
     /// Shapes of work waiting for resources, each with how many wait.
     pub requests: Vec<(ResourceMap, u32)>,
+    /// Placement groups waiting with STRICT_SPREAD: their bundles, each on a node of its own.
+    pub spread_groups: Vec<Vec<ResourceMap>>,
     pub nodes: Vec<NodeUsage>,
 }
 
@@ -70,6 +72,78 @@ struct Room {
     node_ip: Option<String>,
 }
 
+/// Rooms and new workers one request (or one spread group) already used.
+#[derive(Default)]
+struct Taken {
+    rooms: BTreeSet<usize>,
+    new_workers: BTreeSet<usize>,
+}
+
+/// Demand packed so far.
+struct Packing<'g, 'p> {
+    groups: &'g [GroupState<'p>],
+    rooms: Vec<Room>,
+    /// New workers: group index and the room left in it.
+    new_workers: Vec<(usize, ResourceMap)>,
+    added: Vec<i32>,
+    used_nodes: BTreeSet<String>,
+    unschedulable: Vec<ResourceMap>,
+}
+
+impl Packing<'_, '_> {
+    /// Puts `request` in free room, else in a new worker's room, else in a new worker of the first
+    /// group that holds it and is below its maximum; skips what `taken` lists and adds what it used.
+    fn place(&mut self, request: &ResourceMap, taken: &mut Taken) {
+        let room =
+            self.rooms.iter().enumerate().position(|(i, r)| !taken.rooms.contains(&i) && fits(request, &r.available));
+        if let Some(i) = room {
+            let room = &mut self.rooms[i];
+            subtract(&mut room.available, request);
+            if let Some(ip) = &room.node_ip {
+                self.used_nodes.insert(ip.clone());
+            }
+            taken.rooms.insert(i);
+            return;
+        }
+        let open = self
+            .new_workers
+            .iter()
+            .enumerate()
+            .position(|(i, (_, left))| !taken.new_workers.contains(&i) && fits(request, left));
+        if let Some(i) = open {
+            subtract(&mut self.new_workers[i].1, request);
+            taken.new_workers.insert(i);
+            return;
+        }
+        let holds = |g: &GroupState<'_>| g.plan.resources.as_ref().is_some_and(|shape| fits(request, shape));
+        let added = &self.added;
+        let group = self.groups.iter().enumerate().find(|(i, g)| {
+            holds(g) && i64::from(g.baseline.max(g.workers.len() as i32)) + i64::from(added[*i]) < i64::from(g.plan.max)
+        });
+        match group {
+            // A group could hold it but is at its maxReplicas: it waits.
+            None if self.groups.iter().any(holds) => {}
+            Some((i, g)) => {
+                let mut left = g.plan.resources.clone().unwrap_or_default();
+                subtract(&mut left, request);
+                taken.new_workers.insert(self.new_workers.len());
+                self.new_workers.push((i, left));
+                self.added[i] += 1;
+            }
+            None => {
+                if !self.unschedulable.contains(request) {
+                    self.unschedulable.push(request.clone());
+                }
+            }
+        }
+    }
+}
+
+/// The number a worker pod's name ends with (`<cluster>-worker-<group>-<n>`).
+fn pod_index(pod: &str) -> u64 {
+    pod.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
 /// Decides each group's size for `demand`.
 pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) -> Decision {
     let mut rooms: Vec<Room> =
@@ -84,43 +158,26 @@ pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) 
         }
     }
 
-    let mut new_workers: Vec<(usize, ResourceMap)> = Vec::new();
-    let mut added = vec![0i32; groups.len()];
-    let mut used_nodes: BTreeSet<String> = BTreeSet::new();
-    let mut unschedulable: Vec<ResourceMap> = Vec::new();
-    let requests = demand.requests.iter().flat_map(|(shape, n)| std::iter::repeat_n(shape, *n as usize));
-    for request in requests.take(MAX_REQUESTS) {
-        if let Some(room) = rooms.iter_mut().find(|r| fits(request, &r.available)) {
-            subtract(&mut room.available, request);
-            if let Some(ip) = &room.node_ip {
-                used_nodes.insert(ip.clone());
-            }
-            continue;
-        }
-        if let Some((_, left)) = new_workers.iter_mut().find(|(_, left)| fits(request, left)) {
-            subtract(left, request);
-            continue;
-        }
-        let holds = |g: &GroupState<'_>| g.plan.resources.as_ref().is_some_and(|shape| fits(request, shape));
-        let group = groups.iter().enumerate().find(|(i, g)| {
-            holds(g) && i64::from(g.baseline.max(g.workers.len() as i32)) + i64::from(added[*i]) < i64::from(g.plan.max)
-        });
-        match group {
-            // A group could hold it but is at its maxReplicas: it waits.
-            None if groups.iter().any(holds) => {}
-            Some((i, g)) => {
-                let mut left = g.plan.resources.clone().unwrap_or_default();
-                subtract(&mut left, request);
-                new_workers.push((i, left));
-                added[i] += 1;
-            }
-            None => {
-                if !unschedulable.contains(request) {
-                    unschedulable.push(request.clone());
-                }
-            }
+    let mut packing = Packing {
+        groups,
+        rooms,
+        new_workers: Vec::new(),
+        added: vec![0i32; groups.len()],
+        used_nodes: BTreeSet::new(),
+        unschedulable: Vec::new(),
+    };
+    // A STRICT_SPREAD group's bundles each need a node of their own: never two in one room or new worker.
+    for bundles in &demand.spread_groups {
+        let mut taken = Taken::default();
+        for bundle in bundles {
+            packing.place(bundle, &mut taken);
         }
     }
+    let requests = demand.requests.iter().flat_map(|(shape, n)| std::iter::repeat_n(shape, *n as usize));
+    for request in requests.take(MAX_REQUESTS) {
+        packing.place(request, &mut Taken::default());
+    }
+    let Packing { added, used_nodes, unschedulable, .. } = packing;
 
     let mut desired = Vec::with_capacity(groups.len());
     let mut remove = Vec::new();
@@ -141,7 +198,7 @@ pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) 
                 })
                 .collect();
             // The newest (highest-numbered) workers go first.
-            idle.sort_by(|a, b| b.pod.cmp(&a.pod));
+            idle.sort_by_key(|w| std::cmp::Reverse(pod_index(&w.pod)));
             let existing = group.workers.len() as i32;
             let keep_at_least = min;
             let removable = (existing.min(size) - keep_at_least).max(0) as usize;
@@ -188,7 +245,11 @@ mod tests {
         let g = group("cpu", 0, 3, 2.0);
         let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
         // The head has no CPUs; five 2-CPU tasks wait.
-        let demand = Demand { requests: vec![(map(&[("CPU", 2.0)]), 5)], nodes: vec![node("10.0.0.1", 0.0, 0.0, 0)] };
+        let demand = Demand {
+            spread_groups: vec![],
+            requests: vec![(map(&[("CPU", 2.0)]), 5)],
+            nodes: vec![node("10.0.0.1", 0.0, 0.0, 0)],
+        };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![3], "capped at maxReplicas");
         assert!(d.remove.is_empty());
@@ -199,7 +260,7 @@ mod tests {
     fn small_requests_are_packed_into_one_worker() {
         let g = group("cpu", 0, 10, 4.0);
         let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
-        let demand = Demand { requests: vec![(map(&[("CPU", 1.0)]), 6)], nodes: vec![] };
+        let demand = Demand { spread_groups: vec![], requests: vec![(map(&[("CPU", 1.0)]), 6)], nodes: vec![] };
         assert_eq!(
             decide(&groups, &demand, 60_000).desired,
             vec![2],
@@ -217,6 +278,7 @@ mod tests {
         }];
         // 1 CPU free on the live worker, the starting one will offer 2.
         let demand = Demand {
+            spread_groups: vec![],
             requests: vec![(map(&[("CPU", 1.0)]), 3)],
             nodes: vec![node("10.0.0.1", 0.0, 0.0, 0), node("10.0.0.2", 2.0, 1.0, 0)],
         };
@@ -233,7 +295,11 @@ mod tests {
             GroupState { plan: &small, baseline: 0, workers: vec![] },
             GroupState { plan: &big, baseline: 0, workers: vec![] },
         ];
-        let demand = Demand { requests: vec![(map(&[("CPU", 4.0)]), 1), (map(&[("CPU", 1.0)]), 1)], nodes: vec![] };
+        let demand = Demand {
+            spread_groups: vec![],
+            requests: vec![(map(&[("CPU", 4.0)]), 1), (map(&[("CPU", 1.0)]), 1)],
+            nodes: vec![],
+        };
         let d = decide(&groups, &demand, 60_000);
         // The 4-CPU task needs a big worker; the 1-CPU task fits the room left in it.
         assert_eq!(d.desired, vec![0, 1]);
@@ -244,7 +310,7 @@ mod tests {
         let g = group("cpu", 0, 5, 2.0);
         let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
         let gpu = map(&[("GPU", 1.0)]);
-        let demand = Demand { requests: vec![(gpu.clone(), 4)], nodes: vec![] };
+        let demand = Demand { spread_groups: vec![], requests: vec![(gpu.clone(), 4)], nodes: vec![] };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![0]);
         assert_eq!(d.unschedulable, vec![gpu], "reported once per shape");
@@ -260,6 +326,7 @@ mod tests {
         ];
         let groups = [GroupState { plan: &g, baseline: 3, workers }];
         let demand = Demand {
+            spread_groups: vec![],
             requests: vec![],
             nodes: vec![
                 node("10.0.0.2", 2.0, 2.0, 120_000),
@@ -270,6 +337,15 @@ mod tests {
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![1], "down to minReplicas");
         assert_eq!(d.remove, vec!["c-cpu-2".to_string(), "c-cpu-1".to_string()], "newest first");
+
+        // By number, not by name: worker 10 is newer than worker 9.
+        let workers = vec![worker("c-cpu-9", Some("10.0.0.2")), worker("c-cpu-10", Some("10.0.0.3"))];
+        let groups = [GroupState { plan: &g, baseline: 2, workers }];
+        let demand = Demand {
+            nodes: vec![node("10.0.0.2", 2.0, 2.0, 120_000), node("10.0.0.3", 2.0, 2.0, 120_000)],
+            ..Default::default()
+        };
+        assert_eq!(decide(&groups, &demand, 60_000).remove, vec!["c-cpu-10".to_string()]);
     }
 
     #[test]
@@ -277,8 +353,11 @@ mod tests {
         let g = group("cpu", 0, 5, 2.0);
         let workers = vec![worker("c-cpu-0", Some("10.0.0.2")), worker("c-cpu-1", Some("10.0.0.3"))];
         let groups = [GroupState { plan: &g, baseline: 2, workers }];
-        let demand =
-            Demand { requests: vec![], nodes: vec![node("10.0.0.2", 2.0, 2.0, 59_000), node("10.0.0.3", 2.0, 1.0, 0)] };
+        let demand = Demand {
+            spread_groups: vec![],
+            requests: vec![],
+            nodes: vec![node("10.0.0.2", 2.0, 2.0, 59_000), node("10.0.0.3", 2.0, 1.0, 0)],
+        };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![2]);
         assert!(d.remove.is_empty());
@@ -288,11 +367,25 @@ mod tests {
     fn an_idle_worker_that_pending_demand_will_use_stays() {
         let g = group("cpu", 0, 5, 2.0);
         let groups = [GroupState { plan: &g, baseline: 1, workers: vec![worker("c-cpu-0", Some("10.0.0.2"))] }];
-        let demand =
-            Demand { requests: vec![(map(&[("CPU", 2.0)]), 1)], nodes: vec![node("10.0.0.2", 2.0, 2.0, 600_000)] };
+        let demand = Demand {
+            spread_groups: vec![],
+            requests: vec![(map(&[("CPU", 2.0)]), 1)],
+            nodes: vec![node("10.0.0.2", 2.0, 2.0, 600_000)],
+        };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![1]);
         assert!(d.remove.is_empty());
+    }
+
+    #[test]
+    fn a_strict_spread_group_gets_a_new_worker_per_bundle() {
+        let g = group("cpu", 0, 5, 4.0);
+        let groups = [GroupState { plan: &g, baseline: 0, workers: vec![] }];
+        let demand = Demand { spread_groups: vec![vec![map(&[("CPU", 1.0)]); 3]], ..Default::default() };
+        assert_eq!(decide(&groups, &demand, 60_000).desired, vec![3], "three bundles, three nodes");
+        // One worker already starting takes one bundle; the others need two more.
+        let groups = [GroupState { plan: &g, baseline: 1, workers: vec![worker("c-cpu-0", None)] }];
+        assert_eq!(decide(&groups, &demand, 60_000).desired, vec![3]);
     }
 
     #[test]
@@ -301,7 +394,7 @@ mod tests {
         let workers = vec![worker("c-cpu-0", None), worker("c-cpu-1", None), worker("c-cpu-2", None)];
         // The status still says 0 (its update has not been seen), the pods exist and the demand waits for them.
         let groups = [GroupState { plan: &g, baseline: 0, workers }];
-        let demand = Demand { requests: vec![(map(&[("CPU", 1.0)]), 3)], nodes: vec![] };
+        let demand = Demand { spread_groups: vec![], requests: vec![(map(&[("CPU", 1.0)]), 3)], nodes: vec![] };
         let d = decide(&groups, &demand, 60_000);
         assert_eq!(d.desired, vec![3]);
         assert!(d.remove.is_empty());

@@ -185,7 +185,11 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
                 });
             }
             None => {
-                desired = states.iter().map(|s| s.baseline.clamp(s.plan.min, s.plan.max)).collect();
+                // Without the head's word nothing is removed: workers that exist stay.
+                desired = states
+                    .iter()
+                    .map(|s| s.baseline.max(s.workers.len() as i32).clamp(s.plan.min, s.plan.max))
+                    .collect();
                 plan.status.unschedulable_demand = previous.unschedulable_demand.clone();
             }
         }
@@ -439,12 +443,16 @@ impl<'a> Parts<'a> {
             let Some(container) = spec.containers.first_mut() else { return pod };
             container.env.get_or_insert_with(Vec::new).push(address.clone());
             // A worker that starts before the head would fail to join: wait for the head's port first (KubeRay's wait-gcs-ready).
+            // The oxray container's security context and resources, so that a namespace's pod security
+            // level and quotas accept it as they accept the template.
             let wait = Container {
                 name: "wait-for-head".to_string(),
                 image: container.image.clone(),
                 image_pull_policy: container.image_pull_policy.clone(),
                 command: Some(vec!["python3".to_string(), "-c".to_string(), WAIT_FOR_HEAD.to_string()]),
                 env: Some(vec![address]),
+                security_context: container.security_context.clone(),
+                resources: container.resources.clone(),
                 ..Default::default()
             };
             spec.init_containers.get_or_insert_with(Vec::new).insert(0, wait);

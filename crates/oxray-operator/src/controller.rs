@@ -71,7 +71,6 @@ pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
     let cluster_controller = Controller::new(clusters.clone(), watcher::Config::default())
         .owns(api_for::<Pod>(&client, &settings.namespace), owned())
         .owns(api_for::<Service>(&client, &settings.namespace), owned())
-        .owns(api_for::<Secret>(&client, &settings.namespace), owned())
         .shutdown_on_signal()
         .run(reconcile_cluster, retry_later, ctx.clone())
         .for_each(|result| async move { log_failure("cluster", result) });
@@ -267,7 +266,10 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
             for service in services.list(&selector).await?.items.iter().filter(|s| own(&s.metadata)) {
                 delete_quietly(&services, &service.name_any()).await?;
             }
-            for secret in secrets.list(&selector).await?.items.iter().filter(|s| own(&s.metadata)) {
+            // The token Secret by name: the operator may get Secrets, not list them.
+            if let Some(secret) = get_opt(&secrets, &cluster::secret_name(&name)).await?
+                && own(&secret.metadata)
+            {
                 delete_quietly(&secrets, &secret.name_any()).await?;
             }
             remove_finalizer(&clusters, oc.as_ref()).await?;
@@ -348,6 +350,33 @@ fn log_demand(name: &str, demand: Option<&Demand>, plan: &cluster::ClusterPlan) 
     }
 }
 
+/// A job still running when its OxrayJob is deleted is stopped (on a shared cluster it would run on);
+/// a head that cannot be reached is logged, not waited for.
+async fn stop_running_job(ctx: &Context, oj: &OxrayJob, namespace: &str, clusters: &Api<OxrayCluster>) {
+    let Some(status) = &oj.status else { return };
+    let (Some(id), false) =
+        (&status.job_id, matches!(status.job_deployment_status.as_deref(), Some("Complete" | "Failed")))
+    else {
+        return;
+    };
+    let Ok((cluster_name, _)) = job::cluster_of(oj) else { return };
+    let Ok(Some(cluster)) = get_opt(clusters, &cluster_name).await else { return };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let token =
+        get_opt(&secrets, &cluster::secret_name(&cluster_name)).await.ok().flatten().as_ref().and_then(token_of);
+    let port =
+        spec::check(&cluster_name, &cluster.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
+    let pod_ip = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone());
+    if let (Some(url), Some(token)) =
+        (head_url(&ctx.settings, namespace, &cluster_name, pod_ip.as_deref(), port), token)
+    {
+        match ctx.head.stop_job(&url, &token, id).await {
+            Ok(()) => tracing::info!("job {namespace}/{}: deleted, so job {id} was stopped", oj.name_any()),
+            Err(e) => tracing::warn!("job {namespace}/{}: deleted, but stopping job {id} failed: {e}", oj.name_any()),
+        }
+    }
+}
+
 async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     let name = oj.name_any();
     let namespace = oj.namespace().unwrap_or_else(|| "default".to_string());
@@ -357,6 +386,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
 
     if oj.metadata.deletion_timestamp.is_some() {
         if oj.finalizers().iter().any(|f| f == FINALIZER) {
+            stop_running_job(&ctx, &oj, &namespace, &clusters).await;
             if let Ok((cluster_name, true)) = &target
                 && let Some(c) = get_opt(&clusters, cluster_name).await?
                 && owned_by(c.metadata.owner_references.as_ref(), &oj.uid().unwrap_or_default())

@@ -136,6 +136,7 @@ pub fn parse_demand(body: &Value) -> Result<Demand, String> {
         serde_json::from_value(v.clone()).map_err(|e| format!("a demand shape {v} is not resource amounts: {e}"))
     };
     let mut requests = Vec::new();
+    let mut spread_groups = Vec::new();
     for entry in report["resourceDemand"].as_array().into_iter().flatten() {
         let count = entry[1].as_u64().ok_or_else(|| format!("a resourceDemand entry {entry} has no count"))?;
         requests.push((shape(&entry[0])?, u32::try_from(count).unwrap_or(u32::MAX)));
@@ -152,6 +153,8 @@ pub fn parse_demand(body: &Value) -> Result<Demand, String> {
                 }
             }
             requests.push((sum, 1));
+        } else if group["strategy"].as_str() == Some("STRICT_SPREAD") {
+            spread_groups.push(bundles);
         } else {
             requests.extend(bundles.into_iter().map(|b| (b, 1)));
         }
@@ -165,7 +168,7 @@ pub fn parse_demand(body: &Value) -> Result<Demand, String> {
             idle_ms: node["idleDurationMs"].as_u64().unwrap_or(0),
         });
     }
-    Ok(Demand { requests, nodes })
+    Ok(Demand { requests, spread_groups, nodes })
 }
 
 #[cfg(test)]
@@ -178,7 +181,8 @@ mod tests {
             "resourceDemand": [[{"CPU": 2.0}, 3]],
             "pgDemand": [
                 {"strategy": "STRICT_PACK", "bundles": [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}]},
-                {"strategy": "SPREAD", "bundles": [{"CPU": 1.0}, {"CPU": 1.0}]}
+                {"strategy": "SPREAD", "bundles": [{"CPU": 1.0}, {"CPU": 1.0}]},
+                {"strategy": "STRICT_SPREAD", "bundles": [{"CPU": 2.0}, {"CPU": 2.0}]}
             ],
             "nodes": [{"nodeIp": "10.0.0.2", "resourcesTotal": {"CPU": 2.0}, "resourcesAvailable": {"CPU": 2.0}, "idleDurationMs": 5000}]
         }}}});
@@ -186,6 +190,7 @@ mod tests {
         let cpu = |n: f64| ResourceMap::from([("CPU".to_string(), n)]);
         let strict = ResourceMap::from([("CPU".to_string(), 2.0), ("GPU".to_string(), 1.0)]);
         assert_eq!(demand.requests, vec![(cpu(2.0), 3), (strict, 1), (cpu(1.0), 1), (cpu(1.0), 1)]);
+        assert_eq!(demand.spread_groups, vec![vec![cpu(2.0), cpu(2.0)]]);
         assert_eq!(demand.nodes[0].idle_ms, 5000);
         assert!(parse_demand(&json!({"result": true})).unwrap_err().contains("loadMetricsReport"));
     }

@@ -81,10 +81,12 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
     let previous = job.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.observed_generation = job.metadata.generation;
+    // The end time starts the clock of `ttlSecondsAfterFinished`.
     let fail = |mut status: OxrayJobStatus, message: String| JobPlan {
         status: {
             status.job_deployment_status = Some("Failed".to_string());
             status.message = Some(message);
+            status.end_time.get_or_insert_with(|| rfc3339(observed.now_s));
             status
         },
         ..Default::default()
@@ -139,16 +141,15 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
     if let Some(reason) = &observed.cluster.failed {
         return fail(status, format!("cluster {cluster_name} failed: {reason}"));
     }
-    if !observed.cluster.ready {
-        if previous.job_id.is_none() {
+    // Submitted once the whole cluster is ready; then followed whatever its workers do (an autoscaling
+    // cluster is not `ready` while workers it added start).
+    if previous.job_id.is_none() {
+        if !observed.cluster.ready {
             status.job_deployment_status = Some("Initializing".to_string());
             status.message = Some(format!("waiting for cluster {cluster_name} to be ready"));
+            return JobPlan { status, ..Default::default() };
         }
-        return JobPlan { status, ..Default::default() };
-    }
-    status.dashboard_url = observed.cluster.dashboard_url.clone();
-
-    if previous.job_id.is_none() {
+        status.dashboard_url = observed.cluster.dashboard_url.clone();
         let id = job_id_of(job);
         let submission = match submission(job, &id) {
             Ok(s) => s,

@@ -194,11 +194,13 @@ fn open_volumes(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
     if mounts.is_empty() {
         return;
     }
-    let paths: Vec<&str> = mounts.iter().map(|m| m.mount_path.as_str()).collect();
+    // No shell: the paths are the manifest's, passed as arguments.
+    let mut command = vec!["chmod".to_string(), "1777".to_string()];
+    command.extend(mounts.iter().map(|m| m.mount_path.clone()));
     let opener = Container {
         name: "open-volumes".to_string(),
         image: main.image.clone(),
-        command: Some(vec!["/bin/sh".to_string(), "-c".to_string(), format!("chmod 1777 {}", paths.join(" "))]),
+        command: Some(command),
         security_context: Some(SecurityContext { run_as_user: Some(0), ..Default::default() }),
         volume_mounts: Some(mounts),
         ..Default::default()

@@ -274,12 +274,37 @@ fn check_params(field: &str, params: &BTreeMap<String, String>, head: bool) -> R
         if key == "port" || key == "dashboard-port" {
             continue; // passed explicitly
         }
+        check_value(field, key, value)?;
         if key == "num-cpus" || key == "num-gpus" {
             continue; // see explicit_resources
         }
         args.push(format!("--{key}={value}"));
     }
     Ok(args)
+}
+
+/// Values `oxray start` would refuse (and crash-loop the pod) fail the spec instead.
+fn check_value(field: &str, key: &str, value: &str) -> Result<(), String> {
+    let expected = match key {
+        "num-gpus" if value.parse::<u32>().is_err() => "a whole number of GPUs",
+        "object-store-memory" if value.parse::<u64>().map_or(true, |b| b == 0) => {
+            "a number of bytes, such as 268435456"
+        }
+        "tls-client-auth" if !["none", "require"].contains(&value) => "none or require",
+        "resources" => {
+            let parsed: BTreeMap<String, f64> = serde_json::from_str(value)
+                .map_err(|e| format!("{field}.resources is {value:?}; expected a JSON object of numbers ({e})"))?;
+            if let Some(name) = parsed.keys().find(|k| ["CPU", "GPU", "memory"].contains(&k.as_str())) {
+                return Err(format!(
+                    "{field}.resources sets {name:?}; expected only custom resources (use num-cpus/num-gpus, or the \
+                     container's limits)"
+                ));
+            }
+            return Ok(());
+        }
+        _ => return Ok(()),
+    };
+    Err(format!("{field}.{key} is {value:?}; expected {expected}"))
 }
 
 fn port_param(field: &str, params: &BTreeMap<String, String>, key: &str, default: u16) -> Result<u16, String> {
@@ -329,9 +354,10 @@ fn node_resources(
             })
             .transpose()
     };
+    // A fractional CPU limit rounds up, as KubeRay does (a 500m worker still runs 1-CPU tasks).
     let cpus = match number("num-cpus")? {
         Some(n) => Some(n),
-        None => from_pod("cpu")?.map(f64::floor),
+        None => from_pod("cpu")?.map(f64::ceil),
     };
     let gpus = match number("num-gpus")? {
         Some(n) => Some(n),

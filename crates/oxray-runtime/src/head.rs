@@ -97,13 +97,17 @@ impl NodeRecord {
         }
     }
 
-    /// Nothing is in use: every resource but the object store (which objects, not work, fill) is all there.
+    /// Nothing is in use: every resource but the object store is all there, and its last sample saw
+    /// no running task and no object (without lineage, a node holding objects is not idle).
     fn unused(&self) -> bool {
-        self.info
+        let resources_free = self
+            .info
             .total
             .iter()
             .filter(|(name, _)| name.as_str() != "object_store_memory")
-            .all(|(name, total)| self.info.available.get(name).is_some_and(|a| (a - total).abs() < 1e-6))
+            .all(|(name, total)| self.info.available.get(name).is_some_and(|a| (a - total).abs() < 1e-6));
+        let quiet = self.samples.back().is_none_or(|s| s.tasks_running == 0 && s.store_objects == 0);
+        resources_free && quiet
     }
 }
 
@@ -636,6 +640,15 @@ impl Head {
     /// cluster's use (`usage`) and each live node's resources and idle time (`nodes`).
     pub fn load_metrics_report(&self) -> serde_json::Value {
         use serde_json::json;
+        // Read before the node table's lock (never both at once). A node hosting a live actor is busy even when the actor holds no resources (0-CPU actors).
+        let hosting: std::collections::HashSet<Vec<u8>> = self
+            .actors
+            .lock()
+            .actors
+            .values()
+            .filter(|a| a.state != ActorState::Dead as i32)
+            .map(|a| a.node_id.clone())
+            .collect();
         let nodes = self.nodes.lock();
         let live: Vec<&NodeRecord> = nodes.values().filter(|r| r.last_seen.elapsed() < NODE_TIMEOUT).collect();
         let mut demand: Vec<(std::collections::BTreeMap<String, f64>, u64)> = Vec::new();
@@ -666,7 +679,11 @@ impl Head {
                 "isHead": record.info.is_head,
                 "resourcesTotal": sorted(&record.info.total),
                 "resourcesAvailable": sorted(&record.info.available),
-                "idleDurationMs": record.idle_since.map_or(0, |s| s.elapsed().as_millis() as u64),
+                "idleDurationMs": if hosting.contains(&record.info.node_id) {
+                    0
+                } else {
+                    record.idle_since.map_or(0, |s| s.elapsed().as_millis() as u64)
+                },
                 "labels": record.info.labels,
             }));
         }
@@ -763,12 +780,6 @@ impl HeadService for Head {
         let record = nodes.get_mut(&node_id).ok_or(HeadError::UnknownNode(node_id))?;
         record.info.available = beat.available;
         record.demand = beat.demand;
-        let unused = record.unused();
-        record.idle_since = match (unused, record.idle_since) {
-            (true, Some(since)) => Some(since),
-            (true, None) => Some(Instant::now()),
-            (false, _) => None,
-        };
         if let Some(stats) = beat.stats {
             let oldest = stats.time_ms.saturating_sub(self.metrics_window.0);
             while record.samples.front().is_some_and(|s| s.time_ms < oldest) {
@@ -776,6 +787,12 @@ impl HeadService for Head {
             }
             record.samples.push_back(stats);
         }
+        let unused = record.unused();
+        record.idle_since = match (unused, record.idle_since) {
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(Instant::now()),
+            (false, _) => None,
+        };
         let revived = record.last_seen.elapsed() >= NODE_TIMEOUT;
         record.last_seen = Instant::now();
         drop(nodes);
@@ -1046,6 +1063,26 @@ mod tests {
         let by_ip = |ip: &str| nodes.iter().find(|n| n["nodeIp"] == ip).unwrap().clone();
         assert_eq!(by_ip("10.0.0.1")["idleDurationMs"], 0, "a node with resources in use is not idle");
         assert_eq!(by_ip("10.0.0.2")["resourcesAvailable"], serde_json::json!({"CPU": 2.0}));
+
+        // An actor holding no resources still keeps its node from counting as idle.
+        let actor = ActorInfo {
+            actor_id: vec![7; 16],
+            node_id: vec![2; 16],
+            state: ActorState::Alive as i32,
+            ..Default::default()
+        };
+        head.actors.lock().actors.insert(ActorId::from_bytes(&[7; 16]).unwrap(), actor);
+        let report = head.load_metrics_report();
+        let hosting = report["nodes"].as_array().unwrap().iter().find(|n| n["nodeIp"] == "10.0.0.2").unwrap().clone();
+        assert_eq!(hosting["idleDurationMs"], 0);
+        head.actors.lock().actors.clear();
+
+        // So does an object in its store (there is no lineage to make it again).
+        let stats = NodeStats { store_objects: 1, ..Default::default() };
+        let holding =
+            HeartbeatRequest { node_id: vec![2; 16], available: cpus(2.0), stats: Some(stats), demand: vec![] };
+        head.heartbeat(Request::new(holding)).await.unwrap();
+        assert!(head.nodes.lock()[&NodeId::from_bytes(&[2; 16]).unwrap()].idle_since.is_none());
 
         // A pending placement group is demand too.
         let bundle = oxray_proto::Bundle { resources: cpus(8.0), ..Default::default() };

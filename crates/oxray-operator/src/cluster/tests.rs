@@ -176,7 +176,7 @@ fn a_cpu_limit_becomes_num_cpus() {
     let c = cluster(vec![g]);
     let pods = created_pods(&plan(&c, &Observed::default(), "t", NOW));
     let line = pods[1].spec.as_ref().unwrap().containers[0].args.as_ref().unwrap()[0].clone();
-    assert!(line.contains("--num-cpus=3"), "a 3.5-CPU limit offers 3 whole CPUs, as KubeRay rounds: {line}");
+    assert!(line.contains("--num-cpus=4"), "a 3.5-CPU limit offers 4 CPUs, as KubeRay rounds up: {line}");
 }
 
 #[test]
@@ -301,6 +301,24 @@ fn an_invalid_spec_fails_with_a_condition_and_touches_nothing() {
         (Box::new(|c| c.spec.head_group_spec.service_type = Some("Ingress".into())), "serviceType is \"Ingress\""),
         (
             Box::new(|c| {
+                c.spec.worker_group_specs[0].ray_start_params.insert("num-gpus".into(), "1.5".into());
+            }),
+            "num-gpus is \"1.5\"; expected a whole number of GPUs",
+        ),
+        (
+            Box::new(|c| {
+                c.spec.worker_group_specs[0].ray_start_params.insert("object-store-memory".into(), "2Gi".into());
+            }),
+            "object-store-memory is \"2Gi\"; expected a number of bytes",
+        ),
+        (
+            Box::new(|c| {
+                c.spec.worker_group_specs[0].ray_start_params.insert("resources".into(), r#"{"CPU": 4}"#.into());
+            }),
+            "resources sets \"CPU\"",
+        ),
+        (
+            Box::new(|c| {
                 c.spec.unknown.insert("suspend".into(), serde_json::json!(true));
             }),
             "spec.suspend is not a field oxray's operator supports",
@@ -369,7 +387,7 @@ fn autoscaling_grows_a_group_for_pending_demand_and_remembers_it() {
     let mut c = autoscaled(0, 4);
     let head = NodeUsage { ip: "10.0.0.1".into(), total: cpu(0.0), available: cpu(0.0), idle_ms: 0 };
     let mut observed = all_present(vec![pod("demo-head", None, true, Some("10.0.0.1"))]);
-    observed.demand = Some(Demand { requests: vec![(cpu(2.0), 3)], nodes: vec![head.clone()] });
+    observed.demand = Some(Demand { spread_groups: vec![], requests: vec![(cpu(2.0), 3)], nodes: vec![head.clone()] });
     let p = plan(&c, &observed, "t", NOW);
     assert_eq!(names(&created_pods(&p)), vec!["demo-worker-cpu-0", "demo-worker-cpu-1", "demo-worker-cpu-2"]);
     assert_eq!(p.status.worker_groups[0].desired_replicas, 3);
@@ -411,6 +429,7 @@ fn autoscaling_removes_idle_workers_after_the_timeout() {
         pod("demo-worker-cpu-2", Some("cpu"), true, Some("10.0.0.4")),
     ]);
     observed.demand = Some(Demand {
+        spread_groups: vec![],
         requests: vec![],
         nodes: vec![node("10.0.0.2", 31_000), node("10.0.0.3", 5_000), node("10.0.0.4", 31_000)],
     });
@@ -424,7 +443,7 @@ fn autoscaling_removes_idle_workers_after_the_timeout() {
 fn unschedulable_demand_is_reported() {
     let c = autoscaled(0, 4);
     let mut observed = all_present(vec![pod("demo-head", None, true, Some("10.0.0.1"))]);
-    observed.demand = Some(Demand { requests: vec![(cpu(64.0), 1)], nodes: vec![] });
+    observed.demand = Some(Demand { spread_groups: vec![], requests: vec![(cpu(64.0), 1)], nodes: vec![] });
     let p = plan(&c, &observed, "t", NOW);
     assert_eq!(p.status.unschedulable_demand.as_deref(), Some("no worker group can run work that needs {CPU: 64}"));
     assert!(created_pods(&p).is_empty());

@@ -126,3 +126,25 @@ fn a_failed_cluster_fails_the_job() {
     let p = plan(&j, &JobObserved { cluster, ..Default::default() });
     assert_eq!(p.status.message.as_deref(), Some("cluster train-cluster failed: bad spec"));
 }
+
+#[test]
+fn a_submitted_job_is_followed_while_its_cluster_scales() {
+    let mut j = job(true);
+    step(&mut j, JobObserved { cluster: ready_cluster(), now_s: 10, ..Default::default() });
+    // The autoscaler added a worker that is still starting: the cluster is not `ready`.
+    let scaling = ClusterView { exists: true, ready: false, ..ready_cluster() };
+    let done = Some(Ok(Some(JobState { status: "SUCCEEDED".into(), message: None })));
+    let p = step(&mut j, JobObserved { cluster: scaling, job: done, now_s: 20 });
+    assert_eq!(p.status.job_deployment_status.as_deref(), Some("Complete"));
+}
+
+#[test]
+fn a_job_failed_by_its_spec_still_lets_its_cluster_go_after_the_ttl() {
+    let mut j = job(true);
+    j.spec.entrypoint_resources = Some("{bad".into());
+    let p = step(&mut j, JobObserved { cluster: ready_cluster(), now_s: 100, ..Default::default() });
+    assert_eq!(p.status.job_deployment_status.as_deref(), Some("Failed"));
+    assert!(p.status.message.unwrap().contains("entrypointResources"));
+    assert!(!step(&mut j, JobObserved { cluster: ready_cluster(), now_s: 105, ..Default::default() }).delete_cluster);
+    assert!(step(&mut j, JobObserved { cluster: ready_cluster(), now_s: 110, ..Default::default() }).delete_cluster);
+}
