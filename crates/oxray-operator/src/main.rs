@@ -136,7 +136,9 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
         }
     }
     for pod in &mut pods {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
         let Some(spec) = pod.spec.as_mut() else { continue };
+        own_empty_dirs(spec, &pod_name);
         open_volumes(spec);
         // podman restarts init containers that exited under `Always`, so they never complete.
         spec.restart_policy.get_or_insert_with(|| "OnFailure".to_string());
@@ -175,6 +177,22 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// podman makes an emptyDir a volume named as in the manifest, shared by every pod that names it
+/// so: prefix each with its pod's name, as each pod has its own in Kubernetes.
+fn own_empty_dirs(spec: &mut k8s_openapi::api::core::v1::PodSpec, pod: &str) {
+    let names: Vec<String> =
+        spec.volumes.iter().flatten().filter(|v| v.empty_dir.is_some()).map(|v| v.name.clone()).collect();
+    for volume in spec.volumes.iter_mut().flatten().filter(|v| names.contains(&v.name)) {
+        volume.name = format!("{pod}-{}", volume.name);
+    }
+    let containers = spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten());
+    for mount in containers.flat_map(|c| c.volume_mounts.iter_mut().flatten()) {
+        if names.contains(&mount.name) {
+            mount.name = format!("{pod}-{}", mount.name);
+        }
+    }
 }
 
 /// Kubernetes makes an emptyDir writable by all; podman makes its volumes root's.

@@ -42,7 +42,8 @@ class Shell:
     def __call__(self, *args, input=None, check=True, timeout=120):
         print(f"$ {' '.join(args)}")
         done = subprocess.run(args, env=self.env, input=input, capture_output=True, text=True, timeout=timeout)
-        print((done.stdout + done.stderr).rstrip())
+        lines = (done.stdout + done.stderr).rstrip().splitlines()
+        print("\n".join(lines if len(lines) <= 40 else lines[:3] + [f"... ({len(lines)} lines)"]))
         if check and done.returncode != 0:
             raise AssertionError(f"{args[0]} failed ({done.returncode})")
         return done.stdout
