@@ -220,3 +220,32 @@ def test_the_state_api_works_after_a_plain_init(fresh_cluster):
     [row] = [a for a in list_actors() if a.name == "plain-init"]
     assert row.state == "ALIVE" and get_actor(row.actor_id).class_name == "Counter"
     assert ray.get_runtime_context().get_dashboard_url() == ray._private.api.STATE.address_info["dashboard_url"]
+
+
+def test_cluster_status_reports_the_demand_waiting_for_a_node(head):
+    """Ray's `/api/cluster_status`: what the autoscaler (the Kubernetes operator) reads."""
+    url = head.dashboard_url
+    assert http_call("GET", f"{url}/api/cluster_status")[0] == 401
+    ray.init()
+
+    @ray.remote(num_cpus=8)
+    def big():
+        return 1
+
+    waiting = [big.remote() for _ in range(3)]  # a 2-CPU head: they wait for a node that fits
+
+    def report():
+        status, body = http_call("GET", f"{url}/api/cluster_status", token=head.token)
+        assert status == 200, body
+        return json.loads(body)["data"]["clusterStatus"]["loadMetricsReport"]
+
+    assert wait_until(lambda: report()["resourceDemand"] == [[{"CPU": 8.0}, 3]], timeout=30), report()
+    metrics = report()
+    assert metrics["usage"]["CPU"] == [0.0, 2.0]
+    [node] = metrics["nodes"]
+    assert node["isHead"] is True and node["resourcesTotal"]["CPU"] == 2.0
+    status, body = http_call("GET", f"{url}/api/cluster_status?format=1", token=head.token)
+    text = json.loads(body)["data"]["autoscalingStatus"]
+    assert "Node status" in text and "0.0/2.0 CPU" in text and '{"CPU":8.0}: 3+ pending tasks/actors' in text, text
+    for ref in waiting:
+        ray.cancel(ref)
