@@ -16,6 +16,9 @@ use oxray_proto::{ActorInfo, ArgSource, ForwardTask, NodeInfo, RemoteObject, Rem
 use oxray_proto::{ObjectLocation, TaskKind, TaskSpec};
 use std::collections::{HashMap, HashSet};
 
+/// How many node-table updates a forward keeps lowering a peer's reported room.
+const RECENT_FORWARD_UPDATES: u64 = 2;
+
 /// Another node, as the head last reported it (available is lowered by what
 /// this node forwarded there since).
 #[derive(Debug, Clone)]
@@ -28,6 +31,8 @@ pub struct PeerView {
     /// head still lists it, so work is never sent to it again.
     pub failed: bool,
     pub labels: HashMap<String, String>,
+    /// The node-table update during which this node last forwarded work there.
+    pub forwarded_at: Option<u64>,
 }
 
 /// The other nodes, as this one knows them.
@@ -120,8 +125,20 @@ impl AgentState {
             }
             self.peers.may_grow = true;
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
-            let available = ResourceSet::from_map(&n.available).unwrap_or_default();
+            let mut available = ResourceSet::from_map(&n.available).unwrap_or_default();
             let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
+            // The head's figures may predate work forwarded there in the last two updates (its beat
+            // came first): keep the lower of the two until the node's own report has caught up.
+            let forwarded_at = self.peers.nodes.get(&id).and_then(|p| p.forwarded_at);
+            if let (Some(at), Some(old)) = (forwarded_at, self.peers.nodes.get(&id))
+                && self.peers.updates.saturating_sub(at) <= RECENT_FORWARD_UPDATES
+            {
+                let names: Vec<String> = available.names().map(str::to_string).collect();
+                for name in names {
+                    let lower = available.get(&name).min(old.available.get(&name));
+                    let _ = available.set(&name, lower);
+                }
+            }
             let view = PeerView {
                 address: n.address.clone(),
                 alive: n.alive && !failed,
@@ -129,6 +146,7 @@ impl AgentState {
                 available,
                 failed,
                 labels: n.labels.clone(),
+                forwarded_at,
             };
             if let Some(old) = self.peers.nodes.insert(id, view)
                 && old.alive
@@ -142,6 +160,12 @@ impl AgentState {
             self.node_died(node, "it stopped sending heartbeats to the head");
         }
         self.schedule();
+    }
+
+    /// This node's view of `peer`'s available resources.
+    #[cfg(test)]
+    pub(super) fn peer_available(&self, peer: NodeId) -> Option<&ResourceSet> {
+        self.peers.nodes.get(&peer).map(|p| &p.available)
     }
 
     /// Whether any live node (this one included) could ever hold `request`.
@@ -324,6 +348,7 @@ impl AgentState {
         let placement = task.placement.clone();
         if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.available.subtract(&placement);
+            peer.forwarded_at = Some(self.peers.updates);
         }
         let mut sources = Vec::new();
         let arg_ids = spec.args.iter().filter_map(|a| match &a.kind {

@@ -559,6 +559,20 @@ fn peer_info(cpus: f64, alive: bool) -> oxray_proto::NodeInfo {
     }
 }
 
+#[test]
+fn a_stale_report_does_not_undo_a_forward_until_the_peer_has_caught_up() {
+    let mut st = new_state(1.0, 0);
+    forward_big_task(&mut st, 0);
+    let cpus = |st: &AgentState| st.peer_available(PEER).unwrap().get("CPU");
+    assert_eq!(cpus(&st), 2.0, "the forward's 2 CPUs are taken from the view");
+    // The head's next reports still show the peer's beat from before the task arrived.
+    st.update_peers(&[peer_info(4.0, true)]);
+    st.update_peers(&[peer_info(4.0, true)]);
+    assert_eq!(cpus(&st), 2.0, "a stale 4 CPUs would send the next task to a busy node");
+    st.update_peers(&[peer_info(4.0, true)]);
+    assert_eq!(cpus(&st), 4.0, "then the head's word is taken again");
+}
+
 /// Submits a 2-CPU task to a 1-CPU node that knows a 4-CPU peer: it is forwarded.
 fn forward_big_task(st: &mut AgentState, retries: i32) -> TaskSpec {
     st.update_peers(&[peer_info(4.0, true)]);
