@@ -140,7 +140,7 @@ impl Packing<'_, '_> {
 }
 
 /// The number a worker pod's name ends with (`<cluster>-worker-<group>-<n>`).
-fn pod_index(pod: &str) -> u64 {
+pub(crate) fn pod_index(pod: &str) -> u64 {
     pod.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 

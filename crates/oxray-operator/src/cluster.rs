@@ -212,7 +212,9 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
         } else if pods.len() > want {
             let mut order: Vec<&ObservedPod> = pods.clone();
             // Idle workers the autoscaler picked, then ones not ready, then the newest.
-            order.sort_by_key(|p| (!remove.contains(&p.name), p.ready, std::cmp::Reverse(index_of(&p.name))));
+            order.sort_by_key(|p| {
+                (!remove.contains(&p.name), p.ready, std::cmp::Reverse(autoscale::pod_index(&p.name)))
+            });
             plan.delete_pods.extend(order.iter().take(pods.len() - want).map(|p| p.name.clone()));
         }
         let ready = pods.iter().filter(|p| p.ready && !plan.delete_pods.contains(&p.name)).count() as i32;
@@ -283,10 +285,6 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
 /// A pod whose containers stopped for good.
 fn ended(pod: &ObservedPod) -> bool {
     matches!(pod.phase.as_deref(), Some("Failed" | "Succeeded"))
-}
-
-fn index_of(pod: &str) -> usize {
-    pod.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(0)
 }
 
 /// Sets condition `type_`, keeping its transition time when its status did not change.

@@ -350,6 +350,22 @@ fn log_demand(name: &str, demand: Option<&Demand>, plan: &cluster::ClusterPlan) 
     }
 }
 
+/// The Jobs API's URL of `cluster`'s head, as this operator reaches it, and the cluster token;
+/// `None` while either is not known yet (no head pod IP, no Secret).
+async fn reach_head(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &OxrayCluster,
+) -> Result<Option<(String, String)>, ReconcileError> {
+    let name = cluster.name_any();
+    let port = spec::check(&name, &cluster.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
+    let pod_ip = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone());
+    let Some(url) = head_url(&ctx.settings, namespace, &name, pod_ip.as_deref(), port) else { return Ok(None) };
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let token = get_opt(&secrets, &cluster::secret_name(&name)).await?.as_ref().and_then(token_of);
+    Ok(token.map(|token| (url, token)))
+}
+
 /// A job still running when its OxrayJob is deleted is stopped (on a shared cluster it would run on);
 /// a head that cannot be reached is logged, not waited for.
 async fn stop_running_job(ctx: &Context, oj: &OxrayJob, namespace: &str, clusters: &Api<OxrayCluster>) {
@@ -361,15 +377,7 @@ async fn stop_running_job(ctx: &Context, oj: &OxrayJob, namespace: &str, cluster
     };
     let Ok((cluster_name, _)) = job::cluster_of(oj) else { return };
     let Ok(Some(cluster)) = get_opt(clusters, &cluster_name).await else { return };
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let token =
-        get_opt(&secrets, &cluster::secret_name(&cluster_name)).await.ok().flatten().as_ref().and_then(token_of);
-    let port =
-        spec::check(&cluster_name, &cluster.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
-    let pod_ip = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone());
-    if let (Some(url), Some(token)) =
-        (head_url(&ctx.settings, namespace, &cluster_name, pod_ip.as_deref(), port), token)
-    {
+    if let Ok(Some((url, token))) = reach_head(ctx, namespace, &cluster).await {
         match ctx.head.stop_job(&url, &token, id).await {
             Ok(()) => tracing::info!("job {namespace}/{}: deleted, so job {id} was stopped", oj.name_any()),
             Err(e) => tracing::warn!("job {namespace}/{}: deleted, but stopping job {id} failed: {e}", oj.name_any()),
@@ -408,21 +416,13 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         && c.metadata.deletion_timestamp.is_none()
     {
         let status = c.status.clone().unwrap_or_default();
-        let port = spec::check(cluster_name, &c.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
-        let pod_ip = status.head.as_ref().and_then(|h| h.pod_ip.clone());
-        let url = head_url(&ctx.settings, &namespace, cluster_name, pod_ip.as_deref(), port);
-        let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
-        let token = get_opt(&secrets, &cluster::secret_name(cluster_name)).await?.as_ref().and_then(token_of);
-        let ready = status.state.as_deref() == Some("ready") && url.is_some() && token.is_some();
+        head = reach_head(&ctx, &namespace, &c).await?;
         observed.cluster = ClusterView {
             exists: true,
-            ready,
+            ready: status.state.as_deref() == Some("ready") && head.is_some(),
             failed: (status.state.as_deref() == Some("failed")).then(|| status.reason.clone().unwrap_or_default()),
             dashboard_url: status.head.as_ref().map(|h| h.dashboard_url.clone()),
         };
-        if let (Some(url), Some(token)) = (url, token) {
-            head = Some((url, token));
-        }
     }
     let running = oj.status.as_ref().is_some_and(|s| {
         s.job_id.is_some() && !matches!(s.job_deployment_status.as_deref(), Some("Complete" | "Failed"))

@@ -66,11 +66,7 @@ class StampingEmulator(kmock.KubernetesEmulator):
                     string_data = request.data.pop("stringData")
                     data = request.data.setdefault("data", {})
                     data.update({k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()})
-                meta.setdefault("uid", str(uuid.uuid4()))
-                meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-                meta.setdefault("generation", 1)
-                if meta.get("namespace") is None and request.namespace:
-                    meta["namespace"] = request.namespace
+                self._stamp_new(meta, request.namespace)
             if request.action in (kmock.action.CREATE, kmock.action.UPDATE):
                 meta["resourceVersion"] = str(next(self._versions))
         return await super()._handle(request)
@@ -92,6 +88,15 @@ class StampingEmulator(kmock.KubernetesEmulator):
         return listing
 
     @staticmethod
+    def _stamp_new(meta, namespace):
+        """What the API server sets on an object it creates."""
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        meta.setdefault("generation", 1)
+        if meta.get("namespace") is None and namespace:
+            meta["namespace"] = namespace
+
+    @staticmethod
     def _is_apply(request):
         """A server-side apply (what helm 4 and `kubectl apply --server-side` send)."""
         return any(k.lower() == "content-type" and "apply-patch" in v for k, v in request.headers.items())
@@ -103,11 +108,7 @@ class StampingEmulator(kmock.KubernetesEmulator):
             if key in self.objects and not self.objects[key].deleted:
                 return
             meta = request.data["metadata"]
-            meta.setdefault("uid", str(uuid.uuid4()))
-            meta.setdefault("creationTimestamp", datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
-            meta.setdefault("generation", 1)
-            if request.namespace:
-                meta["namespace"] = request.namespace
+            self._stamp_new(meta, request.namespace)
             meta["resourceVersion"] = str(next(self._versions))
             if key in self.objects:
                 self.objects[key].create(request.data)
