@@ -118,7 +118,9 @@ image-torch:
 	$(MAKE) image IMAGE_SUFFIX=-torch IMAGE_EXTRAS="torch pyarrow pandas"
 
 # Real containers (tests/podman): the operator's rendered pods under `podman kube play`, from the
-# -torch image built on a debootstrap base (no registry needed), running a TorchTrainer job.
+# image built on a debootstrap base (no registry needed), running a TorchTrainer job with this
+# venv's torch hard-linked into the pods: a -torch image (6 GB) ran CI's disk out of space.
+# OXRAY_TEST_IMAGE=localhost/oxray:latest-torch runs it on `make image-torch`'s image instead.
 # Installs podman itself; `.ci/run` runs it when podman can start a container.
 K8S_BASE_IMAGE ?= localhost/oxray-debian:bookworm
 podman-ready k8s-test: export CONTAINERS_CONF = $(abspath build/containers.conf)
@@ -132,7 +134,7 @@ podman-ready: build/containers.conf
 	@podman run --rm --network none $(K8S_BASE_IMAGE) true
 
 k8s-test: develop podman-ready
-	$(MAKE) image-torch CONTAINER=podman IMAGE_BASE=$(K8S_BASE_IMAGE) IMAGE_PROFILE=debug
+	$(MAKE) image CONTAINER=podman IMAGE_BASE=$(K8S_BASE_IMAGE) IMAGE_PROFILE=debug
 	cargo build -p oxray-operator
 	$(PY) -m pytest tests/podman -q -s $(PYTEST_ARGS)
 

@@ -2,21 +2,27 @@
 the podman test and bench/k8s_bench.py: `oxray-operator render` of a cluster
 manifest, its Secret turned into the podman secret that podman 4's kube play
 reads for `secretKeyRef`, and the head's State API through the published
-dashboard port."""
+dashboard port; and torch from this venv mounted into the pods, so that the
+TorchTrainer test runs on the base image (see `with_host_torch`)."""
 
 import base64
+import importlib.metadata
 import json
 import os
+import shutil
 import socket
 import subprocess
 import urllib.error
 import urllib.request
 
 import yaml
+from packaging.requirements import Requirement
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 OPERATOR = os.path.join(REPO, "target", "debug", "oxray-operator")
 SAMPLE = os.path.join(REPO, "deploy", "examples", "oxray-cluster.yaml")
+TORCH_SITE = os.path.join(REPO, "build", "torch-site")
+TORCH_MOUNT = "/opt/torch-site"
 
 
 def free_port():
@@ -70,3 +76,56 @@ def alive_nodes(port, token):
     if code != 200:
         return []
     return [n for n in body["data"]["result"]["result"] if n["state"] == "ALIVE"]
+
+
+def _requirement_closure(name):
+    """The installed distributions `name` needs on this platform, itself included,
+    following the extras asked for (torch's CUDA libraries come as extras of cuda-toolkit)."""
+    seen, done, todo = {}, set(), [(name, "")]
+    while todo:
+        wanted, extra = todo.pop()
+        dist = importlib.metadata.distribution(wanted)
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if (key, extra) in done:
+            continue
+        done.add((key, extra))
+        seen[key] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo.extend((req.name, e) for e in [""] + sorted(req.extras))
+    return list(seen.values())
+
+
+def host_torch_site(dest=TORCH_SITE):
+    """torch and its requirements as installed in this venv, hard-linked into `dest`
+    (no copy: torch with its CUDA libraries is about 5 GB, and a -torch image layer
+    of that size ran CI's disk out of space)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    for dist in _requirement_closure("torch"):
+        root = os.path.realpath(dist.locate_file(""))
+        for file in dist.files or []:
+            source = os.path.realpath(dist.locate_file(file))
+            if not source.startswith(root + os.sep) or not os.path.isfile(source):
+                continue  # scripts under bin/ and the like
+            target = os.path.join(dest, os.path.relpath(source, root))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copy2(source, target)
+    return dest
+
+
+def with_host_torch(pods, site):
+    """The pods with `site` (from `host_torch_site`) mounted read-only on PYTHONPATH
+    in their main containers: the base image plus this venv's torch, for a test."""
+    for pod in pods:
+        spec = pod["spec"]
+        spec.setdefault("volumes", []).append({"name": "torch-site", "hostPath": {"path": site, "type": "Directory"}})
+        for container in spec["containers"]:
+            container.setdefault("volumeMounts", []).append(
+                {"name": "torch-site", "mountPath": TORCH_MOUNT, "readOnly": True}
+            )
+            container.setdefault("env", []).append({"name": "PYTHONPATH", "value": TORCH_MOUNT})
+    return pods

@@ -42,8 +42,6 @@ class DataConfig:
 
     def configure(self, datasets: dict, world_size: int) -> list:
         """One dict of name -> DataIterator per rank."""
-        from oxray.data import Dataset
-
         if self.datasets_to_split != "all":
             unknown = sorted(set(self.datasets_to_split) - set(datasets))
             if unknown:
@@ -52,6 +50,10 @@ class DataConfig:
                     f"its datasets are {sorted(datasets)}"
                 )
         per_rank: list = [{} for _ in range(world_size)]
+        if not datasets:
+            return per_rank  # a trainer without datasets needs no oxray.data, hence no pyarrow
+        from oxray.data import Dataset
+
         for name, value in datasets.items():
             ds = value() if callable(value) and not isinstance(value, Dataset) else value
             if not isinstance(ds, Dataset):
