@@ -32,7 +32,9 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "podman"))
 sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
-from podman_play import OPERATOR, SAMPLE, alive_nodes, free_port, podman, render  # noqa: E402
+from fake_kubelet import FakeKubelet  # noqa: E402
+from kube_emulator import EmulatedApiServer, Kube, wait_for  # noqa: E402
+from podman_play import OPERATOR, SAMPLE, alive_nodes, free_port, play, podman, render  # noqa: E402
 
 BASE = os.environ.get("K8S_BASE_IMAGE", "localhost/oxray-debian:bookworm")
 NETWORK = "oxray-k8s-bench"
@@ -78,25 +80,11 @@ def build_ray_image(python):
         podman("build", "-q", "--pull=missing", "--build-arg", f"BASE={BASE}", "-t", RAY_IMAGE, context)
 
 
-def play_until_ready(pods, port, token, timeout=300):
-    """Seconds from `podman kube play` to 3 live nodes; the pods are removed after."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write(yaml.safe_dump_all(pods))
-        manifest = f.name
-    podman("network", "create", NETWORK, check=False)
-    started = time.monotonic()
-    try:
-        podman("kube", "play", "--network", NETWORK, manifest)
-        deadline = started + timeout
-        while len(alive_nodes(port, token)) < 3:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not 3 live nodes after {timeout} s")
-            time.sleep(0.1)
+def play_until_ready(pods, port, token, secret=None, timeout=300):
+    """Seconds from `podman kube play` to 3 live nodes; the pods (and `secret`) are removed after."""
+    with play(pods, NETWORK, secret) as started:
+        wait_for("3 live nodes", lambda: len(alive_nodes(port, token)) >= 3, timeout=timeout)
         return time.monotonic() - started
-    finally:
-        podman("kube", "down", manifest, check=False)
-        podman("network", "rm", "-f", NETWORK, check=False)
-        os.unlink(manifest)
 
 
 def ray_pods(port):
@@ -113,9 +101,6 @@ def ray_pods(port):
 
 def emulated_ready(rounds):
     """Seconds from creating the sample OxrayCluster to ready with 2 workers, in the emulator."""
-    from fake_kubelet import FakeKubelet
-    from kube_emulator import EmulatedApiServer, Kube, wait_for
-
     times = []
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
@@ -170,8 +155,7 @@ def main():
     for _ in range(args.rounds):
         port = free_port()
         pods, token, secret = render(args.image, port)
-        oxray_times.append(play_until_ready(pods, port, token))
-        podman("secret", "rm", secret, check=False)
+        oxray_times.append(play_until_ready(pods, port, token, secret))
         port = free_port()
         ray_times.append(play_until_ready(ray_pods(port), port, None))
     results["podman_play_to_ready_s"] = {"oxray": oxray_times, "ray": ray_times}

@@ -1,17 +1,20 @@
 """Running the operator's rendered pods under `podman kube play`, shared by
 the podman test and bench/k8s_bench.py: `oxray-operator render` of a cluster
 manifest, its Secret turned into the podman secret that podman 4's kube play
-reads for `secretKeyRef`, and the head's State API through the published
-dashboard port; and torch from this venv mounted into the pods, so that the
+reads for `secretKeyRef`, the pods played and taken down (`play`), and the
+head's State API through the published dashboard port; and torch from this venv mounted into the pods, so that the
 TorchTrainer test runs on the base image (see `with_host_torch`)."""
 
 import base64
+import contextlib
 import importlib.metadata
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -55,6 +58,26 @@ def render(image, port, manifest=SAMPLE, head_address="oxray-sample-head:6379"):
     podman("secret", "create", name, "-", input=json.dumps(secret["data"]))
     token = base64.b64decode(secret["data"]["token"]).decode()
     return [d for d in docs if d["kind"] == "Pod"], token, name
+
+
+@contextlib.contextmanager
+def play(pods, network, secret=None):
+    """`pods` run under `podman kube play` on `network`, yielding when the play began;
+    afterwards the pods, the network and the podman `secret` (from `render`) are removed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = os.path.join(tmp, "pods.yaml")
+        with open(manifest, "w") as f:
+            f.write(yaml.safe_dump_all(pods))
+        podman("network", "create", network, check=False)
+        started = time.monotonic()
+        try:
+            podman("kube", "play", "--network", network, manifest, timeout=600)
+            yield started
+        finally:
+            podman("kube", "down", manifest, check=False)
+            if secret:
+                podman("secret", "rm", secret, check=False)
+            podman("network", "rm", "-f", network, check=False)
 
 
 def head_get(port, path, token):

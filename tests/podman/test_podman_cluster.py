@@ -21,8 +21,17 @@ import urllib.error
 import urllib.request
 
 import pytest
-import yaml
-from podman_play import REPO, alive_nodes, free_port, head_get, host_torch_site, podman, render, with_host_torch
+from podman_play import (
+    REPO,
+    alive_nodes,
+    free_port,
+    head_get,
+    host_torch_site,
+    play,
+    podman,
+    render,
+    with_host_torch,
+)
 
 sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
 from kube_emulator import wait_for  # noqa: E402
@@ -34,24 +43,15 @@ NETWORK = "oxray-k8s-test"
 
 
 @pytest.fixture
-def played(tmp_path):
+def played():
     """The sample cluster rendered and played; torn down after the test."""
     port = free_port()
     pods, token, secret = render(IMAGE, port)
     assert len(token) == 64, "render generates a token as the operator does"
     if not TORCH_IN_IMAGE:
         pods = with_host_torch(pods, host_torch_site())
-    podman("network", "create", NETWORK, check=False)
-    manifest = tmp_path / "pods.yaml"
-    manifest.write_text(yaml.safe_dump_all(pods))
-    started = time.monotonic()
-    try:
-        podman("kube", "play", "--network", NETWORK, str(manifest), timeout=600)
+    with play(pods, NETWORK, secret) as started:
         yield {"port": port, "token": token, "pods": [p["metadata"]["name"] for p in pods], "started": started}
-    finally:
-        podman("kube", "down", str(manifest), check=False)
-        podman("secret", "rm", secret, check=False)
-        podman("network", "rm", "-f", NETWORK, check=False)
 
 
 def pod_logs(names):

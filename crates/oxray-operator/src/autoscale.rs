@@ -54,6 +54,14 @@ pub struct GroupState<'a> {
     pub workers: Vec<WorkerView>,
 }
 
+impl GroupState<'_> {
+    /// The group's size now: the last decision, or the pods that exist where there are more
+    /// (the last decision may not have been recorded yet).
+    pub fn current(&self) -> i32 {
+        self.baseline.max(self.workers.len() as i32)
+    }
+}
+
 /// The autoscaler's answer.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Decision {
@@ -117,9 +125,11 @@ impl Packing<'_, '_> {
         }
         let holds = |g: &GroupState<'_>| g.plan.resources.as_ref().is_some_and(|shape| fits(request, shape));
         let added = &self.added;
-        let group = self.groups.iter().enumerate().find(|(i, g)| {
-            holds(g) && i64::from(g.baseline.max(g.workers.len() as i32)) + i64::from(added[*i]) < i64::from(g.plan.max)
-        });
+        let group = self
+            .groups
+            .iter()
+            .enumerate()
+            .find(|(i, g)| holds(g) && i64::from(g.current()) + i64::from(added[*i]) < i64::from(g.plan.max));
         match group {
             // A group could hold it but is at its maxReplicas: it waits.
             None if self.groups.iter().any(holds) => {}
@@ -183,9 +193,8 @@ pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) 
     let mut remove = Vec::new();
     for (i, group) in groups.iter().enumerate() {
         let (min, max) = (group.plan.min, group.plan.max);
-        // Workers that exist stay unless idle: the last decision may not have been recorded yet.
-        let base = group.baseline.max(group.workers.len() as i32);
-        let mut size = (i64::from(base) + i64::from(added[i])).clamp(i64::from(min), i64::from(max)) as i32;
+        // Workers that exist stay unless idle.
+        let mut size = (i64::from(group.current()) + i64::from(added[i])).clamp(i64::from(min), i64::from(max)) as i32;
         if added[i] == 0 {
             let mut idle: Vec<&WorkerView> = group
                 .workers
@@ -200,13 +209,11 @@ pub fn decide(groups: &[GroupState<'_>], demand: &Demand, idle_timeout_ms: u64) 
             // The newest (highest-numbered) workers go first.
             idle.sort_by_key(|w| std::cmp::Reverse(pod_index(&w.pod)));
             let existing = group.workers.len() as i32;
-            let keep_at_least = min;
-            let removable = (existing.min(size) - keep_at_least).max(0) as usize;
+            let removable = (existing.min(size) - min).max(0) as usize;
             for w in idle.into_iter().take(removable) {
                 remove.push(w.pod.clone());
                 size -= 1;
             }
-            size = size.max(min);
         }
         desired.push(size);
     }

@@ -95,6 +95,10 @@ pub fn secret_name(cluster: &str) -> String {
 pub fn service_name(cluster: &str) -> String {
     format!("{cluster}-head-svc")
 }
+/// The head Service's DNS name, what workers, drivers and the operator reach the head by.
+pub fn service_host(cluster: &str, namespace: &str) -> String {
+    format!("{}.{namespace}.svc", service_name(cluster))
+}
 pub fn head_pod_name(cluster: &str) -> String {
     format!("{cluster}-head")
 }
@@ -186,10 +190,7 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
             }
             None => {
                 // Without the head's word nothing is removed: workers that exist stay.
-                desired = states
-                    .iter()
-                    .map(|s| s.baseline.max(s.workers.len() as i32).clamp(s.plan.min, s.plan.max))
-                    .collect();
+                desired = states.iter().map(|s| s.current().clamp(s.plan.min, s.plan.max)).collect();
                 plan.status.unschedulable_demand = previous.unschedulable_demand.clone();
             }
         }
@@ -228,10 +229,11 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
 
     let head_ready = head.is_some_and(|p| p.ready && !p.deleting);
     let status = &mut plan.status;
+    let host = service_host(&name, &namespace);
     status.head = Some(HeadStatus {
         service_name: service_name(&name),
-        address: format!("{}.{namespace}.svc:{}", service_name(&name), spec.head_port),
-        dashboard_url: format!("http://{}.{namespace}.svc:{}", service_name(&name), spec.dashboard_port),
+        address: format!("{host}:{}", spec.head_port),
+        dashboard_url: format!("http://{host}:{}", spec.dashboard_port),
         pod_ip: head.and_then(|p| p.ip.clone()),
         service_ip: observed.service_ip.clone(),
     });
@@ -434,7 +436,7 @@ impl<'a> Parts<'a> {
         let mut pod = self.pod(&template, name, "worker", Some(&group.name), line.join(" "), ports);
         let address = EnvVar {
             name: HEAD_ADDRESS_ENV.to_string(),
-            value: Some(format!("{}.{}.svc:{}", service_name(self.name), self.namespace, self.spec.head_port)),
+            value: Some(format!("{}:{}", service_host(self.name, self.namespace), self.spec.head_port)),
             value_from: None,
         };
         if let Some(spec) = pod.spec.as_mut() {

@@ -6,7 +6,7 @@
 
 use crate::autoscale::Demand;
 use crate::cluster::{self, CLUSTER_LABEL, Child, Observed, ObservedPod, TOKEN_KEY};
-use crate::crd::{OxrayCluster, OxrayJob};
+use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus};
 use crate::head_api::HeadClient;
 use crate::job::{self, ClusterView, JobObserved};
 use crate::spec;
@@ -119,6 +119,10 @@ fn now_rfc3339() -> String {
 /// Whether `meta` lists `uid` as an owner.
 fn owned_by(owners: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>, uid: &str) -> bool {
     owners.is_some_and(|o| o.iter().any(|o| o.uid == uid))
+}
+
+fn has_finalizer<K: Resource>(object: &K) -> bool {
+    object.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// Adds the finalizer (a merge patch: the whole list, as observed, plus ours).
@@ -239,7 +243,7 @@ fn observe_pod(pod: &Pod) -> ObservedPod {
 /// The head's Jobs API and dashboard, as this operator reaches it.
 fn head_url(settings: &Settings, namespace: &str, cluster: &str, pod_ip: Option<&str>, port: u16) -> Option<String> {
     match settings.head_via {
-        HeadVia::Service => Some(format!("http://{}.{namespace}.svc:{port}", cluster::service_name(cluster))),
+        HeadVia::Service => Some(format!("http://{}:{port}", cluster::service_host(cluster, namespace))),
         HeadVia::PodIp => pod_ip.map(|ip| format!("http://{ip}:{port}")),
     }
 }
@@ -259,7 +263,7 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
     };
 
     if oc.metadata.deletion_timestamp.is_some() {
-        if oc.finalizers().iter().any(|f| f == FINALIZER) {
+        if has_finalizer(oc.as_ref()) {
             for pod in pods.list(&selector).await?.items.iter().filter(|p| own(&p.metadata)) {
                 delete_quietly(&pods, &pod.name_any()).await?;
             }
@@ -277,7 +281,7 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
         }
         return Ok(Action::await_change());
     }
-    if !oc.finalizers().iter().any(|f| f == FINALIZER) {
+    if !has_finalizer(oc.as_ref()) {
         add_finalizer(&clusters, oc.as_ref()).await?;
     }
 
@@ -369,12 +373,7 @@ async fn reach_head(
 /// A job still running when its OxrayJob is deleted is stopped (on a shared cluster it would run on);
 /// a head that cannot be reached is logged, not waited for.
 async fn stop_running_job(ctx: &Context, oj: &OxrayJob, namespace: &str, clusters: &Api<OxrayCluster>) {
-    let Some(status) = &oj.status else { return };
-    let (Some(id), false) =
-        (&status.job_id, matches!(status.job_deployment_status.as_deref(), Some("Complete" | "Failed")))
-    else {
-        return;
-    };
+    let Some(id) = oj.status.as_ref().and_then(OxrayJobStatus::running_job_id) else { return };
     let Ok((cluster_name, _)) = job::cluster_of(oj) else { return };
     let Ok(Some(cluster)) = get_opt(clusters, &cluster_name).await else { return };
     if let Ok(Some((url, token))) = reach_head(ctx, namespace, &cluster).await {
@@ -393,7 +392,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     let target = job::cluster_of(&oj);
 
     if oj.metadata.deletion_timestamp.is_some() {
-        if oj.finalizers().iter().any(|f| f == FINALIZER) {
+        if has_finalizer(oj.as_ref()) {
             stop_running_job(&ctx, &oj, &namespace, &clusters).await;
             if let Ok((cluster_name, true)) = &target
                 && let Some(c) = get_opt(&clusters, cluster_name).await?
@@ -405,7 +404,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         }
         return Ok(Action::await_change());
     }
-    if !oj.finalizers().iter().any(|f| f == FINALIZER) {
+    if !has_finalizer(oj.as_ref()) {
         add_finalizer(&jobs, oj.as_ref()).await?;
     }
 
@@ -424,14 +423,10 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
             dashboard_url: status.head.as_ref().map(|h| h.dashboard_url.clone()),
         };
     }
-    let running = oj.status.as_ref().is_some_and(|s| {
-        s.job_id.is_some() && !matches!(s.job_deployment_status.as_deref(), Some("Complete" | "Failed"))
-    });
-    if running
+    if let Some(id) = oj.status.as_ref().and_then(OxrayJobStatus::running_job_id)
         && let Some((url, token)) = &head
-        && let Some(id) = oj.status.as_ref().and_then(|s| s.job_id.clone())
     {
-        observed.job = Some(ctx.head.job(url, token, &id).await);
+        observed.job = Some(ctx.head.job(url, token, id).await);
     }
 
     let plan = job::plan(&oj, &observed);
@@ -465,7 +460,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         tracing::info!("job {namespace}/{name}: finished; deleted its cluster {cluster_name}");
     }
     patch_status(&jobs, &name, oj.status.as_ref(), &status).await?;
-    let finished = matches!(status.job_deployment_status.as_deref(), Some("Complete" | "Failed"));
+    let finished = status.finished();
     let waiting_to_delete = finished
         && oj.spec.shutdown_after_job_finishes.unwrap_or(false)
         && status.cluster_deleted != Some(true)

@@ -313,6 +313,18 @@ pub struct OxrayJobStatus {
     pub observed_generation: Option<i64>,
 }
 
+impl OxrayJobStatus {
+    /// The job ended: its deployment is `Complete` or `Failed`.
+    pub fn finished(&self) -> bool {
+        matches!(self.job_deployment_status.as_deref(), Some("Complete" | "Failed"))
+    }
+
+    /// The submission id of a job that was submitted and has not ended.
+    pub fn running_job_id(&self) -> Option<&str> {
+        if self.finished() { None } else { self.job_id.as_deref() }
+    }
+}
+
 /// The CustomResourceDefinitions, as applied. The embedded pod templates keep
 /// their full schema (the API server checks them) but not their field
 /// descriptions, which would push each CRD past the API server's request

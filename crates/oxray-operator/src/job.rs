@@ -99,9 +99,7 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
         Err(message) => return fail(status, message),
     };
     status.ray_cluster_name = Some(cluster_name.clone());
-    let finished = matches!(previous.job_deployment_status.as_deref(), Some("Complete" | "Failed"));
-
-    if finished {
+    if previous.finished() {
         let mut plan = JobPlan { status, ..Default::default() };
         let shutdown = owned && job.spec.shutdown_after_job_finishes.unwrap_or(false);
         if shutdown && observed.cluster.exists {

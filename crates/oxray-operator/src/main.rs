@@ -5,7 +5,7 @@
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use k8s_openapi::ByteString;
-use oxray_operator::cluster::{Child, HEAD_ADDRESS_ENV, Parts};
+use oxray_operator::cluster::{HEAD_ADDRESS_ENV, Parts};
 use oxray_operator::controller::{self, HeadVia, Settings};
 use oxray_operator::crd::OxrayCluster;
 use oxray_operator::spec;
@@ -167,14 +167,10 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
             }
         }
     }
-    let mut children = vec![Child::Secret(Box::new(secret))];
-    children.extend(pods.into_iter().map(|p| Child::Pod(Box::new(p))));
-    for child in children {
-        match child {
-            Child::Secret(s) => write_yaml(&mut out, &with_kind(&*s, "v1", "Secret")?)?,
-            Child::Service(s) => write_yaml(&mut out, &with_kind(&*s, "v1", "Service")?)?,
-            Child::Pod(p) => write_yaml(&mut out, &with_kind(&*p, "v1", "Pod")?)?,
-        }
+    // k8s-openapi writes each object's `apiVersion` and `kind`.
+    write_yaml(&mut out, &secret)?;
+    for pod in &pods {
+        write_yaml(&mut out, pod)?;
     }
     Ok(())
 }
@@ -224,12 +220,4 @@ fn open_volumes(spec: &mut k8s_openapi::api::core::v1::PodSpec) {
         ..Default::default()
     };
     spec.init_containers.get_or_insert_with(Vec::new).insert(0, opener);
-}
-
-/// k8s-openapi leaves `apiVersion`/`kind` to the client; a manifest needs them.
-fn with_kind(object: &impl Serialize, api_version: &str, kind: &str) -> anyhow::Result<serde_json::Value> {
-    let mut value = serde_json::to_value(object)?;
-    value["apiVersion"] = serde_json::json!(api_version);
-    value["kind"] = serde_json::json!(kind);
-    Ok(value)
 }

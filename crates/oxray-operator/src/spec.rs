@@ -292,8 +292,7 @@ fn check_value(field: &str, key: &str, value: &str) -> Result<(), String> {
         }
         "tls-client-auth" if !["none", "require"].contains(&value) => "none or require",
         "resources" => {
-            let parsed: BTreeMap<String, f64> = serde_json::from_str(value)
-                .map_err(|e| format!("{field}.resources is {value:?}; expected a JSON object of numbers ({e})"))?;
+            let parsed = custom_resources(field, value)?;
             if let Some(name) = parsed.keys().find(|k| ["CPU", "GPU", "memory"].contains(&k.as_str())) {
                 return Err(format!(
                     "{field}.resources sets {name:?}; expected only custom resources (use num-cpus/num-gpus, or the \
@@ -305,6 +304,12 @@ fn check_value(field: &str, key: &str, value: &str) -> Result<(), String> {
         _ => return Ok(()),
     };
     Err(format!("{field}.{key} is {value:?}; expected {expected}"))
+}
+
+/// `rayStartParams.resources` (at `params_field`): a JSON object of custom resource amounts.
+fn custom_resources(params_field: &str, value: &str) -> Result<ResourceMap, String> {
+    serde_json::from_str(value)
+        .map_err(|e| format!("{params_field}.resources is {value:?}; expected a JSON object of numbers ({e})"))
 }
 
 fn port_param(field: &str, params: &BTreeMap<String, String>, key: &str, default: u16) -> Result<u16, String> {
@@ -370,10 +375,7 @@ fn node_resources(
         resources.insert("GPU".to_string(), g);
     }
     if let Some(custom) = params.get("resources") {
-        let parsed: BTreeMap<String, f64> = serde_json::from_str(custom).map_err(|e| {
-            format!("{field}.rayStartParams.resources is {custom:?}; expected a JSON object of numbers ({e})")
-        })?;
-        resources.extend(parsed);
+        resources.extend(custom_resources(&format!("{field}.rayStartParams"), custom)?);
     }
     Ok(Some(resources))
 }

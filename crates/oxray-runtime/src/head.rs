@@ -13,8 +13,8 @@ use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, BundleSlot, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty,
     GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, NodeInfo,
     NodeStats, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState,
-    PlacementStrategy, RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest,
-    ResourceDemand, TrainRunUpdate,
+    RegisterActorReply, RegisterActorRequest, RegisterNodeRequest, ReserveBundlesRequest, ResourceDemand,
+    TrainRunUpdate,
 };
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -688,12 +688,6 @@ impl Head {
             }));
         }
         drop(nodes);
-        let strategy = |s: i32| match PlacementStrategy::try_from(s).unwrap_or(PlacementStrategy::Pack) {
-            PlacementStrategy::StrictPack => "STRICT_PACK",
-            PlacementStrategy::Spread => "SPREAD",
-            PlacementStrategy::StrictSpread => "STRICT_SPREAD",
-            _ => "PACK",
-        };
         let pg_demand: Vec<serde_json::Value> = self
             .groups
             .lock()
@@ -703,7 +697,8 @@ impl Head {
             .map(|spec| {
                 let bundles: Vec<std::collections::BTreeMap<String, f64>> =
                     spec.bundles.iter().map(|b| b.resources.clone().into_iter().collect()).collect();
-                json!({"strategy": strategy(spec.strategy), "bundles": bundles})
+                let strategy = Strategy::from_proto(spec.strategy()).map_or("PACK", Strategy::as_str);
+                json!({"strategy": strategy, "bundles": bundles})
             })
             .collect();
         json!({
@@ -787,12 +782,11 @@ impl HeadService for Head {
             }
             record.samples.push_back(stats);
         }
-        let unused = record.unused();
-        record.idle_since = match (unused, record.idle_since) {
-            (true, Some(since)) => Some(since),
-            (true, None) => Some(Instant::now()),
-            (false, _) => None,
-        };
+        if record.unused() {
+            record.idle_since.get_or_insert_with(Instant::now);
+        } else {
+            record.idle_since = None;
+        }
         let revived = record.last_seen.elapsed() >= NODE_TIMEOUT;
         record.last_seen = Instant::now();
         drop(nodes);
@@ -1089,7 +1083,7 @@ mod tests {
         let spec = PlacementGroupSpec {
             pg_id: vec![5; 16],
             bundles: vec![bundle],
-            strategy: PlacementStrategy::StrictPack as i32,
+            strategy: oxray_proto::PlacementStrategy::StrictPack as i32,
             ..Default::default()
         };
         head.create_placement_group(Request::new(spec)).await.unwrap();
@@ -1356,7 +1350,7 @@ mod tests {
             let spec = PlacementGroupSpec {
                 pg_id: vec![id; 16],
                 bundles: vec![bundle],
-                strategy: PlacementStrategy::Pack as i32,
+                strategy: oxray_proto::PlacementStrategy::Pack as i32,
                 ..Default::default()
             };
             head.create_placement_group(Request::new(spec)).await.unwrap();

@@ -11,10 +11,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from fake_kubelet import FakeKubelet  # noqa: E402
+from k8s_paths import OPERATOR, REPO  # noqa: E402
 from kube_emulator import EmulatedApiServer, Kube  # noqa: E402
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-OPERATOR = os.path.join(REPO, "target", "debug", "oxray-operator")
 
 
 @pytest.fixture(scope="session")

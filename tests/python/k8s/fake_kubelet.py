@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -43,12 +42,10 @@ class RunningPod:
 
 
 class FakeKubelet:
-    def __init__(self, kube, root, extra_env=None):
+    def __init__(self, kube, root):
         self.kube = kube
         self.root = str(root)
-        self.extra_env = extra_env or {}
         self.pods = {}
-        self.stopped_pods = []
         self._addresses = iter(f"127.0.0.{n}" for n in range(2, 250))
         # A pod made again under the same name gets the same address: it stands in for the Service's
         # stable ClusterIP, which workers keep using when the head pod is replaced.
@@ -90,7 +87,6 @@ class FakeKubelet:
             if pod is None or replaced or pod["metadata"].get("deletionTimestamp"):
                 self._kill(running)
                 del self.pods[name]
-                self.stopped_pods.append(name)
         for name, pod in listed.items():
             if name not in self.pods and not pod["metadata"].get("deletionTimestamp"):
                 started = self._start(pod)
@@ -140,7 +136,6 @@ class FakeKubelet:
     def _env(self, pod, container, ip):
         env = {
             **os.environ,
-            **self.extra_env,
             "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
             "OXRAY_TEMP_DIR": self._pod_dir(pod),
         }
@@ -255,12 +250,3 @@ class FakeKubelet:
 def name_listed(kube, name):
     pod = kube.get("pods", name)
     return pod is not None and not pod["metadata"].get("deletionTimestamp")
-
-
-def wait_port(ip, port, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_open(ip, port):
-            return True
-        time.sleep(0.1)
-    return False

@@ -12,12 +12,9 @@ import sys
 import jsonschema
 import pytest
 import yaml
+from k8s_paths import CHART, EXAMPLES, TOOLS
 
-from conftest import REPO
-
-CHART = os.path.join(REPO, "deploy", "helm", "oxray-operator")
-EXAMPLES = os.path.join(REPO, "deploy", "examples")
-HELM = os.path.join(REPO, "build", "tools", "helm")
+HELM = os.path.join(TOOLS, "helm")
 VALIDATE = [os.path.join(os.path.dirname(sys.executable), "kubernetes-validate"), "--strict", "--quiet"]
 
 

@@ -22,13 +22,8 @@ import time
 
 import pytest
 from fake_kubelet import FakeKubelet
+from k8s_paths import CHART, EXAMPLES, TOOLS
 from kube_emulator import EmulatedApiServer, Kube, wait_for
-
-from conftest import REPO
-
-CHART = os.path.join(REPO, "deploy", "helm", "oxray-operator")
-EXAMPLES = os.path.join(REPO, "deploy", "examples")
-TOOLS = os.path.join(REPO, "build", "tools")
 
 torch = pytest.importorskip("torch")
 
