@@ -20,7 +20,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 /// A node that has not sent a heartbeat for this long is reported dead
 /// (agents beat every second).
@@ -84,6 +84,9 @@ struct NodeRecord {
     demand: Vec<ResourceDemand>,
     /// Since when none of its resources has been in use (`None`: in use now).
     idle_since: Option<Instant>,
+    /// The head could not reach its agent since its last beat: placement groups skip it
+    /// (a node just killed still looks alive for `NODE_TIMEOUT`).
+    unreachable: bool,
 }
 
 impl NodeRecord {
@@ -94,6 +97,7 @@ impl NodeRecord {
             samples: std::collections::VecDeque::new(),
             demand: Vec::new(),
             idle_since: Some(last_seen),
+            unreachable: false,
         }
     }
 
@@ -516,7 +520,7 @@ impl Head {
         let Ok(strategy) = Strategy::from_proto(spec.strategy()) else { return };
         let bundles: Vec<ResourceSet> =
             spec.bundles.iter().map(|b| ResourceSet::from_map(&b.resources).unwrap_or_default()).collect();
-        let live: Vec<NodeInfo> = self.nodes().into_iter().filter(|n| n.alive).collect();
+        let live = self.placeable_nodes();
         let free: Vec<ResourceSet> =
             live.iter().map(|n| ResourceSet::from_map(&n.available).unwrap_or_default()).collect();
         // Checked when the group was created: a selector that does not parse matches no node.
@@ -537,26 +541,37 @@ impl Head {
                 None => by_node.push((*node, vec![slot])),
             }
         }
-        let mut reserved = Vec::new();
+        // Two phases, as in Ray: reserve on every chosen node, then commit on every one. Reserved
+        // bundles run nothing, so a group given up because one node refused its share (or is
+        // gone without the head knowing yet) has started nothing anywhere.
+        let mut reserved: Vec<&str> = Vec::new();
         for (node, slots) in &by_node {
             let address = &live[*node].address;
             let request = ReserveBundlesRequest { pg_id: pg_id.to_vec(), bundles: slots.clone() };
-            let ok = match self.agent(address).await {
-                Ok(mut agent) => agent.reserve_bundles(request).await.is_ok(),
-                Err(_) => false,
+            let outcome = match self.agent(address).await {
+                Ok(mut agent) => agent.reserve_bundles(request).await.map(drop),
+                Err(e) => Err(Status::unavailable(e.to_string())),
             };
-            if !ok {
-                // All or none: give back what the other nodes already reserved.
-                for address in reserved {
-                    if let Ok(mut agent) = self.agent(address).await {
-                        let _ = agent
-                            .return_bundles(PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() })
-                            .await;
-                    }
+            if let Err(status) = outcome {
+                if matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled) {
+                    self.mark_unreachable(&live[*node].node_id);
                 }
+                self.give_back_bundles(pg_id, &reserved).await;
                 return;
             }
             reserved.push(address);
+        }
+        for address in &reserved {
+            let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
+            let committed = match self.agent(address).await {
+                Ok(mut agent) => agent.commit_bundles(request).await.is_ok(),
+                Err(_) => false,
+            };
+            if !committed {
+                // A node lost between the phases: the others' bundles go back, with what started in them.
+                self.give_back_bundles(pg_id, &reserved).await;
+                return;
+            }
         }
         let pg_hex = pg_id.hex();
         {
@@ -579,6 +594,30 @@ impl Head {
             group.bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
         }
         self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Live nodes whose agent the head could reach since their last beat: where groups may go.
+    fn placeable_nodes(&self) -> Vec<NodeInfo> {
+        let unreachable: Vec<Vec<u8>> =
+            self.nodes.lock().values().filter(|r| r.unreachable).map(|r| r.info.node_id.clone()).collect();
+        self.nodes().into_iter().filter(|n| n.alive && !unreachable.contains(&n.node_id)).collect()
+    }
+
+    fn mark_unreachable(&self, node_id: &[u8]) {
+        let Ok(node_id) = NodeId::from_bytes(node_id) else { return };
+        if let Some(record) = self.nodes.lock().get_mut(&node_id) {
+            record.unreachable = true;
+        }
+    }
+
+    /// Returns a group's bundles on the agents at `addresses` (reserved or committed).
+    async fn give_back_bundles(&self, pg_id: PlacementGroupId, addresses: &[&str]) {
+        for address in addresses {
+            if let Ok(mut agent) = self.agent(address).await {
+                let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
+                let _ = agent.return_bundles(request).await;
+            }
+        }
     }
 
     /// Creates a placement group from within the head (a job's entrypoint
@@ -789,6 +828,7 @@ impl HeadService for Head {
         }
         let revived = record.last_seen.elapsed() >= NODE_TIMEOUT;
         record.last_seen = Instant::now();
+        record.unreachable = false;
         drop(nodes);
         if revived {
             // A node back from silence (or known from before a restart): waiters may now fit.
@@ -1091,11 +1131,104 @@ mod tests {
         assert_eq!(report["pgDemand"], serde_json::json!([{"strategy": "STRICT_PACK", "bundles": [{"CPU": 8.0}]}]));
     }
 
+    /// A node agent's bundle service that logs the calls it gets, as (node, call).
+    #[derive(Clone)]
+    struct LoggingBundles {
+        node: u8,
+        log: Arc<Mutex<Vec<(u8, &'static str)>>>,
+    }
+
+    #[tonic::async_trait]
+    impl oxray_proto::bundle_service_server::BundleService for LoggingBundles {
+        async fn reserve_bundles(&self, _: Request<ReserveBundlesRequest>) -> Result<Response<Empty>, Status> {
+            self.log.lock().push((self.node, "reserve"));
+            Ok(Response::new(Empty {}))
+        }
+        async fn commit_bundles(&self, _: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+            self.log.lock().push((self.node, "commit"));
+            Ok(Response::new(Empty {}))
+        }
+        async fn return_bundles(&self, _: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+            self.log.lock().push((self.node, "return"));
+            Ok(Response::new(Empty {}))
+        }
+    }
+
+    /// Serves `bundles` on a free local port; returns its address.
+    async fn serve_bundles(bundles: LoggingBundles) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let service = oxray_proto::bundle_service_server::BundleServiceServer::new(bundles);
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        address
+    }
+
+    async fn register(head: &Head, id: u8, address: &str, is_head: bool) {
+        let cpus = HashMap::from([("CPU".to_string(), 1.0)]);
+        let info = NodeInfo {
+            node_id: vec![id; 16],
+            address: address.into(),
+            is_head,
+            total: cpus.clone(),
+            available: cpus,
+            start_time_ms: u64::from(id),
+            ..Default::default()
+        };
+        head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_group_is_committed_only_once_every_node_has_reserved_and_a_gone_node_is_skipped() {
+        let head = Head::default();
+        head.set_token("token");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let first = serve_bundles(LoggingBundles { node: 1, log: log.clone() }).await;
+        register(&head, 1, &first, true).await;
+        // Node 2 was just killed: nothing listens at its address, yet it is not silent for long enough
+        // to count as dead (a lent CPU even shows as free in its last beat).
+        let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gone_address = gone.local_addr().unwrap().to_string();
+        drop(gone);
+        register(&head, 2, &gone_address, false).await;
+        let bundle = oxray_proto::Bundle { resources: HashMap::from([("CPU".to_string(), 1.0)]), ..Default::default() };
+        let pg = PlacementGroupId::from_bytes(&[5; 16]).unwrap();
+        let spec = PlacementGroupSpec {
+            pg_id: pg.to_vec(),
+            bundles: vec![bundle.clone(), bundle],
+            strategy: oxray_proto::PlacementStrategy::Spread as i32,
+            ..Default::default()
+        };
+        head.create_placement_group(Request::new(spec)).await.unwrap();
+        // Node 1 reserved its bundle, node 2 could not be reached: node 1 gives it back, never
+        // having made it usable (a task in it would have run, then been killed).
+        assert_eq!(*log.lock(), vec![(1, "reserve"), (1, "return")]);
+        assert_eq!(head.group_state(pg), Some(PlacementGroupState::Pending));
+
+        // Node 2 is skipped from now on (until it beats again): with node 3 the group goes on 1 and 3.
+        log.lock().clear();
+        let third = serve_bundles(LoggingBundles { node: 3, log: log.clone() }).await;
+        register(&head, 3, &third, false).await;
+        head.place_group(pg).await;
+        assert_eq!(*log.lock(), vec![(1, "reserve"), (3, "reserve"), (1, "commit"), (3, "commit")]);
+        assert_eq!(head.group_state(pg), Some(PlacementGroupState::Created));
+        assert_eq!(head.group_nodes(pg), vec![vec![1; 16], vec![3; 16]]);
+
+        // A beat makes node 2 a candidate again.
+        assert!(!head.placeable_nodes().iter().any(|n| n.node_id == [2; 16]));
+        let beat = HeartbeatRequest { node_id: vec![2; 16], available: HashMap::new(), stats: None, demand: vec![] };
+        head.heartbeat(Request::new(beat)).await.unwrap();
+        assert!(head.placeable_nodes().iter().any(|n| n.node_id == [2; 16]));
+    }
+
     #[tokio::test]
     async fn heartbeats_update_and_unknown_nodes_are_refused() {
         let head = Head::default();
         let beat = HeartbeatRequest { node_id: vec![1; 16], available: HashMap::new(), stats: None, demand: vec![] };
-        assert_eq!(head.heartbeat(Request::new(beat.clone())).await.unwrap_err().code(), tonic::Code::NotFound);
+        assert_eq!(head.heartbeat(Request::new(beat.clone())).await.unwrap_err().code(), Code::NotFound);
         let info = NodeInfo { node_id: vec![1; 16], is_head: true, ..Default::default() };
         head.register_node(Request::new(RegisterNodeRequest { node: Some(info) })).await.unwrap();
         let mut beat = beat;
@@ -1199,7 +1332,7 @@ mod tests {
         head.heartbeat(Request::new(beat)).await.unwrap();
         assert!(head.nodes()[0].alive);
         let dup = RegisterActorRequest { actor: Some(named(2, "kept")), get_if_exists: false };
-        assert_eq!(head.register_actor(Request::new(dup)).await.unwrap_err().code(), tonic::Code::AlreadyExists);
+        assert_eq!(head.register_actor(Request::new(dup)).await.unwrap_err().code(), Code::AlreadyExists);
         let _ = std::fs::remove_dir_all(dir);
     }
 
@@ -1244,7 +1377,7 @@ mod tests {
         let register = |info, get_if_exists| RegisterActorRequest { actor: Some(info), get_if_exists };
         head.register_actor(Request::new(register(named(1, "a"), false))).await.unwrap();
         let dup = head.register_actor(Request::new(register(named(2, "a"), false))).await.unwrap_err();
-        assert_eq!(dup.code(), tonic::Code::AlreadyExists);
+        assert_eq!(dup.code(), Code::AlreadyExists);
         assert!(dup.message().contains("\"a\""), "{}", dup.message());
         let reuse = head.register_actor(Request::new(register(named(3, "a"), true))).await.unwrap().into_inner();
         assert_eq!((reuse.actor_id, reuse.existing), (vec![1; 16], true));

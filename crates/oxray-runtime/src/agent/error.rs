@@ -1,6 +1,6 @@
 //! What the node agent refuses, and the one place each refusal becomes a gRPC status.
 
-use crate::ids::{ActorId, ClientId, IdError, ObjectId, WorkerId};
+use crate::ids::{ActorId, ClientId, IdError, ObjectId, PlacementGroupId, WorkerId};
 use crate::resources::{ResourceError, ResourceSet};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +33,9 @@ pub enum AgentError {
     StoreFull { size: usize, source: std::io::Error },
     #[error("node {node} has {available} available, not {wanted}")]
     BundlesDoNotFit { node: String, available: ResourceSet, wanted: ResourceSet },
+    /// A commit for a group this node never reserved, or has given back since.
+    #[error("placement group {0} has no bundles reserved on this node: the head reserves them before it commits")]
+    BundlesNotReserved(PlacementGroupId),
     #[error("this node has no head: placement groups and named actors need `oxray start --head` or `oxray.init()`")]
     NoHead,
     #[error("driver {0} already opened its session, or its session ended: a driver joins again with oxray.init()")]
@@ -57,6 +60,7 @@ impl From<AgentError> for tonic::Status {
             }
             AgentError::NotReserved(_)
             | AgentError::BundlesDoNotFit { .. }
+            | AgentError::BundlesNotReserved(_)
             | AgentError::DriverSessionUsed(_)
             | AgentError::DriverEnded(_) => tonic::Status::failed_precondition(message),
             AgentError::StoreFull { .. } => tonic::Status::resource_exhausted(message),

@@ -561,6 +561,12 @@ impl BundleService for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    async fn commit_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
+        let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
+        self.shared.with_state(|st| st.commit_bundles(pg_id))?;
+        Ok(Response::new(Empty {}))
+    }
+
     async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| st.return_bundles(pg_id));

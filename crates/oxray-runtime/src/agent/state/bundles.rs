@@ -1,5 +1,8 @@
-//! Placement-group bundles held on this node: reserved all-or-none at the
-//! head's request, named as Ray names them, and given back with what runs in them.
+//! Placement-group bundles held on this node, in two phases at the head's
+//! request: reserved (taken from what tasks may use, not yet usable), then
+//! committed (usable under the names Ray gives them) once every node of the
+//! group has reserved. A group the head gives up on is returned, and whatever
+//! runs in its bundles dies with it; a reserved one has run nothing.
 
 use super::{Action, AgentState, TaskState};
 use crate::agent::AgentError;
@@ -7,26 +10,28 @@ use crate::ids::PlacementGroupId;
 use crate::resources::ResourceSet;
 use std::collections::HashMap;
 
-/// What each placement group took from this node's available resources.
+/// The placement groups holding resources of this node.
 #[derive(Default)]
 pub(super) struct BundleTable {
+    /// Reserved, waiting for the head's commit: the bundles, by index.
+    reserved: HashMap<PlacementGroupId, Vec<(u32, ResourceSet)>>,
+    /// Committed: what each group took from this node's available resources.
     held: HashMap<PlacementGroupId, ResourceSet>,
 }
 
 impl AgentState {
-    /// Holds `bundles` of a placement group on this node: all of them or none.
+    /// Reserves `bundles` of a placement group on this node, all of them or
+    /// none. Nothing can use them until [`AgentState::commit_bundles`]: the
+    /// head may still give the group up if another node cannot reserve its share.
     pub fn reserve_bundles(
         &mut self,
         pg_id: PlacementGroupId,
         bundles: &[(u32, ResourceSet)],
     ) -> Result<(), AgentError> {
-        if self.bundles.held.contains_key(&pg_id) {
+        if self.bundles.held.contains_key(&pg_id) || self.bundles.reserved.contains_key(&pg_id) {
             return Ok(());
         }
-        let mut sum = ResourceSet::new();
-        for (_, b) in bundles {
-            sum.add(b);
-        }
+        let sum = sum_of(bundles);
         if !self.available.fits(&sum) {
             return Err(AgentError::BundlesDoNotFit {
                 node: self.node_id.short(),
@@ -34,8 +39,22 @@ impl AgentState {
                 wanted: sum,
             });
         }
+        self.available.subtract(&sum);
+        self.bundles.reserved.insert(pg_id, bundles.to_vec());
+        Ok(())
+    }
+
+    /// Makes a reserved group's bundles usable here: every node of the group
+    /// has reserved its share. Committing a committed group does nothing.
+    pub fn commit_bundles(&mut self, pg_id: PlacementGroupId) -> Result<(), AgentError> {
+        if self.bundles.held.contains_key(&pg_id) {
+            return Ok(());
+        }
+        let bundles = self.bundles.reserved.remove(&pg_id).ok_or(AgentError::BundlesNotReserved(pg_id))?;
+        let sum = sum_of(&bundles);
+        self.available.add(&sum);
         let pg_hex = pg_id.hex();
-        for (index, b) in bundles {
+        for (index, b) in &bundles {
             crate::resources::hold_bundle(&mut self.total, &mut self.available, &pg_hex, *index, b);
         }
         self.bundles.held.insert(pg_id, sum);
@@ -45,6 +64,12 @@ impl AgentState {
 
     /// Gives a placement group's bundles back: what runs in them is killed.
     pub fn return_bundles(&mut self, pg_id: PlacementGroupId) {
+        if let Some(bundles) = self.bundles.reserved.remove(&pg_id) {
+            // Reserved only: nothing ran in it.
+            self.available.add(&sum_of(&bundles));
+            self.schedule();
+            return;
+        }
         let Some(sum) = self.bundles.held.remove(&pg_id) else { return };
         let pg_hex = pg_id.hex();
         let uses_group = |holds: &ResourceSet| holds.names().any(|n| n.ends_with(&pg_hex));
@@ -72,4 +97,12 @@ impl AgentState {
         self.available.add(&sum);
         self.schedule();
     }
+}
+
+fn sum_of(bundles: &[(u32, ResourceSet)]) -> ResourceSet {
+    let mut sum = ResourceSet::new();
+    for (_, b) in bundles {
+        sum.add(b);
+    }
+    sum
 }

@@ -2,8 +2,9 @@
 //! directly: "workers" are channels, and process spawns are observed as actions.
 
 use super::*;
+use crate::agent::AgentError;
 use crate::errors::FLAG_SYSTEM_ERROR;
-use crate::ids::{ActorId, ClientId, NodeId, ObjectId, TaskId, WorkerId};
+use crate::ids::{ActorId, ClientId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
 use oxray_object_store::ObjectStore;
 use oxray_proto::task_arg::Kind;
@@ -507,6 +508,64 @@ fn a_placement_group_actor_lends_its_bundle_cpus_as_plain_cpus() {
     ]))
     .unwrap();
     assert_eq!(crate::resources::cpus_to_lend(&holds).get("CPU"), 2.0);
+}
+
+fn cpus(n: f64) -> ResourceSet {
+    ResourceSet::from_map(&HashMap::from([("CPU".to_string(), n)])).unwrap()
+}
+
+/// A zero-CPU task in any bundle of `pg` (what `PlacementGroup.ready()` submits).
+fn in_group(n: u8, pg: PlacementGroupId) -> TaskSpec {
+    task(n, &[(format!("bundle_group_{}", pg.hex()).as_str(), 0.001)])
+}
+
+#[test]
+fn a_reserved_bundle_runs_nothing_until_the_head_commits_it() {
+    let mut st = new_state(2.0, 0);
+    let pg = PlacementGroupId::from_array([7; 16]);
+    st.reserve_bundles(pg, &[(0, cpus(1.0))]).unwrap();
+    assert_eq!(st.available().get("CPU"), 1.0, "a reservation takes its CPUs at once");
+    st.submit(DRIVER, in_group(1, pg)).unwrap();
+    st.schedule();
+    assert!(spawned(&mut st).is_empty(), "the head may still give the group up: nothing runs in it yet");
+    st.commit_bundles(pg).unwrap();
+    let worker = spawned(&mut st);
+    assert_eq!(worker.len(), 1, "committed: the group's task starts");
+    let mut rx = connect(&mut st, worker[0], 10);
+    assert_eq!(next(&mut rx).unwrap().name, "t1");
+    assert_eq!(st.available().get("CPU"), 1.0);
+    st.commit_bundles(pg).expect("a second commit (a retried RPC) changes nothing");
+    assert_eq!(st.available().get("CPU"), 1.0);
+
+    // Returning a committed group kills what runs in it and gives its CPUs back.
+    st.take_actions();
+    st.return_bundles(pg);
+    let killed: Vec<u32> = st
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Signal { pid, signal } if signal == libc::SIGKILL => Some(pid),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(killed, vec![10]);
+    assert_eq!(st.available().get("CPU"), 2.0);
+}
+
+#[test]
+fn a_returned_reservation_gives_its_resources_back_and_cannot_be_committed() {
+    let mut st = new_state(2.0, 0);
+    let pg = PlacementGroupId::from_array([8; 16]);
+    st.reserve_bundles(pg, &[(0, cpus(1.0)), (1, cpus(1.0))]).unwrap();
+    let other = PlacementGroupId::from_array([9; 16]);
+    let refused = st.reserve_bundles(other, &[(0, cpus(1.0))]).unwrap_err();
+    assert!(matches!(refused, AgentError::BundlesDoNotFit { .. }), "{refused}");
+    st.return_bundles(pg);
+    assert_eq!(st.available().get("CPU"), 2.0);
+    assert_eq!(st.total().get("CPU"), 2.0);
+    let late = st.commit_bundles(pg).unwrap_err();
+    assert!(matches!(late, AgentError::BundlesNotReserved(id) if id == pg), "{late}");
+    assert!(late.to_string().contains(&pg.hex()), "{late}");
 }
 
 #[test]
