@@ -26,6 +26,16 @@ use tonic::{Code, Request, Response, Status};
 /// (agents beat every second).
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the head waits on an agent's bundle call: a healthy agent answers at once, one
+/// silent this long counts as dead anyway, and a frozen node must not hold up every group.
+const BUNDLE_CALL_DEADLINE: Duration = NODE_TIMEOUT;
+
+fn bundle_call<T>(message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request.set_timeout(BUNDLE_CALL_DEADLINE);
+    request
+}
+
 /// What the head refuses, and the one place each refusal becomes a gRPC status.
 #[derive(Debug, thiserror::Error)]
 pub enum HeadError {
@@ -549,11 +559,12 @@ impl Head {
             let address = &live[*node].address;
             let request = ReserveBundlesRequest { pg_id: pg_id.to_vec(), bundles: slots.clone() };
             let outcome = match self.agent(address).await {
-                Ok(mut agent) => agent.reserve_bundles(request).await.map(drop),
+                Ok(mut agent) => agent.reserve_bundles(bundle_call(request)).await.map(drop),
                 Err(e) => Err(Status::unavailable(e.to_string())),
             };
             if let Err(status) = outcome {
-                if matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled) {
+                // Refused for room (its view here was stale) or not reached at all.
+                if status.code() != Code::FailedPrecondition {
                     self.mark_unreachable(&live[*node].node_id);
                 }
                 self.give_back_bundles(pg_id, &reserved).await;
@@ -564,7 +575,7 @@ impl Head {
         for address in &reserved {
             let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
             let committed = match self.agent(address).await {
-                Ok(mut agent) => agent.commit_bundles(request).await.is_ok(),
+                Ok(mut agent) => agent.commit_bundles(bundle_call(request)).await.is_ok(),
                 Err(_) => false,
             };
             if !committed {
@@ -615,7 +626,7 @@ impl Head {
         for address in addresses {
             if let Ok(mut agent) = self.agent(address).await {
                 let request = PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() };
-                let _ = agent.return_bundles(request).await;
+                let _ = agent.return_bundles(bundle_call(request)).await;
             }
         }
     }
@@ -985,11 +996,8 @@ impl HeadService for Head {
         for node in nodes {
             let Ok(node) = NodeId::from_bytes(&node) else { continue };
             let address = self.nodes.lock().get(&node).map(|r| r.info.address.clone());
-            if let Some(address) = address
-                && let Ok(mut agent) = self.agent(&address).await
-            {
-                let _ =
-                    agent.return_bundles(PlacementGroupRequest { pg_id: pg_id.to_vec(), ..Default::default() }).await;
+            if let Some(address) = address {
+                self.give_back_bundles(pg_id, &[&address]).await;
             }
             if let Some(record) = self.nodes.lock().get_mut(&node) {
                 record.info.total.retain(|k, _| !k.ends_with(&pg_hex));

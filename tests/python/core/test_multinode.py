@@ -344,6 +344,70 @@ def test_training_survives_a_worker_node_dying(local_cluster, tmp_path, capfd):
     assert remote and re.search(r"\(RayTrainWorker rank=0 pid=\d+, ip=127.0.0.1\) rank 0 starts at epoch 0", out), out
 
 
+@ray.remote(num_cpus=0)
+class Gate:
+    """Holds callers until opened (never, here)."""
+
+    async def wait(self):
+        import asyncio
+
+        await asyncio.Event().wait()
+
+
+@ray.remote(num_cpus=1, resources={"node_b": 1})
+class Waiter:
+    def wait_on(self, gate):
+        # Blocked in get: the actor lends its CPU, so node b reports it free.
+        return ray.get(gate.wait.remote())
+
+
+@ray.remote(num_cpus=2)
+class Hog:
+    def ping(self):
+        return True
+
+
+def test_a_placement_group_is_never_ready_while_one_of_its_nodes_is_unreachable(local_cluster):
+    # Node b freezes (SIGSTOP: connections open, nothing answers) with a blocked actor's CPU showing
+    # free, and the head counts it alive for a few seconds more: a pending SPREAD group is planned onto
+    # it and the head. The bundle on the head must run nothing until every node has reserved its share.
+    # (Before, ready()'s probe ran there and reported the group ready while the head still waited on
+    # node b, and giving the group up then SIGKILLed what the driver had started in it.)
+    local_cluster.start_head(num_cpus=2)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    node_b = local_cluster.node_with("node_b")
+    head_node = local_cluster.node_with_pid_record(head=True)["node_id"]
+    gate = Gate.remote()
+    waiter = Waiter.remote()
+    blocked = waiter.wait_on.remote(gate)
+    hog = Hog.remote()
+    assert ray.get(hog.ping.remote(), timeout=60)
+    # The head's CPUs are taken and node b's one shows free: the group waits.
+    assert wait_until(lambda: ray.available_resources().get("CPU") == 1.0, timeout=30), ray.available_resources()
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    ready = pg.ready()
+    assert placement_group_table(pg)["state"] == "PENDING"
+    os.kill(int(node_b["pid"]), signal.SIGSTOP)
+    try:
+        ray.kill(hog)
+        assert ray.wait([ready], timeout=60) == ([ready], [])
+        assert placement_group_table(pg)["state"] == "CREATED", placement_group_table(pg)
+        actors = [
+            Where.options(
+                num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i)
+            ).remote()
+            for i in range(2)
+        ]
+        assert [ray.get(a.call.remote(), timeout=60) for a in actors] == [(1, head_node)] * 2
+        assert [ray.get(a.call.remote(), timeout=60) for a in actors] == [(2, head_node)] * 2
+    finally:
+        os.kill(int(node_b["pid"]), signal.SIGKILL)
+    with pytest.raises(ray.exceptions.RayError, match=node_b["node_id"][:8]):
+        ray.get(blocked, timeout=60)
+
+
 def node_logs(cluster):
     """The output of every node process `oxray start` ran under this cluster's root."""
     text = ""
