@@ -548,6 +548,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
+            beat_agent.with_state(|st| st.age_reservations());
             let sample = sampler.sample(&beat_agent).await;
             *beat_latest.lock() = Some(sample.clone());
             let stats = Some(sample);

@@ -2,7 +2,8 @@
 //! request: reserved (taken from what tasks may use, not yet usable), then
 //! committed (usable under the names Ray gives them) once every node of the
 //! group has reserved. A group the head gives up on is returned, and whatever
-//! runs in its bundles dies with it; a reserved one has run nothing.
+//! runs in its bundles dies with it; a reserved one has run nothing. A
+//! reservation never committed (its head died between the phases) lapses.
 
 use super::{Action, AgentState, TaskState};
 use crate::agent::AgentError;
@@ -10,13 +11,24 @@ use crate::ids::PlacementGroupId;
 use crate::resources::ResourceSet;
 use std::collections::HashMap;
 
+/// Heartbeats (one a second) a reservation waits for its commit before it
+/// lapses. The head commits within seconds; one that died between the phases never will.
+pub(super) const RESERVATION_BEATS: u32 = 60;
+
 /// The placement groups holding resources of this node.
 #[derive(Default)]
 pub(super) struct BundleTable {
-    /// Reserved, waiting for the head's commit: the bundles, by index.
-    reserved: HashMap<PlacementGroupId, Vec<(u32, ResourceSet)>>,
+    /// Reserved, waiting for the head's commit.
+    reserved: HashMap<PlacementGroupId, Reservation>,
     /// Committed: what each group took from this node's available resources.
     held: HashMap<PlacementGroupId, ResourceSet>,
+}
+
+struct Reservation {
+    /// The bundles, by index.
+    bundles: Vec<(u32, ResourceSet)>,
+    /// Heartbeats since it was made.
+    beats: u32,
 }
 
 impl AgentState {
@@ -40,7 +52,7 @@ impl AgentState {
             });
         }
         self.available.subtract(&sum);
-        self.bundles.reserved.insert(pg_id, bundles.to_vec());
+        self.bundles.reserved.insert(pg_id, Reservation { bundles: bundles.to_vec(), beats: 0 });
         Ok(())
     }
 
@@ -50,7 +62,7 @@ impl AgentState {
         if self.bundles.held.contains_key(&pg_id) {
             return Ok(());
         }
-        let bundles = self.bundles.reserved.remove(&pg_id).ok_or(AgentError::BundlesNotReserved(pg_id))?;
+        let bundles = self.bundles.reserved.remove(&pg_id).ok_or(AgentError::BundlesNotReserved(pg_id))?.bundles;
         let sum = sum_of(&bundles);
         self.available.add(&sum);
         let pg_hex = pg_id.hex();
@@ -62,11 +74,32 @@ impl AgentState {
         Ok(())
     }
 
+    /// One heartbeat went by: reservations left uncommitted for
+    /// [`RESERVATION_BEATS`] are given back (a late commit then fails, and the
+    /// head gives the group up and places it again).
+    pub fn age_reservations(&mut self) {
+        let lapsed: Vec<PlacementGroupId> = self
+            .bundles
+            .reserved
+            .iter_mut()
+            .filter_map(|(id, r)| {
+                r.beats += 1;
+                (r.beats > RESERVATION_BEATS).then_some(*id)
+            })
+            .collect();
+        for pg_id in lapsed {
+            self.actions.push(Action::info(format!(
+                "gave back the bundles of placement group {pg_id}: reserved {RESERVATION_BEATS} s ago and never committed"
+            )));
+            self.return_bundles(pg_id);
+        }
+    }
+
     /// Gives a placement group's bundles back: what runs in them is killed.
     pub fn return_bundles(&mut self, pg_id: PlacementGroupId) {
-        if let Some(bundles) = self.bundles.reserved.remove(&pg_id) {
+        if let Some(reservation) = self.bundles.reserved.remove(&pg_id) {
             // Reserved only: nothing ran in it.
-            self.available.add(&sum_of(&bundles));
+            self.available.add(&sum_of(&reservation.bundles));
             self.schedule();
             return;
         }

@@ -569,6 +569,25 @@ fn a_returned_reservation_gives_its_resources_back_and_cannot_be_committed() {
 }
 
 #[test]
+fn a_reservation_never_committed_lapses_and_a_committed_group_stays() {
+    let mut st = new_state(2.0, 0);
+    let (orphan, placed) = (PlacementGroupId::from_array([10; 16]), PlacementGroupId::from_array([11; 16]));
+    st.reserve_bundles(orphan, &[(0, cpus(1.0))]).unwrap();
+    st.reserve_bundles(placed, &[(0, cpus(1.0))]).unwrap();
+    st.commit_bundles(placed).unwrap();
+    for _ in 0..bundles::RESERVATION_BEATS {
+        st.age_reservations();
+    }
+    assert_eq!(st.available().get("CPU"), 0.0, "a reservation lasts {} beats", bundles::RESERVATION_BEATS);
+    st.take_actions();
+    st.age_reservations();
+    assert_eq!(st.available().get("CPU"), 1.0, "its head never committed it: the CPU is free again");
+    assert!(log_lines(&mut st).iter().any(|l| l.contains(&orphan.hex()) && l.contains("never committed")));
+    assert!(matches!(st.commit_bundles(orphan), Err(AgentError::BundlesNotReserved(_))));
+    assert_eq!(st.total().get(&format!("CPU_group_{}", placed.hex())), 1.0, "the committed group is kept");
+}
+
+#[test]
 fn killing_an_actor_before_it_starts_keeps_it_dead() {
     let mut st = new_state(2.0, 0);
     let w = place_actor(&mut st, 3);
