@@ -1,9 +1,10 @@
 """Running the operator's rendered pods under `podman kube play`, shared by
 the podman test and bench/k8s_bench.py: `oxray-operator render` of a cluster
 manifest, its Secret turned into the podman secret that podman 4's kube play
-reads for `secretKeyRef`, the pods played and taken down (`play`), and the
-head's State API through the published dashboard port; and torch from this venv mounted into the pods, so that the
-TorchTrainer test runs on the base image (see `with_host_torch`)."""
+reads for `secretKeyRef`, the pods played and taken down (`play`), the head's
+State API through the published dashboard port, and this venv's torch mounted
+into the pods, so that the TorchTrainer test runs on the base image
+(`with_host_torch`)."""
 
 import base64
 import contextlib

@@ -548,19 +548,18 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            beat_agent.with_state(|st| st.age_reservations());
             let sample = sampler.sample(&beat_agent).await;
             *beat_latest.lock() = Some(sample.clone());
             let stats = Some(sample);
-            let (available, demand) = {
-                let st = beat_agent.state.lock();
+            let (available, demand) = beat_agent.with_state(|st| {
+                st.age_reservations();
                 let demand = st
                     .pending_demand()
                     .into_iter()
                     .map(|(shape, count)| ResourceDemand { shape: shape.to_map(), count })
                     .collect::<Vec<_>>();
                 (st.reported_available().to_map(), demand)
-            };
+            });
             match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available, stats, demand }).await {
                 Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
                 Err(s) if s.code() == tonic::Code::NotFound => {

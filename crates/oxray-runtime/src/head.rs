@@ -609,9 +609,7 @@ impl Head {
 
     /// Live nodes whose agent the head could reach since their last beat: where groups may go.
     fn placeable_nodes(&self) -> Vec<NodeInfo> {
-        let unreachable: Vec<Vec<u8>> =
-            self.nodes.lock().values().filter(|r| r.unreachable).map(|r| r.info.node_id.clone()).collect();
-        self.nodes().into_iter().filter(|n| n.alive && !unreachable.contains(&n.node_id)).collect()
+        self.listed(|r| !r.unreachable).into_iter().filter(|n| n.alive).collect()
     }
 
     fn mark_unreachable(&self, node_id: &[u8]) {
@@ -760,9 +758,15 @@ impl Head {
     }
 
     pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.listed(|_| true)
+    }
+
+    /// The nodes whose record passes `keep`, in `nodes()`'s order.
+    fn listed(&self, keep: impl Fn(&NodeRecord) -> bool) -> Vec<NodeInfo> {
         let nodes = self.nodes.lock();
         let mut out: Vec<NodeInfo> = nodes
             .values()
+            .filter(|r| keep(r))
             .map(|r| {
                 let mut info = r.info.clone();
                 info.alive = r.last_seen.elapsed() < NODE_TIMEOUT;

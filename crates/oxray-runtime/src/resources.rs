@@ -109,6 +109,14 @@ impl ResourceSet {
         self.0.retain(|k, _| total.0.contains_key(k));
     }
 
+    /// Lowers each quantity to what `cap` has of it (a name `cap` lacks goes).
+    pub fn lower_to(&mut self, cap: &ResourceSet) {
+        self.0.retain(|k, units| {
+            *units = (*units).min(cap.0.get(k).copied().unwrap_or(0));
+            *units != 0
+        });
+    }
+
     /// Removes every name that contains `needle`.
     pub fn remove_containing(&mut self, needle: &str) {
         self.0.retain(|k, _| !k.contains(needle));

@@ -126,18 +126,15 @@ impl AgentState {
             self.peers.may_grow = true;
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let mut available = ResourceSet::from_map(&n.available).unwrap_or_default();
-            let failed = self.peers.nodes.get(&id).is_some_and(|p| p.failed);
+            let known = self.peers.nodes.get(&id);
+            let failed = known.is_some_and(|p| p.failed);
+            let forwarded_at = known.and_then(|p| p.forwarded_at);
             // The head's figures may predate work forwarded there in the last two updates (its beat
             // came first): keep the lower of the two until the node's own report has caught up.
-            let forwarded_at = self.peers.nodes.get(&id).and_then(|p| p.forwarded_at);
-            if let (Some(at), Some(old)) = (forwarded_at, self.peers.nodes.get(&id))
+            if let (Some(at), Some(known)) = (forwarded_at, known)
                 && self.peers.updates.saturating_sub(at) <= RECENT_FORWARD_UPDATES
             {
-                let names: Vec<String> = available.names().map(str::to_string).collect();
-                for name in names {
-                    let lower = available.get(&name).min(old.available.get(&name));
-                    let _ = available.set(&name, lower);
-                }
+                available.lower_to(&known.available);
             }
             let view = PeerView {
                 address: n.address.clone(),
