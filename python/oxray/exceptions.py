@@ -237,6 +237,10 @@ class RuntimeEnvSetupError(RayError):
     """The runtime environment could not be set up."""
 
 
+class UserCodeException(RayError):
+    """User code (a Data UDF, for one) raised; the user's exception is the `__cause__`."""
+
+
 class AuthenticationError(RayError):
     """The cluster token was missing or wrong. `str()` points at Ray's token docs."""
 

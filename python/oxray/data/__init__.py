@@ -11,14 +11,20 @@ try:
 except ImportError as e:  # pragma: no cover - pyarrow is installed with oxray[data]
     raise ImportError("oxray.data needs pyarrow: pip install 'oxray[data]' (or pip install pyarrow)") from e
 
+from oxray.data import aggregate, collate_fn
 from oxray.data.context import DataContext, ExecutionOptions, ExecutionResources
 from oxray.data.dataset import ActorPoolStrategy, Dataset, MaterializedDataset, Schema, TaskPoolStrategy
+from oxray.data.grouped_data import GroupedData
 from oxray.data.iterator import DataIterator
 from oxray.data.read_api import (
     from_arrow,
+    from_arrow_refs,
+    from_blocks,
     from_items,
     from_numpy,
+    from_numpy_refs,
     from_pandas,
+    from_pandas_refs,
     from_torch,
     range,
     range_tensor,
@@ -38,13 +44,20 @@ __all__ = [
     "Dataset",
     "ExecutionOptions",
     "ExecutionResources",
+    "GroupedData",
     "MaterializedDataset",
     "Schema",
     "TaskPoolStrategy",
+    "aggregate",
+    "collate_fn",
     "from_arrow",
+    "from_arrow_refs",
+    "from_blocks",
     "from_items",
     "from_numpy",
+    "from_numpy_refs",
     "from_pandas",
+    "from_pandas_refs",
     "from_torch",
     "range",
     "range_tensor",

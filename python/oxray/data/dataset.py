@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 
 import oxray
 from oxray.data._internal import block as B
+from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
@@ -20,6 +21,9 @@ from oxray.data._internal.progress import progress_for
 from oxray.data._internal.write import WriteBlocks, cleanup_written
 from oxray.data.context import DataContext
 from oxray.data.iterator import DataIterator, _check_batch_size
+
+if TYPE_CHECKING:
+    from oxray.data.grouped_data import GroupedData
 
 
 class ActorPoolStrategy:
@@ -60,6 +64,9 @@ class TaskPoolStrategy:
 
 
 _REMOTE_ARG_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "scheduling_strategy", "accelerator_type"}
+# Options only a task pool (a function UDF) or only an actor pool (a class UDF) takes.
+_TASK_ONLY_ARGS = {"max_retries", "retry_exceptions"}
+_ACTOR_ONLY_ARGS = {"max_concurrency", "max_task_retries", "max_restarts"}
 
 
 def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args) -> P.ComputeSpec:
@@ -67,13 +74,17 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
     for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
         if value is not None:
             remote[key] = value
+    is_class = isinstance(fn, type)
     for key, value in (ray_remote_args or {}).items():
-        if key not in _REMOTE_ARG_NAMES or key == "accelerator_type":
+        if key in _TASK_ONLY_ARGS and is_class:
+            raise ValueError(f"{what}({key}=...) applies to tasks; a callable class runs on actors (max_task_retries)")
+        if key in _ACTOR_ONLY_ARGS and not is_class:
+            raise ValueError(f"{what}({key}=...) applies to an actor pool, which needs a callable class")
+        if key not in _REMOTE_ARG_NAMES | _TASK_ONLY_ARGS | _ACTOR_ONLY_ARGS or key == "accelerator_type":
             raise ValueError(f"{what}({key}=...) is not supported by oxray")
         if key == "resources" and value is not None:
             value = tuple(sorted(value.items()))
         remote[key] = value
-    is_class = isinstance(fn, type)
     actors = False
     initial_size, max_size, per_actor, task_conc = 1, None, 2, None
     if compute is not None and concurrency is not None:
@@ -205,12 +216,18 @@ class Dataset:
         compute=None,
         fn_args=None,
         fn_kwargs=None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs=None,
         num_cpus=None,
         num_gpus=None,
         memory=None,
         concurrency=None,
         **ray_remote_args,
     ) -> "Dataset":
+        if fn_constructor_args or fn_constructor_kwargs:
+            if not isinstance(fn, type):
+                raise ValueError("flat_map: fn_constructor_args/kwargs are only for a callable class")
+            fn = _bind_ctor(fn, fn_constructor_args, fn_constructor_kwargs)
         remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
         return self._row_op("flat_map", fn, fn_args, fn_kwargs, compute, concurrency, remote)
 
@@ -242,7 +259,7 @@ class Dataset:
         batch_size="default",
         compute=None,
         batch_format: Optional[str] = "default",
-        zero_copy_batch: bool = True,
+        zero_copy_batch: bool = False,
         fn_args=None,
         fn_kwargs=None,
         fn_constructor_args=None,
@@ -291,7 +308,7 @@ class Dataset:
         if not isinstance(cols, (list, tuple)) or not all(isinstance(c, str) for c in cols):
             raise TypeError(f"{what}: expected a column name or a list of column names, got {cols!r}")
         if len(set(cols)) != len(cols):
-            raise ValueError(f"{what}: duplicate column names in {list(cols)}")
+            raise ValueError(f"{what} expected unique column names, got duplicate column names: {list(cols)}")
         schema = P.schema_from_metadata(self._plan)
         if schema is not None:
             T.check_columns(what, schema.names, cols)
@@ -339,6 +356,94 @@ class Dataset:
             raise ValueError(f"random_shuffle({', '.join(kw)}=...) is not supported by oxray")
         return self._with(P.AllToAllOp("random_shuffle", {"seed": seed, "num_blocks": num_blocks}))
 
+    def sort(self, key, descending=False, boundaries=None) -> "Dataset":
+        """Rows ordered by `key` (a column or columns), as a distributed range-partitioned sort."""
+        if boundaries is not None:
+            raise ValueError("sort(boundaries=...) is not supported by oxray; it picks the boundaries from a sample")
+        sort_key = X.SortKey.of(key, descending, "sort")
+        self._check_key_columns(sort_key, "sort")
+        return self._with(P.AllToAllOp("sort", {"key": sort_key, "num_blocks": None}))
+
+    def _check_key_columns(self, key, what: str) -> None:
+        schema = P.schema_from_metadata(self._plan)
+        if schema is not None:
+            key.check(schema.names, what)
+
+    def groupby(self, key, num_partitions: Optional[int] = None) -> "GroupedData":
+        """Rows grouped by `key` (a column, a list of columns, or None for one group)."""
+        from oxray.data.grouped_data import GroupedData
+
+        if num_partitions is not None and (
+            isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions < 1
+        ):
+            raise ValueError(f"groupby(num_partitions={num_partitions!r}): expected an integer >= 1")
+        return GroupedData(self, key, num_partitions)
+
+    def aggregate(self, *aggs):
+        """The aggregations over the whole dataset: one value, or a dict of them by name."""
+        from oxray.data import aggregate as A
+
+        aggs = A.check_aggs(aggs, "aggregate")
+        schema = self.schema()
+        if schema is not None:
+            for agg in aggs:
+                agg._check_columns(schema.names)
+        accs = [A.NOTHING if isinstance(a, A.AggregateFnV2) else a.init(None) for a in aggs]
+        for table in self._with(P.MapOp(T.PartialAggregate(aggs), P.ComputeSpec()))._iter_tables(progress=False):
+            for row in T.PartialAggregate.partials_of(table):
+                accs = [a._combine(acc, part) for a, acc, part in zip(aggs, accs, row, strict=True)]
+        return {a.name: a._result(acc) for a, acc in zip(aggs, accs, strict=True)}
+
+    def _aggregate_on(self, agg_cls, on, what: str, **kwargs):
+        if on is None:
+            schema = self.schema()
+            on = list(schema.names) if schema is not None else []
+        columns = [on] if isinstance(on, str) else on
+        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+            raise ValueError(f"{what}(on={on!r}): expected a column name or a list of column names")
+        if not columns:
+            raise ValueError(f"{what}: at least 1 column to aggregate on has to be provided")
+        result = self.aggregate(*[agg_cls(c, **kwargs) for c in columns])
+        return next(iter(result.values())) if len(result) == 1 else result
+
+    def sum(self, on=None, ignore_nulls: bool = True):
+        from oxray.data.aggregate import Sum
+
+        return self._aggregate_on(Sum, on, "sum", ignore_nulls=ignore_nulls)
+
+    def min(self, on=None, ignore_nulls: bool = True):
+        from oxray.data.aggregate import Min
+
+        return self._aggregate_on(Min, on, "min", ignore_nulls=ignore_nulls)
+
+    def max(self, on=None, ignore_nulls: bool = True):
+        from oxray.data.aggregate import Max
+
+        return self._aggregate_on(Max, on, "max", ignore_nulls=ignore_nulls)
+
+    def mean(self, on=None, ignore_nulls: bool = True):
+        from oxray.data.aggregate import Mean
+
+        return self._aggregate_on(Mean, on, "mean", ignore_nulls=ignore_nulls)
+
+    def std(self, on=None, ddof: int = 1, ignore_nulls: bool = True):
+        from oxray.data.aggregate import Std
+
+        return self._aggregate_on(Std, on, "std", ddof=ddof, ignore_nulls=ignore_nulls)
+
+    def unique(self, column: str, ignore_nulls: bool = False) -> list:
+        from oxray.data.aggregate import Unique
+
+        if not isinstance(column, str):
+            raise ValueError(f"unique(column={column!r}): expected a column name")
+        return self._aggregate_on(Unique, column, "unique", ignore_nulls=ignore_nulls)
+
+    def random_sample(self, fraction: float, *, seed: Optional[int] = None) -> "Dataset":
+        """Each row kept with probability `fraction` (seeded: the same rows every run)."""
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"random_sample(fraction={fraction!r}): expected a number between 0 and 1")
+        return self._with(P.MapOp(T.RandomSample(float(fraction), seed), P.ComputeSpec()))
+
     def randomize_block_order(self, *, seed: Optional[int] = None) -> "Dataset":
         return self._with(P.AllToAllOp("randomize_block_order", {"seed": seed}))
 
@@ -373,6 +478,10 @@ class Dataset:
             oxray.init()
         stats = ExecutionStats()
         self._last_stats = stats
+        if any(isinstance(op, P.AllToAllOp) and op.kind in ("sort", "groupby") for op in self._plan.ops):
+            # A sort's (and groupby's) output is ordered: its blocks leave in order.
+            ctx = ctx.copy()
+            ctx.execution_options.preserve_order = True
         stages = P.optimize(self._plan)
         bars = progress_for(stages, ctx) if progress else None
         executor = Executor(stages, ctx, stats, bars)
@@ -403,6 +512,9 @@ class Dataset:
 
     def iter_rows(self, **kwargs) -> Iterator[dict]:
         return self.iterator().iter_rows(**kwargs)
+
+    def to_torch(self, **kwargs):
+        return self.iterator().to_torch(**kwargs)
 
     def __iter__(self):
         raise TypeError("a Dataset is not iterable itself; use ds.iter_rows() or ds.iter_batches()")

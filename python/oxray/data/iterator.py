@@ -79,6 +79,17 @@ def _prefetched(blocks: Iterator[pa.Table], depth: int) -> Iterator[pa.Table]:
                 thread.join(0.05)
 
 
+def _concat_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Two blocks' values of a column; tensors of different shapes become an object array."""
+    try:
+        return np.concatenate([a, b])
+    except ValueError:
+        out = np.empty(len(a) + len(b), dtype=object)
+        for i, v in enumerate([*a, *b]):
+            out[i] = v
+        return out
+
+
 def _numpy_batches(tables: Iterator[pa.Table], batch_size: Optional[int], drop_last: bool) -> Iterator[dict]:
     carry, carry_rows = None, 0
     for table in tables:
@@ -92,7 +103,7 @@ def _numpy_batches(tables: Iterator[pa.Table], batch_size: Optional[int], drop_l
         start = 0
         if carry is not None:
             take = min(batch_size - carry_rows, n)
-            carry = {k: np.concatenate([carry[k], cols[k][:take]]) for k in cols}
+            carry = {k: _concat_rows(carry[k], cols[k][:take]) for k in cols}
             carry_rows += take
             start = take
             if carry_rows == batch_size:
@@ -154,17 +165,33 @@ def _quiet_read_only_warning() -> None:
         warnings.filterwarnings("ignore", message=_READ_ONLY_WARNING)
 
 
-def _to_tensor(array: np.ndarray, dtype, device):
+def _to_tensor(name: str, array: np.ndarray, dtype, device, pin_memory: bool = False):
+    """One batch column as a tensor; a variable-shape tensor column as a list of tensors."""
     import torch
 
     if array.dtype == object:
+        items = list(array)
+        if items and all(isinstance(v, np.ndarray) and v.dtype != object for v in items):
+            if len({v.shape for v in items}) == 1:
+                array = np.stack(items)
+            else:
+                return [_to_tensor(name, v, dtype, device, pin_memory) for v in items]
+        else:
+            kinds = sorted({type(v).__name__ for v in items})
+            raise TypeError(
+                f"column {name!r} holds {' and '.join(kinds) or 'no'} values, which cannot become a torch tensor; "
+                "drop it (drop_columns), convert it in map_batches, or pass collate_fn= to iter_torch_batches"
+            )
+    elif array.dtype.kind in "US":
         raise TypeError(
-            f"a column of {type(array[0]).__name__ if len(array) else 'object'} values cannot become a torch "
-            "tensor; drop or convert it (e.g. with map_batches) before iter_torch_batches"
+            f"column {name!r} holds strings ({array.dtype}), which cannot become a torch tensor; drop it "
+            "(drop_columns), convert it in map_batches, or pass collate_fn= to iter_torch_batches"
         )
     tensor = torch.from_numpy(array)
     if dtype is not None and tensor.dtype != dtype:
         tensor = tensor.to(dtype)
+    if pin_memory:
+        tensor = tensor.pin_memory()  # torch says so where no accelerator can pin
     if device is not None and str(device) != "cpu":
         tensor = tensor.to(device, non_blocking=True)
     return tensor
@@ -185,7 +212,28 @@ def _resolve_device(device):
     return None
 
 
-def torch_batches(numpy_batches: Iterator[dict], dtypes, device, collate_fn) -> Iterator:
+def collate_batch_format(collate_fn) -> str:
+    """The batch format a collate_fn takes: Arrow for `ArrowBatchCollateFn`s (as
+    `DefaultCollateFn`), pandas for `PandasBatchCollateFn`s, else numpy."""
+    from oxray.data import collate_fn as CF
+
+    if isinstance(collate_fn, CF.ArrowBatchCollateFn):
+        return "pyarrow"
+    if isinstance(collate_fn, CF.PandasBatchCollateFn):
+        return "pandas"
+    return "numpy"
+
+
+def _check_shuffle_buffer(size, batch_size) -> None:
+    if size is None:
+        return
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ValueError(f"local_shuffle_buffer_size={size!r}: expected a positive integer")
+    if batch_size is None:
+        raise ValueError("local_shuffle_buffer_size needs a batch_size: the buffer fills before each batch")
+
+
+def torch_batches(numpy_batches: Iterator[dict], dtypes, device, collate_fn, pin_memory: bool = False) -> Iterator:
     device = _resolve_device(device)
     _quiet_read_only_warning()
     for batch in numpy_batches:
@@ -195,8 +243,18 @@ def torch_batches(numpy_batches: Iterator[dict], dtypes, device, collate_fn) -> 
         out = {}
         for name, array in batch.items():
             dtype = dtypes.get(name) if isinstance(dtypes, dict) else dtypes
-            out[name] = _to_tensor(array, dtype, device)
+            out[name] = _to_tensor(name, array, dtype, device, pin_memory)
         yield out
+
+
+class _Reiterable:
+    """What `iter_batches` and friends return, as in Ray: each `iter()` of it starts a new pass."""
+
+    def __init__(self, start: Callable[[], Iterator]):
+        self._start = start
+
+    def __iter__(self) -> Iterator:
+        return self._start()
 
 
 class DataIterator:
@@ -235,13 +293,16 @@ class DataIterator:
         _check_batch_size(batch_size)
         _check_prefetch(prefetch_batches)
         B.check_batch_format(batch_format)
-        return batches_from_blocks(
-            self._iter_blocks(prefetch_batches),
-            batch_size=batch_size,
-            batch_format=batch_format,
-            drop_last=drop_last,
-            local_shuffle_buffer_size=local_shuffle_buffer_size,
-            local_shuffle_seed=local_shuffle_seed,
+        _check_shuffle_buffer(local_shuffle_buffer_size, batch_size)
+        return _Reiterable(
+            lambda: batches_from_blocks(
+                self._iter_blocks(prefetch_batches),
+                batch_size=batch_size,
+                batch_format=batch_format,
+                drop_last=drop_last,
+                local_shuffle_buffer_size=local_shuffle_buffer_size,
+                local_shuffle_seed=local_shuffle_seed,
+            )
         )
 
     def iter_torch_batches(
@@ -257,10 +318,37 @@ class DataIterator:
         local_shuffle_seed: Optional[int] = None,
         pin_memory: bool = False,
     ) -> Iterator:
-        if pin_memory:
-            raise ValueError("iter_torch_batches(pin_memory=True) is not supported by oxray yet")
         if collate_fn is not None and dtypes is not None:
             raise ValueError("iter_torch_batches: collate_fn and dtypes cannot both be given; convert in collate_fn")
+        batch_format = collate_batch_format(collate_fn)
+        batches = self.iter_batches(
+            prefetch_batches=prefetch_batches,
+            batch_size=batch_size,
+            batch_format=batch_format,
+            drop_last=drop_last,
+            local_shuffle_buffer_size=local_shuffle_buffer_size,
+            local_shuffle_seed=local_shuffle_seed,
+        )
+        return _Reiterable(lambda: torch_batches(iter(batches), dtypes, device, collate_fn, pin_memory))
+
+    def to_torch(
+        self,
+        *,
+        label_column: Optional[str] = None,
+        feature_columns=None,
+        label_column_dtype=None,
+        feature_column_dtypes=None,
+        batch_size: int = 1,
+        prefetch_batches: int = 1,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: Optional[int] = None,
+        local_shuffle_seed: Optional[int] = None,
+        unsqueeze_label_tensor: bool = True,
+        unsqueeze_feature_tensors: bool = True,
+    ):
+        """A torch `IterableDataset` of `(features, label)` batches, as Ray's `to_torch`."""
+        from oxray.data._internal.torch_dataset import torch_iterable
+
         batches = self.iter_batches(
             prefetch_batches=prefetch_batches,
             batch_size=batch_size,
@@ -269,12 +357,30 @@ class DataIterator:
             local_shuffle_buffer_size=local_shuffle_buffer_size,
             local_shuffle_seed=local_shuffle_seed,
         )
-        return torch_batches(batches, dtypes, device, collate_fn)
+        return torch_iterable(
+            batches,
+            label_column,
+            feature_columns,
+            label_column_dtype,
+            feature_column_dtypes,
+            unsqueeze_label_tensor,
+            unsqueeze_feature_tensors,
+        )
 
-    def iter_rows(self, *, prefetch_batches: int = 1) -> Iterator[dict]:
+    def materialize(self):
+        """This iterator's rows in the object store, as a `MaterializedDataset`."""
+        from oxray.data.dataset import from_tables
+
+        return from_tables(list(self._blocks_fn()), "FromBlocks")
+
+    def iter_rows(self, *, prefetch_batches: int = 1):
         _check_prefetch(prefetch_batches)
-        for table in self._iter_blocks(prefetch_batches):
-            yield from B.rows_of(table)
+
+        def rows():
+            for table in self._iter_blocks(prefetch_batches):
+                yield from B.rows_of(table)
+
+        return _Reiterable(rows)
 
     def stats(self) -> str:
         return self._stats_fn() if self._stats_fn is not None else ""

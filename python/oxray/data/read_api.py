@@ -148,10 +148,16 @@ def range_tensor(n: int, *, shape=(1,), override_num_blocks: Optional[int] = Non
 
 
 def _split_table(table: pa.Table, n_blocks: int) -> list:
+    """Exactly `n_blocks` blocks, as Ray gives them: sizes differ by at most one row."""
     if table.num_rows == 0:
         return [table]
-    per = -(-table.num_rows // n_blocks)
-    return [table.slice(s, per) for s in builtins.range(0, table.num_rows, per)]
+    per, extra = divmod(table.num_rows, n_blocks)
+    out, start = [], 0
+    for i in builtins.range(n_blocks):
+        rows = per + (1 if i < extra else 0)
+        out.append(table.slice(start, rows))
+        start += rows
+    return out
 
 
 def _in_memory(name: str, table: pa.Table, n_blocks: int) -> MaterializedDataset:
@@ -211,6 +217,63 @@ def from_arrow(tables, *, override_num_blocks: Optional[int] = None) -> Material
     if override_num_blocks is not None:
         out = _split_table(B.concat(out), override_num_blocks)
     return from_tables(out, "FromArrow")
+
+
+def from_blocks(blocks: list) -> MaterializedDataset:
+    """A dataset of the given blocks (pyarrow Tables or pandas DataFrames), one block each."""
+    if not isinstance(blocks, list):
+        raise TypeError(f"from_blocks: expected a list of blocks, got {type(blocks).__name__}")
+    return from_tables([_as_table(b, "from_blocks") for b in blocks], "FromBlocks")
+
+
+def _as_table(block, what: str) -> pa.Table:
+    if isinstance(block, pa.Table):
+        return block
+    if isinstance(block, pa.RecordBatch):
+        return pa.Table.from_batches([block])
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(block, pd.DataFrame):
+        return B.pandas_to_table(block)
+    if isinstance(block, np.ndarray):
+        return B.table_from_columns({"data": block})
+    if isinstance(block, dict):
+        return B.table_from_columns(block)
+    raise TypeError(f"{what}: expected pyarrow Tables or pandas DataFrames, got {type(block).__name__}")
+
+
+def _ref_to_blocks(what: str, value):
+    """In a task where the object is: it as IPC blocks, and their (rows, bytes)."""
+    table = _as_table(value, what)
+    return [B.IpcBlock(table)], (table.num_rows, table.nbytes)
+
+
+def _from_refs(refs, what: str, name: str) -> MaterializedDataset:
+    import oxray
+    from oxray.data._internal.executor import remote
+
+    refs = refs if isinstance(refs, list) else [refs]
+    if not all(isinstance(r, oxray.ObjectRef) for r in refs):
+        raise TypeError(f"{what}: expected ObjectRefs (from ray.put), got {[type(r).__name__ for r in refs][:3]}")
+    convert = remote(_ref_to_blocks, num_returns=2)
+    made = [convert.remote(what, r) for r in refs]
+    meta = oxray.get([m for _, m in made])
+    data = [d for d, _ in made]
+    schema = oxray.get(data[0])[0].schema if data else None
+    return MaterializedDataset(data, list(meta), schema, None, name)
+
+
+def from_arrow_refs(refs) -> MaterializedDataset:
+    """Tables already in the object store; each becomes a block where it is (no driver copy)."""
+    return _from_refs(refs, "from_arrow_refs", "FromArrow")
+
+
+def from_pandas_refs(refs) -> MaterializedDataset:
+    return _from_refs(refs, "from_pandas_refs", "FromPandas")
+
+
+def from_numpy_refs(refs) -> MaterializedDataset:
+    """ndarrays in the object store, as column `data`."""
+    return _from_refs(refs, "from_numpy_refs", "FromNumpy")
 
 
 def from_torch(dataset, local_read: bool = False) -> MaterializedDataset:

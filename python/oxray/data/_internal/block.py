@@ -1,8 +1,8 @@
 """Blocks are pyarrow Tables. This module converts them to and from what UDFs see
 (rows, numpy dicts, pandas, pyarrow) and ships them through the object store as Arrow IPC.
 
-Tensor columns (an ndarray per row, e.g. images) use Arrow's canonical
-`arrow.fixed_shape_tensor` extension type, so they convert to and from numpy without a copy.
+Tensor columns (an ndarray per row, e.g. images) and the other values UDFs return are typed by
+`columns`; fixed-shape tensors convert to and from numpy without a copy.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 import numpy as np
 import pyarrow as pa
+
+from oxray.data._internal import columns as C
 
 BATCH_FORMATS = ("default", "numpy", "pandas", "pyarrow", None)
 
@@ -74,15 +76,17 @@ _PRIMITIVE_DTYPES = {
 def column_to_numpy(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if isinstance(column, pa.ChunkedArray):
         column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    if isinstance(column.type, pa.FixedShapeTensorType):
-        return column.to_numpy_ndarray()
+    if C.has_numpy_form(column.type):
+        return C.tensor_values(column)
+    if pa.types.is_null(column.type):
+        return np.full(len(column), None, dtype=object)
     if pa.types.is_fixed_size_list(column.type) or pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
         values = column.to_pylist()
         try:
             return np.array(values)
         except ValueError:
             out = np.empty(len(values), dtype=object)
-            out[:] = [np.array(v) for v in values]
+            out[:] = [None if v is None else np.array(v) for v in values]
             return out
     if column.null_count == 0 and column.type.id in _PRIMITIVE_DTYPES:
         # A view of the values buffer: pyarrow's to_numpy would first import pandas.
@@ -109,7 +113,7 @@ def to_batch(table: pa.Table, batch_format) -> Any:
 
 
 def table_to_pandas(table: pa.Table):
-    tensor_columns = [n for n in table.column_names if isinstance(table.schema.field(n).type, pa.FixedShapeTensorType)]
+    tensor_columns = [n for n in table.column_names if C.has_numpy_form(table.schema.field(n).type)]
     if not tensor_columns:
         return table.to_pandas()
     df = table.drop_columns(tensor_columns).to_pandas()
@@ -119,50 +123,7 @@ def table_to_pandas(table: pa.Table):
     return df[table.column_names]
 
 
-def _numeric_array(values: np.ndarray) -> pa.Array:
-    """A 1-d numeric ndarray as an Arrow array over the same memory (`pa.array` would import pandas)."""
-    values = np.ascontiguousarray(values)
-    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
-
-
-def _tensor_array(values: np.ndarray) -> pa.Array:
-    values = np.ascontiguousarray(values)
-    if values.dtype.kind not in "iuf":
-        return pa.FixedShapeTensorArray.from_numpy_ndarray(values)
-    flat = _numeric_array(values.reshape(-1))
-    inner = int(np.prod(values.shape[1:]))
-    storage = pa.FixedSizeListArray.from_arrays(flat, inner)
-    tensor_type = pa.fixed_shape_tensor(flat.type, list(values.shape[1:]))
-    return pa.ExtensionArray.from_storage(tensor_type, storage)
-
-
-def array_from_values(name: str, values) -> pa.Array:
-    """One column from what a UDF returned for it: an ndarray, a list, or an Arrow array."""
-    if isinstance(values, (pa.Array, pa.ChunkedArray)):
-        return values
-    if isinstance(values, np.ndarray):
-        if values.ndim > 1:
-            return _tensor_array(values)
-        if values.dtype == object and len(values) and isinstance(values[0], np.ndarray):
-            return array_from_values(name, list(values))
-        if values.dtype.kind in "iuf":
-            return _numeric_array(values)
-        return pa.array(values)
-    if isinstance(values, (list, tuple)) and values and all(isinstance(v, np.ndarray) for v in values):
-        shapes = {v.shape for v in values}
-        if len(shapes) == 1:
-            return _tensor_array(np.stack(values))
-        raise ValueError(
-            f"column {name!r} holds arrays of different shapes ({sorted(shapes)[:3]} ...); "
-            "oxray supports tensor columns of one shape per column"
-        )
-    torch = sys.modules.get("torch")  # never imported here just to check a type
-    if torch is not None and isinstance(values, torch.Tensor):
-        return array_from_values(name, values.detach().cpu().numpy())
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
-        raise TypeError(f"column {name!r}: cannot convert a {type(values).__name__} to a column: {e}") from e
+array_from_values = C.array_from_values
 
 
 def table_from_columns(columns: dict) -> pa.Table:
@@ -202,10 +163,18 @@ def pandas_to_table(df) -> pa.Table:
     columns = {}
     for name in df.columns:
         series = df[name]
-        if series.dtype == object and len(series) and isinstance(series.iloc[0], np.ndarray):
-            columns[str(name)] = list(series)
-        else:
+        if series.dtype != object:
             columns[str(name)] = pa.array(series, from_pandas=True)
+            continue
+        values = list(series)
+        first = next((v for v in values if v is not None), None)
+        if isinstance(C.to_array_like(first), np.ndarray):
+            columns[str(name)] = C.array_from_list(str(name), values)
+            continue
+        try:
+            columns[str(name)] = pa.array(series, from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+            columns[str(name)] = C.array_from_list(str(name), values)
     if not columns:
         return pa.table({})
     return table_from_columns(columns)
@@ -217,8 +186,11 @@ def rows_of(table: pa.Table) -> Iterable[dict]:
     cols = []
     for i in range(len(names)):
         col = table.column(i)
-        if isinstance(col.type, pa.FixedShapeTensorType):
-            cols.append(list(column_to_numpy(col)))
+        if C.has_numpy_form(col.type):
+            values = column_to_numpy(col)
+            if values.dtype != object and not values.flags.writeable:
+                values = values.copy()  # a row's arrays are the UDF's to change, as in Ray
+            cols.append(list(values))
         else:
             cols.append(col.to_pylist())
     for values in zip(*cols, strict=True):
@@ -248,6 +220,10 @@ def concat(tables: list) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     try:
-        return pa.concat_tables(tables)
-    except pa.ArrowInvalid as e:
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    try:
+        return pa.concat_tables(C.unify_tensor_columns(tables), promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise ValueError(f"blocks have different schemas and cannot be combined: {e}") from e

@@ -21,6 +21,7 @@ import pyarrow as pa
 import oxray
 from oxray import _native
 from oxray.data._internal import block as B
+from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.execution_state import ExecutionReporter
@@ -226,13 +227,15 @@ class Executor:
                 last = self._add("limit", stage.name, [last], stage.n, stage)
             elif isinstance(stage, P.AllToAllStage):
                 args = stage.args
-                if stage.kind == "random_shuffle":
-                    params = (args.get("seed"), args.get("num_blocks"))
-                elif stage.kind == "randomize_block_order":
+                kind = stage.kind
+                if kind in ("random_shuffle", "sort", "groupby"):
+                    # Sort and groupby are shuffles to the scheduler: n map and n reduce tasks.
+                    kind, params = "random_shuffle", (args.get("seed"), args.get("num_blocks"))
+                elif kind == "randomize_block_order":
                     params = args.get("seed")
                 else:
                     params = (args.get("num_blocks"), args.get("target_num_rows_per_block"))
-                last = self._add(stage.kind, stage.name, [last], params, stage)
+                last = self._add(kind, stage.name, [last], params, stage)
             elif isinstance(stage, P.UnionStage):
                 last = self._add("union", stage.name, [self._build(s) for s in stage.inputs], None, stage)
             else:  # pragma: no cover
@@ -369,6 +372,8 @@ class Executor:
                 cut -= min(cut, t.num_rows)
             self._data[out] = tables
             scheduler.sliced(out, sum(t.nbytes for t in tables))
+        elif kind == "shuffle" and self._ops[action[1]].kind in ("sort", "groupby"):
+            self._range_exchange(self._ops[action[1]], action[2], [task for task, _ in action[4]])
         elif kind == "shuffle":
             _, _op, inputs, map_seeds, outputs = action
             n_out = len(outputs)
@@ -386,6 +391,26 @@ class Executor:
                 self._track(task, _submit_slices(refs, pieces))
         else:  # pragma: no cover - every action the scheduler makes is handled above
             raise RuntimeError(f"unknown scheduler action {action!r}")
+
+    def _range_exchange(self, stage: P.AllToAllStage, inputs: list, tasks: list) -> None:
+        """Sort or groupby: sample the keys, cut every input by key range, reduce each range."""
+        key, n_out = stage.args["key"], len(tasks)
+        refs = [self._ref(b) for b in inputs]
+        sample = remote(X.sample_keys)
+        samples = oxray.get([sample.remote(key, X.SAMPLES_PER_BLOCK, r) for r in refs])
+        bounds = X.boundaries_from(samples, key, n_out)
+        dealt = []
+        for ref in refs:
+            parts = remote(X.partition_map, num_returns=n_out).remote(key, bounds, n_out, ref)
+            dealt.append([parts] if n_out == 1 else parts)
+        reducer = stage.args.get("reducer")
+        for j, task in enumerate(tasks):
+            parts = [p[j] for p in dealt]
+            if reducer is None:
+                refs_out = remote(X.sort_reduce, num_returns=2).remote(key, *parts)
+            else:
+                refs_out = remote(X.group_reduce, num_returns=2).remote(reducer, *parts)
+            self._track(task, refs_out)
 
     def _pull(self, scheduler, op: int) -> None:
         stream = self._streams.get(op)

@@ -54,7 +54,7 @@ class UnionOp:
 
 @dataclass
 class AllToAllOp:
-    kind: str  # random_shuffle, randomize_block_order, repartition
+    kind: str  # random_shuffle, randomize_block_order, repartition, sort, groupby
     args: dict
 
 
@@ -108,6 +108,8 @@ _ALL_TO_ALL_NAMES = {
     "random_shuffle": "RandomShuffle",
     "randomize_block_order": "RandomizeBlockOrder",
     "repartition": "Repartition",
+    "sort": "Sort",
+    "groupby": "Aggregate",
 }
 
 _UDF_KINDS = {T.SelectColumns: "select", T.DropColumns: "drop", T.RenameColumns: "rename"}

@@ -9,16 +9,20 @@ from __future__ import annotations
 import abc
 import inspect
 import traceback
+import zlib
 from typing import Any, Callable, Optional
 
 import numpy as np
 import pyarrow as pa
 
 from oxray.data._internal import block as B
+from oxray.data._internal import columns as C
+from oxray.exceptions import UserCodeException
 
 
-class UDFError(RuntimeError):
-    """A user function failed; the message carries its traceback and the input it got."""
+class UDFError(UserCodeException):
+    """A user function failed, as Ray's `UserCodeException`: the user's exception is the
+    `__cause__`, and the message carries its traceback and the input it got."""
 
 
 def describe_input(table: pa.Table, limit: int = 3) -> str:
@@ -32,14 +36,14 @@ def describe_input(table: pa.Table, limit: int = 3) -> str:
     return f"the input block had {table.num_rows} rows with columns {table.column_names}; first rows: {text}"
 
 
-def _call(name: str, fn, table: pa.Table, *args, **kwargs):
+def call_udf(name: str, fn, table: pa.Table, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except UDFError:
         raise
     except Exception as e:  # noqa: BLE001 - wrap any failure of user code with its input
         raise UDFError(
-            f"{name} raised {type(e).__name__}: {e}\n{describe_input(table)}\n"
+            f"UDF failed to process a data block: {name} raised {type(e).__name__}: {e}\n{describe_input(table)}\n"
             f"Traceback of {name}:\n{traceback.format_exc()}"
         ) from e
 
@@ -81,14 +85,14 @@ class MapRows(BlockFn):
         if self.kind == "filter":
             keep = []
             for row in B.rows_of(table):
-                result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+                result = call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
                 if not isinstance(result, (bool, np.bool_)):
                     raise ValueError(f"{what} returned a {type(result).__name__}; a filter function must return a bool")
                 keep.append(bool(result))
             return [table.filter(pa.array(keep, type=pa.bool_()))] if table.num_rows else [table]
         out = []
         for row in B.rows_of(table):
-            result = _call(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+            result = call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
             if self.kind == "map":
                 if not isinstance(result, dict):
                     raise ValueError(
@@ -119,7 +123,7 @@ class MapBatches(BlockFn):
         fn_kwargs=None,
         fn_constructor_args=(),
         fn_constructor_kwargs=None,
-        zero_copy_batch: bool = True,
+        zero_copy_batch: bool = False,
     ):
         self.fn = fn
         self.batch_size = batch_size
@@ -149,15 +153,26 @@ class MapBatches(BlockFn):
         for start in range(0, max(table.num_rows, 1), size):
             piece = table.slice(start, size) if self.batch_size else table
             batch = B.to_batch(piece, self.batch_format)
-            if not self.zero_copy_batch and isinstance(batch, dict):
-                batch = {k: v.copy() for k, v in batch.items()}
-            result = _call(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
+            if isinstance(batch, dict):
+                batch = {k: _writable(v) if not self.zero_copy_batch else _read_only(v) for k, v in batch.items()}
+            result = call_udf(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
             if inspect.isgenerator(result):
                 for item in result:
                     out.append(B.from_batch(item, self.name))
             else:
                 out.append(B.from_batch(result, self.name))
         return out
+
+
+def _writable(values: np.ndarray) -> np.ndarray:
+    return values if values.flags.writeable else values.copy()
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    """A read-only view (zero_copy_batch=True): the block's memory is never the UDF's to change."""
+    view = values.view()
+    view.setflags(write=False)
+    return view
 
 
 class AddColumn(BlockFn):
@@ -167,7 +182,7 @@ class AddColumn(BlockFn):
 
     def __call__(self, table: pa.Table) -> list:
         batch = B.to_batch(table, self.batch_format)
-        values = _call(self.name, self.fn, table, batch)
+        values = call_udf(self.name, self.fn, table, batch)
         if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy()  # a pandas Series
         column = B.array_from_values(self.col, values)
@@ -176,6 +191,40 @@ class AddColumn(BlockFn):
         if self.col in table.column_names:
             return [table.set_column(table.column_names.index(self.col), self.col, column)]
         return [table.append_column(self.col, column)]
+
+
+class PartialAggregate(BlockFn):
+    """A block folded into each aggregation's partial accumulator: one row holding them."""
+
+    def __init__(self, aggs: list):
+        self.aggs = list(aggs)
+        self.name = "Aggregate"
+
+    def __call__(self, table: pa.Table) -> list:
+        partials = []
+        for agg in self.aggs:
+            partials.append(call_udf(agg.name, agg._partial, table, None, table))
+        return [pa.table({"partials": C.pickled_object_array([partials])})]
+
+    @staticmethod
+    def partials_of(table: pa.Table) -> list:
+        return list(C.tensor_values(table.column("partials").combine_chunks()))
+
+
+class RandomSample(BlockFn):
+    """Each row kept with probability `fraction`; seeded by the seed and the block's content."""
+
+    def __init__(self, fraction: float, seed):
+        self.fraction, self.seed = fraction, seed
+        self.name = "RandomSample"
+
+    def __call__(self, table: pa.Table) -> list:
+        if self.seed is None:
+            rng = np.random.default_rng()
+        else:
+            first = repr(table.slice(0, 1).to_pylist()).encode()
+            rng = np.random.default_rng([self.seed, table.num_rows, zlib.crc32(first)])
+        return [table.filter(pa.array(rng.random(table.num_rows) < self.fraction))]
 
 
 def check_columns(op: str, names: list, cols) -> None:

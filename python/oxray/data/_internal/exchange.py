@@ -1,0 +1,228 @@
+"""Sort and groupby as distributed range-partitioned shuffles over the object store.
+
+The engine's scheduler treats them like `random_shuffle` (it waits for the input bundles and
+asks for `n` map and `n` reduce tasks within its memory budget); this module says what those
+tasks do:
+
+1. sample: each input bundle gives a few key rows (a small task each); the driver picks `n - 1`
+   boundaries from them;
+2. map: each input block is cut into `n` parts by the boundaries (rows whose key equals a
+   boundary go left, so equal keys meet in one part);
+3. reduce: part `j` of every block is sorted (and, for groupby, aggregated or handed to
+   `map_groups`) into output block `j`.
+
+No process ever holds the whole dataset: parts live in the object store, which spills.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from oxray.data._internal import block as B
+
+SAMPLES_PER_BLOCK = 32
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """Columns to order by, each ascending or descending."""
+
+    columns: tuple
+    descending: tuple
+
+    @staticmethod
+    def of(key, descending, what: str) -> "SortKey":
+        if key is None:
+            raise ValueError(f"{what}: the 'key' parameter cannot be None")
+        columns = [key] if isinstance(key, str) else key
+        if not isinstance(columns, (list, tuple)) or not columns or not all(isinstance(c, str) for c in columns):
+            raise ValueError(f"{what}(key={key!r}): expected a column name or a non-empty list of column names")
+        if isinstance(descending, bool):
+            flags = [descending] * len(columns)
+        elif isinstance(descending, (list, tuple)) and all(isinstance(d, bool) for d in descending):
+            if len(descending) != len(columns):
+                raise ValueError(
+                    f"{what}: descending={list(descending)} must have one entry per key column {list(columns)}"
+                )
+            flags = list(descending)
+        else:
+            raise ValueError(f"{what}(descending={descending!r}): expected a bool or a list of bools")
+        return SortKey(tuple(columns), tuple(flags))
+
+    def arrow_keys(self) -> list:
+        return [(c, "descending" if d else "ascending") for c, d in zip(self.columns, self.descending, strict=True)]
+
+    def check(self, names: list, what: str) -> None:
+        missing = [c for c in self.columns if c not in names]
+        if missing:
+            raise ValueError(f"{what}: the dataset has no column(s) {missing}; its columns are {list(names)}")
+
+
+def _table_of(inputs) -> pa.Table:
+    return B.concat([t for blocks in inputs for t in blocks])
+
+
+def sample_keys(key: SortKey, n: int, *inputs) -> pa.Table:
+    """Up to `n` evenly spaced rows of the key columns of one bundle."""
+    table = _table_of(inputs)
+    if table.num_rows == 0:
+        return pa.table({})
+    key.check(table.column_names, "sort")
+    step = max(1, table.num_rows // n)
+    return table.select(list(key.columns)).take(pa.array(np.arange(0, table.num_rows, step)[:n]))
+
+
+def boundaries_from(samples: list, key: SortKey, parts: int) -> Optional[pa.Table]:
+    """`parts - 1` key rows splitting the sampled keys into `parts` equal ranges."""
+    samples = [s for s in samples if s.num_rows]
+    if not samples or parts <= 1:
+        return None
+    table = B.concat(samples)
+    table = table.take(pc.sort_indices(table, sort_keys=key.arrow_keys()))
+    picks = [int(table.num_rows * (i + 1) / parts) for i in range(parts - 1)]
+    picks = [min(p, table.num_rows - 1) for p in picks]
+    return table.take(pa.array(picks))
+
+
+def partition_of_rows(table: pa.Table, key: SortKey, bounds: Optional[pa.Table]) -> np.ndarray:
+    """The output part of each row: the number of boundaries that sort strictly before it."""
+    if bounds is None or table.num_rows == 0:
+        return np.zeros(table.num_rows, dtype=np.int64)
+    keys = table.select(list(key.columns))
+    bounds = bounds.cast(keys.schema) if bounds.schema != keys.schema else bounds
+    both = pa.concat_tables([keys, bounds])
+    order = pc.sort_indices(both, sort_keys=key.arrow_keys()).to_numpy()
+    # Sorting is stable and rows come before boundaries, so a row equal to a boundary sorts
+    # before it: equal keys all land left of that boundary, in one part.
+    is_bound = order >= table.num_rows
+    part_in_order = np.cumsum(is_bound) - is_bound
+    parts = np.empty(table.num_rows, dtype=np.int64)
+    rows = ~is_bound
+    parts[order[rows]] = part_in_order[rows]
+    return parts
+
+
+def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs):
+    """One input bundle cut into `n` parts by key range (one return value per part)."""
+    table = _table_of(inputs)
+    if table.num_rows:
+        key.check(table.column_names, "sort")
+    parts = partition_of_rows(table, key, bounds)
+    order = np.argsort(parts, kind="stable")
+    counts = np.bincount(parts, minlength=n)
+    dealt = table.take(pa.array(order)) if table.num_rows else table
+    out, start = [], 0
+    for count in counts:
+        out.append([B.IpcBlock(dealt.slice(start, int(count)))])
+        start += int(count)
+    return out[0] if n == 1 else tuple(out)
+
+
+def _meta(tables: list, wall0: float, cpu0: float) -> dict:
+    return {
+        "rows": sum(t.num_rows for t in tables),
+        "bytes": sum(t.nbytes for t in tables),
+        "blocks": len(tables),
+        "wall": time.perf_counter() - wall0,
+        "cpu": time.thread_time() - cpu0,
+    }
+
+
+def _sorted_part(key: SortKey, parts) -> pa.Table:
+    table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
+    if table.num_rows:
+        table = table.take(pc.sort_indices(table, sort_keys=key.arrow_keys()))
+    return table
+
+
+def sort_reduce(key: SortKey, *parts):
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    table = _sorted_part(key, parts)
+    out = [table] if table.num_rows else []
+    return [B.IpcBlock(t) for t in out], _meta(out, wall0, cpu0)
+
+
+def group_bounds(table: pa.Table, columns: tuple) -> list:
+    """(start, end) row ranges of the groups of a table sorted by `columns`."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in columns:
+        col = table.column(c).combine_chunks()
+        if n > 1:
+            same = pc.fill_null(pc.equal(col.slice(1), col.slice(0, n - 1)), False).to_numpy(zero_copy_only=False)
+            both_null = np.logical_and(
+                col.slice(1).is_null().to_numpy(zero_copy_only=False),
+                col.slice(0, n - 1).is_null().to_numpy(zero_copy_only=False),
+            )
+            change[1:] |= ~(same | both_null)
+    starts = np.flatnonzero(change)
+    ends = np.append(starts[1:], n)
+    return list(zip(starts.tolist(), ends.tolist(), strict=True))
+
+
+@dataclass
+class GroupAggregate:
+    """A groupby's reduce: each group's rows folded by the aggregations into one output row."""
+
+    key: SortKey
+    aggs: list = field(default_factory=list)
+
+    def reduce(self, table: pa.Table) -> pa.Table:
+        columns: dict = {c: [] for c in self.key.columns}
+        results: dict = {a.name: [] for a in self.aggs}
+        for start, end in group_bounds(table, self.key.columns):
+            group = table.slice(start, end - start)
+            key_values = [group.column(c)[0].as_py() for c in self.key.columns]
+            for c, v in zip(self.key.columns, key_values, strict=True):
+                columns[c].append(v)
+            group_key = key_values[0] if len(key_values) == 1 else tuple(key_values)
+            for agg in self.aggs:
+                results[agg.name].append(agg._result(agg._partial(group_key, group)))
+        out = {}
+        for c in self.key.columns:
+            out[c] = pa.array(columns[c], type=table.schema.field(c).type)
+        for name, values in results.items():
+            out[name] = B.array_from_values(name, values)
+        return pa.table(out) if out else pa.table({})
+
+
+@dataclass
+class MapGroups:
+    """A groupby's reduce: `fn` called on each group as a batch of `batch_format`."""
+
+    key: SortKey
+    fn: Any
+    batch_format: Any
+    fn_args: tuple = ()
+    fn_kwargs: dict = field(default_factory=dict)
+
+    def reduce(self, table: pa.Table) -> pa.Table:
+        from oxray.data._internal import transforms as T
+
+        name = f"MapGroups({T.udf_name(self.fn)})"
+        out = []
+        for start, end in group_bounds(table, self.key.columns):
+            group = table.slice(start, end - start)
+            batch = B.to_batch(group, self.batch_format)
+            if isinstance(batch, dict):
+                batch = {k: v if v.flags.writeable else v.copy() for k, v in batch.items()}
+            result = T.call_udf(name, self.fn, group, batch, *self.fn_args, **self.fn_kwargs)
+            out.append(B.from_batch(result, name))
+        return B.concat(out) if out else pa.table({})
+
+
+def group_reduce(reducer, *parts):
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
+    table = _sorted_part(reducer.key, parts)
+    out = reducer.reduce(table) if table.num_rows else None
+    tables = [out] if out is not None and (out.num_rows or out.num_columns) else []
+    return [B.IpcBlock(t) for t in tables], _meta(tables, wall0, cpu0)

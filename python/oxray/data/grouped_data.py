@@ -1,0 +1,120 @@
+"""`GroupedData`: what `Dataset.groupby(key)` returns; aggregations and `map_groups` per group.
+
+Groups are formed by a distributed range-partitioned shuffle on the key (see
+`_internal/exchange.py`), so each group's rows meet in one reduce task, and the output comes
+sorted by key, as Ray's does.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from oxray.data import aggregate as A
+from oxray.data._internal import block as B
+from oxray.data._internal import exchange as X
+from oxray.data._internal import plan as P
+from oxray.data._internal import transforms as T
+
+
+class GroupedData:
+    def __init__(self, dataset, key, num_partitions: Optional[int] = None):
+        self._dataset = dataset
+        self._key = key
+        self._num_partitions = num_partitions
+        if key is not None:
+            self._sort_key = X.SortKey.of(key, False, "groupby")
+            dataset._check_key_columns(self._sort_key, "groupby")
+        else:
+            self._sort_key = None
+
+    def __repr__(self) -> str:
+        return f"GroupedData(dataset={self._dataset!r}, key={self._key!r})"
+
+    def _exchange(self, reducer):
+        return self._dataset._with(
+            P.AllToAllOp("groupby", {"key": self._sort_key, "reducer": reducer, "num_blocks": self._num_partitions})
+        )
+
+    def aggregate(self, *aggs):
+        """One row per group: the key columns and each aggregation's result, by its name."""
+        from oxray.data.read_api import from_items
+
+        aggs = A.check_aggs(aggs, "aggregate")
+        schema = self._dataset.schema(fetch_if_missing=False)
+        if schema is not None:
+            for agg in aggs:
+                agg._check_columns(schema.names)
+        if self._sort_key is None:
+            return from_items([self._dataset.aggregate(*aggs)])
+        return self._exchange(X.GroupAggregate(self._sort_key, aggs))
+
+    def map_groups(
+        self,
+        fn,
+        *,
+        compute=None,
+        batch_format: Optional[str] = "default",
+        fn_args=None,
+        fn_kwargs=None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs=None,
+        num_cpus=None,
+        num_gpus=None,
+        memory=None,
+        concurrency=None,
+        **ray_remote_args,
+    ):
+        """`fn` applied to each group as one batch; its outputs make the dataset."""
+        T.check_fn(fn, "map_groups")
+        B.check_batch_format(batch_format)
+        refused = {
+            "compute": compute,
+            "fn_constructor_args": fn_constructor_args,
+            "fn_constructor_kwargs": fn_constructor_kwargs,
+            "num_gpus": num_gpus,
+            "memory": memory,
+            "concurrency": concurrency,
+        }
+        refused.update(ray_remote_args)
+        named = [k for k, v in refused.items() if v is not None]
+        if named or isinstance(fn, type):
+            what = ", ".join(f"{k}=..." for k in named) or "a callable class"
+            raise ValueError(f"map_groups({what}) is not supported by oxray; pass a function")
+        if num_cpus is not None:
+            raise ValueError("map_groups(num_cpus=...) is not supported by oxray; each group runs in a 1-CPU task")
+        key = self._sort_key
+        if key is None:
+            # One group: the whole dataset, in one reduce task.
+            return self._dataset.repartition(1).map_batches(
+                fn, batch_format=batch_format, fn_args=fn_args, fn_kwargs=fn_kwargs
+            )
+        reducer = X.MapGroups(key, fn, batch_format, tuple(fn_args or ()), dict(fn_kwargs or {}))
+        return self._exchange(reducer)
+
+    def _simple(self, agg_cls, on, **kwargs):
+        if on is None:
+            schema = self._dataset.schema()
+            keys = set(self._sort_key.columns) if self._sort_key is not None else set()
+            on = [c for c in schema.names if c not in keys] if schema is not None else []
+        columns = [on] if isinstance(on, str) else list(on)
+        if not columns:
+            raise ValueError("at least 1 column to aggregate on has to be provided")
+        return self.aggregate(*[agg_cls(c, **kwargs) for c in columns])
+
+    def count(self):
+        return self.aggregate(A.Count())
+
+    def sum(self, on=None, ignore_nulls: bool = True):
+        return self._simple(A.Sum, on, ignore_nulls=ignore_nulls)
+
+    def min(self, on=None, ignore_nulls: bool = True):
+        return self._simple(A.Min, on, ignore_nulls=ignore_nulls)
+
+    def max(self, on=None, ignore_nulls: bool = True):
+        return self._simple(A.Max, on, ignore_nulls=ignore_nulls)
+
+    def mean(self, on=None, ignore_nulls: bool = True):
+        return self._simple(A.Mean, on, ignore_nulls=ignore_nulls)
+
+    def std(self, on=None, ddof: int = 1, ignore_nulls: bool = True):
+        return self._simple(A.Std, on, ddof=ddof, ignore_nulls=ignore_nulls)

@@ -1,0 +1,128 @@
+"""Aggregations, sort and groupby, as Ray Data has them: `Dataset.sum/min/max/mean/std/unique`,
+`aggregate()` with the built-in aggregators and a custom `AggregateFn`, `sort` (one or several
+keys, descending), `groupby(key)` with `count/sum/mean/...`, `aggregate` and `map_groups`, and
+`random_sample`. Each checks its result against numpy or plain Python over the same rows."""
+
+import math
+
+import numpy as np
+import pytest
+from data_testutil import ray
+
+A = pytest.importorskip("oxray.data.aggregate") if not hasattr(ray.data, "aggregate") else ray.data.aggregate
+
+ROWS = 120
+
+
+def items():
+    return [
+        {"k": i % 4, "s": f"g{i % 3}", "v": float(i) * 1.5 - 40, "n": None if i % 5 == 0 else i} for i in range(ROWS)
+    ]
+
+
+@pytest.fixture
+def ds(data_cluster):
+    return ray.data.from_items(items(), override_num_blocks=6)
+
+
+def test_whole_dataset_aggregations_match_numpy(ds):
+    v = np.array([r["v"] for r in items()])
+    n = [r["n"] for r in items() if r["n"] is not None]
+    assert ds.sum("v") == pytest.approx(v.sum())
+    assert ds.min("v") == v.min() and ds.max("v") == v.max()
+    assert ds.mean("v") == pytest.approx(v.mean())
+    assert ds.std("v") == pytest.approx(v.std(ddof=1))
+    assert ds.std("v", ddof=0) == pytest.approx(v.std())
+    assert ds.sum("n") == sum(n)
+    assert ds.sum("n", ignore_nulls=False) is None
+    assert sorted(ds.unique("k")) == [0, 1, 2, 3]
+    assert ds.sum(["v", "k"]) == {"sum(v)": pytest.approx(v.sum()), "sum(k)": sum(r["k"] for r in items())}
+
+
+def test_aggregate_with_builtins_and_a_custom_aggregate_fn(ds):
+    v = np.array([r["v"] for r in items()])
+    custom = A.AggregateFn(
+        init=lambda key: 0, accumulate_row=lambda acc, row: acc + (row["k"] == 1), merge=lambda a, b: a + b, name="ones"
+    )
+    out = ds.aggregate(A.Count(), A.Sum("v"), A.AbsMax("v"), A.Quantile("v", q=0.25), custom)
+    assert out["count()"] == ROWS
+    assert out["sum(v)"] == pytest.approx(v.sum())
+    assert out["abs_max(v)"] == pytest.approx(np.abs(v).max())
+    assert out["quantile(v)"] == pytest.approx(np.quantile(v, 0.25))
+    assert out["ones"] == ROWS // 4
+
+
+def test_aggregations_of_an_empty_dataset(data_cluster):
+    empty = ray.data.range(10).filter(lambda r: False)
+    assert empty.sum("id") is None
+    assert empty.aggregate(A.Count())["count()"] == 0
+
+
+def test_sort_one_and_several_keys_and_descending(ds):
+    rows = ds.sort("v", descending=True).take_all()
+    assert [r["v"] for r in rows] == sorted((r["v"] for r in items()), reverse=True)
+    rows = ds.sort(["s", "v"], descending=[False, True]).take_all()
+    expected = sorted(items(), key=lambda r: (r["s"], -r["v"]))
+    assert [(r["s"], r["v"]) for r in rows] == [(r["s"], r["v"]) for r in expected]
+
+
+def test_sort_of_a_shuffled_range_over_many_blocks(data_cluster):
+    ds = ray.data.range(5000, override_num_blocks=9).random_shuffle(seed=4).sort("id")
+    assert [r["id"] for r in ds.take_all()] == list(range(5000))
+    assert ds.take(3) == [{"id": 0}, {"id": 1}, {"id": 2}]
+
+
+def test_sort_names_a_missing_column(ds):
+    with pytest.raises(ValueError, match="nope"):
+        ds.sort("nope").take_all()
+
+
+def test_groupby_aggregations_give_one_sorted_row_per_group(ds):
+    rows = items()
+    by_k = {k: [r for r in rows if r["k"] == k] for k in range(4)}
+    assert ds.groupby("k").count().take_all() == [{"k": k, "count()": len(by_k[k])} for k in range(4)]
+    sums = ds.groupby("k").sum("v").take_all()
+    assert [r["k"] for r in sums] == [0, 1, 2, 3]
+    for r in sums:
+        assert r["sum(v)"] == pytest.approx(sum(x["v"] for x in by_k[r["k"]]))
+    stats = ds.groupby("k").aggregate(A.Mean("v"), A.Std("v"), A.Max("n")).take_all()
+    for r in stats:
+        vs = np.array([x["v"] for x in by_k[r["k"]]])
+        assert r["mean(v)"] == pytest.approx(vs.mean()) and r["std(v)"] == pytest.approx(vs.std(ddof=1))
+        assert r["max(n)"] == max(x["n"] for x in by_k[r["k"]] if x["n"] is not None)
+
+
+def test_groupby_on_two_keys(ds):
+    out = ds.groupby(["s", "k"]).count().take_all()
+    expected = {}
+    for r in items():
+        expected[(r["s"], r["k"])] = expected.get((r["s"], r["k"]), 0) + 1
+    assert [(r["s"], r["k"]) for r in out] == sorted(expected)
+    assert {(r["s"], r["k"]): r["count()"] for r in out} == expected
+
+
+def test_map_groups_sees_each_group_whole(ds):
+    def summarize(batch):
+        assert len(set(batch["k"].tolist())) == 1
+        return {"k": batch["k"][:1], "rows": np.array([len(batch["k"])]), "total": np.array([batch["v"].sum()])}
+
+    out = ds.groupby("k").map_groups(summarize).take_all()
+    assert sorted(r["k"] for r in out) == [0, 1, 2, 3]
+    for r in out:
+        group = [x["v"] for x in items() if x["k"] == r["k"]]
+        assert r["rows"] == len(group) and r["total"] == pytest.approx(sum(group))
+
+
+def test_map_groups_with_pandas_batches(ds):
+    out = ds.groupby("s").map_groups(lambda df: df.head(1), batch_format="pandas").take_all()
+    assert sorted(r["s"] for r in out) == ["g0", "g1", "g2"]
+
+
+def test_random_sample_is_seeded_and_near_its_fraction(data_cluster):
+    ds = ray.data.range(4000, override_num_blocks=4)
+    first = sorted(r["id"] for r in ds.random_sample(0.25, seed=7).take_all())
+    again = sorted(r["id"] for r in ds.random_sample(0.25, seed=7).take_all())
+    assert first == again
+    assert abs(len(first) - 1000) < 4 * math.sqrt(4000 * 0.25 * 0.75)
+    with pytest.raises(ValueError):
+        ds.random_sample(1.5)

@@ -1,0 +1,110 @@
+"""Ray Data API that users (and Ray's own tests) reach for: `from_blocks`, the `*_refs` sources,
+`override_num_blocks` giving exactly that many blocks, re-iterable `iter_batches`,
+`DataIterator.to_torch`/`materialize`, `DefaultCollateFn` and the other collate-function
+classes, `flat_map(fn_constructor_args=)`, and the actor- and task-pool options."""
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from data_testutil import AGAINST_RAY, ray
+
+torch = pytest.importorskip("torch")
+
+
+def test_from_blocks_keeps_one_block_each(data_cluster):
+    ds = ray.data.from_blocks([pa.table({"x": [1, 2]}), pd.DataFrame({"x": [3]})])
+    assert ds.num_blocks() == 2
+    assert sorted(r["x"] for r in ds.take_all()) == [1, 2, 3]
+
+
+def test_ref_sources_read_objects_from_the_store(data_cluster):
+    arrow = ray.data.from_arrow_refs([ray.put(pa.table({"a": [1, 2]})), ray.put(pa.table({"a": [3]}))])
+    assert sorted(r["a"] for r in arrow.take_all()) == [1, 2, 3]
+    frames = ray.data.from_pandas_refs([ray.put(pd.DataFrame({"b": ["x", "y"]}))])
+    assert sorted(r["b"] for r in frames.take_all()) == ["x", "y"]
+    arrays = ray.data.from_numpy_refs([ray.put(np.ones((2, 3))), ray.put(np.zeros((1, 3)))])
+    assert arrays.count() == 3 and arrays.take_batch(3)["data"].shape == (3, 3)
+
+
+def test_from_arrow_with_override_num_blocks_gives_that_many_blocks(data_cluster):
+    ds = ray.data.from_arrow(pa.table({"x": list(range(12))}), override_num_blocks=5)
+    assert ds.num_blocks() == 5
+    assert sorted(r["x"] for r in ds.take_all()) == list(range(12))
+
+
+def test_iter_batches_can_be_iterated_again(data_cluster):
+    batches = ray.data.range(10).iter_batches(batch_size=4)
+    first = [b["id"].tolist() for b in batches]
+    second = [b["id"].tolist() for b in batches]
+    assert sorted(sum(first, [])) == list(range(10)) and sorted(sum(second, [])) == list(range(10))
+    rows = ray.data.range(3).iter_rows()
+    assert len(list(rows)) == 3 and len(list(rows)) == 3
+
+
+def test_iterator_to_torch_gives_features_and_labels(data_cluster):
+    ds = ray.data.from_items([{"a": float(i), "b": float(2 * i), "y": i % 2} for i in range(8)])
+    it = ds.iterator().to_torch(label_column="y", batch_size=4)
+    seen = 0
+    for features, label in it:
+        assert features.shape == (4, 2) and label.shape == (4, 1)
+        np.testing.assert_array_equal(features[:, 1].numpy(), 2 * features[:, 0].numpy())
+        seen += 4
+    assert seen == 8
+    multi = ds.iterator().to_torch(label_column="y", feature_columns={"x": ["a"], "z": ["b"]}, batch_size=8)
+    features, label = next(iter(multi))
+    assert set(features) == {"x", "z"} and features["x"].shape == (8, 1)
+
+
+def test_iterator_materialize(data_cluster):
+    done = ray.data.range(6).iterator().materialize()
+    assert sorted(r["id"] for r in done.take_all()) == list(range(6))
+
+
+def test_default_collate_fn_and_a_numpy_collate_fn(data_cluster):
+    from oxray.data.collate_fn import DefaultCollateFn, NumpyBatchCollateFn
+
+    if AGAINST_RAY:
+        from ray.data.collate_fn import DefaultCollateFn, NumpyBatchCollateFn  # noqa: F811
+
+    ds = ray.data.range(8)
+    batches = list(ds.iter_torch_batches(batch_size=4, collate_fn=DefaultCollateFn()))
+    assert all(isinstance(b["id"], torch.Tensor) for b in batches)
+
+    class Doubled(NumpyBatchCollateFn):
+        def __call__(self, batch):
+            return torch.as_tensor(batch["id"] * 2)
+
+    got = sorted(v for b in ds.iter_torch_batches(batch_size=4, collate_fn=Doubled()) for v in b.tolist())
+    assert got == [2 * i for i in range(8)]
+
+
+def test_flat_map_with_constructor_args_on_an_actor_pool(data_cluster):
+    class Repeat:
+        def __init__(self, times):
+            self.times = times
+
+        def __call__(self, row):
+            return [row] * self.times
+
+    ds = ray.data.range(4).flat_map(Repeat, fn_constructor_args=(3,), concurrency=1)
+    assert sorted(r["id"] for r in ds.take_all()) == sorted(list(range(4)) * 3)
+
+
+def test_actor_and_task_pool_options(data_cluster):
+    class AddOne:
+        def __call__(self, batch):
+            return {"id": batch["id"] + 1}
+
+    ds = ray.data.range(6).map_batches(AddOne, concurrency=1, max_concurrency=2, max_task_retries=1)
+    assert sorted(r["id"] for r in ds.take_all()) == list(range(1, 7))
+    ds = ray.data.range(6).map_batches(lambda b: b, max_retries=2)
+    assert ds.count() == 6
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's error messages")
+def test_pool_options_on_the_wrong_kind_of_udf_are_refused(data_cluster):
+    with pytest.raises(ValueError, match="max_concurrency"):
+        ray.data.range(2).map_batches(lambda b: b, max_concurrency=2)
+    with pytest.raises(ValueError, match="duplicate column names"):
+        ray.data.range(2).select_columns(["id", "id"])
