@@ -11,7 +11,7 @@ try:
 except ImportError as e:  # pragma: no cover - pyarrow is installed with oxray[data]
     raise ImportError("oxray.data needs pyarrow: pip install 'oxray[data]' (or pip install pyarrow)") from e
 
-from oxray.data import aggregate, collate_fn
+from oxray.data import aggregate, block, collate_fn, datasource
 from oxray.data.context import DataContext, ExecutionOptions, ExecutionResources
 from oxray.data.dataset import ActorPoolStrategy, Dataset, MaterializedDataset, Schema, TaskPoolStrategy
 from oxray.data.grouped_data import GroupedData
@@ -30,6 +30,7 @@ from oxray.data.read_api import (
     range_tensor,
     read_binary_files,
     read_csv,
+    read_datasource,
     read_images,
     read_json,
     read_numpy,
@@ -49,7 +50,9 @@ __all__ = [
     "Schema",
     "TaskPoolStrategy",
     "aggregate",
+    "block",
     "collate_fn",
+    "datasource",
     "from_arrow",
     "from_arrow_refs",
     "from_blocks",
@@ -63,6 +66,7 @@ __all__ = [
     "range_tensor",
     "read_binary_files",
     "read_csv",
+    "read_datasource",
     "read_images",
     "read_json",
     "read_numpy",

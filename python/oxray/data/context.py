@@ -63,6 +63,8 @@ _FIELDS = {
     "min_parallelism": 200,
     "max_errored_blocks": 0,
     "use_push_based_shuffle": False,
+    # Ray Data's default: map tasks and pool actors go round the nodes with room.
+    "scheduling_strategy": "SPREAD",
 }
 
 
@@ -99,6 +101,8 @@ class DataContext:
             raise ValueError(
                 "DataContext.max_errored_blocks: oxray fails on the first errored block (only 0 is supported)"
             )
+        elif name == "scheduling_strategy" and value not in ("SPREAD", "DEFAULT"):
+            raise ValueError(f"DataContext.scheduling_strategy={value!r}: expected 'SPREAD' or 'DEFAULT'")
         elif name == "use_push_based_shuffle" and value:
             raise ValueError("DataContext.use_push_based_shuffle=True is not supported by oxray")
         elif name in ("target_max_block_size", "target_min_block_size", "read_op_min_num_blocks", "min_parallelism"):

@@ -710,6 +710,37 @@ class Dataset:
             cleanup_written(path, writer.token)
             raise
 
+    def write_datasink(self, datasink, *, ray_remote_args=None, concurrency: Optional[int] = None) -> None:
+        """Writes every block through a user's `Datasink` (`oxray.data.datasource.Datasink`)."""
+        from oxray.data._internal.columns import tensor_values
+        from oxray.data._internal.datasource import _accepted_kwargs
+        from oxray.data._internal.write import DatasinkWrite
+        from oxray.data.datasource import WriteResult
+
+        if not hasattr(datasink, "write"):
+            raise TypeError(f"write_datasink: expected a Datasink, got {type(datasink).__name__}")
+        spec = _compute_spec(None, "write_datasink", None, concurrency, None, None, None, ray_remote_args)
+        min_rows = datasink.min_rows_per_write
+        writer = DatasinkWrite(datasink)
+        ds = self._with(P.MapOp(writer, spec, min_rows, bundle_inputs=bool(min_rows)))
+        start = datasink.on_write_start
+        start(**_accepted_kwargs(start, {"schema": None}))
+        rows = size = 0
+        returns = []
+        try:
+            if datasink.supports_distributed_writes:
+                tables = ds._iter_tables()
+            else:  # the sink writes from this process only
+                tables = (t for table in self._iter_tables() for t in writer(table))
+            for table in tables:
+                rows += sum(table.column("rows").to_pylist())
+                size += sum(table.column("bytes").to_pylist())
+                returns.extend(tensor_values(table.column("returned").combine_chunks()))
+        except Exception as e:
+            datasink.on_write_failed(e)
+            raise
+        datasink.on_write_complete(WriteResult(num_rows=rows, size_bytes=size, write_returns=returns))
+
     def write_parquet(self, path: str, *, partition_cols=None, compression: str = "snappy", **kwargs) -> None:
         self._write("parquet", path, kwargs, partition_cols=partition_cols, options={"compression": compression})
 

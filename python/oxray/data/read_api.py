@@ -15,6 +15,7 @@ from oxray.data._internal.datasource import (
     FileDatasource,
     ParquetDatasource,
     RangeDatasource,
+    UserDatasource,
     _normalize_paths,
 )
 from oxray.data.context import DataContext
@@ -217,6 +218,26 @@ def from_arrow(tables, *, override_num_blocks: Optional[int] = None) -> Material
     if override_num_blocks is not None:
         out = _split_table(B.concat(out), override_num_blocks)
     return from_tables(out, "FromArrow")
+
+
+def read_datasource(datasource, *, parallelism: int = -1, override_num_blocks: Optional[int] = None, **kwargs):
+    """A dataset read by a user's `Datasource` (`oxray.data.datasource.Datasource`)."""
+    from oxray.data.datasource import Datasource as UserDatasourceBase
+
+    if not isinstance(datasource, UserDatasourceBase) and not hasattr(datasource, "get_read_tasks"):
+        raise TypeError(f"read_datasource: expected a Datasource, got {type(datasource).__name__}")
+    opts = _check_common(
+        "read_datasource",
+        {**kwargs, "override_num_blocks": override_num_blocks, "parallelism": parallelism},
+        ("override_num_blocks", "parallelism", "concurrency", "num_cpus"),
+    )
+    n = opts.get("override_num_blocks") or DataContext.get_current().read_op_min_num_blocks
+    source = UserDatasource(datasource, int(n))
+    source.read_compute = P.ComputeSpec(
+        task_concurrency=opts.get("concurrency"),
+        remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),
+    )
+    return Dataset(P.Plan(source))
 
 
 def from_blocks(blocks: list) -> MaterializedDataset:

@@ -143,6 +143,7 @@ def test_stream_stays_in_budget_and_stops_when_dropped(tmp_path):
         pq.write_table(make_table(i * 20_000, (i + 1) * 20_000), path, row_group_size=5_000)
         paths.append(str(path))
     budget = 256 * 1024  # well under the two fragments (~0.5 MB each) the window allows ahead
+    gc.collect()  # iterators earlier tests dropped stop their prefetch threads now, not mid-count
     os_threads_before = len(os.listdir("/proc/self/task"))
     stream = native.DataParquetStream([(p, None) for p in paths], None, None, 1024, 2, budget)
     first = next(stream)

@@ -419,3 +419,73 @@ class RangeDatasource(Datasource):
 
     def local_stream(self, threads: int, budget_bytes: int):
         return (t for task in self.read_tasks() for t in task())
+
+
+class UserRead(ReadTask):
+    """A user `ReadTask` run by the engine: its blocks as Arrow tables."""
+
+    def __init__(self, task, name: str):
+        self.task, self.name = task, name
+        meta = getattr(task, "metadata", None)
+        self.rows = getattr(meta, "num_rows", None)
+        self.size = getattr(meta, "size_bytes", None)
+
+    def __call__(self) -> list:
+        from oxray.data.read_api import _as_table
+
+        tables = []
+        for block in self.task():
+            table = _as_table(block, f"{self.name}'s read task")
+            if table.num_rows or table.num_columns:
+                tables.append(table)
+        limit = getattr(self.task, "per_task_row_limit", None)
+        if limit is not None:
+            tables = [B.concat(tables).slice(0, limit)] if tables else []
+        return tables
+
+
+def _accepted_kwargs(fn, candidates: dict) -> dict:
+    """The keyword arguments `fn` takes, of `candidates` (user subclasses vary in signature)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return candidates
+    return {k: v for k, v in candidates.items() if k in params}
+
+
+class UserDatasource(Datasource):
+    """A user's `Datasource` (Ray's API): its read tasks run as tasks."""
+
+    def __init__(self, datasource, parallelism: int):
+        self.datasource = datasource
+        self.parallelism = parallelism
+        self.name = f"Read{datasource.get_name()}"
+        self._tasks = None
+
+    def _user_tasks(self) -> list:
+        if self._tasks is None:
+            from oxray.data.context import DataContext
+
+            fn = self.datasource.get_read_tasks
+            kwargs = _accepted_kwargs(fn, {"per_task_row_limit": None, "data_context": DataContext.get_current()})
+            tasks = fn(self.parallelism, **kwargs)
+            if not isinstance(tasks, (list, tuple)) or not all(callable(t) for t in tasks):
+                raise TypeError(f"{type(self.datasource).__name__}.get_read_tasks must return a list of ReadTasks")
+            self._tasks = list(tasks)
+        return self._tasks
+
+    def read_tasks(self) -> list:
+        return [UserRead(t, self.name) for t in self._user_tasks()]
+
+    def count(self) -> Optional[int]:
+        rows = [getattr(getattr(t, "metadata", None), "num_rows", None) for t in self._user_tasks()]
+        return sum(rows) if rows and all(r is not None for r in rows) else None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_tasks"] = None
+        return state

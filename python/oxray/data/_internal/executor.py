@@ -183,6 +183,7 @@ class Executor:
         self.progress = progress
         opts = ctx.execution_options
         self.preserve_order = bool(opts.preserve_order)
+        self.scheduling_strategy = getattr(ctx, "scheduling_strategy", "SPREAD")
         limit = opts.resource_limits.object_store_memory
         cpus = opts.resource_limits.cpu
         if limit is None or cpus is None:
@@ -338,10 +339,7 @@ class Executor:
             if actor is not None:
                 refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, *args)
             else:
-                fn = remote(_map_task, num_returns=2)
-                opts = stage.compute.remote_options()
-                if opts:
-                    fn = fn.options(**opts)
+                fn = remote(_map_task, num_returns=2).options(**self._placement(stage.compute.remote_options()))
                 refs = fn.remote(stage.fns, read_task, *args)
             self._track(task, refs)
         elif kind == "pull":
@@ -351,9 +349,10 @@ class Executor:
         elif kind == "start_actor":
             _, op, slot = action
             stage = self._ops[op][0]
-            opts = stage.compute.remote_options()
-            cls = remote(_MapActor).options(**opts) if opts else remote(_MapActor)
-            self._actors.setdefault(op, {})[slot] = cls.remote(stage.fns)
+            opts = self._placement(stage.compute.remote_options())
+            if "num_cpus" not in opts and "num_gpus" not in opts:
+                opts["num_cpus"] = 1  # as Ray Data: a pool actor holds a CPU, so pools spread over nodes
+            self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns)
         elif kind == "stop_actors":
             for actor in self._actors.pop(action[1], {}).values():
                 _kill(actor)
@@ -391,6 +390,12 @@ class Executor:
                 self._track(task, _submit_slices(refs, pieces))
         else:  # pragma: no cover - every action the scheduler makes is handled above
             raise RuntimeError(f"unknown scheduler action {action!r}")
+
+    def _placement(self, opts: dict) -> dict:
+        """The remote options with the dataset's scheduling strategy (Ray's `SPREAD` by default)."""
+        opts = dict(opts)
+        opts.setdefault("scheduling_strategy", self.scheduling_strategy)
+        return opts
 
     def _range_exchange(self, stage: P.AllToAllStage, inputs: list, tasks: list) -> None:
         """Sort or groupby: sample the keys, cut every input by key range, reduce each range."""

@@ -94,3 +94,31 @@ def cleanup_written(path: str, token: str) -> None:
                     os.remove(os.path.join(root, name))
                 except FileNotFoundError:
                     pass
+
+
+class DatasinkWrite(BlockFn):
+    """A user `Datasink`'s `write` on one block, in a task; its return value rides back with
+    the rows and bytes written."""
+
+    def __init__(self, datasink):
+        self.datasink = datasink
+        self.name = f"Write{datasink.get_name()}"
+        self._calls = 0
+
+    def __call__(self, table: pa.Table) -> list:
+        from oxray.data._internal import columns as C
+        from oxray.data._internal.transforms import call_udf
+        from oxray.data.datasource import TaskContext
+
+        self._calls += 1
+        ctx = TaskContext(task_idx=self._calls - 1, op_name=self.name)
+        returned = call_udf(self.name, self.datasink.write, table, [table], ctx)
+        return [
+            pa.table(
+                {
+                    "rows": pa.array([table.num_rows], pa.int64()),
+                    "bytes": pa.array([table.nbytes], pa.int64()),
+                    "returned": C.pickled_object_array([returned]),
+                }
+            )
+        ]

@@ -294,23 +294,41 @@ impl AgentState {
     }
 
     /// Ray's `SPREAD`: the node a ready task goes to, taking turns over the live
-    /// nodes with room now (this one included); None keeps it here.
+    /// nodes with room now (this one included) or, when none has room, over every
+    /// live node it fits on (it queues there), so a burst of tasks spreads evenly
+    /// instead of piling up here; None keeps it here.
     pub(super) fn spread_to(&mut self, task_id: TaskId) -> Option<NodeId> {
         let task = self.tasks.get(&task_id).filter(|t| t.spec.spread && t.from_peer.is_none())?;
         let (placement, holds) = (&task.placement, &task.holds);
         let selector = self.effective_selector(&task.spec, placement).unwrap_or_default();
-        let mut nodes: Vec<NodeId> = self
-            .peers
-            .nodes
-            .iter()
-            .filter(|(_, p)| p.alive && p.available.fits(placement) && selector.matches(&p.labels))
-            .map(|(id, _)| *id)
-            .collect();
-        if self.available.fits(placement) && self.available.fits(holds) && selector.matches(&self.labels) {
-            nodes.push(self.node_id);
+        // Room here is what is free once the tasks already queued here start.
+        let mut free_here = self.available.clone();
+        free_here.subtract(&self.tasks.queued_placement());
+        let candidates = |with_room: bool| -> Vec<NodeId> {
+            let mut nodes: Vec<NodeId> = self
+                .peers
+                .nodes
+                .iter()
+                .filter(|(_, p)| p.alive && !p.failed && selector.matches(&p.labels))
+                .filter(|(_, p)| if with_room { p.available.fits(placement) } else { p.total.fits(placement) })
+                .map(|(id, _)| *id)
+                .collect();
+            let here = if with_room {
+                free_here.fits(placement) && self.available.fits(holds)
+            } else {
+                self.total.fits(placement) && self.total.fits(holds)
+            };
+            if here && selector.matches(&self.labels) {
+                nodes.push(self.node_id);
+            }
+            nodes
+        };
+        let mut nodes = candidates(true);
+        if nodes.is_empty() {
+            nodes = candidates(false);
         }
         if nodes.is_empty() {
-            return None; // no room anywhere now: placed as usual
+            return None; // it fits nowhere: placed as usual (which waits or fails it)
         }
         nodes.sort();
         let node = nodes[self.peers.spread_turn % nodes.len()];

@@ -94,6 +94,11 @@ impl TaskTable {
         self.entries.values()
     }
 
+    /// The resources the ready tasks queued here will take when they start.
+    pub(super) fn queued_placement(&self) -> ResourceSet {
+        self.ready.queued_placement()
+    }
+
     pub(super) fn add_waiter(&mut self, object: ObjectId, task: TaskId) {
         self.waiters.entry(object).or_default().push(task);
     }
@@ -159,6 +164,17 @@ impl ReadyQueues {
 
     fn len(&self) -> usize {
         self.queues.len()
+    }
+
+    /// What the queued tasks will take once they start (a placement per task).
+    fn queued_placement(&self) -> ResourceSet {
+        let mut total = ResourceSet::new();
+        for q in &self.queues {
+            for _ in &q.tasks {
+                total.add(&q.placement);
+            }
+        }
+        total
     }
 
     fn shape(&self, qi: usize) -> &ShapeQueue {

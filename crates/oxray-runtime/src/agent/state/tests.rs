@@ -994,6 +994,21 @@ fn spread_tasks_take_turns_over_the_nodes_with_room() {
     assert!(forwarded_nodes(&mut st).is_empty());
 }
 
+#[test]
+fn spread_tasks_beyond_every_nodes_room_still_take_turns_over_the_nodes() {
+    let mut st = new_state(1.0, 0);
+    st.update_peers(&[peer_info(1.0, true)]);
+    for n in 1..=6 {
+        st.submit(DRIVER, TaskSpec { spread: true, ..task(n, &[("CPU", 1.0)]) }).unwrap();
+    }
+    st.schedule();
+    // One CPU here and one there: the burst of six is dealt out, half to the peer
+    // (where they queue), not kept here while the peer sits idle after its first.
+    let sent = forwarded_nodes(&mut st);
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent.iter().all(|n| *n == PEER));
+}
+
 fn pinned(n: u8, node: NodeId, soft: bool) -> TaskSpec {
     let affinity = oxray_proto::NodeAffinity { node_id: node.to_vec(), soft };
     TaskSpec { node_affinity: Some(affinity), ..task(n, &[("CPU", 1.0)]) }

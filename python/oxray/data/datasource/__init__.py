@@ -1,0 +1,119 @@
+"""Custom sources and sinks, with Ray Data's API: subclass `Datasource` (its
+`get_read_tasks(parallelism)` returns `ReadTask`s: read functions yielding blocks, with their
+`BlockMetadata`) and read it with `ray.data.read_datasource(...)`; subclass `Datasink` (its
+`write(blocks, ctx)` runs in a task per block) and write with `Dataset.write_datasink(...)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, List, Optional
+
+from oxray.data.block import BlockMetadata
+
+__all__ = ["Datasink", "Datasource", "ReadTask", "TaskContext", "WriteResult"]
+
+
+class ReadTask:
+    """One unit of a read: `read_fn()` yields blocks (pyarrow Tables or pandas DataFrames)."""
+
+    def __init__(
+        self,
+        read_fn: Callable[[], Iterable[Any]],
+        metadata: BlockMetadata,
+        schema=None,
+        per_task_row_limit: Optional[int] = None,
+    ):
+        if not callable(read_fn):
+            raise TypeError(f"ReadTask: read_fn must be callable, got {type(read_fn).__name__}")
+        self._read_fn = read_fn
+        self._metadata = metadata
+        self._schema = schema
+        self._per_task_row_limit = per_task_row_limit
+
+    @property
+    def metadata(self) -> BlockMetadata:
+        return self._metadata
+
+    @property
+    def schema(self):
+        return self._schema
+
+    @property
+    def read_fn(self) -> Callable[[], Iterable[Any]]:
+        return self._read_fn
+
+    @property
+    def per_task_row_limit(self) -> Optional[int]:
+        return self._per_task_row_limit
+
+    def __call__(self) -> Iterable[Any]:
+        return self._read_fn()
+
+
+class Datasource:
+    """A source of read tasks. Subclasses implement `get_read_tasks` and may implement
+    `estimate_inmemory_data_size` and `get_name`."""
+
+    def get_name(self) -> str:
+        name = type(self).__name__
+        return name[: -len("Datasource")] if name.endswith("Datasource") and name != "Datasource" else name
+
+    def estimate_inmemory_data_size(self) -> Optional[int]:
+        return None
+
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: Optional[int] = None, data_context=None
+    ) -> List[ReadTask]:
+        raise NotImplementedError(f"{type(self).__name__} must implement get_read_tasks(parallelism)")
+
+    @property
+    def supports_distributed_reads(self) -> bool:
+        return True
+
+
+@dataclass
+class WriteResult:
+    """What a write did: rows and bytes written, and every `Datasink.write` return value."""
+
+    num_rows: int
+    size_bytes: int
+    write_returns: list = field(default_factory=list)
+
+
+@dataclass
+class TaskContext:
+    """Where a `Datasink.write` call runs: the index of its task and the operator's name."""
+
+    task_idx: int
+    op_name: str = "Write"
+    kwargs: dict = field(default_factory=dict)
+
+
+class Datasink:
+    """A destination: `write(blocks, ctx)` runs once per block in a task; `on_write_start`,
+    `on_write_complete(WriteResult)` and `on_write_failed(error)` run on the driver."""
+
+    def on_write_start(self, schema=None) -> None:
+        """Runs before any block is written."""
+
+    def write(self, blocks: Iterable[Any], ctx: TaskContext) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement write(blocks, ctx)")
+
+    def on_write_complete(self, write_result: WriteResult) -> None:
+        """Runs after every block is written."""
+
+    def on_write_failed(self, error: Exception) -> None:
+        """Runs when a write fails."""
+
+    def get_name(self) -> str:
+        name = type(self).__name__
+        return name[: -len("Datasink")] if name.endswith("Datasink") and name != "Datasink" else name
+
+    @property
+    def supports_distributed_writes(self) -> bool:
+        return True
+
+    @property
+    def min_rows_per_write(self) -> Optional[int]:
+        return None
