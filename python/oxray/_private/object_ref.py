@@ -9,6 +9,9 @@ from oxray._private.state import STATE, current_job_id
 class ObjectRef:
     __slots__ = ("_id", "_task_id", "_job_id", "_epoch", "_actor_call", "__weakref__")
 
+    # `ObjectRef[T]` in type hints, as Ray's ObjectRef is generic.
+    __class_getitem__ = classmethod(lambda cls, _item: cls)
+
     def __init__(
         self, object_id: bytes, task_id: bytes | None = None, actor_call: bool = False, job_id: bytes | None = None
     ):

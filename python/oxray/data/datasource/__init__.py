@@ -7,11 +7,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Generic, Iterable, List, Optional, TypeVar
 
 from oxray.data.block import BlockMetadata
 
 __all__ = ["Datasink", "Datasource", "ReadTask", "TaskContext", "WriteResult"]
+
+WriteReturnType = TypeVar("WriteReturnType")
 
 
 class ReadTask:
@@ -73,7 +75,7 @@ class Datasource:
 
 
 @dataclass
-class WriteResult:
+class WriteResult(Generic[WriteReturnType]):
     """What a write did: rows and bytes written, and every `Datasink.write` return value."""
 
     num_rows: int
@@ -90,7 +92,7 @@ class TaskContext:
     kwargs: dict = field(default_factory=dict)
 
 
-class Datasink:
+class Datasink(Generic[WriteReturnType]):
     """A destination: `write(blocks, ctx)` runs once per block in a task; `on_write_start`,
     `on_write_complete(WriteResult)` and `on_write_failed(error)` run on the driver."""
 
