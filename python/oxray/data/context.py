@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 import threading
 from dataclasses import dataclass, field
 from typing import Optional
@@ -65,7 +66,19 @@ _FIELDS = {
     "use_push_based_shuffle": False,
     # Ray Data's default: map tasks and pool actors go round the nodes with room.
     "scheduling_strategy": "SPREAD",
+    # Sort and groupby are pull-based range-partitioned shuffles (Ray's sort shuffle).
+    "shuffle_strategy": "sort_shuffle_pull_based",
+    # Values Arrow cannot type are pickled into an object column, as Ray's fallback does.
+    "enable_fallback_to_arrow_object_ext_type": True,
 }
+
+
+class ShuffleStrategy(str, enum.Enum):
+    """Ray's shuffle strategies; oxray runs the pull-based sort shuffle."""
+
+    SORT_SHUFFLE_PULL_BASED = "sort_shuffle_pull_based"
+    SORT_SHUFFLE_PUSH_BASED = "sort_shuffle_push_based"
+    HASH_SHUFFLE = "hash_shuffle"
 
 
 class DataContext:
@@ -105,6 +118,20 @@ class DataContext:
             raise ValueError(f"DataContext.scheduling_strategy={value!r}: expected 'SPREAD' or 'DEFAULT'")
         elif name == "use_push_based_shuffle" and value:
             raise ValueError("DataContext.use_push_based_shuffle=True is not supported by oxray")
+        elif name == "shuffle_strategy":
+            if str(getattr(value, "value", value)) != ShuffleStrategy.SORT_SHUFFLE_PULL_BASED.value:
+                raise ValueError(
+                    f"DataContext.shuffle_strategy={value!r}: oxray runs sort and groupby as a pull-based "
+                    "sort shuffle (ShuffleStrategy.SORT_SHUFFLE_PULL_BASED) only"
+                )
+            value = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+        elif name == "enable_fallback_to_arrow_object_ext_type" and value is False:
+            raise ValueError(
+                "DataContext.enable_fallback_to_arrow_object_ext_type=False is not supported by oxray: values "
+                "Arrow cannot type are always pickled into an object column"
+            )
+        elif name == "target_max_block_size" and value is None:
+            pass  # Ray's "no limit": a read's blocks are whole files
         elif name in ("target_max_block_size", "target_min_block_size", "read_op_min_num_blocks", "min_parallelism"):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"DataContext.{name}={value!r}: expected a positive integer")

@@ -16,7 +16,7 @@ from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
-from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, slice_ranges
+from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, remote, slice_ranges
 from oxray.data._internal.progress import progress_for
 from oxray.data._internal.write import WriteBlocks, cleanup_written
 from oxray.data.context import DataContext
@@ -358,11 +358,17 @@ class Dataset:
 
     def sort(self, key, descending=False, boundaries=None) -> "Dataset":
         """Rows ordered by `key` (a column or columns), as a distributed range-partitioned sort."""
-        if boundaries is not None:
-            raise ValueError("sort(boundaries=...) is not supported by oxray; it picks the boundaries from a sample")
         sort_key = X.SortKey.of(key, descending, "sort")
         self._check_key_columns(sort_key, "sort")
-        return self._with(P.AllToAllOp("sort", {"key": sort_key, "num_blocks": None}))
+        args = {"key": sort_key, "num_blocks": None}
+        if boundaries is not None:
+            if len(sort_key.columns) != 1 or any(sort_key.descending):
+                raise ValueError("sort(boundaries=...): boundaries split one ascending key column")
+            if not isinstance(boundaries, (list, tuple)) or sorted(boundaries) != list(boundaries):
+                raise ValueError(f"sort(boundaries={boundaries!r}): expected an ascending list of key values")
+            # Output block i holds boundaries[i-1] <= key < boundaries[i], as in Ray.
+            args.update(boundaries=list(boundaries), num_blocks=len(boundaries) + 1)
+        return self._with(P.AllToAllOp("sort", args))
 
     def _check_key_columns(self, key, what: str) -> None:
         schema = P.schema_from_metadata(self._plan)
@@ -437,6 +443,34 @@ class Dataset:
         if not isinstance(column, str):
             raise ValueError(f"unique(column={column!r}): expected a column name")
         return self._aggregate_on(Unique, column, "unique", ignore_nulls=ignore_nulls)
+
+    def zip(self, *other: "Dataset") -> "MaterializedDataset":
+        """Each row of this dataset with the same row of the others, their columns side by side (a
+        name already taken gets a suffix `_1`, `_2`, ...). The others' rows are cut in tasks to this
+        dataset's blocks, and a task per block joins them; no process gathers the data."""
+        if not other:
+            raise ValueError("zip: give at least one other Dataset")
+        for o in other:
+            if not isinstance(o, Dataset):
+                raise TypeError(f"zip: expected Datasets, got {type(o).__name__}")
+        left = self.materialize()
+        rows = [r for r, _ in left._meta]
+        total = sum(rows)
+        starts = np.cumsum([0, *rows])
+        bounds = [(int(starts[i]), int(starts[i + 1])) for i in range(len(rows))]
+        aligned = []
+        for o in other:
+            right = o.materialize()
+            right_rows = [r for r, _ in right._meta]
+            if sum(right_rows) != total:
+                raise ValueError(f"Cannot zip datasets of different number of rows: {total}, {sum(right_rows)}")
+            aligned.append([data for data, _meta in slice_ranges(right._refs, right_rows, bounds)] if rows else [])
+        zip_task = remote(_zip_blocks, num_returns=2)
+        made = [zip_task.remote(left._refs[i], *[a[i] for a in aligned]) for i in range(len(rows))]
+        metas = oxray.get([m for _, m in made])
+        refs = [d for d, _ in made]
+        schema = oxray.get(refs[0])[0].schema if refs else None
+        return MaterializedDataset(refs, [(m["rows"], m["bytes"]) for m in metas], schema, None, "Zip")
 
     def random_sample(self, fraction: float, *, seed: Optional[int] = None) -> "Dataset":
         """Each row kept with probability `fraction` (seeded: the same rows every run)."""
@@ -753,6 +787,19 @@ class Dataset:
     def write_numpy(self, path: str, *, column: str, **kwargs) -> None:
         self._columns_arg([column], "write_numpy(column)")
         self._write("numpy", path, kwargs, column=column)
+
+
+def _zip_blocks(left, *rights):
+    """One block of `zip`: the left block's columns, then each right block's (renamed if taken)."""
+    table = B.concat(list(left))
+    for blocks in rights:
+        right = B.concat(list(blocks))
+        for name in right.column_names:
+            new, i = name, 1
+            while new in table.column_names:
+                new, i = f"{name}_{i}", i + 1
+            table = table.append_column(new, right.column(name))
+    return [B.IpcBlock(table)], {"rows": table.num_rows, "bytes": table.nbytes}
 
 
 def _check_mode(mode, what: str) -> None:

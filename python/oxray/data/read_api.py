@@ -64,7 +64,7 @@ def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kw
     source = ParquetDatasource(
         _normalize_paths(paths, "read_parquet", filesystem),
         columns,
-        target_block_bytes=DataContext.get_current().target_max_block_size,
+        target_block_bytes=DataContext.get_current().target_max_block_size or (1 << 62),
         num_blocks=opts.get("override_num_blocks"),
         concurrency=opts.get("concurrency"),
     )
@@ -171,6 +171,8 @@ def from_items(items: list, *, override_num_blocks: Optional[int] = None, parall
         {"override_num_blocks": override_num_blocks, "parallelism": parallelism},
         ("override_num_blocks", "parallelism"),
     ).get("override_num_blocks")
+    if isinstance(items, (tuple, np.ndarray)):
+        items = list(items)  # Ray takes any sequence
     if not isinstance(items, list):
         raise TypeError(f"from_items: expected a list, got {type(items).__name__}")
     if items and all(isinstance(i, dict) for i in items):

@@ -108,3 +108,37 @@ def test_pool_options_on_the_wrong_kind_of_udf_are_refused(data_cluster):
         ray.data.range(2).map_batches(lambda b: b, max_concurrency=2)
     with pytest.raises(ValueError, match="duplicate column names"):
         ray.data.range(2).select_columns(["id", "id"])
+
+
+def test_zip_joins_columns_row_by_row_and_renames_taken_names(data_cluster, preserve_order):
+    left = ray.data.range(10, override_num_blocks=3)
+    right = ray.data.range(10, override_num_blocks=4).map(lambda r: {"id": r["id"] * 10, "x": 1})
+    rows = left.zip(right).take_all()
+    assert rows == [{"id": i, "id_1": 10 * i, "x": 1} for i in range(10)]
+    with pytest.raises(ValueError, match="different number of rows: 10, 3"):
+        left.zip(ray.data.range(3))
+
+
+def test_sort_with_boundaries_makes_one_block_per_range(data_cluster):
+    ds = ray.data.range(100, override_num_blocks=5).random_shuffle(seed=1).sort("id", boundaries=[10, 50])
+    done = ds.materialize()
+    assert done.num_blocks() == 3
+    assert [r["id"] for r in done.take_all()] == list(range(100))
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's refusal of the shuffle strategies it does not run")
+def test_data_context_settings_ray_tests_flip(data_cluster):
+    ctx = ray.data.DataContext.get_current()
+    before = ctx.target_max_block_size
+    try:
+        ctx.target_max_block_size = None  # Ray's "no limit"
+        assert ray.data.range(5).count() == 5
+    finally:
+        ctx.target_max_block_size = before
+    from oxray.data.context import ShuffleStrategy
+
+    ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+    with pytest.raises(ValueError, match="hash_shuffle"):
+        ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
+    with pytest.raises(ValueError, match="always pickled"):
+        ctx.enable_fallback_to_arrow_object_ext_type = False

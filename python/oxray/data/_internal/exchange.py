@@ -90,10 +90,20 @@ def boundaries_from(samples: list, key: SortKey, parts: int) -> Optional[pa.Tabl
     return table.take(pa.array(picks))
 
 
-def partition_of_rows(table: pa.Table, key: SortKey, bounds: Optional[pa.Table]) -> np.ndarray:
+@dataclass(frozen=True)
+class UserBoundaries:
+    """A user's `sort(boundaries=)`: part i holds boundaries[i-1] <= key < boundaries[i]."""
+
+    values: list
+
+
+def partition_of_rows(table: pa.Table, key: SortKey, bounds) -> np.ndarray:
     """The output part of each row: the number of boundaries that sort strictly before it."""
     if bounds is None or table.num_rows == 0:
         return np.zeros(table.num_rows, dtype=np.int64)
+    if isinstance(bounds, UserBoundaries):
+        values = table.column(key.columns[0]).to_numpy(zero_copy_only=False)
+        return np.searchsorted(np.asarray(bounds.values), values, side="right").astype(np.int64)
     keys = table.select(list(key.columns))
     bounds = bounds.cast(keys.schema) if bounds.schema != keys.schema else bounds
     both = pa.concat_tables([keys, bounds])
@@ -177,6 +187,9 @@ class GroupAggregate:
     aggs: list = field(default_factory=list)
 
     def reduce(self, table: pa.Table) -> pa.Table:
+        fast = _arrow_group_aggregate(table, self.key.columns, self.aggs)
+        if fast is not None:
+            return fast
         columns: dict = {c: [] for c in self.key.columns}
         results: dict = {a.name: [] for a in self.aggs}
         for start, end in group_bounds(table, self.key.columns):
@@ -193,6 +206,39 @@ class GroupAggregate:
         for name, values in results.items():
             out[name] = B.array_from_values(name, values)
         return pa.table(out) if out else pa.table({})
+
+
+def _arrow_spec(agg, key_column: str):
+    """The pyarrow hash aggregation computing a built-in aggregator exactly, or None."""
+    from oxray.data import aggregate as A
+
+    on = agg.get_target_column()
+    skip = agg._ignore_nulls
+    if type(agg) is A.Count:
+        mode = "only_valid" if (on is not None and skip) else "all"
+        return (on or key_column, "count", pc.CountOptions(mode=mode))
+    names = {A.Sum: "sum", A.Min: "min", A.Max: "max", A.Mean: "mean"}
+    if type(agg) in names and on is not None:
+        return (on, names[type(agg)], pc.ScalarAggregateOptions(skip_nulls=skip, min_count=1))
+    return None
+
+
+def _arrow_group_aggregate(table: pa.Table, keys: tuple, aggs: list) -> Optional[pa.Table]:
+    """Built-in aggregations over every group at once with Arrow's hash aggregation (the rows
+    of each group are all in this table), sorted by key; None when an aggregation needs Python."""
+    specs = [_arrow_spec(agg, keys[0]) for agg in aggs]
+    if not specs or any(s is None for s in specs) or table.num_rows == 0:
+        return None
+    if any(isinstance(table.schema.field(c).type, pa.BaseExtensionType) for c in keys):
+        return None
+    out = table.group_by(list(keys), use_threads=False).aggregate(specs)
+    # Arrow names them `<column>_<function>` (before or after the keys, by version); Ray names them
+    # as the aggregators do.
+    names = out.column_names
+    key_at = [names.index(k) for k in keys]
+    agg_at = [i for i in range(len(names)) if i not in key_at]
+    out = out.select(key_at + agg_at).rename_columns([*keys, *[a.name for a in aggs]])
+    return out.take(pc.sort_indices(out, sort_keys=[(k, "ascending") for k in keys]))
 
 
 @dataclass

@@ -401,9 +401,12 @@ class Executor:
         """Sort or groupby: sample the keys, cut every input by key range, reduce each range."""
         key, n_out = stage.args["key"], len(tasks)
         refs = [self._ref(b) for b in inputs]
-        sample = remote(X.sample_keys)
-        samples = oxray.get([sample.remote(key, X.SAMPLES_PER_BLOCK, r) for r in refs])
-        bounds = X.boundaries_from(samples, key, n_out)
+        if stage.args.get("boundaries") is not None:
+            bounds = X.UserBoundaries(stage.args["boundaries"])
+        else:
+            sample = remote(X.sample_keys)
+            samples = oxray.get([sample.remote(key, X.SAMPLES_PER_BLOCK, r) for r in refs])
+            bounds = X.boundaries_from(samples, key, n_out)
         dealt = []
         for ref in refs:
             parts = remote(X.partition_map, num_returns=n_out).remote(key, bounds, n_out, ref)
