@@ -11,7 +11,7 @@ try:
 except ImportError as e:  # pragma: no cover - pyarrow is installed with oxray[data]
     raise ImportError("oxray.data needs pyarrow: pip install 'oxray[data]' (or pip install pyarrow)") from e
 
-from oxray.data import aggregate, block, collate_fn, datasource, exceptions
+from oxray.data import aggregate, block, collate_fn, datasource, exceptions, expressions
 from oxray.data.context import DataContext, ExecutionOptions, ExecutionResources
 from oxray.data.dataset import ActorPoolStrategy, Dataset, MaterializedDataset, Schema, TaskPoolStrategy
 from oxray.data.grouped_data import GroupedData
@@ -54,6 +54,7 @@ __all__ = [
     "collate_fn",
     "datasource",
     "exceptions",
+    "expressions",
     "from_arrow",
     "from_arrow_refs",
     "from_blocks",

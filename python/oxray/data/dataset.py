@@ -246,9 +246,16 @@ class Dataset:
         **ray_remote_args,
     ) -> "Dataset":
         if expr is not None:
-            raise ValueError("filter(expr=...) is not supported by oxray yet; pass a function: filter(fn)")
+            from oxray.data.expressions import as_expr
+
+            if fn is not None:
+                raise ValueError("filter: give either fn or expr, not both")
+            expr = as_expr(expr, "filter(expr=...)")
+            self._check_expr_columns(expr, "filter(expr=...)")
+            spec = _compute_spec(None, "filter", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+            return self._with(P.MapOp(T.FilterExpr(expr), spec))
         if fn is None:
-            raise ValueError("filter: pass a function that returns True for the rows to keep")
+            raise ValueError("filter: pass a function that returns True for the rows to keep, or expr=")
         remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
         return self._row_op("filter", fn, fn_args, fn_kwargs, compute, concurrency, remote)
 
@@ -301,6 +308,22 @@ class Dataset:
         B.check_batch_format(batch_format)
         spec = _compute_spec(fn, "add_column", compute, concurrency, None, None, None, ray_remote_args)
         return self._with(P.MapOp(T.AddColumn(col, fn, batch_format), spec))
+
+    def with_column(self, column_name: str, expr, **ray_remote_args) -> "Dataset":
+        """A column computed from an expression: `with_column("z", col("x") * 2 + col("y"))`."""
+        from oxray.data.expressions import as_expr
+
+        if not isinstance(column_name, str):
+            raise TypeError(f"with_column: the column name must be a string, got {column_name!r}")
+        expr = as_expr(expr, "with_column")
+        self._check_expr_columns(expr, "with_column")
+        spec = _compute_spec(None, "with_column", None, None, None, None, None, ray_remote_args)
+        return self._with(P.MapOp(T.WithColumn(column_name, expr), spec))
+
+    def _check_expr_columns(self, expr, what: str) -> None:
+        schema = P.schema_from_metadata(self._plan)
+        if schema is not None:
+            T.check_columns(what, schema.names, sorted(expr.columns()))
 
     def _columns_arg(self, cols, what: str) -> list:
         if isinstance(cols, str):

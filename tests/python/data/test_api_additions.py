@@ -142,3 +142,28 @@ def test_data_context_settings_ray_tests_flip(data_cluster):
         ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
     with pytest.raises(ValueError, match="always pickled"):
         ctx.enable_fallback_to_arrow_object_ext_type = False
+
+
+def test_filter_and_with_column_take_expressions(data_cluster):
+    if AGAINST_RAY:
+        from ray.data.expressions import col
+    else:
+        from oxray.data.expressions import col
+    ds = ray.data.from_items([{"a": i, "b": None if i % 4 == 0 else f"s{i}"} for i in range(12)])
+    assert sorted(r["a"] for r in ds.filter(expr=(col("a") > 6) & (col("a") != 9)).take_all()) == [7, 8, 10, 11]
+    assert sorted(r["a"] for r in ds.filter(expr="a % 3 == 0 and a > 0").take_all()) == [3, 6, 9]
+    assert sorted(r["a"] for r in ds.filter(expr=col("b").is_null()).take_all()) == [0, 4, 8]
+    assert sorted(r["a"] for r in ds.filter(expr=col("a").is_in([1, 5])).take_all()) == [1, 5]
+    rows = sorted(ds.with_column("c", col("a") * 2 + 1).take_all(), key=lambda r: r["a"])
+    assert [r["c"] for r in rows] == [2 * i + 1 for i in range(12)]
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's error messages")
+def test_expressions_name_what_they_cannot_do(data_cluster):
+    ds = ray.data.range(3)
+    with pytest.raises(ValueError, match="nope"):
+        ds.filter(expr="nope > 1")
+    with pytest.raises(ValueError, match="not supported"):
+        ds.filter(expr="len(id) > 1")
+    with pytest.raises(ValueError, match="either fn or expr"):
+        ds.filter(lambda r: True, expr="id > 1")

@@ -211,6 +211,38 @@ class PartialAggregate(BlockFn):
         return list(C.tensor_values(table.column("partials").combine_chunks()))
 
 
+class FilterExpr(BlockFn):
+    """Rows where an expression (`oxray.data.expressions`) is true; null counts as false."""
+
+    def __init__(self, expr):
+        self.expr = expr
+        self.name = f"Filter({expr!r})"
+
+    def __call__(self, table: pa.Table) -> list:
+        if table.num_rows == 0:
+            return [table]
+        mask = self.expr.eval(table)
+        if isinstance(mask, pa.Scalar):
+            mask = pa.array([mask.as_py()] * table.num_rows, type=pa.bool_())
+        return [table.filter(mask, null_selection_behavior="drop")]
+
+
+class WithColumn(BlockFn):
+    """A column computed from an expression (replacing one of the same name)."""
+
+    def __init__(self, col: str, expr):
+        self.col, self.expr = col, expr
+        self.name = f"WithColumn({col})"
+
+    def __call__(self, table: pa.Table) -> list:
+        values = self.expr.eval(table)
+        if isinstance(values, pa.Scalar):
+            values = pa.array([values.as_py()] * table.num_rows, type=values.type)
+        if self.col in table.column_names:
+            return [table.set_column(table.column_names.index(self.col), self.col, values)]
+        return [table.append_column(self.col, values)]
+
+
 class RandomSample(BlockFn):
     """Each row kept with probability `fraction`; seeded by the seed and the block's content."""
 

@@ -1,0 +1,378 @@
+"""Column expressions, as Ray Data's: `col("x") > 5`, `(col("a") + col("b")).alias("c")`, `lit(1)`.
+
+`Dataset.filter(expr=...)` keeps the rows where an expression is true, `Dataset.with_column(name,
+expr)` adds its values as a column. An expression may also be a string of Python syntax over
+column names (`"x > 5 and y != 'a'"`, `"z is null"` is written `"z.is_null()"`), parsed here
+with `ast` (never evaluated as Python). Expressions run on each block with pyarrow.compute, in
+the block's task.
+"""
+
+from __future__ import annotations
+
+import ast
+from enum import Enum
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Expr", "Operation", "col", "lit"]
+
+
+class Operation(str, Enum):
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MOD = "mod"
+    FLOORDIV = "floordiv"
+    GT = "gt"
+    LT = "lt"
+    GE = "ge"
+    LE = "le"
+    EQ = "eq"
+    NE = "ne"
+    AND = "and"
+    OR = "or"
+    NOT = "not"
+    IS_NULL = "is_null"
+    IS_NOT_NULL = "is_not_null"
+    IN = "in"
+    NOT_IN = "not_in"
+
+
+def _add(a, b):
+    if pa.types.is_string(getattr(a, "type", pa.null())) or pa.types.is_large_string(getattr(a, "type", pa.null())):
+        return pc.binary_join_element_wise(a, b, "")
+    return pc.add(a, b)
+
+
+_BINARY = {
+    Operation.ADD: _add,
+    Operation.SUB: pc.subtract,
+    Operation.MUL: pc.multiply,
+    Operation.DIV: pc.divide,
+    Operation.MOD: lambda a, b: pc.subtract(a, pc.multiply(pc.floor(pc.divide(a, b)), b)),
+    Operation.FLOORDIV: lambda a, b: pc.floor(pc.divide(a, b)),
+    Operation.GT: pc.greater,
+    Operation.LT: pc.less,
+    Operation.GE: pc.greater_equal,
+    Operation.LE: pc.less_equal,
+    Operation.EQ: pc.equal,
+    Operation.NE: pc.not_equal,
+    Operation.AND: pc.and_kleene,
+    Operation.OR: pc.or_kleene,
+}
+
+_SYMBOLS = {
+    Operation.ADD: "+",
+    Operation.SUB: "-",
+    Operation.MUL: "*",
+    Operation.DIV: "/",
+    Operation.MOD: "%",
+    Operation.FLOORDIV: "//",
+    Operation.GT: ">",
+    Operation.LT: "<",
+    Operation.GE: ">=",
+    Operation.LE: "<=",
+    Operation.EQ: "==",
+    Operation.NE: "!=",
+    Operation.AND: "&",
+    Operation.OR: "|",
+}
+
+
+class Expr:
+    """An expression over a block's columns."""
+
+    def eval(self, table: pa.Table):
+        raise NotImplementedError
+
+    def columns(self) -> set:
+        raise NotImplementedError
+
+    @property
+    def name(self):
+        return None
+
+    def _binary(self, op: Operation, other, reverse: bool = False) -> "BinaryExpr":
+        other = other if isinstance(other, Expr) else LiteralExpr(other)
+        return BinaryExpr(op, other, self) if reverse else BinaryExpr(op, self, other)
+
+    def __add__(self, o):
+        return self._binary(Operation.ADD, o)
+
+    def __radd__(self, o):
+        return self._binary(Operation.ADD, o, True)
+
+    def __sub__(self, o):
+        return self._binary(Operation.SUB, o)
+
+    def __rsub__(self, o):
+        return self._binary(Operation.SUB, o, True)
+
+    def __mul__(self, o):
+        return self._binary(Operation.MUL, o)
+
+    def __rmul__(self, o):
+        return self._binary(Operation.MUL, o, True)
+
+    def __truediv__(self, o):
+        return self._binary(Operation.DIV, o)
+
+    def __rtruediv__(self, o):
+        return self._binary(Operation.DIV, o, True)
+
+    def __mod__(self, o):
+        return self._binary(Operation.MOD, o)
+
+    def __floordiv__(self, o):
+        return self._binary(Operation.FLOORDIV, o)
+
+    def __gt__(self, o):
+        return self._binary(Operation.GT, o)
+
+    def __lt__(self, o):
+        return self._binary(Operation.LT, o)
+
+    def __ge__(self, o):
+        return self._binary(Operation.GE, o)
+
+    def __le__(self, o):
+        return self._binary(Operation.LE, o)
+
+    def __eq__(self, o):  # type: ignore[override] - builds an expression, as in Ray
+        return self._binary(Operation.EQ, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        return self._binary(Operation.NE, o)
+
+    def __and__(self, o):
+        return self._binary(Operation.AND, o)
+
+    def __or__(self, o):
+        return self._binary(Operation.OR, o)
+
+    def __invert__(self):
+        return UnaryExpr(Operation.NOT, self)
+
+    def __hash__(self):
+        return id(self)
+
+    def __bool__(self):
+        raise TypeError("an expression has no truth value; combine conditions with & and |, not `and`/`or`")
+
+    def is_null(self) -> "UnaryExpr":
+        return UnaryExpr(Operation.IS_NULL, self)
+
+    def is_not_null(self) -> "UnaryExpr":
+        return UnaryExpr(Operation.IS_NOT_NULL, self)
+
+    def is_in(self, values) -> "BinaryExpr":
+        return BinaryExpr(Operation.IN, self, LiteralExpr(list(values)))
+
+    def not_in(self, values) -> "BinaryExpr":
+        return BinaryExpr(Operation.NOT_IN, self, LiteralExpr(list(values)))
+
+    def alias(self, name: str) -> "AliasExpr":
+        return AliasExpr(self, name)
+
+
+class ColumnExpr(Expr):
+    def __init__(self, name: str):
+        if not isinstance(name, str):
+            raise TypeError(f"col({name!r}): a column name must be a string")
+        self._name = name
+
+    @property
+    def name(self):
+        return self._name
+
+    def eval(self, table: pa.Table):
+        if self._name not in table.column_names:
+            raise ValueError(
+                f"expression: the block has no column {self._name!r}; its columns are {table.column_names}"
+            )
+        return table.column(self._name)
+
+    def columns(self) -> set:
+        return {self._name}
+
+    def __repr__(self) -> str:
+        return f"col({self._name!r})"
+
+
+class LiteralExpr(Expr):
+    def __init__(self, value: Any):
+        self.value = value
+
+    def eval(self, table: pa.Table):
+        return pa.scalar(self.value) if not isinstance(self.value, list) else self.value
+
+    def columns(self) -> set:
+        return set()
+
+    def __repr__(self) -> str:
+        return f"lit({self.value!r})"
+
+
+class BinaryExpr(Expr):
+    def __init__(self, op: Operation, left: Expr, right: Expr):
+        self.op, self.left, self.right = op, left, right
+
+    def eval(self, table: pa.Table):
+        left = self.left.eval(table)
+        if self.op in (Operation.IN, Operation.NOT_IN):
+            values = pa.array(self.right.value)
+            found = pc.is_in(left, value_set=values)
+            return pc.invert(found) if self.op is Operation.NOT_IN else found
+        return _BINARY[self.op](left, self.right.eval(table))
+
+    def columns(self) -> set:
+        return self.left.columns() | self.right.columns()
+
+    @property
+    def name(self):
+        return None
+
+    def __repr__(self) -> str:
+        if self.op in (Operation.IN, Operation.NOT_IN):
+            return f"{self.left!r}.{'is_in' if self.op is Operation.IN else 'not_in'}({self.right.value!r})"
+        return f"({self.left!r} {_SYMBOLS[self.op]} {self.right!r})"
+
+
+class UnaryExpr(Expr):
+    def __init__(self, op: Operation, operand: Expr):
+        self.op, self.operand = op, operand
+
+    def eval(self, table: pa.Table):
+        value = self.operand.eval(table)
+        if self.op is Operation.NOT:
+            return pc.invert(value)
+        if self.op is Operation.IS_NULL:
+            return pc.is_null(value)
+        return pc.is_valid(value)
+
+    def columns(self) -> set:
+        return self.operand.columns()
+
+    def __repr__(self) -> str:
+        return f"~{self.operand!r}" if self.op is Operation.NOT else f"{self.operand!r}.{self.op.value}()"
+
+
+class AliasExpr(Expr):
+    def __init__(self, expr: Expr, name: str):
+        self.expr, self._name = expr, name
+
+    @property
+    def name(self):
+        return self._name
+
+    def eval(self, table: pa.Table):
+        return self.expr.eval(table)
+
+    def columns(self) -> set:
+        return self.expr.columns()
+
+    def __repr__(self) -> str:
+        return f"{self.expr!r}.alias({self._name!r})"
+
+
+def col(name: str) -> ColumnExpr:
+    """The column `name` of each block."""
+    return ColumnExpr(name)
+
+
+def lit(value: Any) -> LiteralExpr:
+    """A constant."""
+    return LiteralExpr(value)
+
+
+_AST_BINARY = {
+    ast.Add: Operation.ADD,
+    ast.Sub: Operation.SUB,
+    ast.Mult: Operation.MUL,
+    ast.Div: Operation.DIV,
+    ast.Mod: Operation.MOD,
+    ast.FloorDiv: Operation.FLOORDIV,
+    ast.BitAnd: Operation.AND,
+    ast.BitOr: Operation.OR,
+}
+_AST_COMPARE = {
+    ast.Gt: Operation.GT,
+    ast.Lt: Operation.LT,
+    ast.GtE: Operation.GE,
+    ast.LtE: Operation.LE,
+    ast.Eq: Operation.EQ,
+    ast.NotEq: Operation.NE,
+    ast.In: Operation.IN,
+    ast.NotIn: Operation.NOT_IN,
+}
+
+
+def parse(text: str) -> Expr:
+    """A string expression (Python syntax over column names) as an `Expr`."""
+    try:
+        tree = ast.parse(text, mode="eval").body
+    except SyntaxError as e:
+        raise ValueError(f"expression {text!r} is not valid: {e.msg}") from None
+    return _from_ast(tree, text)
+
+
+def _from_ast(node, text: str) -> Expr:
+    if isinstance(node, ast.Name):
+        return col(node.id)
+    if isinstance(node, ast.Constant):
+        return lit(node.value)
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return lit([_literal(e, text) for e in node.elts])
+    if isinstance(node, ast.BoolOp):
+        op = Operation.AND if isinstance(node.op, ast.And) else Operation.OR
+        out = _from_ast(node.values[0], text)
+        for value in node.values[1:]:
+            out = BinaryExpr(op, out, _from_ast(value, text))
+        return out
+    if isinstance(node, ast.BinOp) and type(node.op) in _AST_BINARY:
+        return BinaryExpr(_AST_BINARY[type(node.op)], _from_ast(node.left, text), _from_ast(node.right, text))
+    if isinstance(node, ast.UnaryOp):
+        operand = _from_ast(node.operand, text)
+        if isinstance(node.op, (ast.Not, ast.Invert)):
+            return UnaryExpr(Operation.NOT, operand)
+        if isinstance(node.op, ast.USub):
+            return BinaryExpr(Operation.SUB, lit(0), operand)
+    if isinstance(node, ast.Compare):
+        out = None
+        left = _from_ast(node.left, text)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            if type(op) not in _AST_COMPARE:
+                break
+            right = _from_ast(comparator, text)
+            part = BinaryExpr(_AST_COMPARE[type(op)], left, right)
+            out = part if out is None else BinaryExpr(Operation.AND, out, part)
+            left = right
+        else:
+            return out
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+        target = _from_ast(node.func.value, text)
+        if node.func.attr in ("is_null", "is_not_null"):
+            return getattr(target, node.func.attr)()
+    raise ValueError(
+        f"expression {text!r}: {ast.unparse(node)!r} is not supported (columns, constants, arithmetic, "
+        "comparisons, in / not in, and / or / not, .is_null() / .is_not_null())"
+    )
+
+
+def _literal(node, text: str):
+    if isinstance(node, ast.Constant):
+        return node.value
+    raise ValueError(f"expression {text!r}: {ast.unparse(node)!r} must be a constant")
+
+
+def as_expr(value, what: str) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, str):
+        return parse(value)
+    raise TypeError(
+        f"{what}: expected an expression (ray.data.expressions.col(...) > ...) or a string, got {type(value).__name__}"
+    )
