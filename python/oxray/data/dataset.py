@@ -513,8 +513,18 @@ class Dataset:
         keys=None,
         sort: bool = False,
     ) -> "Dataset":
-        if keys is not None or sort:
-            raise ValueError("repartition(keys=..., sort=...) is not supported by oxray yet")
+        if keys is not None:
+            # Rows with equal keys in one block, as a range-partitioned shuffle (each block sorted
+            # by key whether or not `sort` asks: a stronger order than Ray promises without it).
+            if num_blocks is None or target_num_rows_per_block is not None or shuffle:
+                raise ValueError("repartition(keys=...): give num_blocks (and no target_num_rows_per_block or shuffle)")
+            if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 1:
+                raise ValueError(f"repartition(num_blocks={num_blocks!r}): expected an integer >= 1")
+            sort_key = X.SortKey.of(keys, False, "repartition")
+            self._check_key_columns(sort_key, "repartition")
+            return self._with(P.AllToAllOp("sort", {"key": sort_key, "num_blocks": num_blocks}))
+        if sort:
+            raise ValueError("repartition(sort=True) needs keys=: the columns to sort each block by")
         if (num_blocks is None) == (target_num_rows_per_block is None):
             raise ValueError("repartition: give exactly one of num_blocks or target_num_rows_per_block")
         for name, v in (("num_blocks", num_blocks), ("target_num_rows_per_block", target_num_rows_per_block)):
@@ -704,6 +714,59 @@ class Dataset:
             return list(zip(cuts, cuts[1:], strict=False))
 
         return self._split_rows(bounds, "Split")
+
+    def split_proportionately(self, proportions: list) -> list:
+        """Splits of these fractions of the rows (they sum below 1; the rest is the last split)."""
+        if not isinstance(proportions, (list, tuple)) or len(proportions) < 1:
+            raise ValueError("proportions must be at least of length 1")
+        if sum(proportions) >= 1:
+            raise ValueError("proportions must sum to less than 1")
+        if any(p <= 0 for p in proportions):
+            raise ValueError("proportions must be bigger than 0")
+        done = self.materialize()
+        total = sum(r for r, _ in done._meta)
+        indices = [int(total * c) for c in np.cumsum(proportions)]
+        # Each split keeps at least one row: equal cut points move left.
+        for i in range(len(indices) - 2, -1, -1):
+            if indices[i] >= indices[i + 1]:
+                indices[i] = indices[i + 1] - 1
+        if any(i <= 0 for i in indices) or (indices and indices[-1] >= total):
+            raise ValueError("Couldn't create non-empty splits with the given proportions.")
+        return done.split_at_indices(indices)
+
+    def join(
+        self,
+        ds: "Dataset",
+        join_type: str,
+        num_partitions: int,
+        on=("id",),
+        right_on=None,
+        left_suffix: Optional[str] = None,
+        right_suffix: Optional[str] = None,
+        *,
+        partition_size_hint=None,
+        aggregator_ray_remote_args=None,
+        validate_schemas: bool = False,
+    ) -> "MaterializedDataset":
+        """Rows of this dataset and `ds` matched on key columns, as a distributed join: both sides
+        are range-partitioned on their keys by the same sampled boundaries, and a task per
+        partition joins its two parts (Arrow's hash join)."""
+        from oxray.data._internal import join as J
+
+        if not isinstance(ds, Dataset):
+            raise TypeError(f"join: expected a Dataset to join with, got {type(ds).__name__}")
+        for name, value in (
+            ("partition_size_hint", partition_size_hint),
+            ("aggregator_ray_remote_args", aggregator_ray_remote_args),
+        ):
+            if value is not None:
+                raise ValueError(f"join({name}=...) is not supported by oxray")
+        if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions < 1:
+            raise ValueError(f"join(num_partitions={num_partitions!r}): expected an integer >= 1")
+        spec = J.JoinSpec.of(join_type, on, right_on, left_suffix, right_suffix)
+        left, right = self.materialize(), ds.materialize()
+        spec.check(left._schema, right._schema, validate_schemas)
+        return J.run_join(left, right, spec, num_partitions)
 
     def train_test_split(self, test_size, *, shuffle: bool = False, seed: Optional[int] = None, stratify=None):
         if stratify is not None:

@@ -126,3 +126,47 @@ def test_random_sample_is_seeded_and_near_its_fraction(data_cluster):
     assert abs(len(first) - 1000) < 4 * math.sqrt(4000 * 0.25 * 0.75)
     with pytest.raises(ValueError):
         ds.random_sample(1.5)
+
+
+@pytest.mark.parametrize(
+    "join_type, expected_ids",
+    [
+        ("inner", range(5, 10)),
+        ("left_outer", range(0, 10)),
+        ("right_outer", range(5, 15)),
+        ("full_outer", range(0, 15)),
+        ("left_semi", range(5, 10)),
+        ("left_anti", range(0, 5)),
+    ],
+)
+def test_join_matches_rows_on_keys_across_partitions(data_cluster, join_type, expected_ids):
+    left = ray.data.from_items([{"id": i, "a": i * 10} for i in range(10)], override_num_blocks=3)
+    right = ray.data.from_items([{"id": i, "b": str(i)} for i in range(5, 15)], override_num_blocks=2)
+    rows = sorted(left.join(right, join_type, 3).take_all(), key=lambda r: r["id"])
+    assert [r["id"] for r in rows] == list(expected_ids)
+    for r in rows:
+        if "a" in r and r["a"] is not None:
+            assert r["a"] == r["id"] * 10
+        if "b" in r and r["b"] is not None:
+            assert r["b"] == str(r["id"])
+
+
+def test_join_on_differently_named_keys(data_cluster):
+    left = ray.data.from_items([{"k": i, "x": i} for i in range(6)])
+    right = ray.data.from_items([{"key": i, "y": -i} for i in range(3, 9)])
+    rows = sorted(left.join(right, "inner", 2, on=("k",), right_on=("key",)).take_all(), key=lambda r: r["k"])
+    assert [(r["k"], r["x"], r["y"]) for r in rows] == [(i, i, -i) for i in range(3, 6)]
+
+
+def test_split_proportionately_and_repartition_by_keys(data_cluster):
+    parts = ray.data.range(10).split_proportionately([0.2, 0.5])
+    assert [p.count() for p in parts] == [2, 5, 3]
+    ds = ray.data.range(40, override_num_blocks=4).map(lambda r: {"k": r["id"] % 3, "v": r["id"]})
+    done = ds.repartition(2, keys=["k"]).materialize()
+    assert done.num_blocks() == 2
+    seen: set = set()
+    for block in done.iter_batches(batch_size=None):  # one batch per block
+        keys = set(block["k"].tolist())
+        assert not keys & seen, f"keys {keys & seen} are in two blocks"
+        seen |= keys
+    assert sorted(r["v"] for r in done.take_all()) == list(range(40))
