@@ -18,7 +18,7 @@ from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, remote, slice_ranges
 from oxray.data._internal.progress import progress_for
-from oxray.data._internal.write import WriteBlocks, cleanup_written
+from oxray.data._internal.write import WriteBlocks, cleanup_written, existing_files, remove_existing
 from oxray.data.context import DataContext
 from oxray.data.iterator import DataIterator, _check_batch_size
 
@@ -803,7 +803,7 @@ class Dataset:
         try_create_dir = kwargs.pop("try_create_dir", True)
         min_rows_per_file = kwargs.pop("min_rows_per_file", None)
         max_rows_per_file = kwargs.pop("max_rows_per_file", None)
-        _check_mode(kwargs.pop("mode", None), what)
+        mode = _check_mode(kwargs.pop("mode", None), what)
         if kwargs:
             raise ValueError(f"{what}({', '.join(kwargs)}=...) is not supported by oxray")
         if not isinstance(path, (str, os.PathLike)):
@@ -821,6 +821,14 @@ class Dataset:
             )
         if partition_cols is not None:
             partition_cols = self._columns_arg(partition_cols, f"write_{fmt}(partition_cols)")
+        if mode != "append" and existing_files(path):
+            if mode in ("error", "create"):
+                raise ValueError(
+                    f"Path {path} already exists. If this is unexpected, use mode='ignore' to ignore those files"
+                )
+            if mode == "ignore":
+                return
+            remove_existing(path)  # overwrite
         writer = WriteBlocks(fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {})
         ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file, bundle_inputs=bool(min_rows_per_file)))
         try:
@@ -888,12 +896,17 @@ def _zip_blocks(left, *rights):
     return [B.IpcBlock(table)], {"rows": table.num_rows, "bytes": table.nbytes}
 
 
-def _check_mode(mode, what: str) -> None:
+_SAVE_MODES = ("append", "overwrite", "ignore", "error", "create")
+
+
+def _check_mode(mode, what: str) -> str:
+    """Ray's SaveMode as a name: append (the default), overwrite, ignore, error or create."""
     if mode is None:
-        return
-    name = getattr(mode, "name", mode)
-    if str(name).lower() != "append":
-        raise ValueError(f"{what}(mode={mode!r}): oxray only appends new files to the directory (mode='append')")
+        return "append"
+    name = str(getattr(mode, "value", mode)).lower()
+    if name not in _SAVE_MODES:
+        raise ValueError(f"{what}(mode={mode!r}): expected one of {', '.join(_SAVE_MODES)}")
+    return name
 
 
 def _check_splits(n, locality_hints, what: str) -> None:

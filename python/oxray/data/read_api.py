@@ -56,7 +56,9 @@ def _num_blocks(n_items: int, override) -> int:
     return max(1, min(n_items, DataContext.get_current().read_op_min_num_blocks))
 
 
-def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kwargs) -> Dataset:
+def read_parquet(
+    paths, *, filesystem=None, columns: Optional[list] = None, include_paths: bool = False, **kwargs
+) -> Dataset:
     """Parquet files, directories or globs (local or s3://), read by the engine."""
     opts = _check_common("read_parquet", kwargs, ("override_num_blocks", "parallelism", "concurrency"))
     if columns is not None and (not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns)):
@@ -67,6 +69,7 @@ def read_parquet(paths, *, filesystem=None, columns: Optional[list] = None, **kw
         target_block_bytes=DataContext.get_current().target_max_block_size or (1 << 62),
         num_blocks=opts.get("override_num_blocks"),
         concurrency=opts.get("concurrency"),
+        include_paths=bool(include_paths),
     )
     return Dataset(P.Plan(source))
 

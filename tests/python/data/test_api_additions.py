@@ -3,6 +3,8 @@
 `DataIterator.to_torch`/`materialize`, `DefaultCollateFn` and the other collate-function
 classes, `flat_map(fn_constructor_args=)`, and the actor- and task-pool options."""
 
+import os
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -167,3 +169,25 @@ def test_expressions_name_what_they_cannot_do(data_cluster):
         ds.filter(expr="len(id) > 1")
     with pytest.raises(ValueError, match="either fn or expr"):
         ds.filter(lambda r: True, expr="id > 1")
+
+
+def test_write_modes_append_overwrite_ignore_error(data_cluster, tmp_path):
+    path = str(tmp_path / "out")
+    ray.data.range(3).write_parquet(path)
+    ray.data.range(3).write_parquet(path, mode="append")
+    assert ray.data.read_parquet(path).count() == 6
+    ray.data.range(2).write_parquet(path, mode="overwrite")
+    assert ray.data.read_parquet(path).count() == 2
+    ray.data.range(5).write_parquet(path, mode="ignore")
+    assert ray.data.read_parquet(path).count() == 2
+    with pytest.raises(ValueError, match="already exists"):
+        ray.data.range(5).write_parquet(path, mode="error")
+    assert ray.data.read_parquet(path).count() == 2
+
+
+def test_read_parquet_include_paths(data_cluster, tmp_path):
+    path = str(tmp_path / "files")
+    ray.data.range(4, override_num_blocks=2).write_parquet(path)
+    rows = ray.data.read_parquet(path, include_paths=True).take_all()
+    files = {os.path.join(path, f) for f in os.listdir(path)}
+    assert {r["path"] for r in rows} == files

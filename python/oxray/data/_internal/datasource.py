@@ -176,8 +176,10 @@ class ParquetDatasource(Datasource):
         _info=None,
         num_blocks=None,
         concurrency=None,
+        include_paths: bool = False,
     ):
         self.paths = paths
+        self.include_paths = include_paths
         self.num_blocks, self.concurrency = num_blocks, concurrency
         self.columns = list(columns) if columns is not None else None
         self.limit = limit
@@ -189,6 +191,11 @@ class ParquetDatasource(Datasource):
             _info = _native.data_parquet_inspect(self.files)
         self._schema, self._row_groups = _info
         self._partitions = [hive_partitions(uri, self.paths) for uri in self.files]
+        if include_paths:
+            # Ray's `path` column: the file's path without its scheme, like the other constant columns.
+            self._partitions = [
+                {**p, "path": uri.split("://", 1)[-1]} for p, uri in zip(self._partitions, self.files, strict=True)
+            ]
         keys = list(dict.fromkeys(k for p in self._partitions for k in p))
         extra = [pa.field(k, pa.string()) for k in keys if k not in self._schema.names]
         if extra:
@@ -216,6 +223,7 @@ class ParquetDatasource(Datasource):
             (self._schema, self._row_groups),
             self.num_blocks,
             self.concurrency,
+            self.include_paths,
         )
 
     def schema(self) -> pa.Schema:

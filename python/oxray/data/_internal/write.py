@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import uuid
 
 import numpy as np
@@ -76,6 +77,30 @@ class WriteBlocks(BlockFn):
             for i, piece in enumerate(self._pieces(part)):
                 written.append(self._write_one(piece, directory, i))
         return [pa.table({"path": pa.array(written, type=pa.string())})]
+
+
+def existing_files(path: str) -> bool:
+    """Whether anything is already under the write's directory (local or s3://)."""
+    if path.startswith("s3://"):
+        return bool(_native.Storage(path).list(""))
+    local = path[len("file://") :] if path.startswith("file://") else path
+    return os.path.exists(local) and (not os.path.isdir(local) or bool(os.listdir(local)))
+
+
+def remove_existing(path: str) -> None:
+    """Empties the write's directory (mode='overwrite')."""
+    if path.startswith("s3://"):
+        storage = _native.Storage(path)
+        for rel in storage.list(""):
+            storage.delete_dir(rel)
+        return
+    local = path[len("file://") :] if path.startswith("file://") else path
+    for name in os.listdir(local):
+        target = os.path.join(local, name)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        else:
+            os.remove(target)
 
 
 def cleanup_written(path: str, token: str) -> None:
