@@ -87,10 +87,27 @@ for f in "${TEST_FILES[@]}" "${SUPPORT_FILES[@]}"; do
     fi
     mkdir -p "$(dirname "$dest")"
     git -C "$RAY_SRC" show "$COMMIT:$f" >"$dest" || { echo "cannot read $f at $COMMIT" >&2; exit 2; }
+    # A support file is also copied into the folders of the test files below its own
+    # folder (python/ray/data/tests/util.py into the copy of .../tests/datasource), so
+    # that its plain name imports there too.
+    if [[ " ${SUPPORT_FILES[*]} " == *" $f "* ]]; then
+        for t in "${TEST_FILES[@]}"; do
+            if [[ $(dirname "$t") == "$(dirname "$f")"/* ]]; then
+                extra="$WORK/$(subdir_of "$t")/$(basename "$f")"
+                [[ -e $extra ]] || cp "$dest" "$extra"
+            fi
+        done
+    fi
 done
 for d in "${TEST_DIRS[@]}"; do
-    # The harness's own conftest (never Ray's): train's for Train tests, the core one elsewhere.
-    if [[ $d == *train* ]]; then cp "$HERE/harness/conftest_train.py" "$d/conftest.py"; else cp "$HERE/harness/conftest_core.py" "$d/conftest.py"; fi
+    # The harness's own conftest (never Ray's): train's for Train tests, data's for Ray
+    # Data tests, the core one elsewhere.
+    case "${d#"$WORK"/}" in
+    train*) conftest=conftest_train.py ;;
+    data_tests*) conftest=conftest_data.py ;;
+    *) conftest=conftest_core.py ;;
+    esac
+    cp "$HERE/harness/$conftest" "$d/conftest.py"
 done
 git -C "$RAY_SRC" rev-parse "$COMMIT^{commit}" >"$WORK/results/ray_commit"
 {
@@ -122,7 +139,8 @@ for f in "${SELECTED[@]}"; do
     stem="${sub}__${name%.py}"
     export RAY_COMPAT_STEM="$stem" RAY_COMPAT_RAY_PATH="$f"
     rm -f "$WORK/results/$stem".*
-    PYTEST_ARGS=(-p ray_compat_plugin -p no:cacheprovider -rA -q --timeout "$TEST_TIMEOUT")
+    # kmock (a library of oxray's own tests) registers a pytest plugin that needs pytest-asyncio.
+    PYTEST_ARGS=(-p ray_compat_plugin -p no:cacheprovider -p no:kmock -rA -q --timeout "$TEST_TIMEOUT")
     [[ ${#KEXPR[@]} -gt 0 ]] && PYTEST_ARGS+=(-k "${KEXPR[*]}")
     [[ ${RAY_COMPAT_COLLECT_ONLY:-} == 1 ]] && PYTEST_ARGS+=(--collect-only)
     attempt=0

@@ -9,7 +9,9 @@
    ``if client_test_enabled():`` branches (Ray Client mode is never on here).
    Excluded tests are deselected; each is logged with the token that excluded it.
 2. ``@pytest.mark.asyncio`` tests (``async def``) run in a new event loop, as
-   pytest-asyncio would run them (the venv need not have pytest-asyncio).
+   pytest-asyncio would run them (the venv need not have pytest-asyncio); and
+   ``pytest_lazy_fixtures.lf(name)`` in parametrize values (Ray Data's tests use it) is
+   resolved to that fixture's value when the venv lacks pytest-lazy-fixtures.
 3. A record of each test's outcome, written as the test ends (so it survives a run
    killed by the per-file timeout), with the first line of its error.
 
@@ -23,9 +25,12 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import importlib.util
 import inspect
 import os
 import re
+import sys
+import types
 
 import pytest
 
@@ -138,6 +143,54 @@ TOKENS = [
 ]
 
 
+# Ray Data's test files (python/ray/data/tests/...): ``ray.data`` is in scope there; its
+# internals are not. ``ray.data._internal`` and private names are caught by TOKENS; these
+# are the internals reached through public modules or through Ray Data's test helpers
+# (its conftest, util.py, test_util.py, imported with ``*`` or by name).
+DATA_TOKENS = [
+    (
+        "ray.data block internals",
+        re.compile(
+            r"\b(BlockAccessor|BlockColumnAccessor|BlockExecStats|BlockMetadataWithSchema|BlockBuilder"
+            r"|iter_internal_ref_bundles|get_internal_block_refs)\b"
+        ),
+    ),
+    (
+        "Ray Data execution metrics (object store / task table internals)",
+        re.compile(
+            r"\b(CoreExecutionMetrics|PhysicalCoreExecutionMetrics|assert_core_execution_metrics_equals"
+            r"|get_initial_core_execution_metrics_snapshot|assert_blocks_expected_in_plasma|task_metrics_flushed)\b"
+        ),
+    ),
+    (
+        "Ray Data operator / plan internals (test helpers)",
+        re.compile(
+            r"\b(run_op_tasks_sync|run_one_op_task|create_map_transformer_from_block_fn|mock_all_to_all_op"
+            r"|plan_has_operator|plan_operator_comes_before|get_operators_of_type|get_operator_types"
+            r"|get_parquet_read_logical_op)\b"
+        ),
+    ),
+    # A private attribute of a Ray Data object (ds._plan, ds._logical_plan, it._iter_batches,
+    # DataContext._set_current, DataContext.get_current()._x); a test's own classes use
+    # self._x, which stays public.
+    ("private attribute", re.compile(r"(?:[)\]]|\b(?!(?:self|cls|os|sys)\b)[A-Za-z_]\w*)\._(?!_)\w+")),
+    # A private keyword of a Ray Data function (read_parquet(..., _block_udf=f)).
+    ("private keyword argument", re.compile(r"[(,]\s*_(?!_)[A-Za-z]\w*\s*=(?!=)")),
+]
+
+# Ray Data conftest fixtures that reach Ray Data's internals (not provided).
+DATA_EXCLUDED_FIXTURES = {
+    "op_two_block": "Ray Data physical operator internals (fixture)",
+    "tensor_format": "ray.data._internal tensor extension formats (fixture)",
+    "tensor_format_context": "ray.data._internal tensor extension formats (fixture)",
+}
+
+
+def is_data_file() -> bool:
+    """Whether this run is of a Ray Data test file (ray.data in scope)."""
+    return os.environ.get("RAY_COMPAT_RAY_PATH", "").startswith("python/ray/data/")
+
+
 def _ray_env_token(text: str) -> str | None:
     for name in re.findall(r"""['"](RAY_[A-Za-z0-9_]+)""", text):
         if name not in PUBLIC_RAY_ENV:
@@ -145,8 +198,14 @@ def _ray_env_token(text: str) -> str | None:
     return None
 
 
+def _tokens():
+    if is_data_file():
+        return [t for t in TOKENS if t[0] != "ray.data"] + DATA_TOKENS
+    return TOKENS
+
+
 def find_token(text: str) -> str | None:
-    for label, pattern in TOKENS:
+    for label, pattern in _tokens():
         if pattern.search(text):
             return label
     return None
@@ -415,9 +474,10 @@ def _test_pieces(item, index):
 def classify(item) -> tuple[str, str] | None:
     """(token, where) when the test is excluded, else None."""
     index = _index(str(item.path))
+    excluded_fixtures = {**EXCLUDED_FIXTURES, **DATA_EXCLUDED_FIXTURES} if is_data_file() else EXCLUDED_FIXTURES
     for name in item.fixturenames:
-        if name in EXCLUDED_FIXTURES and not index.find_def(name):
-            return EXCLUDED_FIXTURES[name], f"fixture {name}"
+        if name in excluded_fixtures and not index.find_def(name):
+            return excluded_fixtures[name], f"fixture {name}"
         if name.startswith("ray_start_cluster") and not index.find_def(name):
             return "ray_start_cluster", f"fixture {name}"
     pieces = _test_pieces(item, index)
@@ -598,3 +658,41 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.set_event_loop(None)
         loop.close()
     return True
+
+
+class LazyFixture:
+    """``lf("name")``: a parametrize value that stands for the value of fixture ``name``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return f"<lazy fixture {self.name}>"
+
+
+def _install_lazy_fixtures() -> None:
+    """Provides ``pytest_lazy_fixtures.lf`` (resolved by the hooks below) where the venv
+    lacks pytest-lazy-fixtures; an installed one is left to do its own work."""
+    if "pytest_lazy_fixtures" in sys.modules or importlib.util.find_spec("pytest_lazy_fixtures") is not None:
+        return
+    module = types.ModuleType("pytest_lazy_fixtures")
+    module.__doc__ = "The ray compat harness's stand-in for pytest-lazy-fixtures (lf only)."
+    module.lf = module.lazy_fixture = LazyFixture
+    module.LazyFixture = LazyFixture
+    sys.modules["pytest_lazy_fixtures"] = module
+
+
+_install_lazy_fixtures()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_fixture_setup(fixturedef, request):
+    param = getattr(request, "param", None)
+    if isinstance(param, LazyFixture):
+        request.param = request.getfixturevalue(param.name)
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    if isinstance(val, LazyFixture):
+        return val.name
+    return None

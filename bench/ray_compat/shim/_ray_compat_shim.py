@@ -10,8 +10,9 @@ A ``sys.meta_path`` finder placed first resolves ``ray`` and ``ray.*`` in this o
 1. ``overlay/ray/...``: modules the harness writes itself (test utilities such as
    ``ray._common.test_utils``, and module-path aliases such as
    ``ray.train.v2.api.result``);
-2. ``ray.tests.X``: the test module ``X`` of the work dir (imported by its plain name,
-   the same module object pytest uses);
+2. ``ray.tests.X`` (and ``ray.data.tests.X``, any ``ray.<package>.tests.X``): the test
+   or support module ``X`` of the work dir (imported by its plain name, the same module
+   object pytest uses; ``conftest`` is the harness's conftest of the file's folder);
 3. ``oxray.X.Y``: the very same module object (so ``ray.exceptions.RayTaskError is
    oxray.exceptions.RayTaskError``);
 4. when the import comes from the module-level code of a Ray test file (and only
@@ -85,6 +86,19 @@ class _PlaceholderMeta(type):
     def __bool__(cls):
         return False
 
+    def _compare(cls, other):
+        # A module-level version check (`get_pyarrow_version() < Version("20")` in a
+        # skipif or a constant): the condition is off; anywhere else, the name is missing.
+        if from_test_module_level():
+            return False
+        raise MissingInOxray(cls._ray_compat_name)
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+
+    def __getitem__(cls, item):
+        # A generic in an annotation (`MapTransformCallable[Block, Block]`, `Datasink[T]`).
+        return placeholder(f"{cls._ray_compat_name}[]")
+
     def __iter__(cls):
         raise MissingInOxray(cls._ray_compat_name)
 
@@ -113,6 +127,11 @@ def lenient_getattr(module_name: str, fallback=None):
     for a Ray test file's module-level code, and an AttributeError for anyone else."""
 
     def __getattr__(name):
+        if name == "__path__" and from_test_module_level():
+            # `from ray.x.mod.sub import y` where oxray's ray.x.mod is a module, not a
+            # package: importlib asks the parent for __path__ before any finder; an empty
+            # one lets the finder answer with a stub for the missing submodule.
+            return []
         if fallback is not None:
             try:
                 return fallback(name)
@@ -203,16 +222,15 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
             )
         if os.path.isfile(base + ".py"):
             return importlib.util.spec_from_file_location(fullname, base + ".py")
-        if len(parts) == 3 and parts[1] == "tests":
-            target_name = parts[2]  # ray.tests.X is the work dir's test module X
+        if len(parts) >= 3 and parts[-2] == "tests":
+            # ray.tests.X, ray.data.tests.X: the work dir's test (or support) module X
+            target_name = parts[-1]
         else:
             target_name = "oxray" + fullname[len("ray") :]
         lenient = from_test_module_level()
         module = _import_optional(target_name)
         if module is not None:
-            return importlib.machinery.ModuleSpec(
-                fullname, _AliasLoader(module), is_package=hasattr(module, "__path__")
-            )
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package="__path__" in vars(module))
         if lenient:
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
         return None
