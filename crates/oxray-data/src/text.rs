@@ -46,6 +46,25 @@ fn bad_file(uri: &str) -> impl FnOnce(arrow_schema::ArrowError) -> DataError {
     move |e| DataError::BadFile { path, reason: e.to_string() }
 }
 
+/// A JSON Lines parse error, naming the file's first line that is not JSON and
+/// its byte offset (arrow-json counts lines within the record it was reading).
+fn bad_json_line(uri: &str, data: &[u8], e: arrow_schema::ArrowError) -> DataError {
+    let mut offset = 0usize;
+    for (i, line) in data.split(|b| *b == b'\n').enumerate() {
+        let text = line.trim_ascii();
+        if !text.is_empty()
+            && let Err(parse) = serde_json::from_slice::<serde_json::Value>(text)
+        {
+            return DataError::BadFile {
+                path: uri.to_string(),
+                reason: format!("line {} (byte offset {offset}) is not valid JSON: {parse}", i + 1),
+            };
+        }
+        offset += line.len() + 1;
+    }
+    bad_file(uri)(e)
+}
+
 /// A csv file's rows, with the schema inferred from the whole file.
 pub fn read_csv(uri: &str, delimiter: &str, has_header: bool, columns: Option<&[String]>) -> Result<Vec<RecordBatch>> {
     let delimiter = match delimiter.as_bytes() {
@@ -89,7 +108,8 @@ pub fn read_json(uri: &str, lines: Option<bool>) -> Result<Vec<RecordBatch>> {
         None => data.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'['),
     };
     if !is_array {
-        let (schema, _) = arrow_json::reader::infer_json_schema(Cursor::new(&data[..]), None).map_err(bad_file(uri))?;
+        let (schema, _) = arrow_json::reader::infer_json_schema(Cursor::new(&data[..]), None)
+            .map_err(|e| bad_json_line(uri, &data, e))?;
         let reader = arrow_json::ReaderBuilder::new(Arc::new(schema))
             .with_batch_size(TEXT_BATCH_ROWS)
             .build(Cursor::new(&data[..]))
@@ -201,6 +221,9 @@ mod tests {
             let batches = read_json(uri, lines).unwrap();
             assert_eq!(strings(&batches, "s"), ["x", "y"], "{uri} {lines:?}");
         }
+        let broken = file(dir.path(), "b.jsonl", b"{\"a\": 1}\n{\"a\": 2\n{\"a\": 3}\n");
+        let err = read_json(&broken, None).unwrap_err().to_string();
+        assert!(err.contains(&broken) && err.contains("line 2 (byte offset 9)"), "{err}");
         let err = read_json(&lines, Some(false)).unwrap_err().to_string();
         assert!(err.contains(&lines) && err.contains("JSON array"), "{err}");
         let not_objects = file(dir.path(), "c.json", b"[1, 2]");

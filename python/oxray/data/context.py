@@ -125,11 +125,8 @@ class DataContext:
                     "sort shuffle (ShuffleStrategy.SORT_SHUFFLE_PULL_BASED) only"
                 )
             value = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-        elif name == "enable_fallback_to_arrow_object_ext_type" and value is False:
-            raise ValueError(
-                "DataContext.enable_fallback_to_arrow_object_ext_type=False is not supported by oxray: values "
-                "Arrow cannot type are always pickled into an object column"
-            )
+        elif name == "enable_fallback_to_arrow_object_ext_type" and value is None:
+            value = True  # Ray's None: fall back (as its default does)
         elif name == "target_max_block_size" and value is None:
             pass  # Ray's "no limit": a read's blocks are whole files
         elif name in ("target_max_block_size", "target_min_block_size", "read_op_min_num_blocks", "min_parallelism"):

@@ -498,7 +498,9 @@ class Dataset:
     def random_sample(self, fraction: float, *, seed: Optional[int] = None) -> "Dataset":
         """Each row kept with probability `fraction` (seeded: the same rows every run)."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
-            raise ValueError(f"random_sample(fraction={fraction!r}): expected a number between 0 and 1")
+            raise ValueError("Fraction must be between 0 and 1.")
+        if isinstance(self._plan.source, StoredBlocksDatasource) and not self._plan.source.refs:
+            raise ValueError("Cannot sample from an empty Dataset.")
         return self._with(P.MapOp(T.RandomSample(float(fraction), seed), P.ComputeSpec()))
 
     def randomize_block_order(self, *, seed: Optional[int] = None) -> "Dataset":
@@ -584,7 +586,14 @@ class Dataset:
         return self.iterator().to_torch(**kwargs)
 
     def __iter__(self):
-        raise TypeError("a Dataset is not iterable itself; use ds.iter_rows() or ds.iter_batches()")
+        raise TypeError(
+            "`Dataset` objects aren't iterable. To iterate records, call `ds.iter_rows()` or `ds.iter_batches()`."
+        )
+
+    def __len__(self) -> int:
+        raise AttributeError(
+            "Use `ds.count()` to compute the length of a distributed Dataset. This may be an expensive operation."
+        )
 
     def materialize(self) -> "MaterializedDataset":
         refs, tables_meta = [], []
@@ -617,7 +626,9 @@ class Dataset:
         _check_batch_size(batch_size, allow_none=False)
         B.check_batch_format(batch_format)
         tables = list(self.limit(batch_size)._iter_tables(progress=False))
-        return B.to_batch(B.concat(tables) if tables else pa.table({}), batch_format)
+        if not tables:
+            raise ValueError("The dataset is empty.")
+        return B.to_batch(B.concat(tables), batch_format)
 
     def show(self, limit: int = 20) -> None:
         for row in self.take(limit):

@@ -142,8 +142,6 @@ def test_data_context_settings_ray_tests_flip(data_cluster):
     ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
     with pytest.raises(ValueError, match="hash_shuffle"):
         ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
-    with pytest.raises(ValueError, match="always pickled"):
-        ctx.enable_fallback_to_arrow_object_ext_type = False
 
 
 def test_filter_and_with_column_take_expressions(data_cluster):

@@ -172,3 +172,22 @@ def test_a_failing_udf_raises_user_code_exception_caused_by_the_users_error(data
         chain.append(err)
         err = err.__cause__
     assert any(isinstance(e, KeyError) for e in chain) or "the user's own failure" in str(info.value)
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's error message")
+def test_turning_the_object_fallback_off_reaches_the_tasks(data_cluster):
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_fallback_to_arrow_object_ext_type = False
+    try:
+        ds = ray.data.range(4).map(lambda row: {"id": row["id"], "obj": Opaque(row["id"])})
+        with pytest.raises(ValueError, match="'obj'.*Opaque.*enable_fallback"):
+            ds.take_all()
+        assert ray.data.range(4).map(lambda row: {"t": np.ones(2)}).count() == 4  # tensors need no fallback
+    finally:
+        ctx.enable_fallback_to_arrow_object_ext_type = True
+
+
+def test_random_sample_keeps_the_rows_rays_seeding_keeps(data_cluster):
+    # Ray seeds one generator per task with (task index, seed) and draws one number per row.
+    expected = sum(int((np.random.default_rng((i, 5)).random(250) < 0.3).sum()) for i in range(4))
+    assert ray.data.range(1000, override_num_blocks=4).random_sample(0.3, seed=5).count() == expected

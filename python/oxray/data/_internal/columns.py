@@ -238,11 +238,11 @@ def _numeric_array(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
 
 
-def fixed_shape_tensor_array(values: np.ndarray) -> pa.Array:
+def fixed_shape_tensor_array(values: np.ndarray, name: str = "") -> pa.Array:
     """An ndarray `(rows, *shape)` as a fixed-shape tensor column over the same memory."""
     values = np.ascontiguousarray(values)
     if values.dtype.kind not in _NUMERIC_KINDS:
-        return pickled_object_array(list(values))
+        return pickled_object_array(list(values), name)
     flat = _numeric_array(values.reshape(-1))
     inner = int(np.prod(values.shape[1:]))
     storage = pa.FixedSizeListArray.from_arrays(flat, inner)
@@ -275,7 +275,22 @@ def variable_shape_tensor_array(values: list) -> pa.Array:
     return pa.ExtensionArray.from_storage(VariableShapeTensorType(data.type.value_type, ndim), storage)
 
 
-def pickled_object_array(values: list) -> pa.Array:
+def pickled_object_array(values: list, name: str = "") -> pa.Array:
+    """A user column of objects Arrow cannot type, as Ray's fallback makes it (unless the
+    DataContext turns the fallback off)."""
+    from oxray.data.context import DataContext
+
+    if not DataContext.get_current().enable_fallback_to_arrow_object_ext_type:
+        kinds = sorted({type(v).__name__ for v in values if v is not None})
+        raise ValueError(
+            f"column {name!r}: Arrow has no type for its {', '.join(kinds)} values, and "
+            "DataContext.enable_fallback_to_arrow_object_ext_type is False (set it True to pickle them)"
+        )
+    return objects_column(values)
+
+
+def objects_column(values: list) -> pa.Array:
+    """Python objects pickled one per row (also how oxray carries its own partial results)."""
     import cloudpickle
 
     storage = pa.array([None if v is None else cloudpickle.dumps(v) for v in values], type=pa.large_binary())
@@ -286,14 +301,14 @@ def _tensor_column(name: str, values: list) -> pa.Array:
     """A column of ndarrays (and `None`s): fixed-shape when it can be, variable-shape otherwise."""
     arrays = [v for v in values if v is not None]
     if any(a.dtype.kind not in _NUMERIC_KINDS for a in arrays):
-        return pickled_object_array(values)
+        return pickled_object_array(values, name)
     shapes = {a.shape for a in arrays}
     if len(shapes) == 1 and len(arrays) == len(values):
         dtype = np.result_type(*{a.dtype for a in arrays})
         return fixed_shape_tensor_array(np.stack(arrays).astype(dtype, copy=False))
     if len({len(s) for s in shapes}) == 1:
         return variable_shape_tensor_array(values)
-    return pickled_object_array(values)
+    return pickled_object_array(values, name)
 
 
 def array_from_list(name: str, values: list) -> pa.Array:
@@ -308,11 +323,11 @@ def array_from_list(name: str, values: list) -> pa.Array:
         try:
             return pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
-            return pickled_object_array(values)
+            return pickled_object_array(values, name)
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
-        return pickled_object_array(values)
+        return pickled_object_array(values, name)
 
 
 def array_from_values(name: str, values) -> pa.Array:
@@ -327,7 +342,7 @@ def array_from_values(name: str, values) -> pa.Array:
         if values.ndim == 0:
             raise ValueError(f"column {name!r}: got a scalar ({values!r}); a batch column needs one value per row")
         if values.ndim > 1:
-            return fixed_shape_tensor_array(values)
+            return fixed_shape_tensor_array(values, name)
         if values.dtype.kind in "iuf" or (values.dtype.kind == "b"):
             return _numeric_array(values)
         if values.dtype == object:

@@ -25,6 +25,7 @@ from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.execution_state import ExecutionReporter
+from oxray.data.context import DataContext
 
 DEFAULT_STORE_SHARE = 0.5
 # The estimated output of a read task that does not know its size.
@@ -88,9 +89,17 @@ def _run_blocks(fns, read_task, inputs):
     return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
 
 
-def _map_task(fns, read_task, *inputs):
+def _use_context(ctx) -> None:
+    """The dataset's DataContext as this worker's current one while its work runs, as in Ray."""
+    if ctx is not None:
+        DataContext._current = ctx
+
+
+def _map_task(fns, read_task, task_idx, ctx, *inputs):
+    _use_context(ctx)
     for fn in fns:
         fn.setup()
+    T.set_task_index(task_idx)
     return _run_blocks(fns, read_task, inputs)
 
 
@@ -164,12 +173,14 @@ def slice_ranges(refs: list, rows: list, bounds: list) -> list:
 class _MapActor:
     """One member of a class UDF's actor pool: builds the UDF once, then maps blocks."""
 
-    def __init__(self, fns):
+    def __init__(self, fns, ctx=None):
+        _use_context(ctx)
         self.fns = fns
         for fn in fns:
             fn.setup()
 
-    def run(self, read_task, *inputs):
+    def run(self, read_task, task_idx, *inputs):
+        T.set_task_index(task_idx)
         return _run_blocks(self.fns, read_task, inputs)
 
 
@@ -179,6 +190,7 @@ class _MapActor:
 class Executor:
     def __init__(self, stages: list, ctx, stats: ExecutionStats, progress=None):
         self.stages = stages
+        self.ctx = ctx
         self.stats = stats
         self.progress = progress
         opts = ctx.execution_options
@@ -205,6 +217,7 @@ class Executor:
         self._actors: dict = {}  # op index -> {slot: actor}
         self._streams: dict = {}  # op index -> open local stream
         self._read_cpu: dict = {}  # op index -> process CPU time when its stream opened
+        self._task_index: dict = {}  # op index -> tasks submitted so far
 
     # -- topology --
 
@@ -336,11 +349,14 @@ class Executor:
             stage, read_tasks = self._ops[op]
             read_task = read_tasks[read] if read is not None else None
             args = [self._ref(b) for b in inputs]
+            # The operator's n-th task, as Ray's TaskContext.task_idx (seeds per-task randomness).
+            task_idx = self._task_index.get(op, 0)
+            self._task_index[op] = task_idx + 1
             if actor is not None:
-                refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, *args)
+                refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, task_idx, *args)
             else:
                 fn = remote(_map_task, num_returns=2).options(**self._placement(stage.compute.remote_options()))
-                refs = fn.remote(stage.fns, read_task, *args)
+                refs = fn.remote(stage.fns, read_task, task_idx, self.ctx, *args)
             self._track(task, refs)
         elif kind == "pull":
             self._pull(scheduler, action[1])
@@ -352,7 +368,7 @@ class Executor:
             opts = self._placement(stage.compute.remote_options())
             if "num_cpus" not in opts and "num_gpus" not in opts:
                 opts["num_cpus"] = 1  # as Ray Data: a pool actor holds a CPU, so pools spread over nodes
-            self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns)
+            self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
         elif kind == "stop_actors":
             for actor in self._actors.pop(action[1], {}).values():
                 _kill(actor)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import abc
 import inspect
 import traceback
-import zlib
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -204,7 +203,7 @@ class PartialAggregate(BlockFn):
         partials = []
         for agg in self.aggs:
             partials.append(call_udf(agg.name, agg._partial, table, None, table))
-        return [pa.table({"partials": C.pickled_object_array([partials])})]
+        return [pa.table({"partials": C.objects_column([partials])})]
 
     @staticmethod
     def partials_of(table: pa.Table) -> list:
@@ -243,20 +242,34 @@ class WithColumn(BlockFn):
         return [table.append_column(self.col, values)]
 
 
+_task_index = 0
+
+
+def set_task_index(index: int) -> None:
+    """The running task's index within its operator (Ray's `TaskContext.task_idx`)."""
+    global _task_index
+    _task_index = index
+
+
 class RandomSample(BlockFn):
-    """Each row kept with probability `fraction`; seeded by the seed and the block's content."""
+    """Each row kept with probability `fraction`. Seeded as Ray seeds it: one generator per task,
+    `default_rng((task_idx, seed))`, drawing one number per row, so a seeded sample keeps the
+    same rows as Ray's for the same blocks."""
 
     def __init__(self, fraction: float, seed):
         self.fraction, self.seed = fraction, seed
         self.name = "RandomSample"
+        self._rng = None  # (task index, generator)
+
+    def _generator(self):
+        if self._rng is None or self._rng[0] != _task_index:
+            seed = None if self.seed is None else (_task_index, self.seed)
+            self._rng = (_task_index, np.random.default_rng(seed))
+        return self._rng[1]
 
     def __call__(self, table: pa.Table) -> list:
-        if self.seed is None:
-            rng = np.random.default_rng()
-        else:
-            first = repr(table.slice(0, 1).to_pylist()).encode()
-            rng = np.random.default_rng([self.seed, table.num_rows, zlib.crc32(first)])
-        return [table.filter(pa.array(rng.random(table.num_rows) < self.fraction))]
+        mask = self._generator().random(table.num_rows) < self.fraction
+        return [table.take(pa.array(np.flatnonzero(mask)))]
 
 
 def check_columns(op: str, names: list, cols) -> None:

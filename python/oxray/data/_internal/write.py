@@ -143,7 +143,7 @@ class DatasinkWrite(BlockFn):
                 {
                     "rows": pa.array([table.num_rows], pa.int64()),
                     "bytes": pa.array([table.nbytes], pa.int64()),
-                    "returned": C.pickled_object_array([returned]),
+                    "returned": C.objects_column([returned]),
                 }
             )
         ]
