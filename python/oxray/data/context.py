@@ -68,6 +68,8 @@ _FIELDS = {
     "scheduling_strategy": "SPREAD",
     # Sort and groupby are pull-based range-partitioned shuffles (Ray's sort shuffle).
     "shuffle_strategy": "sort_shuffle_pull_based",
+    # Partitions of a hash-shuffle groupby when it names none.
+    "default_hash_shuffle_parallelism": 200,
     # Values Arrow cannot type are pickled into an object column, as Ray's fallback does.
     "enable_fallback_to_arrow_object_ext_type": True,
 }
@@ -119,17 +121,25 @@ class DataContext:
         elif name == "use_push_based_shuffle" and value:
             raise ValueError("DataContext.use_push_based_shuffle=True is not supported by oxray")
         elif name == "shuffle_strategy":
-            if str(getattr(value, "value", value)) != ShuffleStrategy.SORT_SHUFFLE_PULL_BASED.value:
+            text = str(getattr(value, "value", value))
+            if text not in (ShuffleStrategy.SORT_SHUFFLE_PULL_BASED.value, ShuffleStrategy.HASH_SHUFFLE.value):
                 raise ValueError(
-                    f"DataContext.shuffle_strategy={value!r}: oxray runs sort and groupby as a pull-based "
-                    "sort shuffle (ShuffleStrategy.SORT_SHUFFLE_PULL_BASED) only"
+                    f"DataContext.shuffle_strategy={value!r}: oxray runs the pull-based sort shuffle "
+                    "(ShuffleStrategy.SORT_SHUFFLE_PULL_BASED) or, for groupby, the hash shuffle "
+                    "(ShuffleStrategy.HASH_SHUFFLE)"
                 )
-            value = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+            value = ShuffleStrategy(text)
         elif name == "enable_fallback_to_arrow_object_ext_type" and value is None:
             value = True  # Ray's None: fall back (as its default does)
         elif name == "target_max_block_size" and value is None:
             pass  # Ray's "no limit": a read's blocks are whole files
-        elif name in ("target_max_block_size", "target_min_block_size", "read_op_min_num_blocks", "min_parallelism"):
+        elif name in (
+            "target_max_block_size",
+            "target_min_block_size",
+            "read_op_min_num_blocks",
+            "min_parallelism",
+            "default_hash_shuffle_parallelism",
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"DataContext.{name}={value!r}: expected a positive integer")
         object.__setattr__(self, name, value)

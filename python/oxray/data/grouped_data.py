@@ -31,9 +31,16 @@ class GroupedData:
         return f"GroupedData(dataset={self._dataset!r}, key={self._key!r})"
 
     def _exchange(self, reducer):
-        return self._dataset._with(
-            P.AllToAllOp("groupby", {"key": self._sort_key, "reducer": reducer, "num_blocks": self._num_partitions})
-        )
+        from oxray.data.context import DataContext, ShuffleStrategy
+
+        ctx = DataContext.get_current()
+        args = {"key": self._sort_key, "reducer": reducer, "num_blocks": self._num_partitions}
+        if ctx.shuffle_strategy == ShuffleStrategy.HASH_SHUFFLE:
+            # Groups dealt to partitions by a hash of the key: no sampling, and groups are not in key
+            # order across partitions (each partition's groups still come sorted).
+            args["hash"] = True
+            args["num_blocks"] = self._num_partitions or ctx.default_hash_shuffle_parallelism
+        return self._dataset._with(P.AllToAllOp("groupby", args))
 
     def aggregate(self, *aggs):
         """One row per group: the key columns and each aggregation's result, by its name."""

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from data_testutil import ray
+from data_testutil import AGAINST_RAY, ray
 
 A = pytest.importorskip("oxray.data.aggregate") if not hasattr(ray.data, "aggregate") else ray.data.aggregate
 
@@ -170,3 +170,22 @@ def test_split_proportionately_and_repartition_by_keys(data_cluster):
         assert not keys & seen, f"keys {keys & seen} are in two blocks"
         seen |= keys
     assert sorted(r["v"] for r in done.take_all()) == list(range(40))
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="oxray's partitioning")
+def test_hash_shuffle_groupby_puts_each_group_in_one_partition(data_cluster):
+    from oxray.data.context import ShuffleStrategy
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
+    ctx.default_hash_shuffle_parallelism = 4
+    try:
+        ds = ray.data.from_items([{"k": f"key{i % 7}", "v": i} for i in range(70)], override_num_blocks=5)
+        out = ds.groupby("k").sum("v").materialize()
+        assert out.num_blocks() <= 4
+        rows = out.take_all()
+        assert sorted(r["k"] for r in rows) == sorted(f"key{j}" for j in range(7)), "a group split over partitions"
+        assert {r["k"]: r["sum(v)"] for r in rows} == {f"key{j}": sum(range(j, 70, 7)) for j in range(7)}
+    finally:
+        ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
+        ctx.default_hash_shuffle_parallelism = 200

@@ -140,8 +140,8 @@ def test_data_context_settings_ray_tests_flip(data_cluster):
     from oxray.data.context import ShuffleStrategy
 
     ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
-    with pytest.raises(ValueError, match="hash_shuffle"):
-        ctx.shuffle_strategy = ShuffleStrategy.HASH_SHUFFLE
+    with pytest.raises(ValueError, match="sort_shuffle_push_based"):
+        ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PUSH_BASED
 
 
 def test_filter_and_with_column_take_expressions(data_cluster):

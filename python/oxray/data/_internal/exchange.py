@@ -97,10 +97,52 @@ class UserBoundaries:
     values: list
 
 
+@dataclass(frozen=True)
+class HashPartitions:
+    """The hash shuffle: a row goes to part `hash(key) % n`."""
+
+    n: int
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(h: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every input bit reaches every output bit (uint64, wrapping)."""
+    h = h ^ (h >> np.uint64(30))
+    h = h * np.uint64(0xBF58476D1CE4E5B9)
+    h = h ^ (h >> np.uint64(27))
+    h = h * np.uint64(0x94D049BB133111EB)
+    return h ^ (h >> np.uint64(31))
+
+
+def _column_hash(column) -> np.ndarray:
+    """A hash per value that is the same in every process (Python's str hash is not)."""
+    import zlib
+
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+    if numeric and not column.null_count:
+        values = column.to_numpy(zero_copy_only=False)
+        if values.dtype.kind == "f":
+            bits = np.where(values == 0, 0.0, values).astype(np.float64).view(np.uint64)  # -0.0 is 0.0
+        else:
+            bits = values.astype(np.int64).view(np.uint64)
+        return _mix(bits)
+    return np.array([zlib.crc32(repr(v).encode()) for v in column.to_pylist()], dtype=np.uint64)
+
+
 def partition_of_rows(table: pa.Table, key: SortKey, bounds) -> np.ndarray:
     """The output part of each row: the number of boundaries that sort strictly before it."""
     if bounds is None or table.num_rows == 0:
         return np.zeros(table.num_rows, dtype=np.int64)
+    if isinstance(bounds, HashPartitions):
+        h = np.zeros(table.num_rows, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for c in key.columns:
+                h = _mix(h * _MIX + _column_hash(table.column(c)))
+        return (h % np.uint64(bounds.n)).astype(np.int64)
     if isinstance(bounds, UserBoundaries):
         values = table.column(key.columns[0]).to_numpy(zero_copy_only=False)
         return np.searchsorted(np.asarray(bounds.values), values, side="right").astype(np.int64)

@@ -417,7 +417,9 @@ class Executor:
         """Sort or groupby: sample the keys, cut every input by key range, reduce each range."""
         key, n_out = stage.args["key"], len(tasks)
         refs = [self._ref(b) for b in inputs]
-        if stage.args.get("boundaries") is not None:
+        if stage.args.get("hash"):
+            bounds = X.HashPartitions(n_out)
+        elif stage.args.get("boundaries") is not None:
             bounds = X.UserBoundaries(stage.args["boundaries"])
         else:
             sample = remote(X.sample_keys)
