@@ -160,11 +160,15 @@ def partition_of_rows(table: pa.Table, key: SortKey, bounds) -> np.ndarray:
     return parts
 
 
-def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs):
-    """One input bundle cut into `n` parts by key range (one return value per part)."""
+def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs, columns: Optional[list] = None):
+    """One input bundle cut into `n` parts by key range (one return value per part); only
+    `columns` travel on when the reduce needs no others."""
+    B.release_cached_memory()
     table = _table_of(inputs)
     if table.num_rows:
         key.check(table.column_names, "sort")
+        if columns is not None:
+            table = table.select([c for c in table.column_names if c in columns])
     parts = partition_of_rows(table, key, bounds)
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=n)
@@ -176,16 +180,6 @@ def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs):
     return out[0] if n == 1 else tuple(out)
 
 
-def _meta(tables: list, wall0: float, cpu0: float) -> dict:
-    return {
-        "rows": sum(t.num_rows for t in tables),
-        "bytes": sum(t.nbytes for t in tables),
-        "blocks": len(tables),
-        "wall": time.perf_counter() - wall0,
-        "cpu": time.thread_time() - cpu0,
-    }
-
-
 def _sorted_part(key: SortKey, parts) -> pa.Table:
     table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
     if table.num_rows:
@@ -194,10 +188,11 @@ def _sorted_part(key: SortKey, parts) -> pa.Table:
 
 
 def sort_reduce(key: SortKey, *parts):
+    B.release_cached_memory()
     wall0, cpu0 = time.perf_counter(), time.thread_time()
     table = _sorted_part(key, parts)
     out = [table] if table.num_rows else []
-    return [B.IpcBlock(t) for t in out], _meta(out, wall0, cpu0)
+    return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
 
 def group_bounds(table: pa.Table, columns: tuple) -> list:
@@ -227,6 +222,16 @@ class GroupAggregate:
 
     key: SortKey
     aggs: list = field(default_factory=list)
+
+    def columns_needed(self) -> Optional[set]:
+        """The columns the aggregations read (None: whole rows, for a custom AggregateFn)."""
+        if any(_arrow_spec(agg, self.key.columns[0]) is None for agg in self.aggs):
+            return None
+        return set(self.key.columns) | {a.get_target_column() for a in self.aggs if a.get_target_column()}
+
+    def presorted(self) -> bool:
+        """Whether the rows must come sorted by key (Arrow's hash aggregation needs no order)."""
+        return self.columns_needed() is None
 
     def reduce(self, table: pa.Table) -> pa.Table:
         fast = _arrow_group_aggregate(table, self.key.columns, self.aggs)
@@ -309,8 +314,12 @@ class MapGroups:
 
 
 def group_reduce(reducer, *parts):
+    B.release_cached_memory()
     wall0, cpu0 = time.perf_counter(), time.thread_time()
-    table = _sorted_part(reducer.key, parts)
+    if getattr(reducer, "presorted", lambda: True)():
+        table = _sorted_part(reducer.key, parts)
+    else:
+        table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
     out = reducer.reduce(table) if table.num_rows else None
     tables = [out] if out is not None and (out.num_rows or out.num_columns) else []
-    return [B.IpcBlock(t) for t in tables], _meta(tables, wall0, cpu0)
+    return [B.IpcBlock(t) for t in tables], B.task_meta(tables, wall0, cpu0)

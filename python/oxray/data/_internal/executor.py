@@ -86,7 +86,7 @@ def _run_blocks(fns, read_task, inputs):
         if len(tables) > 1:
             tables = [B.concat(tables)]
     out = T.run_fns(fns, tables)
-    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
+    return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
 
 def _use_context(ctx) -> None:
@@ -96,21 +96,12 @@ def _use_context(ctx) -> None:
 
 
 def _map_task(fns, read_task, task_idx, ctx, *inputs):
+    B.release_cached_memory()
     _use_context(ctx)
     for fn in fns:
         fn.setup()
     T.set_task_index(task_idx)
     return _run_blocks(fns, read_task, inputs)
-
-
-def _meta_of(tables: list, wall0: float, cpu0: float) -> dict:
-    return {
-        "rows": sum(t.num_rows for t in tables),
-        "bytes": sum(t.nbytes for t in tables),
-        "blocks": len(tables),
-        "wall": time.perf_counter() - wall0,
-        "cpu": time.thread_time() - cpu0,
-    }
 
 
 def _shuffle_map(n: int, seed: int, *inputs):
@@ -134,7 +125,7 @@ def _shuffle_reduce(seed: int, *parts):
     if table.num_rows:
         table = table.take(pa.array(np.random.default_rng(seed).permutation(table.num_rows)))
     out = [table] if table.num_rows or table.num_columns else []
-    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
+    return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
 
 def _slice_concat(pieces: list, *inputs):
@@ -142,7 +133,7 @@ def _slice_concat(pieces: list, *inputs):
     wall0, cpu0 = time.perf_counter(), time.thread_time()
     tables = [B.concat(list(blocks)) for blocks in inputs]
     out = [B.concat([tables[i].slice(offset, rows) for i, offset, rows in pieces])]
-    return [B.IpcBlock(t) for t in out], _meta_of(out, wall0, cpu0)
+    return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
 
 _remotes: dict = {}
@@ -228,9 +219,12 @@ class Executor:
 
     def _build(self, stages: list) -> int:
         last = None
+        # An all-to-all waits for all its input: a read feeding one runs as tasks, so the blocks
+        # wait in the object store (which spills), never as tables held in this process.
+        feeds_all_to_all = any(isinstance(s, P.AllToAllStage) for s in stages)
         for stage in stages:
             if isinstance(stage, P.ReadStage):
-                if stage.source.streams_locally:
+                if stage.source.streams_locally and not feeds_all_to_all:
                     last = self._add("local", stage.name, [], None, stage)
                 else:
                     compute = stage.source.read_compute or P.ComputeSpec()
@@ -425,11 +419,13 @@ class Executor:
             sample = remote(X.sample_keys)
             samples = oxray.get([sample.remote(key, X.SAMPLES_PER_BLOCK, r) for r in refs])
             bounds = X.boundaries_from(samples, key, n_out)
+        reducer = stage.args.get("reducer")
+        needed = getattr(reducer, "columns_needed", lambda: None)()
+        columns = sorted(needed) if needed is not None else None
         dealt = []
         for ref in refs:
-            parts = remote(X.partition_map, num_returns=n_out).remote(key, bounds, n_out, ref)
+            parts = remote(X.partition_map, num_returns=n_out).remote(key, bounds, n_out, ref, columns=columns)
             dealt.append([parts] if n_out == 1 else parts)
-        reducer = stage.args.get("reducer")
         for j, task in enumerate(tasks):
             parts = [p[j] for p in dealt]
             if reducer is None:

@@ -67,6 +67,7 @@ def _part(inputs) -> pa.Table:
 
 def join_parts(spec: JoinSpec, n_left: int, *parts):
     """One partition's join: (blocks, metadata)."""
+    B.release_cached_memory()
     wall0, cpu0 = time.perf_counter(), time.thread_time()
     left, right = _part(parts[:n_left]), _part(parts[n_left:])
     if left.num_columns == 0 or right.num_columns == 0:
@@ -89,14 +90,7 @@ def join_parts(spec: JoinSpec, n_left: int, *parts):
             use_threads=False,
         )
     tables = [out] if out is not None and out.num_rows else []
-    meta = {
-        "rows": sum(t.num_rows for t in tables),
-        "bytes": sum(t.nbytes for t in tables),
-        "blocks": len(tables),
-        "wall": time.perf_counter() - wall0,
-        "cpu": time.thread_time() - cpu0,
-    }
-    return [B.IpcBlock(t) for t in tables], meta
+    return [B.IpcBlock(t) for t in tables], B.task_meta(tables, wall0, cpu0)
 
 
 def run_join(left, right, spec: JoinSpec, n: int):
