@@ -23,6 +23,7 @@ from oxray.data._internal import block as B
 
 __all__ = [
     "AbsMax",
+    "AsList",
     "AggregateFn",
     "AggregateFnV2",
     "Count",
@@ -339,6 +340,29 @@ class Unique(AggregateFnV2):
 
     def _result(self, acc):
         return [] if acc is NOTHING else self.finalize(acc)
+
+
+class AsList(AggregateFnV2):
+    """Every value of `on` (nulls too, unless `ignore_nulls`), as a list."""
+
+    def __init__(self, on: str, alias_name: Optional[str] = None, ignore_nulls: bool = False):
+        super().__init__(alias_name or f"list({on or ''})", list, on=on, ignore_nulls=ignore_nulls)
+
+    def _partial(self, key, block):
+        return self.aggregate_block(block)
+
+    def aggregate_block(self, block):
+        column = self._column(block)
+        return (column.drop_null() if self._ignore_nulls else column).to_pylist()
+
+    def combine(self, current_accumulator, new):
+        return current_accumulator + new
+
+    def _combine(self, a, b):
+        return (a if a is not NOTHING else []) + (b if b is not NOTHING else [])
+
+    def _result(self, acc):
+        return [] if acc is NOTHING else acc
 
 
 def check_aggs(aggs: tuple, what: str) -> list:

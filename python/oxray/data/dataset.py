@@ -325,20 +325,25 @@ class Dataset:
         if schema is not None:
             T.check_columns(what, schema.names, sorted(expr.columns()))
 
-    def _columns_arg(self, cols, what: str) -> list:
+    def _columns_arg(self, cols, what: str, check_known: bool = True) -> list:
+        """Column names as Ray checks them (with its messages); with `check_known`, names the
+        dataset's schema (when known without reading) lacks are refused here."""
         if isinstance(cols, str):
             cols = [cols]
-        if not isinstance(cols, (list, tuple)) or not all(isinstance(c, str) for c in cols):
-            raise TypeError(f"{what}: expected a column name or a list of column names, got {cols!r}")
+        if not isinstance(cols, list):
+            raise TypeError(f"{what} requires 'cols' to be a string or a list of strings.")
+        if not all(isinstance(c, str) for c in cols):
+            raise ValueError(f"{what} requires all elements of 'cols' to be strings.")
         if len(set(cols)) != len(cols):
-            raise ValueError(f"{what} expected unique column names, got duplicate column names: {list(cols)}")
-        schema = P.schema_from_metadata(self._plan)
+            raise ValueError(f"{what} expected unique column names, got duplicate column names: {cols}")
+        schema = P.schema_from_metadata(self._plan) if check_known else None
         if schema is not None:
             T.check_columns(what, schema.names, cols)
         return list(cols)
 
     def select_columns(self, cols, *, compute=None, concurrency=None, **ray_remote_args) -> "Dataset":
-        cols = self._columns_arg(cols, "select_columns")
+        # As Ray: an unknown column fails when the dataset runs (a KeyError), not here.
+        cols = self._columns_arg(cols, "select_columns", check_known=False)
         spec = _compute_spec(None, "select_columns", compute, concurrency, None, None, None, ray_remote_args)
         return self._with(P.MapOp(T.SelectColumns(cols), spec))
 
@@ -348,18 +353,32 @@ class Dataset:
         return self._with(P.MapOp(T.DropColumns(cols), spec))
 
     def rename_columns(self, names, *, concurrency=None, **ray_remote_args) -> "Dataset":
-        if isinstance(names, (list, tuple)):
+        """Renames columns by a dict of old -> new names, or a list of new names for every column."""
+        if isinstance(names, dict):
+            if not names:
+                raise ValueError("rename_columns received 'names' with no entries.")
+            if len(set(names.values())) != len(names):
+                raise ValueError(f"rename_columns received duplicate values in the 'names': {names}")
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items()):
+                raise ValueError("rename_columns requires both keys and values in the 'names' to be strings.")
+        elif isinstance(names, list):
+            if not names:
+                raise ValueError("rename_columns requires 'names' with at least one column name.")
+            if len(set(names)) != len(names):
+                raise ValueError(f"rename_columns received duplicate values in the 'names': {names}")
+            if not all(isinstance(n, str) for n in names):
+                raise ValueError("rename_columns requires all elements in the 'names' to be strings.")
             schema = P.schema_from_metadata(self._plan)
-            if schema is None:
-                schema = self.schema().base_schema
-            if len(names) != len(schema.names):
+            current = schema.names if schema is not None else self.schema().names
+            if len(names) != len(current):
                 raise ValueError(
-                    f"rename_columns: {len(names)} names given for {len(schema.names)} columns {schema.names}"
+                    f"rename_columns requires 'names': {names} length match current schema names: {current}."
                 )
-            names = dict(zip(schema.names, names, strict=True))
-        if not isinstance(names, dict):
-            raise TypeError(f"rename_columns: expected a dict of old -> new names, got {type(names).__name__}")
-        self._columns_arg(list(names), "rename_columns")
+            names = dict(zip(current, names, strict=True))
+        else:
+            raise TypeError(
+                f"rename_columns expected names to be either List[str] or Dict[str, str], got {type(names)}."
+            )
         spec = _compute_spec(None, "rename_columns", None, concurrency, None, None, None, ray_remote_args)
         return self._with(P.MapOp(T.RenameColumns(names), spec))
 

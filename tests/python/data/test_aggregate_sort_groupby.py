@@ -189,3 +189,27 @@ def test_hash_shuffle_groupby_puts_each_group_in_one_partition(data_cluster):
     finally:
         ctx.shuffle_strategy = ShuffleStrategy.SORT_SHUFFLE_PULL_BASED
         ctx.default_hash_shuffle_parallelism = 200
+
+
+def test_as_list_collects_each_groups_values(ds):
+    out = {
+        r["k"]: sorted(x for x in r["list(n)"] if x is not None)
+        for r in ds.groupby("k").aggregate(A.AsList("n")).take_all()
+    }
+    for k in range(4):
+        assert out[k] == sorted(r["n"] for r in items() if r["k"] == k and r["n"] is not None)
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="checks oxray's messages, which follow Ray's")
+def test_column_argument_checks_use_rays_messages(data_cluster):
+    ds = ray.data.from_items([{"spam": 0, "ham": 0}])
+    with pytest.raises(ValueError, match="rename_columns received 'names' with no entries."):
+        ds.rename_columns({})
+    with pytest.raises(ValueError, match=r"length match current schema names: \['spam', 'ham'\]"):
+        ds.rename_columns(["a", "b", "c"])
+    with pytest.raises(TypeError, match="either List\\[str\\] or Dict\\[str, str\\]"):
+        ds.rename_columns(42)
+    with pytest.raises(TypeError, match="select_columns requires 'cols' to be a string or a list of strings."):
+        ds.select_columns(1)
+    with pytest.raises(KeyError):  # as Ray: an unknown column fails when the dataset runs
+        ds.select_columns(["spam", "nope"]).take_all()

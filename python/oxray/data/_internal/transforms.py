@@ -272,11 +272,18 @@ class RandomSample(BlockFn):
         return [table.take(pa.array(np.flatnonzero(mask)))]
 
 
+class ColumnNotFoundError(KeyError, ValueError):
+    """A named column the dataset lacks (a KeyError, as Ray raises, and a ValueError)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def check_columns(op: str, names: list, cols) -> None:
     """`cols` must all be among the dataset's column `names`."""
     missing = [c for c in cols if c not in names]
     if missing:
-        raise ValueError(f"{op}: unknown column(s) {missing}; the dataset's columns are {list(names)}")
+        raise ColumnNotFoundError(f"{op}: unknown column(s) {missing}; the dataset's columns are {list(names)}")
 
 
 class SelectColumns(BlockFn):
