@@ -831,6 +831,11 @@ class Dataset:
         what = f"write_{fmt}"
         filesystem = kwargs.pop("filesystem", None)
         try_create_dir = kwargs.pop("try_create_dir", True)
+        filenames = kwargs.pop("filename_provider", None)
+        if filenames is not None and not hasattr(filenames, "get_filename_for_task"):
+            raise TypeError(
+                f"{what}(filename_provider=...): expected a FilenameProvider, got {type(filenames).__name__}"
+            )
         min_rows_per_file = kwargs.pop("min_rows_per_file", None)
         max_rows_per_file = kwargs.pop("max_rows_per_file", None)
         mode = _check_mode(kwargs.pop("mode", None), what)
@@ -859,13 +864,16 @@ class Dataset:
             if mode == "ignore":
                 return
             remove_existing(path)  # overwrite
-        writer = WriteBlocks(fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {})
+        writer = WriteBlocks(
+            fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {}, filenames
+        )
         ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file, bundle_inputs=bool(min_rows_per_file)))
+        finished = []
         try:
-            for _written in ds._iter_tables():
-                pass
+            for written in ds._iter_tables():
+                finished.extend(written.column("path").to_pylist())
         except BaseException:
-            cleanup_written(path, writer.token)
+            cleanup_written(path, writer.token, finished)
             raise
 
     def write_datasink(self, datasink, *, ray_remote_args=None, concurrency: Optional[int] = None) -> None:

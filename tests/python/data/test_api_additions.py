@@ -189,3 +189,19 @@ def test_read_parquet_include_paths(data_cluster, tmp_path):
     rows = ray.data.read_parquet(path, include_paths=True).take_all()
     files = {os.path.join(path, f) for f in os.listdir(path)}
     assert {r["path"] for r in rows} == files
+
+
+def test_write_with_a_filename_provider(data_cluster, tmp_path):
+    if AGAINST_RAY:
+        from ray.data.datasource.filename_provider import FilenameProvider
+    else:
+        from oxray.data.datasource.filename_provider import FilenameProvider
+
+    class Named(FilenameProvider):
+        def get_filename_for_task(self, write_uuid, task_index):
+            return f"part-{task_index:03}.parquet"
+
+    path = str(tmp_path / "named")
+    ray.data.range(9, override_num_blocks=3).write_parquet(path, filename_provider=Named())
+    assert sorted(os.listdir(path)) == ["part-000.parquet", "part-001.parquet", "part-002.parquet"]
+    assert sorted(r["id"] for r in ray.data.read_parquet(path).take_all()) == list(range(9))

@@ -251,6 +251,10 @@ def set_task_index(index: int) -> None:
     _task_index = index
 
 
+def current_task_index() -> int:
+    return _task_index
+
+
 class RandomSample(BlockFn):
     """Each row kept with probability `fraction`. Seeded as Ray seeds it: one generator per task,
     `default_rng((task_idx, seed))`, drawing one number per row, so a seeded sample keeps the

@@ -30,19 +30,35 @@ def _partition_value(value) -> str:
 
 
 class WriteBlocks(BlockFn):
-    def __init__(self, fmt: str, path: str, token: str, partition_cols, max_rows_per_file, column, options):
+    def __init__(
+        self, fmt: str, path: str, token: str, partition_cols, max_rows_per_file, column, options, filenames=None
+    ):
         self.fmt, self.path, self.token = fmt, path.rstrip("/"), token
         self.partition_cols = partition_cols
         self.max_rows_per_file = max_rows_per_file
         self.column = column
         self.options = options
+        self.filenames = filenames  # a user's FilenameProvider, or None
         self.name = f"Write{fmt.capitalize() if fmt != 'csv' else 'CSV'}"
+        self._calls = 0
 
-    def _filename(self, i: int) -> str:
-        return f"{self.token}_{uuid.uuid4().hex[:12]}_{i:06d}.{_EXTENSIONS[self.fmt]}"
+    def _filename(self, table: pa.Table, i: int) -> str:
+        if self.filenames is None:
+            return f"{self.token}_{uuid.uuid4().hex[:12]}_{i:06d}.{_EXTENSIONS[self.fmt]}"
+        from oxray.data._internal import transforms as T
+        from oxray.data.datasource.filename_provider import names_blocks
+
+        task = T.current_task_index()
+        if names_blocks(self.filenames):
+            return self.filenames.get_filename_for_block(table, self.token, task, self._calls - 1 + i)
+        name = self.filenames.get_filename_for_task(self.token, task)
+        if i == 0:
+            return name
+        base, dot, ext = name.rpartition(".") if "." in name else (name, "", "")
+        return f"{base}_{i:06d}{dot}{ext}"
 
     def _write_one(self, table: pa.Table, directory: str, i: int) -> str:
-        name = self._filename(i)
+        name = self._filename(table, i)
         batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
         if self.fmt == "parquet":
             return _native.data_write_parquet(batches, directory, name, self.options.get("compression", "snappy"))
@@ -61,6 +77,7 @@ class WriteBlocks(BlockFn):
         return [table.slice(s, n) for s in range(0, table.num_rows, n)]
 
     def __call__(self, table: pa.Table) -> list:
+        self._calls += 1
         written = []
         groups = [(self.path, table)]
         if self.partition_cols:
@@ -73,9 +90,11 @@ class WriteBlocks(BlockFn):
             for key, rows in order.items():
                 sub = "/".join(f"{c}={_partition_value(v)}" for c, v in zip(self.partition_cols, key, strict=True))
                 groups.append((f"{self.path}/{sub}", data.take(pa.array(rows))))
+        i = 0
         for directory, part in groups:
-            for i, piece in enumerate(self._pieces(part)):
+            for piece in self._pieces(part):
                 written.append(self._write_one(piece, directory, i))
+                i += 1
         return [pa.table({"path": pa.array(written, type=pa.string())})]
 
 
@@ -103,20 +122,24 @@ def remove_existing(path: str) -> None:
             os.remove(target)
 
 
-def cleanup_written(path: str, token: str) -> None:
-    """Removes the files a failed write finished (their names carry its token)."""
+def cleanup_written(path: str, token: str, finished=()) -> None:
+    """Removes the files a failed write finished: those whose names carry its token, and those
+    its finished tasks reported (a FilenameProvider's names need not carry it)."""
+    finished = set(finished)
     if path.startswith("s3://"):
         storage = _native.Storage(path)
+        prefix = path.rstrip("/") + "/"
         for rel in storage.list(""):
-            if os.path.basename(rel).startswith(token + "_"):
+            if os.path.basename(rel).startswith(token + "_") or prefix + rel in finished:
                 storage.delete_dir(rel)
         return
     local = path[len("file://") :] if path.startswith("file://") else path
     for root, _dirs, files in os.walk(local):
         for name in files:
-            if name.startswith(token + "_"):
+            full = os.path.join(root, name)
+            if name.startswith(token + "_") or full in finished:
                 try:
-                    os.remove(os.path.join(root, name))
+                    os.remove(full)
                 except FileNotFoundError:
                     pass
 
