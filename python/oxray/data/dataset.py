@@ -818,6 +818,29 @@ class Dataset:
         ds = self.random_shuffle(seed=seed) if shuffle else self
         return tuple(ds._split_rows(bounds, "TrainTestSplit"))
 
+    def streaming_train_test_split(
+        self, test_size: float, *, split_type: str = "random", hash_column: Optional[str] = None, seed=None, **kw
+    ) -> tuple:
+        """Lazy train and test datasets: each row marked by a seeded draw (`random`) or a hash of
+        `hash_column` (`hash`), then each side keeps its rows; nothing is materialized."""
+        if kw:
+            raise ValueError(f"streaming_train_test_split({', '.join(kw)}=...) is not supported by oxray")
+        if isinstance(test_size, bool) or not isinstance(test_size, (int, float)) or not 0 < test_size < 1:
+            raise ValueError("test_size must be between 0 and 1.")
+        if seed is not None and split_type == "hash":
+            raise ValueError("seed is not supported for hash split")
+        if hash_column is not None and split_type == "random":
+            raise ValueError("hash_column is not supported for random split")
+        if split_type not in ("random", "hash"):
+            raise ValueError(f"Invalid split type: {split_type}")
+        if split_type == "hash" and hash_column is None:
+            raise ValueError("hash_column is required for hash split")
+        marked = self._with(P.MapOp(T.MarkTrainRows(float(test_size), split_type, hash_column, seed), P.ComputeSpec()))
+        column = T.TRAIN_TEST_COLUMN
+        train = marked.filter(expr=f"{column} == True").drop_columns([column])
+        test = marked.filter(expr=f"{column} == False").drop_columns([column])
+        return train, test
+
     def streaming_split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
         _check_splits(n, locality_hints, "streaming_split")
         from oxray.data._internal.split import streaming_split

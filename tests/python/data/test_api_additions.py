@@ -205,3 +205,21 @@ def test_write_with_a_filename_provider(data_cluster, tmp_path):
     ray.data.range(9, override_num_blocks=3).write_parquet(path, filename_provider=Named())
     assert sorted(os.listdir(path)) == ["part-000.parquet", "part-001.parquet", "part-002.parquet"]
     assert sorted(r["id"] for r in ray.data.read_parquet(path).take_all()) == list(range(9))
+
+
+def test_streaming_train_test_split_is_disjoint_and_repeatable(data_cluster):
+    import hashlib
+
+    ds = ray.data.range(200, override_num_blocks=4)
+    train, test = ds.streaming_train_test_split(0.25, seed=3)
+    a, b = sorted(r["id"] for r in train.take_all()), sorted(r["id"] for r in test.take_all())
+    assert sorted(a + b) == list(range(200)) and not set(a) & set(b)
+    assert sorted(r["id"] for r in train.take_all()) == a, "a seeded split is the same every run"
+    train, test = ds.streaming_train_test_split(0.25, split_type="hash", hash_column="id")
+    limit = 0.75 * (1 << 64)
+    expected = [
+        i for i in range(200) if int.from_bytes(hashlib.blake2b(str(i).encode(), digest_size=8).digest(), "big") < limit
+    ]
+    assert sorted(r["id"] for r in train.take_all()) == expected
+    with pytest.raises(ValueError, match="hash_column is required"):
+        ds.streaming_train_test_split(0.5, split_type="hash")

@@ -255,6 +255,42 @@ def current_task_index() -> int:
     return _task_index
 
 
+TRAIN_TEST_COLUMN = "__oxray_is_train"
+
+
+class MarkTrainRows(BlockFn):
+    """`streaming_train_test_split`'s mark: whether each row goes to the train side. `random`
+    draws one number per row from `default_rng([task_idx(, seed)])`; `hash` compares an 8-byte
+    blake2b of the key's text with the train fraction, as Ray does, so the split is the same
+    every run and matches Ray's."""
+
+    def __init__(self, test_size: float, split_type: str, hash_column, seed):
+        self.test_size, self.split_type, self.hash_column, self.seed = test_size, split_type, hash_column, seed
+        self.name = "TrainTestSplit"
+        self._rng = None
+
+    def __call__(self, table: pa.Table) -> list:
+        if self.split_type == "random":
+            if self._rng is None or self._rng[0] != _task_index:
+                parts = [_task_index] if self.seed is None else [_task_index, self.seed]
+                self._rng = (_task_index, np.random.default_rng(parts))
+            is_train = self._rng[1].random(table.num_rows) < (1 - self.test_size)
+        else:
+            import hashlib
+
+            if self.hash_column not in table.column_names:
+                raise ValueError(f"Key column {self.hash_column} not found in batch")
+            limit = (1 - self.test_size) * (1 << 64)
+            is_train = np.array(
+                [
+                    int.from_bytes(hashlib.blake2b(str(k).encode(), digest_size=8).digest(), "big") < limit
+                    for k in table.column(self.hash_column).to_pylist()
+                ],
+                dtype=bool,
+            )
+        return [table.append_column(TRAIN_TEST_COLUMN, pa.array(is_train, type=pa.bool_()))]
+
+
 class RandomSample(BlockFn):
     """Each row kept with probability `fraction`. Seeded as Ray seeds it: one generator per task,
     `default_rng((task_idx, seed))`, drawing one number per row, so a seeded sample keeps the
