@@ -371,7 +371,4 @@ def check_aggs(aggs: tuple, what: str) -> list:
     for agg in aggs:
         if not isinstance(agg, AggregateFn):
             raise TypeError(f"{what}: {agg!r} is not an AggregateFn (use Count(), Sum(on), ... or AggregateFn(...))")
-    names = [a.name for a in aggs]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{what}: aggregations must have different names, got {names}")
     return list(aggs)

@@ -335,7 +335,8 @@ class Dataset:
         if not all(isinstance(c, str) for c in cols):
             raise ValueError(f"{what} requires all elements of 'cols' to be strings.")
         if len(set(cols)) != len(cols):
-            raise ValueError(f"{what} expected unique column names, got duplicate column names: {cols}")
+            verb = "expects" if what == "drop_columns" else "expected"  # Ray's two wordings
+            raise ValueError(f"{what} {verb} unique column names, got duplicate column names: {cols}")
         schema = P.schema_from_metadata(self._plan) if check_known else None
         if schema is not None:
             T.check_columns(what, schema.names, cols)

@@ -194,11 +194,9 @@ def rows_of(table: pa.Table) -> Iterable[dict]:
             cols.append(list(values))
         else:
             cols.append(col.to_pylist())
+    # A block with no columns has no rows to show (Ray's rows of it are none, not empty dicts).
     for values in zip(*cols, strict=True):
         yield dict(zip(names, values, strict=True))
-    if not names:
-        for _ in range(table.num_rows):
-            yield {}
 
 
 def table_from_rows(rows: list, what: str) -> pa.Table:

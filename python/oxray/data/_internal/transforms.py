@@ -81,6 +81,8 @@ class MapRows(BlockFn):
 
     def __call__(self, table: pa.Table) -> list:
         what = self.name
+        if table.num_columns == 0:
+            return []  # rows with no columns: nothing for a row UDF to see
         if self.kind == "filter":
             keep = []
             for row in B.rows_of(table):
