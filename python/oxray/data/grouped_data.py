@@ -30,11 +30,16 @@ class GroupedData:
     def __repr__(self) -> str:
         return f"GroupedData(dataset={self._dataset!r}, key={self._key!r})"
 
-    def _exchange(self, reducer):
+    def _exchange(self, reducer, reduce_options=None):
         from oxray.data.context import DataContext, ShuffleStrategy
 
         ctx = DataContext.get_current()
-        args = {"key": self._sort_key, "reducer": reducer, "num_blocks": self._num_partitions}
+        args = {
+            "key": self._sort_key,
+            "reducer": reducer,
+            "num_blocks": self._num_partitions,
+            "reduce_options": dict(reduce_options or {}),
+        }
         if ctx.shuffle_strategy == ShuffleStrategy.HASH_SHUFFLE:
             # Groups dealt to partitions by a hash of the key: no sampling, and groups are not in key
             # order across partitions (each partition's groups still come sorted).
@@ -74,29 +79,44 @@ class GroupedData:
         """`fn` applied to each group as one batch; its outputs make the dataset."""
         T.check_fn(fn, "map_groups")
         B.check_batch_format(batch_format)
-        refused = {
-            "compute": compute,
-            "fn_constructor_args": fn_constructor_args,
-            "fn_constructor_kwargs": fn_constructor_kwargs,
-            "num_gpus": num_gpus,
-            "memory": memory,
-            "concurrency": concurrency,
-        }
-        refused.update(ray_remote_args)
+        refused = {"compute": compute, "concurrency": concurrency}
+        refused.update({k: v for k, v in ray_remote_args.items() if k != "resources"})
         named = [k for k, v in refused.items() if v is not None]
-        if named or isinstance(fn, type):
-            what = ", ".join(f"{k}=..." for k in named) or "a callable class"
-            raise ValueError(f"map_groups({what}) is not supported by oxray; pass a function")
-        if num_cpus is not None:
-            raise ValueError("map_groups(num_cpus=...) is not supported by oxray; each group runs in a 1-CPU task")
+        if named:
+            raise ValueError(
+                f"map_groups({', '.join(f'{k}=...' for k in named)}) is not supported by oxray: each partition's "
+                "groups run in one reduce task (num_cpus, num_gpus, memory and resources set its request)"
+            )
+        if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
+            raise ValueError("map_groups: fn_constructor_args/kwargs are only for a callable class")
+        remote = {
+            k: v for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)) if v is not None
+        }
+        if ray_remote_args.get("resources"):
+            remote["resources"] = dict(ray_remote_args["resources"])
         key = self._sort_key
         if key is None:
             # One group: the whole dataset, in one reduce task.
             return self._dataset.repartition(1).map_batches(
-                fn, batch_format=batch_format, fn_args=fn_args, fn_kwargs=fn_kwargs
+                fn,
+                batch_format=batch_format,
+                fn_args=fn_args,
+                fn_kwargs=fn_kwargs,
+                fn_constructor_args=fn_constructor_args,
+                fn_constructor_kwargs=fn_constructor_kwargs,
+                concurrency=1 if isinstance(fn, type) else None,
+                **remote,
             )
-        reducer = X.MapGroups(key, fn, batch_format, tuple(fn_args or ()), dict(fn_kwargs or {}))
-        return self._exchange(reducer)
+        reducer = X.MapGroups(
+            key,
+            fn,
+            batch_format,
+            tuple(fn_args or ()),
+            dict(fn_kwargs or {}),
+            tuple(fn_constructor_args or ()),
+            dict(fn_constructor_kwargs or {}),
+        )
+        return self._exchange(reducer, remote)
 
     def _simple(self, agg_cls, on, **kwargs):
         if on is None:

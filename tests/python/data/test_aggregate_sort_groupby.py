@@ -213,3 +213,26 @@ def test_column_argument_checks_use_rays_messages(data_cluster):
         ds.select_columns(1)
     with pytest.raises(KeyError):  # as Ray: an unknown column fails when the dataset runs
         ds.select_columns(["spam", "nope"]).take_all()
+
+
+def test_map_groups_with_a_callable_class_and_a_generator(ds):
+    class Tagger:
+        def __init__(self, tag):
+            self.tag = tag
+
+        def __call__(self, batch):
+            return {"k": batch["k"][:1], "tag": np.array([self.tag])}
+
+    out = ds.groupby("k").map_groups(Tagger, fn_constructor_args=("t",), num_cpus=1).take_all()
+    assert sorted((r["k"], r["tag"]) for r in out) == [(k, "t") for k in range(4)]
+
+    def halves(batch):
+        n = len(batch["k"])
+        yield {"k": batch["k"][:1], "rows": np.array([n // 2])}
+        yield {"k": batch["k"][:1], "rows": np.array([n - n // 2])}
+
+    out = ds.groupby("k").map_groups(halves).take_all()
+    totals = {}
+    for r in out:
+        totals[r["k"]] = totals.get(r["k"], 0) + r["rows"]
+    assert totals == {k: sum(1 for x in items() if x["k"] == k) for k in range(4)}

@@ -16,6 +16,7 @@ No process ever holds the whole dataset: parts live in the object store, which s
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -297,19 +298,29 @@ class MapGroups:
     batch_format: Any
     fn_args: tuple = ()
     fn_kwargs: dict = field(default_factory=dict)
+    ctor_args: tuple = ()
+    ctor_kwargs: dict = field(default_factory=dict)
 
     def reduce(self, table: pa.Table) -> pa.Table:
         from oxray.data._internal import transforms as T
 
         name = f"MapGroups({T.udf_name(self.fn)})"
+        fn = self.fn
+        if isinstance(fn, type):  # a callable class: one instance for this task's groups
+            fn = T.call_udf(
+                f"the constructor of {T.udf_name(self.fn)}", self.fn, table, *self.ctor_args, **self.ctor_kwargs
+            )
         out = []
         for start, end in group_bounds(table, self.key.columns):
             group = table.slice(start, end - start)
             batch = B.to_batch(group, self.batch_format)
             if isinstance(batch, dict):
                 batch = {k: v if v.flags.writeable else v.copy() for k, v in batch.items()}
-            result = T.call_udf(name, self.fn, group, batch, *self.fn_args, **self.fn_kwargs)
-            out.append(B.from_batch(result, name))
+            result = T.call_udf(name, fn, group, batch, *self.fn_args, **self.fn_kwargs)
+            if inspect.isgenerator(result):  # a generator UDF yields several batches per group
+                out.extend(B.from_batch(item, name) for item in result)
+            else:
+                out.append(B.from_batch(result, name))
         return B.concat(out) if out else pa.table({})
 
 

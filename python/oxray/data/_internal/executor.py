@@ -431,7 +431,10 @@ class Executor:
             if reducer is None:
                 refs_out = remote(X.sort_reduce, num_returns=2).remote(key, *parts)
             else:
-                refs_out = remote(X.group_reduce, num_returns=2).remote(reducer, *parts)
+                group = remote(X.group_reduce, num_returns=2)
+                if stage.args.get("reduce_options"):
+                    group = group.options(**stage.args["reduce_options"])
+                refs_out = group.remote(reducer, *parts)
             self._track(task, refs_out)
 
     def _pull(self, scheduler, op: int) -> None:
