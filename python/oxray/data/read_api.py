@@ -76,8 +76,9 @@ def read_parquet(
 
 def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
     exts = kwargs.pop("file_extensions", None)
-    opts = _check_common(what, kwargs, ("concurrency", "num_cpus"))
+    opts = _check_common(what, kwargs, ("concurrency", "num_cpus", "override_num_blocks", "parallelism"))
     source = FileDatasource(fmt, _normalize_paths(paths, what, filesystem), options, include_paths, exts)
+    source.num_tasks = opts.get("override_num_blocks")
     source.read_compute = P.ComputeSpec(
         task_concurrency=opts.get("concurrency"),
         remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),

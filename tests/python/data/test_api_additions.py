@@ -223,3 +223,12 @@ def test_streaming_train_test_split_is_disjoint_and_repeatable(data_cluster):
     assert sorted(r["id"] for r in train.take_all()) == expected
     with pytest.raises(ValueError, match="hash_column is required"):
         ds.streaming_train_test_split(0.5, split_type="hash")
+
+
+def test_file_reads_take_override_num_blocks(data_cluster, tmp_path):
+    for i in range(5):
+        (tmp_path / f"{i}.json").write_text(f'{{"a": {i}}}\n')
+    ds = ray.data.read_json(str(tmp_path), override_num_blocks=2)
+    done = ds.materialize()
+    assert done.num_blocks() == 2
+    assert sorted(r["a"] for r in done.take_all()) == list(range(5))

@@ -33,13 +33,14 @@ def test_concurrency_limits_parquet_reads_and_options_not_enforced_are_refused(d
             ray.data.read_parquet(parquet_file, **option)
 
 
-def test_file_readers_take_concurrency_and_num_cpus_but_not_override_num_blocks(data_cluster, tmp_path):
+def test_file_readers_take_concurrency_num_cpus_and_override_num_blocks(data_cluster, tmp_path):
     for i in range(3):
         pd.DataFrame({"a": [i, i + 10]}).to_csv(tmp_path / f"{i}.csv", index=False)
     ds = ray.data.read_csv(str(tmp_path), concurrency=1, num_cpus=1)
     assert sorted(r["a"] for r in ds.take_all()) == [0, 1, 2, 10, 11, 12]
-    with pytest.raises(ValueError, match="override_num_blocks"):
-        ray.data.read_csv(str(tmp_path), override_num_blocks=2)
+    # At most that many read tasks, each reading whole files.
+    two = ray.data.read_csv(str(tmp_path), override_num_blocks=2).materialize()
+    assert two.num_blocks() == 2 and sorted(r["a"] for r in two.take_all()) == [0, 1, 2, 10, 11, 12]
     with pytest.raises(ValueError, match="concurrency=0"):
         ray.data.read_csv(str(tmp_path), concurrency=0)
 

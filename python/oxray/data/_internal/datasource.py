@@ -355,8 +355,26 @@ class FileDatasource(Datasource):
         self.options = options
         self.include_paths = include_paths
 
+    # override_num_blocks: at most this many read tasks, each reading a run of whole files.
+    num_tasks = None
+
     def read_tasks(self) -> list:
-        return [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]
+        reads = [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]
+        if not self.num_tasks or int(self.num_tasks) >= len(reads):
+            return reads
+        n = int(self.num_tasks)
+        return [FileReads(reads[i * len(reads) // n : (i + 1) * len(reads) // n]) for i in range(n)]
+
+
+class FileReads(ReadTask):
+    """Several files read by one task, one after the other."""
+
+    def __init__(self, reads: list):
+        self.reads = reads
+        self.size = sum(r.size or 0 for r in reads)
+
+    def __call__(self) -> list:
+        return [t for r in self.reads for t in r()]
 
 
 class StoredBlocksRead(ReadTask):
