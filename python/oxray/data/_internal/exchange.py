@@ -170,7 +170,12 @@ def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs, col
         key.check(table.column_names, "sort")
         if columns is not None:
             table = table.select([c for c in table.column_names if c in columns])
-    parts = partition_of_rows(table, key, bounds)
+    return deal(table, partition_of_rows(table, key, bounds), n)
+
+
+def deal(table: pa.Table, parts: np.ndarray, n: int):
+    """The rows of `table` dealt into `n` parts by each row's part number, as a map task's
+    return values (one per part, each a list of IPC blocks; order kept within a part)."""
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=n)
     dealt = table.take(pa.array(order)) if table.num_rows else table

@@ -107,15 +107,7 @@ def _map_task(fns, read_task, task_idx, ctx, *inputs):
 def _shuffle_map(n: int, seed: int, *inputs):
     """Deals a block's rows at random into `n` parts (one return value each)."""
     table = B.concat([t for blocks in inputs for t in blocks])
-    part = np.random.default_rng(seed).integers(n, size=table.num_rows)
-    order = np.argsort(part, kind="stable")
-    counts = np.bincount(part, minlength=n)
-    dealt = table.take(pa.array(order)) if table.num_rows else table
-    out, start = [], 0
-    for count in counts:
-        out.append([B.IpcBlock(dealt.slice(start, int(count)))])
-        start += int(count)
-    return out[0] if n == 1 else tuple(out)
+    return X.deal(table, np.random.default_rng(seed).integers(n, size=table.num_rows), n)
 
 
 def _shuffle_reduce(seed: int, *parts):
