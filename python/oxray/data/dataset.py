@@ -51,6 +51,15 @@ class ActorPoolStrategy:
         self.initial_size = size or initial_size or self.min_size
         if self.max_size is not None and not self.min_size <= self.initial_size <= self.max_size:
             raise ValueError(f"ActorPoolStrategy: initial_size={initial_size} must lie between min_size and max_size")
+        if max_tasks_in_flight_per_actor is not None and (
+            isinstance(max_tasks_in_flight_per_actor, bool)
+            or not isinstance(max_tasks_in_flight_per_actor, int)
+            or max_tasks_in_flight_per_actor < 1
+        ):
+            raise ValueError(
+                f"ActorPoolStrategy(max_tasks_in_flight_per_actor={max_tasks_in_flight_per_actor!r}): "
+                "expected an integer >= 1"
+            )
         self.max_tasks_in_flight_per_actor = max_tasks_in_flight_per_actor or 2
 
 
@@ -100,15 +109,27 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         raise ValueError(f"{what}(compute={compute!r}): expected ActorPoolStrategy(...) or TaskPoolStrategy(...)")
     if concurrency is not None:
         if isinstance(concurrency, tuple):
-            if len(concurrency) != 2 or not all(isinstance(c, int) and c >= 1 for c in concurrency):
-                raise ValueError(f"{what}(concurrency={concurrency!r}): expected an int or a (min, max) tuple")
-            lo, hi = concurrency
+            if not is_class:
+                raise ValueError(
+                    f"{what}(concurrency={concurrency!r}): a function's concurrency is an integer; "
+                    "(min, max) and (min, max, initial) tuples are for callable classes"
+                )
+            if len(concurrency) not in (2, 3) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in concurrency
+            ):
+                raise ValueError(
+                    f"{what}(concurrency={concurrency!r}): expected an int, (min, max) or (min, max, initial)"
+                )
+            lo, hi = concurrency[:2]
+            if lo > hi or (len(concurrency) == 3 and not lo <= concurrency[2] <= hi):
+                raise ValueError(f"{what}(concurrency={concurrency!r}): expected min <= initial <= max")
+            initial = concurrency[2] if len(concurrency) == 3 else lo
         elif isinstance(concurrency, int) and not isinstance(concurrency, bool) and concurrency >= 1:
-            lo = hi = concurrency
+            lo = hi = initial = concurrency
         else:
             raise ValueError(f"{what}(concurrency={concurrency!r}): expected an integer >= 1 or a (min, max) tuple")
         if is_class:
-            actors, initial_size, max_size = True, lo, hi
+            actors, initial_size, max_size = True, initial, hi
         else:
             task_conc = hi
     if is_class and not actors:
@@ -519,7 +540,9 @@ class Dataset:
         """Each row kept with probability `fraction` (seeded: the same rows every run)."""
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise ValueError("Fraction must be between 0 and 1.")
-        if isinstance(self._plan.source, StoredBlocksDatasource) and not self._plan.source.refs:
+        if (isinstance(self._plan.source, StoredBlocksDatasource) and not self._plan.source.refs) or (
+            not self._plan.ops and self._plan.source.count() == 0
+        ):
             raise ValueError("Cannot sample from an empty Dataset.")
         return self._with(P.MapOp(T.RandomSample(float(fraction), seed), P.ComputeSpec()))
 

@@ -232,3 +232,21 @@ def test_file_reads_take_override_num_blocks(data_cluster, tmp_path):
     done = ds.materialize()
     assert done.num_blocks() == 2
     assert sorted(r["a"] for r in done.take_all()) == list(range(5))
+
+
+def test_concurrency_and_pool_checks_as_rays(data_cluster):
+    class Udf:
+        def __call__(self, row):
+            return row
+
+    for bad in [(2, 1), -1, "spam", (1, 2, 3, 4)]:
+        with pytest.raises(ValueError):
+            ray.data.range(1).map(Udf, concurrency=bad)
+    for bad in ["spam", (1, 2), (1, 2, 3)]:
+        with pytest.raises(ValueError):
+            ray.data.range(1).map(lambda x: x, concurrency=bad)
+    with pytest.raises(ValueError):
+        ray.data.ActorPoolStrategy(max_tasks_in_flight_per_actor=0)
+    with pytest.raises(ValueError):
+        ray.data.range(0).random_sample(0.2)
+    assert ray.data.range(10).map(Udf, concurrency=(1, 2, 2)).count() == 10  # (min, max, initial)
