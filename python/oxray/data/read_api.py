@@ -232,13 +232,20 @@ def read_datasource(datasource, *, parallelism: int = -1, override_num_blocks: O
 
     if not isinstance(datasource, UserDatasourceBase) and not hasattr(datasource, "get_read_tasks"):
         raise TypeError(f"read_datasource: expected a Datasource, got {type(datasource).__name__}")
+    common = {k: kwargs.pop(k) for k in list(kwargs) if k in _READ_RESOURCE_ARGS or k == "ray_remote_args"}
     opts = _check_common(
         "read_datasource",
-        {**kwargs, "override_num_blocks": override_num_blocks, "parallelism": parallelism},
+        {**common, "override_num_blocks": override_num_blocks, "parallelism": parallelism},
         ("override_num_blocks", "parallelism", "concurrency", "num_cpus"),
     )
+    if kwargs and not hasattr(datasource, "prepare_read"):
+        # Ray hands extra keywords only to the older prepare_read(parallelism, **read_args) API.
+        raise ValueError(
+            f"read_datasource({', '.join(kwargs)}=...): {type(datasource).__name__} has no "
+            "prepare_read(parallelism, **read_args) to take them; pass them to the datasource's constructor"
+        )
     n = opts.get("override_num_blocks") or DataContext.get_current().read_op_min_num_blocks
-    source = UserDatasource(datasource, int(n))
+    source = UserDatasource(datasource, int(n), kwargs)
     source.read_compute = P.ComputeSpec(
         task_concurrency=opts.get("concurrency"),
         remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),

@@ -92,3 +92,24 @@ def test_a_failing_datasink_write_calls_on_write_failed(data_cluster, tmp_path):
     with pytest.raises(Exception, match="cannot write row 5"):
         ray.data.range(12, override_num_blocks=3).write_datasink(sink)
     assert sink.events[-1][0] == "failed"
+
+
+class LegacySource(Datasource):
+    """Ray's older API: prepare_read(parallelism, **read_args)."""
+
+    def prepare_read(self, parallelism, n):
+        return [
+            ReadTask(lambda i=i: [pd.DataFrame({"x": range(i * n, (i + 1) * n)})], BlockMetadata(n, None, None, None))
+            for i in range(parallelism)
+        ]
+
+
+def test_read_datasource_hands_read_args_to_prepare_read(data_cluster):
+    ds = ray.data.read_datasource(LegacySource(), override_num_blocks=4, n=3)
+    assert sorted(r["x"] for r in ds.take_all()) == list(range(12))
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="Ray ignores read arguments a datasource cannot take")
+def test_read_args_without_prepare_read_are_refused_by_name(data_cluster):
+    with pytest.raises(ValueError, match="flavour"):
+        ray.data.read_datasource(SquaresDatasource(4), flavour="x")

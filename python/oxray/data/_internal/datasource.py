@@ -486,9 +486,10 @@ def _accepted_kwargs(fn, candidates: dict) -> dict:
 class UserDatasource(Datasource):
     """A user's `Datasource` (Ray's API): its read tasks run as tasks."""
 
-    def __init__(self, datasource, parallelism: int):
+    def __init__(self, datasource, parallelism: int, read_args: Optional[dict] = None):
         self.datasource = datasource
         self.parallelism = parallelism
+        self.read_args = dict(read_args or {})
         self.name = f"Read{datasource.get_name()}"
         self._tasks = None
 
@@ -496,9 +497,13 @@ class UserDatasource(Datasource):
         if self._tasks is None:
             from oxray.data.context import DataContext
 
-            fn = self.datasource.get_read_tasks
-            kwargs = _accepted_kwargs(fn, {"per_task_row_limit": None, "data_context": DataContext.get_current()})
-            tasks = fn(self.parallelism, **kwargs)
+            if hasattr(self.datasource, "prepare_read"):
+                # Ray's older API: prepare_read(parallelism, **read_args).
+                tasks = self.datasource.prepare_read(self.parallelism, **self.read_args)
+            else:
+                fn = self.datasource.get_read_tasks
+                kwargs = _accepted_kwargs(fn, {"per_task_row_limit": None, "data_context": DataContext.get_current()})
+                tasks = fn(self.parallelism, **kwargs)
             if not isinstance(tasks, (list, tuple)) or not all(callable(t) for t in tasks):
                 raise TypeError(f"{type(self.datasource).__name__}.get_read_tasks must return a list of ReadTasks")
             self._tasks = list(tasks)
