@@ -450,11 +450,11 @@ class Dataset:
         return GroupedData(self, key, num_partitions)
 
     def aggregate(self, *aggs):
-        """The aggregations over the whole dataset: one value, or a dict of them by name."""
+        """The aggregations over the whole dataset, as a dict of results by aggregation name."""
         from oxray.data import aggregate as A
 
         aggs = A.check_aggs(aggs, "aggregate")
-        schema = self.schema()
+        schema = self.schema(fetch_if_missing=False)  # known without running anything, or checked in the tasks
         if schema is not None:
             for agg in aggs:
                 agg._check_columns(schema.names)
