@@ -127,11 +127,14 @@ podman-ready k8s-test: export CONTAINERS_CONF = $(abspath build/containers.conf)
 build/containers.conf: deploy/image/containers.conf
 	mkdir -p build && cp $< $@
 
+# netavark (podman's network stack) drives iptables: without it every networked container fails.
 podman-ready: build/containers.conf
-	@command -v podman >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns >/dev/null)
+	@(command -v podman && command -v iptables) >/dev/null || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	  podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns iptables >/dev/null)
 	@podman image exists $(K8S_BASE_IMAGE) || deploy/image/debian-base.sh $(K8S_BASE_IMAGE) podman
 	@podman run --rm --network none $(K8S_BASE_IMAGE) true
+	@podman run --rm $(K8S_BASE_IMAGE) true
 
 k8s-test: develop podman-ready
 	$(MAKE) image CONTAINER=podman IMAGE_BASE=$(K8S_BASE_IMAGE) IMAGE_PROFILE=debug
