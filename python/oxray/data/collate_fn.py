@@ -8,6 +8,7 @@ DataFrames; a plain callable gets numpy dicts. `DefaultCollateFn` is what
 
 from __future__ import annotations
 
+import abc
 from typing import Any, Generic, TypeVar
 
 from oxray.data._internal import block as B
@@ -17,9 +18,12 @@ BatchType = TypeVar("BatchType")
 __all__ = ["ArrowBatchCollateFn", "CollateFn", "DefaultCollateFn", "NumpyBatchCollateFn", "PandasBatchCollateFn"]
 
 
-class CollateFn(Generic[BatchType]):
+class CollateFn(abc.ABC, Generic[BatchType]):
+    """A user's collate function: a subclass gives `__call__(batch)`."""
+
+    @abc.abstractmethod
     def __call__(self, batch: BatchType) -> Any:
-        raise NotImplementedError
+        """The batch as the training loop wants it (tensors, usually)."""
 
 
 class ArrowBatchCollateFn(CollateFn):

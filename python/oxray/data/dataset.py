@@ -464,15 +464,20 @@ class Dataset:
                 accs = [a._combine(acc, part) for a, acc, part in zip(aggs, accs, row, strict=True)]
         return {a.name: a._result(acc) for a, acc in zip(aggs, accs, strict=True)}
 
-    def _aggregate_on(self, agg_cls, on, what: str, **kwargs):
+    def _aggregation_columns(self, on, what: str, skip=()) -> list:
+        """The columns `on` names (a name or a list; None: every column but `skip`), checked."""
         if on is None:
             schema = self.schema()
-            on = list(schema.names) if schema is not None else []
+            on = [c for c in schema.names if c not in skip] if schema is not None else []
         columns = [on] if isinstance(on, str) else on
-        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        if not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns):
             raise ValueError(f"{what}(on={on!r}): expected a column name or a list of column names")
         if not columns:
             raise ValueError(f"{what}: at least 1 column to aggregate on has to be provided")
+        return list(columns)
+
+    def _aggregate_on(self, agg_cls, on, what: str, **kwargs):
+        columns = self._aggregation_columns(on, what)
         result = self.aggregate(*[agg_cls(c, **kwargs) for c in columns])
         return next(iter(result.values())) if len(result) == 1 else result
 
@@ -879,10 +884,10 @@ class Dataset:
         filesystem = kwargs.pop("filesystem", None)
         try_create_dir = kwargs.pop("try_create_dir", True)
         filenames = kwargs.pop("filename_provider", None)
-        if filenames is not None and not hasattr(filenames, "get_filename_for_task"):
-            raise TypeError(
-                f"{what}(filename_provider=...): expected a FilenameProvider, got {type(filenames).__name__}"
-            )
+        if filenames is not None:
+            from oxray.data.datasource.filename_provider import check_provider
+
+            check_provider(filenames, what)
         min_rows_per_file = kwargs.pop("min_rows_per_file", None)
         max_rows_per_file = kwargs.pop("max_rows_per_file", None)
         mode = _check_mode(kwargs.pop("mode", None), what)
@@ -970,9 +975,9 @@ class Dataset:
 
 def _zip_blocks(left, *rights):
     """One block of `zip`: the left block's columns, then each right block's (renamed if taken)."""
-    table = B.concat(list(left))
+    table = B.concat_bundles([left])
     for blocks in rights:
-        right = B.concat(list(blocks))
+        right = B.concat_bundles([blocks])
         for name in right.column_names:
             new, i = name, 1
             while new in table.column_names:

@@ -9,6 +9,7 @@ the block's task.
 
 from __future__ import annotations
 
+import abc
 import ast
 from enum import Enum
 from typing import Any
@@ -82,14 +83,16 @@ _SYMBOLS = {
 }
 
 
-class Expr:
-    """An expression over a block's columns."""
+class Expr(abc.ABC):
+    """An expression over a block's columns; each kind below says how it evaluates."""
 
+    @abc.abstractmethod
     def eval(self, table: pa.Table):
-        raise NotImplementedError
+        """The expression's value over a block: an Arrow array (or a scalar)."""
 
+    @abc.abstractmethod
     def columns(self) -> set:
-        raise NotImplementedError
+        """The block columns the expression reads."""
 
     @property
     def name(self):

@@ -119,13 +119,8 @@ class GroupedData:
         return self._exchange(reducer, remote)
 
     def _simple(self, agg_cls, on, **kwargs):
-        if on is None:
-            schema = self._dataset.schema()
-            keys = set(self._sort_key.columns) if self._sort_key is not None else set()
-            on = [c for c in schema.names if c not in keys] if schema is not None else []
-        columns = [on] if isinstance(on, str) else list(on)
-        if not columns:
-            raise ValueError("at least 1 column to aggregate on has to be provided")
+        keys = self._sort_key.columns if self._sort_key is not None else ()
+        columns = self._dataset._aggregation_columns(on, f"groupby({self._key!r})", skip=keys)
         return self.aggregate(*[agg_cls(c, **kwargs) for c in columns])
 
     def count(self):

@@ -250,3 +250,15 @@ def test_concurrency_and_pool_checks_as_rays(data_cluster):
     with pytest.raises(ValueError):
         ray.data.range(0).random_sample(0.2)
     assert ray.data.range(10).map(Udf, concurrency=(1, 2, 2)).count() == 10  # (min, max, initial)
+
+
+@pytest.mark.skipif(AGAINST_RAY, reason="oxray refuses what its writers would never call")
+def test_a_filename_provider_that_only_names_rows_is_refused(data_cluster, tmp_path):
+    from oxray.data.datasource.filename_provider import FilenameProvider
+
+    class PerRow(FilenameProvider):
+        def get_filename_for_row(self, row, write_uuid, task_index, block_index, row_index):
+            return f"{row['id']}.csv"
+
+    with pytest.raises(ValueError, match="get_filename_for_row"):
+        ray.data.range(3).write_csv(str(tmp_path / "rows"), filename_provider=PerRow())

@@ -228,6 +228,12 @@ def concat(tables: list) -> pa.Table:
         raise ValueError(f"blocks have different schemas and cannot be combined: {e}") from e
 
 
+def concat_bundles(bundles, drop_empty: bool = False) -> pa.Table:
+    """The blocks of several bundles (lists of tables, as tasks receive them) as one table;
+    `drop_empty` leaves out blocks with no rows."""
+    return concat([t for blocks in bundles for t in blocks if t.num_rows or not drop_empty])
+
+
 def task_meta(tables: list, wall0: float, cpu0: float) -> dict:
     """What a Data task reports beside its blocks: rows, bytes, blocks, wall and CPU seconds."""
     return {

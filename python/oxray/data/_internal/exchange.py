@@ -65,13 +65,9 @@ class SortKey:
             raise ValueError(f"{what}: the dataset has no column(s) {missing}; its columns are {list(names)}")
 
 
-def _table_of(inputs) -> pa.Table:
-    return B.concat([t for blocks in inputs for t in blocks])
-
-
 def sample_keys(key: SortKey, n: int, *inputs) -> pa.Table:
     """Up to `n` evenly spaced rows of the key columns of one bundle."""
-    table = _table_of(inputs)
+    table = B.concat_bundles(inputs)
     if table.num_rows == 0:
         return pa.table({})
     key.check(table.column_names, "sort")
@@ -165,7 +161,7 @@ def partition_map(key: SortKey, bounds: Optional[pa.Table], n: int, *inputs, col
     """One input bundle cut into `n` parts by key range (one return value per part); only
     `columns` travel on when the reduce needs no others."""
     B.release_cached_memory()
-    table = _table_of(inputs)
+    table = B.concat_bundles(inputs)
     if table.num_rows:
         key.check(table.column_names, "sort")
         if columns is not None:
@@ -187,7 +183,7 @@ def deal(table: pa.Table, parts: np.ndarray, n: int):
 
 
 def _sorted_part(key: SortKey, parts) -> pa.Table:
-    table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
+    table = B.concat_bundles(parts, drop_empty=True)
     if table.num_rows:
         table = table.take(pc.sort_indices(table, sort_keys=key.arrow_keys()))
     return table
@@ -320,7 +316,7 @@ class MapGroups:
             group = table.slice(start, end - start)
             batch = B.to_batch(group, self.batch_format)
             if isinstance(batch, dict):
-                batch = {k: v if v.flags.writeable else v.copy() for k, v in batch.items()}
+                batch = {k: T.writable(v) for k, v in batch.items()}
             result = T.call_udf(name, fn, group, batch, *self.fn_args, **self.fn_kwargs)
             if inspect.isgenerator(result):  # a generator UDF yields several batches per group
                 out.extend(B.from_batch(item, name) for item in result)
@@ -335,7 +331,7 @@ def group_reduce(reducer, *parts):
     if getattr(reducer, "presorted", lambda: True)():
         table = _sorted_part(reducer.key, parts)
     else:
-        table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
+        table = B.concat_bundles(parts, drop_empty=True)
     out = reducer.reduce(table) if table.num_rows else None
     tables = [out] if out is not None and (out.num_rows or out.num_columns) else []
     return [B.IpcBlock(t) for t in tables], B.task_meta(tables, wall0, cpu0)

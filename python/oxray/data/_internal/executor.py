@@ -96,7 +96,6 @@ def _use_context(ctx) -> None:
 
 
 def _map_task(fns, read_task, task_idx, ctx, *inputs):
-    B.release_cached_memory()
     _use_context(ctx)
     for fn in fns:
         fn.setup()
@@ -106,14 +105,14 @@ def _map_task(fns, read_task, task_idx, ctx, *inputs):
 
 def _shuffle_map(n: int, seed: int, *inputs):
     """Deals a block's rows at random into `n` parts (one return value each)."""
-    table = B.concat([t for blocks in inputs for t in blocks])
+    table = B.concat_bundles(inputs)
     return X.deal(table, np.random.default_rng(seed).integers(n, size=table.num_rows), n)
 
 
 def _shuffle_reduce(seed: int, *parts):
     """One output block: its share of every input, in a random order."""
     wall0, cpu0 = time.perf_counter(), time.thread_time()
-    table = B.concat([t for blocks in parts for t in blocks if t.num_rows])
+    table = B.concat_bundles(parts, drop_empty=True)
     if table.num_rows:
         table = table.take(pa.array(np.random.default_rng(seed).permutation(table.num_rows)))
     out = [table] if table.num_rows or table.num_columns else []

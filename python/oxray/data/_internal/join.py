@@ -8,8 +8,6 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import pyarrow as pa
-
 import oxray
 from oxray.data._internal import block as B
 from oxray.data._internal import exchange as X
@@ -61,15 +59,11 @@ class JoinSpec:
                     raise ValueError(f"join: key {lk!r} is {lt} on the left but {rk!r} is {rt} on the right")
 
 
-def _part(inputs) -> pa.Table:
-    return B.concat([t for blocks in inputs for t in blocks if t.num_rows or t.num_columns])
-
-
 def join_parts(spec: JoinSpec, n_left: int, *parts):
     """One partition's join: (blocks, metadata)."""
     B.release_cached_memory()
     wall0, cpu0 = time.perf_counter(), time.thread_time()
-    left, right = _part(parts[:n_left]), _part(parts[n_left:])
+    left, right = B.concat_bundles(parts[:n_left]), B.concat_bundles(parts[n_left:])
     if left.num_columns == 0 or right.num_columns == 0:
         out = None  # a side with no rows here: only outer/anti joins keep the other side's rows
         keep_left = spec.join_type in ("left_outer", "full_outer", "left_anti")

@@ -155,7 +155,7 @@ class MapBatches(BlockFn):
             piece = table.slice(start, size) if self.batch_size else table
             batch = B.to_batch(piece, self.batch_format)
             if isinstance(batch, dict):
-                batch = {k: _writable(v) if not self.zero_copy_batch else _read_only(v) for k, v in batch.items()}
+                batch = {k: writable(v) if not self.zero_copy_batch else _read_only(v) for k, v in batch.items()}
             result = call_udf(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
             if inspect.isgenerator(result):
                 for item in result:
@@ -165,7 +165,8 @@ class MapBatches(BlockFn):
         return out
 
 
-def _writable(values: np.ndarray) -> np.ndarray:
+def writable(values: np.ndarray) -> np.ndarray:
+    """The batch's array as the UDF may change it: itself if writable, else a copy."""
     return values if values.flags.writeable else values.copy()
 
 

@@ -98,11 +98,15 @@ class WriteBlocks(BlockFn):
         return [pa.table({"path": pa.array(written, type=pa.string())})]
 
 
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
 def existing_files(path: str) -> bool:
     """Whether anything is already under the write's directory (local or s3://)."""
     if path.startswith("s3://"):
         return bool(_native.Storage(path).list(""))
-    local = path[len("file://") :] if path.startswith("file://") else path
+    local = _local(path)
     return os.path.exists(local) and (not os.path.isdir(local) or bool(os.listdir(local)))
 
 
@@ -113,7 +117,7 @@ def remove_existing(path: str) -> None:
         for rel in storage.list(""):
             storage.delete_dir(rel)
         return
-    local = path[len("file://") :] if path.startswith("file://") else path
+    local = _local(path)
     for name in os.listdir(local):
         target = os.path.join(local, name)
         if os.path.isdir(target) and not os.path.islink(target):
@@ -133,7 +137,7 @@ def cleanup_written(path: str, token: str, finished=()) -> None:
             if os.path.basename(rel).startswith(token + "_") or prefix + rel in finished:
                 storage.delete_dir(rel)
         return
-    local = path[len("file://") :] if path.startswith("file://") else path
+    local = _local(path)
     for root, _dirs, files in os.walk(local):
         for name in files:
             full = os.path.join(root, name)

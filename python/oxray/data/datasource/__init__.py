@@ -67,6 +67,7 @@ class Datasource:
     def get_read_tasks(
         self, parallelism: int, per_task_row_limit: Optional[int] = None, data_context=None
     ) -> List[ReadTask]:
+        # Ray's contract: a subclass gives its read tasks; the base class has none to give.
         raise NotImplementedError(f"{type(self).__name__} must implement get_read_tasks(parallelism)")
 
     @property
@@ -100,6 +101,7 @@ class Datasink(Generic[WriteReturnType]):
         """Runs before any block is written."""
 
     def write(self, blocks: Iterable[Any], ctx: TaskContext) -> Any:
+        # Ray's contract: a subclass writes; the base class has nowhere to write to.
         raise NotImplementedError(f"{type(self).__name__} must implement write(blocks, ctx)")
 
     def on_write_complete(self, write_result: WriteResult) -> None:

@@ -26,14 +26,30 @@ class FilenameProvider:
         return name
 
     def get_filename_for_block(self, block: Any, write_uuid: str, task_index: int, block_index: int) -> str:
-        raise NotImplementedError
+        """A subclass may name each block's file; the writers call this only when it does."""
+        raise TypeError(f"{type(self).__name__} does not name files per block; it names them per task")
 
     def get_filename_for_row(
         self, row: dict, write_uuid: str, task_index: int, block_index: int, row_index: int
     ) -> str:
-        raise NotImplementedError
+        """Ray names a file per row for its row-based sinks, which oxray does not have."""
+        raise TypeError(f"{type(self).__name__}: oxray's writers name files per task or per block, never per row")
 
 
 def names_blocks(provider: FilenameProvider) -> bool:
     """Whether a provider names each block's file itself (it overrides `get_filename_for_block`)."""
     return type(provider).get_filename_for_block is not FilenameProvider.get_filename_for_block
+
+
+def check_provider(provider, what: str) -> None:
+    """A provider that only names files per row would be silently unused: refused by name."""
+    if not hasattr(provider, "get_filename_for_task"):
+        raise TypeError(f"{what}(filename_provider=...): expected a FilenameProvider, got {type(provider).__name__}")
+    cls = type(provider)
+    per_row = cls.get_filename_for_row is not FilenameProvider.get_filename_for_row
+    per_task = cls.get_filename_for_task is not FilenameProvider.get_filename_for_task
+    if isinstance(provider, FilenameProvider) and per_row and not per_task and not names_blocks(provider):
+        raise ValueError(
+            f"{what}(filename_provider={cls.__name__}): it names files per row (get_filename_for_row), which "
+            "oxray's writers never call; override get_filename_for_task or get_filename_for_block"
+        )
