@@ -279,7 +279,8 @@ def test_drivers_are_listed_and_linked_to_their_submissions(client, head, tmp_pa
     submission = client.submit_job(entrypoint="python driver.py", runtime_env={"working_dir": str(work)})
     assert wait_until(lambda: client.get_job_info(submission).job_id is not None, timeout=60)
     info = client.get_job_info(submission)
-    assert f"pid {info.driver_info.pid}" in client.get_job_logs(submission), info
+    # The driver registers during `ray.init()` and prints after it: wait for the line.
+    assert wait_until(lambda: f"pid {info.driver_info.pid}" in client.get_job_logs(submission), timeout=30), info
     assert client.get_job_info(info.job_id).submission_id == submission
     assert [j.type for j in client.list_jobs()].count(job_submission.JobType.DRIVER) == 1, "no DRIVER row of its own"
     flag.touch()
