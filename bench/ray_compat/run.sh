@@ -13,6 +13,8 @@
 #   RAY_COMPAT_TEST_TIMEOUT  seconds per test (default 120)
 #   RAY_COMPAT_FILE_TIMEOUT  seconds per pytest run of one file (default 1200)
 #   RAY_COMPAT_COLLECT_ONLY  1: only collect and classify (fast; no test runs)
+#   RAY_COMPAT_TEST_DEPS     0: do not pip-install Ray's test-only dependencies into
+#                            $RAYTEST_WORK/test_deps (default 1: once, then reused)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -116,9 +118,28 @@ git -C "$RAY_SRC" rev-parse "$COMMIT^{commit}" >"$WORK/results/ray_commit"
     echo
 } >"$WORK/results/oxray_commit" 2>/dev/null
 
+# Ray's test-only dependencies that the venv lacks (pkg_resources, gone from setuptools
+# 81+; python-snappy), installed once into the work directory, never into the venv that
+# `make test` uses. A failed install (no network) only leaves the files needing them
+# uncollected, as before.
+TEST_DEPS="$WORK/test_deps"
+TEST_DEPS_SPEC=("setuptools<81" "python-snappy")
+if [[ ${RAY_COMPAT_TEST_DEPS:-1} == 1 && "$(cat "$TEST_DEPS/.installed" 2>/dev/null)" != "${TEST_DEPS_SPEC[*]}" ]]; then
+    echo "installing Ray's test-only dependencies (${TEST_DEPS_SPEC[*]}) into $TEST_DEPS"
+    rm -rf "$TEST_DEPS"
+    if "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
+        --target "$TEST_DEPS" "${TEST_DEPS_SPEC[@]}"; then
+        echo "${TEST_DEPS_SPEC[*]}" >"$TEST_DEPS/.installed"
+    else
+        echo "warning: could not install ${TEST_DEPS_SPEC[*]}; test_filter.py and test_binary.py will not collect" >&2
+    fi
+fi
+
 # The shim (`import ray` is oxray in every process) and the harness's modules come first
 # on PYTHONPATH; oxray's node agents and workers inherit it. `ray` on PATH is oxray's CLI.
+# The test-only dependencies come last, so they cannot shadow oxray or the shim.
 export PYTHONPATH="$HERE/shim:$HERE/harness${PYTHONPATH:+:$PYTHONPATH}"
+[[ -f $TEST_DEPS/.installed ]] && PYTHONPATH="$PYTHONPATH:$TEST_DEPS"
 export PATH="$HERE/shim/bin:$PATH"
 export RAY_COMPAT_PYTHON="$PY"
 export RAY_COMPAT_TEST_DIRS

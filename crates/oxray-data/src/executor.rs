@@ -436,7 +436,26 @@ impl Executor {
         map.in_flight < map.max_in_flight && (map.in_flight == 0 || fits)
     }
 
+    /// Whether an exchange (all-to-all) upstream of `op` still has tasks to run.
+    fn exchange_running_upstream(&self, op: usize) -> bool {
+        let mut stack = self.ops[op].inputs.clone();
+        while let Some(i) = stack.pop() {
+            if matches!(self.ops[i].kind, Kind::AllToAll { .. }) && !self.ops[i].done {
+                return true;
+            }
+            stack.extend(&self.ops[i].inputs);
+        }
+        false
+    }
+
     fn step_map(&mut self, op: usize) -> bool {
+        // A pool's actors hold their CPUs until the operator ends: started while an exchange
+        // upstream still runs tasks, they could take every CPU those tasks wait for (a deadlock
+        // on a small cluster). The pool waits for the exchange to end.
+        if self.map_state(op).pool.is_some() && self.exchange_running_upstream(op) {
+            let input = self.ops[op].inputs.first().copied();
+            return input.is_some_and(|input| self.want(input));
+        }
         let mut moved = false;
         // A pool's first actors start when its operator first runs.
         if let Some(pool) = self.map_state(op).pool.as_mut()
@@ -1161,6 +1180,36 @@ mod tests {
             .collect();
         assert_eq!(actors, vec![Some(0), Some(1)], "one call per actor");
         assert_eq!(drain(&mut exec, 1, 1, 0, &actions).len(), 6);
+    }
+
+    #[test]
+    fn an_actor_pool_after_an_exchange_waits_for_its_tasks() {
+        let shuffle = AllToAll::RandomShuffle { seed: Some(1), num_blocks: Some(2) };
+        let pool = PoolSpec { initial_size: 2, max_size: Some(2), per_actor: 1 };
+        let specs = vec![
+            (map_reads(3, 1), "Read".into(), vec![]),
+            (OpSpec::AllToAll(shuffle), "Shuffle".into(), vec![0]),
+            (OpSpec::Map { reads: None, batch_rows: None, concurrency: None, pool: Some(pool) }, "Pool".into(), vec![1]),
+        ];
+        let mut exec = Executor::new(specs, config(1 << 20, false)).unwrap();
+        let mut pending: Vec<TaskId> = submits(&exec.poll()).into_iter().map(|s| s.0).collect();
+        let mut reduce_tasks = Vec::new();
+        while let Some(task) = pending.pop() {
+            exec.task_done(task, out(10, 1));
+            for action in exec.poll() {
+                assert!(!matches!(action, Action::StartActor { .. }), "an actor started while the exchange ran");
+                if let Action::Shuffle { outputs, .. } = action {
+                    reduce_tasks.extend(outputs.iter().map(|o| o.0));
+                }
+            }
+        }
+        assert_eq!(reduce_tasks.len(), 2);
+        exec.task_done(reduce_tasks[0], out(15, 1));
+        assert!(!exec.poll().iter().any(|a| matches!(a, Action::StartActor { .. })), "one reduce still runs");
+        exec.task_done(reduce_tasks[1], out(15, 1));
+        let actions = exec.poll();
+        let starts = actions.iter().filter(|a| matches!(a, Action::StartActor { .. })).count();
+        assert_eq!(starts, 2, "the pool starts once the exchange is over: {actions:?}");
     }
 
     #[test]

@@ -11,9 +11,10 @@ try:
 except ImportError as e:  # pragma: no cover - pyarrow is installed with oxray[data]
     raise ImportError("oxray.data needs pyarrow: pip install 'oxray[data]' (or pip install pyarrow)") from e
 
-from oxray.data import aggregate, block, collate_fn, datasource, exceptions, expressions
+from oxray.data import aggregate, block, collate_fn, datasource, datatype, exceptions, expressions
 from oxray.data.context import DataContext, ExecutionOptions, ExecutionResources
 from oxray.data.dataset import ActorPoolStrategy, Dataset, MaterializedDataset, Schema, TaskPoolStrategy
+from oxray.data.datasource.file_based_datasource import FileShuffleConfig
 from oxray.data.grouped_data import GroupedData
 from oxray.data.iterator import DataIterator
 from oxray.data.read_api import (
@@ -45,6 +46,7 @@ __all__ = [
     "Dataset",
     "ExecutionOptions",
     "ExecutionResources",
+    "FileShuffleConfig",
     "GroupedData",
     "MaterializedDataset",
     "Schema",
@@ -54,6 +56,7 @@ __all__ = [
     "collate_fn",
     "datasource",
     "exceptions",
+    "datatype",
     "expressions",
     "from_arrow",
     "from_arrow_refs",

@@ -12,6 +12,7 @@ Nulls follow Ray: with `ignore_nulls=True` they are skipped (and a column of onl
 from __future__ import annotations
 
 import abc
+import copy
 import math
 from typing import Any, Callable, Optional
 
@@ -289,7 +290,7 @@ class Std(AggregateFnV2):
     def finalize(self, accumulator):
         m2, _mean, count = accumulator
         if count - self._ddof <= 0:
-            return 0.0
+            return math.nan  # undefined, as numpy and pandas say
         return math.sqrt(m2 / (count - self._ddof))
 
 
@@ -371,4 +372,19 @@ def check_aggs(aggs: tuple, what: str) -> list:
     for agg in aggs:
         if not isinstance(agg, AggregateFn):
             raise TypeError(f"{what}: {agg!r} is not an AggregateFn (use Count(), Sum(on), ... or AggregateFn(...))")
-    return list(aggs)
+    return _unique_names(list(aggs))
+
+
+def _unique_names(aggs: list) -> list:
+    """The aggregations with distinct output names, as Ray gives them: a repeated name gets
+    `_2`, `_3`, ... (renamed on a copy; the caller's objects are left as they are)."""
+    seen: dict = {}
+    out = []
+    for agg in aggs:
+        count = seen.get(agg.name, 0) + 1
+        seen[agg.name] = count
+        if count > 1:
+            agg = copy.copy(agg)
+            agg.name = f"{agg.name}_{count}"
+        out.append(agg)
+    return out

@@ -66,21 +66,62 @@ _FIELDS = {
     "use_push_based_shuffle": False,
     # Ray Data's default: map tasks and pool actors go round the nodes with room.
     "scheduling_strategy": "SPREAD",
-    # Sort and groupby are pull-based range-partitioned shuffles (Ray's sort shuffle).
+    # Sort and groupby are range-partitioned shuffles (Ray's sort shuffle), pull-based
+    # unless this or `use_push_based_shuffle` says push-based.
     "shuffle_strategy": "sort_shuffle_pull_based",
     # Partitions of a hash-shuffle groupby when it names none.
     "default_hash_shuffle_parallelism": 200,
     # Values Arrow cannot type are pickled into an object column, as Ray's fallback does.
     "enable_fallback_to_arrow_object_ext_type": True,
+    # A pool actor's call that raises one of these (True: any exception) runs again on the
+    # same actor, up to ACTOR_TASK_RETRIES times; False: never.
+    "actor_task_retry_on_errors": False,
+    # Ray's choice of how iteration prefetches blocks (an actor, or ray.wait). Neither
+    # exists in oxray, so both values iterate the same way: a thread in the consuming
+    # process runs the executor `prefetch_batches` blocks ahead (iterator.py).
+    "actor_prefetcher_enabled": False,
 }
+
+# How many times a pool actor's failing call is retried under `actor_task_retry_on_errors`
+# (Ray retries without end; a bound keeps a UDF that always fails from hanging the dataset).
+ACTOR_TASK_RETRIES = 5
 
 
 class ShuffleStrategy(str, enum.Enum):
-    """Ray's shuffle strategies; oxray runs the pull-based sort shuffle."""
+    """Ray's shuffle strategies. The sort shuffles range-partition sort and groupby keys (and
+    deal a random shuffle's rows); push-based adds merge tasks between map and reduce, so each
+    reduce reads one block per round of map tasks. The hash shuffle serves groupby."""
 
     SORT_SHUFFLE_PULL_BASED = "sort_shuffle_pull_based"
     SORT_SHUFFLE_PUSH_BASED = "sort_shuffle_push_based"
     HASH_SHUFFLE = "hash_shuffle"
+
+
+def _arrow_fixed_shape_tensor_type(shape, value_type):
+    """Arrow's canonical fixed-shape tensor type, called as Ray's tensor types are: (shape, dtype)."""
+    import pyarrow as pa
+
+    return pa.fixed_shape_tensor(value_type, list(shape))
+
+
+class FixedShapeTensorFormat(enum.Enum):
+    """Ray's layouts for columns of same-shaped tensors. oxray writes Arrow's canonical
+    `arrow.fixed_shape_tensor` (ARROW_NATIVE) and reads Ray's V1 and V2 types from files."""
+
+    V1 = "v1"
+    V2 = "v2"
+    ARROW_NATIVE = "native"
+
+    def to_type(self):
+        if self is not FixedShapeTensorFormat.ARROW_NATIVE:
+            raise ValueError(f"{self}: oxray's tensor columns are Arrow's canonical arrow.fixed_shape_tensor")
+        return _arrow_fixed_shape_tensor_type
+
+
+# Ray's default is V2, its own extension type; oxray's tensor columns are always the canonical type.
+_FIELDS["arrow_fixed_shape_tensor_format"] = FixedShapeTensorFormat.ARROW_NATIVE
+# ndarray cells of pandas frames always become tensor columns (Ray's default, True).
+_FIELDS["enable_tensor_extension_casting"] = True
 
 
 class DataContext:
@@ -116,19 +157,44 @@ class DataContext:
             raise ValueError(
                 "DataContext.max_errored_blocks: oxray fails on the first errored block (only 0 is supported)"
             )
+        elif name == "actor_prefetcher_enabled" and not isinstance(value, bool):
+            raise ValueError(f"DataContext.actor_prefetcher_enabled={value!r}: expected True or False")
         elif name == "scheduling_strategy" and value not in ("SPREAD", "DEFAULT"):
             raise ValueError(f"DataContext.scheduling_strategy={value!r}: expected 'SPREAD' or 'DEFAULT'")
-        elif name == "use_push_based_shuffle" and value:
-            raise ValueError("DataContext.use_push_based_shuffle=True is not supported by oxray")
+        elif name == "use_push_based_shuffle" and not isinstance(value, bool):
+            raise ValueError(f"DataContext.use_push_based_shuffle={value!r}: expected True or False")
         elif name == "shuffle_strategy":
             text = str(getattr(value, "value", value))
-            if text not in (ShuffleStrategy.SORT_SHUFFLE_PULL_BASED.value, ShuffleStrategy.HASH_SHUFFLE.value):
+            if text not in {s.value for s in ShuffleStrategy}:
                 raise ValueError(
-                    f"DataContext.shuffle_strategy={value!r}: oxray runs the pull-based sort shuffle "
-                    "(ShuffleStrategy.SORT_SHUFFLE_PULL_BASED) or, for groupby, the hash shuffle "
-                    "(ShuffleStrategy.HASH_SHUFFLE)"
+                    f"DataContext.shuffle_strategy={value!r}: expected one of "
+                    f"{', '.join(repr(s.value) for s in ShuffleStrategy)}"
                 )
             value = ShuffleStrategy(text)
+        elif name == "arrow_fixed_shape_tensor_format":
+            text = str(getattr(value, "value", value))
+            if text != FixedShapeTensorFormat.ARROW_NATIVE.value:
+                raise ValueError(
+                    f"DataContext.arrow_fixed_shape_tensor_format={value!r}: oxray writes tensor columns as "
+                    "Arrow's canonical arrow.fixed_shape_tensor only (FixedShapeTensorFormat.ARROW_NATIVE); "
+                    "Ray's V1 and V2 tensor types are read from files but not written"
+                )
+            value = FixedShapeTensorFormat.ARROW_NATIVE
+        elif name == "enable_tensor_extension_casting" and value is not True:
+            raise ValueError(
+                f"DataContext.enable_tensor_extension_casting={value!r}: oxray always stores ndarray "
+                "cells as tensor columns (only True is supported)"
+            )
+        elif name == "actor_task_retry_on_errors" and not (
+            isinstance(value, bool)
+            or (
+                isinstance(value, (list, tuple))
+                and all(isinstance(e, type) and issubclass(e, BaseException) for e in value)
+            )
+        ):
+            raise ValueError(
+                f"DataContext.actor_task_retry_on_errors={value!r}: expected True, False or a list of exception types"
+            )
         elif name == "enable_fallback_to_arrow_object_ext_type" and value is None:
             value = True  # Ray's None: fall back (as its default does)
         elif name == "target_max_block_size" and value is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import uuid
@@ -12,15 +13,19 @@ import pyarrow as pa
 
 import oxray
 from oxray.data._internal import block as B
+from oxray.data._internal import dataset_repr as R
 from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
+from oxray.data._internal.execution_state import stats_text, stored_blocks_text
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, remote, slice_ranges
 from oxray.data._internal.progress import progress_for
-from oxray.data._internal.write import WriteBlocks, cleanup_written, existing_files, remove_existing
+from oxray.data._internal.write import WriteBlocks, cleanup_written, path_exists, remove_existing
 from oxray.data.context import DataContext
 from oxray.data.iterator import DataIterator, _check_batch_size
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from oxray.data.grouped_data import GroupedData
@@ -72,9 +77,17 @@ class TaskPoolStrategy:
         self.size = size
 
 
-_REMOTE_ARG_NAMES = {"num_cpus", "num_gpus", "memory", "resources", "scheduling_strategy", "accelerator_type"}
+_REMOTE_ARG_NAMES = {
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "scheduling_strategy",
+    "accelerator_type",
+    "runtime_env",
+}
 # Options only a task pool (a function UDF) or only an actor pool (a class UDF) takes.
-_TASK_ONLY_ARGS = {"max_retries", "retry_exceptions"}
+_TASK_ONLY_ARGS = {"max_retries", "retry_exceptions", "max_calls"}
 _ACTOR_ONLY_ARGS = {"max_concurrency", "max_task_retries", "max_restarts"}
 
 
@@ -84,7 +97,16 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         if value is not None:
             remote[key] = value
     is_class = isinstance(fn, type)
-    for key, value in (ray_remote_args or {}).items():
+    if num_cpus is not None and num_gpus is not None:
+        logger.warning(
+            "Specifying both num_cpus and num_gpus for map tasks is experimental, and may result in "
+            "scheduling or stability issues."
+        )
+    ray_remote_args = dict(ray_remote_args or {})
+    remote_args_fn = ray_remote_args.pop("ray_remote_args_fn", None)
+    if remote_args_fn is not None and not callable(remote_args_fn):
+        raise ValueError(f"{what}(ray_remote_args_fn={remote_args_fn!r}): expected a function returning a dict")
+    for key, value in ray_remote_args.items():
         if key in _TASK_ONLY_ARGS and is_class:
             raise ValueError(f"{what}({key}=...) applies to tasks; a callable class runs on actors (max_task_retries)")
         if key in _ACTOR_ONLY_ARGS and not is_class:
@@ -132,10 +154,14 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
             actors, initial_size, max_size = True, initial, hi
         else:
             task_conc = hi
-    if is_class and not actors:
+    if is_class and compute in ("tasks",) or is_class and isinstance(compute, TaskPoolStrategy):
         raise ValueError(
-            f"{what}: a callable class needs an actor pool; pass concurrency=N or compute=ActorPoolStrategy(size=N)"
+            f"{what}: the callable class {fn.__name__} runs on an actor pool, not as tasks "
+            f"(compute={compute!r}); pass compute=ActorPoolStrategy(...) or None"
         )
+    if is_class and not actors:
+        # Ray's default for a callable class: an autoscaling pool of 1 to the cluster's CPUs.
+        actors, initial_size, max_size = True, 1, None
     if actors and not is_class:
         raise ValueError(f"{what}: an actor pool (compute=ActorPoolStrategy) needs a callable class, not a function")
     return P.ComputeSpec(
@@ -145,6 +171,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         max_tasks_in_flight_per_actor=per_actor,
         task_concurrency=task_conc,
         remote_args=tuple(sorted(remote.items())),
+        remote_args_fn=remote_args_fn,
     )
 
 
@@ -166,9 +193,10 @@ class Schema:
         return isinstance(other, Schema) and self.base_schema == other.base_schema
 
     def __repr__(self) -> str:
-        width = max((len(n) for n in self.names), default=0)
-        lines = ["Column" + " " * max(width - 6, 0) + "  Type", "-" * max(width, 6) + "  ----"]
-        lines += [f"{n.ljust(max(width, 6))}  {t}" for n, t in zip(self.names, self.types, strict=True)]
+        # Ray's layout: names padded to the widest (at least "Column") plus two spaces.
+        width = max([len(n) for n in self.names] + [len("Column")]) + 2
+        lines = ["Column".ljust(width) + "Type", "------".ljust(width) + "----"]
+        lines += [f"{n.ljust(width)}{t}" for n, t in zip(self.names, self.types, strict=True)]
         return "\n".join(lines)
 
 
@@ -199,7 +227,58 @@ class Dataset:
         return Dataset(self._plan, ctx)
 
     def __repr__(self) -> str:
-        return f"Dataset({P.describe(self._plan)})"
+        # Ray's: a table when the schema is known without running anything, else a summary.
+        schema = P.schema_from_metadata(self._plan)
+        if schema is None or not schema.names:
+            return self._summary_repr()
+        return R.table_repr(schema, P.count_from_metadata(self._plan), materialized=False)
+
+    def _summary_repr(self) -> str:
+        """`Dataset(num_rows=..., schema=...)` under the operators to run; without a union, the
+        rows and schema are the source's, as Ray shows them (no execution)."""
+        schema, num_rows = P.schema_from_metadata(self._plan), None
+        if not any(isinstance(op, P.UnionOp) for op in self._plan.ops):
+            num_rows = P.count_from_metadata(self._plan)
+            source = self._plan.source
+            schema = schema if schema is not None else P.schema_from_metadata(P.Plan(source))
+            num_rows = num_rows if num_rows is not None else source.count()
+        return R.summary_repr(type(self).__name__, self._plan, schema, num_rows, None)
+
+    def explain(self) -> None:
+        """Prints the logical and physical plans (Ray's format); runs nothing."""
+        print(P.explain(self._plan))
+
+    @property
+    def has_started_execution(self) -> bool:
+        """Whether this dataset has been (partly or fully) run; a `take` runs a derived one."""
+        return self._last_stats is not None
+
+    def serialize_lineage(self) -> bytes:
+        """The dataset's plan (not its data) as bytes, to be rebuilt later, possibly on another
+        cluster, with `Dataset.deserialize_lineage`. Only plans whose sources read external
+        data can travel: blocks in this cluster's object store (from_*(), materialize(), zip)
+        cannot."""
+        if not P.has_serializable_lineage(self._plan):
+            raise ValueError(
+                "Lineage-based serialization is not supported for this dataset: it holds data in "
+                "this cluster's object store (from the ray.data.from_*() APIs, materialize(), or zip). "
+                "Only datasets made with the ray.data.read_*() APIs (and their unions) can be "
+                "serialized this way; write the data to external storage with Dataset.write_*() and "
+                "serialize a dataset that reads it back instead."
+            )
+        import cloudpickle
+
+        return cloudpickle.dumps(Dataset(self._plan, self._context))
+
+    @staticmethod
+    def deserialize_lineage(serialized_ds: bytes) -> "Dataset":
+        """The dataset `serialize_lineage` made these bytes of (it runs from scratch)."""
+        import pickle
+
+        ds = pickle.loads(serialized_ds)
+        if not isinstance(ds, Dataset):
+            raise ValueError(f"deserialize_lineage: the bytes hold a {type(ds).__name__}, not a serialized Dataset")
+        return ds
 
     def map(
         self,
@@ -260,23 +339,46 @@ class Dataset:
         compute=None,
         fn_args=None,
         fn_kwargs=None,
+        fn_constructor_args=None,
+        fn_constructor_kwargs=None,
         num_cpus=None,
         num_gpus=None,
         memory=None,
         concurrency=None,
         **ray_remote_args,
     ) -> "Dataset":
+        if (fn is None) == (expr is None):
+            raise ValueError(
+                "Exactly one of 'fn' or 'expr' must be provided (filter: give either fn or expr, not both)."
+            )
         if expr is not None:
             from oxray.data.expressions import as_expr
 
-            if fn is not None:
-                raise ValueError("filter: give either fn or expr, not both")
+            if any(a is not None for a in (fn_args, fn_kwargs, fn_constructor_args, fn_constructor_kwargs)):
+                raise ValueError(
+                    "when 'expr' is used, 'fn_args/fn_kwargs' or 'fn_constructor_args/fn_constructor_kwargs' "
+                    "cannot be used."
+                )
+            if isinstance(expr, str):
+                import warnings
+
+                warnings.warn(
+                    "String expressions are deprecated and will be removed in a future version. "
+                    "Use predicate expressions from ray.data.expressions instead. "
+                    "For example: from ray.data.expressions import col; ds.filter(expr=col('column_name') > 5)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
             expr = as_expr(expr, "filter(expr=...)")
-            self._check_expr_columns(expr, "filter(expr=...)")
+            # As in Ray, a column the blocks lack fails when the dataset runs, not here.
             spec = _compute_spec(None, "filter", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
             return self._with(P.MapOp(T.FilterExpr(expr), spec))
-        if fn is None:
-            raise ValueError("filter: pass a function that returns True for the rows to keep, or expr=")
+        if not callable(fn):
+            raise ValueError(f"fn must be a UserDefinedFunction, but got {type(fn).__name__} instead.")
+        if fn_constructor_args or fn_constructor_kwargs:
+            if not isinstance(fn, type):
+                raise ValueError("filter: fn_constructor_args/kwargs are only for a callable class")
+            fn = _bind_ctor(fn, fn_constructor_args, fn_constructor_kwargs)
         remote = dict(ray_remote_args, num_cpus=num_cpus, num_gpus=num_gpus, memory=memory)
         return self._row_op("filter", fn, fn_args, fn_kwargs, compute, concurrency, remote)
 
@@ -426,11 +528,12 @@ class Dataset:
         self._check_key_columns(sort_key, "sort")
         args = {"key": sort_key, "num_blocks": None}
         if boundaries is not None:
-            if len(sort_key.columns) != 1 or any(sort_key.descending):
-                raise ValueError("sort(boundaries=...): boundaries split one ascending key column")
+            if len(sort_key.columns) != 1:
+                raise ValueError(f"sort(boundaries=...): boundaries split one key column, got {key!r}")
             if not isinstance(boundaries, (list, tuple)) or sorted(boundaries) != list(boundaries):
                 raise ValueError(f"sort(boundaries={boundaries!r}): expected an ascending list of key values")
-            # Output block i holds boundaries[i-1] <= key < boundaries[i], as in Ray.
+            # Output block i holds boundaries[i-1] <= key < boundaries[i], as in Ray (in
+            # reverse block order when descending).
             args.update(boundaries=list(boundaries), num_blocks=len(boundaries) + 1)
         return self._with(P.AllToAllOp("sort", args))
 
@@ -575,8 +678,14 @@ class Dataset:
             return self._with(P.AllToAllOp("sort", {"key": sort_key, "num_blocks": num_blocks}))
         if sort:
             raise ValueError("repartition(sort=True) needs keys=: the columns to sort each block by")
-        if (num_blocks is None) == (target_num_rows_per_block is None):
-            raise ValueError("repartition: give exactly one of num_blocks or target_num_rows_per_block")
+        if num_blocks is not None and target_num_rows_per_block is not None:
+            raise ValueError(
+                "repartition: Only one of `num_blocks` or `target_num_rows_per_block` must be set, but not both."
+            )
+        if num_blocks is None and target_num_rows_per_block is None:
+            raise ValueError("repartition: Either `num_blocks` or `target_num_rows_per_block` must be set")
+        if shuffle and target_num_rows_per_block is not None:
+            raise ValueError("repartition: `shuffle` must be False when `target_num_rows_per_block` is set.")
         for name, v in (("num_blocks", num_blocks), ("target_num_rows_per_block", target_num_rows_per_block)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"repartition({name}={v!r}): expected an integer >= 1")
@@ -619,7 +728,7 @@ class Dataset:
                     yield t
 
     def iterator(self) -> DataIterator:
-        return DataIterator(self._iter_tables, repr(self), self.stats, self.schema)
+        return DataIterator(self._iter_tables, f"Dataset({P.describe(self._plan)})", self.stats, self.schema)
 
     def iter_batches(self, **kwargs) -> Iterator:
         return self.iterator().iter_batches(**kwargs)
@@ -650,8 +759,11 @@ class Dataset:
             tables_meta.append((bundle.rows, bundle.size))
             bundle.release()
         schema = P.schema_from_metadata(self._plan)
-        if schema is None and refs:
-            schema = oxray.get(refs[0])[0].schema
+        if schema is None:
+            # The first block with rows says it (an empty block's columns may be a guess: Ray
+            # leaves an empty dataset's schema unknown).
+            first = next((r for r, (rows, _) in zip(refs, tables_meta, strict=True) if rows), None)
+            schema = oxray.get(first)[0].schema if first is not None else None
         return MaterializedDataset(refs, tables_meta, schema, self._last_stats)
 
     def take(self, limit: int = 20) -> list:
@@ -726,9 +838,14 @@ class Dataset:
         return [oxray.put(B.table_to_pandas(t)) for t in self._iter_tables()]
 
     def stats(self) -> str:
-        if self._last_stats is None:
-            return "The dataset has not been executed yet."
-        return self._last_stats.summary()
+        """How the last run of this dataset went, per operator (Ray's layout); "" before any.
+        A dataset made from data held here reports the blocks its conversion made."""
+        if self._last_stats is None or self._last_stats.scheduler is None:
+            source = self._plan.source
+            if isinstance(source, StoredBlocksDatasource) and not self._plan.ops:
+                return stored_blocks_text(source.name, source.meta)
+            return ""
+        return stats_text(self._last_stats)
 
     def input_files(self) -> list:
         files = getattr(self._plan.source, "files", None) or []
@@ -765,6 +882,8 @@ class Dataset:
         return self._split_rows(bounds, "Split")
 
     def split_at_indices(self, indices: list) -> list:
+        if len(indices) < 1:
+            raise ValueError("split_at_indices([]): indices must be at least of length 1")
         if any(b < a for a, b in zip([0, *indices], indices, strict=False)):
             raise ValueError(f"split_at_indices({indices!r}): indices must be sorted and >= 0")
 
@@ -828,12 +947,17 @@ class Dataset:
         return J.run_join(left, right, spec, num_partitions)
 
     def train_test_split(self, test_size, *, shuffle: bool = False, seed: Optional[int] = None, stratify=None):
-        if stratify is not None:
-            raise ValueError("train_test_split(stratify=...) is not supported by oxray yet")
         if isinstance(test_size, bool) or not isinstance(test_size, (int, float)):
             raise TypeError(f"train_test_split(test_size={test_size!r}): expected a float or an int")
         if isinstance(test_size, float) and not 0 < test_size < 1:
             raise ValueError(f"train_test_split(test_size={test_size!r}): a float must be between 0 and 1")
+        if stratify is not None:
+            if shuffle:
+                raise ValueError(
+                    "Cannot specify both 'shuffle=True' and 'stratify' parameters. Stratified splitting "
+                    "maintains class proportions and is incompatible with shuffling."
+                )
+            return self._stratified_split(test_size, stratify)
 
         def bounds(n):
             if isinstance(test_size, float):
@@ -846,6 +970,28 @@ class Dataset:
 
         ds = self.random_shuffle(seed=seed) if shuffle else self
         return tuple(ds._split_rows(bounds, "TrainTestSplit"))
+
+    def _stratified_split(self, test_size, stratify: str) -> tuple:
+        """Train and test sets that keep each `stratify` class's share, as Ray's: the last
+        `int(n * test_size)` rows of each class (of n rows) go to the test set."""
+        if isinstance(test_size, int):
+            total = self.count()
+            if not 0 < test_size < total:
+                raise ValueError(f"train_test_split(test_size={test_size!r}): expected 0 < test_size < {total}")
+            test_size = test_size / total
+        column = T.TRAIN_TEST_COLUMN
+        fraction = float(test_size)
+
+        def mark_train_rows(group):
+            n = len(group)
+            n_test = int(n * fraction)
+            group[column] = np.array([True] * (n - n_test) + [False] * n_test)
+            return group
+
+        marked = self.groupby(stratify).map_groups(mark_train_rows).materialize()
+        train = marked.filter(expr=f"{column} == True").drop_columns([column])
+        test = marked.filter(expr=f"{column} == False").drop_columns([column])
+        return train.materialize(), test.materialize()
 
     def streaming_train_test_split(
         self, test_size: float, *, split_type: str = "random", hash_column: Optional[str] = None, seed=None, **kw
@@ -878,8 +1024,11 @@ class Dataset:
 
     # ---- writing ----
 
-    def _write(self, fmt: str, path, kwargs: dict, *, partition_cols=None, column=None, options=None) -> None:
-        """Writes the dataset as files under `path`; `kwargs` are the writer's shared options."""
+    def _write(
+        self, fmt: str, path, kwargs: dict, *, partition_cols=None, column=None, options=None, arrow_args_fn=None
+    ) -> None:
+        """Writes the dataset as files under `path`; `kwargs` are the writer's shared options and,
+        for parquet, pyarrow's writing options (Ray's `**arrow_parquet_args`)."""
         what = f"write_{fmt}"
         filesystem = kwargs.pop("filesystem", None)
         try_create_dir = kwargs.pop("try_create_dir", True)
@@ -891,6 +1040,16 @@ class Dataset:
         min_rows_per_file = kwargs.pop("min_rows_per_file", None)
         max_rows_per_file = kwargs.pop("max_rows_per_file", None)
         mode = _check_mode(kwargs.pop("mode", None), what)
+        arrow_args = {}
+        if fmt == "parquet":
+            from oxray.data._internal.write import check_parquet_args
+
+            arrow_args = {k: kwargs.pop(k) for k in list(kwargs) if k not in _SHARED_WRITE_ARGS + _RAY_WRITE_ARGS}
+            check_parquet_args(arrow_args, what)
+            if arrow_args_fn is not None and not callable(arrow_args_fn):
+                raise TypeError(
+                    f"{what}(arrow_parquet_args_fn={arrow_args_fn!r}): expected a function returning a dict"
+                )
         if kwargs:
             raise ValueError(f"{what}({', '.join(kwargs)}=...) is not supported by oxray")
         if not isinstance(path, (str, os.PathLike)):
@@ -898,17 +1057,18 @@ class Dataset:
         (path,) = _normalize_paths([path], what, filesystem)
         if not try_create_dir and "://" not in path and not os.path.isdir(path):
             raise FileNotFoundError(f"{what}(try_create_dir=False): the directory {path} does not exist")
-        for name, v in (("min_rows_per_file", min_rows_per_file), ("max_rows_per_file", max_rows_per_file)):
+        for name, v in (("max_rows_per_file", max_rows_per_file), ("min_rows_per_file", min_rows_per_file)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"write_{fmt}({name}={v!r}): expected an integer >= 1")
+                raise ValueError(f"{name} must be a positive integer (write_{fmt} got {name}={v!r})")
         if min_rows_per_file and max_rows_per_file and min_rows_per_file > max_rows_per_file:
             raise ValueError(
-                f"write_{fmt}: min_rows_per_file={min_rows_per_file} is larger than "
-                f"max_rows_per_file={max_rows_per_file}"
+                f"min_rows_per_file ({min_rows_per_file}) cannot be greater than "
+                f"max_rows_per_file ({max_rows_per_file})"
             )
         if partition_cols is not None:
             partition_cols = self._columns_arg(partition_cols, f"write_{fmt}(partition_cols)")
-        if mode != "append" and existing_files(path):
+        # As Ray, a directory that exists counts as existing even when empty.
+        if mode != "append" and path_exists(path):
             if mode in ("error", "create"):
                 raise ValueError(
                     f"Path {path} already exists. If this is unexpected, use mode='ignore' to ignore those files"
@@ -917,7 +1077,17 @@ class Dataset:
                 return
             remove_existing(path)  # overwrite
         writer = WriteBlocks(
-            fmt, path, uuid.uuid4().hex, partition_cols, max_rows_per_file, column, options or {}, filenames
+            fmt,
+            path,
+            uuid.uuid4().hex,
+            partition_cols,
+            max_rows_per_file,
+            column,
+            options or {},
+            filenames,
+            mode=mode,
+            arrow_args=arrow_args,
+            arrow_args_fn=arrow_args_fn,
         )
         ds = self._with(P.MapOp(writer, P.ComputeSpec(), min_rows_per_file, bundle_inputs=bool(min_rows_per_file)))
         finished = []
@@ -959,8 +1129,19 @@ class Dataset:
             raise
         datasink.on_write_complete(WriteResult(num_rows=rows, size_bytes=size, write_returns=returns))
 
-    def write_parquet(self, path: str, *, partition_cols=None, compression: str = "snappy", **kwargs) -> None:
-        self._write("parquet", path, kwargs, partition_cols=partition_cols, options={"compression": compression})
+    def write_parquet(
+        self, path: str, *, partition_cols=None, compression: str = "snappy", arrow_parquet_args_fn=None, **kwargs
+    ) -> None:
+        """Parquet files under `path`. pyarrow's writing options (`row_group_size`, `schema`, ...,
+        and `arrow_parquet_args_fn` returning more of them) are honoured by writing with pyarrow."""
+        self._write(
+            "parquet",
+            path,
+            kwargs,
+            partition_cols=partition_cols,
+            options={"compression": compression},
+            arrow_args_fn=arrow_parquet_args_fn,
+        )
 
     def write_csv(self, path: str, **kwargs) -> None:
         self._write("csv", path, kwargs)
@@ -987,6 +1168,17 @@ def _zip_blocks(left, *rights):
 
 
 _SAVE_MODES = ("append", "overwrite", "ignore", "error", "create")
+# The options every file writer takes; write_parquet hands the others to pyarrow.
+_SHARED_WRITE_ARGS = (
+    "filesystem",
+    "try_create_dir",
+    "filename_provider",
+    "min_rows_per_file",
+    "max_rows_per_file",
+    "mode",
+)
+# Ray's other write options: not pyarrow's, and refused by name when given.
+_RAY_WRITE_ARGS = ("ray_remote_args", "concurrency", "arrow_open_stream_args", "num_rows_per_file")
 
 
 def _check_mode(mode, what: str) -> str:
@@ -1030,6 +1222,28 @@ class MaterializedDataset(Dataset):
 
     def num_blocks(self) -> int:
         return len(self._refs)
+
+    def __repr__(self) -> str:
+        # Ray's: the table with up to 10 rows (the first and last 5 of a longer dataset).
+        num_rows = sum(rows for rows, _ in self._meta)
+        if self._schema is None or not self._schema.names:
+            return R.summary_repr(type(self).__name__, None, None, num_rows, len(self._refs))
+        head_rows, tail_rows = R.preview_row_counts(num_rows)
+        held = [(ref, rows) for ref, (rows, _) in zip(self._refs, self._meta, strict=True) if rows]
+        head, tail = [], []
+        try:
+            for ref, _ in held:
+                if len(head) >= head_rows:
+                    break
+                head.extend(B.rows_of(B.concat(oxray.get(ref)).slice(0, head_rows - len(head))))
+            for ref, rows in reversed(held):
+                if len(tail) >= tail_rows:
+                    break
+                need = tail_rows - len(tail)
+                tail[:0] = B.rows_of(B.concat(oxray.get(ref)).slice(max(rows - need, 0)))
+        except oxray.exceptions.RayError:
+            head, tail = [], []  # the blocks are gone (say, after shutdown): the table without rows, as Ray
+        return R.table_repr(self._schema, num_rows, True, head, tail)
 
     def _table_refs(self) -> list:
         return [oxray.put(B.concat(oxray.get(r))) for r in self._refs]

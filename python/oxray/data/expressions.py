@@ -2,9 +2,10 @@
 
 `Dataset.filter(expr=...)` keeps the rows where an expression is true, `Dataset.with_column(name,
 expr)` adds its values as a column. An expression may also be a string of Python syntax over
-column names (`"x > 5 and y != 'a'"`, `"z is null"` is written `"z.is_null()"`), parsed here
-with `ast` (never evaluated as Python). Expressions run on each block with pyarrow.compute, in
-the block's task.
+column names (`"x > 5 and y != 'a'"`, `"z is null"` is written `"z.is_null()"` or, as in Ray,
+`"is_null(z)"`; `is_not_null`/`is_valid`, `is_nan` and `is_in(x, [...])` likewise; a dotted name,
+`"sepal.length > 5"`, is one column), parsed here with `ast` (never evaluated as Python).
+Expressions run on each block with pyarrow.compute, in the block's task.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Expr", "Operation", "col", "lit"]
+__all__ = ["Expr", "Operation", "col", "lit", "udf"]
 
 
 class Operation(str, Enum):
@@ -281,6 +282,69 @@ class AliasExpr(Expr):
         return f"{self.expr!r}.alias({self._name!r})"
 
 
+class UDFExpr(Expr):
+    """A `@udf` function applied to expressions: it gets each argument's values over the
+    block as one Arrow array and returns an array, cast to the declared return type."""
+
+    def __init__(self, fn, args: tuple, kwargs: dict, return_dtype):
+        self.fn, self.args, self.kwargs, self.return_dtype = fn, args, kwargs, return_dtype
+
+    def eval(self, table: pa.Table):
+        def value(arg):
+            if not isinstance(arg, Expr):
+                return arg
+            out = arg.eval(table)
+            return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
+
+        result = self.fn(*[value(a) for a in self.args], **{k: value(v) for k, v in self.kwargs.items()})
+        if not isinstance(result, (pa.Array, pa.ChunkedArray)):
+            result = pa.array(result)
+        if len(result) != table.num_rows:
+            raise ValueError(
+                f"udf {getattr(self.fn, '__name__', self.fn)!r} returned {len(result)} values for a block "
+                f"of {table.num_rows} rows; a udf returns one value per row"
+            )
+        return result.cast(self.return_dtype.to_arrow_dtype())
+
+    def columns(self) -> set:
+        found = set()
+        for arg in (*self.args, *self.kwargs.values()):
+            if isinstance(arg, Expr):
+                found |= arg.columns()
+        return found
+
+    def __repr__(self) -> str:
+        return f"{getattr(self.fn, '__name__', 'udf')}({', '.join(map(repr, self.args))})"
+
+
+def udf(return_dtype):
+    """Ray's `@udf(return_dtype=DataType...)`: a function (or callable class) over Arrow
+    arrays, made usable in expressions: calling it with expressions gives a `UDFExpr`."""
+    from oxray.data.datatype import DataType
+
+    if not isinstance(return_dtype, DataType):
+        raise TypeError(f"udf(return_dtype={return_dtype!r}): expected a ray.data.datatype.DataType")
+
+    def decorate(fn):
+        if isinstance(fn, type):
+
+            class ExpressionUDF(fn):
+                def __call__(self, *args, **kwargs):
+                    return UDFExpr(super().__call__, args, kwargs, return_dtype)
+
+            ExpressionUDF.__name__ = ExpressionUDF.__qualname__ = fn.__name__
+            return ExpressionUDF
+
+        def as_expression(*args, **kwargs):
+            return UDFExpr(fn, args, kwargs, return_dtype)
+
+        as_expression.__name__ = getattr(fn, "__name__", "udf")
+        as_expression.__doc__ = fn.__doc__
+        return as_expression
+
+    return decorate
+
+
 def col(name: str) -> ColumnExpr:
     """The column `name` of each block."""
     return ColumnExpr(name)
@@ -318,13 +382,44 @@ def parse(text: str) -> Expr:
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError as e:
-        raise ValueError(f"expression {text!r} is not valid: {e.msg}") from None
+        raise ValueError(f"Invalid syntax in the expression: {text} ({e.msg})") from None
     return _from_ast(tree, text)
+
+
+def _dotted_name(node) -> "str | None":
+    """`a.b.c` as the one column name "a.b.c" (Ray reads dots as part of a column's name,
+    e.g. "sepal.length"); None when the node is not a chain of plain names."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted_name(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+# Ray's string-expression functions: name -> (number of arguments, builder).
+_AST_FUNCTIONS = {
+    "is_null": (1, lambda x: x.is_null()),
+    "is_not_null": (1, lambda x: x.is_not_null()),
+    "is_valid": (1, lambda x: x.is_not_null()),
+    # NaN is the one value unequal to itself.
+    "is_nan": (1, lambda x: BinaryExpr(Operation.NE, x, x)),
+    "is_in": (2, lambda x, values: BinaryExpr(Operation.IN, x, values)),
+}
 
 
 def _from_ast(node, text: str) -> Expr:
     if isinstance(node, ast.Name):
         return col(node.id)
+    if isinstance(node, ast.Attribute) and _dotted_name(node) is not None:
+        return col(_dotted_name(node))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _AST_FUNCTIONS:
+        arity, build = _AST_FUNCTIONS[node.func.id]
+        if len(node.args) != arity or node.keywords:
+            raise ValueError(
+                f"expression {text!r}: {node.func.id}() expects exactly {arity} argument{'s' if arity > 1 else ''}"
+            )
+        return build(*[_from_ast(a, text) for a in node.args])
     if isinstance(node, ast.Constant):
         return lit(node.value)
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
@@ -361,7 +456,8 @@ def _from_ast(node, text: str) -> Expr:
             return getattr(target, node.func.attr)()
     raise ValueError(
         f"expression {text!r}: {ast.unparse(node)!r} is not supported (columns, constants, arithmetic, "
-        "comparisons, in / not in, and / or / not, .is_null() / .is_not_null())"
+        "comparisons, in / not in, and / or / not, .is_null() / .is_not_null(), is_null(x), is_not_null(x), "
+        "is_valid(x), is_nan(x), is_in(x, [...]))"
     )
 
 

@@ -64,6 +64,7 @@ class GroupedData:
         self,
         fn,
         *,
+        zero_copy_batch: bool = True,
         compute=None,
         batch_format: Optional[str] = "default",
         fn_args=None,
@@ -76,47 +77,46 @@ class GroupedData:
         concurrency=None,
         **ray_remote_args,
     ):
-        """`fn` applied to each group as one batch; its outputs make the dataset."""
+        """`fn` applied to each group as one batch (a pandas DataFrame by default, as in Ray);
+        its outputs make the dataset. As Ray does it: a shuffle brings each group's rows
+        together, sorted by the key, then a map step (tasks, or an actor pool for a callable
+        class, with the usual compute, concurrency and remote options) splits each block into
+        its groups."""
+        from oxray.data.dataset import _compute_spec
+
         T.check_fn(fn, "map_groups")
         B.check_batch_format(batch_format)
-        refused = {"compute": compute, "concurrency": concurrency}
-        refused.update({k: v for k, v in ray_remote_args.items() if k != "resources"})
-        named = [k for k, v in refused.items() if v is not None]
-        if named:
-            raise ValueError(
-                f"map_groups({', '.join(f'{k}=...' for k in named)}) is not supported by oxray: each partition's "
-                "groups run in one reduce task (num_cpus, num_gpus, memory and resources set its request)"
-            )
         if (fn_constructor_args or fn_constructor_kwargs) and not isinstance(fn, type):
             raise ValueError("map_groups: fn_constructor_args/kwargs are only for a callable class")
-        remote = {
-            k: v for k, v in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)) if v is not None
-        }
-        if ray_remote_args.get("resources"):
-            remote["resources"] = dict(ray_remote_args["resources"])
-        key = self._sort_key
-        if key is None:
-            # One group: the whole dataset, in one reduce task.
-            return self._dataset.repartition(1).map_batches(
-                fn,
-                batch_format=batch_format,
-                fn_args=fn_args,
-                fn_kwargs=fn_kwargs,
-                fn_constructor_args=fn_constructor_args,
-                fn_constructor_kwargs=fn_constructor_kwargs,
-                concurrency=1 if isinstance(fn, type) else None,
-                **remote,
-            )
-        reducer = X.MapGroups(
-            key,
+        spec = _compute_spec(fn, "map_groups", compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args)
+        if self._sort_key is None:
+            grouped, key_columns = self._dataset.repartition(1), ()  # one group: the whole dataset
+        else:
+            grouped, key_columns = self._exchange(None), self._sort_key.columns
+        udf = T.MapGroups(
+            key_columns,
             fn,
             batch_format,
-            tuple(fn_args or ()),
-            dict(fn_kwargs or {}),
-            tuple(fn_constructor_args or ()),
-            dict(fn_constructor_kwargs or {}),
+            fn_args,
+            fn_kwargs,
+            fn_constructor_args,
+            fn_constructor_kwargs,
+            zero_copy_batch,
         )
-        return self._exchange(reducer, remote)
+        return grouped._with(P.MapOp(udf, spec))
+
+    def with_column(self, column_name: str, expr, **ray_remote_args):
+        """Each group with a column computed from `expr` over that group's rows (so a `@udf`
+        in it sees one group at a time), as Ray's."""
+        from oxray.data.expressions import as_expr
+
+        step = T.WithColumn(column_name, as_expr(expr, "GroupedData.with_column"))
+
+        def add_column(group):
+            return step(group)[0]
+
+        add_column.__name__ = f"with_column({column_name})"
+        return self.map_groups(add_column, batch_format="pyarrow", **ray_remote_args)
 
     def _simple(self, agg_cls, on, **kwargs):
         keys = self._sort_key.columns if self._sort_key is not None else ()

@@ -277,6 +277,17 @@ class DataIterator:
     def __repr__(self) -> str:
         return f"DataIterator({self._describe})"
 
+    def get_context(self):
+        """The DataContext this iterator's data runs under: a split's is its coordinator's (the
+        dataset's settings where it was split), a dataset's the one it carries or the current."""
+        import oxray
+        from oxray.data.context import DataContext
+
+        if self._coordinator is not None:
+            return oxray.get(self._coordinator.__ray_call__.remote(lambda c: c.dataset._context))
+        dataset = getattr(self._blocks_fn, "__self__", None)  # the Dataset whose blocks these are
+        return getattr(dataset, "_context", None) or DataContext.get_current()
+
     def _iter_blocks(self, prefetch_batches: int = 1) -> Iterator[pa.Table]:
         return _prefetched(self._blocks_fn(), prefetch_batches)
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from oxray.data._internal import block as B
 from oxray.data._internal import plan as P
@@ -57,12 +58,47 @@ def _num_blocks(n_items: int, override) -> int:
 
 
 def read_parquet(
-    paths, *, filesystem=None, columns: Optional[list] = None, include_paths: bool = False, **kwargs
+    paths,
+    *,
+    filesystem=None,
+    columns: Optional[list] = None,
+    include_paths: bool = False,
+    include_row_hash: bool = False,
+    shuffle=None,
+    file_extensions: Optional[list] = ("parquet",),
+    **kwargs,
 ) -> Dataset:
-    """Parquet files, directories or globs (local or s3://), read by the engine."""
+    """Parquet files, directories or globs (local or s3://), read by the engine.
+
+    Of pyarrow's reading options (Ray's `**arrow_parquet_args`) it takes `filter` (a
+    `pyarrow.dataset` expression, applied to each file's rows, partition columns included)
+    and `batch_size` (rows decoded at a time)."""
+    from oxray.data.datasource.file_based_datasource import check_shuffle
+    from oxray.data.datasource.partitioning import Partitioning, PathPartitionFilter
+
+    filter_expr = kwargs.pop("filter", None)
+    batch_size = kwargs.pop("batch_size", None)
+    partitioning = kwargs.pop("partitioning", Partitioning("hive"))
+    partition_filter = kwargs.pop("partition_filter", None)
+    if partitioning is not None and not isinstance(partitioning, Partitioning) and partitioning != "hive":
+        raise TypeError(f"read_parquet(partitioning={partitioning!r}): expected a Partitioning or None")
+    if partition_filter is not None and not isinstance(partition_filter, PathPartitionFilter):
+        raise TypeError(f"read_parquet(partition_filter={partition_filter!r}): expected a PathPartitionFilter")
     opts = _check_common("read_parquet", kwargs, ("override_num_blocks", "parallelism", "concurrency"))
     if columns is not None and (not isinstance(columns, (list, tuple)) or not all(isinstance(c, str) for c in columns)):
         raise TypeError(f"read_parquet(columns={columns!r}): expected a list of column names")
+    check_shuffle(shuffle)
+    if filter_expr is not None and not isinstance(filter_expr, pc.Expression):
+        raise TypeError(
+            f"read_parquet(filter={filter_expr!r}): expected a pyarrow.dataset expression "
+            "(e.g. pyarrow.dataset.field('x') > 0)"
+        )
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"read_parquet(batch_size={batch_size!r}): expected an integer >= 1")
+    if file_extensions is not None and (
+        isinstance(file_extensions, str) or not all(isinstance(e, str) for e in file_extensions)
+    ):
+        raise TypeError(f"read_parquet(file_extensions={file_extensions!r}): expected a list of extensions")
     source = ParquetDatasource(
         _normalize_paths(paths, "read_parquet", filesystem),
         columns,
@@ -70,6 +106,13 @@ def read_parquet(
         num_blocks=opts.get("override_num_blocks"),
         concurrency=opts.get("concurrency"),
         include_paths=bool(include_paths),
+        include_row_hash=bool(include_row_hash),
+        filter_expr=filter_expr,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        file_extensions=[e.lstrip(".") for e in file_extensions] if file_extensions is not None else None,
+        partitioning=partitioning,
+        partition_filter=partition_filter,
     )
     return Dataset(P.Plan(source))
 
@@ -79,20 +122,135 @@ def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options
     opts = _check_common(what, kwargs, ("concurrency", "num_cpus", "override_num_blocks", "parallelism"))
     source = FileDatasource(fmt, _normalize_paths(paths, what, filesystem), options, include_paths, exts)
     source.num_tasks = opts.get("override_num_blocks")
-    source.read_compute = P.ComputeSpec(
-        task_concurrency=opts.get("concurrency"),
-        remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),
-    )
+    source.read_compute = _read_compute(None, opts)
     return Dataset(P.Plan(source))
 
 
-def read_csv(paths, *, filesystem=None, include_paths: bool = False, parse_options=None, **kwargs) -> Dataset:
-    delimiter = getattr(parse_options, "delimiter", ",") if parse_options is not None else ","
-    return _file_dataset("csv", "read_csv", paths, filesystem, include_paths, {"delimiter": delimiter}, kwargs)
+def _read_compute(compute, opts: dict) -> P.ComputeSpec:
+    """How read tasks run: `concurrency=` (tasks) wins over `compute=`, as in Ray."""
+    from oxray.data import ActorPoolStrategy, TaskPoolStrategy
+
+    remote_args = (("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else ()
+    if opts.get("concurrency") is not None or compute is None or compute == "tasks":
+        return P.ComputeSpec(task_concurrency=opts.get("concurrency"), remote_args=remote_args)
+    if isinstance(compute, TaskPoolStrategy):
+        return P.ComputeSpec(task_concurrency=compute.size, remote_args=remote_args)
+    if isinstance(compute, ActorPoolStrategy):
+        return P.ComputeSpec(
+            actors=True,
+            initial_size=compute.initial_size,
+            max_size=compute.max_size,
+            max_tasks_in_flight_per_actor=compute.max_tasks_in_flight_per_actor,
+            remote_args=remote_args,
+        )
+    raise ValueError(f"read_datasource(compute={compute!r}): expected TaskPoolStrategy(...) or ActorPoolStrategy(...)")
 
 
-def read_json(paths, *, lines: Optional[bool] = None, filesystem=None, include_paths: bool = False, **kwargs):
-    return _file_dataset("json", "read_json", paths, filesystem, include_paths, {"lines": lines}, kwargs)
+# The codecs pyarrow decompresses a stream with (`arrow_open_stream_args={"compression": ...}`).
+_STREAM_CODECS = ("gzip", "bz2", "brotli", "zstd", "lz4", "snappy")  # snappy: with python-snappy, as Ray
+
+
+def _open_stream_compression(what: str, arrow_open_stream_args) -> Optional[str]:
+    """The codec named in `arrow_open_stream_args`, the only key oxray takes (it reads files whole)."""
+    if arrow_open_stream_args is None:
+        return None
+    if not isinstance(arrow_open_stream_args, dict):
+        raise TypeError(f"{what}(arrow_open_stream_args={arrow_open_stream_args!r}): expected a dict")
+    unknown = sorted(set(arrow_open_stream_args) - {"compression"})
+    if unknown:
+        raise ValueError(
+            f"{what}(arrow_open_stream_args={arrow_open_stream_args!r}): {', '.join(unknown)} is not supported "
+            "by oxray; it takes only 'compression'"
+        )
+    compression = arrow_open_stream_args.get("compression")
+    if compression is not None and compression not in _STREAM_CODECS:
+        raise ValueError(
+            f"{what}(arrow_open_stream_args={{'compression': {compression!r}}}): expected one of "
+            f"{', '.join(_STREAM_CODECS)} or None"
+        )
+    return compression
+
+
+def _check_arrow_option(what: str, name: str, value, expected_type) -> None:
+    if not isinstance(value, expected_type):
+        raise TypeError(f"{what}({name}={value!r}): expected a {expected_type.__module__}.{expected_type.__name__}")
+
+
+def read_csv(
+    paths,
+    *,
+    filesystem=None,
+    include_paths: bool = False,
+    parse_options=None,
+    read_options=None,
+    convert_options=None,
+    arrow_open_stream_args=None,
+    **kwargs,
+) -> Dataset:
+    """CSV files. The engine reads them (plain or gzip) unless pyarrow `read_options`,
+    `convert_options` or `parse_options` other than a delimiter are given or a file's codec is
+    another; then pyarrow.csv reads them, as in Ray."""
+    import pyarrow.csv as pacsv
+
+    compression = _open_stream_compression("read_csv", arrow_open_stream_args)
+    arrow_args = {}
+    for name, value, expected_type in (
+        ("read_options", read_options, pacsv.ReadOptions),
+        ("parse_options", parse_options, pacsv.ParseOptions),
+        ("convert_options", convert_options, pacsv.ConvertOptions),
+    ):
+        if value is not None:
+            _check_arrow_option("read_csv", name, value, expected_type)
+            arrow_args[name] = value
+    delimiter = parse_options.delimiter if parse_options is not None else ","
+    engine_parses = (
+        read_options is None
+        and convert_options is None
+        and (parse_options is None or parse_options.equals(pacsv.ParseOptions(delimiter=delimiter)))
+        and len(delimiter) == 1
+        and delimiter.isascii()
+    )
+    options = {"delimiter": delimiter, "compression": compression, "arrow": None if engine_parses else arrow_args}
+    return _file_dataset("csv", "read_csv", paths, filesystem, include_paths, options, kwargs)
+
+
+# pyarrow.json.read_json's keyword arguments, which read_json passes on (Ray's **arrow_json_args).
+_ARROW_JSON_ARGS = ("read_options", "parse_options")
+
+
+def read_json(
+    paths,
+    *,
+    lines: Optional[bool] = None,
+    filesystem=None,
+    include_paths: bool = False,
+    arrow_open_stream_args=None,
+    **kwargs,
+):
+    """JSON Lines, or JSON arrays of objects. The engine reads them (plain or gzip) unless
+    pyarrow's `read_options` or `parse_options` are given or a file's codec is another; then
+    pyarrow.json reads them, as in Ray."""
+    import pyarrow.json as pajson
+
+    arrow_args = {name: kwargs.pop(name) for name in _ARROW_JSON_ARGS if kwargs.get(name) is not None}
+    for name in _ARROW_JSON_ARGS:
+        kwargs.pop(name, None)
+    if lines:
+        # Ray reads `lines=True` with pandas, which takes none of these.
+        incompatible = {"filesystem": filesystem, "arrow_open_stream_args": arrow_open_stream_args}
+        incompatible["arrow_json_args"] = arrow_args
+        for param, value in incompatible.items():
+            if value:
+                raise ValueError(f"`{param}` is not supported when `lines=True`. ")
+    if "read_options" in arrow_args:
+        _check_arrow_option("read_json", "read_options", arrow_args["read_options"], pajson.ReadOptions)
+    if "parse_options" in arrow_args:
+        _check_arrow_option("read_json", "parse_options", arrow_args["parse_options"], pajson.ParseOptions)
+    compression = _open_stream_compression("read_json", arrow_open_stream_args)
+    # Ray's default `lines=False` reads JSON Lines too (pyarrow's reader), and a JSON array
+    # (its json.load fallback): the engine's detection does the same.
+    options = {"lines": True if lines else None, "compression": compression, "arrow": arrow_args or None}
+    return _file_dataset("json", "read_json", paths, filesystem, include_paths, options, kwargs)
 
 
 def read_text(
@@ -114,8 +272,14 @@ def read_numpy(paths, *, filesystem=None, include_paths: bool = False, **kwargs)
     return _file_dataset("numpy", "read_numpy", paths, filesystem, include_paths, {}, kwargs)
 
 
-def read_binary_files(paths, *, filesystem=None, include_paths: bool = False, **kwargs) -> Dataset:
-    return _file_dataset("binary", "read_binary_files", paths, filesystem, include_paths, {}, kwargs)
+def read_binary_files(
+    paths, *, filesystem=None, include_paths: bool = False, arrow_open_stream_args=None, **kwargs
+) -> Dataset:
+    # As Ray, each file's bytes are decompressed with the codec named here or by its suffix.
+    compression = _open_stream_compression("read_binary_files", arrow_open_stream_args)
+    return _file_dataset(
+        "binary", "read_binary_files", paths, filesystem, include_paths, {"compression": compression}, kwargs
+    )
 
 
 def read_images(
@@ -226,8 +390,11 @@ def from_arrow(tables, *, override_num_blocks: Optional[int] = None) -> Material
     return from_tables(out, "FromArrow")
 
 
-def read_datasource(datasource, *, parallelism: int = -1, override_num_blocks: Optional[int] = None, **kwargs):
-    """A dataset read by a user's `Datasource` (`oxray.data.datasource.Datasource`)."""
+def read_datasource(
+    datasource, *, parallelism: int = -1, override_num_blocks: Optional[int] = None, compute=None, **kwargs
+):
+    """A dataset read by a user's `Datasource` (`oxray.data.datasource.Datasource`); its read
+    tasks run as tasks, or on an actor pool with `compute=ActorPoolStrategy(...)`."""
     from oxray.data.datasource import Datasource as UserDatasourceBase
 
     if not isinstance(datasource, UserDatasourceBase) and not hasattr(datasource, "get_read_tasks"):
@@ -246,10 +413,7 @@ def read_datasource(datasource, *, parallelism: int = -1, override_num_blocks: O
         )
     n = opts.get("override_num_blocks") or DataContext.get_current().read_op_min_num_blocks
     source = UserDatasource(datasource, int(n), kwargs)
-    source.read_compute = P.ComputeSpec(
-        task_concurrency=opts.get("concurrency"),
-        remote_args=(("num_cpus", opts["num_cpus"]),) if "num_cpus" in opts else (),
-    )
+    source.read_compute = _read_compute(compute, opts)
     return Dataset(P.Plan(source))
 
 
@@ -313,7 +477,10 @@ def from_numpy_refs(refs) -> MaterializedDataset:
 def from_torch(dataset, local_read: bool = False) -> MaterializedDataset:
     """A torch map-style or iterable dataset, one row per item in column `item`. The items are
     read here, in the calling process, whatever `local_read` says (the result is the same)."""
-    if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+    torch_data = sys.modules.get("torch.utils.data")
+    iterable_style = torch_data is not None and isinstance(dataset, torch_data.IterableDataset)
+    # An IterableDataset inherits a __getitem__ that raises: it is read by iterating, as Ray does.
+    if not iterable_style and hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
         items = [dataset[i] for i in builtins.range(len(dataset))]
     else:
         items = list(dataset)

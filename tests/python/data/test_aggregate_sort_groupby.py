@@ -236,3 +236,30 @@ def test_map_groups_with_a_callable_class_and_a_generator(ds):
     for r in out:
         totals[r["k"]] = totals.get(r["k"], 0) + r["rows"]
     assert totals == {k: sum(1 for x in items() if x["k"] == k) for k in range(4)}
+
+
+def test_groupby_with_custom_aggregate_fns_of_one_name(ds):
+    """A custom AggregateFn folds whole rows per group; a repeated name becomes `name_2`."""
+
+    def mean_of_v():
+        return A.AggregateFn(
+            init=lambda k: [0.0, 0],
+            accumulate_row=lambda a, r: [a[0] + r["v"], a[1] + 1],
+            merge=lambda a1, a2: [a1[0] + a2[0], a1[1] + a2[1]],
+            finalize=lambda a: a[0] / a[1],
+            name="mean_v",
+        )
+
+    out = ds.groupby("k").aggregate(mean_of_v(), mean_of_v()).take_all()
+    for row in out:
+        vs = [r["v"] for r in items() if r["k"] == row["k"]]
+        assert row["mean_v"] == pytest.approx(sum(vs) / len(vs)) == row["mean_v_2"]
+    assert sorted(r["k"] for r in out) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_with_boundaries_in_either_direction(data_cluster, descending):
+    ds = ray.data.range(100, override_num_blocks=4).sort("id", descending, [30, 60.5]).materialize()
+    blocks = [list(b["id"]) for b in ds.iter_batches(batch_size=None)]
+    ranges = [list(range(0, 30)), list(range(30, 61)), list(range(61, 100))]
+    assert blocks == ([r[::-1] for r in ranges[::-1]] if descending else ranges)

@@ -222,8 +222,15 @@ def concat(tables: list) -> pa.Table:
         return pa.concat_tables(tables, promote_options="default")
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         pass
+    tables = C.unify_tensor_columns(tables)
     try:
-        return pa.concat_tables(C.unify_tensor_columns(tables), promote_options="default")
+        return pa.concat_tables(tables, promote_options="default")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    try:
+        # Numeric columns widened to a common type (int64 and double: double), as Ray's does:
+        # blocks a pandas UDF made with nulls hold doubles where others hold integers.
+        return pa.concat_tables(tables, promote_options="permissive")
     except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
         raise ValueError(f"blocks have different schemas and cannot be combined: {e}") from e
 

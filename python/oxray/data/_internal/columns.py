@@ -324,6 +324,14 @@ def array_from_list(name: str, values: list) -> pa.Array:
             return pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
             return pickled_object_array(values, name)
+    if present and any(type(v).__name__ == "Timestamp" for v in present):
+        # pandas Timestamps carry nanoseconds that pa.array would cut to microseconds.
+        import pandas as pd
+
+        try:
+            return pa.Array.from_pandas(pd.Series(values))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            pass
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):

@@ -8,7 +8,10 @@ consumer within a byte budget, with projection and `limit` pushed into the reade
 from __future__ import annotations
 
 import abc
+import copy
+import hashlib
 import io
+import logging
 import math
 import os
 from typing import Iterator, Optional
@@ -19,6 +22,9 @@ import pyarrow as pa
 import oxray
 from oxray import _native
 from oxray.data._internal import block as B
+from oxray.data._internal.example_data import EXAMPLE_SCHEME, resolve_example_path
+
+logger = logging.getLogger(__name__)
 
 
 def _tables(batches) -> list:
@@ -39,12 +45,18 @@ def _normalize_paths(paths, what: str, filesystem=None) -> list:
         if not isinstance(p, (str, os.PathLike)):
             raise TypeError(f"{what}: a path must be a string, got {type(p).__name__} ({p!r})")
         p = os.fspath(p)
+        if p.startswith(EXAMPLE_SCHEME):
+            # Ray's example://<name>: a data set shipped in the package (example_data.py), always local.
+            out.append(resolve_example_path(p, what))
+            continue
         if scheme and "://" not in p:
             p = scheme + p.lstrip("/")
         if "://" not in p:
             p = os.path.abspath(os.path.expanduser(p))
         elif not (p.startswith("s3://") or p.startswith("file://")):
-            raise ValueError(f"{what}: {p!r} has an unsupported scheme; expected a local path, file:// or s3://")
+            raise ValueError(
+                f"{what}: {p!r} has an unsupported scheme; expected a local path, file://, s3:// or example://"
+            )
         out.append(p)
     return out
 
@@ -87,14 +99,14 @@ def _check_filesystem(filesystem, what: str) -> str:
     )
 
 
-def hive_partitions(uri: str, roots: list) -> dict:
-    """`key=value` directories between an input directory and the file (Hive layout)."""
-    for root in roots:
-        root = root.rstrip("/")
-        if uri.startswith(root + "/"):
-            parts = uri[len(root) + 1 :].split("/")[:-1]
-            return dict(p.split("=", 1) for p in parts if "=" in p and not p.startswith("="))
-    return {}
+def _partition_type(value) -> pa.DataType:
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64()
+    if isinstance(value, float):
+        return pa.float64()
+    return pa.string()
 
 
 def _with_partitions(tables: list, values: dict, columns) -> list:
@@ -105,7 +117,8 @@ def _with_partitions(tables: list, values: dict, columns) -> list:
         for key, value in values.items():
             if key in t.column_names or (columns is not None and key not in columns):
                 continue
-            t = t.append_column(key, pa.array([value] * t.num_rows, type=pa.string()))
+            # Strings, or the type a Partitioning's field_types gave the value.
+            t = t.append_column(key, pa.array([value] * t.num_rows, type=_partition_type(value)))
         out.append(t)
     return out
 
@@ -119,22 +132,209 @@ class ReadTask(abc.ABC):
         """The blocks this task reads."""
 
 
+PATH_COLUMN = "path"
+ROW_HASH_COLUMN = "row_hash"
+
+
+def row_hashes(path: str, start_row: int, num_rows: int) -> np.ndarray:
+    """Ray's `row_hash` values: a seed from the file's path (the first 8 bytes of its MD5,
+    little-endian) plus each row's position in that file's output, passed through the
+    splitmix64 finalizer, so a row's hash is the same on every read and differs between files."""
+    seed = np.uint64(int.from_bytes(hashlib.md5(path.encode("utf-8")).digest()[:8], "little"))
+    keys = np.arange(start_row, start_row + num_rows, dtype=np.uint64) + seed  # wraps modulo 2**64
+    for shift, multiplier in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        keys ^= keys >> np.uint64(shift)
+        keys *= np.uint64(multiplier)
+    keys ^= keys >> np.uint64(31)
+    return keys
+
+
+def _fill_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    """`values` as column `name`: in its place if the table has one, else appended."""
+    if name in table.column_names:
+        return table.set_column(table.column_names.index(name), name, values)
+    return table.append_column(name, values)
+
+
+def _is_tensor(arrow_type: pa.DataType) -> bool:
+    from oxray.data._internal.columns import is_tensor_type
+
+    return is_tensor_type(arrow_type)
+
+
+def _variable_tensor_type(types: list) -> pa.DataType:
+    """The variable-shape tensor type that holds the tensors of every one of `types`."""
+    from oxray.data._internal.columns import VariableShapeTensorType
+
+    value_types, ndims = set(), set()
+    for t in types:
+        if isinstance(t, VariableShapeTensorType):
+            value_types.add(t.value_type)
+            ndims.add(t.ndim)
+        elif hasattr(t, "shape") and hasattr(t, "value_type"):
+            value_types.add(t.value_type)
+            ndims.add(len(t.shape))
+        else:
+            raise TypeError(f"{t} is not a tensor type oxray can make variable-shape")
+    if len(ndims) != 1:
+        raise TypeError(f"the tensors have different numbers of dimensions {sorted(ndims)}")
+    (ndim,) = ndims
+    dtype = np.result_type(*[t.to_pandas_dtype() for t in value_types])
+    return VariableShapeTensorType(pa.from_numpy_dtype(dtype), ndim)
+
+
+def unify_file_schemas(files: list, schemas: list) -> pa.Schema:
+    """One schema for files whose schemas differ, as Ray reads them: columns of every file
+    (in order of first appearance; a file without one reads it as nulls), types promoted
+    (null to anything, narrower numbers to wider), and tensors whose shapes differ between
+    files made variable-shape."""
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
+        pass
+    names = list(dict.fromkeys(name for s in schemas for name in s.names))
+    fields = []
+    for name in names:
+        present = [(f, s.field(name)) for f, s in zip(files, schemas, strict=True) if name in s.names]
+        types = list(dict.fromkeys(field.type for _, field in present))
+        if len(types) == 1:
+            fields.append(present[0][1])
+            continue
+        try:
+            if all(_is_tensor(t) or pa.types.is_null(t) for t in types):
+                unified = _variable_tensor_type([t for t in types if not pa.types.is_null(t)])
+            else:
+                unified = (
+                    pa.unify_schemas([pa.schema([field]) for _, field in present], promote_options="permissive")
+                    .field(name)
+                    .type
+                )
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, NotImplementedError) as e:
+            described = ", ".join(f"{f}: {field.type}" for f, field in present[:4])
+            raise ValueError(
+                f"read_parquet: column {name!r} has types that cannot be unified across the files ({described}): {e}"
+            ) from None
+        fields.append(pa.field(name, unified))
+    return pa.schema(fields, metadata=schemas[0].metadata)
+
+
+def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with exactly `schema`'s columns and types (missing columns as nulls; tensors
+    made variable-shape where the schema says so; other types cast)."""
+    from oxray.data._internal.columns import (
+        VariableShapeTensorType,
+        tensor_values,
+        variable_shape_tensor_array,
+    )
+
+    columns = []
+    for field in schema:
+        if field.name not in table.column_names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        if column.type == field.type:
+            columns.append(column)
+        elif isinstance(field.type, VariableShapeTensorType) and _is_tensor(column.type):
+            values = list(tensor_values(column.combine_chunks())) if len(column) else []
+            columns.append(variable_shape_tensor_array(values) if values else pa.nulls(0, field.type))
+        elif pa.types.is_null(column.type):
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            columns.append(column.cast(field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _split_rows(table: pa.Table, parts: int) -> list:
+    """`table` as `parts` blocks of row counts differing by at most one."""
+    if parts <= 1 or table.num_rows == 0:
+        return [table]
+    per, extra = divmod(table.num_rows, parts)
+    out, start = [], 0
+    for i in range(parts):
+        rows = per + (1 if i < extra else 0)
+        if rows:
+            out.append(table.slice(start, rows))
+        start += rows
+    return out
+
+
+class ParquetReadSpec:
+    """What every fragment of one read does besides decoding: the output columns, the row
+    limit, the Python-side steps (filter, row hash) and, when the files' schemas differ,
+    the unified schema each file's rows are made to fit."""
+
+    def __init__(self, columns, limit, filter_expr, row_hash: bool, batch_size, file_schema):
+        self.columns, self.limit, self.filter = columns, limit, filter_expr
+        self.row_hash, self.batch_size, self.file_schema = row_hash, batch_size, file_schema
+
+
 class ParquetFragment(ReadTask):
-    def __init__(self, uri: str, row_groups: Optional[list], columns, limit, rows: int, size: int, partitions=None):
-        self.uri, self.row_groups, self.columns, self.limit = uri, row_groups, columns, limit
+    """Consecutive row groups of one file. `first_row` is the file's row where they start (the
+    row hash counts from it); `splits` cuts the output into that many blocks (override_num_blocks
+    above the number of fragments)."""
+
+    def __init__(
+        self,
+        uri: str,
+        row_groups: Optional[list],
+        spec: ParquetReadSpec,
+        rows: int,
+        size: int,
+        partitions=None,
+        first_row: int = 0,
+        file_names=None,
+        splits: int = 1,
+    ):
+        self.uri, self.row_groups, self.spec = uri, row_groups, spec
         self.rows, self.size = rows, size
         self.partitions = partitions or {}
+        self.first_row, self.file_names, self.splits = first_row, file_names, splits
+
+    @property
+    def columns(self):
+        return self.spec.columns
+
+    @property
+    def limit(self):
+        return self.spec.limit
+
+    def _file_columns(self) -> Optional[list]:
+        """The columns to decode from the file (all, when a filter may need any of them)."""
+        spec = self.spec
+        if spec.columns is None or spec.filter is not None:
+            columns = None
+        else:
+            added = set(self.partitions) | ({ROW_HASH_COLUMN} if spec.row_hash else set())
+            columns = [c for c in spec.columns if c not in added]
+        if self.file_names is not None:  # this file's own columns (the files' schemas differ)
+            columns = [c for c in (columns if columns is not None else self.file_names) if c in self.file_names]
+        return columns
 
     def __call__(self) -> list:
-        batch_rows = max(self.rows or 1, 1)
-        file_columns = self.columns
-        if file_columns is not None and self.partitions:
-            file_columns = [c for c in file_columns if c not in self.partitions]
-        tables = _tables(_native.data_read_parquet(self.uri, self.row_groups, file_columns, self.limit, batch_rows))
-        tables = _with_partitions(tables, self.partitions, self.columns)
-        if self.columns is not None and tables:
-            tables = [t.select(self.columns) for t in tables]
-        return tables
+        spec = self.spec
+        file_columns = self._file_columns()
+        limit = spec.limit if spec.filter is None else None
+        batch_rows = spec.batch_size or max(self.rows or 1, 1)
+        tables = _tables(_native.data_read_parquet(self.uri, self.row_groups, file_columns, limit, batch_rows))
+        if not tables:
+            return []
+        table = tables[0]
+        if spec.file_schema is not None:
+            wanted = None if spec.columns is None or spec.filter is not None else set(spec.columns)
+            table = conform_table(table, pa.schema([f for f in spec.file_schema if wanted is None or f.name in wanted]))
+        keep = None if spec.filter is not None else spec.columns
+        table = _with_partitions([table], self.partitions, keep)[0]
+        if spec.filter is not None:
+            table = table.filter(spec.filter)
+            if spec.limit is not None:
+                table = table.slice(0, spec.limit)
+        if spec.row_hash and (spec.columns is None or ROW_HASH_COLUMN in spec.columns):
+            hashes = row_hashes(self.uri.split("://", 1)[-1], self.first_row, table.num_rows)
+            table = _fill_column(table, ROW_HASH_COLUMN, pa.array(hashes, type=pa.uint64()))
+        if spec.columns is not None:
+            table = table.select(spec.columns)
+        return _split_rows(table, self.splits)
 
 
 class Datasource(abc.ABC):
@@ -162,6 +362,55 @@ class Datasource(abc.ABC):
 STREAM_BLOCK_BYTES = 8 << 20
 
 
+def _inspect_files(files: list) -> tuple:
+    """The files' schema, row groups and, only when their schemas differ, each file's own
+    column names (None when they agree)."""
+    try:
+        schema, groups = _native.data_parquet_inspect(files)
+        return schema, groups, None
+    except ValueError as e:
+        if "schemas differ" not in str(e):
+            raise
+    # Schemas differ: each file's footer on its own, then one schema for them all (as Ray does).
+    schemas, groups = [], []
+    for uri in files:
+        schema, file_groups = _native.data_parquet_inspect([uri])
+        schemas.append(schema)
+        groups.append(file_groups[0])
+    return unify_file_schemas(files, schemas), groups, [s.names for s in schemas]
+
+
+def _partition_parser(partitioning):
+    """The parser of a read's `partitioning` (a Partitioning, "hive", or None for none)."""
+    from oxray.data.datasource.partitioning import Partitioning, PathPartitionParser
+
+    if partitioning is None:
+        return None
+    if isinstance(partitioning, str):
+        partitioning = Partitioning(partitioning)
+    return PathPartitionParser(partitioning)
+
+
+class FileShuffle:
+    """The order a read takes its files in (`shuffle="files"` or a `FileShuffleConfig`), drawn
+    again at each execution as Ray does: unseeded, or seeded with the config's seed for this
+    execution's index."""
+
+    def __init__(self, shuffle):
+        self.shuffle = shuffle
+        self.executions = 0
+
+    def order(self, n: int) -> list:
+        execution = self.executions
+        self.executions += 1
+        seed = None
+        if self.shuffle != "files":
+            seed = self.shuffle.get_seed(execution)
+        indices = list(range(n))
+        np.random.default_rng(seed).shuffle(indices)
+        return indices
+
+
 class ParquetDatasource(Datasource):
     name = "ReadParquet"
     streams_locally = True
@@ -170,43 +419,70 @@ class ParquetDatasource(Datasource):
         self,
         paths,
         columns=None,
-        limit=None,
+        *,
         target_block_bytes=128 << 20,
-        _files=None,
-        _info=None,
         num_blocks=None,
         concurrency=None,
         include_paths: bool = False,
+        include_row_hash: bool = False,
+        filter_expr=None,
+        batch_size: Optional[int] = None,
+        shuffle=None,
+        file_extensions=("parquet",),
+        partitioning="hive",
+        partition_filter=None,
     ):
         self.paths = paths
-        self.include_paths = include_paths
+        self.include_paths, self.include_row_hash = include_paths, include_row_hash
         self.num_blocks, self.concurrency = num_blocks, concurrency
-        self.columns = list(columns) if columns is not None else None
-        self.limit = limit
+        self.filter, self.batch_size = filter_expr, batch_size
+        # One shuffler for this dataset and every pushed-down copy of it: it counts executions.
+        self.shuffle = FileShuffle(shuffle) if shuffle is not None else None
+        self.limit = None
         self.target_block_bytes = target_block_bytes
-        if _files is None:
-            _files = [uri for uri, _size in _native.data_expand_paths(paths, ["parquet"])]
-        self.files = _files
-        if _info is None:
-            _info = _native.data_parquet_inspect(self.files)
-        self._schema, self._row_groups = _info
-        self._partitions = [hive_partitions(uri, self.paths) for uri in self.files]
+        exts = list(file_extensions) if file_extensions is not None else None
+        self.files = [uri for uri, _size in _native.data_expand_paths(paths, exts)]
+        if partition_filter is not None:
+            self.files = partition_filter(self.files, self.paths)
+            if not self.files:
+                raise ValueError(
+                    f"read_parquet(partition_filter=...): no file of {self.paths} passes the partition filter"
+                )
+        self._file_schema, self._row_groups, self._file_names = _inspect_files(self.files)
+        parser = _partition_parser(partitioning)
+        self._partitions = [parser(uri, self.paths) if parser else {} for uri in self.files]
         if include_paths:
             # Ray's `path` column: the file's path without its scheme, like the other constant columns.
             self._partitions = [
-                {**p, "path": uri.split("://", 1)[-1]} for p, uri in zip(self._partitions, self.files, strict=True)
+                {**p, PATH_COLUMN: uri.split("://", 1)[-1]} for p, uri in zip(self._partitions, self.files, strict=True)
             ]
-        keys = list(dict.fromkeys(k for p in self._partitions for k in p))
-        extra = [pa.field(k, pa.string()) for k in keys if k not in self._schema.names]
+        schema = self._file_schema
+        types = {k: _partition_type(v) for p in self._partitions for k, v in p.items()}
+        extra = [pa.field(k, t) for k, t in types.items() if k not in schema.names]
         if extra:
-            self._schema = pa.schema(list(self._schema) + extra)
-        if self.columns is not None:
-            missing = [c for c in self.columns if c not in self._schema.names]
+            schema = pa.schema(list(schema) + extra, metadata=schema.metadata)
+        if include_row_hash:
+            # Ray's row hash is uint64, replacing a `row_hash` column the files may have.
+            hash_field = pa.field(ROW_HASH_COLUMN, pa.uint64())
+            if ROW_HASH_COLUMN in schema.names:
+                schema = schema.set(schema.get_field_index(ROW_HASH_COLUMN), hash_field)
+            else:
+                schema = schema.append(hash_field)
+        self._schema = schema
+        self.columns = None
+        if columns is not None:
+            columns = list(columns)
+            # As Ray, a projection keeps the columns the read itself adds.
+            for added, wanted in ((PATH_COLUMN, include_paths), (ROW_HASH_COLUMN, include_row_hash)):
+                if wanted and added not in columns:
+                    columns.append(added)
+            missing = [c for c in columns if c not in self._schema.names]
             if missing:
                 raise ValueError(
-                    f"read_parquet(columns={self.columns!r}): unknown column(s) {missing}; "
+                    f"read_parquet(columns={columns!r}): unknown column(s) {missing}; "
                     f"the files have {self._schema.names}"
                 )
+            self.columns = columns
 
     def with_(self, columns=None, limit=None) -> "ParquetDatasource":
         """This source with a projection or a row limit pushed into the reader."""
@@ -214,24 +490,21 @@ class ParquetDatasource(Datasource):
             return self
         if limit is not None and self.limit is not None:
             limit = min(limit, self.limit)
-        return ParquetDatasource(
-            self.paths,
-            columns if columns is not None else self.columns,
-            limit if limit is not None else self.limit,
-            self.target_block_bytes,
-            self.files,
-            (self._schema, self._row_groups),
-            self.num_blocks,
-            self.concurrency,
-            self.include_paths,
-        )
+        out = copy.copy(self)
+        if columns is not None:
+            out.columns = list(columns)
+        if limit is not None:
+            out.limit = limit
+        return out
 
     def schema(self) -> pa.Schema:
         if self.columns is None:
             return self._schema
         return pa.schema([self._schema.field(c) for c in self.columns])
 
-    def count(self) -> int:
+    def count(self) -> Optional[int]:
+        if self.filter is not None:
+            return None  # only reading the rows tells how many pass the filter
         total = sum(rows for groups in self._row_groups for rows, _ in groups)
         return total if self.limit is None else min(total, self.limit)
 
@@ -240,35 +513,66 @@ class ParquetDatasource(Datasource):
             return 1.0
         return max(len(self.columns) / len(self._schema.names), 0.01)
 
-    def fragments(self) -> list:
+    def _spec(self) -> ParquetReadSpec:
+        mixed = self._file_names is not None
+        return ParquetReadSpec(
+            self.columns,
+            self.limit,
+            self.filter,
+            self.include_row_hash,
+            self.batch_size,
+            self._file_schema if mixed else None,
+        )
+
+    def _file_order(self) -> list:
+        """The files' indices in the order this execution reads them."""
+        if self.shuffle is None:
+            return list(range(len(self.files)))
+        return self.shuffle.order(len(self.files))
+
+    def fragments(self, order: Optional[list] = None) -> list:
         """Consecutive row groups of a file, grouped up to the target block size."""
         out = []
+        spec = self._spec()
         share = self._column_share()
-        remaining = self.limit
+        # With a filter the row counts before it say nothing of the rows after it.
+        remaining = self.limit if self.filter is None else None
         target = self.target_block_bytes
         if self.num_blocks:
             # override_num_blocks: fragments of an equal share of the bytes (a row group is never cut).
             total = sum(int(b * share) for groups in self._row_groups for _, b in groups)
             target = max(1, total // self.num_blocks)
-        for uri, groups, parts in zip(self.files, self._row_groups, self._partitions, strict=True):
-            current, rows, size = [], 0, 0
+        # A filtered row hash counts rows after the filter from the file's start: whole files.
+        whole_files = self.filter is not None and self.include_row_hash
+        for index in order if order is not None else range(len(self.files)):
+            uri, groups, parts = self.files[index], self._row_groups[index], self._partitions[index]
+            names = self._file_names[index] if self._file_names is not None else None
+            current, rows, size, first_row, file_row = [], 0, 0, 0, 0
             for i, (g_rows, g_bytes) in enumerate(groups):
+                if not current:
+                    first_row = file_row
                 current.append(i)
                 rows += g_rows
+                file_row += g_rows
                 size += int(g_bytes * share)
-                if size >= target or i == len(groups) - 1:
+                if (size >= target and not whole_files) or i == len(groups) - 1:
                     if remaining is not None and remaining <= 0:
                         break
-                    out.append(ParquetFragment(uri, current, self.columns, remaining, rows, size, parts))
+                    out.append(ParquetFragment(uri, current, spec, rows, size, parts, first_row, names))
                     if remaining is not None:
                         remaining -= rows
                     current, rows, size = [], 0, 0
             if remaining is not None and remaining <= 0:
                 break
+        if self.num_blocks and 0 < len(out) < self.num_blocks:
+            # More blocks asked for than fragments: Ray splits the read tasks' outputs.
+            per, extra = divmod(int(self.num_blocks), len(out))
+            for i, fragment in enumerate(out):
+                fragment.splits = per + (1 if i < extra else 0)
         return out
 
     def read_tasks(self) -> list:
-        return self.fragments()
+        return self.fragments(self._file_order())
 
     @property
     def read_compute(self):
@@ -276,11 +580,17 @@ class ParquetDatasource(Datasource):
 
         return ComputeSpec(task_concurrency=int(self.concurrency)) if self.concurrency else None
 
+    def _engine_streams(self) -> bool:
+        """Whether the engine's stream reads everything (no step it does not do itself)."""
+        return not (
+            any(self._partitions) or self.include_row_hash or self.filter is not None or self._file_names is not None
+        )
+
     def local_stream(self, threads: int, budget_bytes: int):
-        frags = self.fragments()
+        frags = self.fragments(self._file_order())
         if not frags:
             return iter(())
-        if any(self._partitions):
+        if not self._engine_streams():
             return (t for f in frags for t in f())
         # Blocks of about 8 MiB: the first batch waits for one of them, not a whole fragment.
         rows = sum(f.rows for f in frags)
@@ -288,21 +598,200 @@ class ParquetDatasource(Datasource):
         batch_rows = int(min(max(STREAM_BLOCK_BYTES / row_bytes, 1024), max(max(f.rows for f in frags), 1)))
         if self.concurrency:
             threads = max(1, min(threads, int(self.concurrency)))
+        decode_rows = min(batch_rows, self.batch_size) if self.batch_size else batch_rows
         stream = _native.DataParquetStream(
-            [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, batch_rows, threads, budget_bytes
+            [(f.uri, f.row_groups) for f in frags], self.columns, self.limit, decode_rows, threads, budget_bytes
         )
-        return (pa.Table.from_batches([b]) for b in stream if b.num_rows)
+        batches = (b for b in stream if b.num_rows)
+        if decode_rows == batch_rows:
+            return (pa.Table.from_batches([b]) for b in batches)
+        return _coalesce(batches, batch_rows)
+
+
+def _coalesce(batches, rows: int):
+    """Batches decoded `batch_size` rows at a time, joined into blocks of about `rows` rows."""
+    pending, count = [], 0
+    for batch in batches:
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
 
 
 # Files the engine reads whole and Python decodes (csv, json, text, images, numpy, bytes).
 _FILE_FORMATS = {
-    "csv": ("ReadCSV", ["csv", "csv.gz"]),
-    "json": ("ReadJSON", ["json", "jsonl", "json.gz", "jsonl.gz"]),
+    # read_csv reads every file it is given, as Ray's does (file_extensions=None).
+    "csv": ("ReadCSV", None),
+    "json": (
+        "ReadJSON",
+        [f"{base}{codec}" for codec in ("", ".gz", ".br", ".zst", ".lz4") for base in ("json", "jsonl")],
+    ),
     "text": ("ReadText", None),
     "numpy": ("ReadNumpy", ["npy"]),
     "images": ("ReadImage", ["png", "jpg", "jpeg", "bmp", "gif", "tif", "tiff", "webp"]),
     "binary": ("ReadBinary", None),
 }
+
+
+# What Ray's pyarrow-based readers raise for a file its csv parser rejects (the cause is chained).
+_CSV_FORMAT_ERROR = (
+    "Failed to read CSV file: {path}. Please check the CSV file has correct format, or filter out "
+    "non-CSV files with the 'file_extensions' argument. See read_csv() documentation for more details."
+)
+
+
+def _compression_of(uri: str, compression: Optional[str]) -> Optional[str]:
+    """The codec a file is read with: the one named in `arrow_open_stream_args`, else the one its
+    suffix names (`.gz`, `.bz2`, `.br`, `.zst`, `.lz4`), as pyarrow detects it."""
+    if compression is not None:
+        return compression
+    try:
+        return pa.Codec.detect(uri).name
+    except (ValueError, TypeError):
+        # pyarrow detects no `.snappy` suffix; Ray checks it itself.
+        return "snappy" if uri.lower().endswith(".snappy") else None
+
+
+def _snappy_decompress(data: pa.Buffer, uri: str) -> pa.Buffer:
+    """A snappy framed stream decoded with python-snappy, as Ray does: pyarrow has no streaming
+    snappy codec."""
+    try:
+        import snappy
+    except ImportError:
+        raise ImportError(
+            f"reading {uri} with compression='snappy' needs the python-snappy package (pip install python-snappy)"
+        ) from None
+    out = io.BytesIO()
+    snappy.stream_decompress(src=io.BytesIO(data.to_pybytes()), dst=out)
+    return pa.py_buffer(out.getvalue())
+
+
+def _file_buffer(uri: str, compression: Optional[str]) -> pa.Buffer:
+    """The file's bytes, decompressed with its codec."""
+    data = pa.py_buffer(_native.data_read_bytes(uri))
+    codec = _compression_of(uri, compression)
+    if codec is None or data.size == 0:
+        return data
+    if codec == "snappy":
+        return _snappy_decompress(data, uri)
+    return pa.input_stream(data, compression=codec).read_buffer()
+
+
+def _engine_decodes(uri: str, options: dict) -> bool:
+    """Whether the engine's reader can take the file as it is stored (plain, or gzip by name)."""
+    codec = _compression_of(uri, options.get("compression"))
+    return codec is None or (codec == "gzip" and uri.lower().endswith(".gz"))
+
+
+def _pyarrow_csv_parse_options(delimiter: str):
+    import pyarrow.csv as pacsv
+
+    return pacsv.ParseOptions(delimiter=delimiter)
+
+
+def _read_csv_file(uri: str, options: dict) -> list:
+    """A csv file's blocks: the engine's reader, or pyarrow's when pyarrow options were given."""
+    arrow_args = options.get("arrow")
+    if arrow_args is None and not _engine_decodes(uri, options):
+        arrow_args = {"parse_options": _pyarrow_csv_parse_options(options.get("delimiter", ","))}
+    try:
+        if arrow_args is None:
+            return _tables(_native.data_read_csv(uri, options.get("delimiter", ","), True, None))
+        import pyarrow.csv as pacsv
+
+        reader = pacsv.open_csv(pa.BufferReader(_file_buffer(uri, options.get("compression"))), **arrow_args)
+        return _tables(list(reader))
+    except ValueError as e:  # the engine's parse errors, and pyarrow's ArrowInvalid
+        raise ValueError(_CSV_FORMAT_ERROR.format(path=uri)) from e
+
+
+# pyarrow.json reports a record longer than its block this way; the read is retried with larger blocks.
+_STRADDLING = "straddling object straddles two block boundaries"
+
+
+def _read_json_with_pyarrow(data: pa.Buffer, arrow_args: dict, uri: str) -> list:
+    """pyarrow.json over the whole file, doubling the block size while a record straddles two
+    blocks (up to `DataContext.target_max_block_size`), as Ray reads JSON."""
+    import pyarrow.json as pajson
+
+    from oxray.data.context import DataContext
+
+    given = arrow_args.get("read_options") or pajson.ReadOptions(use_threads=False)
+    block_size = given.block_size
+    max_block_size = DataContext.get_current().target_max_block_size
+    while True:
+        read_options = pajson.ReadOptions(use_threads=given.use_threads, block_size=block_size)
+        try:
+            # A Python file object, as Ray passes: pyarrow's own BufferReader rejects a negative block size.
+            source = io.BytesIO(data)
+            parse_options = arrow_args.get("parse_options")
+            return [pajson.read_json(source, read_options=read_options, parse_options=parse_options)]
+        except pa.ArrowInvalid as e:
+            if _STRADDLING not in str(e):
+                raise
+            if max_block_size is not None and block_size >= max_block_size:
+                raise pa.ArrowInvalid(
+                    f"{uri}: {e} - block size raised to {block_size} bytes and still too small; pass a larger one "
+                    "with read_options=pyarrow.json.ReadOptions(block_size=...)"
+                ) from e
+            block_size *= 2
+
+
+def _read_json_with_python(data: pa.Buffer) -> list:
+    """Python's json.load over the whole file (Ray's fallback when pyarrow cannot read it): a
+    list of objects is one row each, one object is one row."""
+    import json
+
+    if data.size == 0:
+        return []
+    parsed = json.loads(data.to_pybytes())
+    rows = parsed if isinstance(parsed, list) else [parsed]
+    return [B.table_from_rows(rows, "read_json")] if rows else []
+
+
+def _read_json_lines_with_pandas(uri: str) -> list:
+    """JSON Lines through pandas, as Ray reads `lines=True`: a line that is a list becomes columns
+    "0", "1", ...; values Arrow cannot type in one column are kept as Python objects."""
+    import pandas as pd
+
+    data = _file_buffer(uri, None)
+    if data.size == 0:
+        return []
+    df = pd.read_json(io.BytesIO(data.to_pybytes()), lines=True)
+    df.columns = [str(c) for c in df.columns]
+    return [B.pandas_to_table(df)]
+
+
+def _read_json_file(uri: str, options: dict) -> list:
+    """A JSON file's blocks. Without pyarrow options the engine reads it; `lines=True` files
+    whose records the engine cannot type (lists, mixed types) are read through pandas, as Ray
+    reads every `lines=True` file. With pyarrow options, or a codec the engine does not decode,
+    pyarrow reads it, and Python's json module when pyarrow cannot, as in Ray."""
+    arrow_args = options.get("arrow")
+    if arrow_args is None and not _engine_decodes(uri, options):
+        if options.get("lines") is True:
+            return _read_json_lines_with_pandas(uri)
+        arrow_args = {}
+    if arrow_args is None:
+        try:
+            return _tables(_native.data_read_json(uri, options.get("lines")))
+        except ValueError as engine_error:
+            if options.get("lines") is not True:
+                raise
+            try:
+                return _read_json_lines_with_pandas(uri)
+            except ValueError:
+                # pandas cannot read it either: the engine's error names the bad line.
+                raise engine_error from None
+    data = _file_buffer(uri, options.get("compression"))
+    try:
+        return [t for t in _read_json_with_pyarrow(data, arrow_args, uri) if t.num_rows]
+    except pa.ArrowInvalid as e:
+        logger.warning(f"pyarrow cannot read {uri} ({e}); reading it with Python's json module instead")
+        return _read_json_with_python(data)
 
 
 class FileRead(ReadTask):
@@ -312,9 +801,9 @@ class FileRead(ReadTask):
     def __call__(self) -> list:
         fmt, uri, o = self.fmt, self.uri, self.options
         if fmt == "csv":
-            tables = _tables(_native.data_read_csv(uri, o.get("delimiter", ","), o.get("has_header", True), None))
+            tables = _read_csv_file(uri, o)
         elif fmt == "json":
-            tables = _tables(_native.data_read_json(uri, o.get("lines")))
+            tables = _read_json_file(uri, o)
         elif fmt == "text":
             tables = _tables(_native.data_read_text(uri, o.get("drop_empty_lines", False)))
         elif fmt == "numpy":
@@ -323,7 +812,8 @@ class FileRead(ReadTask):
         elif fmt == "images":
             tables = [B.table_from_columns({"image": [_decode_image(uri, o)]})]
         else:
-            tables = [pa.table({"bytes": pa.array([_native.data_read_bytes(uri)], type=pa.binary())})]
+            data = _file_buffer(uri, o.get("compression"))
+            tables = [pa.table({"bytes": pa.array([data.to_pybytes()], type=pa.binary())})]
         if self.include_paths:
             tables = [t.append_column("path", pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
         return tables
@@ -357,6 +847,16 @@ class FileDatasource(Datasource):
 
     # override_num_blocks: at most this many read tasks, each reading a run of whole files.
     num_tasks = None
+
+    def schema(self) -> Optional[pa.Schema]:
+        # A binary read's rows are known without reading: one `bytes` row per file (Ray's schema).
+        if self.fmt != "binary" or not self.files:
+            return None
+        fields = [("bytes", pa.binary())] + ([("path", pa.string())] if self.include_paths else [])
+        return pa.schema(fields)
+
+    def count(self) -> Optional[int]:
+        return len(self.files) if self.fmt == "binary" else None
 
     def read_tasks(self) -> list:
         reads = [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]

@@ -16,10 +16,9 @@ No process ever holds the whole dataset: parts live in the object store, which s
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -89,9 +88,11 @@ def boundaries_from(samples: list, key: SortKey, parts: int) -> Optional[pa.Tabl
 
 @dataclass(frozen=True)
 class UserBoundaries:
-    """A user's `sort(boundaries=)`: part i holds boundaries[i-1] <= key < boundaries[i]."""
+    """A user's `sort(boundaries=)`: ascending, part i holds boundaries[i-1] <= key <
+    boundaries[i]; descending, the same ranges come in reverse order."""
 
     values: list
+    descending: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def partition_of_rows(table: pa.Table, key: SortKey, bounds) -> np.ndarray:
         return (h % np.uint64(bounds.n)).astype(np.int64)
     if isinstance(bounds, UserBoundaries):
         values = table.column(key.columns[0]).to_numpy(zero_copy_only=False)
-        return np.searchsorted(np.asarray(bounds.values), values, side="right").astype(np.int64)
+        parts = np.searchsorted(np.asarray(bounds.values), values, side="right").astype(np.int64)
+        return len(bounds.values) - parts if bounds.descending else parts
     keys = table.select(list(key.columns))
     bounds = bounds.cast(keys.schema) if bounds.schema != keys.schema else bounds
     both = pa.concat_tables([keys, bounds])
@@ -261,6 +263,8 @@ def _arrow_spec(agg, key_column: str):
     """The pyarrow hash aggregation computing a built-in aggregator exactly, or None."""
     from oxray.data import aggregate as A
 
+    if not isinstance(agg, A.AggregateFnV2):
+        return None  # a custom AggregateFn folds whole rows in Python
     on = agg.get_target_column()
     skip = agg._ignore_nulls
     if type(agg) is A.Count:
@@ -288,41 +292,6 @@ def _arrow_group_aggregate(table: pa.Table, keys: tuple, aggs: list) -> Optional
     agg_at = [i for i in range(len(names)) if i not in key_at]
     out = out.select(key_at + agg_at).rename_columns([*keys, *[a.name for a in aggs]])
     return out.take(pc.sort_indices(out, sort_keys=[(k, "ascending") for k in keys]))
-
-
-@dataclass
-class MapGroups:
-    """A groupby's reduce: `fn` called on each group as a batch of `batch_format`."""
-
-    key: SortKey
-    fn: Any
-    batch_format: Any
-    fn_args: tuple = ()
-    fn_kwargs: dict = field(default_factory=dict)
-    ctor_args: tuple = ()
-    ctor_kwargs: dict = field(default_factory=dict)
-
-    def reduce(self, table: pa.Table) -> pa.Table:
-        from oxray.data._internal import transforms as T
-
-        name = f"MapGroups({T.udf_name(self.fn)})"
-        fn = self.fn
-        if isinstance(fn, type):  # a callable class: one instance for this task's groups
-            fn = T.call_udf(
-                f"the constructor of {T.udf_name(self.fn)}", self.fn, table, *self.ctor_args, **self.ctor_kwargs
-            )
-        out = []
-        for start, end in group_bounds(table, self.key.columns):
-            group = table.slice(start, end - start)
-            batch = B.to_batch(group, self.batch_format)
-            if isinstance(batch, dict):
-                batch = {k: T.writable(v) for k, v in batch.items()}
-            result = T.call_udf(name, fn, group, batch, *self.fn_args, **self.fn_kwargs)
-            if inspect.isgenerator(result):  # a generator UDF yields several batches per group
-                out.extend(B.from_batch(item, name) for item in result)
-            else:
-                out.append(B.from_batch(result, name))
-        return B.concat(out) if out else pa.table({})
 
 
 def group_reduce(reducer, *parts):

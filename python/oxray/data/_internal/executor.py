@@ -12,7 +12,10 @@ a task) or tables held in this process.
 
 from __future__ import annotations
 
+import gc
+import math
 import time
+import warnings
 from typing import Iterator, Optional
 
 import numpy as np
@@ -25,9 +28,12 @@ from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
 from oxray.data._internal.execution_state import ExecutionReporter
-from oxray.data.context import DataContext
+from oxray.data.context import ACTOR_TASK_RETRIES, DataContext
 
 DEFAULT_STORE_SHARE = 0.5
+# Restarts of a pool actor whose process died, and retries of its calls, unless the map asks
+# for others (max_restarts=, max_task_retries=).
+POOL_ACTOR_RESTARTS = 16
 # The estimated output of a read task that does not know its size.
 _UNKNOWN_READ_BYTES = 1 << 20
 
@@ -66,6 +72,8 @@ class ExecutionStats:
 
     def __init__(self):
         self.scheduler = None
+        self.reporter = None  # the run's ExecutionReporter (execution_state.py)
+        self.stages: list = []
 
     def summary(self) -> str:
         if self.scheduler is None:
@@ -119,6 +127,46 @@ def _shuffle_reduce(seed: int, *parts):
     return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
 
+def _push_merge(width: int, *parts):
+    """Push-based shuffle's merge task: the parts one round of map tasks made for `width`
+    consecutive output partitions (map-major: map 0's parts, then map 1's), joined into one
+    block per partition, so a reduce task reads one input per round instead of one per map."""
+    merged = []
+    for k in range(width):
+        table = B.concat_bundles(parts[k::width], drop_empty=True)
+        merged.append([B.IpcBlock(table)] if table.num_rows or table.num_columns else [])
+    return merged[0] if width == 1 else tuple(merged)
+
+
+def push_based(ctx) -> bool:
+    """Whether the dataset's context asks for Ray's push-based shuffle."""
+    strategy = str(getattr(ctx.shuffle_strategy, "value", ctx.shuffle_strategy))
+    return bool(ctx.use_push_based_shuffle) or strategy == "sort_shuffle_push_based"
+
+
+def merge_rounds(dealt: list, n_out: int) -> list:
+    """Push-based shuffle: the map outputs `dealt` (per map, its `n_out` part refs) merged
+    round by round. A round is about sqrt(maps) map tasks; each of its merge tasks joins the
+    round's parts for a contiguous range of partitions. Returns, per map round, its merged
+    part refs, in the layout of `dealt` (the reduce step reads them as it reads map outputs)."""
+    per_round = max(2, math.isqrt(max(len(dealt) - 1, 0)) + 1)
+    mergers = max(1, min(n_out, per_round))
+    ranges = [(n_out * m // mergers, n_out * (m + 1) // mergers) for m in range(mergers)]
+    rounds = []
+    for start in range(0, len(dealt), per_round):
+        batch = dealt[start : start + per_round]
+        merged: list = [None] * n_out
+        for lo, hi in ranges:
+            width = hi - lo
+            if width == 0:
+                continue
+            args = [parts[j] for parts in batch for j in range(lo, hi)]
+            out = remote(_push_merge, num_returns=width).remote(width, *args)
+            merged[lo:hi] = [out] if width == 1 else out
+        rounds.append(merged)
+    return rounds
+
+
 def _slice_concat(pieces: list, *inputs):
     """One output block of `repartition`: (input, offset, rows) pieces of the inputs, joined."""
     wall0, cpu0 = time.perf_counter(), time.thread_time()
@@ -161,9 +209,28 @@ class _MapActor:
         for fn in fns:
             fn.setup()
 
+    def release_udfs(self) -> None:
+        """Drops the UDF instances (running their `__del__`) before the actor exits."""
+        self.fns = None
+        gc.collect()
+
     def run(self, read_task, task_idx, *inputs):
         T.set_task_index(task_idx)
-        return _run_blocks(self.fns, read_task, inputs)
+        retry_on = DataContext.get_current().actor_task_retry_on_errors
+        attempt = 0
+        while True:
+            try:
+                return _run_blocks(self.fns, read_task, inputs)
+            except T.UDFError as e:
+                # `actor_task_retry_on_errors`: the UDF's own exception decides a retry here,
+                # on this actor (whose state the UDF may count on, as Ray's retried calls do).
+                cause = e.__cause__
+                wanted = retry_on is True or (
+                    isinstance(retry_on, (list, tuple)) and isinstance(cause, tuple(retry_on))
+                )
+                if not wanted or attempt >= ACTOR_TASK_RETRIES:
+                    raise
+                attempt += 1
 
 
 # ---- the driver ----
@@ -263,6 +330,8 @@ class Executor:
         )
         self.stats.scheduler = scheduler
         reporter = ExecutionReporter(self._specs, self.budget)
+        # For stats(): the operators' inputs and the run's times, and the stages it ran.
+        self.stats.reporter, self.stats.stages = reporter, self.stages
         ending = ("FINISHED", "")
         try:
             while True:
@@ -278,6 +347,7 @@ class Executor:
                     reporter.waited_on_consumer(time.monotonic() - handed, rows)
                     continue
                 if scheduler.finished():
+                    self._warn_few_inputs()
                     return
                 if actions:
                     continue  # what they did (a block pulled) may let the scheduler move
@@ -296,6 +366,26 @@ class Executor:
         finally:
             reporter.ended(scheduler, *ending)
             self._shutdown()
+
+    def _warn_few_inputs(self) -> None:
+        """As Ray: a map operator given a concurrency it could never use (fewer inputs than
+        tasks it may run) says so, and how to get more inputs."""
+        for op, entry in self._ops.items():
+            stage = entry[0] if isinstance(entry, tuple) else entry  # a map op holds (stage, read tasks)
+            if not isinstance(stage, P.MapStage):
+                continue
+            compute = stage.compute
+            limit = compute.max_size if compute.actors else compute.task_concurrency
+            ran = self._task_index.get(op, 0)
+            if limit is not None and ran < limit:
+                warnings.warn(
+                    f"The maximum number of concurrent tasks for '{stage.name}' is set to {limit}, but the "
+                    f"operator only received {ran} input(s). This means that the operator can launch at most "
+                    f"{ran} task(s), which is less than the concurrency limit. You might be able to increase "
+                    "the number of concurrent tasks by configuring `override_num_blocks` earlier in the pipeline.",
+                    UserWarning,
+                    stacklevel=2,
+                )
 
     def _wait(self, scheduler) -> None:
         ready, _ = oxray.wait(list(self._tasks), num_returns=1)
@@ -340,7 +430,10 @@ class Executor:
             if actor is not None:
                 refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, task_idx, *args)
             else:
-                fn = remote(_map_task, num_returns=2).options(**self._placement(stage.compute.remote_options()))
+                opts = self._placement(stage.compute.remote_options())
+                # max_calls is a static option of a remote function (not of .options()).
+                static = {"max_calls": opts.pop("max_calls")} if "max_calls" in opts else {}
+                fn = remote(_map_task, num_returns=2, **static).options(**opts)
                 refs = fn.remote(stage.fns, read_task, task_idx, self.ctx, *args)
             self._track(task, refs)
         elif kind == "pull":
@@ -353,10 +446,18 @@ class Executor:
             opts = self._placement(stage.compute.remote_options())
             if "num_cpus" not in opts and "num_gpus" not in opts:
                 opts["num_cpus"] = 1  # as Ray Data: a pool actor holds a CPU, so pools spread over nodes
+            # As Ray Data: a pool actor whose process dies is restarted and its calls retried,
+            # unless max_restarts=0. Ray never stops; a bound turns a UDF that always crashes
+            # its process into an error instead of a hang.
+            opts.setdefault("max_restarts", POOL_ACTOR_RESTARTS)
+            if opts["max_restarts"] != 0:
+                opts.setdefault("max_task_retries", POOL_ACTOR_RESTARTS)
             self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
         elif kind == "stop_actors":
+            # The operator is done: each actor drops its UDF (so the UDF's __del__ cleans up,
+            # as in Ray) and then exits, in call order; nothing here waits for it.
             for actor in self._actors.pop(action[1], {}).values():
-                _kill(actor)
+                _stop_gracefully(actor)
         elif kind == "cancel":
             meta_ref = self._task_refs.pop(action[1], None)
             if meta_ref is not None:
@@ -381,6 +482,8 @@ class Executor:
             for bundle, seed in zip(inputs, map_seeds, strict=True):
                 parts = remote(_shuffle_map, num_returns=n_out).remote(n_out, seed, self._ref(bundle))
                 dealt.append([parts] if n_out == 1 else parts)
+            if push_based(self.ctx):
+                dealt = merge_rounds(dealt, n_out)
             reduce = remote(_shuffle_reduce, num_returns=2)
             for j, (task, seed) in enumerate(outputs):
                 self._track(task, reduce.remote(seed, *[parts[j] for parts in dealt]))
@@ -405,7 +508,7 @@ class Executor:
         if stage.args.get("hash"):
             bounds = X.HashPartitions(n_out)
         elif stage.args.get("boundaries") is not None:
-            bounds = X.UserBoundaries(stage.args["boundaries"])
+            bounds = X.UserBoundaries(stage.args["boundaries"], key.descending[0])
         else:
             sample = remote(X.sample_keys)
             samples = oxray.get([sample.remote(key, X.SAMPLES_PER_BLOCK, r) for r in refs])
@@ -417,6 +520,8 @@ class Executor:
         for ref in refs:
             parts = remote(X.partition_map, num_returns=n_out).remote(key, bounds, n_out, ref, columns=columns)
             dealt.append([parts] if n_out == 1 else parts)
+        if push_based(self.ctx):
+            dealt = merge_rounds(dealt, n_out)
         for j, task in enumerate(tasks):
             parts = [p[j] for p in dealt]
             if reducer is None:
@@ -468,6 +573,14 @@ def _cancel(ref) -> None:
         oxray.cancel(ref)
     except Exception:  # noqa: BLE001 - best effort: the task may have finished
         pass
+
+
+def _stop_gracefully(actor) -> None:
+    try:
+        actor.release_udfs.remote()
+        actor.__ray_terminate__.remote()
+    except Exception:  # noqa: BLE001 - it may be gone already
+        _kill(actor)
 
 
 def _kill(actor) -> None:

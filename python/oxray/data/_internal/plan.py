@@ -11,11 +11,11 @@ Python objects; the schema a plan keeps (`schema_from_metadata`) stays here, wit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from oxray import _native
 from oxray.data._internal import transforms as T
-from oxray.data._internal.datasource import Datasource, ParquetDatasource
+from oxray.data._internal.datasource import Datasource, ParquetDatasource, RangeDatasource, StoredBlocksDatasource
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,22 @@ class ComputeSpec:
     max_tasks_in_flight_per_actor: int = 2
     task_concurrency: Optional[int] = None
     remote_args: tuple = ()  # sorted (key, value) pairs: num_cpus, num_gpus, resources, memory
+    # Ray's `ray_remote_args_fn`: called for each task or actor; its options win over the above.
+    remote_args_fn: Optional[Callable[[], dict]] = None
 
     def remote_options(self) -> dict:
-        return dict(self.remote_args)
+        options = dict(self.remote_args)
+        if self.remote_args_fn is not None:
+            extra = self.remote_args_fn()
+            if not isinstance(extra, dict):
+                raise TypeError(f"ray_remote_args_fn returned {extra!r}; expected a dict of remote options")
+            if "max_calls" in extra:
+                raise ValueError(
+                    "ray_remote_args_fn returned max_calls: it is a static option (pass max_calls=... to the "
+                    "map call itself), as in Ray"
+                )
+            options.update(extra)
+        return options
 
 
 @dataclass
@@ -137,7 +150,8 @@ class _Encoded:
 
     def compute(self, spec: ComputeSpec) -> tuple:
         args = []
-        for key, value in spec.remote_args:
+        extra = (("ray_remote_args_fn", spec.remote_args_fn),) if spec.remote_args_fn is not None else ()
+        for key, value in spec.remote_args + extra:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 args.append((key, float(value), None))
             else:
@@ -153,13 +167,17 @@ class _Encoded:
 
     def decode_compute(self, value: tuple) -> ComputeSpec:
         actors, initial, max_size, per_actor, concurrency, args = value
-        remote_args = []
+        remote_args, remote_args_fn = [], None
         for key, number, token in args:
-            if token is not None:
+            if key == "ray_remote_args_fn":
+                remote_args_fn = self.tokens[token]
+            elif token is not None:
                 remote_args.append((key, self.tokens[token]))
             else:
                 remote_args.append((key, int(number) if number == int(number) else number))
-        return ComputeSpec(actors, initial, max_size, per_actor, concurrency, tuple(sorted(remote_args)))
+        return ComputeSpec(
+            actors, initial, max_size, per_actor, concurrency, tuple(sorted(remote_args)), remote_args_fn
+        )
 
     def _plan(self, plan: Plan) -> tuple:
         source = plan.source
@@ -243,17 +261,35 @@ def describe(plan: Plan) -> str:
 
 def count_from_metadata(plan: Plan) -> Optional[int]:
     """The row count without reading data, when no operator can change it."""
+    if _aggregates(plan):
+        return None  # a grouped aggregation makes one row per group
     return _native.data_count_from_metadata(_Encoded(plan, with_counts=True).value)
+
+
+def _aggregates(plan: Plan) -> bool:
+    """Whether a grouped aggregation (which changes rows and columns) is in the plan."""
+    for op in plan.ops:
+        if isinstance(op, AllToAllOp) and op.kind == "groupby" and op.args.get("reducer") is not None:
+            return True
+        if isinstance(op, UnionOp) and any(_aggregates(p) for p in op.others):
+            return True
+    return False
 
 
 def schema_from_metadata(plan: Plan) -> Any:
     """The schema without reading data, when no UDF can change it, else None."""
+    if isinstance(plan.source, RangeDatasource) and plan.source.n == 0:
+        return None  # no blocks, so no schema (as Ray: `range(0).schema()` is None)
     schema = plan.source.schema()
     if schema is None:
         return None
     import pyarrow as pa
 
     for op in plan.ops:
+        if isinstance(op, UnionOp):
+            return None  # the inputs' schemas are only known once read (Ray: unknown too)
+        if isinstance(op, AllToAllOp) and op.kind == "groupby" and op.args.get("reducer") is not None:
+            return None
         if isinstance(op, MapOp):
             fn = op.fn
             if isinstance(fn, T.SelectColumns):
@@ -268,3 +304,169 @@ def schema_from_metadata(plan: Plan) -> Any:
             else:
                 return None
     return schema
+
+
+# ---- describing a plan: `Dataset.explain()` and the repr's operator tree ----
+
+
+@dataclass
+class PlanNode:
+    """One operator of a plan as Ray prints it: `kind[name]`, above its inputs."""
+
+    kind: str  # Ray's operator class: MapRows, Read, TaskPoolMapOperator, ...
+    name: str  # Map(f), ReadRange, limit=10, ...
+    inputs: list = field(default_factory=list)
+    is_source: bool = False
+
+
+def render_tree(node: PlanNode, with_kind: bool = True, with_sources: bool = True) -> tuple:
+    """The tree in Ray's layout (`+- ` under its parent, three spaces a level), and its depth."""
+    lines: list = []
+    deepest = 0
+
+    def visit(n: PlanNode, depth: int) -> None:
+        nonlocal deepest
+        deepest = max(deepest, depth)
+        if n.is_source and not with_sources:
+            return
+        label = f"{n.kind}[{n.name}]" if with_kind else n.name
+        lines.append(label if depth == 0 else " " * ((depth - 1) * 3) + "+- " + label)
+        for child in n.inputs:
+            visit(child, depth + 1)
+
+    visit(node, 0)
+    return "".join(line + "\n" for line in lines), deepest
+
+
+def fn_display_name(fn) -> str:
+    """A step's name as Ray shows it (`map_groups` is Ray's MapBatches after a sort; column
+    selection, dropping and renaming its Project)."""
+    if isinstance(fn, T.MapGroups):
+        return f"MapBatches({T.udf_name(fn.fn)})"
+    if _map_kind(fn) == "Project":
+        return "Project"  # Ray's one operator for column selection, dropping and renaming
+    return fn.name
+
+
+def _map_kind(fn) -> str:
+    """Ray's logical operator class for one of our map steps."""
+    if isinstance(fn, T.MapRows):
+        return {"map": "MapRows", "flat_map": "FlatMap", "filter": "Filter"}[fn.kind]
+    if isinstance(fn, T.FilterExpr):
+        return "Filter"
+    if isinstance(fn, (T.SelectColumns, T.DropColumns, T.RenameColumns, T.WithColumn)):
+        return "Project"
+    if fn.name.startswith("Write"):
+        return "Write"
+    return "MapBatches"
+
+
+def _all_to_all_labels(kind: str, args: dict) -> tuple:
+    """(Ray's logical class, name) of an all-to-all operator."""
+    if kind == "groupby":
+        # A groupby feeding map_groups is a sort; with aggregations, Ray's Aggregate.
+        return ("Aggregate", "Aggregate") if args.get("reducer") is not None else ("Sort", "Sort")
+    if kind == "randomize_block_order":
+        return "RandomizeBlocks", "RandomizeBlockOrder"
+    name = _ALL_TO_ALL_NAMES[kind]
+    return name, name
+
+
+def _source_node(source: Datasource) -> PlanNode:
+    if isinstance(source, StoredBlocksDatasource):
+        # Blocks already in the object store: Ray's InputData (a materialized dataset) or From*.
+        name = "InputData" if source.name == "FromBlocks" else source.name
+        return PlanNode(name, name, is_source=True)
+    return PlanNode("Read", source.name, is_source=True)
+
+
+def logical_tree(plan: Plan) -> PlanNode:
+    """The plan as Ray's logical operators, the last one at the root."""
+    node = _source_node(plan.source)
+    for op in plan.ops:
+        if isinstance(op, MapOp):
+            node = PlanNode(_map_kind(op.fn), fn_display_name(op.fn), [node])
+        elif isinstance(op, LimitOp):
+            node = PlanNode("Limit", f"limit={op.n}", [node])
+        elif isinstance(op, AllToAllOp):
+            node = PlanNode(*_all_to_all_labels(op.kind, op.args), [node])
+        elif isinstance(op, UnionOp):
+            node = PlanNode("Union", "Union", [node, *(logical_tree(p) for p in op.others)])
+        else:  # pragma: no cover - every op type is handled above
+            raise TypeError(f"unknown operator {op!r}")
+    return node
+
+
+_INPUT = PlanNode("InputDataBuffer", "Input", is_source=True)
+
+
+def _physical_source(source: Datasource) -> PlanNode:
+    if isinstance(source, StoredBlocksDatasource):
+        return _INPUT
+    return PlanNode("TaskPoolMapOperator", source.name, [_INPUT])
+
+
+def _map_operator(compute: ComputeSpec) -> str:
+    return "ActorPoolMapOperator" if compute.actors else "TaskPoolMapOperator"
+
+
+def physical_tree(plan: Plan) -> PlanNode:
+    """One physical operator per logical one, before fusion."""
+    node = _physical_source(plan.source)
+    for op in plan.ops:
+        if isinstance(op, MapOp):
+            node = PlanNode(_map_operator(op.compute), fn_display_name(op.fn), [node])
+        elif isinstance(op, LimitOp):
+            node = PlanNode("LimitOperator", f"limit={op.n}", [node])
+        elif isinstance(op, AllToAllOp):
+            node = PlanNode("AllToAllOperator", _all_to_all_labels(op.kind, op.args)[1], [node])
+        elif isinstance(op, UnionOp):
+            node = PlanNode("UnionOperator", "Union", [node, *(physical_tree(p) for p in op.others)])
+    return node
+
+
+def stages_tree(stages: list) -> PlanNode:
+    """The operators oxray runs (`optimize`'s stages: reads and UDFs fused)."""
+    node = None
+    for stage in stages:
+        if isinstance(stage, ReadStage):
+            node = _physical_source(stage.source)
+        elif isinstance(stage, MapStage):
+            names = [fn_display_name(fn) for fn in stage.fns]
+            if stage.read is not None:
+                child = _physical_source(stage.read)
+                if not isinstance(stage.read, StoredBlocksDatasource):
+                    names.insert(0, stage.read.name)
+                    child = _INPUT
+            else:
+                child = node
+            node = PlanNode(_map_operator(stage.compute), "->".join(names), [child])
+        elif isinstance(stage, LimitStage):
+            node = PlanNode("LimitOperator", f"limit={stage.n}", [node])
+        elif isinstance(stage, AllToAllStage):
+            node = PlanNode("AllToAllOperator", _all_to_all_labels(stage.kind, stage.args)[1], [node])
+        elif isinstance(stage, UnionStage):
+            node = PlanNode("UnionOperator", "Union", [stages_tree(s) for s in stage.inputs])
+    return node
+
+
+def explain(plan: Plan) -> str:
+    """Ray's `explain()` text: the logical plan and the physical plan, each before and after
+    optimization. oxray's logical optimizations (pushdown) happen with fusion, so its two
+    logical plans read the same; the optimized physical plan is the stages oxray runs."""
+    logical = render_tree(logical_tree(plan))[0]
+    sections = [
+        ("Logical Plan", logical),
+        ("Logical Plan (Optimized)", logical),
+        ("Physical Plan", render_tree(physical_tree(plan))[0]),
+        ("Physical Plan (Optimized)", render_tree(stages_tree(optimize(plan)))[0]),
+    ]
+    return "".join(f"\n-------- {title} --------\n{text}" for title, text in sections)
+
+
+def has_serializable_lineage(plan: Plan) -> bool:
+    """Whether the plan can be rebuilt elsewhere: every source reads external data (blocks
+    already in this cluster's object store cannot travel), as Ray's lineage serialization."""
+    if isinstance(plan.source, StoredBlocksDatasource):
+        return False
+    return all(has_serializable_lineage(p) for op in plan.ops if isinstance(op, UnionOp) for p in op.others)

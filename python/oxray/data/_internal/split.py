@@ -4,13 +4,15 @@ A coordinator actor (no CPU of its own) runs the executor and hands each split i
 every block as (reference, table, offset, rows) segments; consumers slice the mapped blocks
 themselves, so data moves once. With `equal=True` every split gets the same number of rows:
 each block is cut into n equal runs and the rows left over are pooled and shared out the same
-way (fewer than n rows may be dropped at the end of an epoch). A new epoch starts once every
+way (fewer than n rows may be dropped at the end of an epoch); with `equal=False` each block
+goes whole to the split that has had the fewest rows. A new epoch starts once every
 split has asked for it, and runs the dataset again (a new shuffle order when it shuffles).
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import threading
 
 import oxray
@@ -24,6 +26,10 @@ class _SplitCoordinator:
         self.cond = threading.Condition()
         self.epoch = -1
         self.waiting: set = set()
+        # Per split: the last epoch it started (every copy of a split's iterator shares it),
+        # and whether a consumer is reading it now.
+        self.split_epochs = [-1] * n
+        self.reading: list = [None] * n  # the reading process's pid, or None
         self.stats_text = ""
         # Stop pulling while a split has this many bytes waiting: the queues together hold at
         # most half the execution's budget (plus a few blocks), on top of the executor's own.
@@ -41,15 +47,26 @@ class _SplitCoordinator:
         self.queued_bytes = [0] * self.n
         self.leftover: list = []
         self.leftover_rows = 0
+        self.rows_given = [0] * self.n
         self.finished = False
         self.pulling = False
         self.error = None
         self.gen = None
 
-    def start_epoch(self, split: int, epoch: int) -> None:
+    def start_epoch(self, split: int, reader: int) -> int:
+        """Starts `split`'s next epoch (once every split has asked for it); returns its number.
+        `reader` is the consuming process: another process reading the split meanwhile is an
+        error, as in Ray (the same process starting again has dropped its last epoch)."""
         with self.cond:
+            if self.reading[split] not in (None, reader):
+                raise ValueError(
+                    f"streaming_split: split {split} is read by more than one consumer at once; each "
+                    "split's iterator may be consumed by one reader at a time"
+                )
+            epoch = self.split_epochs[split] = self.split_epochs[split] + 1
+            self.reading[split] = reader
             if epoch <= self.epoch:
-                return
+                return epoch
             self.waiting.add(split)
             self.cond.notify_all()
             while epoch > self.epoch and len(self.waiting) < self.n:
@@ -62,6 +79,14 @@ class _SplitCoordinator:
                 self.waiting.clear()
                 self.gen = self.dataset._execute(progress=False)
                 self.cond.notify_all()
+            return epoch
+
+    def end_read(self, split: int, epoch: int) -> None:
+        """`split`'s consumer stopped reading `epoch` (at its end or early)."""
+        with self.cond:
+            if self.split_epochs[split] == epoch:
+                self.reading[split] = None
+            self.cond.notify_all()
 
     def _give(self, split: int, segments: list, rows: int) -> None:
         if rows:
@@ -102,6 +127,12 @@ class _SplitCoordinator:
         # A split's share of a few blocks always fits, whatever the budget.
         self.queue_limit = max(self.base_queue_limit, 4 * bundle.size // self.n)
         segments = [(ref, i, 0, t.num_rows) for i, t in enumerate(tables) if t.num_rows]
+        if not self.equal:
+            # Whole blocks, each to the split that has had the fewest rows, as Ray's splitter.
+            split = min(range(self.n), key=lambda i: self.rows_given[i])
+            self.rows_given[split] += bundle.rows
+            self._give(split, segments, bundle.rows)
+            return
         self._share(segments, bundle.rows)
         if self.leftover_rows >= self.n:
             pool, rows = self.leftover, self.leftover_rows
@@ -109,13 +140,7 @@ class _SplitCoordinator:
             self._share(pool, rows)
 
     def _finish(self) -> None:
-        if not self.equal and self.leftover_rows:
-            # equal=False: every row is kept, one more to the first splits.
-            segments = self.leftover
-            for i in range(self.leftover_rows):
-                head, segments = self._take(segments, 1)
-                self._give(i % self.n, head, 1)
-        self.leftover, self.leftover_rows = [], 0
+        self.leftover, self.leftover_rows = [], 0  # equal=True: fewer than n rows are dropped
         self.finished = True
         self.stats_text = self.dataset.stats()
 
@@ -177,20 +202,21 @@ class _SplitBlocks:
 
     def __init__(self, coordinator, split: int):
         self.coordinator, self.split = coordinator, split
-        self.epoch = 0
 
     def __call__(self):
-        epoch = self.epoch
-        self.epoch += 1
-        oxray.get(self.coordinator.start_epoch.remote(self.split, epoch))
-        while True:
-            segs = oxray.get(self.coordinator.next.remote(self.split, epoch))
-            if segs is None:
-                return
-            refs = list(dict.fromkeys(s[0] for s in segs))
-            fetched = dict(zip(refs, oxray.get(refs), strict=True))
-            for ref, ti, off, length in segs:
-                yield fetched[ref][ti].slice(off, length)
+        # The coordinator counts epochs: copies of this iterator (shipped to tasks) share them.
+        epoch = oxray.get(self.coordinator.start_epoch.remote(self.split, os.getpid()))
+        try:
+            while True:
+                segs = oxray.get(self.coordinator.next.remote(self.split, epoch))
+                if segs is None:
+                    return
+                refs = list(dict.fromkeys(s[0] for s in segs))
+                fetched = dict(zip(refs, oxray.get(refs), strict=True))
+                for ref, ti, off, length in segs:
+                    yield fetched[ref][ti].slice(off, length)
+        finally:
+            oxray.get(self.coordinator.end_read.remote(self.split, epoch))
 
 
 def streaming_split(dataset, n: int, equal: bool) -> list:

@@ -7,9 +7,12 @@ consecutive row and batch UDFs cost one task per block, not one per UDF.
 from __future__ import annotations
 
 import abc
+import asyncio
+import functools
 import inspect
+import threading
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +51,15 @@ def call_udf(name: str, fn, table: pa.Table, *args, **kwargs):
 
 
 def udf_name(fn) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    """The UDF's name in operator names, as Ray writes it: `f`, `Cls`, `Cls.method`, a
+    partial's function, else the callable object's class."""
+    if inspect.isclass(fn) or inspect.isfunction(fn):
+        return fn.__name__
+    if inspect.ismethod(fn):
+        return f"{type(fn.__self__).__name__}.{fn.__name__}"
+    if isinstance(fn, functools.partial):
+        return udf_name(fn.func)
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 class BlockFn(abc.ABC):
@@ -77,7 +88,13 @@ class MapRows(BlockFn):
 
     def setup(self) -> None:
         if self.is_class_udf:
-            self._call = self.fn()
+            try:
+                self._call = self.fn()
+            except Exception as e:  # noqa: BLE001 - the constructor is user code
+                raise UDFError(
+                    f"the constructor of {udf_name(self.fn)} raised {type(e).__name__}: {e}\n"
+                    f"Traceback:\n{traceback.format_exc()}"
+                ) from e
 
     def __call__(self, table: pa.Table) -> list:
         what = self.name
@@ -86,14 +103,16 @@ class MapRows(BlockFn):
         if self.kind == "filter":
             keep = []
             for row in B.rows_of(table):
-                result = call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
-                if not isinstance(result, (bool, np.bool_)):
-                    raise ValueError(f"{what} returned a {type(result).__name__}; a filter function must return a bool")
-                keep.append(bool(result))
+                [result] = udf_outputs(what, call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs))
+                keep.append(bool(result))  # any truthy value keeps the row, as in Ray
             return [table.filter(pa.array(keep, type=pa.bool_()))] if table.num_rows else [table]
         out = []
         for row in B.rows_of(table):
             result = call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+            if inspect.iscoroutine(result):  # an `async def` UDF
+                [result] = udf_outputs(what, result)
+            elif inspect.isasyncgen(result):  # an async generator UDF yields rows (flat_map)
+                result = list(udf_outputs(what, result))
             if self.kind == "map":
                 if not isinstance(result, dict):
                     raise ValueError(
@@ -152,17 +171,72 @@ class MapBatches(BlockFn):
         out = []
         size = self.batch_size or max(table.num_rows, 1)
         for start in range(0, max(table.num_rows, 1), size):
-            piece = table.slice(start, size) if self.batch_size else table
-            batch = B.to_batch(piece, self.batch_format)
-            if isinstance(batch, dict):
-                batch = {k: writable(v) if not self.zero_copy_batch else _read_only(v) for k, v in batch.items()}
-            result = call_udf(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
-            if inspect.isgenerator(result):
-                for item in result:
-                    out.append(B.from_batch(item, self.name))
-            else:
-                out.append(B.from_batch(result, self.name))
+            self._apply(table.slice(start, size) if self.batch_size else table, out)
         return out
+
+    def _apply(self, piece: pa.Table, out: list) -> None:
+        """The UDF called on `piece` as one batch; its output blocks appended to `out`."""
+        batch = B.to_batch(piece, self.batch_format)
+        if isinstance(batch, dict):
+            batch = {k: writable(v) if not self.zero_copy_batch else _read_only(v) for k, v in batch.items()}
+        result = call_udf(self.name, self._call, piece, batch, *self.fn_args, **self.fn_kwargs)
+        for item in udf_outputs(self.name, result):
+            out.append(B.from_batch(item, self.name))
+
+
+class MapGroups(MapBatches):
+    """`GroupedData.map_groups`' step: the input blocks come sorted by the key with each group
+    whole in one block (the groupby exchange made them), and the UDF sees each group as one
+    batch. `batch_format="default"` is a pandas DataFrame here, as in Ray."""
+
+    def __init__(self, key_columns: tuple, fn, batch_format, *args, **kwargs):
+        if batch_format in ("default", "native"):
+            batch_format = "pandas"
+        super().__init__(fn, None, batch_format, *args, **kwargs)
+        self.key_columns = tuple(key_columns)
+        self.name = f"MapGroups({udf_name(fn)})"
+
+    def __call__(self, table: pa.Table) -> list:
+        from oxray.data._internal.exchange import group_bounds
+
+        out = []
+        if not self.key_columns:  # no key: the whole dataset is one group
+            self._apply(table, out)
+            return out
+        for start, end in group_bounds(table, self.key_columns):
+            self._apply(table.slice(start, end - start), out)
+        return out
+
+
+def udf_outputs(what: str, result) -> Iterator:
+    """What one UDF call produced, as a sequence of outputs: a plain value is one; a generator
+    yields several; a coroutine (an `async def` UDF) is run to its value, and an async
+    generator to its items, on this worker's event loop."""
+    if inspect.iscoroutine(result):
+        yield _event_loop().run_until_complete(result)
+    elif inspect.isasyncgen(result):
+        loop = _event_loop()
+        while True:
+            try:
+                yield loop.run_until_complete(result.__anext__())
+            except StopAsyncIteration:
+                return
+    elif inspect.isgenerator(result):
+        yield from result
+    else:
+        yield result
+
+
+_loops = threading.local()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    """An event loop per thread for async UDFs (an actor with max_concurrency > 1 runs calls
+    on several threads at once; one loop cannot serve two of them)."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop
 
 
 def writable(values: np.ndarray) -> np.ndarray:
@@ -185,11 +259,25 @@ class AddColumn(BlockFn):
     def __call__(self, table: pa.Table) -> list:
         batch = B.to_batch(table, self.batch_format)
         values = call_udf(self.name, self.fn, table, batch)
+        expected = {
+            "pyarrow": ((pa.Array, pa.ChunkedArray), "a pyarrow Array"),
+            "numpy": (np.ndarray, "a numpy.ndarray"),
+        }
+        if self.batch_format in expected and not isinstance(values, expected[self.batch_format][0]):
+            raise UDFError(
+                f"{self.name}: For {self.batch_format} batch format, the function must return "
+                f"{expected[self.batch_format][1]}, got: {type(values)}"
+            )
+        if self.batch_format == "pandas" and np.ndim(values) == 0:
+            values = [values] * table.num_rows  # a constant, as pandas' column assignment broadcasts it
         if hasattr(values, "to_numpy") and not isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy()  # a pandas Series
-        column = B.array_from_values(self.col, values)
+        try:
+            column = B.array_from_values(self.col, values)
+        except (TypeError, ValueError) as e:
+            raise UDFError(f"{self.name}: {e}") from e
         if len(column) != table.num_rows:
-            raise ValueError(f"{self.name}: the function returned {len(column)} values for {table.num_rows} rows")
+            raise UDFError(f"{self.name}: the function returned {len(column)} values for {table.num_rows} rows")
         if self.col in table.column_names:
             return [table.set_column(table.column_names.index(self.col), self.col, column)]
         return [table.append_column(self.col, column)]

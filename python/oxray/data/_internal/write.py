@@ -7,13 +7,16 @@ the files it already finished are removed, so a failed write leaves nothing name
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
 import shutil
 import uuid
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from oxray import _native
 from oxray.data._internal import block as B
@@ -29,9 +32,38 @@ def _partition_value(value) -> str:
     return text
 
 
+# pyarrow's parquet writing options a write takes (Ray's `**arrow_parquet_args`), besides `schema`.
+PARQUET_WRITE_ARGS = frozenset(
+    name
+    for name in inspect.signature(pq.write_table).parameters
+    if name not in ("table", "where", "filesystem", "kwargs")
+) | {"schema"}
+
+
+def check_parquet_args(args: dict, what: str) -> None:
+    unknown = sorted(set(args) - PARQUET_WRITE_ARGS)
+    if unknown:
+        raise ValueError(
+            f"{what}({', '.join(unknown)}=...) is not supported by oxray; of pyarrow's parquet writing options it "
+            f"takes {', '.join(sorted(PARQUET_WRITE_ARGS))}"
+        )
+
+
 class WriteBlocks(BlockFn):
     def __init__(
-        self, fmt: str, path: str, token: str, partition_cols, max_rows_per_file, column, options, filenames=None
+        self,
+        fmt: str,
+        path: str,
+        token: str,
+        partition_cols,
+        max_rows_per_file,
+        column,
+        options,
+        filenames=None,
+        *,
+        mode: str = "append",
+        arrow_args: Optional[dict] = None,
+        arrow_args_fn=None,
     ):
         self.fmt, self.path, self.token = fmt, path.rstrip("/"), token
         self.partition_cols = partition_cols
@@ -39,8 +71,40 @@ class WriteBlocks(BlockFn):
         self.column = column
         self.options = options
         self.filenames = filenames  # a user's FilenameProvider, or None
+        self.mode = mode
+        # pyarrow's parquet options (row_group_size, schema, ...): such files are written by pyarrow.
+        self.arrow_args, self.arrow_args_fn = dict(arrow_args or {}), arrow_args_fn
         self.name = f"Write{fmt.capitalize() if fmt != 'csv' else 'CSV'}"
         self._calls = 0
+        self._files = 0  # files this task wrote, numbering a parquet template's `{i}`
+        self._template = None
+
+    def _parquet_template(self) -> str:
+        """Ray's parquet file name from the provider's name for this task: the write's id must be
+        in it when appending (or files of two writes could collide), and `{i}` numbers the
+        task's files (added before the extension when the name lacks it)."""
+        from oxray.data._internal import transforms as T
+
+        task = T.current_task_index()
+        if self._template is None or self._template[0] != task:
+            # Cached per task: should a worker reuse this writer for another task, it names anew.
+            self._files = 0
+            name = self.filenames.get_filename_for_task(self.token, task)
+            if self.token not in name and self.mode == "append":
+                raise ValueError(
+                    f"Write UUID '{self.token}' missing from filename template '{name}'. This could result in "
+                    "files being overwritten.Modify your FileNameProvider implementation to include the "
+                    "`write_uuid` into the filename template or change your write mode to SaveMode.OVERWRITE. "
+                )
+            if "{i}" in name:
+                template = name if "parquet" in name else f"{name}.parquet"
+            elif "parquet" not in name:
+                template = f"{name}-{{i}}.parquet"
+            else:
+                stem, suffix = os.path.splitext(name)
+                template = f"{stem}-{{i}}{suffix}"
+            self._template = (task, template)
+        return self._template[1]
 
     def _filename(self, table: pa.Table, i: int) -> str:
         if self.filenames is None:
@@ -48,6 +112,11 @@ class WriteBlocks(BlockFn):
         from oxray.data._internal import transforms as T
         from oxray.data.datasource.filename_provider import names_blocks
 
+        if self.fmt == "parquet":
+            # Ray names parquet files per task only (its parquet sink never asks per block).
+            template = self._parquet_template()
+            self._files += 1
+            return template.replace("{i}", str(self._files - 1))
         task = T.current_task_index()
         if names_blocks(self.filenames):
             return self.filenames.get_filename_for_block(table, self.token, task, self._calls - 1 + i)
@@ -61,6 +130,8 @@ class WriteBlocks(BlockFn):
         name = self._filename(table, i)
         batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
         if self.fmt == "parquet":
+            if self.arrow_args or self.arrow_args_fn is not None:
+                return _native.data_write_bytes(directory, name, self._pyarrow_parquet(table))
             return _native.data_write_parquet(batches, directory, name, self.options.get("compression", "snappy"))
         if self.fmt == "csv":
             return _native.data_write_csv(batches, directory, name)
@@ -69,6 +140,23 @@ class WriteBlocks(BlockFn):
         buf = io.BytesIO()
         np.save(buf, B.column_to_numpy(table.column(self.column)), allow_pickle=False)
         return _native.data_write_bytes(directory, name, buf.getvalue())
+
+    def _pyarrow_parquet(self, table: pa.Table) -> bytes:
+        """The parquet file pyarrow writes with the write's options (the function's override
+        the keywords, as in Ray), cast to the user's `schema` when one is given."""
+        args = {"compression": self.options.get("compression", "snappy"), **self.arrow_args}
+        if self.arrow_args_fn is not None:
+            extra = self.arrow_args_fn()
+            if not isinstance(extra, dict):
+                raise TypeError(f"write_parquet(arrow_parquet_args_fn=...): it returned {extra!r}, expected a dict")
+            check_parquet_args(extra, "write_parquet(arrow_parquet_args_fn)")
+            args.update(extra)
+        schema = args.pop("schema", None)
+        if schema is not None and not table.schema.equals(schema):
+            table = table.cast(schema)
+        out = pa.BufferOutputStream()
+        pq.write_table(table, out, **args)
+        return out.getvalue().to_pybytes()
 
     def _pieces(self, table: pa.Table) -> list:
         if not self.max_rows_per_file or table.num_rows <= self.max_rows_per_file:
@@ -79,6 +167,9 @@ class WriteBlocks(BlockFn):
     def __call__(self, table: pa.Table) -> list:
         self._calls += 1
         written = []
+        if table.num_rows == 0:
+            # As Ray: an empty block writes no file (an empty dataset leaves no directory).
+            return [pa.table({"path": pa.array(written, type=pa.string())})]
         groups = [(self.path, table)]
         if self.partition_cols:
             groups = []
@@ -102,12 +193,12 @@ def _local(path: str) -> str:
     return path[len("file://") :] if path.startswith("file://") else path
 
 
-def existing_files(path: str) -> bool:
-    """Whether anything is already under the write's directory (local or s3://)."""
+def path_exists(path: str) -> bool:
+    """Whether the write's directory exists (local, even empty) or holds objects (s3://, where
+    a prefix exists only through them)."""
     if path.startswith("s3://"):
         return bool(_native.Storage(path).list(""))
-    local = _local(path)
-    return os.path.exists(local) and (not os.path.isdir(local) or bool(os.listdir(local)))
+    return os.path.exists(_local(path))
 
 
 def remove_existing(path: str) -> None:

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, List, Optional, TypeVar
 
 from oxray.data.block import BlockMetadata
+from oxray.data.datasource.file_based_datasource import FileShuffleConfig
 
-__all__ = ["Datasink", "Datasource", "ReadTask", "TaskContext", "WriteResult"]
+__all__ = ["Datasink", "Datasource", "FileShuffleConfig", "ReadTask", "TaskContext", "WriteResult"]
 
 WriteReturnType = TypeVar("WriteReturnType")
 
