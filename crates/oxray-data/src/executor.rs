@@ -1189,7 +1189,11 @@ mod tests {
         let specs = vec![
             (map_reads(3, 1), "Read".into(), vec![]),
             (OpSpec::AllToAll(shuffle), "Shuffle".into(), vec![0]),
-            (OpSpec::Map { reads: None, batch_rows: None, concurrency: None, pool: Some(pool) }, "Pool".into(), vec![1]),
+            (
+                OpSpec::Map { reads: None, batch_rows: None, concurrency: None, pool: Some(pool) },
+                "Pool".into(),
+                vec![1],
+            ),
         ];
         let mut exec = Executor::new(specs, config(1 << 20, false)).unwrap();
         let mut pending: Vec<TaskId> = submits(&exec.poll()).into_iter().map(|s| s.0).collect();
