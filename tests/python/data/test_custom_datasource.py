@@ -113,3 +113,18 @@ def test_read_datasource_hands_read_args_to_prepare_read(data_cluster):
 def test_read_args_without_prepare_read_are_refused_by_name(data_cluster):
     with pytest.raises(ValueError, match="flavour"):
         ray.data.read_datasource(SquaresDatasource(4), flavour="x")
+
+
+def test_a_read_task_row_limit_cuts_its_blocks():
+    blocks = [
+        pd.DataFrame({"id": range(30)}),
+        pa.table({"id": list(range(30, 60))}),
+        pd.DataFrame({"id": range(60, 90)}),
+    ]
+    meta = BlockMetadata(num_rows=90, size_bytes=None, input_files=None, exec_stats=None)
+    out = list(ReadTask(lambda: blocks, meta, per_task_row_limit=70)())
+    assert [len(b) for b in out] == [30, 30, 10]
+    assert list(out[2]["id"]) == list(range(60, 70))
+    assert list(ReadTask(lambda: blocks, meta)()) == blocks
+    with pytest.raises(ValueError, match="per_task_row_limit=-1"):
+        ReadTask(lambda: blocks, meta, per_task_row_limit=-1)

@@ -864,3 +864,17 @@ def test_transforms_are_lazy(data_cluster, tmp_path):
 
 def double_x_free(batch):
     return {"id": batch["id"]}
+
+
+def test_a_batch_size_spans_small_read_blocks(data_cluster):
+    """A read fused into map_batches groups its read tasks so a batch holds batch_size rows, as
+    Ray's fused read bundles them (ten 1-row blocks, batch_size=10: one call of 10 rows)."""
+
+    def sizes(batch):
+        return {"n": [len(batch["id"])]}
+
+    assert ray.data.range(10, override_num_blocks=10).map_batches(sizes, batch_size=10).take_all() == [{"n": 10}]
+    counts = sorted(
+        r["n"] for r in ray.data.range(100, override_num_blocks=10).map_batches(sizes, batch_size=50).take_all()
+    )
+    assert counts == [50, 50]

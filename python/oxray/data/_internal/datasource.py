@@ -877,6 +877,37 @@ class FileReads(ReadTask):
         return [t for r in self.reads for t in r()]
 
 
+class ReadGroup(ReadTask):
+    """Consecutive read tasks run by one task, their blocks joined into one, so a batch size
+    spanning them holds (Ray's fused read bundles its read tasks the same way)."""
+
+    def __init__(self, reads: list):
+        self.reads = reads
+        self.rows = sum(r.rows for r in reads)
+        self.size = sum(r.size or 0 for r in reads) or None
+
+    def __call__(self) -> list:
+        tables = [t for r in self.reads for t in r()]
+        return [B.concat(tables)] if tables else []
+
+
+def group_reads_for_batches(reads: list, batch_size: Optional[int]) -> list:
+    """`reads` grouped so each group yields at least `batch_size` rows, when every read task
+    knows its rows (otherwise as they are)."""
+    if not batch_size or any(r.rows is None for r in reads):
+        return reads
+    groups, current, rows = [], [], 0
+    for read in reads:
+        current.append(read)
+        rows += read.rows
+        if rows >= batch_size:
+            groups.append(current)
+            current, rows = [], 0
+    if current:
+        groups.append(current)
+    return [g[0] if len(g) == 1 else ReadGroup(g) for g in groups]
+
+
 class StoredBlocksRead(ReadTask):
     """One block list already in the object store (the reference rides inside the task, so
     the task fetches it where it runs)."""

@@ -27,6 +27,7 @@ from oxray.data._internal import block as B
 from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
+from oxray.data._internal.datasource import group_reads_for_batches
 from oxray.data._internal.execution_state import ExecutionReporter
 from oxray.data.context import ACTOR_TASK_RETRIES, DataContext
 
@@ -313,7 +314,7 @@ class Executor:
         reads, inputs = None, [upstream]
         tasks = None
         if stage.read is not None:
-            tasks = stage.read.read_tasks()
+            tasks = group_reads_for_batches(stage.read.read_tasks(), stage.batch_size)
             reads, inputs = [t.size or _UNKNOWN_READ_BYTES for t in tasks], []
         pool = None
         if compute.actors:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterable, List, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, List, Optional, TypeVar
 
 from oxray.data.block import BlockMetadata
 from oxray.data.datasource.file_based_datasource import FileShuffleConfig
@@ -29,6 +29,10 @@ class ReadTask:
     ):
         if not callable(read_fn):
             raise TypeError(f"ReadTask: read_fn must be callable, got {type(read_fn).__name__}")
+        if per_task_row_limit is not None and (
+            isinstance(per_task_row_limit, bool) or not isinstance(per_task_row_limit, int) or per_task_row_limit < 0
+        ):
+            raise ValueError(f"ReadTask(per_task_row_limit={per_task_row_limit!r}): expected an integer >= 0")
         self._read_fn = read_fn
         self._metadata = metadata
         self._schema = schema
@@ -51,7 +55,23 @@ class ReadTask:
         return self._per_task_row_limit
 
     def __call__(self) -> Iterable[Any]:
-        return self._read_fn()
+        blocks = self._read_fn()
+        if self._per_task_row_limit is None:
+            return blocks
+        return _first_rows(blocks, self._per_task_row_limit)
+
+
+def _first_rows(blocks: Iterable[Any], limit: int) -> Iterator[Any]:
+    """The blocks cut to their first `limit` rows in all (a task's row limit, as Ray's)."""
+    left = limit
+    for block in blocks:
+        if left <= 0:
+            return
+        rows = block.num_rows if hasattr(block, "num_rows") else len(block)
+        if rows > left:
+            block = block.slice(0, left) if hasattr(block, "slice") and hasattr(block, "num_rows") else block[:left]
+        left -= min(rows, left)
+        yield block
 
 
 class Datasource:
