@@ -989,8 +989,7 @@ class Dataset:
             return group
 
         marked = self.groupby(stratify).map_groups(mark_train_rows).materialize()
-        train = marked.filter(expr=f"{column} == True").drop_columns([column])
-        test = marked.filter(expr=f"{column} == False").drop_columns([column])
+        train, test = _split_by_train_flag(marked, column)
         return train.materialize(), test.materialize()
 
     def streaming_train_test_split(
@@ -1012,8 +1011,7 @@ class Dataset:
             raise ValueError("hash_column is required for hash split")
         marked = self._with(P.MapOp(T.MarkTrainRows(float(test_size), split_type, hash_column, seed), P.ComputeSpec()))
         column = T.TRAIN_TEST_COLUMN
-        train = marked.filter(expr=f"{column} == True").drop_columns([column])
-        test = marked.filter(expr=f"{column} == False").drop_columns([column])
+        train, test = _split_by_train_flag(marked, column)
         return train, test
 
     def streaming_split(self, n: int, *, equal: bool = False, locality_hints=None) -> list:
@@ -1196,6 +1194,15 @@ def _check_splits(n, locality_hints, what: str) -> None:
         raise ValueError(f"{what}({n!r}): expected an integer >= 1")
     if locality_hints is not None and len(locality_hints) != n:
         raise ValueError(f"{what}: locality_hints must have {n} entries, got {len(locality_hints)}")
+
+
+def _split_by_train_flag(marked: "Dataset", column: str) -> tuple:
+    """The rows whose boolean `column` is true, and the others, each without the column."""
+    from oxray.data.expressions import col
+
+    train = marked.filter(expr=col(column)).drop_columns([column])
+    test = marked.filter(expr=~col(column)).drop_columns([column])
+    return train, test
 
 
 def _bind_ctor(cls, args, kwargs):

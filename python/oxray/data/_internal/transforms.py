@@ -463,4 +463,5 @@ def any_class_udf(fns: list) -> bool:
 
 def check_fn(fn: Any, what: str) -> None:
     if not callable(fn):
-        raise TypeError(f"{what}: expected a function or a callable class, got {type(fn).__name__}")
+        # ValueError, as Ray's "`fn` must be callable".
+        raise ValueError(f"{what}: `fn` must be callable (a function or a callable class), got {fn!r}")
