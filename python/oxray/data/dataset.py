@@ -1147,6 +1147,22 @@ class Dataset:
     def write_json(self, path: str, **kwargs) -> None:
         self._write("json", path, kwargs)
 
+    def write_images(self, path: str, column: str, file_format: str = "png", **kwargs) -> None:
+        """Each row's image in `column` (an H×W or H×W×C array) as one file, encoded by PIL in
+        `file_format`, as Ray's."""
+        from PIL import Image
+
+        self._columns_arg([column], "write_images(column)")
+        Image.init()
+        if not isinstance(file_format, str) or file_format.upper() not in Image.SAVE:
+            raise ValueError(
+                f"write_images(file_format={file_format!r}): expected a format PIL writes, such as 'png' or 'jpeg'"
+            )
+        per_file = [k for k in ("min_rows_per_file", "max_rows_per_file") if k in kwargs]
+        if per_file:
+            raise ValueError(f"write_images({', '.join(per_file)}=...): each row is its own file")
+        self._write("images", path, kwargs, column=column, options={"file_format": file_format})
+
     def write_numpy(self, path: str, *, column: str, **kwargs) -> None:
         self._columns_arg([column], "write_numpy(column)")
         self._write("numpy", path, kwargs, column=column)

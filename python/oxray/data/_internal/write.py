@@ -164,12 +164,41 @@ class WriteBlocks(BlockFn):
         n = self.max_rows_per_file
         return [table.slice(s, n) for s in range(0, table.num_rows, n)]
 
+    def _write_images(self, table: pa.Table) -> list:
+        """One file per row: the row's image in `column`, encoded by PIL (Ray's row-based
+        sink: the task's file name, then `_{block:06}_{row:06}`, then the format's extension)."""
+        from PIL import Image
+
+        from oxray.data._internal import transforms as T
+
+        fmt = self.options["file_format"]
+        if self.filenames is None:
+            base, ext = f"{self.token}_{uuid.uuid4().hex[:12]}", f".{fmt}"
+        else:
+            base, ext = os.path.splitext(self.filenames.get_filename_for_task(self.token, T.current_task_index()))
+        block_index = self._calls - 1
+        written = []
+        for row_index, value in enumerate(B.column_to_numpy(table.column(self.column))):
+            buf = io.BytesIO()
+            try:
+                Image.fromarray(np.asarray(value)).save(buf, format=fmt)
+            except (TypeError, ValueError, OSError, KeyError) as e:
+                raise ValueError(
+                    f"write_images: row {row_index} of column {self.column!r} (shape {np.shape(value)}, dtype "
+                    f"{np.asarray(value).dtype}) is not an image PIL can write as {fmt!r}: {e}"
+                ) from e
+            name = f"{base}_{block_index:06d}_{row_index:06d}{ext}"
+            written.append(_native.data_write_bytes(self.path, name, buf.getvalue()))
+        return written
+
     def __call__(self, table: pa.Table) -> list:
         self._calls += 1
         written = []
         if table.num_rows == 0:
             # As Ray: an empty block writes no file (an empty dataset leaves no directory).
             return [pa.table({"path": pa.array(written, type=pa.string())})]
+        if self.fmt == "images":
+            return [pa.table({"path": pa.array(self._write_images(table), type=pa.string())})]
         groups = [(self.path, table)]
         if self.partition_cols:
             groups = []

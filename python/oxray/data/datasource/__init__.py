@@ -11,8 +11,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, List, Optional, T
 
 from oxray.data.block import BlockMetadata
 from oxray.data.datasource.file_based_datasource import FileShuffleConfig
+from oxray.data.datasource.filename_provider import FilenameProvider
 
-__all__ = ["Datasink", "Datasource", "FileShuffleConfig", "ReadTask", "TaskContext", "WriteResult"]
+__all__ = ["Datasink", "Datasource", "FileShuffleConfig", "FilenameProvider", "ReadTask", "TaskContext", "WriteResult"]
 
 WriteReturnType = TypeVar("WriteReturnType")
 
