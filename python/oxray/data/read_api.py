@@ -488,6 +488,34 @@ def from_torch(dataset, local_read: bool = False) -> MaterializedDataset:
     return _in_memory("FromTorch", table, _num_blocks(len(items), None))
 
 
+def from_huggingface(
+    dataset, parallelism: int = -1, concurrency: Optional[int] = None, override_num_blocks: Optional[int] = None
+) -> MaterializedDataset:
+    """A Hugging Face `datasets.Dataset` (its Arrow table, with any select/shuffle/filter
+    applied) or `IterableDataset` (read here, batch by batch), as Ray's `from_huggingface`."""
+    hf = sys.modules.get("datasets")
+    if hf is None:
+        raise TypeError(f"from_huggingface: expected a Hugging Face datasets.Dataset, got {type(dataset).__name__}")
+    if isinstance(dataset, (hf.DatasetDict, hf.IterableDatasetDict)):
+        raise TypeError(
+            "You provided a Hugging Face DatasetDict or IterableDatasetDict, which contains multiple datasets, "
+            "but `from_huggingface` now only accepts a single Hugging Face Dataset. To convert just a single "
+            "Hugging Face Dataset to a Ray Dataset, specify a split. For example, "
+            "`ray.data.from_huggingface(my_dataset_dictionary['train'])`."
+        )
+    if concurrency is not None:
+        raise ValueError("from_huggingface(concurrency=...) is not supported by oxray: the rows are read here")
+    blocks = override_num_blocks if override_num_blocks is not None else (None if parallelism == -1 else parallelism)
+    if isinstance(dataset, hf.IterableDataset):
+        tables = [t for t in dataset.with_format("arrow").iter(batch_size=1024) if t.num_rows]
+        table = B.concat(tables) if tables else pa.table({})
+    elif isinstance(dataset, hf.Dataset):
+        table = dataset.with_format("arrow")[:]  # the rows the dataset shows (indices applied)
+    else:
+        raise TypeError(f"from_huggingface: expected a Hugging Face datasets.Dataset, got {type(dataset).__name__}")
+    return _in_memory("FromHuggingFace", table, _num_blocks(table.num_rows, blocks))
+
+
 def _plain(value):
     """Tensors (also inside a tuple, as a TensorDataset yields) as numpy arrays."""
     torch = sys.modules.get("torch")
