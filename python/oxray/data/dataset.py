@@ -698,7 +698,11 @@ class Dataset:
 
     # ---- execution ----
 
-    def _execute(self, ctx: Optional[DataContext] = None, progress: bool = True) -> Iterator[Bundle]:
+    def _execute(
+        self, ctx: Optional[DataContext] = None, progress: bool = True, reads_as_tasks: bool = False
+    ) -> Iterator[Bundle]:
+        """Runs the plan, yielding its output bundles. `reads_as_tasks`: a read the consumer
+        would decode in its own process runs as tasks over the cluster instead."""
         ctx = ctx or self._context or DataContext.get_current()
         if not oxray.is_initialized():
             oxray.init()
@@ -710,7 +714,7 @@ class Dataset:
             ctx.execution_options.preserve_order = True
         stages = P.optimize(self._plan)
         bars = progress_for(stages, ctx) if progress else None
-        executor = Executor(stages, ctx, stats, bars)
+        executor = Executor(stages, ctx, stats, bars, reads_as_tasks=reads_as_tasks)
         run = executor.run()
         try:
             yield from run

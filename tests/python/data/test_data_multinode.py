@@ -81,3 +81,21 @@ def test_an_actor_pool_takes_a_cpu_per_actor_and_spreads(three_nodes):
     ds = ray.data.range(60, override_num_blocks=12).map_batches(TagNode, concurrency=3, batch_size=5)
     nodes = {r["node"] for r in ds.take_all()}
     assert len(nodes) == 3, f"the pool's actors ran on {len(nodes)} node(s)"
+
+
+def test_a_split_for_training_reads_as_tasks_over_the_nodes(three_nodes, tmp_path):
+    """streaming_split's coordinator (one process, fed to ranks busy training) does not decode a
+    parquet read itself: the read runs as tasks, spread over the nodes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from oxray.util.state import list_tasks
+
+    for i in range(12):
+        pq.write_table(pa.table({"x": np.arange(i * 100, (i + 1) * 100)}), str(tmp_path / f"part-{i:02d}.parquet"))
+    before = {t.task_id for t in list_tasks(limit=10_000)}
+    (split,) = ray.data.read_parquet(str(tmp_path)).streaming_split(1)
+    assert sorted(x for b in split.iter_batches() for x in b["x"]) == list(range(1200))
+    reads = [t for t in list_tasks(limit=10_000) if t.task_id not in before and t.name.endswith("_map_task")]
+    assert len(reads) >= 2, f"the read ran as {len(reads)} task(s)"
+    assert len({t.node_id for t in reads}) >= 2, f"every read task ran on one node: {Counter(t.node_id for t in reads)}"

@@ -238,8 +238,9 @@ class _MapActor:
 
 
 class Executor:
-    def __init__(self, stages: list, ctx, stats: ExecutionStats, progress=None):
+    def __init__(self, stages: list, ctx, stats: ExecutionStats, progress=None, reads_as_tasks: bool = False):
         self.stages = stages
+        self.reads_as_tasks = reads_as_tasks
         self.ctx = ctx
         self.stats = stats
         self.progress = progress
@@ -279,11 +280,13 @@ class Executor:
     def _build(self, stages: list) -> int:
         last = None
         # An all-to-all waits for all its input: a read feeding one runs as tasks, so the blocks
-        # wait in the object store (which spills), never as tables held in this process.
+        # wait in the object store (which spills), never as tables held in this process. A
+        # consumer that asked for it (streaming_split's coordinator, which feeds training ranks
+        # on any node) gets its reads as tasks too, spread over the cluster.
         feeds_all_to_all = any(isinstance(s, P.AllToAllStage) for s in stages)
         for stage in stages:
             if isinstance(stage, P.ReadStage):
-                if stage.source.streams_locally and not feeds_all_to_all:
+                if stage.source.streams_locally and not feeds_all_to_all and not self.reads_as_tasks:
                     last = self._add("local", stage.name, [], None, stage)
                 else:
                     compute = stage.source.read_compute or P.ComputeSpec()

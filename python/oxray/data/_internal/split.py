@@ -77,7 +77,9 @@ class _SplitCoordinator:
                 self._reset()
                 self.epoch = epoch
                 self.waiting.clear()
-                self.gen = self.dataset._execute(progress=False)
+                # Reads run as tasks over the cluster: this coordinator is one process, on one
+                # node, while the ranks it feeds (busy training) may be on any.
+                self.gen = self.dataset._execute(progress=False, reads_as_tasks=True)
                 self.cond.notify_all()
             return epoch
 
