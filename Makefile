@@ -14,8 +14,9 @@ $(VENV)/.deps: pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2" "ruff>=0.17,<0.18"
 	$(PIP) install --quiet torch torchvision "pandas>=2" "moto[server]>=5" "boto3>=1.28"
-	# Data's from_huggingface is tested on local Hugging Face datasets.
-	$(PIP) install --quiet "datasets>=3"
+	# Data's from_huggingface is tested on local Hugging Face datasets; snappy-compressed files
+	# are read with python-snappy, as Ray reads them.
+	$(PIP) install --quiet "datasets>=3" "python-snappy>=0.7"
 	# Ray's own Jobs clients (`ray job`, `JobSubmissionClient`), tested against the head's HTTP API.
 	$(PIP) install --quiet "ray[default]==2.60.*"
 	# The Jobs API's OpenAPI description, fuzzed against the server.

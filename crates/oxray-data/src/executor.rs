@@ -17,7 +17,6 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::fmt::Write as _;
 use std::time::Instant;
 
 pub type BundleId = u64;
@@ -93,8 +92,9 @@ pub enum Action {
     Release { bundle: BundleId },
     /// The task's output is no longer needed.
     Cancel { task: TaskId },
-    /// `op`'s actors are no longer needed.
-    StopActors { op: usize },
+    /// `op`'s actors are no longer needed: `cancelled` when their operator was cut short (calls
+    /// may still run: kill them), else it finished (they may exit in their own time).
+    StopActors { op: usize, cancelled: bool },
 }
 
 /// What one operator did, for `stats()` and progress.
@@ -741,7 +741,7 @@ impl Executor {
             self.actions.push(Action::Cancel { task: id });
         }
         if has_pool {
-            self.actions.push(Action::StopActors { op });
+            self.actions.push(Action::StopActors { op, cancelled: true });
         }
     }
 
@@ -751,7 +751,7 @@ impl Executor {
         }
         self.ops[op].done = true;
         if let Kind::Map(MapState { pool: Some(_), .. }) = self.ops[op].kind {
-            self.actions.push(Action::StopActors { op });
+            self.actions.push(Action::StopActors { op, cancelled: false });
         }
     }
 
@@ -906,39 +906,6 @@ impl Executor {
     pub fn op_stats(&self) -> impl Iterator<Item = &OpStats> {
         self.ops.iter().map(|op| &op.stats)
     }
-
-    /// Per-operator and total figures, as `Dataset.stats()` prints them.
-    pub fn summary(&self) -> String {
-        let mut out = String::new();
-        let ops: Vec<&OpStats> = self.ops.iter().map(|op| &op.stats).filter(|s| s.started.is_some()).collect();
-        for (i, s) in ops.iter().enumerate() {
-            let wall = s.wall_s();
-            let rate = if wall > 0.0 { s.rows as f64 / wall } else { 0.0 };
-            let _ = writeln!(
-                out,
-                "Operator {i} {}: {} tasks, {} blocks, {} rows, {} bytes ({}) output\n\
-                 * Wall time: {wall:.3}s ({} rows/s)\n\
-                 * CPU time: {:.3}s (in tasks: wall {:.3}s)",
-                s.name,
-                s.tasks,
-                s.blocks,
-                s.rows,
-                thousands(s.bytes),
-                mib(s.bytes),
-                thousands(rate as u64),
-                s.cpu_s,
-                s.task_wall_s,
-            );
-        }
-        let total = self.ended.unwrap_or_else(Instant::now).duration_since(self.started).as_secs_f64();
-        let _ = write!(
-            out,
-            "Dataset execution: {total:.3}s wall; object store budget {}, peak in flight {}",
-            mib(self.config.budget_bytes),
-            mib(self.peak)
-        );
-        out
-    }
 }
 
 fn rng(seed: Option<u64>) -> StdRng {
@@ -946,22 +913,6 @@ fn rng(seed: Option<u64>) -> StdRng {
         Some(seed) => StdRng::seed_from_u64(seed),
         None => StdRng::from_os_rng(),
     }
-}
-
-fn mib(n: u64) -> String {
-    format!("{:.1} MiB", n as f64 / f64::from(1u32 << 20))
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// For each `(lo, hi)` row range over blocks of `rows` rows each, the
@@ -1286,6 +1237,5 @@ mod tests {
     #[test]
     fn slice_pieces_cover_each_range() {
         assert_eq!(slice_pieces(&[4, 4], &[(2, 6), (6, 6)]), vec![vec![(0, 2, 2), (1, 0, 2)], vec![(0, 0, 0)]]);
-        assert_eq!(thousands(1234567), "1,234,567");
     }
 }

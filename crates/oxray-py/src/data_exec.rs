@@ -193,7 +193,7 @@ fn action_to<'py>(py: Python<'py>, action: Action) -> PyResult<Any<'py>> {
         Action::Slices { op, inputs, outputs } => ("slices", op, inputs, outputs).into_bound_py_any(py),
         Action::Release { bundle } => ("release", bundle).into_bound_py_any(py),
         Action::Cancel { task } => ("cancel", task).into_bound_py_any(py),
-        Action::StopActors { op } => ("stop_actors", op).into_bound_py_any(py),
+        Action::StopActors { op, cancelled } => ("stop_actors", op, cancelled).into_bound_py_any(py),
     }
 }
 
@@ -305,11 +305,6 @@ impl DataExecutor {
     fn memory(&self) -> PyResult<(u64, u64)> {
         let exec = self.lock()?;
         Ok((exec.used_bytes(), exec.peak_bytes()))
-    }
-
-    /// Per-operator wall time, CPU time, rows and bytes, and the budget's peak.
-    fn summary(&self) -> PyResult<String> {
-        Ok(self.lock()?.summary())
     }
 }
 

@@ -76,9 +76,9 @@ _FIELDS = {
     # A pool actor's call that raises one of these (True: any exception) runs again on the
     # same actor, up to ACTOR_TASK_RETRIES times; False: never.
     "actor_task_retry_on_errors": False,
-    # Ray's choice of how iteration prefetches blocks (an actor, or ray.wait). Neither
-    # exists in oxray, so both values iterate the same way: a thread in the consuming
-    # process runs the executor `prefetch_batches` blocks ahead (iterator.py).
+    # Ray's choice of how iteration prefetches blocks: False (Ray's default), as oxray does it,
+    # a thread in the consuming process running `prefetch_batches` blocks ahead; Ray's actor
+    # prefetcher (True) does not exist here and is refused.
     "actor_prefetcher_enabled": False,
 }
 
@@ -157,8 +157,11 @@ class DataContext:
             raise ValueError(
                 "DataContext.max_errored_blocks: oxray fails on the first errored block (only 0 is supported)"
             )
-        elif name == "actor_prefetcher_enabled" and not isinstance(value, bool):
-            raise ValueError(f"DataContext.actor_prefetcher_enabled={value!r}: expected True or False")
+        elif name == "actor_prefetcher_enabled" and value is not False:
+            raise ValueError(
+                f"DataContext.actor_prefetcher_enabled={value!r}: oxray prefetches with a thread in the "
+                "consuming process (False, Ray's default); Ray's prefetcher actor is not supported"
+            )
         elif name == "scheduling_strategy" and value not in ("SPREAD", "DEFAULT"):
             raise ValueError(f"DataContext.scheduling_strategy={value!r}: expected 'SPREAD' or 'DEFAULT'")
         elif name == "use_push_based_shuffle" and not isinstance(value, bool):

@@ -154,7 +154,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
             actors, initial_size, max_size = True, initial, hi
         else:
             task_conc = hi
-    if is_class and compute in ("tasks",) or is_class and isinstance(compute, TaskPoolStrategy):
+    if is_class and (compute == "tasks" or isinstance(compute, TaskPoolStrategy)):
         raise ValueError(
             f"{what}: the callable class {fn.__name__} runs on an actor pool, not as tasks "
             f"(compute={compute!r}); pass compute=ActorPoolStrategy(...) or None"

@@ -30,7 +30,7 @@ class GroupedData:
     def __repr__(self) -> str:
         return f"GroupedData(dataset={self._dataset!r}, key={self._key!r})"
 
-    def _exchange(self, reducer, reduce_options=None):
+    def _exchange(self, reducer):
         from oxray.data.context import DataContext, ShuffleStrategy
 
         ctx = DataContext.get_current()
@@ -38,7 +38,6 @@ class GroupedData:
             "key": self._sort_key,
             "reducer": reducer,
             "num_blocks": self._num_partitions,
-            "reduce_options": dict(reduce_options or {}),
         }
         if ctx.shuffle_strategy == ShuffleStrategy.HASH_SHUFFLE:
             # Groups dealt to partitions by a hash of the key: no sampling, and groups are not in key

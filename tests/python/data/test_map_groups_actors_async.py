@@ -263,3 +263,19 @@ def test_a_pool_actor_whose_process_dies_is_restarted(data_cluster, tmp_path):
     os.remove(flag)
     with pytest.raises(ray.exceptions.RayActorError):
         ds.map_batches(CrashOnce, concurrency=1, max_restarts=0).take_all()
+
+
+def test_errors_raised_inside_async_and_generator_udfs_are_user_code_errors(data_cluster):
+    class AsyncFails:
+        async def __call__(self, batch):
+            await asyncio.sleep(0)
+            raise KeyError("missing-in-async")
+
+    def generator_fails(batch):
+        yield batch
+        raise RuntimeError("broken-after-first-batch")
+
+    with pytest.raises(ray.exceptions.UserCodeException, match="missing-in-async"):
+        ray.data.range(4).map_batches(AsyncFails, concurrency=1).materialize()
+    with pytest.raises(ray.exceptions.UserCodeException, match="broken-after-first-batch"):
+        ray.data.range(4).map_batches(generator_fails).materialize()

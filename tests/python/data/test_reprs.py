@@ -103,16 +103,14 @@ def test_stats_report_rows_in_and_out_per_operator(data_cluster):
     assert "FromNumpy" in ray.data.from_numpy(np.arange(4)).stats()
 
 
-def test_actor_prefetcher_setting_takes_booleans_only(data_cluster):
+def test_actor_prefetcher_setting_takes_rays_default_only(data_cluster):
     ctx = ray.data.DataContext.get_current()
-    before = ctx.actor_prefetcher_enabled
-    try:
-        ctx.actor_prefetcher_enabled = True
-        assert ray.data.range(3).take_all() == [{"id": 0}, {"id": 1}, {"id": 2}]
-        with pytest.raises(ValueError, match="actor_prefetcher_enabled"):
-            ctx.actor_prefetcher_enabled = "yes"
-    finally:
-        ctx.actor_prefetcher_enabled = before
+    ctx.actor_prefetcher_enabled = False
+    assert ray.data.range(3).take_all() == [{"id": 0}, {"id": 1}, {"id": 2}]
+    for value in (True, "yes"):
+        with pytest.raises(ValueError, match=f"actor_prefetcher_enabled={value!r}.*not supported"):
+            ctx.actor_prefetcher_enabled = value
+    assert ctx.actor_prefetcher_enabled is False
 
 
 def test_iterators_give_their_context(data_cluster):

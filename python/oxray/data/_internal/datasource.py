@@ -643,6 +643,9 @@ _CSV_FORMAT_ERROR = (
 )
 
 
+_UNDETECTED_SUFFIXES = {".br": "brotli", ".snappy": "snappy"}
+
+
 def _compression_of(uri: str, compression: Optional[str]) -> Optional[str]:
     """The codec a file is read with: the one named in `arrow_open_stream_args`, else the one its
     suffix names (`.gz`, `.bz2`, `.br`, `.zst`, `.lz4`), as pyarrow detects it."""
@@ -651,8 +654,9 @@ def _compression_of(uri: str, compression: Optional[str]) -> Optional[str]:
     try:
         return pa.Codec.detect(uri).name
     except (ValueError, TypeError):
-        # pyarrow detects no `.snappy` suffix; Ray checks it itself.
-        return "snappy" if uri.lower().endswith(".snappy") else None
+        # pyarrow detects neither `.br` nor `.snappy`; Ray checks them itself.
+        lower = uri.lower()
+        return next((codec for suffix, codec in _UNDETECTED_SUFFIXES.items() if lower.endswith(suffix)), None)
 
 
 def _snappy_decompress(data: pa.Buffer, uri: str) -> pa.Buffer:

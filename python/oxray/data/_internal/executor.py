@@ -76,11 +76,6 @@ class ExecutionStats:
         self.reporter = None  # the run's ExecutionReporter (execution_state.py)
         self.stages: list = []
 
-    def summary(self) -> str:
-        if self.scheduler is None:
-            return "Dataset execution: not started"
-        return self.scheduler.summary()
-
 
 # ---- what runs in tasks and actors ----
 
@@ -373,7 +368,10 @@ class Executor:
 
     def _warn_few_inputs(self) -> None:
         """As Ray: a map operator given a concurrency it could never use (fewer inputs than
-        tasks it may run) says so, and how to get more inputs."""
+        tasks it may run) says so, and how to get more inputs. Not after a limit, which cuts
+        its upstream short on purpose."""
+        if any(isinstance(stage, P.LimitStage) for stage in self.stages):
+            return
         for op, entry in self._ops.items():
             stage = entry[0] if isinstance(entry, tuple) else entry  # a map op holds (stage, read tasks)
             if not isinstance(stage, P.MapStage):
@@ -458,10 +456,14 @@ class Executor:
                 opts.setdefault("max_task_retries", POOL_ACTOR_RESTARTS)
             self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
         elif kind == "stop_actors":
-            # The operator is done: each actor drops its UDF (so the UDF's __del__ cleans up,
-            # as in Ray) and then exits, in call order; nothing here waits for it.
-            for actor in self._actors.pop(action[1], {}).values():
-                _stop_gracefully(actor)
+            _, op, cancelled = action
+            for actor in self._actors.pop(op, {}).values():
+                if cancelled:
+                    _kill(actor)  # cut short: its calls may still run (a hung UDF must not keep a CPU)
+                else:
+                    # The operator is done: the actor drops its UDF (so the UDF's __del__ cleans
+                    # up, as in Ray), then exits, in call order; nothing here waits for it.
+                    _stop_gracefully(actor)
         elif kind == "cancel":
             meta_ref = self._task_refs.pop(action[1], None)
             if meta_ref is not None:
@@ -531,10 +533,7 @@ class Executor:
             if reducer is None:
                 refs_out = remote(X.sort_reduce, num_returns=2).remote(key, *parts)
             else:
-                group = remote(X.group_reduce, num_returns=2)
-                if stage.args.get("reduce_options"):
-                    group = group.options(**stage.args["reduce_options"])
-                refs_out = group.remote(reducer, *parts)
+                refs_out = remote(X.group_reduce, num_returns=2).remote(reducer, *parts)
             self._track(task, refs_out)
 
     def _pull(self, scheduler, op: int) -> None:

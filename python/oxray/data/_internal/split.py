@@ -218,7 +218,11 @@ class _SplitBlocks:
                 for ref, ti, off, length in segs:
                     yield fetched[ref][ti].slice(off, length)
         finally:
-            oxray.get(self.coordinator.end_read.remote(self.split, epoch))
+            try:
+                # Not waited on: this may run while the generator is collected, or after shutdown.
+                self.coordinator.end_read.remote(self.split, epoch)
+            except Exception:  # noqa: BLE001 - the coordinator is gone: nothing left to tell
+                pass
 
 
 def streaming_split(dataset, n: int, equal: bool) -> list:

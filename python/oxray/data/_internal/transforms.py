@@ -103,7 +103,9 @@ class MapRows(BlockFn):
         if self.kind == "filter":
             keep = []
             for row in B.rows_of(table):
-                [result] = udf_outputs(what, call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs))
+                result = call_udf(what, self._call, table, row, *self.fn_args, **self.fn_kwargs)
+                if inspect.iscoroutine(result):  # an `async def` filter
+                    [result] = udf_outputs(what, result)
                 keep.append(bool(result))  # any truthy value keeps the row, as in Ray
             return [table.filter(pa.array(keep, type=pa.bool_()))] if table.num_rows else [table]
         out = []
@@ -211,20 +213,30 @@ class MapGroups(MapBatches):
 def udf_outputs(what: str, result) -> Iterator:
     """What one UDF call produced, as a sequence of outputs: a plain value is one; a generator
     yields several; a coroutine (an `async def` UDF) is run to its value, and an async
-    generator to its items, on this worker's event loop."""
-    if inspect.iscoroutine(result):
-        yield _event_loop().run_until_complete(result)
-    elif inspect.isasyncgen(result):
-        loop = _event_loop()
-        while True:
-            try:
-                yield loop.run_until_complete(result.__anext__())
-            except StopAsyncIteration:
-                return
-    elif inspect.isgenerator(result):
-        yield from result
-    else:
-        yield result
+    generator to its items, on this worker's event loop. The user's code runs here too, so
+    what it raises is wrapped as `call_udf` wraps it."""
+    try:
+        if inspect.iscoroutine(result):
+            yield _event_loop().run_until_complete(result)
+        elif inspect.isasyncgen(result):
+            loop = _event_loop()
+            while True:
+                try:
+                    item = loop.run_until_complete(result.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield item
+        elif inspect.isgenerator(result):
+            yield from result
+        else:
+            yield result
+    except UDFError:
+        raise
+    except Exception as e:  # noqa: BLE001 - user code ran in the coroutine or generator
+        raise UDFError(
+            f"UDF failed to process a data block: {what} raised {type(e).__name__}: {e}\n"
+            f"Traceback of {what}:\n{traceback.format_exc()}"
+        ) from e
 
 
 _loops = threading.local()

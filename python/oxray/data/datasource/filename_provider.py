@@ -32,7 +32,8 @@ class FilenameProvider:
     def get_filename_for_row(
         self, row: dict, write_uuid: str, task_index: int, block_index: int, row_index: int
     ) -> str:
-        """Ray names a file per row for its row-based sinks, which oxray does not have."""
+        """Ray's deprecated per-row hook: a row-based sink (`write_images`) names each row's file
+        from `get_filename_for_task` plus `_{block}_{row}`, as Ray 2.60's does, never from this."""
         raise TypeError(f"{type(self).__name__}: oxray's writers name files per task or per block, never per row")
 
 
