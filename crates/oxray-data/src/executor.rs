@@ -219,8 +219,6 @@ pub struct Executor {
     used: u64,
     peak: u64,
     actions: Vec<Action>,
-    started: Instant,
-    ended: Option<Instant>,
 }
 
 impl Executor {
@@ -299,8 +297,6 @@ impl Executor {
             used: 0,
             peak: 0,
             actions: Vec::new(),
-            started: Instant::now(),
-            ended: None,
         })
     }
 
@@ -374,9 +370,6 @@ impl Executor {
             if !moved {
                 break;
             }
-        }
-        if self.finished() && self.ended.is_none() {
-            self.ended = Some(Instant::now());
         }
         std::mem::take(&mut self.actions)
     }
