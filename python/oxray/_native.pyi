@@ -633,4 +633,3 @@ class DataExecutor:
         """`(name, rows, bytes, blocks, tasks, in_flight, wall_s, cpu_s)` of every operator."""
     def memory(self) -> tuple[int, int]:
         """`(used, peak)` object-store bytes the execution holds."""
-    def summary(self) -> str: ...
