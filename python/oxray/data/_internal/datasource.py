@@ -330,7 +330,7 @@ class ParquetFragment(ReadTask):
             if spec.limit is not None:
                 table = table.slice(0, spec.limit)
         if spec.row_hash and (spec.columns is None or ROW_HASH_COLUMN in spec.columns):
-            hashes = row_hashes(self.uri.split("://", 1)[-1], self.first_row, table.num_rows)
+            hashes = row_hashes(_strip_scheme(self.uri), self.first_row, table.num_rows)
             table = _fill_column(table, ROW_HASH_COLUMN, pa.array(hashes, type=pa.uint64()))
         if spec.columns is not None:
             table = table.select(spec.columns)
@@ -454,7 +454,7 @@ class ParquetDatasource(Datasource):
         if include_paths:
             # Ray's `path` column: the file's path without its scheme, like the other constant columns.
             self._partitions = [
-                {**p, PATH_COLUMN: uri.split("://", 1)[-1]} for p, uri in zip(self._partitions, self.files, strict=True)
+                {**p, PATH_COLUMN: _strip_scheme(uri)} for p, uri in zip(self._partitions, self.files, strict=True)
             ]
         schema = self._file_schema
         types = {k: _partition_type(v) for p in self._partitions for k, v in p.items()}
@@ -819,7 +819,7 @@ class FileRead(ReadTask):
             data = _file_buffer(uri, o.get("compression"))
             tables = [pa.table({"bytes": pa.array([data.to_pybytes()], type=pa.binary())})]
         if self.include_paths:
-            tables = [t.append_column("path", pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
+            tables = [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
         return tables
 
 
@@ -856,7 +856,7 @@ class FileDatasource(Datasource):
         # A binary read's rows are known without reading: one `bytes` row per file (Ray's schema).
         if self.fmt != "binary" or not self.files:
             return None
-        fields = [("bytes", pa.binary())] + ([("path", pa.string())] if self.include_paths else [])
+        fields = [("bytes", pa.binary())] + ([(PATH_COLUMN, pa.string())] if self.include_paths else [])
         return pa.schema(fields)
 
     def count(self) -> Optional[int]:

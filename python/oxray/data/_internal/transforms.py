@@ -50,6 +50,16 @@ def call_udf(name: str, fn, table: pa.Table, *args, **kwargs):
         ) from e
 
 
+def construct_udf(cls, args: tuple = (), kwargs: Optional[dict] = None):
+    """A callable class UDF's instance; what its constructor raises is a UDFError."""
+    try:
+        return cls(*args, **(kwargs or {}))
+    except Exception as e:  # noqa: BLE001 - the constructor is user code
+        raise UDFError(
+            f"the constructor of {udf_name(cls)} raised {type(e).__name__}: {e}\nTraceback:\n{traceback.format_exc()}"
+        ) from e
+
+
 def udf_name(fn) -> str:
     """The UDF's name in operator names, as Ray writes it: `f`, `Cls`, `Cls.method`, a
     partial's function, else the callable object's class."""
@@ -88,13 +98,7 @@ class MapRows(BlockFn):
 
     def setup(self) -> None:
         if self.is_class_udf:
-            try:
-                self._call = self.fn()
-            except Exception as e:  # noqa: BLE001 - the constructor is user code
-                raise UDFError(
-                    f"the constructor of {udf_name(self.fn)} raised {type(e).__name__}: {e}\n"
-                    f"Traceback:\n{traceback.format_exc()}"
-                ) from e
+            self._call = construct_udf(self.fn)
 
     def __call__(self, table: pa.Table) -> list:
         what = self.name
@@ -161,13 +165,7 @@ class MapBatches(BlockFn):
 
     def setup(self) -> None:
         if self.is_class_udf:
-            try:
-                self._call = self.fn(*self.ctor_args, **self.ctor_kwargs)
-            except Exception as e:  # noqa: BLE001 - the constructor is user code
-                raise UDFError(
-                    f"the constructor of {udf_name(self.fn)} raised {type(e).__name__}: {e}\n"
-                    f"Traceback:\n{traceback.format_exc()}"
-                ) from e
+            self._call = construct_udf(self.fn, self.ctor_args, self.ctor_kwargs)
 
     def __call__(self, table: pa.Table) -> list:
         out = []

@@ -169,7 +169,7 @@ class PathPartitionFilter:
         field_types: Optional[Dict[str, Any]] = None,
         filesystem=None,
     ) -> "PathPartitionFilter":
-        parser = PathPartitionParser(Partitioning(style, base_dir, field_names, field_types, filesystem))
+        parser = PathPartitionParser.of(style, base_dir, field_names, field_types, filesystem)
         return PathPartitionFilter(parser, filter_fn)
 
     def __init__(self, path_partition_parser: PathPartitionParser, filter_fn: Callable[[Dict[str, Any]], bool]):
