@@ -617,6 +617,8 @@ class DataExecutor:
         max_tasks: int,
         cluster_cpus: int,
         preserve_order: bool,
+        pool_downscale_util: float,
+        pool_downscale_debounce_s: float,
     ) -> DataExecutor: ...
     def poll(self) -> list[tuple[Any, ...]]: ...
     def task_done(

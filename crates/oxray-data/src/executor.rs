@@ -33,9 +33,11 @@ pub enum AllToAll {
 }
 
 /// A class UDF's actor pool: starts with `initial_size`, grows by one (up to
-/// `max_size`) whenever every actor already has `per_actor` calls.
+/// `max_size`) whenever every actor already has `per_actor` calls, and shrinks
+/// by one idle actor at a time (down to `min_size`) while it is little used.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PoolSpec {
+    pub min_size: u32,
     pub initial_size: u32,
     pub max_size: Option<u32>,
     pub per_actor: u32,
@@ -68,6 +70,11 @@ pub struct Config {
     pub max_tasks: u32,
     pub cluster_cpus: u32,
     pub preserve_order: bool,
+    /// Ray's `actor_pool_util_downscaling_threshold`: a pool whose calls in flight per
+    /// actor fall to this or below stops one idle actor.
+    pub pool_downscale_util: f64,
+    /// Ray's scale-down debounce: no actor stops this soon after the pool grew.
+    pub pool_downscale_debounce_ms: u64,
 }
 
 /// What the caller must do, in order.
@@ -77,6 +84,8 @@ pub enum Action {
     PullLocal { op: usize },
     /// Start actor `actor` of `op`'s pool.
     StartActor { op: usize, actor: usize },
+    /// Actor `actor` of `op`'s pool is idle and no longer needed: it may exit in its own time.
+    StopActor { op: usize, actor: usize },
     /// Run `op`'s UDFs on read task `read` or on the blocks of `inputs`, on
     /// `actor` of its pool when it has one; report with `task_done`.
     Submit { task: TaskId, op: usize, read: Option<usize>, inputs: Vec<BundleId>, actor: Option<usize> },
@@ -144,11 +153,31 @@ pub struct TaskOutput {
 
 #[derive(Debug)]
 struct Pool {
-    /// Calls in flight per actor started.
-    load: Vec<u32>,
+    /// Calls in flight per actor started, by slot; None once that actor was stopped.
+    load: Vec<Option<u32>>,
+    min_size: usize,
     initial_size: usize,
     max_size: usize,
     per_actor: u32,
+    /// When the pool last started actors (the caller's clock, ms): scale-down waits
+    /// `pool_downscale_debounce_ms` after it.
+    grew_at_ms: u64,
+}
+
+impl Pool {
+    fn live(&self) -> usize {
+        self.load.iter().flatten().count()
+    }
+
+    /// The slot for the next call: the least-loaded live actor, or None when every
+    /// one is full and the pool may grow.
+    fn pick(&self) -> Option<usize> {
+        let least = (0..self.load.len()).filter_map(|i| self.load[i].map(|l| (l, i))).min();
+        match least {
+            Some((load, i)) if load < self.per_actor || self.live() >= self.max_size => Some(i),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -219,6 +248,8 @@ pub struct Executor {
     used: u64,
     peak: u64,
     actions: Vec<Action>,
+    /// The caller's clock at the last `poll_at` (ms); only the pool's scale-down reads it.
+    now_ms: u64,
 }
 
 impl Executor {
@@ -250,11 +281,14 @@ impl Executor {
                 OpSpec::Map { reads, batch_rows, concurrency, pool } => {
                     let pool = pool.map(|p| {
                         let max_size = p.max_size.unwrap_or(config.cluster_cpus).max(p.initial_size).max(1) as usize;
+                        let initial_size = (p.initial_size as usize).clamp(1, max_size);
                         Pool {
                             load: Vec::new(),
-                            initial_size: (p.initial_size as usize).clamp(1, max_size),
+                            min_size: (p.min_size as usize).clamp(1, initial_size),
+                            initial_size,
                             max_size,
                             per_actor: p.per_actor.max(1),
+                            grew_at_ms: 0,
                         }
                     });
                     let max_in_flight = match &pool {
@@ -297,6 +331,7 @@ impl Executor {
             used: 0,
             peak: 0,
             actions: Vec::new(),
+            now_ms: 0,
         })
     }
 
@@ -355,6 +390,13 @@ impl Executor {
     /// Runs the schedule until nothing more can move, and hands over the actions
     /// to perform (in order).
     pub fn poll(&mut self) -> Vec<Action> {
+        self.poll_at(self.now_ms)
+    }
+
+    /// `poll` at the caller's clock `now_ms` (milliseconds, never going back), which
+    /// paces the pools' scale-down.
+    pub fn poll_at(&mut self, now_ms: u64) -> Vec<Action> {
+        self.now_ms = self.now_ms.max(now_ms);
         let root = self.ops.len() - 1;
         loop {
             let mut moved = false;
@@ -451,10 +493,12 @@ impl Executor {
         }
         let mut moved = false;
         // A pool's first actors start when its operator first runs.
+        let now = self.now_ms;
         if let Some(pool) = self.map_state(op).pool.as_mut()
             && pool.load.is_empty()
         {
-            pool.load.resize(pool.initial_size, 0);
+            pool.load.resize(pool.initial_size, Some(0));
+            pool.grew_at_ms = now;
             for actor in 0..pool.initial_size {
                 self.actions.push(Action::StartActor { op, actor });
             }
@@ -506,8 +550,33 @@ impl Executor {
         if !map.reading && input_over && map.pending.is_empty() && map.in_flight == 0 && map.finished.is_empty() {
             self.finish(op);
             moved = true;
+        } else if let Some(actor) = self.idle_actor_to_stop(op) {
+            self.actions.push(Action::StopActor { op, actor });
+            moved = true;
         }
         moved
+    }
+
+    /// As Ray's actor autoscaler: a pool above its minimum whose calls in flight per actor
+    /// are at or below the scale-down threshold, and that has not grown within the
+    /// debounce period, gives up one idle actor (marked stopped here).
+    fn idle_actor_to_stop(&mut self, op: usize) -> Option<usize> {
+        let (util, debounce, now) =
+            (self.config.pool_downscale_util, self.config.pool_downscale_debounce_ms, self.now_ms);
+        let received = self.ops[op].stats.tasks > 0;
+        let map = self.map_state(op);
+        let in_flight = map.in_flight as f64;
+        let pool = map.pool.as_mut()?;
+        let live = pool.live();
+        if !received || live <= pool.min_size || in_flight > util * live as f64 {
+            return None;
+        }
+        if now < pool.grew_at_ms.saturating_add(debounce) {
+            return None;
+        }
+        let idle = (0..pool.load.len()).rev().find(|&i| pool.load[i] == Some(0))?;
+        pool.load[idle] = None;
+        Some(idle)
     }
 
     /// Submits the gathered inputs as one task, if the budget and slots allow.
@@ -527,18 +596,16 @@ impl Executor {
     fn submit(&mut self, op: usize, read: Option<usize>, inputs: Vec<BundleId>, est: u64) {
         let task = self.id();
         let mut start_actor = None;
+        let now = self.now_ms;
         let map = self.map_state(op);
         let actor = map.pool.as_mut().map(|pool| {
-            let least = (0..pool.load.len()).min_by_key(|&i| pool.load[i]);
-            let actor = match least {
-                Some(i) if pool.load[i] < pool.per_actor || pool.load.len() >= pool.max_size => i,
-                _ => {
-                    pool.load.push(0);
-                    start_actor = Some(pool.load.len() - 1);
-                    pool.load.len() - 1
-                }
-            };
-            pool.load[actor] += 1;
+            let actor = pool.pick().unwrap_or_else(|| {
+                pool.load.push(Some(0));
+                pool.grew_at_ms = now;
+                start_actor = Some(pool.load.len() - 1);
+                pool.load.len() - 1
+            });
+            pool.load[actor] = Some(pool.load[actor].unwrap_or(0) + 1);
             actor
         });
         map.in_flight += 1;
@@ -574,8 +641,10 @@ impl Executor {
         match &mut self.ops[op].kind {
             Kind::Map(map) => {
                 map.in_flight -= 1;
-                if let (Some(pool), Some(actor)) = (map.pool.as_mut(), task.actor) {
-                    pool.load[actor] -= 1;
+                if let (Some(pool), Some(actor)) = (map.pool.as_mut(), task.actor)
+                    && let Some(load) = pool.load[actor].as_mut()
+                {
+                    *load -= 1;
                 }
                 let in_flight = map.in_flight as u64;
                 if preserve_order {
@@ -941,7 +1010,14 @@ mod tests {
     use super::*;
 
     fn config(budget_bytes: u64, preserve_order: bool) -> Config {
-        Config { budget_bytes, max_tasks: 4, cluster_cpus: 2, preserve_order }
+        Config {
+            budget_bytes,
+            max_tasks: 4,
+            cluster_cpus: 2,
+            preserve_order,
+            pool_downscale_util: 0.5,
+            pool_downscale_debounce_ms: 10_000,
+        }
     }
 
     fn map_reads(n: usize, est: u64) -> OpSpec {
@@ -1109,7 +1185,7 @@ mod tests {
 
     #[test]
     fn an_actor_pool_starts_small_and_grows_to_its_max() {
-        let pool = PoolSpec { initial_size: 1, max_size: Some(2), per_actor: 1 };
+        let pool = PoolSpec { min_size: 1, initial_size: 1, max_size: Some(2), per_actor: 1 };
         let spec = OpSpec::Map { reads: Some(vec![1; 6]), batch_rows: None, concurrency: None, pool: Some(pool) };
         let mut exec = Executor::new(vec![(spec, "Pool".into(), vec![])], config(1 << 20, false)).unwrap();
         let actions = exec.poll();
@@ -1127,9 +1203,66 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_pool_shrinks_to_its_minimum_after_the_debounce() {
+        let pool = PoolSpec { min_size: 1, initial_size: 1, max_size: Some(3), per_actor: 1 };
+        let spec = OpSpec::Map { reads: None, batch_rows: None, concurrency: None, pool: Some(pool) };
+        let mut exec = Executor::new(
+            vec![(OpSpec::LocalRead, "Read".into(), vec![]), (spec, "Pool".into(), vec![0])],
+            config(1 << 20, false),
+        )
+        .unwrap();
+        // Three blocks arrive while every call is still running: the pool grows to three.
+        let mut submitted = Vec::new();
+        let mut actions = exec.poll_at(0);
+        for _ in 0..3 {
+            assert!(actions.contains(&Action::PullLocal { op: 0 }), "{actions:?}");
+            exec.local_block(0, 1, 1, 0.0);
+            actions = exec.poll_at(0);
+            submitted.extend(submits(&actions).into_iter().map(|s| s.0));
+        }
+        let starts = |a: &[Action]| a.iter().filter(|a| matches!(a, Action::StartActor { .. })).count();
+        assert_eq!(submitted.len(), 3);
+        for task in submitted {
+            exec.task_done(task, out(1, 1));
+        }
+        while let Some((bundle, ..)) = exec.next_output() {
+            exec.release(bundle);
+        }
+        // Idle, but within the debounce after growing: nothing stops.
+        let stops = |a: &[Action]| {
+            a.iter()
+                .filter_map(|a| match a {
+                    Action::StopActor { actor, .. } => Some(*actor),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(stops(&exec.poll_at(9_999)).is_empty());
+        // Past it: idle actors stop one by one down to the minimum.
+        let actions = exec.poll_at(10_000);
+        assert_eq!(stops(&actions), vec![2, 1], "{actions:?}");
+        assert!(stops(&exec.poll_at(20_000)).is_empty(), "the minimum stays");
+        // More input: the remaining actor takes it; one more grows the pool into a new slot.
+        exec.local_block(0, 1, 1, 0.0);
+        let actions = exec.poll_at(20_000);
+        assert_eq!(starts(&actions), 0);
+        exec.local_block(0, 1, 1, 0.0);
+        let actions = exec.poll_at(20_000);
+        assert!(actions.contains(&Action::StartActor { op: 1, actor: 3 }), "{actions:?}");
+        let used: Vec<Option<usize>> = actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Submit { actor, .. } => Some(*actor),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(used, vec![Some(3)], "a stopped actor's slot gets no call");
+    }
+
+    #[test]
     fn an_actor_pool_after_an_exchange_waits_for_its_tasks() {
         let shuffle = AllToAll::RandomShuffle { seed: Some(1), num_blocks: Some(2) };
-        let pool = PoolSpec { initial_size: 2, max_size: Some(2), per_actor: 1 };
+        let pool = PoolSpec { min_size: 1, initial_size: 2, max_size: Some(2), per_actor: 1 };
         let specs = vec![
             (map_reads(3, 1), "Read".into(), vec![]),
             (OpSpec::AllToAll(shuffle), "Shuffle".into(), vec![0]),

@@ -26,6 +26,8 @@ pub enum ArgValue {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compute {
     pub actors: bool,
+    /// Actors the pool keeps while idle.
+    pub min_size: u32,
     /// Actors the pool starts with.
     pub initial_size: u32,
     /// `None`: up to the cluster's CPUs.
@@ -40,6 +42,7 @@ impl Default for Compute {
     fn default() -> Self {
         Self {
             actors: false,
+            min_size: 1,
             initial_size: 1,
             max_size: None,
             max_tasks_in_flight_per_actor: 2,

@@ -346,6 +346,11 @@ impl ObjectStore {
         self.entries.get(id).is_some_and(|e| e.sealed && !e.freed)
     }
 
+    /// The sealed object's size, if this store holds it.
+    pub fn sealed_size(&self, id: &ObjectId) -> Option<usize> {
+        self.entries.get(id).filter(|e| e.sealed && !e.freed).map(|e| e.size)
+    }
+
     /// The sealed object's place and size, marking it recently used.
     pub fn lookup(&mut self, id: &ObjectId) -> Option<(ObjectPlace, usize)> {
         let tick = self.next_tick();

@@ -13,14 +13,15 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 type Any<'py> = Bound<'py, PyAny>;
 
-/// `(actors, initial_size, max_size, per_actor, task_concurrency, [(key, number, token)])`.
-type ComputeTuple = (bool, u32, Option<u32>, u32, Option<u32>, Vec<(String, Option<f64>, Option<u64>)>);
+/// `(actors, min_size, initial_size, max_size, per_actor, task_concurrency, [(key, number, token)])`.
+type ComputeTuple = (bool, u32, u32, Option<u32>, u32, Option<u32>, Vec<(String, Option<f64>, Option<u64>)>);
 
 fn compute_from(tuple: ComputeTuple) -> PyResult<Compute> {
-    let (actors, initial_size, max_size, max_tasks_in_flight_per_actor, task_concurrency, args) = tuple;
+    let (actors, min_size, initial_size, max_size, max_tasks_in_flight_per_actor, task_concurrency, args) = tuple;
     let mut remote_args = BTreeMap::new();
     for (key, number, token) in args {
         let value = match (number, token) {
@@ -30,7 +31,15 @@ fn compute_from(tuple: ComputeTuple) -> PyResult<Compute> {
         };
         remote_args.insert(key, value);
     }
-    Ok(Compute { actors, initial_size, max_size, max_tasks_in_flight_per_actor, task_concurrency, remote_args })
+    Ok(Compute {
+        actors,
+        min_size,
+        initial_size,
+        max_size,
+        max_tasks_in_flight_per_actor,
+        task_concurrency,
+        remote_args,
+    })
 }
 
 fn compute_to(compute: &Compute) -> ComputeTuple {
@@ -44,6 +53,7 @@ fn compute_to(compute: &Compute) -> ComputeTuple {
         .collect();
     (
         compute.actors,
+        compute.min_size,
         compute.initial_size,
         compute.max_size,
         compute.max_tasks_in_flight_per_actor,
@@ -153,15 +163,20 @@ pub(crate) fn data_slice_pieces(rows: Vec<u64>, bounds: Vec<(u64, u64)>) -> Vec<
     slice_pieces(&rows, &bounds)
 }
 
-/// A map operator's `(read task sizes, batch rows, concurrency, (initial, max, per actor))`.
-type MapParams = (Option<Vec<u64>>, Option<u64>, Option<u32>, Option<(u32, Option<u32>, u32)>);
+/// A map operator's `(read task sizes, batch rows, concurrency, (min, initial, max, per actor))`.
+type MapParams = (Option<Vec<u64>>, Option<u64>, Option<u32>, Option<(u32, u32, Option<u32>, u32)>);
 
 fn spec_from(kind: &str, params: &Any<'_>) -> PyResult<OpSpec> {
     Ok(match kind {
         "local" => OpSpec::LocalRead,
         "map" => {
             let (reads, batch_rows, concurrency, pool): MapParams = params.extract()?;
-            let pool = pool.map(|(initial_size, max_size, per_actor)| PoolSpec { initial_size, max_size, per_actor });
+            let pool = pool.map(|(min_size, initial_size, max_size, per_actor)| PoolSpec {
+                min_size,
+                initial_size,
+                max_size,
+                per_actor,
+            });
             OpSpec::Map { reads, batch_rows, concurrency, pool }
         }
         "limit" => OpSpec::Limit { n: params.extract()? },
@@ -183,6 +198,7 @@ fn action_to<'py>(py: Python<'py>, action: Action) -> PyResult<Any<'py>> {
     match action {
         Action::PullLocal { op } => ("pull", op).into_bound_py_any(py),
         Action::StartActor { op, actor } => ("start_actor", op, actor).into_bound_py_any(py),
+        Action::StopActor { op, actor } => ("stop_actor", op, actor).into_bound_py_any(py),
         Action::Submit { task, op, read, inputs, actor } => {
             ("submit", task, op, read, inputs, actor).into_bound_py_any(py)
         }
@@ -203,6 +219,8 @@ fn action_to<'py>(py: Python<'py>, action: Action) -> PyResult<Any<'py>> {
 #[pyclass(module = "oxray._native", frozen)]
 pub(crate) struct DataExecutor {
     inner: Mutex<Executor>,
+    /// The clock `poll` gives the scheduler (its pools' scale-down is paced by it).
+    started: Instant,
 }
 
 impl DataExecutor {
@@ -221,20 +239,39 @@ impl DataExecutor {
         max_tasks: u32,
         cluster_cpus: u32,
         preserve_order: bool,
+        pool_downscale_util: f64,
+        pool_downscale_debounce_s: f64,
     ) -> PyResult<Self> {
+        if !pool_downscale_util.is_finite()
+            || pool_downscale_util < 0.0
+            || !pool_downscale_debounce_s.is_finite()
+            || pool_downscale_debounce_s < 0.0
+        {
+            return Err(PyValueError::new_err(format!(
+                "actor_pool_util_downscaling_threshold={pool_downscale_util} and the scale-down debounce \
+                 {pool_downscale_debounce_s} s must be numbers >= 0"
+            )));
+        }
         let specs = specs
             .into_iter()
             .map(|(kind, name, inputs, params)| Ok((spec_from(&kind, &params)?, name, inputs)))
             .collect::<PyResult<Vec<_>>>()?;
-        let config =
-            Config { budget_bytes, max_tasks: max_tasks.max(1), cluster_cpus: cluster_cpus.max(1), preserve_order };
+        let config = Config {
+            budget_bytes,
+            max_tasks: max_tasks.max(1),
+            cluster_cpus: cluster_cpus.max(1),
+            preserve_order,
+            pool_downscale_util,
+            pool_downscale_debounce_ms: (pool_downscale_debounce_s * 1000.0) as u64,
+        };
         let inner = Executor::new(specs, config).map_err(PyValueError::new_err)?;
-        Ok(Self { inner: Mutex::new(inner) })
+        Ok(Self { inner: Mutex::new(inner), started: Instant::now() })
     }
 
     /// Schedules what can move now; the actions to perform, in order.
     fn poll<'py>(&self, py: Python<'py>) -> PyResult<Vec<Any<'py>>> {
-        let actions = self.lock()?.poll();
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        let actions = self.lock()?.poll_at(now_ms);
         actions.into_iter().map(|a| action_to(py, a)).collect()
     }
 

@@ -66,6 +66,10 @@ _FIELDS = {
     "use_push_based_shuffle": False,
     # Ray Data's default: map tasks and pool actors go round the nodes with room.
     "scheduling_strategy": "SPREAD",
+    # As Ray: a map task whose inputs reach this many bytes is placed by the strategy below
+    # (Ray's locality-aware `DEFAULT`: on the node holding most of its inputs, if it has room).
+    "large_args_threshold": 50 * MiB,
+    "scheduling_strategy_large_args": "DEFAULT",
     # Sort and groupby are range-partitioned shuffles (Ray's sort shuffle), pull-based
     # unless this or `use_push_based_shuffle` says push-based.
     "shuffle_strategy": "sort_shuffle_pull_based",
@@ -80,6 +84,12 @@ _FIELDS = {
     # a thread in the consuming process running `prefetch_batches` blocks ahead; Ray's actor
     # prefetcher (True) does not exist here and is refused.
     "actor_prefetcher_enabled": False,
+    # As Ray: an actor pool whose calls in flight per actor fall to this or below stops one
+    # idle actor at a time, down to its minimum size.
+    "actor_pool_util_downscaling_threshold": 0.5,
+    # oxray's name for Ray's fixed scale-down debounce: no pool actor stops within this many
+    # seconds of the pool growing (so a pool does not stop actors it is about to need).
+    "actor_pool_scale_down_debounce_s": 10.0,
 }
 
 # How many times a pool actor's failing call is retried under `actor_task_retry_on_errors`
@@ -162,8 +172,14 @@ class DataContext:
                 f"DataContext.actor_prefetcher_enabled={value!r}: oxray prefetches with a thread in the "
                 "consuming process (False, Ray's default); Ray's prefetcher actor is not supported"
             )
-        elif name == "scheduling_strategy" and value not in ("SPREAD", "DEFAULT"):
-            raise ValueError(f"DataContext.scheduling_strategy={value!r}: expected 'SPREAD' or 'DEFAULT'")
+        elif name in ("scheduling_strategy", "scheduling_strategy_large_args") and value not in ("SPREAD", "DEFAULT"):
+            raise ValueError(f"DataContext.{name}={value!r}: expected 'SPREAD' or 'DEFAULT'")
+        elif name == "large_args_threshold" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"DataContext.large_args_threshold={value!r}: expected a number of bytes >= 0")
+        elif name in ("actor_pool_util_downscaling_threshold", "actor_pool_scale_down_debounce_s") and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0
+        ):
+            raise ValueError(f"DataContext.{name}={value!r}: expected a number >= 0")
         elif name == "use_push_based_shuffle" and not isinstance(value, bool):
             raise ValueError(f"DataContext.use_push_based_shuffle={value!r}: expected True or False")
         elif name == "shuffle_strategy":

@@ -17,7 +17,7 @@ from oxray.data._internal import dataset_repr as R
 from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
-from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths
+from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths, user_filesystem
 from oxray.data._internal.execution_state import stats_text, stored_blocks_text
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, remote, slice_ranges
 from oxray.data._internal.progress import progress_for
@@ -117,11 +117,12 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
             value = tuple(sorted(value.items()))
         remote[key] = value
     actors = False
-    initial_size, max_size, per_actor, task_conc = 1, None, 2, None
+    min_size, initial_size, max_size, per_actor, task_conc = 1, 1, None, 2, None
     if compute is not None and concurrency is not None:
         raise ValueError(f"{what}: give either compute= or concurrency=, not both")
     if isinstance(compute, ActorPoolStrategy):
         actors, initial_size, max_size = True, compute.initial_size, compute.max_size
+        min_size = compute.min_size
         per_actor = compute.max_tasks_in_flight_per_actor
     elif isinstance(compute, TaskPoolStrategy):
         task_conc = compute.size
@@ -151,7 +152,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         else:
             raise ValueError(f"{what}(concurrency={concurrency!r}): expected an integer >= 1 or a (min, max) tuple")
         if is_class:
-            actors, initial_size, max_size = True, initial, hi
+            actors, min_size, initial_size, max_size = True, lo, initial, hi
         else:
             task_conc = hi
     if is_class and (compute == "tasks" or isinstance(compute, TaskPoolStrategy)):
@@ -166,6 +167,7 @@ def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ra
         raise ValueError(f"{what}: an actor pool (compute=ActorPoolStrategy) needs a callable class, not a function")
     return P.ComputeSpec(
         actors=actors,
+        min_size=min_size,
         initial_size=initial_size,
         max_size=max_size,
         max_tasks_in_flight_per_actor=per_actor,
@@ -757,12 +759,14 @@ class Dataset:
         )
 
     def materialize(self) -> "MaterializedDataset":
-        refs, tables_meta = [], []
+        refs, tables_meta, reported = [], [], None
         for bundle in self._execute():
             refs.append(bundle.to_ref())
             tables_meta.append((bundle.rows, bundle.size))
+            if reported is None and bundle.rows:
+                reported = bundle.schema
             bundle.release()
-        schema = P.schema_from_metadata(self._plan)
+        schema = P.schema_from_metadata(self._plan) or reported
         if schema is None:
             # The first block with rows says it (an empty block's columns may be a guess: Ray
             # leaves an empty dataset's schema unknown).
@@ -1056,6 +1060,12 @@ class Dataset:
             raise ValueError(f"{what}({', '.join(kwargs)}=...) is not supported by oxray")
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"write_{fmt}: path must be a string, got {type(path).__name__}")
+        if user_filesystem(filesystem, what) is not None:
+            raise NotImplementedError(
+                f"{what}(filesystem={type(filesystem).__name__}): oxray writes local paths and s3:// URIs itself "
+                "(S3 settings from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); writing through another filesystem "
+                "is not supported yet: pass filesystem=None"
+            )
         (path,) = _normalize_paths([path], what, filesystem)
         if not try_create_dir and "://" not in path and not os.path.isdir(path):
             raise FileNotFoundError(f"{what}(try_create_dir=False): the directory {path} does not exist")

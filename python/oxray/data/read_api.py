@@ -18,6 +18,7 @@ from oxray.data._internal.datasource import (
     RangeDatasource,
     UserDatasource,
     _normalize_paths,
+    user_filesystem,
 )
 from oxray.data.context import DataContext
 from oxray.data.dataset import Dataset, MaterializedDataset, from_tables
@@ -113,6 +114,7 @@ def read_parquet(
         file_extensions=[e.lstrip(".") for e in file_extensions] if file_extensions is not None else None,
         partitioning=partitioning,
         partition_filter=partition_filter,
+        filesystem=user_filesystem(filesystem, "read_parquet"),
     )
     return Dataset(P.Plan(source))
 
@@ -120,7 +122,8 @@ def read_parquet(
 def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
     exts = kwargs.pop("file_extensions", None)
     opts = _check_common(what, kwargs, ("concurrency", "num_cpus", "override_num_blocks", "parallelism"))
-    source = FileDatasource(fmt, _normalize_paths(paths, what, filesystem), options, include_paths, exts)
+    paths = _normalize_paths(paths, what, filesystem)
+    source = FileDatasource(fmt, paths, options, include_paths, exts, user_filesystem(filesystem, what))
     source.num_tasks = opts.get("override_num_blocks")
     source.read_compute = _read_compute(None, opts)
     return Dataset(P.Plan(source))
@@ -138,6 +141,7 @@ def _read_compute(compute, opts: dict) -> P.ComputeSpec:
     if isinstance(compute, ActorPoolStrategy):
         return P.ComputeSpec(
             actors=True,
+            min_size=compute.min_size,
             initial_size=compute.initial_size,
             max_size=compute.max_size,
             max_tasks_in_flight_per_actor=compute.max_tasks_in_flight_per_actor,

@@ -44,3 +44,28 @@ def test_copies_in_tasks_share_epochs_and_one_reader_per_split(data_cluster):
     readers = [consume.remote(first, 4), consume.remote(second, 4), consume.remote(first, 4)]
     with pytest.raises(ValueError, match="split 0 is read by more than one consumer at once"):
         ray.get(readers)
+
+
+def test_the_coordinator_hands_out_blocks_without_fetching_them(data_cluster, monkeypatch):
+    """The coordinator cuts blocks into segments from the rows their tasks reported, so a block
+    goes from the node that made it straight to the consumer's node, never through the
+    coordinator's."""
+    import oxray
+    from oxray.data._internal.split import _SplitCoordinator
+
+    ds = ray.data.range(1000, override_num_blocks=10).map_batches(lambda b: b)
+    bundles = list(ds._execute(progress=False, reads_as_tasks=True))
+    assert all(b.ref is not None for b in bundles), "the blocks were made by tasks"
+    coordinator = _SplitCoordinator(ds, 3, True)
+
+    def no_fetch(*args, **kwargs):
+        raise AssertionError("the coordinator fetched a block")
+
+    monkeypatch.setattr(oxray, "get", no_fetch)
+    for bundle in bundles:
+        coordinator._distribute(bundle)
+    monkeypatch.undo()
+    given = [sum(length for segs, _ in queue for *_, length in segs) for queue in coordinator.queues]
+    assert given == [333, 333, 333]
+    for bundle in bundles:
+        bundle.release()

@@ -242,8 +242,11 @@ def concat_bundles(bundles, drop_empty: bool = False) -> pa.Table:
 
 
 def task_meta(tables: list, wall0: float, cpu0: float) -> dict:
-    """What a Data task reports beside its blocks: rows, bytes, blocks, wall and CPU seconds."""
+    """What a Data task reports beside its blocks: rows, bytes, blocks, wall and CPU seconds,
+    and the schema of its first block with rows (so its consumer need not fetch a block for it)."""
     return {
+        "schema": next((t.schema for t in tables if t.num_rows), None),
+        "block_rows": [t.num_rows for t in tables],
         "rows": sum(t.num_rows for t in tables),
         "bytes": sum(t.nbytes for t in tables),
         "blocks": len(tables),

@@ -22,6 +22,7 @@ import pyarrow as pa
 import oxray
 from oxray import _native
 from oxray.data._internal import block as B
+from oxray.data._internal import file_io
 from oxray.data._internal.example_data import EXAMPLE_SCHEME, resolve_example_path
 
 logger = logging.getLogger(__name__)
@@ -34,8 +35,14 @@ def _tables(batches) -> list:
     return [pa.Table.from_batches(batches)]
 
 
+def user_filesystem(filesystem, what: str):
+    """The pyarrow filesystem a read goes through (`filesystem=`), or None when the engine reads
+    the paths itself (local, s3:// with the environment's settings)."""
+    return file_io.resolve(filesystem, what, _engine_scheme)[1]
+
+
 def _normalize_paths(paths, what: str, filesystem=None) -> list:
-    scheme = _check_filesystem(filesystem, what)
+    scheme, fs = file_io.resolve(filesystem, what, _engine_scheme)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not isinstance(paths, (list, tuple)) or not paths:
@@ -45,6 +52,13 @@ def _normalize_paths(paths, what: str, filesystem=None) -> list:
         if not isinstance(p, (str, os.PathLike)):
             raise TypeError(f"{what}: a path must be a string, got {type(p).__name__} ({p!r})")
         p = os.fspath(p)
+        if fs is not None:
+            # A path on that filesystem, as the user names it; pyarrow's own filesystems take
+            # it without a scheme (fsspec's strip theirs).
+            if "://" in p and not isinstance(fs, file_io.pafs.PyFileSystem):
+                p = p.split("://", 1)[1]
+            out.append(p.rstrip("/") or "/")
+            continue
         if p.startswith(EXAMPLE_SCHEME):
             # Ray's example://<name>: a data set shipped in the package (example_data.py), always local.
             out.append(resolve_example_path(p, what))
@@ -65,38 +79,27 @@ def _strip_scheme(url: str) -> str:
     return url.split("://", 1)[-1].rstrip("/")
 
 
-def _check_filesystem(filesystem, what: str) -> str:
-    """The scheme that scheme-less paths get with this pyarrow filesystem ('' for local).
+def _engine_scheme(filesystem) -> Optional[str]:
+    """The scheme scheme-less paths get when the engine reads this pyarrow filesystem's files
+    itself ('' for local), or None when reads must go through it (file_io.py).
 
-    The engine reads S3 with the standard AWS settings of the environment, so an
-    S3FileSystem is accepted only when what it sets agrees with them."""
-    if filesystem is None:
-        return ""
+    The engine reads S3 with the standard AWS settings of the environment, so an S3FileSystem
+    is read by the engine only when what it sets agrees with them."""
     name = type(filesystem).__name__
     if name == "LocalFileSystem":
         return ""
     if name == "S3FileSystem":
         settings = filesystem.__reduce__()[1][0]
         env = os.environ
+        endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or ""
         checks = [
-            ("endpoint_override", settings.get("endpoint_override") or "",
-             env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or "", "AWS_ENDPOINT_URL"),
-            ("access_key", settings.get("access_key") or "", env.get("AWS_ACCESS_KEY_ID", ""), "AWS_ACCESS_KEY_ID"),
-            ("secret_key", settings.get("secret_key") or "", env.get("AWS_SECRET_ACCESS_KEY", ""),
-             "AWS_SECRET_ACCESS_KEY"),
-        ]  # fmt: skip
-        for field, given, have, var in checks:
-            if given and _strip_scheme(given) != _strip_scheme(have):
-                raise ValueError(
-                    f"{what}(filesystem=S3FileSystem({field}=...)): oxray's engine reads S3 with the environment's "
-                    f"AWS settings, and {var} does not match; set {var} (and the other AWS_* variables) "
-                    "instead of passing a filesystem"
-                )
-        return "s3://"
-    raise ValueError(
-        f"{what}(filesystem={name}): oxray reads local paths and s3:// URIs itself "
-        "(S3 settings from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); pass filesystem=None"
-    )
+            (settings.get("endpoint_override") or "", endpoint),
+            (settings.get("access_key") or "", env.get("AWS_ACCESS_KEY_ID", "")),
+            (settings.get("secret_key") or "", env.get("AWS_SECRET_ACCESS_KEY", "")),
+        ]
+        if all(not given or _strip_scheme(given) == _strip_scheme(have) for given, have in checks):
+            return "s3://"
+    return None
 
 
 def _partition_type(value) -> pa.DataType:
@@ -126,6 +129,8 @@ def _with_partitions(tables: list, values: dict, columns) -> list:
 class ReadTask(abc.ABC):
     rows: Optional[int] = None
     size: Optional[int] = None
+    # Bytes it reads from the object store (blocks already there): its task goes beside them.
+    stored_bytes: int = 0
 
     @abc.abstractmethod
     def __call__(self) -> list:
@@ -264,9 +269,10 @@ class ParquetReadSpec:
     limit, the Python-side steps (filter, row hash) and, when the files' schemas differ,
     the unified schema each file's rows are made to fit."""
 
-    def __init__(self, columns, limit, filter_expr, row_hash: bool, batch_size, file_schema):
+    def __init__(self, columns, limit, filter_expr, row_hash: bool, batch_size, file_schema, filesystem=None):
         self.columns, self.limit, self.filter = columns, limit, filter_expr
         self.row_hash, self.batch_size, self.file_schema = row_hash, batch_size, file_schema
+        self.filesystem = filesystem  # a user's filesystem to read through (None: the engine reads)
 
 
 class ParquetFragment(ReadTask):
@@ -316,7 +322,11 @@ class ParquetFragment(ReadTask):
         file_columns = self._file_columns()
         limit = spec.limit if spec.filter is None else None
         batch_rows = spec.batch_size or max(self.rows or 1, 1)
-        tables = _tables(_native.data_read_parquet(self.uri, self.row_groups, file_columns, limit, batch_rows))
+        if spec.filesystem is not None:
+            batches = file_io.read_parquet(spec.filesystem, self.uri, self.row_groups, file_columns, limit)
+        else:
+            batches = _native.data_read_parquet(self.uri, self.row_groups, file_columns, limit, batch_rows)
+        tables = _tables(batches)
         if not tables:
             return []
         table = tables[0]
@@ -362,9 +372,15 @@ class Datasource(abc.ABC):
 STREAM_BLOCK_BYTES = 8 << 20
 
 
-def _inspect_files(files: list) -> tuple:
+def _inspect_files(files: list, filesystem=None) -> tuple:
     """The files' schema, row groups and, only when their schemas differ, each file's own
     column names (None when they agree)."""
+    if filesystem is not None:
+        inspected = [file_io.inspect_parquet(filesystem, uri) for uri in files]
+        schemas, groups = [s for s, _ in inspected], [g for _, g in inspected]
+        if all(s.equals(schemas[0]) for s in schemas[1:]):
+            return (schemas[0] if schemas else pa.schema([])), groups, None
+        return unify_file_schemas(files, schemas), groups, [s.names for s in schemas]
     try:
         schema, groups = _native.data_parquet_inspect(files)
         return schema, groups, None
@@ -431,8 +447,10 @@ class ParquetDatasource(Datasource):
         file_extensions=("parquet",),
         partitioning="hive",
         partition_filter=None,
+        filesystem=None,
     ):
         self.paths = paths
+        self.filesystem = filesystem
         self.include_paths, self.include_row_hash = include_paths, include_row_hash
         self.num_blocks, self.concurrency = num_blocks, concurrency
         self.filter, self.batch_size = filter_expr, batch_size
@@ -441,14 +459,17 @@ class ParquetDatasource(Datasource):
         self.limit = None
         self.target_block_bytes = target_block_bytes
         exts = list(file_extensions) if file_extensions is not None else None
-        self.files = [uri for uri, _size in _native.data_expand_paths(paths, exts)]
+        if filesystem is not None:
+            self.files = [uri for uri, _size in file_io.expand(filesystem, paths, exts, "read_parquet")]
+        else:
+            self.files = [uri for uri, _size in _native.data_expand_paths(paths, exts)]
         if partition_filter is not None:
             self.files = partition_filter(self.files, self.paths)
             if not self.files:
                 raise ValueError(
                     f"read_parquet(partition_filter=...): no file of {self.paths} passes the partition filter"
                 )
-        self._file_schema, self._row_groups, self._file_names = _inspect_files(self.files)
+        self._file_schema, self._row_groups, self._file_names = _inspect_files(self.files, filesystem)
         parser = _partition_parser(partitioning)
         self._partitions = [parser(uri, self.paths) if parser else {} for uri in self.files]
         if include_paths:
@@ -522,6 +543,7 @@ class ParquetDatasource(Datasource):
             self.include_row_hash,
             self.batch_size,
             self._file_schema if mixed else None,
+            self.filesystem,
         )
 
     def _file_order(self) -> list:
@@ -583,7 +605,11 @@ class ParquetDatasource(Datasource):
     def _engine_streams(self) -> bool:
         """Whether the engine's stream reads everything (no step it does not do itself)."""
         return not (
-            any(self._partitions) or self.include_row_hash or self.filter is not None or self._file_names is not None
+            any(self._partitions)
+            or self.include_row_hash
+            or self.filter is not None
+            or self._file_names is not None
+            or self.filesystem is not None
         )
 
     def local_stream(self, threads: int, budget_bytes: int):
@@ -673,9 +699,16 @@ def _snappy_decompress(data: pa.Buffer, uri: str) -> pa.Buffer:
     return pa.py_buffer(out.getvalue())
 
 
-def _file_buffer(uri: str, compression: Optional[str]) -> pa.Buffer:
+def _stored_bytes(uri: str, filesystem=None) -> bytes:
+    """The file's bytes as stored: through the user's filesystem, or read by the engine."""
+    if filesystem is not None:
+        return file_io.read_bytes(filesystem, uri)
+    return _native.data_read_bytes(uri)
+
+
+def _file_buffer(uri: str, compression: Optional[str], filesystem=None) -> pa.Buffer:
     """The file's bytes, decompressed with its codec."""
-    data = pa.py_buffer(_native.data_read_bytes(uri))
+    data = pa.py_buffer(_stored_bytes(uri, filesystem))
     codec = _compression_of(uri, compression)
     if codec is None or data.size == 0:
         return data
@@ -684,8 +717,11 @@ def _file_buffer(uri: str, compression: Optional[str]) -> pa.Buffer:
     return pa.input_stream(data, compression=codec).read_buffer()
 
 
-def _engine_decodes(uri: str, options: dict) -> bool:
-    """Whether the engine's reader can take the file as it is stored (plain, or gzip by name)."""
+def _engine_decodes(uri: str, options: dict, filesystem=None) -> bool:
+    """Whether the engine's reader can take the file as it is stored (plain, or gzip by name)
+    where it is (not behind a user's filesystem)."""
+    if filesystem is not None:
+        return False
     codec = _compression_of(uri, options.get("compression"))
     return codec is None or (codec == "gzip" and uri.lower().endswith(".gz"))
 
@@ -696,17 +732,19 @@ def _pyarrow_csv_parse_options(delimiter: str):
     return pacsv.ParseOptions(delimiter=delimiter)
 
 
-def _read_csv_file(uri: str, options: dict) -> list:
-    """A csv file's blocks: the engine's reader, or pyarrow's when pyarrow options were given."""
+def _read_csv_file(uri: str, options: dict, filesystem=None) -> list:
+    """A csv file's blocks: the engine's reader, or pyarrow's when pyarrow options were given
+    (or the file is compressed, or behind a user's filesystem)."""
     arrow_args = options.get("arrow")
-    if arrow_args is None and not _engine_decodes(uri, options):
+    if arrow_args is None and not _engine_decodes(uri, options, filesystem):
         arrow_args = {"parse_options": _pyarrow_csv_parse_options(options.get("delimiter", ","))}
     try:
         if arrow_args is None:
             return _tables(_native.data_read_csv(uri, options.get("delimiter", ","), True, None))
         import pyarrow.csv as pacsv
 
-        reader = pacsv.open_csv(pa.BufferReader(_file_buffer(uri, options.get("compression"))), **arrow_args)
+        data = _file_buffer(uri, options.get("compression"), filesystem)
+        reader = pacsv.open_csv(pa.BufferReader(data), **arrow_args)
         return _tables(list(reader))
     except ValueError as e:  # the engine's parse errors, and pyarrow's ArrowInvalid
         raise ValueError(_CSV_FORMAT_ERROR.format(path=uri)) from e
@@ -756,12 +794,12 @@ def _read_json_with_python(data: pa.Buffer) -> list:
     return [B.table_from_rows(rows, "read_json")] if rows else []
 
 
-def _read_json_lines_with_pandas(uri: str) -> list:
+def _read_json_lines_with_pandas(uri: str, filesystem=None) -> list:
     """JSON Lines through pandas, as Ray reads `lines=True`: a line that is a list becomes columns
     "0", "1", ...; values Arrow cannot type in one column are kept as Python objects."""
     import pandas as pd
 
-    data = _file_buffer(uri, None)
+    data = _file_buffer(uri, None, filesystem)
     if data.size == 0:
         return []
     df = pd.read_json(io.BytesIO(data.to_pybytes()), lines=True)
@@ -769,15 +807,15 @@ def _read_json_lines_with_pandas(uri: str) -> list:
     return [B.pandas_to_table(df)]
 
 
-def _read_json_file(uri: str, options: dict) -> list:
+def _read_json_file(uri: str, options: dict, filesystem=None) -> list:
     """A JSON file's blocks. Without pyarrow options the engine reads it; `lines=True` files
     whose records the engine cannot type (lists, mixed types) are read through pandas, as Ray
     reads every `lines=True` file. With pyarrow options, or a codec the engine does not decode,
     pyarrow reads it, and Python's json module when pyarrow cannot, as in Ray."""
     arrow_args = options.get("arrow")
-    if arrow_args is None and not _engine_decodes(uri, options):
+    if arrow_args is None and not _engine_decodes(uri, options, filesystem):
         if options.get("lines") is True:
-            return _read_json_lines_with_pandas(uri)
+            return _read_json_lines_with_pandas(uri, filesystem)
         arrow_args = {}
     if arrow_args is None:
         try:
@@ -790,7 +828,7 @@ def _read_json_file(uri: str, options: dict) -> list:
             except ValueError:
                 # pandas cannot read it either: the engine's error names the bad line.
                 raise engine_error from None
-    data = _file_buffer(uri, options.get("compression"))
+    data = _file_buffer(uri, options.get("compression"), filesystem)
     try:
         return [t for t in _read_json_with_pyarrow(data, arrow_args, uri) if t.num_rows]
     except pa.ArrowInvalid as e:
@@ -799,34 +837,37 @@ def _read_json_file(uri: str, options: dict) -> list:
 
 
 class FileRead(ReadTask):
-    def __init__(self, fmt: str, uri: str, size: int, options: dict, include_paths: bool):
+    def __init__(self, fmt: str, uri: str, size: int, options: dict, include_paths: bool, filesystem=None):
         self.fmt, self.uri, self.size, self.options, self.include_paths = fmt, uri, size, options, include_paths
+        self.filesystem = filesystem  # a user's filesystem to read through (None: the engine reads)
 
     def __call__(self) -> list:
-        fmt, uri, o = self.fmt, self.uri, self.options
+        fmt, uri, o, fs = self.fmt, self.uri, self.options, self.filesystem
         if fmt == "csv":
-            tables = _read_csv_file(uri, o)
+            tables = _read_csv_file(uri, o, fs)
         elif fmt == "json":
-            tables = _read_json_file(uri, o)
+            tables = _read_json_file(uri, o, fs)
+        elif fmt == "text" and fs is not None:
+            tables = file_io.read_text(fs, uri, o.get("drop_empty_lines", False))
         elif fmt == "text":
             tables = _tables(_native.data_read_text(uri, o.get("drop_empty_lines", False)))
         elif fmt == "numpy":
-            arr = np.load(io.BytesIO(_native.data_read_bytes(uri)), allow_pickle=False)
+            arr = np.load(io.BytesIO(_stored_bytes(uri, fs)), allow_pickle=False)
             tables = [B.table_from_columns({"data": arr})]
         elif fmt == "images":
-            tables = [B.table_from_columns({"image": [_decode_image(uri, o)]})]
+            tables = [B.table_from_columns({"image": [_decode_image(uri, o, fs)]})]
         else:
-            data = _file_buffer(uri, o.get("compression"))
+            data = _file_buffer(uri, o.get("compression"), fs)
             tables = [pa.table({"bytes": pa.array([data.to_pybytes()], type=pa.binary())})]
         if self.include_paths:
             tables = [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
         return tables
 
 
-def _decode_image(uri: str, options: dict) -> np.ndarray:
+def _decode_image(uri: str, options: dict, filesystem=None) -> np.ndarray:
     from PIL import Image
 
-    data = _native.data_read_bytes(uri)
+    data = _stored_bytes(uri, filesystem)
     try:
         image = Image.open(io.BytesIO(data))
         image.load()
@@ -841,11 +882,15 @@ def _decode_image(uri: str, options: dict) -> np.ndarray:
 
 
 class FileDatasource(Datasource):
-    def __init__(self, fmt: str, paths, options: dict, include_paths: bool, file_extensions=None):
+    def __init__(self, fmt: str, paths, options: dict, include_paths: bool, file_extensions=None, filesystem=None):
         self.fmt = fmt
         self.name, default_ext = _FILE_FORMATS[fmt]
-        exts = file_extensions if file_extensions is not None else default_ext
-        self.files = _native.data_expand_paths(paths, list(exts) if exts else None)
+        exts = list(file_extensions if file_extensions is not None else default_ext or []) or None
+        self.filesystem = filesystem
+        if filesystem is not None:
+            self.files = file_io.expand(filesystem, paths, exts, f"read ({self.name})")
+        else:
+            self.files = _native.data_expand_paths(paths, exts)
         self.options = options
         self.include_paths = include_paths
 
@@ -863,7 +908,9 @@ class FileDatasource(Datasource):
         return len(self.files) if self.fmt == "binary" else None
 
     def read_tasks(self) -> list:
-        reads = [FileRead(self.fmt, uri, size, self.options, self.include_paths) for uri, size in self.files]
+        reads = [
+            FileRead(self.fmt, uri, size, self.options, self.include_paths, self.filesystem) for uri, size in self.files
+        ]
         if not self.num_tasks or int(self.num_tasks) >= len(reads):
             return reads
         n = int(self.num_tasks)
@@ -889,6 +936,7 @@ class ReadGroup(ReadTask):
         self.reads = reads
         self.rows = sum(r.rows for r in reads)
         self.size = sum(r.size or 0 for r in reads) or None
+        self.stored_bytes = sum(r.stored_bytes for r in reads)
 
     def __call__(self) -> list:
         tables = [t for r in self.reads for t in r()]
@@ -919,6 +967,7 @@ class StoredBlocksRead(ReadTask):
     def __init__(self, ref, rows: int, size: int):
         self.refs = [ref]
         self.rows, self.size = rows, size
+        self.stored_bytes = size
 
     def __call__(self) -> list:
         return list(oxray.get(self.refs[0]))

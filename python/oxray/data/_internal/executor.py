@@ -43,11 +43,18 @@ class Bundle:
     """An output of the executor: a reference to a list of IPC blocks, or local tables. It
     counts against the budget until `release()`."""
 
-    __slots__ = ("id", "ref", "tables", "rows", "size", "_scheduler")
+    __slots__ = ("id", "ref", "tables", "rows", "size", "schema", "block_rows", "_scheduler")
 
-    def __init__(self, bundle_id: int, rows: int, size: int, data, scheduler):
+    def __init__(self, bundle_id: int, rows: int, size: int, data, scheduler, report=None):
         self.id, self.rows, self.size = bundle_id, rows, size
         self.ref, self.tables = (None, data) if isinstance(data, list) else (data, None)
+        # Its blocks' schema and rows when known without fetching them: the report of the task
+        # that made it (B.task_meta), or the tables held here.
+        report = report or {}
+        self.schema, self.block_rows = report.get("schema"), report.get("block_rows")
+        if self.tables is not None:
+            self.schema = next((t.schema for t in self.tables if t.num_rows), None)
+            self.block_rows = [t.num_rows for t in self.tables]
         self._scheduler = scheduler
 
     def get_tables(self) -> list:
@@ -264,6 +271,9 @@ class Executor:
         self._streams: dict = {}  # op index -> open local stream
         self._read_cpu: dict = {}  # op index -> process CPU time when its stream opened
         self._task_index: dict = {}  # op index -> tasks submitted so far
+        # Bundle id -> what the task that made it reported (B.task_meta): its bytes place the
+        # tasks that take it, its schema and rows per block spare its consumer a fetch.
+        self._reports: dict = {}
 
     # -- topology --
 
@@ -281,7 +291,8 @@ class Executor:
         feeds_all_to_all = any(isinstance(s, P.AllToAllStage) for s in stages)
         for stage in stages:
             if isinstance(stage, P.ReadStage):
-                if stage.source.streams_locally and not feeds_all_to_all and not self.reads_as_tasks:
+                local = stage.source.streams_locally and not feeds_all_to_all
+                if local and not (self.reads_as_tasks or reads_belong_elsewhere()):
                     last = self._add("local", stage.name, [], None, stage)
                 else:
                     compute = stage.source.read_compute or P.ComputeSpec()
@@ -316,7 +327,7 @@ class Executor:
             reads, inputs = [t.size or _UNKNOWN_READ_BYTES for t in tasks], []
         pool = None
         if compute.actors:
-            pool = (compute.initial_size, compute.max_size, compute.max_tasks_in_flight_per_actor)
+            pool = (compute.min_size, compute.initial_size, compute.max_size, compute.max_tasks_in_flight_per_actor)
         params = (reads, stage.batch_size, compute.task_concurrency, pool)
         return self._add("map", stage.name, inputs, params, (stage, tasks))
 
@@ -325,7 +336,13 @@ class Executor:
     def run(self) -> Iterator[Bundle]:
         self._build(self.stages)
         scheduler = _native.DataExecutor(
-            self._specs, self.budget, self.max_tasks, self.cluster_cpus, self.preserve_order
+            self._specs,
+            self.budget,
+            self.max_tasks,
+            self.cluster_cpus,
+            self.preserve_order,
+            self.ctx.actor_pool_util_downscaling_threshold,
+            self.ctx.actor_pool_scale_down_debounce_s,
         )
         self.stats.scheduler = scheduler
         reporter = ExecutionReporter(self._specs, self.budget)
@@ -342,7 +359,8 @@ class Executor:
                 if out is not None:
                     bundle_id, rows, size = out
                     handed = time.monotonic()
-                    yield Bundle(bundle_id, rows, size, self._data.pop(bundle_id), scheduler)
+                    report = self._reports.pop(bundle_id, None)
+                    yield Bundle(bundle_id, rows, size, self._data.pop(bundle_id), scheduler, report)
                     reporter.waited_on_consumer(time.monotonic() - handed, rows)
                     continue
                 if scheduler.finished():
@@ -398,6 +416,7 @@ class Executor:
             bundle = scheduler.task_done(task, meta["rows"], meta["bytes"], meta["blocks"], meta["wall"], meta["cpu"])
             if bundle is not None:
                 self._data[bundle] = data_ref
+                self._reports[bundle] = meta
         self._report(scheduler)
 
     def _report(self, scheduler) -> None:
@@ -432,7 +451,9 @@ class Executor:
             if actor is not None:
                 refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, task_idx, *args)
             else:
-                opts = self._placement(stage.compute.remote_options())
+                input_bytes = sum(self._reports[b]["bytes"] for b in inputs if b in self._reports)
+                input_bytes += getattr(read_task, "stored_bytes", 0)  # a user's ReadTask may lack it
+                opts = self._placement(stage.compute.remote_options(), input_bytes)
                 # max_calls is a static option of a remote function (not of .options()).
                 static = {"max_calls": opts.pop("max_calls")} if "max_calls" in opts else {}
                 fn = remote(_map_task, num_returns=2, **static).options(**opts)
@@ -442,6 +463,7 @@ class Executor:
             self._pull(scheduler, action[1])
         elif kind == "release":
             self._data.pop(action[1], None)
+            self._reports.pop(action[1], None)
         elif kind == "start_actor":
             _, op, slot = action
             stage = self._ops[op][0]
@@ -455,6 +477,11 @@ class Executor:
             if opts["max_restarts"] != 0:
                 opts.setdefault("max_task_retries", POOL_ACTOR_RESTARTS)
             self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
+        elif kind == "stop_actor":
+            _, op, slot = action
+            # Idle and no longer needed (the pool shrinks toward its minimum): its UDF's
+            # __del__ runs, then it exits and frees its CPU.
+            _stop_gracefully(self._actors[op].pop(slot))
         elif kind == "stop_actors":
             _, op, cancelled = action
             for actor in self._actors.pop(op, {}).values():
@@ -501,10 +528,15 @@ class Executor:
         else:  # pragma: no cover - every action the scheduler makes is handled above
             raise RuntimeError(f"unknown scheduler action {action!r}")
 
-    def _placement(self, opts: dict) -> dict:
-        """The remote options with the dataset's scheduling strategy (Ray's `SPREAD` by default)."""
+    def _placement(self, opts: dict, input_bytes: int = 0) -> dict:
+        """The remote options with the dataset's scheduling strategy: as Ray, `SPREAD` by default,
+        and for a task whose inputs reach `large_args_threshold` bytes, `scheduling_strategy_large_args`
+        (`DEFAULT`: the task goes to the node holding most of its inputs when it has room)."""
         opts = dict(opts)
-        opts.setdefault("scheduling_strategy", self.scheduling_strategy)
+        strategy = self.scheduling_strategy
+        if input_bytes and input_bytes >= self.ctx.large_args_threshold:
+            strategy = self.ctx.scheduling_strategy_large_args
+        opts.setdefault("scheduling_strategy", strategy)
         return opts
 
     def _range_exchange(self, stage: P.AllToAllStage, inputs: list, tasks: list) -> None:
@@ -548,7 +580,9 @@ class Executor:
             self._close(op)
         else:
             cpu = time.process_time() - self._read_cpu[op]
-            self._data[scheduler.local_block(op, table.num_rows, table.nbytes, cpu)] = [table]
+            bundle = scheduler.local_block(op, table.num_rows, table.nbytes, cpu)
+            self._data[bundle] = [table]
+            self._reports[bundle] = {"bytes": table.nbytes}
         self._report(scheduler)
 
     def _close(self, op: int) -> None:
@@ -569,6 +603,21 @@ class Executor:
         for op in list(self._streams):
             self._close(op)
         self._data.clear()
+
+
+def reads_belong_elsewhere() -> bool:
+    """Whether a read without a UDF should run as tasks instead of decoding in this process
+    (oxray's fast path, Ray runs every read as a task): when this process is a worker (busy
+    with its own task or actor, such as a training rank) and some node has a free CPU, or when
+    it is the driver and its node's CPUs are all taken (by training workers, say) while
+    another node has a free one."""
+    from oxray._private.state import STATE
+
+    nodes = [n for n in STATE.client.cluster_info() if n.alive]
+    free = {n.node_id: n.available.get("CPU", 0.0) >= 1 for n in nodes}
+    if STATE.mode == "worker":
+        return any(free.values())
+    return not free.get(STATE.node_id, True) and any(free.values())
 
 
 def _cancel(ref) -> None:

@@ -23,6 +23,7 @@ class ComputeSpec:
     """How a map operator runs: as tasks, or on a pool of actors (class UDFs)."""
 
     actors: bool = False
+    min_size: int = 1  # actors an idle pool shrinks back to
     initial_size: int = 1  # actors the pool starts with
     max_size: Optional[int] = None  # None: up to the cluster's CPUs
     max_tasks_in_flight_per_actor: int = 2
@@ -33,6 +34,8 @@ class ComputeSpec:
 
     def remote_options(self) -> dict:
         options = dict(self.remote_args)
+        if isinstance(options.get("resources"), tuple):
+            options["resources"] = dict(options["resources"])  # kept as sorted pairs (hashable)
         if self.remote_args_fn is not None:
             extra = self.remote_args_fn()
             if not isinstance(extra, dict):
@@ -158,6 +161,7 @@ class _Encoded:
                 args.append((key, None, self._token(value)))
         return (
             spec.actors,
+            spec.min_size,
             spec.initial_size,
             spec.max_size,
             spec.max_tasks_in_flight_per_actor,
@@ -166,7 +170,7 @@ class _Encoded:
         )
 
     def decode_compute(self, value: tuple) -> ComputeSpec:
-        actors, initial, max_size, per_actor, concurrency, args = value
+        actors, min_size, initial, max_size, per_actor, concurrency, args = value
         remote_args, remote_args_fn = [], None
         for key, number, token in args:
             if key == "ray_remote_args_fn":
@@ -176,7 +180,7 @@ class _Encoded:
             else:
                 remote_args.append((key, int(number) if number == int(number) else number))
         return ComputeSpec(
-            actors, initial, max_size, per_actor, concurrency, tuple(sorted(remote_args)), remote_args_fn
+            actors, min_size, initial, max_size, per_actor, concurrency, tuple(sorted(remote_args)), remote_args_fn
         )
 
     def _plan(self, plan: Plan) -> tuple:

@@ -2,11 +2,13 @@
 
 A coordinator actor (no CPU of its own) runs the executor and hands each split its share of
 every block as (reference, table, offset, rows) segments; consumers slice the mapped blocks
-themselves, so data moves once. With `equal=True` every split gets the same number of rows:
-each block is cut into n equal runs and the rows left over are pooled and shared out the same
-way (fewer than n rows may be dropped at the end of an epoch); with `equal=False` each block
-goes whole to the split that has had the fewest rows. A new epoch starts once every
-split has asked for it, and runs the dataset again (a new shuffle order when it shuffles).
+themselves, so data moves once: the coordinator never fetches a block (the task that made it
+reported its rows), and each consumer pulls its segments straight to its own node. With
+`equal=True` every split gets the same number of rows: each block is cut into n equal runs
+and the rows left over are pooled and shared out the same way (fewer than n rows may be
+dropped at the end of an epoch); with `equal=False` each block goes whole to the split that
+has had the fewest rows. A new epoch starts once every split has asked for it, and runs the
+dataset again (a new shuffle order when it shuffles).
 """
 
 from __future__ import annotations
@@ -123,12 +125,16 @@ class _SplitCoordinator:
             self.leftover_rows += total - per * self.n
 
     def _distribute(self, bundle) -> None:
+        # The rows of each block, as the task that made it reported: the blocks stay where they
+        # are until each consumer fetches its segments to its own node.
+        block_rows = bundle.block_rows
         ref = bundle.to_ref()
-        tables = oxray.get(ref)
+        if block_rows is None:
+            block_rows = [t.num_rows for t in oxray.get(ref)]
         self.row_bytes = bundle.size / max(bundle.rows, 1)
         # A split's share of a few blocks always fits, whatever the budget.
         self.queue_limit = max(self.base_queue_limit, 4 * bundle.size // self.n)
-        segments = [(ref, i, 0, t.num_rows) for i, t in enumerate(tables) if t.num_rows]
+        segments = [(ref, i, 0, rows) for i, rows in enumerate(block_rows) if rows]
         if not self.equal:
             # Whole blocks, each to the split that has had the fewest rows, as Ray's splitter.
             split = min(range(self.n), key=lambda i: self.rows_given[i])

@@ -35,6 +35,8 @@ pub(super) struct ObjectMeta {
 pub(super) struct RemoteCopy {
     pub(super) node: NodeId,
     pub(super) address: String,
+    /// Its size in bytes, when that node said (0: unknown).
+    pub(super) size: u64,
     /// That node holds the copy for this one: release it when freed here.
     pub(super) held: bool,
 }

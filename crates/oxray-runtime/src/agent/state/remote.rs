@@ -336,6 +336,38 @@ impl AgentState {
         (node != self.node_id).then_some(node)
     }
 
+    /// Ray's locality-aware default placement: a plain task with no strategy of its own
+    /// runs where the most bytes of its object arguments (and the references inside them)
+    /// are, when that is another node
+    /// with room for it now (the arguments then cross no link). None leaves it to the
+    /// usual placement (here if it fits, else a node with room).
+    pub(super) fn locality_node(&self, task_id: TaskId) -> Option<NodeId> {
+        let task = self.tasks.get(&task_id)?;
+        let spec = &task.spec;
+        let own_strategy = spec.spread || spec.node_affinity.is_some() || !spec.label_selector.is_empty();
+        if task.from_peer.is_some() || own_strategy || spec.kind != TaskKind::Normal as i32 {
+            return None;
+        }
+        let mut bytes: HashMap<NodeId, u64> = HashMap::new();
+        let args = spec.args.iter().filter_map(|a| match &a.kind {
+            Some(Kind::ObjectId(raw)) => Some(raw),
+            _ => None,
+        });
+        // References inside its arguments count too (a read of stored blocks carries them so).
+        for raw in args.chain(&spec.nested_refs) {
+            let Ok(id) = ObjectId::from_bytes(raw) else { continue };
+            if let Some(size) = self.objects.store().sealed_size(&id) {
+                *bytes.entry(self.node_id).or_default() += size as u64;
+            } else if let Some(copy) = self.objects.get(&id).and_then(|m| m.remote.as_ref()) {
+                *bytes.entry(copy.node).or_default() += copy.size;
+            }
+        }
+        let here = bytes.get(&self.node_id).copied().unwrap_or(0);
+        let (node, most) = bytes.into_iter().filter(|(n, _)| *n != self.node_id).max_by_key(|&(n, b)| (b, n))?;
+        let peer = self.peers.nodes.get(&node)?;
+        (most > here && peer.alive && !peer.failed && peer.available.fits(&task.placement)).then_some(node)
+    }
+
     pub(super) fn source_of(&self, id: ObjectId) -> ArgSource {
         let remote = self
             .objects
@@ -492,14 +524,14 @@ impl AgentState {
 
     /// Records that `node` holds a copy of `id` for this node (or gives it back
     /// when this node already has one).
-    pub(super) fn note_remote_copy(&mut self, id: ObjectId, node: NodeId, address: &str) {
+    pub(super) fn note_remote_copy(&mut self, id: ObjectId, node: NodeId, address: &str, size: u64) {
         let have_local = self.objects.store().contains_sealed(&id);
         let meta = self.objects.entry(id);
         if (meta.ready && have_local) || meta.remote.as_ref().is_some_and(|c| c.held && c.node != node) {
             self.actions.push(Action::ReleaseRemote { node, id });
             return;
         }
-        meta.remote = Some(RemoteCopy { node, address: address.to_string(), held: true });
+        meta.remote = Some(RemoteCopy { node, address: address.to_string(), size, held: true });
         meta.ready = true;
     }
 
@@ -520,7 +552,7 @@ impl AgentState {
         }
         let address = self.peer_address(&node).unwrap_or_default();
         for n in &nested {
-            self.note_remote_copy(*n, node, &address);
+            self.note_remote_copy(*n, node, &address, 0);
         }
         for r in done.returns {
             let id = ObjectId::from_bytes(&r.object_id)?;
@@ -530,7 +562,7 @@ impl AgentState {
                     ObjectLocation { object_id: r.object_id, place: Some(Place::InlineData(r.inline_data)), size };
                 self.seal_object(&loc, &nested)?;
             } else {
-                self.note_remote_copy(id, node, &address);
+                self.note_remote_copy(id, node, &address, r.size);
                 for n in &nested {
                     self.pin(*n);
                 }
@@ -540,6 +572,14 @@ impl AgentState {
         }
         if let Some(actor) = self.actor_of_task(task_id) {
             actor.inflight.retain(|t| *t != task_id);
+        }
+        // A plain task's resources are free there again (an actor's creation keeps them):
+        // the next task placed by locality need not wait for the head's figures.
+        if let Some(task) = self.tasks.get(&task_id).filter(|t| t.spec.kind == TaskKind::Normal as i32)
+            && let Some(peer) = self.peers.nodes.get_mut(&node)
+        {
+            peer.available.add(&task.placement);
+            peer.available.lower_to(&peer.total);
         }
         self.finish_task(task_id, None);
         self.schedule();
@@ -744,7 +784,7 @@ impl AgentState {
             let meta = self.objects.entry(id);
             if !meta.ready {
                 meta.ready = true;
-                meta.remote = Some(RemoteCopy { node, address: source.address, held: false });
+                meta.remote = Some(RemoteCopy { node, address: source.address, size: 0, held: false });
             }
         }
         let task_id = TaskId::from_bytes(&spec.task_id)?;
@@ -795,15 +835,22 @@ impl AgentState {
         let mut sent_inline = Vec::new();
         for id in return_ids {
             let object = match self.objects.store_mut().lookup(id) {
-                Some((ObjectPlace::Inline(data), _)) => {
+                Some((ObjectPlace::Inline(data), size)) => {
                     sent_inline.push(*id);
-                    RemoteObject { object_id: id.to_vec(), inline: true, inline_data: (*data).clone() }
+                    RemoteObject {
+                        object_id: id.to_vec(),
+                        inline: true,
+                        inline_data: (*data).clone(),
+                        size: size as u64,
+                    }
                 }
-                Some(_) => RemoteObject { object_id: id.to_vec(), inline: false, inline_data: Vec::new() },
+                Some((_, size)) => {
+                    RemoteObject { object_id: id.to_vec(), inline: false, inline_data: Vec::new(), size: size as u64 }
+                }
                 None => {
                     let message = format!("Object {} is lost on {}", id.hex(), self.node_id.short());
                     let blob = system_error_object(SystemErrorKind::ObjectLost, &message);
-                    RemoteObject { object_id: id.to_vec(), inline: true, inline_data: blob }
+                    RemoteObject { object_id: id.to_vec(), inline: true, size: blob.len() as u64, inline_data: blob }
                 }
             };
             returns.push(object);

@@ -550,7 +550,7 @@ impl AgentState {
     }
 
     pub(super) fn push_ready(&mut self, task_id: TaskId) {
-        if let Some(node) = self.spread_to(task_id) {
+        if let Some(node) = self.spread_to(task_id).or_else(|| self.locality_node(task_id)) {
             self.forward_task(task_id, node);
             return;
         }

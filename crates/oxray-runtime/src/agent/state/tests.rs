@@ -735,7 +735,12 @@ fn remote_task_done_keeps_large_returns_on_the_executing_node() {
     let spec = forward_big_task(&mut st, 0);
     let done = oxray_proto::RemoteTaskDone {
         task_id: spec.task_id.clone(),
-        returns: vec![oxray_proto::RemoteObject { object_id: oid(101).to_vec(), inline: false, inline_data: vec![] }],
+        returns: vec![oxray_proto::RemoteObject {
+            object_id: oid(101).to_vec(),
+            inline: false,
+            inline_data: vec![],
+            size: 0,
+        }],
         nested: vec![],
     };
     st.remote_task_done(PEER, done.clone()).unwrap();
@@ -765,6 +770,53 @@ fn remote_task_done_keeps_large_returns_on_the_executing_node() {
 }
 
 #[test]
+fn a_task_runs_where_its_largest_argument_is_when_that_node_has_room() {
+    let mut st = new_state(1.0, 0);
+    let spec = forward_big_task(&mut st, 0);
+    let done = oxray_proto::RemoteTaskDone {
+        task_id: spec.task_id.clone(),
+        returns: vec![oxray_proto::RemoteObject {
+            object_id: oid(101).to_vec(),
+            inline: false,
+            inline_data: vec![],
+            size: 50_000,
+        }],
+        nested: vec![],
+    };
+    st.remote_task_done(PEER, done).unwrap();
+    st.take_actions();
+    let with_arg = |n: u8, spread: bool| {
+        let mut spec = task(n, &[("CPU", 1.0)]);
+        spec.args = vec![TaskArg { kind: Some(Kind::ObjectId(oid(101).to_vec())) }];
+        spec.spread = spread;
+        spec
+    };
+    let forwarded = |st: &mut AgentState| -> Vec<NodeId> {
+        st.take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Forward { node, .. } => Some(node),
+                _ => None,
+            })
+            .collect()
+    };
+    // It fits here, but its argument's bytes are on the peer, which has room: it goes there.
+    st.submit(DRIVER, with_arg(2, false)).unwrap();
+    st.schedule();
+    assert_eq!(forwarded(&mut st), vec![PEER]);
+    // The peer now has no room left for another (1 of its 4 CPUs went to the first forward,
+    // 2 to the big task): that one runs here, pulling its argument.
+    st.update_peers(&[peer_info(0.0, true)]);
+    st.submit(DRIVER, with_arg(3, false)).unwrap();
+    st.schedule();
+    assert!(forwarded(&mut st).is_empty(), "no room there: it stays");
+    // A task with no arguments is placed as before (here, where it fits).
+    st.submit(DRIVER, task(4, &[("CPU", 0.0)])).unwrap();
+    st.schedule();
+    assert!(forwarded(&mut st).is_empty());
+}
+
+#[test]
 fn remote_task_done_stores_small_returns_here() {
     let mut st = new_state(1.0, 0);
     let spec = forward_big_task(&mut st, 0);
@@ -774,6 +826,7 @@ fn remote_task_done_stores_small_returns_here() {
             object_id: oid(101).to_vec(),
             inline: true,
             inline_data: b"v".to_vec(),
+            size: 1,
         }],
         nested: vec![],
     };
