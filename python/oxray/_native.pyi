@@ -42,6 +42,9 @@ __all__ = [
     "data_read_json",
     "data_read_text",
     "data_read_bytes",
+    "data_read_range",
+    "data_read_csv_range",
+    "data_read_json_lines_range",
     "data_write_parquet",
     "data_write_csv",
     "data_write_json",
@@ -552,6 +555,17 @@ def data_read_text(uri: str, drop_empty_lines: bool = False) -> list[pyarrow.Rec
 
 def data_read_bytes(uri: str) -> bytes:
     """A whole file's bytes."""
+
+def data_read_range(uri: str, start: int, end: int) -> bytes:
+    """Bytes `start..end` of a file (fewer at its end)."""
+
+def data_read_csv_range(
+    uri: str, start: int, end: int, delimiter: str = ",", has_header: bool = True
+) -> list[pyarrow.RecordBatch]:
+    """The csv rows of the lines that start in bytes `start..end` of a file (its header: the first line)."""
+
+def data_read_json_lines_range(uri: str, start: int, end: int) -> list[pyarrow.RecordBatch]:
+    """The JSON Lines rows of the lines that start in bytes `start..end` of a file."""
 
 def data_write_parquet(
     batches: Sequence[pyarrow.RecordBatch | pyarrow.Table], dir_uri: str, filename: str, compression: str = "snappy"

@@ -20,6 +20,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Instant;
 
 pub type BundleId = u64;
+
+/// The most partitions an exchange picks by itself for data large beside its budget.
+const MAX_DEFAULT_PARTITIONS: u64 = 1000;
 pub type TaskId = u64;
 /// `(index into the inputs, offset, rows)`: one slice of an input block.
 pub type SlicePiece = (usize, u64, u64);
@@ -861,7 +864,8 @@ impl Executor {
                 return;
             }
             AllToAll::RandomShuffle { seed, num_blocks } => {
-                let n_out = num_blocks.unwrap_or(inputs.len() as u64).max(1);
+                let total_bytes: u64 = inputs.iter().map(|b| self.bundles[b].1).sum();
+                let n_out = num_blocks.unwrap_or_else(|| self.default_partitions(inputs.len(), total_bytes)).max(1);
                 let mut rng = rng(seed);
                 let map_seeds: Vec<u64> = inputs.iter().map(|_| rand::Rng::random::<u64>(&mut rng) >> 2).collect();
                 let outputs: Vec<(TaskId, u64)> =
@@ -897,6 +901,15 @@ impl Executor {
         for bundle in inputs.into_iter().chain(empty) {
             self.drop_bundle(bundle);
         }
+    }
+
+    /// An exchange's output partitions when the user named none: one per input block, as in
+    /// Ray, or more when the data is large beside the budget, so the reduce tasks running at
+    /// once (one per CPU) each hold a partition in and one out within it.
+    fn default_partitions(&self, inputs: usize, total_bytes: u64) -> u64 {
+        let per_partition = (self.config.budget_bytes / (2 * u64::from(self.config.cluster_cpus.max(1)))).max(1 << 20);
+        let needed = total_bytes.div_ceil(per_partition).min(MAX_DEFAULT_PARTITIONS);
+        (inputs as u64).max(needed)
     }
 
     fn expect_outputs(&mut self, op: usize, tasks: impl Iterator<Item = TaskId>) {
@@ -1291,6 +1304,33 @@ mod tests {
         let actions = exec.poll();
         let starts = actions.iter().filter(|a| matches!(a, Action::StartActor { .. })).count();
         assert_eq!(starts, 2, "the pool starts once the exchange is over: {actions:?}");
+    }
+
+    #[test]
+    fn an_exchange_of_data_large_beside_the_budget_makes_smaller_partitions() {
+        let shuffle = |exec: &mut Executor| -> usize {
+            let mut pending = Vec::new();
+            loop {
+                for action in exec.poll() {
+                    match action {
+                        Action::Submit { task, .. } => pending.push(task),
+                        Action::Shuffle { outputs, .. } => return outputs.len(),
+                        _ => {}
+                    }
+                }
+                exec.task_done(pending.pop().expect("a read runs"), out(10, 8 << 20));
+            }
+        };
+        let specs = || {
+            let spec = AllToAll::RandomShuffle { seed: Some(7), num_blocks: None };
+            vec![(map_reads(4, 1), "Read".into(), vec![]), (OpSpec::AllToAll(spec), "Sort".into(), vec![0])]
+        };
+        // 32 MiB in 4 blocks through an 8 MiB budget on 2 CPUs: partitions of 2 MiB.
+        let mut exec = Executor::new(specs(), config(8 << 20, false)).unwrap();
+        assert_eq!(shuffle(&mut exec), 16);
+        // A budget that holds it: one partition per input block, as in Ray.
+        let mut exec = Executor::new(specs(), config(1 << 30, false)).unwrap();
+        assert_eq!(shuffle(&mut exec), 4);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and `Data*` classes): the logical plan's optimizer (`plan`), the streaming
 //! executor's scheduler (`executor`), listing inputs, reading parquet (footers,
 //! projected and limited fragments, a parallel bounded stream), csv, json and
-//! text, writing parquet, csv, json and raw bytes (local or S3, never leaving a
+//! text (large csv and JSON Lines files in line-aligned byte ranges), writing parquet, csv, json and raw bytes (local or S3, never leaving a
 //! half-written file under its final name), and rebatching with a seeded local
 //! shuffle buffer. Arrow record batches are the unit everywhere.
 
@@ -10,6 +10,7 @@ mod batcher;
 mod error;
 pub mod executor;
 mod ipc;
+mod line_ranges;
 mod parquet;
 pub mod plan;
 mod schema;
@@ -20,6 +21,7 @@ mod write;
 pub use batcher::{Batcher, concat_batches};
 pub use error::{DataError, Result};
 pub use ipc::encode_ipc;
+pub use line_ranges::{read_csv_range, read_json_lines_range, read_range};
 pub use parquet::{
     FragmentReader, ParquetStream, ReadOptions, RowGroupSizes, StreamOptions, inspect_parquet, read_parquet,
 };

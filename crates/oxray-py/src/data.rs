@@ -181,6 +181,40 @@ pub(crate) fn data_read_bytes(py: Python<'_>, uri: String) -> PyResult<Bound<'_,
     Ok(PyBytes::new(py, &data))
 }
 
+/// Bytes `start..end` of a file (fewer at its end).
+#[pyfunction]
+pub(crate) fn data_read_range(py: Python<'_>, uri: String, start: u64, end: u64) -> PyResult<Bound<'_, PyBytes>> {
+    let data = py.detach(|| oxray_data::read_range(&uri, start, end)).map_err(to_py)?;
+    Ok(PyBytes::new(py, &data))
+}
+
+/// The csv rows of the lines that start in bytes `start..end` of a file (its header: the first line).
+#[pyfunction]
+#[pyo3(signature = (uri, start, end, delimiter=",", has_header=true))]
+pub(crate) fn data_read_csv_range<'py>(
+    py: Python<'py>,
+    uri: String,
+    start: u64,
+    end: u64,
+    delimiter: &str,
+    has_header: bool,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let batches = py.detach(|| oxray_data::read_csv_range(&uri, delimiter, has_header, start, end)).map_err(to_py)?;
+    all_to_pyarrow(py, batches)
+}
+
+/// The JSON Lines rows of the lines that start in bytes `start..end` of a file.
+#[pyfunction]
+pub(crate) fn data_read_json_lines_range(
+    py: Python<'_>,
+    uri: String,
+    start: u64,
+    end: u64,
+) -> PyResult<Vec<Bound<'_, PyAny>>> {
+    let batches = py.detach(|| oxray_data::read_json_lines_range(&uri, start, end)).map_err(to_py)?;
+    all_to_pyarrow(py, batches)
+}
+
 /// Writes one parquet file `<dir_uri>/<filename>`; returns its URI.
 #[pyfunction]
 #[pyo3(signature = (batches, dir_uri, filename, compression="snappy"))]
@@ -294,6 +328,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(data_read_json, m)?)?;
     m.add_function(wrap_pyfunction!(data_read_text, m)?)?;
     m.add_function(wrap_pyfunction!(data_read_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(data_read_range, m)?)?;
+    m.add_function(wrap_pyfunction!(data_read_csv_range, m)?)?;
+    m.add_function(wrap_pyfunction!(data_read_json_lines_range, m)?)?;
     m.add_function(wrap_pyfunction!(data_write_parquet, m)?)?;
     m.add_function(wrap_pyfunction!(data_write_csv, m)?)?;
     m.add_function(wrap_pyfunction!(data_write_json, m)?)?;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -39,10 +40,29 @@ class ProcessState:
     preset_gpu_ids: list = field(default_factory=list)
     # Set by `exit_actor()`: the actor ends after the call that asked (or between calls).
     actor_exit_cause: str = ""
+    # A worker's calls to make once the running task's results are stored (`after_this_task`).
+    after_task: list = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 STATE = ProcessState()
+
+
+def after_this_task(fn) -> None:
+    """In a worker, calls `fn` once the running task's results are stored and its arguments and
+    locals dropped (once per task, however often asked); elsewhere, never."""
+    if STATE.mode == "worker" and fn not in STATE.after_task:
+        STATE.after_task.append(fn)
+
+
+def run_after_task() -> None:
+    """The calls `after_this_task` asked for, each once; a failing one is reported, not raised."""
+    calls, STATE.after_task = STATE.after_task, []
+    for fn in calls:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - housekeeping must not stop the worker
+            print(f"(oxray) after-task call {fn!r} failed: {e!r}", file=sys.stderr)
 
 
 class _ContextField:

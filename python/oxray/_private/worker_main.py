@@ -31,7 +31,7 @@ from oxray._private.actor import (
 )
 from oxray._private.generator import StreamEnd, is_streaming_task, stream_item_id, yielded_values
 from oxray._private.object_ref import ObjectRef
-from oxray._private.state import CURRENT, STATE
+from oxray._private.state import CURRENT, STATE, run_after_task
 
 
 class _UserCode:
@@ -675,6 +675,7 @@ class Worker:
                     continue
                 except _native.OxrayRpcError:
                     return  # the agent is gone
+                run_after_task()
 
 
 # Ray's concurrency group that every actor has, beside those it declares.

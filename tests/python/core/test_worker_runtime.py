@@ -302,3 +302,30 @@ def test_remote_tracebacks_show_only_the_users_frames(ray_cluster):
         assert not any("oxray" + os.sep + "_private" in f for f in frames), text
         assert "worker_main" not in text
         assert [f.rsplit(" in ", 1)[1] for f in frames] == user_frames, text
+
+
+def test_after_this_task_runs_once_the_task_is_done_before_the_next_call(ray_cluster):
+    """`after_this_task` (how Data hands Arrow's cached memory back after a shuffle task): the
+    call runs once per task, after its results are stored and before the worker's next call."""
+
+    @ray.remote
+    class Counter:
+        def __init__(self):
+            self.after = 0
+
+        def ask_twice(self):
+            from oxray._private.state import after_this_task
+
+            after_this_task(self.bump)
+            after_this_task(self.bump)  # the same call asked again: still once
+            return self.after
+
+        def bump(self):
+            self.after += 1
+
+        def count(self):
+            return self.after
+
+    counter = Counter.remote()
+    assert ray.get(counter.ask_twice.remote()) == 0, "it runs after the task, not during it"
+    assert ray.get(counter.count.remote()) == 1

@@ -263,3 +263,26 @@ def test_sort_with_boundaries_in_either_direction(data_cluster, descending):
     blocks = [list(b["id"]) for b in ds.iter_batches(batch_size=None)]
     ranges = [list(range(0, 30)), list(range(30, 61)), list(range(61, 100))]
     assert blocks == ([r[::-1] for r in ranges[::-1]] if descending else ranges)
+
+
+def test_a_groupby_straight_after_a_parquet_read_reads_only_the_columns_it_aggregates(data_cluster, tmp_path):
+    """The read feeding a groupby decodes only the key and aggregated columns (a hive partition
+    key included); the results are those of the whole rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from oxray.data._internal.executor import _project_reads_into_groupbys
+    from oxray.data._internal.plan import ReadStage, optimize
+
+    for part in ("a", "b"):
+        (tmp_path / f"part={part}").mkdir()
+        n = 50 if part == "a" else 30
+        table = pa.table({"v": list(range(n)), "unused": ["x" * 100] * n, "w": [1.0] * n})
+        pq.write_table(table, str(tmp_path / f"part={part}" / "f.parquet"))
+    ds = ray.data.read_parquet(str(tmp_path))
+    rows = ds.groupby("part").sum("v").take_all()
+    assert sorted((r["part"], r["sum(v)"]) for r in rows) == [("a", sum(range(50))), ("b", sum(range(30)))]
+    grouped = ds.groupby("part").sum("v")
+    stages = _project_reads_into_groupbys(optimize(grouped._plan))
+    (read,) = [s for s in stages if isinstance(s, ReadStage)]
+    assert read.source.schema().names == ["v", "part"]

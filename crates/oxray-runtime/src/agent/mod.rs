@@ -172,6 +172,7 @@ impl AgentShared {
                         }
                     });
                 }
+                Action::Log { level: LogLevel::Debug, message } => tracing::debug!("{message}"),
                 Action::Log { level: LogLevel::Info, message } => tracing::info!("{message}"),
                 Action::Log { level: LogLevel::Warn, message } => tracing::warn!("{message}"),
                 Action::ActorChanged(actor_id) => {

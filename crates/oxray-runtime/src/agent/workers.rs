@@ -23,6 +23,8 @@ impl SpawnConfig {
     }
 }
 
+const MIMALLOC_PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
+
 pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
     let mut cmd = Command::new(&cfg.python);
     cmd.args(["-m", "oxray._private.worker_main"])
@@ -32,8 +34,13 @@ pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(Strin
         .env("OXRAY_NODE_ID", cfg.node_id.hex())
         .env("OXRAY_SESSION_DIR", &cfg.session_dir)
         .env("PYTHONUNBUFFERED", "1")
-        .env("OXRAY_RUNTIME_THREADS", "0")
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("OXRAY_RUNTIME_THREADS", "0");
+    // A worker outlives its tasks: memory Arrow (through its mimalloc) frees goes back to the
+    // OS at once, not kept for a task that may never come (the node's own setting wins).
+    if std::env::var_os(MIMALLOC_PURGE_DELAY).is_none() {
+        cmd.env(MIMALLOC_PURGE_DELAY, "0");
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(&cfg.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -43,6 +43,10 @@ class IpcBlock:
         self.table = table
 
     def __reduce_ex__(self, protocol):
+        if protocol >= 5 and _owns_its_buffers(self.table):
+            # Its own column buffers, out of band, copied once, straight into the store (no IPC
+            # stream to build first); the reader gets a Table over them without a copy.
+            return self.table.__reduce_ex__(protocol)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, self.table.schema) as writer:
             writer.write_table(self.table)
@@ -50,6 +54,15 @@ class IpcBlock:
         if protocol >= 5:
             return _ipc_to_table, (pickle.PickleBuffer(buf),)
         return _ipc_to_table, (buf.to_pybytes(),)
+
+
+def _owns_its_buffers(table: pa.Table) -> bool:
+    """Whether pickling the table moves only its own rows: not a slice of larger buffers (which
+    pickle whole), and no extension type (those travel as IPC, which every reader knows)."""
+    if any(isinstance(field.type, pa.BaseExtensionType) for field in table.schema):
+        return False
+    nbytes = table.nbytes
+    return table.get_total_buffer_size() <= nbytes + nbytes // 64 + 4096
 
 
 def _ipc_to_table(data) -> pa.Table:
@@ -256,6 +269,21 @@ def task_meta(tables: list, wall0: float, cpu0: float) -> dict:
 
 
 def release_cached_memory() -> None:
-    """Hands the memory Arrow's allocator kept from earlier tasks back to the OS, so an idle
-    worker does not hold a shuffle's worth of freed buffers."""
+    """Hands the memory Arrow's allocator kept back to the OS: what earlier tasks left now, and
+    what this task leaves once its results are stored, so an idle worker does not hold a
+    shuffle's worth of freed buffers."""
+    from oxray._private.state import after_this_task
+
+    pa.default_memory_pool().release_unused()
+    after_this_task(_release_unused)
+
+
+def release_cached_memory_after_task() -> None:
+    """Hands the memory Arrow's allocator kept back to the OS once this task's results are stored."""
+    from oxray._private.state import after_this_task
+
+    after_this_task(_release_unused)
+
+
+def _release_unused() -> None:
     pa.default_memory_pool().release_unused()

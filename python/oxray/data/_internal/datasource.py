@@ -864,6 +864,49 @@ class FileRead(ReadTask):
         return tables
 
 
+class FileRangeRead(ReadTask):
+    """The lines that start in bytes `start..end` of one large csv or JSON Lines file: such a
+    file is read by several of these, each about a block's worth, as Ray streams it in blocks
+    instead of decoding it whole."""
+
+    def __init__(self, fmt: str, uri: str, start: int, end: int, options: dict, include_paths: bool):
+        self.fmt, self.uri, self.start, self.end = fmt, uri, start, end
+        self.options, self.include_paths = options, include_paths
+        self.size = end - start
+
+    def __call__(self) -> list:
+        uri = self.uri
+        if self.fmt == "csv":
+            try:
+                batches = _native.data_read_csv_range(uri, self.start, self.end, self.options.get("delimiter", ","))
+            except ValueError as e:
+                raise ValueError(_CSV_FORMAT_ERROR.format(path=uri)) from e
+        else:
+            batches = _native.data_read_json_lines_range(uri, self.start, self.end)
+        tables = _tables(batches)
+        if self.include_paths:
+            tables = [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
+        return tables
+
+
+def _line_ranges(fmt: str, uri: str, size: int, options: dict, filesystem) -> Optional[list]:
+    """`(start, end)` byte ranges of about a block each for a csv or JSON Lines file bigger than
+    `DataContext.target_max_block_size` that the engine reads as stored; None to read it whole
+    (a small file, a codec, pyarrow options, a user's filesystem, or a JSON array)."""
+    from oxray.data.context import DataContext
+
+    block = DataContext.get_current().target_max_block_size
+    if fmt not in ("csv", "json") or not block or size <= block:
+        return None
+    if options.get("arrow") is not None or not _engine_decodes(uri, options, filesystem):
+        return None
+    if fmt == "json" and options.get("lines") is not True:
+        # lines=None detects: a file whose first non-space byte is `[` is one JSON array.
+        if options.get("lines") is False or _native.data_read_range(uri, 0, 4096).lstrip()[:1] == b"[":
+            return None
+    return [(start, min(start + block, size)) for start in range(0, size, block)]
+
+
 def _decode_image(uri: str, options: dict, filesystem=None) -> np.ndarray:
     from PIL import Image
 
@@ -908,9 +951,13 @@ class FileDatasource(Datasource):
         return len(self.files) if self.fmt == "binary" else None
 
     def read_tasks(self) -> list:
-        reads = [
-            FileRead(self.fmt, uri, size, self.options, self.include_paths, self.filesystem) for uri, size in self.files
-        ]
+        reads = []
+        for uri, size in self.files:
+            ranges = _line_ranges(self.fmt, uri, size, self.options, self.filesystem)
+            if ranges is None:
+                reads.append(FileRead(self.fmt, uri, size, self.options, self.include_paths, self.filesystem))
+            else:
+                reads.extend(FileRangeRead(self.fmt, uri, a, b, self.options, self.include_paths) for a, b in ranges)
         if not self.num_tasks or int(self.num_tasks) >= len(reads):
             return reads
         n = int(self.num_tasks)

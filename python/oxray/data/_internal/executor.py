@@ -12,6 +12,7 @@ a task) or tables held in this process.
 
 from __future__ import annotations
 
+import copy
 import gc
 import math
 import time
@@ -37,6 +38,20 @@ DEFAULT_STORE_SHARE = 0.5
 POOL_ACTOR_RESTARTS = 16
 # The estimated output of a read task that does not know its size.
 _UNKNOWN_READ_BYTES = 1 << 20
+# The smallest read block the budget's share may ask for.
+MIN_BLOCK_CAP = 4 << 20
+# A task that made or took this many bytes hands Arrow's cached memory back when it ends.
+_RELEASE_AFTER_BYTES = 4 << 20
+
+
+def _with_block_cap(source, cap: int):
+    """The read source with its blocks at most `cap` bytes, where it sizes its blocks."""
+    target = getattr(source, "target_block_bytes", None)
+    if target is None or target <= cap:
+        return source
+    capped = copy.copy(source)
+    capped.target_block_bytes = cap
+    return capped
 
 
 class Bundle:
@@ -97,7 +112,10 @@ def _run_blocks(fns, read_task, inputs):
         if len(tables) > 1:
             tables = [B.concat(tables)]
     out = T.run_fns(fns, tables)
-    return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
+    meta = B.task_meta(out, wall0, cpu0)
+    if meta["bytes"] >= _RELEASE_AFTER_BYTES:
+        B.release_cached_memory_after_task()
+    return [B.IpcBlock(t) for t in out], meta
 
 
 def _use_context(ctx) -> None:
@@ -260,6 +278,9 @@ class Executor:
         self.budget = int(limit)
         self.max_tasks = max(1, int(cpus) * 2)
         self.cluster_cpus = max(1, int(cpus))
+        # No read block bigger than a task's share of the budget (a task per CPU, each holding
+        # its input and its output), so a small store gets small blocks.
+        self.block_cap = max(MIN_BLOCK_CAP, self.budget // (2 * self.cluster_cpus))
         self.read_threads = max(1, min(int(cpus), 8))
         # What the scheduler's operators, bundles and tasks name.
         self._specs: list = []
@@ -283,6 +304,7 @@ class Executor:
         return len(self._specs) - 1
 
     def _build(self, stages: list) -> int:
+        stages = _project_reads_into_groupbys(stages)
         last = None
         # An all-to-all waits for all its input: a read feeding one runs as tasks, so the blocks
         # wait in the object store (which spills), never as tables held in this process. A
@@ -323,7 +345,7 @@ class Executor:
         reads, inputs = None, [upstream]
         tasks = None
         if stage.read is not None:
-            tasks = group_reads_for_batches(stage.read.read_tasks(), stage.batch_size)
+            tasks = group_reads_for_batches(_with_block_cap(stage.read, self.block_cap).read_tasks(), stage.batch_size)
             reads, inputs = [t.size or _UNKNOWN_READ_BYTES for t in tasks], []
         pool = None
         if compute.actors:
@@ -603,6 +625,25 @@ class Executor:
         for op in list(self._streams):
             self._close(op)
         self._data.clear()
+
+
+def _project_reads_into_groupbys(stages: list) -> list:
+    """A read straight into a groupby whose aggregations read only some columns decodes only
+    those (the shuffle would drop the others anyway): less to read, hold and spill."""
+    out = list(stages)
+    for i, (stage, following) in enumerate(zip(stages, stages[1:], strict=False)):
+        if not (isinstance(stage, P.ReadStage) and isinstance(following, P.AllToAllStage)):
+            continue
+        reducer = following.args.get("reducer") if following.kind == "groupby" else None
+        needed = getattr(reducer, "columns_needed", lambda: None)()
+        with_ = getattr(stage.source, "with_", None)
+        schema = stage.source.schema() if with_ is not None else None
+        if needed is None or schema is None or not set(needed) <= set(schema.names):
+            continue
+        columns = [name for name in schema.names if name in needed]
+        if len(columns) < len(schema.names):
+            out[i] = P.ReadStage(with_(columns=columns), stage.name)
+    return out
 
 
 def reads_belong_elsewhere() -> bool:

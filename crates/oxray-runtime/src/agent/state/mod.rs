@@ -109,11 +109,17 @@ pub enum Action {
 /// How much an operator needs to see a log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogLevel {
+    /// Per-object detail (each spill): off unless `RUST_LOG` asks for it.
+    Debug,
     Info,
     Warn,
 }
 
 impl Action {
+    fn debug(message: String) -> Self {
+        Action::Log { level: LogLevel::Debug, message }
+    }
+
     fn info(message: String) -> Self {
         Action::Log { level: LogLevel::Info, message }
     }

@@ -339,7 +339,7 @@ impl AgentState {
         let mut failed = None;
         for (job, copied) in done {
             match self.objects.store_mut().finish_spill(job, copied) {
-                Ok(Some(s)) => self.actions.push(Action::info(format!(
+                Ok(Some(s)) => self.actions.push(Action::debug(format!(
                     "spilled object {} ({} MiB) to {}",
                     s.object_id.hex(),
                     s.size >> 20,
