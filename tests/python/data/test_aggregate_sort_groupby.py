@@ -286,3 +286,31 @@ def test_a_groupby_straight_after_a_parquet_read_reads_only_the_columns_it_aggre
     stages = _project_reads_into_groupbys(optimize(grouped._plan))
     (read,) = [s for s in stages if isinstance(s, ReadStage)]
     assert read.source.schema().names == ["v", "part"]
+
+
+SHUFFLE_WITHOUT_PANDAS = """
+import pickle, sys
+import numpy as np, pyarrow as pa
+from oxray.data._internal import block as B, exchange as X
+
+table = pa.Table.from_batches([pa.RecordBatch.from_arrays(
+    [B.row_indices(np.arange(1000)[::-1]), B.row_indices(np.arange(1000) % 7)], ["key", "v"])])
+blocks = pickle.loads(pickle.dumps([B.IpcBlock(table)], protocol=5))
+key = X.SortKey.of("key", False, "sort")
+bounds = X.boundaries_from([X.sample_keys(key, 32, blocks)], key, 4)
+parts = pickle.loads(pickle.dumps(X.partition_map(key, bounds, 4, blocks), protocol=5))
+out, meta = X.sort_reduce(key, *[parts[i] for i in range(4)][:1])
+pickle.dumps((out, meta), protocol=5)
+print("pandas" in sys.modules)
+"""
+
+
+def test_a_worker_that_only_sorts_never_imports_pandas():
+    """pyarrow imports pandas from `pa.array(ndarray)` and `Array.to_numpy()` (about 30 MiB in each
+    worker); the sort's sampling, partitioning and reduce steps avoid both."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", SHUFFLE_WITHOUT_PANDAS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False", "a sort step imported pandas"

@@ -65,6 +65,26 @@ def _owns_its_buffers(table: pa.Table) -> bool:
     return table.get_total_buffer_size() <= nbytes + nbytes // 64 + 4096
 
 
+def row_indices(values: np.ndarray) -> pa.Array:
+    """Row positions as an Arrow int64 array over the numpy buffer. Not `pa.array`: that imports
+    pandas to check what it was given, some 30 MiB in every worker that only shuffles."""
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """An Arrow array as numpy: over its buffer when it is a null-free integer or float array
+    (`to_numpy()` imports pandas too), else through `to_numpy`."""
+    kind = "u" if pa.types.is_unsigned_integer(array.type) else "i" if pa.types.is_integer(array.type) else None
+    if pa.types.is_floating(array.type) and array.type != pa.float16():
+        kind = "f"
+    if kind is None or array.null_count:
+        return array.to_numpy(zero_copy_only=False)
+    width = array.type.bit_width // 8
+    dtype = np.dtype(f"{kind}{width}")
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * width)
+
+
 def _ipc_to_table(data) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 

@@ -71,7 +71,7 @@ def sample_keys(key: SortKey, n: int, *inputs) -> pa.Table:
         return pa.table({})
     key.check(table.column_names, "sort")
     step = max(1, table.num_rows // n)
-    return table.select(list(key.columns)).take(pa.array(np.arange(0, table.num_rows, step)[:n]))
+    return table.select(list(key.columns)).take(B.row_indices(np.arange(0, table.num_rows, step)[:n]))
 
 
 def boundaries_from(samples: list, key: SortKey, parts: int) -> Optional[pa.Table]:
@@ -83,7 +83,7 @@ def boundaries_from(samples: list, key: SortKey, parts: int) -> Optional[pa.Tabl
     table = table.take(pc.sort_indices(table, sort_keys=key.arrow_keys()))
     picks = [int(table.num_rows * (i + 1) / parts) for i in range(parts - 1)]
     picks = [min(p, table.num_rows - 1) for p in picks]
-    return table.take(pa.array(picks))
+    return table.take(B.row_indices(np.array(picks)))
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def partition_of_rows(table: pa.Table, key: SortKey, bounds) -> np.ndarray:
     keys = table.select(list(key.columns))
     bounds = bounds.cast(keys.schema) if bounds.schema != keys.schema else bounds
     both = pa.concat_tables([keys, bounds])
-    order = pc.sort_indices(both, sort_keys=key.arrow_keys()).to_numpy()
+    order = B.numpy_of(pc.sort_indices(both, sort_keys=key.arrow_keys()))
     # Sorting is stable and rows come before boundaries, so a row equal to a boundary sorts
     # before it: equal keys all land left of that boundary, in one part.
     is_bound = order >= table.num_rows
@@ -176,7 +176,7 @@ def deal(table: pa.Table, parts: np.ndarray, n: int):
     return values (one per part, each a list of IPC blocks; order kept within a part)."""
     order = np.argsort(parts, kind="stable")
     counts = np.bincount(parts, minlength=n)
-    dealt = table.take(pa.array(order)) if table.num_rows else table
+    dealt = table.take(B.row_indices(order)) if table.num_rows else table
     out, start = [], 0
     for count in counts:
         out.append([B.IpcBlock(dealt.slice(start, int(count)))])

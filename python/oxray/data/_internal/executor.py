@@ -20,7 +20,6 @@ import warnings
 from typing import Iterator, Optional
 
 import numpy as np
-import pyarrow as pa
 
 import oxray
 from oxray import _native
@@ -143,7 +142,7 @@ def _shuffle_reduce(seed: int, *parts):
     wall0, cpu0 = time.perf_counter(), time.thread_time()
     table = B.concat_bundles(parts, drop_empty=True)
     if table.num_rows:
-        table = table.take(pa.array(np.random.default_rng(seed).permutation(table.num_rows)))
+        table = table.take(B.row_indices(np.random.default_rng(seed).permutation(table.num_rows)))
     out = [table] if table.num_rows or table.num_columns else []
     return [B.IpcBlock(t) for t in out], B.task_meta(out, wall0, cpu0)
 
