@@ -1055,6 +1055,17 @@ mod tests {
             .collect()
     }
 
+    /// The pool actor each submitted call went to, in order.
+    fn submitted_actors(actions: &[Action]) -> Vec<Option<usize>> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Submit { actor, .. } => Some(*actor),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Runs `exec` to the end as a driver would: every task makes `rows`
     /// rows of `bytes` (finishing the newest first, to test ordering), and
     /// every local read yields `local` blocks. Returns the rows of each output.
@@ -1204,14 +1215,7 @@ mod tests {
         let actions = exec.poll();
         let starts = actions.iter().filter(|a| matches!(a, Action::StartActor { .. })).count();
         assert_eq!(starts, 2, "one at first, one more while the first is busy: {actions:?}");
-        let actors: Vec<Option<usize>> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Submit { actor, .. } => Some(*actor),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(actors, vec![Some(0), Some(1)], "one call per actor");
+        assert_eq!(submitted_actors(&actions), vec![Some(0), Some(1)], "one call per actor");
         assert_eq!(drain(&mut exec, 1, 1, 0, &actions).len(), 6);
     }
 
@@ -1262,14 +1266,7 @@ mod tests {
         exec.local_block(0, 1, 1, 0.0);
         let actions = exec.poll_at(20_000);
         assert!(actions.contains(&Action::StartActor { op: 1, actor: 3 }), "{actions:?}");
-        let used: Vec<Option<usize>> = actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Submit { actor, .. } => Some(*actor),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(used, vec![Some(3)], "a stopped actor's slot gets no call");
+        assert_eq!(submitted_actors(&actions), vec![Some(3)], "a stopped actor's slot gets no call");
     }
 
     #[test]

@@ -17,7 +17,7 @@ from oxray.data._internal import dataset_repr as R
 from oxray.data._internal import exchange as X
 from oxray.data._internal import plan as P
 from oxray.data._internal import transforms as T
-from oxray.data._internal.datasource import StoredBlocksDatasource, _normalize_paths, user_filesystem
+from oxray.data._internal.datasource import StoredBlocksDatasource, resolve_paths
 from oxray.data._internal.execution_state import stats_text, stored_blocks_text
 from oxray.data._internal.executor import Bundle, ExecutionStats, Executor, remote, slice_ranges
 from oxray.data._internal.progress import progress_for
@@ -1060,13 +1060,13 @@ class Dataset:
             raise ValueError(f"{what}({', '.join(kwargs)}=...) is not supported by oxray")
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"write_{fmt}: path must be a string, got {type(path).__name__}")
-        if user_filesystem(filesystem, what) is not None:
+        (path,), fs = resolve_paths([path], what, filesystem)
+        if fs is not None:
             raise NotImplementedError(
                 f"{what}(filesystem={type(filesystem).__name__}): oxray writes local paths and s3:// URIs itself "
                 "(S3 settings from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); writing through another filesystem "
                 "is not supported yet: pass filesystem=None"
             )
-        (path,) = _normalize_paths([path], what, filesystem)
         if not try_create_dir and "://" not in path and not os.path.isdir(path):
             raise FileNotFoundError(f"{what}(try_create_dir=False): the directory {path} does not exist")
         for name, v in (("max_rows_per_file", max_rows_per_file), ("min_rows_per_file", min_rows_per_file)):

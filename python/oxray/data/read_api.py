@@ -17,8 +17,7 @@ from oxray.data._internal.datasource import (
     ParquetDatasource,
     RangeDatasource,
     UserDatasource,
-    _normalize_paths,
-    user_filesystem,
+    resolve_paths,
 )
 from oxray.data.context import DataContext
 from oxray.data.dataset import Dataset, MaterializedDataset, from_tables
@@ -100,8 +99,9 @@ def read_parquet(
         isinstance(file_extensions, str) or not all(isinstance(e, str) for e in file_extensions)
     ):
         raise TypeError(f"read_parquet(file_extensions={file_extensions!r}): expected a list of extensions")
+    paths, fs = resolve_paths(paths, "read_parquet", filesystem)
     source = ParquetDatasource(
-        _normalize_paths(paths, "read_parquet", filesystem),
+        paths,
         columns,
         target_block_bytes=DataContext.get_current().target_max_block_size or (1 << 62),
         num_blocks=opts.get("override_num_blocks"),
@@ -114,7 +114,7 @@ def read_parquet(
         file_extensions=[e.lstrip(".") for e in file_extensions] if file_extensions is not None else None,
         partitioning=partitioning,
         partition_filter=partition_filter,
-        filesystem=user_filesystem(filesystem, "read_parquet"),
+        filesystem=fs,
     )
     return Dataset(P.Plan(source))
 
@@ -122,8 +122,8 @@ def read_parquet(
 def _file_dataset(fmt: str, what: str, paths, filesystem, include_paths, options, kwargs) -> Dataset:
     exts = kwargs.pop("file_extensions", None)
     opts = _check_common(what, kwargs, ("concurrency", "num_cpus", "override_num_blocks", "parallelism"))
-    paths = _normalize_paths(paths, what, filesystem)
-    source = FileDatasource(fmt, paths, options, include_paths, exts, user_filesystem(filesystem, what))
+    paths, fs = resolve_paths(paths, what, filesystem)
+    source = FileDatasource(fmt, paths, options, include_paths, exts, fs)
     source.num_tasks = opts.get("override_num_blocks")
     source.read_compute = _read_compute(None, opts)
     return Dataset(P.Plan(source))

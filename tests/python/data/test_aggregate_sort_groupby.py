@@ -271,8 +271,7 @@ def test_a_groupby_straight_after_a_parquet_read_reads_only_the_columns_it_aggre
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from oxray.data._internal.executor import _project_reads_into_groupbys
-    from oxray.data._internal.plan import ReadStage, optimize
+    from oxray.data._internal.plan import ReadStage, optimize, project_reads_into_groupbys
 
     for part in ("a", "b"):
         (tmp_path / f"part={part}").mkdir()
@@ -283,7 +282,7 @@ def test_a_groupby_straight_after_a_parquet_read_reads_only_the_columns_it_aggre
     rows = ds.groupby("part").sum("v").take_all()
     assert sorted((r["part"], r["sum(v)"]) for r in rows) == [("a", sum(range(50))), ("b", sum(range(30)))]
     grouped = ds.groupby("part").sum("v")
-    stages = _project_reads_into_groupbys(optimize(grouped._plan))
+    stages = project_reads_into_groupbys(optimize(grouped._plan))
     (read,) = [s for s in stages if isinstance(s, ReadStage)]
     assert read.source.schema().names == ["v", "part"]
 

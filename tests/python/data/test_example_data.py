@@ -118,8 +118,8 @@ def test_unknown_example_names_the_available_ones(name):
 @oxray_only
 def test_example_path_resolves_into_the_package():
     import oxray
-    from oxray.data._internal.datasource import _normalize_paths
+    from oxray.data._internal.datasource import resolve_paths
 
-    (path,) = _normalize_paths(["example://iris.parquet"], "read_parquet")
+    (path,), _ = resolve_paths(["example://iris.parquet"], "read_parquet")
     assert path.endswith("/oxray/data/examples/data/iris.parquet")
     assert path.startswith(str(pathlib.Path(oxray.__file__).resolve().parent))

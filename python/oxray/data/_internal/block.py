@@ -292,10 +292,8 @@ def release_cached_memory() -> None:
     """Hands the memory Arrow's allocator kept back to the OS: what earlier tasks left now, and
     what this task leaves once its results are stored, so an idle worker does not hold a
     shuffle's worth of freed buffers."""
-    from oxray._private.state import after_this_task
-
     pa.default_memory_pool().release_unused()
-    after_this_task(_release_unused)
+    release_cached_memory_after_task()
 
 
 def release_cached_memory_after_task() -> None:

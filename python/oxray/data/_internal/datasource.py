@@ -35,13 +35,9 @@ def _tables(batches) -> list:
     return [pa.Table.from_batches(batches)]
 
 
-def user_filesystem(filesystem, what: str):
-    """The pyarrow filesystem a read goes through (`filesystem=`), or None when the engine reads
-    the paths itself (local, s3:// with the environment's settings)."""
-    return file_io.resolve(filesystem, what, _engine_scheme)[1]
-
-
-def _normalize_paths(paths, what: str, filesystem=None) -> list:
+def resolve_paths(paths, what: str, filesystem=None) -> tuple:
+    """`(paths, fs)`: the paths to read, and the pyarrow filesystem to read them through (None
+    when the engine reads them itself: local, s3:// with the environment's settings)."""
     scheme, fs = file_io.resolve(filesystem, what, _engine_scheme)
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -72,7 +68,7 @@ def _normalize_paths(paths, what: str, filesystem=None) -> list:
                 f"{what}: {p!r} has an unsupported scheme; expected a local path, file://, s3:// or example://"
             )
         out.append(p)
-    return out
+    return out, fs
 
 
 def _strip_scheme(url: str) -> str:
@@ -377,22 +373,18 @@ def _inspect_files(files: list, filesystem=None) -> tuple:
     column names (None when they agree)."""
     if filesystem is not None:
         inspected = [file_io.inspect_parquet(filesystem, uri) for uri in files]
-        schemas, groups = [s for s, _ in inspected], [g for _, g in inspected]
-        if all(s.equals(schemas[0]) for s in schemas[1:]):
-            return (schemas[0] if schemas else pa.schema([])), groups, None
-        return unify_file_schemas(files, schemas), groups, [s.names for s in schemas]
-    try:
-        schema, groups = _native.data_parquet_inspect(files)
-        return schema, groups, None
-    except ValueError as e:
-        if "schemas differ" not in str(e):
-            raise
-    # Schemas differ: each file's footer on its own, then one schema for them all (as Ray does).
-    schemas, groups = [], []
-    for uri in files:
-        schema, file_groups = _native.data_parquet_inspect([uri])
-        schemas.append(schema)
-        groups.append(file_groups[0])
+        if not inspected or all(s.equals(inspected[0][0]) for s, _ in inspected[1:]):
+            return (inspected[0][0] if inspected else pa.schema([])), [g for _, g in inspected], None
+    else:
+        try:
+            schema, groups = _native.data_parquet_inspect(files)
+            return schema, groups, None
+        except ValueError as e:
+            if "schemas differ" not in str(e):
+                raise
+        inspected = [(s, g[0]) for s, g in (_native.data_parquet_inspect([uri]) for uri in files)]
+    # Schemas differ: one schema for them all (as Ray does), each file's columns kept.
+    schemas, groups = [s for s, _ in inspected], [g for _, g in inspected]
     return unify_file_schemas(files, schemas), groups, [s.names for s in schemas]
 
 
@@ -836,6 +828,11 @@ def _read_json_file(uri: str, options: dict, filesystem=None) -> list:
         return _read_json_with_python(data)
 
 
+def _with_path_column(tables: list, uri: str) -> list:
+    """Ray's `path` column (`include_paths=True`): the file each row came from."""
+    return [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
+
+
 class FileRead(ReadTask):
     def __init__(self, fmt: str, uri: str, size: int, options: dict, include_paths: bool, filesystem=None):
         self.fmt, self.uri, self.size, self.options, self.include_paths = fmt, uri, size, options, include_paths
@@ -859,9 +856,7 @@ class FileRead(ReadTask):
         else:
             data = _file_buffer(uri, o.get("compression"), fs)
             tables = [pa.table({"bytes": pa.array([data.to_pybytes()], type=pa.binary())})]
-        if self.include_paths:
-            tables = [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
-        return tables
+        return _with_path_column(tables, uri) if self.include_paths else tables
 
 
 class FileRangeRead(ReadTask):
@@ -884,15 +879,14 @@ class FileRangeRead(ReadTask):
         else:
             batches = _native.data_read_json_lines_range(uri, self.start, self.end)
         tables = _tables(batches)
-        if self.include_paths:
-            tables = [t.append_column(PATH_COLUMN, pa.array([uri] * t.num_rows, type=pa.string())) for t in tables]
-        return tables
+        return _with_path_column(tables, uri) if self.include_paths else tables
 
 
-def _line_ranges(fmt: str, uri: str, size: int, options: dict, filesystem) -> Optional[list]:
+def _line_ranges(fmt: str, uri: str, size: int, options: dict, filesystem, json_arrays: dict) -> Optional[list]:
     """`(start, end)` byte ranges of about a block each for a csv or JSON Lines file bigger than
     `DataContext.target_max_block_size` that the engine reads as stored; None to read it whole
-    (a small file, a codec, pyarrow options, a user's filesystem, or a JSON array)."""
+    (a small file, a codec, pyarrow options, a user's filesystem, or a JSON array). `json_arrays`
+    keeps, per file, whether it is one JSON array (read once, not at every execution)."""
     from oxray.data.context import DataContext
 
     block = DataContext.get_current().target_max_block_size
@@ -902,7 +896,11 @@ def _line_ranges(fmt: str, uri: str, size: int, options: dict, filesystem) -> Op
         return None
     if fmt == "json" and options.get("lines") is not True:
         # lines=None detects: a file whose first non-space byte is `[` is one JSON array.
-        if options.get("lines") is False or _native.data_read_range(uri, 0, 4096).lstrip()[:1] == b"[":
+        if options.get("lines") is False:
+            return None
+        if uri not in json_arrays:
+            json_arrays[uri] = _native.data_read_range(uri, 0, 4096).lstrip()[:1] == b"["
+        if json_arrays[uri]:
             return None
     return [(start, min(start + block, size)) for start in range(0, size, block)]
 
@@ -936,6 +934,7 @@ class FileDatasource(Datasource):
             self.files = _native.data_expand_paths(paths, exts)
         self.options = options
         self.include_paths = include_paths
+        self._json_arrays: dict = {}  # uri -> whether that large JSON file is one array
 
     # override_num_blocks: at most this many read tasks, each reading a run of whole files.
     num_tasks = None
@@ -953,7 +952,7 @@ class FileDatasource(Datasource):
     def read_tasks(self) -> list:
         reads = []
         for uri, size in self.files:
-            ranges = _line_ranges(self.fmt, uri, size, self.options, self.filesystem)
+            ranges = _line_ranges(self.fmt, uri, size, self.options, self.filesystem, self._json_arrays)
             if ranges is None:
                 reads.append(FileRead(self.fmt, uri, size, self.options, self.include_paths, self.filesystem))
             else:

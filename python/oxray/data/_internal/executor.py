@@ -303,7 +303,6 @@ class Executor:
         return len(self._specs) - 1
 
     def _build(self, stages: list) -> int:
-        stages = _project_reads_into_groupbys(stages)
         last = None
         # An all-to-all waits for all its input: a read feeding one runs as tasks, so the blocks
         # wait in the object store (which spills), never as tables held in this process. A
@@ -624,25 +623,6 @@ class Executor:
         for op in list(self._streams):
             self._close(op)
         self._data.clear()
-
-
-def _project_reads_into_groupbys(stages: list) -> list:
-    """A read straight into a groupby whose aggregations read only some columns decodes only
-    those (the shuffle would drop the others anyway): less to read, hold and spill."""
-    out = list(stages)
-    for i, (stage, following) in enumerate(zip(stages, stages[1:], strict=False)):
-        if not (isinstance(stage, P.ReadStage) and isinstance(following, P.AllToAllStage)):
-            continue
-        reducer = following.args.get("reducer") if following.kind == "groupby" else None
-        needed = getattr(reducer, "columns_needed", lambda: None)()
-        with_ = getattr(stage.source, "with_", None)
-        schema = stage.source.schema() if with_ is not None else None
-        if needed is None or schema is None or not set(needed) <= set(schema.names):
-            continue
-        columns = [name for name in schema.names if name in needed]
-        if len(columns) < len(schema.names):
-            out[i] = P.ReadStage(with_(columns=columns), stage.name)
-    return out
 
 
 def reads_belong_elsewhere() -> bool:

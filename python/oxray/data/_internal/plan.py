@@ -252,10 +252,35 @@ class _Encoded:
 
 
 def optimize(plan: Plan) -> list:
-    """The stages to run, after the engine's pushdown and fusion."""
+    """The stages to run, after the engine's pushdown and fusion, with a groupby's columns
+    pushed into the read before it."""
     encoded = _Encoded(plan, with_counts=False)
     values, _ = _native.data_optimize(encoded.value)
-    return encoded.stages(values)
+    return project_reads_into_groupbys(encoded.stages(values))
+
+
+def project_reads_into_groupbys(stages: list) -> list:
+    """A read straight into a groupby whose aggregations read only some columns decodes only
+    those (the shuffle would drop the others anyway): less to read, hold and spill."""
+    out = [
+        UnionStage([project_reads_into_groupbys(s) for s in stage.inputs], stage.name)
+        if isinstance(stage, UnionStage)
+        else stage
+        for stage in stages
+    ]
+    for i, (stage, following) in enumerate(zip(stages, stages[1:], strict=False)):
+        if not (isinstance(stage, ReadStage) and isinstance(following, AllToAllStage)):
+            continue
+        reducer = following.args.get("reducer") if following.kind == "groupby" else None
+        needed = getattr(reducer, "columns_needed", lambda: None)()
+        with_ = getattr(stage.source, "with_", None)
+        schema = stage.source.schema() if with_ is not None else None
+        if needed is None or schema is None or not set(needed) <= set(schema.names):
+            continue
+        columns = [name for name in schema.names if name in needed]
+        if len(columns) < len(schema.names):
+            out[i] = ReadStage(with_(columns=columns), stage.name)
+    return out
 
 
 def describe(plan: Plan) -> str:

@@ -729,20 +729,18 @@ fn a_forwarded_task_is_retried_when_its_node_dies() {
     assert!(st.is_known(&oid(101)));
 }
 
+/// The peer's report that the forwarded `spec` finished, its return (`oid(101)`, `size` bytes)
+/// kept on the peer.
+fn kept_return_done(spec: &TaskSpec, size: u64) -> oxray_proto::RemoteTaskDone {
+    let kept = oxray_proto::RemoteObject { object_id: oid(101).to_vec(), inline: false, inline_data: vec![], size };
+    oxray_proto::RemoteTaskDone { task_id: spec.task_id.clone(), returns: vec![kept], nested: vec![] }
+}
+
 #[test]
 fn remote_task_done_keeps_large_returns_on_the_executing_node() {
     let mut st = new_state(1.0, 0);
     let spec = forward_big_task(&mut st, 0);
-    let done = oxray_proto::RemoteTaskDone {
-        task_id: spec.task_id.clone(),
-        returns: vec![oxray_proto::RemoteObject {
-            object_id: oid(101).to_vec(),
-            inline: false,
-            inline_data: vec![],
-            size: 0,
-        }],
-        nested: vec![],
-    };
+    let done = kept_return_done(&spec, 0);
     st.remote_task_done(PEER, done.clone()).unwrap();
     assert!(st.is_ready(&oid(101)));
     assert!(!st.is_local(&oid(101)), "its bytes stay on the node that ran it");
@@ -773,16 +771,7 @@ fn remote_task_done_keeps_large_returns_on_the_executing_node() {
 fn a_task_runs_where_its_largest_argument_is_when_that_node_has_room() {
     let mut st = new_state(1.0, 0);
     let spec = forward_big_task(&mut st, 0);
-    let done = oxray_proto::RemoteTaskDone {
-        task_id: spec.task_id.clone(),
-        returns: vec![oxray_proto::RemoteObject {
-            object_id: oid(101).to_vec(),
-            inline: false,
-            inline_data: vec![],
-            size: 50_000,
-        }],
-        nested: vec![],
-    };
+    let done = kept_return_done(&spec, 50_000);
     st.remote_task_done(PEER, done).unwrap();
     st.take_actions();
     let with_arg = |n: u8, spread: bool| {
