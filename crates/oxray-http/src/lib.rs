@@ -1,23 +1,21 @@
 //! The head's HTTP server (axum on the head's tokio runtime), on
 //! `--dashboard-host:--dashboard-port` (127.0.0.1:8265 by default): Ray's REST
 //! routes behind the cluster token: `/api/version`, health and authentication
-//! (`routes.rs`), the Jobs API (`jobs/`), the State API (`state/`) and the
+//! (`routes.rs`), the Jobs API over `oxray-jobs`' manager (`jobs.rs`), the State API (`state/`) and the
 //! dashboard's pages (`dashboard/`).
 
 mod auth;
 mod dashboard;
+mod error;
 mod jobs;
 mod metrics;
 mod routes;
 mod state;
 
-pub use auth::constant_time_eq;
-pub use jobs::JobsConfig;
-pub use jobs::drivers::{DriverRow, DriverTable};
-pub use jobs::remote::{RemoteEvent, RemoteJobs, RemoteRun};
-pub use jobs::resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
-pub use jobs::{entrypoint, runtime_env};
+pub use auth::token_matches;
+pub use error::HttpError;
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
+pub use oxray_jobs::BoxFuture;
 pub use state::rows::{
     ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeRow, PlacementGroupRow, Profile, TaskListing, TaskRow,
 };
@@ -42,7 +40,7 @@ pub struct HttpConfig {
     /// The head's session name (`session_<date>_<pid>`), as `/api/version` reports it.
     pub session_name: String,
     /// Serve the Jobs API, keeping its jobs as this says.
-    pub jobs: Option<JobsConfig>,
+    pub jobs: Option<oxray_jobs::JobsConfig>,
     /// The head's tables and node agents, for the State API.
     pub cluster: Option<Arc<dyn ClusterState>>,
     /// How far back the head keeps each node's samples (what the Metrics page can show).
@@ -56,12 +54,12 @@ pub fn router(config: HttpConfig) -> Result<Router, String> {
 }
 
 /// The application and its job manager (which the server stops on shutdown).
-fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), String> {
+fn build(config: HttpConfig) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), String> {
     let config = Arc::new(config);
     let mut app = routes::routes(config.clone());
-    let manager = config.jobs.clone().map(jobs::JobManager::open).transpose()?;
+    let manager = config.jobs.clone().map(oxray_jobs::JobManager::open).transpose()?;
     if let Some(manager) = &manager {
-        app = app.merge(jobs::routes::routes(manager.clone()));
+        app = app.merge(jobs::routes(manager.clone()));
     }
     let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
     app = app
@@ -75,7 +73,7 @@ fn build(config: HttpConfig) -> Result<(Router, Option<Arc<jobs::JobManager>>), 
 /// A running server; dropping it stops it (without waiting).
 pub struct HttpServer {
     local_addr: SocketAddr,
-    jobs: Option<Arc<jobs::JobManager>>,
+    jobs: Option<Arc<oxray_jobs::JobManager>>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }

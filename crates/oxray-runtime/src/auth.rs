@@ -1,7 +1,7 @@
 //! The cluster token: every RPC carries `authorization: Bearer <token>` and the
 //! servers refuse any call without the right one.
 
-use oxray_http::constant_time_eq;
+use oxray_http::token_matches;
 use tonic::{Request, Status, metadata::MetadataValue, service::Interceptor};
 
 pub fn generate_token() -> String {
@@ -24,7 +24,7 @@ impl Interceptor for RequireToken {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         match request.metadata().get("authorization") {
             None => Err(Status::unauthenticated("missing cluster token")),
-            Some(v) if constant_time_eq(v.as_bytes(), self.expected.as_bytes()) => Ok(request),
+            Some(v) if token_matches(v.as_bytes(), &self.expected) => Ok(request),
             Some(_) => Err(Status::permission_denied("invalid cluster token")),
         }
     }

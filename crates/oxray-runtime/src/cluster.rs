@@ -13,10 +13,8 @@ use crate::ids::NodeId;
 use crate::job_resources::{HeadDrivers, HeadEntrypointResources, HeadRemoteJobs};
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
-use oxray_http::{
-    ClusterState, DriverTable, EntrypointResources, HttpConfig, HttpServer, JobsConfig, MetricsServer,
-    NodeMetricsSource, NodeSample, RemoteJobs,
-};
+use oxray_http::{ClusterState, HttpConfig, HttpServer, MetricsServer, NodeMetricsSource, NodeSample};
+use oxray_jobs::{DriverTable, EntrypointResources, JobsConfig, RemoteJobs};
 use oxray_object_store::{ObjectStore, process_start_ticks};
 use oxray_proto::bundle_service_server::BundleServiceServer;
 use oxray_proto::driver_service_server::DriverServiceServer;

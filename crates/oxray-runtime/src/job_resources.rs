@@ -8,7 +8,7 @@
 use crate::client::NodeJobClient;
 use crate::head::{Head, NODE_TIMEOUT};
 use crate::ids::{NodeId, PlacementGroupId};
-use oxray_http::{
+use oxray_jobs::{
     BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteEvent, RemoteJobs, RemoteRun,
 };
 use oxray_proto::{

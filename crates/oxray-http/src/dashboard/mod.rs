@@ -13,7 +13,6 @@ pub(crate) mod views;
 
 use crate::HttpConfig;
 use crate::auth;
-use crate::jobs::JobManager;
 use crate::state::StateSources;
 use askama::Template;
 use axum::Router;
@@ -21,6 +20,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
+use oxray_jobs::JobManager;
 use std::sync::Arc;
 use views::{
     ActorsBody, ActorsFragment, ActorsPage, ChartsPage, JobFragment, JobPage, JobView, JobsBody, JobsFragment,
@@ -90,7 +90,7 @@ struct Login {
 /// `?token=` link checks the token and sets the cookie.
 async fn index(State(dash): State<Dashboard>, Query(login): Query<Login>, headers: HeaderMap) -> Response {
     if let Some(token) = login.token {
-        if !auth::constant_time_eq(token.as_bytes(), dash.config.token.as_bytes()) {
+        if !auth::token_matches(&token, &dash.config.token) {
             let page = LoginPage { message: "That link's token is not this cluster's.".into() };
             return html(StatusCode::FORBIDDEN, &page);
         }

@@ -8,12 +8,12 @@ mod query;
 pub(crate) mod rows;
 
 use crate::auth::is_browser;
-use crate::jobs::JobManager;
 use axum::Router;
 use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use oxray_jobs::JobManager;
 use query::{ListOptions, MAX_LIMIT, Schema};
 use rows::ClusterState;
 use serde_json::{Value, json};

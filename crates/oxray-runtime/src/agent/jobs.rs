@@ -1,13 +1,13 @@
 //! Jobs the head placed on this node (`NodeJobService`): the entrypoint runs
-//! here, in a runtime_env prepared here (`oxray_http::runtime_env`), under the
-//! same wrapper shell as on the head (`oxray_http::entrypoint`), its output in
+//! here, in a runtime_env prepared here (`oxray_jobs::runtime_env`), under the
+//! same wrapper shell as on the head (`oxray_jobs::entrypoint`), its output in
 //! a log file under `<session>/jobs/`. The output and the exit stream back to
 //! the head, which keeps the job's record and log; a restarted head re-attaches
 //! from the offset its log has reached.
 
 use super::service::AgentService;
-use oxray_http::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, read_log_from, signal_group, stop_group};
-use oxray_http::runtime_env::Preparer;
+use oxray_jobs::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, read_log_from, signal_group, stop_group};
+use oxray_jobs::runtime_env::Preparer;
 use oxray_proto::node_job_service_server::NodeJobService;
 use oxray_proto::{JobEvent, RunJobRequest, StopJobReply, StopJobRequest, job_event};
 use parking_lot::Mutex;
@@ -171,7 +171,7 @@ impl AgentService {
                 move || -> Result<_, String> {
                     for package in &packages {
                         let name = package.uri.strip_prefix("gcs://").unwrap_or(&package.uri);
-                        let key = oxray_http::runtime_env::package_file_name(name)?;
+                        let key = oxray_jobs::runtime_env::package_file_name(name)?;
                         oxray_object_store::write_private_file(&packages_dir.join(key), &package.data)
                             .map_err(|e| job_error(&format!("cannot store package {}", package.uri), e))?;
                     }

@@ -29,12 +29,12 @@ pub trait DriverTable: Send + Sync + std::fmt::Debug {
 
 impl DriverRow {
     /// Ray's `driver_info`.
-    pub(crate) fn info(&self) -> Value {
+    pub fn info(&self) -> Value {
         json!({"id": self.job_id, "node_ip_address": self.node_ip, "pid": self.pid.to_string()})
     }
 
     /// Fills in a submission's `JobDetails` from its driver.
-    pub(crate) fn link(&self, details: &mut Value) {
+    pub fn link(&self, details: &mut Value) {
         details["job_id"] = json!(self.job_id);
         details["driver_info"] = self.info();
         details["driver_node_id"] = json!(self.node_id);
@@ -42,7 +42,7 @@ impl DriverRow {
 
     /// A DRIVER row, as Ray's head lists one (RUNNING, then SUCCEEDED once it
     /// ended; a running one shows `end_time` 0).
-    pub(crate) fn details(&self) -> Value {
+    pub fn details(&self) -> Value {
         json!({
             "type": "DRIVER",
             "job_id": self.job_id,

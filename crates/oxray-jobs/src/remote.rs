@@ -2,7 +2,7 @@
 //! keeps their record and log, and the node's agent runs the process
 //! (`NodeJobService`, which the runtime provides behind [`RemoteJobs`]).
 
-use super::resources::BoxFuture;
+use crate::resources::BoxFuture;
 
 /// What a node needs to run a job.
 #[derive(Debug, Clone, Default)]

@@ -3,7 +3,7 @@
 //! in a file, so neither needs its supervisor alive; and waited for, signalled
 //! and adopted by pid. Shared by the head and the node agents that run jobs.
 
-use super::runtime_env::Prepared;
+use crate::runtime_env::Prepared;
 use oxray_object_store::process_start_ticks;
 use serde_json::{Map, Value};
 use std::path::Path;

@@ -1,32 +1,23 @@
-//! Ray's Jobs: submitted entrypoints run and supervised by the head, their
+//! The job manager: submitted entrypoints run and supervised by the head, their
 //! records in redb (`store.rs`), their output in one log file each, their
-//! `working_dir` packages unpacked from uploads (`packages.rs`), served by the
-//! routes in `routes.rs`.
+//! `working_dir` packages unpacked from uploads (`packages.rs`); `oxray-http`
+//! serves it over Ray's Jobs routes.
 //!
 //! An entrypoint runs through `/bin/sh -c` in its own process group, in its
 //! working_dir, with `RAY_ADDRESS`/`OXRAY_ADDRESS` (and the token) set so a bare
 //! `init()` joins this cluster. Stop sends SIGTERM to the group and SIGKILL
 //! after [`STOP_GRACE`].
 
-pub(crate) mod drivers;
-pub mod entrypoint;
-mod packages;
-mod record;
-pub(crate) mod remote;
-pub(crate) mod resources;
-pub(crate) mod routes;
-pub mod runtime_env;
-mod store;
-
-use entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, STOP_GRACE, wait_for_exit};
+use crate::entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, STOP_GRACE, wait_for_exit};
+use crate::record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
+use crate::resources::{EntrypointResources, HeldOn, HoldError};
+use crate::store::JobStore;
+use crate::{drivers, entrypoint, packages, record, remote, runtime_env};
 use oxray_object_store::process_start_ticks;
-use record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
-use resources::{EntrypointResources, HeldOn, HoldError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use store::JobStore;
 use tokio::sync::watch;
 
 /// Lines of output quoted in a failed job's message.
@@ -79,7 +70,7 @@ struct Live {
     log: watch::Receiver<u64>,
 }
 
-pub(crate) struct JobManager {
+pub struct JobManager {
     config: JobsConfig,
     store: JobStore,
     live: parking_lot::Mutex<HashMap<String, Live>>,
@@ -90,10 +81,16 @@ pub(crate) struct JobManager {
 }
 
 /// Why a job request failed, with the HTTP status Ray answers.
-#[derive(Debug)]
-pub(crate) enum JobError {
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    /// The request names something invalid (Ray answers 400).
+    #[error("{0}")]
     BadRequest(String),
+    /// No such job (404).
+    #[error("{0}")]
     NotFound(String),
+    /// The store or a file failed (500).
+    #[error("{0}")]
     Internal(String),
 }
 
@@ -103,7 +100,7 @@ impl JobManager {
     /// that ended meanwhile gets its exit code, one that never started starts
     /// now, and one whose process is gone without a trace is marked FAILED
     /// (its stray processes killed, so nothing runs unsupervised).
-    pub(crate) fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
+    pub fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
         let store = JobStore::open(&config.data_dir)?;
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
             oxray_object_store::create_private_dir_all(&dir)
@@ -164,7 +161,7 @@ impl JobManager {
         self.config.data_dir.join("packages")
     }
 
-    pub(crate) fn log_path(&self, id: &str) -> PathBuf {
+    pub fn log_path(&self, id: &str) -> PathBuf {
         self.config.data_dir.join("job_logs").join(format!("job-driver-{id}.log"))
     }
 
@@ -174,7 +171,7 @@ impl JobManager {
 
     /// A submission's record, by its submission id or its driver's JobID; a
     /// driver started by hand is a 400 (it has no logs, stop or delete here).
-    pub(crate) fn get(&self, id: &str) -> Result<JobRecord, JobError> {
+    pub fn get(&self, id: &str) -> Result<JobRecord, JobError> {
         if let Some(record) = self.store.get(id).map_err(JobError::Internal)? {
             return Ok(record);
         }
@@ -189,7 +186,7 @@ impl JobManager {
     }
 
     /// Ray's `JobDetails` of a submission or of a driver started by hand.
-    pub(crate) fn details(&self, id: &str, redact: bool) -> Result<serde_json::Value, JobError> {
+    pub fn details(&self, id: &str, redact: bool) -> Result<serde_json::Value, JobError> {
         let drivers = self.drivers();
         if let Some(driver) = drivers.iter().find(|d| d.job_id == id && d.submission_id.is_none())
             && self.store.get(id).map_err(JobError::Internal)?.is_none()
@@ -201,7 +198,7 @@ impl JobManager {
     }
 
     /// Every submission (with its driver's ids), then every driver started by hand.
-    pub(crate) fn list(&self, redact: bool) -> Result<Vec<serde_json::Value>, JobError> {
+    pub fn list(&self, redact: bool) -> Result<Vec<serde_json::Value>, JobError> {
         let drivers = self.drivers();
         let mut all: Vec<serde_json::Value> = self
             .store
@@ -221,7 +218,7 @@ impl JobManager {
     }
 
     /// Records the job as PENDING and starts it; its submission id.
-    pub(crate) fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
+    pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
         let id = request.submission_id.clone().unwrap_or_else(record::new_submission_id);
         if self.store.get(&id).map_err(JobError::Internal)?.is_some() {
             // Ray's agent refuses it with 400 and its head passes that on as a 500.
@@ -437,7 +434,7 @@ impl JobManager {
 
     /// Stops every live job and waits (a grace time at most) for their final
     /// records: the head is shutting down, and its jobs go with it.
-    pub(crate) async fn stop_all(&self) {
+    pub async fn stop_all(&self) {
         self.shutting_down.store(true, std::sync::atomic::Ordering::SeqCst);
         let ids: Vec<String> = self.live.lock().keys().cloned().collect();
         for id in ids {
@@ -649,7 +646,7 @@ impl JobManager {
     }
 
     /// `Ok(true)` when a live job was stopped, `Ok(false)` when it had already ended.
-    pub(crate) fn stop(&self, id: &str) -> Result<bool, JobError> {
+    pub fn stop(&self, id: &str) -> Result<bool, JobError> {
         let record = self.get(id)?;
         if record.status.is_terminal() {
             return Ok(false);
@@ -663,7 +660,7 @@ impl JobManager {
     }
 
     /// Removes a finished job's record (its log stays, as in Ray).
-    pub(crate) fn delete(&self, id: &str) -> Result<(), JobError> {
+    pub fn delete(&self, id: &str) -> Result<(), JobError> {
         let record = self.get(id)?;
         if !record.status.is_terminal() {
             return Err(JobError::Internal(format!(
@@ -676,7 +673,7 @@ impl JobManager {
     }
 
     /// The job's output so far.
-    pub(crate) fn logs(&self, id: &str) -> Result<String, JobError> {
+    pub fn logs(&self, id: &str) -> Result<String, JobError> {
         let id = self.get(id)?.submission_id;
         match std::fs::read(self.log_path(&id)) {
             Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
@@ -686,12 +683,12 @@ impl JobManager {
     }
 
     /// A watch on the job's output while it runs (None once it has ended).
-    pub(crate) fn log_watch(&self, id: &str) -> Option<watch::Receiver<u64>> {
+    pub fn log_watch(&self, id: &str) -> Option<watch::Receiver<u64>> {
         self.live.lock().get(id).map(|l| l.log.clone())
     }
 
     /// Stores an upload once it checks out (`Err` is the 400's reason).
-    pub(crate) fn store_package(&self, key: &str, data: &[u8]) -> Result<(), JobError> {
+    pub fn store_package(&self, key: &str, data: &[u8]) -> Result<(), JobError> {
         packages::check_zip(data).map_err(JobError::BadRequest)?;
         self.write_package(key, data).map_err(JobError::Internal)
     }
@@ -703,7 +700,7 @@ impl JobManager {
         std::fs::rename(&tmp, dir.join(key)).map_err(|e| format!("cannot store the package: {e}"))
     }
 
-    pub(crate) fn has_package(&self, key: &str) -> bool {
+    pub fn has_package(&self, key: &str) -> bool {
         self.packages_dir().join(key).is_file()
     }
 }

@@ -8,12 +8,12 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 /// The biggest upload accepted (Ray's HTTP limit).
-pub(crate) const MAX_PACKAGE_BYTES: usize = 100 << 20;
+pub const MAX_PACKAGE_BYTES: usize = 100 << 20;
 /// The most an archive may unpack to.
-pub(crate) const MAX_UNPACKED_BYTES: u64 = 4 << 30;
+pub const MAX_UNPACKED_BYTES: u64 = 4 << 30;
 
 /// Checks `protocol`/`name` from the URL: Ray's clients upload to `gcs`, with a plain file name.
-pub(crate) fn package_key(protocol: &str, name: &str) -> Result<String, String> {
+pub fn package_key(protocol: &str, name: &str) -> Result<String, String> {
     if protocol != "gcs" {
         return Err(format!("package protocol {protocol:?} is not supported: expected \"gcs\""));
     }
@@ -27,7 +27,7 @@ pub(crate) fn package_key(protocol: &str, name: &str) -> Result<String, String> 
 }
 
 /// The package file a `gcs://<name>` URI names.
-pub(crate) fn package_path(dir: &Path, uri: &str) -> Result<PathBuf, String> {
+pub fn package_path(dir: &Path, uri: &str) -> Result<PathBuf, String> {
     let name = uri
         .strip_prefix("gcs://")
         .ok_or_else(|| format!("working_dir {uri:?}: expected an uploaded package (gcs://...) or a directory"))?;
@@ -37,7 +37,7 @@ pub(crate) fn package_path(dir: &Path, uri: &str) -> Result<PathBuf, String> {
 /// Checks an uploaded archive before it is stored: a zip whose every entry
 /// stays inside its directory, with no symlinks, unpacking to at most
 /// [`MAX_UNPACKED_BYTES`] (as its entries declare; unpacking counts again).
-pub(crate) fn check_zip(data: &[u8]) -> Result<(), String> {
+pub fn check_zip(data: &[u8]) -> Result<(), String> {
     let mut zip = zip::ZipArchive::new(std::io::Cursor::new(data))
         .map_err(|e| format!("the package is not a valid zip archive: {e}"))?;
     let mut declared = 0u64;
@@ -62,7 +62,7 @@ pub(crate) fn check_zip(data: &[u8]) -> Result<(), String> {
 
 /// Unpacks the zip `archive` into `target` (made here; its parent must exist).
 /// Unpacks into a temporary directory first, so a failed unpack leaves nothing.
-pub(crate) fn unpack_zip(archive: &Path, target: &Path) -> Result<(), String> {
+pub fn unpack_zip(archive: &Path, target: &Path) -> Result<(), String> {
     let file = std::fs::File::open(archive).map_err(|e| format!("cannot open package {}: {e}", archive.display()))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("the package is not a valid zip archive: {e}"))?;
     let staging = target.with_extension("unpacking");

@@ -2,7 +2,7 @@
 //! through on every change and read back on request, so a restarted head lists
 //! every job and memory does not grow with finished ones.
 
-use super::record::JobRecord;
+use crate::record::JobRecord;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::path::Path;
 

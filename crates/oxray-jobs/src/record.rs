@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum JobStatus {
+pub enum JobStatus {
     Pending,
     Running,
     Stopped,
@@ -14,7 +14,7 @@ pub(crate) enum JobStatus {
 }
 
 impl JobStatus {
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Pending => "PENDING",
             JobStatus::Running => "RUNNING",
@@ -36,19 +36,19 @@ impl JobStatus {
     }
 
     /// STOPPED, SUCCEEDED and FAILED never change afterwards.
-    pub(crate) fn is_terminal(self) -> bool {
+    pub fn is_terminal(self) -> bool {
         matches!(self, JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed)
     }
 }
 
-pub(crate) const MSG_PENDING: &str = "Job has not started yet. It may be waiting for resources (CPUs, GPUs, memory, \
+pub const MSG_PENDING: &str = "Job has not started yet. It may be waiting for resources (CPUs, GPUs, memory, \
      custom resources) to become available. It may be waiting for the runtime environment to be set up.";
-pub(crate) const MSG_RUNNING: &str = "Job is currently running.";
-pub(crate) const MSG_STOPPED: &str = "Job was intentionally stopped.";
-pub(crate) const MSG_SUCCEEDED: &str = "Job finished successfully.";
+pub const MSG_RUNNING: &str = "Job is currently running.";
+pub const MSG_STOPPED: &str = "Job was intentionally stopped.";
+pub const MSG_SUCCEEDED: &str = "Job finished successfully.";
 
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct JobRecord {
+pub struct JobRecord {
     pub submission_id: String,
     pub entrypoint: String,
     pub status: JobStatus,
@@ -75,7 +75,7 @@ pub(crate) struct JobRecord {
 
 impl JobRecord {
     /// The job has ended (`status` is terminal): when, why, and no process any more.
-    pub(crate) fn end(&mut self, status: JobStatus, message: String, error_type: Option<&str>) {
+    pub fn end(&mut self, status: JobStatus, message: String, error_type: Option<&str>) {
         self.status = status;
         self.message = message;
         self.error_type = error_type.map(str::to_string);
@@ -85,7 +85,7 @@ impl JobRecord {
     }
 
     /// Ray's `JobDetails`; a browser sees `env_vars` values redacted.
-    pub(crate) fn details(&self, redact: bool) -> Value {
+    pub fn details(&self, redact: bool) -> Value {
         let mut runtime_env = self.runtime_env.clone();
         if redact && let Some(Value::Object(vars)) = runtime_env.get_mut("env_vars") {
             for value in vars.values_mut() {
@@ -112,7 +112,7 @@ impl JobRecord {
     }
 
     /// What the store keeps (the details plus the process id).
-    pub(crate) fn to_stored(&self) -> String {
+    pub fn to_stored(&self) -> String {
         let mut value = self.details(false);
         value["pid"] = json!(self.pid);
         value["pid_start"] = json!(self.pid_start);
@@ -122,7 +122,7 @@ impl JobRecord {
         value.to_string()
     }
 
-    pub(crate) fn from_stored(text: &str) -> Option<Self> {
+    pub fn from_stored(text: &str) -> Option<Self> {
         let value: Value = serde_json::from_str(text).ok()?;
         let string = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
         let object = |key: &str| value.get(key).and_then(Value::as_object).cloned().unwrap_or_default();
@@ -151,7 +151,7 @@ impl JobRecord {
 }
 
 /// `raysubmit_` and 16 characters from letters and digits without look-alikes, as Ray makes them.
-pub(crate) fn new_submission_id() -> String {
+pub fn new_submission_id() -> String {
     const ALPHABET: &[u8] = b"abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ123456789";
     let mut id = String::from("raysubmit_");
     for _ in 0..16 {
@@ -162,7 +162,7 @@ pub(crate) fn new_submission_id() -> String {
 
 /// A checked `POST /api/jobs/` body.
 #[derive(Debug, PartialEq)]
-pub(crate) struct SubmitRequest {
+pub struct SubmitRequest {
     pub entrypoint: String,
     pub submission_id: Option<String>,
     pub runtime_env: Map<String, Value>,
@@ -245,7 +245,7 @@ fn check_location(uri: &str, what: &str) -> Result<(), String> {
         return Ok(());
     }
     if let Some(name) = uri.strip_prefix("gcs://") {
-        return super::packages::package_key("gcs", name).map(drop).map_err(|e| format!("{what} {uri:?}: {e}"));
+        return crate::packages::package_key("gcs", name).map(drop).map_err(|e| format!("{what} {uri:?}: {e}"));
     }
     if let Some(rest) = uri.strip_prefix("s3://") {
         let archive = rest.ends_with(".zip") || (what == "py_modules entry" && rest.ends_with(".whl"));
@@ -309,7 +309,7 @@ fn string_map(value: &Value, what: &str) -> Result<Map<String, Value>, String> {
 
 /// Checks a submit body as Ray's head does: unknown keys, wrong types and
 /// options oxray does not enforce are an error naming them (a 400).
-pub(crate) fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
+pub fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
     let value: Value = serde_json::from_slice(body).map_err(|e| format!("the request body is not valid JSON: {e}"))?;
     let Value::Object(fields) = value else {
         return Err("the request body must be a JSON object such as {\"entrypoint\": \"python script.py\"}".into());

@@ -6,7 +6,7 @@
 //!
 //! Runs on a blocking thread; S3 reads block on the head's runtime.
 
-use super::packages;
+use crate::packages;
 use serde_json::{Map, Value};
 use std::fs::File;
 use std::hash::{Hash, Hasher};

@@ -1,10 +1,8 @@
 //! The Jobs REST routes, as Ray's head serves them (`/api/jobs/...`,
 //! `/api/packages/...`), including the `/logs/tail` WebSocket.
 
-use super::packages::{MAX_PACKAGE_BYTES, package_key};
-use super::record::parse_submit;
-use super::{JobError, JobManager};
 use crate::auth::is_browser;
+use crate::error::HttpError;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -12,20 +10,12 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use oxray_jobs::packages::{MAX_PACKAGE_BYTES, package_key};
+use oxray_jobs::record::parse_submit;
+use oxray_jobs::{JobError, JobManager};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-impl IntoResponse for JobError {
-    fn into_response(self) -> Response {
-        match self {
-            JobError::BadRequest(m) => (StatusCode::BAD_REQUEST, m),
-            JobError::NotFound(m) => (StatusCode::NOT_FOUND, m),
-            JobError::Internal(m) => (StatusCode::INTERNAL_SERVER_ERROR, m),
-        }
-        .into_response()
-    }
-}
 
 pub(crate) fn routes(jobs: Arc<JobManager>) -> Router {
     Router::new()
@@ -43,41 +33,41 @@ pub(crate) fn routes(jobs: Arc<JobManager>) -> Router {
 
 type Jobs = State<Arc<JobManager>>;
 
-async fn submit(State(jobs): Jobs, body: Bytes) -> Result<Response, JobError> {
+async fn submit(State(jobs): Jobs, body: Bytes) -> Result<Response, HttpError> {
     let request = parse_submit(&body).map_err(JobError::BadRequest)?;
     let id = jobs.submit(request)?;
     Ok(axum::Json(json!({"job_id": id, "submission_id": id})).into_response())
 }
 
-async fn list(State(jobs): Jobs, headers: HeaderMap) -> Result<Response, JobError> {
+async fn list(State(jobs): Jobs, headers: HeaderMap) -> Result<Response, HttpError> {
     Ok(axum::Json(Value::Array(jobs.list(is_browser(&headers))?)).into_response())
 }
 
-async fn details(State(jobs): Jobs, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, JobError> {
+async fn details(State(jobs): Jobs, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, HttpError> {
     Ok(axum::Json(jobs.details(&id, is_browser(&headers))?).into_response())
 }
 
-async fn logs(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, JobError> {
+async fn logs(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, HttpError> {
     let logs =
         tokio::task::spawn_blocking(move || jobs.logs(&id)).await.map_err(|e| JobError::Internal(e.to_string()))??;
     Ok(axum::Json(json!({ "logs": logs })).into_response())
 }
 
-async fn stop(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, JobError> {
+async fn stop(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, HttpError> {
     Ok(axum::Json(json!({"stopped": jobs.stop(&id)?})).into_response())
 }
 
-async fn delete(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, JobError> {
+async fn delete(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, HttpError> {
     jobs.delete(&id)?;
     Ok(axum::Json(json!({"deleted": true})).into_response())
 }
 
-async fn has_package(State(jobs): Jobs, Path((protocol, name)): Path<(String, String)>) -> Result<Response, JobError> {
+async fn has_package(State(jobs): Jobs, Path((protocol, name)): Path<(String, String)>) -> Result<Response, HttpError> {
     let key = package_key(&protocol, &name).map_err(JobError::BadRequest)?;
     if jobs.has_package(&key) {
         Ok(StatusCode::OK.into_response())
     } else {
-        Err(JobError::NotFound(format!("Package {protocol}://{name} does not exist")))
+        Err(HttpError::NotFound(format!("Package {protocol}://{name} does not exist")))
     }
 }
 
@@ -85,7 +75,7 @@ async fn put_package(
     State(jobs): Jobs,
     Path((protocol, name)): Path<(String, String)>,
     body: Bytes,
-) -> Result<Response, JobError> {
+) -> Result<Response, HttpError> {
     let key = package_key(&protocol, &name).map_err(JobError::BadRequest)?;
     tokio::task::spawn_blocking(move || jobs.store_package(&key, &body))
         .await
@@ -98,7 +88,7 @@ async fn put_package(
 async fn tail(State(jobs): Jobs, Path(id): Path<String>, upgrade: WebSocketUpgrade) -> Response {
     let id = match jobs.get(&id) {
         Ok(record) => record.submission_id,
-        Err(e) => return e.into_response(),
+        Err(e) => return HttpError::from(e).into_response(),
     };
     upgrade.on_upgrade(move |socket| follow(jobs, id, socket))
 }
@@ -110,7 +100,7 @@ async fn follow(jobs: Arc<JobManager>, id: String, mut socket: WebSocket) {
     loop {
         // Checked before reading, so the last read sees everything a finished job wrote.
         let live = jobs.log_watch(&id);
-        let chunk = super::entrypoint::read_log_from(&path, offset, u64::MAX);
+        let chunk = oxray_jobs::entrypoint::read_log_from(&path, offset, u64::MAX);
         offset += chunk.len() as u64;
         partial.extend_from_slice(&chunk);
         let whole = match (live.is_some(), partial.iter().rposition(|&b| b == b'\n')) {
