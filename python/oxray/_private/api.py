@@ -6,6 +6,7 @@ import atexit
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from oxray import _native, exceptions
@@ -87,27 +88,106 @@ def init(
             "Maybe you called oxray.init twice by accident? This error can be suppressed by passing "
             "ignore_reinit_error=True or by calling oxray.shutdown() before oxray.init()."
         )
-    _refuse_unsupported_init_options(kwargs)
-    if job_config is not None:
-        from oxray.job_config import JobConfig
+    request = _InitRequest(
+        address=address,
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        resources=resources,
+        object_store_memory=object_store_memory,
+        memory=_memory,
+        namespace=namespace,
+        runtime_env=runtime_env,
+        include_dashboard=include_dashboard,
+        log_to_driver=log_to_driver,
+        job_config=job_config,
+        options=kwargs,
+    )
+    _resolve(request, logging_level)
+    agent_address, token = _start(request) if request.embedded else _join(request)
+    _become_driver(request, agent_address, token)
+    return RayContext(STATE.address_info)
 
-        if not isinstance(job_config, JobConfig):
-            raise TypeError(f"init(job_config=...) expects a JobConfig, got {type(job_config).__name__}")
-        namespace = job_config.ray_namespace if namespace is None else namespace
-        runtime_env = job_config.runtime_env or None if runtime_env is None else runtime_env
-    labels = kwargs.pop("labels", None)
-    unknown = set(kwargs) - {"dashboard_host", "dashboard_port", "configure_logging", "_temp_dir"}
+
+@dataclass
+class _InitRequest:
+    """What init() was asked for; `_resolve` checks it and works out the rest."""
+
+    address: Optional[str]
+    num_cpus: Optional[float]
+    num_gpus: Optional[int]
+    resources: Optional[dict]
+    object_store_memory: Optional[int]
+    memory: Optional[int]
+    namespace: Optional[str]
+    runtime_env: Optional[dict]
+    include_dashboard: Optional[bool]
+    log_to_driver: bool
+    job_config: Any
+    options: dict  # init()'s other keyword arguments
+    labels: Optional[dict] = None
+    level: int = 0  # the library loggers' level
+    dashboard: Optional[tuple] = None  # (host, port) of the embedded head's HTTP server
+    env_vars: dict = field(default_factory=dict)  # the runtime_env's env_vars
+
+    @property
+    def embedded(self) -> bool:
+        """Whether this driver starts a cluster of its own (else it joins `address`)."""
+        return self.address in (None, "", "local")
+
+
+def _resolve(request: _InitRequest, logging_level) -> None:
+    """init()'s first step: the arguments checked (Ray's errors, in Ray's order), then the
+    address resolved, which says whether a cluster starts here or one is joined."""
+    _refuse_unsupported_init_options(request.options)
+    _apply_job_config(request)
+    request.labels = request.options.pop("labels", None)
+    _check_options(request)
+    request.level = _logging_level(logging_level)
+    _check_resources(request)
+    opts.validate_runtime_env(request.runtime_env)
+    if request.namespace is not None:
+        opts.validate_namespace(request.namespace)
+    request.address = _resolve_address(request.address)
+    request.env_vars = opts.env_vars({"runtime_env": request.runtime_env})
+    request.dashboard = _dashboard_request(request.include_dashboard, request.options, request.embedded)
+
+
+def _apply_job_config(request: _InitRequest) -> None:
+    """A JobConfig's namespace and runtime_env, where init()'s own arguments do not set them."""
+    job_config = request.job_config
+    if job_config is None:
+        return
+    from oxray.job_config import JobConfig
+
+    if not isinstance(job_config, JobConfig):
+        raise TypeError(f"init(job_config=...) expects a JobConfig, got {type(job_config).__name__}")
+    if request.namespace is None:
+        request.namespace = job_config.ray_namespace
+    if request.runtime_env is None:
+        request.runtime_env = job_config.runtime_env or None
+
+
+def _check_options(request: _InitRequest) -> None:
+    unknown = set(request.options) - {"dashboard_host", "dashboard_port", "configure_logging", "_temp_dir"}
     if unknown:
         raise TypeError(f"init() got unexpected keyword argument(s) {sorted(unknown)}")
+    labels = request.labels
     if labels is not None:
         if not isinstance(labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
         ):
             raise TypeError(f"init(labels={labels!r}): expected a dict of label name -> value")
-    if not isinstance(log_to_driver, bool):
-        raise TypeError(f"init(log_to_driver={log_to_driver!r}): expected True or False")
-    level = _logging_level(logging_level)
-    for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("object_store_memory", object_store_memory)):
+    if not isinstance(request.log_to_driver, bool):
+        raise TypeError(f"init(log_to_driver={request.log_to_driver!r}): expected True or False")
+
+
+def _check_resources(request: _InitRequest) -> None:
+    num_gpus, resources = request.num_gpus, request.resources
+    for name, value in (
+        ("num_cpus", request.num_cpus),
+        ("num_gpus", num_gpus),
+        ("object_store_memory", request.object_store_memory),
+    ):
         _check_count(name, value)
     if num_gpus is not None and int(num_gpus) != num_gpus:
         raise ValueError(f"init() argument 'num_gpus' must be a whole number, got {num_gpus!r}")
@@ -116,93 +196,139 @@ def init(
             raise TypeError(f"init() argument 'resources' must be a dict, got {resources!r}")
         for k, v in resources.items():
             _check_count(f"resources[{k!r}]", v)
-    opts.validate_runtime_env(runtime_env)
-    if namespace is not None:
-        opts.validate_namespace(namespace)
 
-    # None and "auto": the address in the environment, then the cluster `oxray start`
-    # runs on this host; "auto" also joins one another driver's init() started (as
-    # in Ray). "auto" raises when there is none, None starts one.
+
+def _resolve_address(address: Optional[str]) -> Optional[str]:
+    """None and "auto": the address in the environment, then the cluster `oxray start`
+    runs on this host; "auto" also joins one another driver's init() started (as
+    in Ray). "auto" stays when there is none (joining it raises), None starts one."""
+    if address not in (None, "auto"):
+        return address
     auto = address == "auto"
-    current = None
-    if address in (None, "auto"):
-        address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
-        if not address:
-            current = node_files.find_local_cluster() if auto else node_files.read_current_cluster()
-            address = current["address"] if current else ("auto" if auto else None)
-    env_vars = opts.env_vars({"runtime_env": runtime_env})
-    embedded = address in (None, "", "local")
-    dashboard = _dashboard_request(include_dashboard, kwargs, embedded)
-    if embedded:
-        root = node_files.ensure_private_dir(kwargs["_temp_dir"]) if kwargs.get("_temp_dir") else None
-        session_dir = os.path.join(
-            root or node_files.ensure_temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}"
+    address = os.environ.get("OXRAY_ADDRESS") or os.environ.get("RAY_ADDRESS")
+    if not address:
+        current = node_files.find_local_cluster() if auto else node_files.read_current_cluster()
+        address = current["address"] if current else ("auto" if auto else None)
+    return address
+
+
+def _start(request: _InitRequest) -> tuple:
+    """init()'s step for a cluster of its own: the head and a node agent start in this process,
+    published for other drivers on this host; (the agent's address, the cluster's token)."""
+    temp_dir = request.options.get("_temp_dir")
+    root = node_files.ensure_private_dir(temp_dir) if temp_dir else None
+    session_dir = os.path.join(
+        root or node_files.ensure_temp_root(), time.strftime("session_%Y-%m-%d_%H-%M-%S_") + f"{os.getpid()}"
+    )
+    python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
+    worker_env = [("PYTHONPATH", python_path), *request.env_vars.items()]
+    dashboard = request.dashboard
+    cluster = _native.start_cluster(
+        session_dir=session_dir,
+        python=sys.executable,
+        cwd=os.getcwd(),
+        num_cpus=None if request.num_cpus is None else float(request.num_cpus),
+        num_gpus=None if request.num_gpus is None else int(request.num_gpus),
+        resources={k: float(v) for k, v in (request.resources or {}).items()},
+        memory=request.memory,
+        object_store_memory=None if request.object_store_memory is None else int(request.object_store_memory),
+        worker_env=worker_env,
+        forward_output=request.log_to_driver,
+        dashboard=dashboard,
+        # A cluster that serves a dashboard serves Prometheus metrics too.
+        metrics=(dashboard[0], 0) if dashboard else None,
+        labels=request.labels or {},
+    )
+    STATE.cluster = cluster
+    _publish(cluster)
+    return cluster.agent_address, cluster.token
+
+
+def _publish(cluster) -> None:
+    """The embedded cluster's record for other drivers, and its addresses for the RayContext."""
+    dashboard_url = f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None
+    STATE.published = node_files.publish_embedded_cluster(
+        cluster.head_address, cluster.token, cluster.session_dir, dashboard_url
+    )
+    STATE.address_info = {
+        "address": cluster.head_address,
+        "node_agent_address": cluster.agent_address,
+        "session_dir": cluster.session_dir,
+        "node_id": cluster.node_id,
+    }
+    if cluster.dashboard_address:
+        STATE.address_info["dashboard_url"] = cluster.dashboard_address
+        # oxray's: a link that logs a browser into the dashboard (it carries the token).
+        STATE.address_info["dashboard_login_url"] = f"{dashboard_url}/?token={cluster.token}"
+
+
+def _join(request: _InitRequest) -> tuple:
+    """init()'s step for a running cluster: its token, and the node agent on this host;
+    (the agent's address, the token)."""
+    address = request.address
+    if address == "auto":
+        raise ConnectionError(
+            "init(address='auto') found no running cluster: set OXRAY_ADDRESS or start one with `oxray start --head`"
         )
-        python_path = os.pathsep.join(p for p in [os.getcwd(), *sys.path] if p)
-        worker_env = [("PYTHONPATH", python_path), *env_vars.items()]
-        cluster = _native.start_cluster(
-            session_dir=session_dir,
-            python=sys.executable,
-            cwd=os.getcwd(),
-            num_cpus=None if num_cpus is None else float(num_cpus),
-            num_gpus=None if num_gpus is None else int(num_gpus),
-            resources={k: float(v) for k, v in (resources or {}).items()},
-            memory=_memory,
-            object_store_memory=None if object_store_memory is None else int(object_store_memory),
-            worker_env=worker_env,
-            forward_output=log_to_driver,
-            dashboard=dashboard,
-            # A cluster that serves a dashboard serves Prometheus metrics too.
-            metrics=(dashboard[0], 0) if dashboard else None,
-            labels=labels or {},
+    given = [
+        n
+        for n, v in (
+            ("num_cpus", request.num_cpus),
+            ("num_gpus", request.num_gpus),
+            ("resources", request.resources),
+            ("object_store_memory", request.object_store_memory),
+            ("labels", request.labels),
         )
-        agent_address, token = cluster.agent_address, cluster.token
-        STATE.cluster = cluster
-        dashboard_url = f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None
-        STATE.published = node_files.publish_embedded_cluster(
-            cluster.head_address, cluster.token, cluster.session_dir, dashboard_url
+        if v is not None
+    ]
+    if given:
+        raise ValueError(
+            f"When connecting to an existing cluster, {', '.join(given)} must not be provided: "
+            "set them with `oxray start` on each node instead"
         )
-        STATE.address_info = {
-            "address": cluster.head_address,
-            "node_agent_address": agent_address,
-            "session_dir": cluster.session_dir,
-            "node_id": cluster.node_id,
-        }
-        if cluster.dashboard_address:
-            STATE.address_info["dashboard_url"] = cluster.dashboard_address
-            # oxray's: a link that logs a browser into the dashboard (it carries the token).
-            STATE.address_info["dashboard_login_url"] = f"{dashboard_url}/?token={cluster.token}"
-    else:
-        if address == "auto":
-            raise ConnectionError(
-                "init(address='auto') found no running cluster: "
-                "set OXRAY_ADDRESS or start one with `oxray start --head`"
-            )
-        given = [
-            n
-            for n, v in (
-                ("num_cpus", num_cpus),
-                ("num_gpus", num_gpus),
-                ("resources", resources),
-                ("object_store_memory", object_store_memory),
-                ("labels", labels),
-            )
-            if v is not None
-        ]
-        if given:
-            raise ValueError(
-                f"When connecting to an existing cluster, {', '.join(given)} must not be provided: "
-                "set them with `oxray start` on each node instead"
-            )
-        token = os.environ.get("OXRAY_TOKEN")
-        if not token:
-            current = node_files.find_local_cluster(address)
-            token = node_files.read_token_file(current.get("token_file")) if current else None
-        if not token:
-            raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
-        agent_address = _local_agent(address, token)
-        STATE.address_info = {"address": address, "node_agent_address": agent_address}
+    token = os.environ.get("OXRAY_TOKEN")
+    if not token:
+        current = node_files.find_local_cluster(address)
+        token = node_files.read_token_file(current.get("token_file")) if current else None
+    if not token:
+        raise ConnectionError(f"Joining the cluster at {address} needs its token: set OXRAY_TOKEN")
+    agent_address = _local_agent(address, token)
+    STATE.address_info = {"address": address, "node_agent_address": agent_address}
+    return agent_address, token
+
+
+def _become_driver(request: _InitRequest, agent_address: str, token: str) -> None:
+    """init()'s last step: this process registers as the job's driver with the agent and
+    takes up its state, logging and exit handling."""
     job_id = os.urandom(4)
+    client, nodes = _open_driver_session(agent_address, token, job_id)
+    STATE.epoch += 1
+    STATE.client = client
+    STATE.mode = "driver"
+    STATE.job_id = job_id
+    STATE.driver_task_id = os.urandom(16)
+    STATE.namespace = request.namespace if request.namespace is not None else os.urandom(8).hex()
+    STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
+    STATE.runtime_env = dict(request.runtime_env or {})
+    STATE.job_env_vars = _job_env_vars(request.job_config)
+    STATE.functions.clear()
+    STATE.registered.clear()
+    if request.options.get("configure_logging", True):
+        # Ray's: the level of the library's own logger ("oxray", and "ray" for code that logs under it).
+        import logging
+
+        for name in ("oxray", "ray"):
+            logging.getLogger(name).setLevel(request.level)
+    if request.log_to_driver:
+        # The embedded agent prints its workers' output itself; other nodes' comes over the network.
+        client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
+    atexit.register(shutdown)
+    _exit_on_sigterm()
+
+
+def _open_driver_session(agent_address: str, token: str, job_id: bytes):
+    """The client of the agent at `agent_address`, its driver session open, and the cluster's
+    nodes; a cluster this driver started stops again when that fails."""
     try:
         # A driver that started the cluster calls its agent in-process.
         client = _native.Client(agent_address, token, cluster=STATE.cluster)
@@ -220,37 +346,23 @@ def init(
         if isinstance(e, _native.OxrayRpcError):
             raise ConnectionError(f"Cannot join the cluster at {agent_address}: {e}") from e
         raise
-    STATE.epoch += 1
-    STATE.client = client
-    STATE.mode = "driver"
-    STATE.job_id = job_id
-    STATE.driver_task_id = os.urandom(16)
-    STATE.namespace = namespace if namespace is not None else os.urandom(8).hex()
-    STATE.node_id = STATE.address_info.get("node_id") or (nodes[0].node_id if nodes else "")
-    STATE.runtime_env = dict(runtime_env or {})
+    return client, nodes
+
+
+def _job_env_vars(job_config) -> dict:
+    """What the job's tasks and actors inherit from this driver: a submitted job's import
+    path (its working_dir, py_modules and pip virtualenv), JobConfig's code_search_path,
+    and its default actor lifetime."""
     submitted = os.environ.get("OXRAY_JOB_SUBMISSION_ID") and os.environ.get("PYTHONPATH")
-    STATE.job_env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if submitted else {}
+    env_vars = {"PYTHONPATH": os.environ["PYTHONPATH"]} if submitted else {}
     code_search_path = job_config.code_search_path if job_config is not None else []
     if code_search_path:
         # Ray's meaning for Python: the job's workers import from these too (their PYTHONPATH).
-        rest = STATE.job_env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
-        STATE.job_env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [*code_search_path, rest] if p)}
+        rest = env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH", "")
+        env_vars = {"PYTHONPATH": os.pathsep.join(p for p in [*code_search_path, rest] if p)}
     if job_config is not None and job_config.default_actor_lifetime == "detached":
-        STATE.job_env_vars = {**STATE.job_env_vars, opts.DEFAULT_ACTOR_LIFETIME_ENV: "detached"}
-    STATE.functions.clear()
-    STATE.registered.clear()
-    if kwargs.get("configure_logging", True):
-        # Ray's: the level of the library's own logger ("oxray", and "ray" for code that logs under it).
-        import logging
-
-        for name in ("oxray", "ray"):
-            logging.getLogger(name).setLevel(level)
-    if log_to_driver:
-        # The embedded agent prints its workers' output itself; other nodes' comes over the network.
-        client.follow_logs(token, STATE.job_id, agent_address if STATE.cluster is not None else None)
-    atexit.register(shutdown)
-    _exit_on_sigterm()
-    return RayContext(STATE.address_info)
+        env_vars = {**env_vars, opts.DEFAULT_ACTOR_LIFETIME_ENV: "detached"}
+    return env_vars
 
 
 def _exit_on_sigterm() -> None:
