@@ -13,7 +13,7 @@ use axum::routing::{get, post};
 use oxray_jobs::packages::{MAX_PACKAGE_BYTES, package_key};
 use oxray_jobs::record::parse_submit;
 use oxray_jobs::{JobError, JobManager};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,7 +40,7 @@ async fn submit(State(jobs): Jobs, body: Bytes) -> Result<Response, HttpError> {
 }
 
 async fn list(State(jobs): Jobs, headers: HeaderMap) -> Result<Response, HttpError> {
-    Ok(axum::Json(Value::Array(jobs.list(is_browser(&headers))?)).into_response())
+    Ok(axum::Json(jobs.list(is_browser(&headers))?).into_response())
 }
 
 async fn details(State(jobs): Jobs, Path(id): Path<String>, headers: HeaderMap) -> Result<Response, HttpError> {

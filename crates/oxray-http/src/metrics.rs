@@ -11,6 +11,7 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use oxray_rest::JobStatus;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -317,9 +318,9 @@ async fn cluster_metrics(State(sources): Sources) -> Response {
     }
     if let Some(jobs) = &sources.jobs {
         let mut by_status: BTreeMap<String, usize> =
-            ["PENDING", "RUNNING", "STOPPED", "SUCCEEDED", "FAILED"].into_iter().map(|s| (s.to_string(), 0)).collect();
+            JobStatus::ALL.into_iter().map(|s| (s.as_str().to_string(), 0)).collect();
         for job in jobs.list(true).unwrap_or_default() {
-            *by_status.entry(job["status"].as_str().unwrap_or("").to_string()).or_insert(0) += 1;
+            *by_status.entry(job.status.as_str().to_string()).or_insert(0) += 1;
         }
         for (status, count) in &by_status {
             out.add("oxray_jobs", "gauge", "jobs by status", &[("Status", status.as_str())], *count as f64);

@@ -2,7 +2,7 @@
 //! fills in the submission's row (`job_id`, `driver_info`, `driver_node_id`);
 //! a driver started by hand (`init()` in a script) is a row of type DRIVER.
 
-use serde_json::{Value, json};
+use oxray_rest::{DriverInfo, JobDetails, JobStatus, JobType};
 
 /// One driver (one job) of the cluster.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,36 +29,36 @@ pub trait DriverTable: Send + Sync + std::fmt::Debug {
 
 impl DriverRow {
     /// Ray's `driver_info`.
-    pub fn info(&self) -> Value {
-        json!({"id": self.job_id, "node_ip_address": self.node_ip, "pid": self.pid.to_string()})
+    pub fn info(&self) -> DriverInfo {
+        DriverInfo { id: self.job_id.clone(), node_ip_address: self.node_ip.clone(), pid: self.pid.to_string() }
     }
 
     /// Fills in a submission's `JobDetails` from its driver.
-    pub fn link(&self, details: &mut Value) {
-        details["job_id"] = json!(self.job_id);
-        details["driver_info"] = self.info();
-        details["driver_node_id"] = json!(self.node_id);
+    pub fn link(&self, details: &mut JobDetails) {
+        details.job_id = Some(self.job_id.clone());
+        details.driver_info = Some(self.info());
+        details.driver_node_id = Some(self.node_id.clone());
     }
 
     /// A DRIVER row, as Ray's head lists one (RUNNING, then SUCCEEDED once it
     /// ended; a running one shows `end_time` 0).
-    pub fn details(&self) -> Value {
-        json!({
-            "type": "DRIVER",
-            "job_id": self.job_id,
-            "submission_id": null,
-            "driver_info": self.info(),
-            "status": if self.end_time.is_some() { "SUCCEEDED" } else { "RUNNING" },
-            "entrypoint": self.entrypoint,
-            "message": "",
-            "error_type": null,
-            "start_time": self.start_time,
-            "end_time": self.end_time.unwrap_or(0),
-            "metadata": {},
-            "runtime_env": {},
-            "driver_agent_http_address": null,
-            "driver_node_id": self.node_id,
-            "driver_exit_code": null,
-        })
+    pub fn details(&self) -> JobDetails {
+        JobDetails {
+            job_type: JobType::Driver,
+            job_id: Some(self.job_id.clone()),
+            submission_id: None,
+            driver_info: Some(self.info()),
+            status: if self.end_time.is_some() { JobStatus::Succeeded } else { JobStatus::Running },
+            entrypoint: self.entrypoint.clone(),
+            message: String::new(),
+            error_type: None,
+            start_time: self.start_time,
+            end_time: Some(self.end_time.unwrap_or(0)),
+            metadata: Default::default(),
+            runtime_env: Default::default(),
+            driver_agent_http_address: None,
+            driver_node_id: Some(self.node_id.clone()),
+            driver_exit_code: None,
+        }
     }
 }

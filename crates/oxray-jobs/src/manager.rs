@@ -14,6 +14,7 @@ use crate::resources::{EntrypointResources, HeldOn, HoldError};
 use crate::store::JobStore;
 use crate::{drivers, entrypoint, packages, record, remote, runtime_env};
 use oxray_object_store::process_start_ticks;
+use oxray_rest::JobDetails;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -186,7 +187,7 @@ impl JobManager {
     }
 
     /// Ray's `JobDetails` of a submission or of a driver started by hand.
-    pub fn details(&self, id: &str, redact: bool) -> Result<serde_json::Value, JobError> {
+    pub fn details(&self, id: &str, redact: bool) -> Result<JobDetails, JobError> {
         let drivers = self.drivers();
         if let Some(driver) = drivers.iter().find(|d| d.job_id == id && d.submission_id.is_none())
             && self.store.get(id).map_err(JobError::Internal)?.is_none()
@@ -198,9 +199,9 @@ impl JobManager {
     }
 
     /// Every submission (with its driver's ids), then every driver started by hand.
-    pub fn list(&self, redact: bool) -> Result<Vec<serde_json::Value>, JobError> {
+    pub fn list(&self, redact: bool) -> Result<Vec<JobDetails>, JobError> {
         let drivers = self.drivers();
-        let mut all: Vec<serde_json::Value> = self
+        let mut all: Vec<JobDetails> = self
             .store
             .all()
             .map_err(JobError::Internal)?
@@ -730,7 +731,7 @@ fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
 }
 
 /// A submission's `JobDetails`, with its latest driver's ids when it has one.
-fn linked(record: &JobRecord, drivers: &[drivers::DriverRow], redact: bool) -> serde_json::Value {
+fn linked(record: &JobRecord, drivers: &[drivers::DriverRow], redact: bool) -> JobDetails {
     let mut details = record.details(redact);
     let driver = drivers
         .iter()

@@ -1,45 +1,10 @@
 //! A submitted job: its record (what is stored and what `JobDetails` shows),
 //! its status and Ray's wording for each, and the submit request's checks.
 
+pub use oxray_rest::JobStatus;
+use oxray_rest::{JobDetails, JobType};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobStatus {
-    Pending,
-    Running,
-    Stopped,
-    Succeeded,
-    Failed,
-}
-
-impl JobStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JobStatus::Pending => "PENDING",
-            JobStatus::Running => "RUNNING",
-            JobStatus::Stopped => "STOPPED",
-            JobStatus::Succeeded => "SUCCEEDED",
-            JobStatus::Failed => "FAILED",
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "PENDING" => JobStatus::Pending,
-            "RUNNING" => JobStatus::Running,
-            "STOPPED" => JobStatus::Stopped,
-            "SUCCEEDED" => JobStatus::Succeeded,
-            "FAILED" => JobStatus::Failed,
-            _ => return None,
-        })
-    }
-
-    /// STOPPED, SUCCEEDED and FAILED never change afterwards.
-    pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed)
-    }
-}
 
 pub const MSG_PENDING: &str = "Job has not started yet. It may be waiting for resources (CPUs, GPUs, memory, \
      custom resources) to become available. It may be waiting for the runtime environment to be set up.";
@@ -85,35 +50,35 @@ impl JobRecord {
     }
 
     /// Ray's `JobDetails`; a browser sees `env_vars` values redacted.
-    pub fn details(&self, redact: bool) -> Value {
+    pub fn details(&self, redact: bool) -> JobDetails {
         let mut runtime_env = self.runtime_env.clone();
         if redact && let Some(Value::Object(vars)) = runtime_env.get_mut("env_vars") {
             for value in vars.values_mut() {
                 *value = Value::String("<redacted>".into());
             }
         }
-        json!({
-            "type": "SUBMISSION",
-            "job_id": null,
-            "submission_id": self.submission_id,
-            "driver_info": null,
-            "status": self.status.as_str(),
-            "entrypoint": self.entrypoint,
-            "message": self.message,
-            "error_type": self.error_type,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "metadata": self.metadata,
-            "runtime_env": runtime_env,
-            "driver_agent_http_address": null,
-            "driver_node_id": null,
-            "driver_exit_code": self.driver_exit_code,
-        })
+        JobDetails {
+            job_type: JobType::Submission,
+            job_id: None,
+            submission_id: Some(self.submission_id.clone()),
+            driver_info: None,
+            status: self.status,
+            entrypoint: self.entrypoint.clone(),
+            message: self.message.clone(),
+            error_type: self.error_type.clone(),
+            start_time: self.start_time,
+            end_time: self.end_time,
+            metadata: self.metadata.clone(),
+            runtime_env,
+            driver_agent_http_address: None,
+            driver_node_id: None,
+            driver_exit_code: self.driver_exit_code,
+        }
     }
 
     /// What the store keeps (the details plus the process id).
     pub fn to_stored(&self) -> String {
-        let mut value = self.details(false);
+        let mut value = serde_json::to_value(self.details(false)).expect("JobDetails is plain data");
         value["pid"] = json!(self.pid);
         value["pid_start"] = json!(self.pid_start);
         value["entrypoint_resources_held"] = json!(self.resources);
@@ -487,8 +452,8 @@ mod tests {
             pid_start: Some(7),
         };
         assert_eq!(JobRecord::from_stored(&record.to_stored()), Some(record.clone()));
-        assert_eq!(record.details(true)["runtime_env"]["env_vars"]["SECRET"], "<redacted>");
-        assert_eq!(record.details(false)["runtime_env"]["env_vars"]["SECRET"], "s3cr3t");
+        assert_eq!(record.details(true).runtime_env["env_vars"]["SECRET"], "<redacted>");
+        assert_eq!(record.details(false).runtime_env["env_vars"]["SECRET"], "s3cr3t");
         assert!(record.submission_id.starts_with("raysubmit_") && record.submission_id.len() == 26);
     }
 }

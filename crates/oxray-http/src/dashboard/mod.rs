@@ -107,7 +107,7 @@ fn job_manager(dash: &Dashboard) -> Option<&Arc<JobManager>> {
     dash.sources.jobs.as_ref()
 }
 
-fn job_rows(dash: &Dashboard) -> Vec<serde_json::Value> {
+fn job_rows(dash: &Dashboard) -> Vec<oxray_rest::JobDetails> {
     job_manager(dash).and_then(|jobs| jobs.list(true).ok()).unwrap_or_default()
 }
 

@@ -4,6 +4,7 @@
 
 use crate::state::rows::{ActorRow, NodeRow, TaskRow};
 use askama::Template;
+use oxray_rest::{JobDetails, JobType};
 use serde_json::Value;
 
 /// The navigation bar: (path, label).
@@ -143,22 +144,20 @@ pub(crate) struct JobView {
 
 impl JobView {
     /// From a `JobDetails` (a submission, or a DRIVER row).
-    pub(crate) fn new(details: &Value) -> Self {
-        let text = |key: &str| details[key].as_str().unwrap_or("").to_string();
-        let id = details["submission_id"].as_str().or(details["job_id"].as_str()).unwrap_or("").to_string();
-        let status = text("status");
-        let kind = text("type");
+    pub(crate) fn new(details: &JobDetails) -> Self {
+        let id = details.id().to_string();
+        let submission = details.job_type == JobType::Submission;
         Self {
-            link: if kind == "SUBMISSION" { format!("/jobs/{id}") } else { String::new() },
+            link: if submission { format!("/jobs/{id}") } else { String::new() },
             id,
-            kind,
-            running: matches!(status.as_str(), "PENDING" | "RUNNING"),
-            ended: matches!(status.as_str(), "STOPPED" | "SUCCEEDED" | "FAILED"),
-            status,
-            entrypoint: text("entrypoint"),
-            message: text("message"),
-            start_ms: details["start_time"].as_u64().unwrap_or(0),
-            end_ms: details["end_time"].as_u64().unwrap_or(0),
+            kind: if submission { "SUBMISSION" } else { "DRIVER" }.to_string(),
+            running: !details.status.is_terminal(),
+            ended: details.status.is_terminal(),
+            status: details.status.as_str().to_string(),
+            entrypoint: details.entrypoint.clone(),
+            message: details.message.clone(),
+            start_ms: details.start_time,
+            end_ms: details.end_time.unwrap_or(0),
         }
     }
 }
@@ -277,7 +276,7 @@ pub(crate) struct OverviewBody {
 }
 
 impl OverviewBody {
-    pub(crate) fn new(nodes: &[NodeRow], actors: &[ActorRow], jobs: &[Value], runs: &[Value]) -> Self {
+    pub(crate) fn new(nodes: &[NodeRow], actors: &[ActorRow], jobs: &[JobDetails], runs: &[Value]) -> Self {
         let alive: Vec<&NodeRow> = nodes.iter().filter(|n| n.state == "ALIVE").collect();
         Self {
             cpu: Usage::of_resource("CPU", &alive, false),

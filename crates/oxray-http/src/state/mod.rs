@@ -191,7 +191,7 @@ async fn jobs(State(sources): Sources, RawQuery(query): RawQuery, headers: Heade
     match jobs.list(is_browser(&headers)) {
         Ok(rows) => {
             let total = rows.len();
-            list_reply(&query::JOBS, rows, total, &options, String::new())
+            list_reply(&query::JOBS, to_values(rows), total, &options, String::new())
         }
         Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e:?}"), Value::Null),
     }
