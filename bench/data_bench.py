@@ -818,7 +818,7 @@ def parse_args(argv=None):
     return a
 
 
-def main(argv=None):
+def main(argv=None):  # noqa: C901 - a benchmark driver: one branch per command-line choice
     args = parse_args(argv)
     if args.child:
         _set_pdeathsig()

@@ -111,7 +111,7 @@ def mark_hung(prefix: str, message: str) -> None:
             f.write(f"{hung[-1]}\tfailed\t{message}\n")
 
 
-def summarize(work: str, files_txt: str) -> None:
+def summarize(work: str, files_txt: str) -> None:  # noqa: C901 - report formatting: one branch per table and column
     results = os.path.join(work, "results")
     ray_files = []
     with open(files_txt, encoding="utf-8") as f:

@@ -415,7 +415,7 @@ def _parametrize_pieces(decorator, callspec) -> list[ast.AST]:
     return [values]
 
 
-def _test_pieces(item, index):
+def _test_pieces(item, index):  # noqa: C901 - one branch per kind of code a test is made of
     """The code that makes up the test: [(where, AST or import line)], transitively."""
     func_node, class_node = _function_node(index, item)
     if func_node is None:

@@ -112,6 +112,17 @@ UNSUPPORTED_OPTIONS = {
 
 def validate(options: dict, kind: str) -> dict:
     """Checks names and values; `kind` is "task", "actor" or "method"."""
+    _check_names(options, kind)
+    _check_resources(options)
+    _check_counts(options)
+    _check_concurrency(options)
+    _check_identity(options, kind)
+    _check_placement(options)
+    return options
+
+
+def _check_names(options: dict, kind: str) -> None:
+    """Every option is one `kind` takes, and none is one oxray refuses."""
     allowed = {"task": TASK_OPTIONS, "actor": ACTOR_OPTIONS, "method": METHOD_OPTIONS}[kind]
     what = {"task": "remote functions", "actor": "actors", "method": "actor methods"}[kind]
     for key in options:
@@ -120,26 +131,35 @@ def validate(options: dict, kind: str) -> dict:
     for key, why in UNSUPPORTED_OPTIONS.items():
         if options.get(key) not in (None, {}, -1 if key == "max_pending_calls" else None):
             raise NotImplementedError(f"The option {key}={options[key]!r} is not supported by oxray: {why}")
+
+
+def _check_resources(options: dict) -> None:
+    """num_cpus, num_gpus, memory, object_store_memory and the custom `resources`."""
     for key in ("num_cpus", "num_gpus", "memory", "object_store_memory"):
         if options.get(key) is not None:
             _nonneg_number(key, options[key])
     for key in ("num_cpus", "num_gpus"):
         _check_precision(key, options.get(key))
     resources = options.get("resources")
-    if resources is not None:
-        if not isinstance(resources, dict):
-            raise TypeError(f"The option 'resources' must be a dict of name -> quantity, got {resources!r}")
-        for name, qty in resources.items():
-            if not isinstance(name, str):
-                raise TypeError(f"Resource names must be strings, got {name!r}")
-            if name in ("CPU", "GPU"):
-                raise ValueError(f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}")
-            if name in ("memory", "object_store_memory"):
-                raise ValueError(f"Use the {name!r} option instead of resources={{{name!r}: ...}}")
-            if name == "bundle":
-                raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
-            _nonneg_number(f"resources[{name!r}]", qty)
-            _check_precision(name, qty)
+    if resources is None:
+        return
+    if not isinstance(resources, dict):
+        raise TypeError(f"The option 'resources' must be a dict of name -> quantity, got {resources!r}")
+    for name, qty in resources.items():
+        if not isinstance(name, str):
+            raise TypeError(f"Resource names must be strings, got {name!r}")
+        if name in ("CPU", "GPU"):
+            raise ValueError(f"Use the 'num_cpus' and 'num_gpus' options instead of resources={{{name!r}: ...}}")
+        if name in ("memory", "object_store_memory"):
+            raise ValueError(f"Use the {name!r} option instead of resources={{{name!r}: ...}}")
+        if name == "bundle":
+            raise ValueError("'bundle' is a reserved resource name (placement groups use it); choose another")
+        _nonneg_number(f"resources[{name!r}]", qty)
+        _check_precision(name, qty)
+
+
+def _check_counts(options: dict) -> None:
+    """num_returns, and the retry, restart and call limits."""
     if options.get("num_returns") == "dynamic":
         raise ValueError(
             "num_returns='dynamic' is not supported by oxray (Ray deprecated it): use num_returns='streaming' "
@@ -154,6 +174,10 @@ def validate(options: dict, kind: str) -> dict:
     for key in ("max_retries", "max_restarts", "max_task_retries", "max_calls"):
         if options.get(key) is not None:
             _ray_int_option(key, options[key])
+
+
+def _check_concurrency(options: dict) -> None:
+    """max_concurrency, an actor's concurrency_groups and a method's concurrency_group."""
     if options.get("max_concurrency") is not None:
         _int_at_least("max_concurrency", options["max_concurrency"], 1)
     groups = options.get("concurrency_groups")
@@ -164,6 +188,10 @@ def validate(options: dict, kind: str) -> dict:
             _int_at_least(f"concurrency_groups[{name!r}]", size, 1)
     if options.get("concurrency_group") is not None and not isinstance(options["concurrency_group"], str):
         raise TypeError(f"concurrency_group={options['concurrency_group']!r}: expected a group name")
+
+
+def _check_identity(options: dict, kind: str) -> None:
+    """name, accelerator_type, namespace, lifetime and get_if_exists."""
     for key in ("name", "accelerator_type"):
         if options.get(key) is not None and not isinstance(options[key], str):
             raise TypeError(f"The option {key!r} must be a string, got {options[key]!r}")
@@ -177,6 +205,10 @@ def validate(options: dict, kind: str) -> dict:
         raise TypeError(f"The option 'get_if_exists' must be a bool, got {options['get_if_exists']!r}")
     if options.get("get_if_exists") and kind == "actor" and options.get("name") is None:
         raise ValueError("The actor name must be specified to use `get_if_exists`: add name=... to the options")
+
+
+def _check_placement(options: dict) -> None:
+    """retry_exceptions, label_selector, fallback_strategy, runtime_env and scheduling_strategy."""
     retry = options.get("retry_exceptions")
     if retry is not None and not (
         isinstance(retry, bool)
@@ -197,7 +229,6 @@ def validate(options: dict, kind: str) -> dict:
                 f"Unsupported scheduling_strategy {strategy!r}: expected 'DEFAULT', 'SPREAD', "
                 "a PlacementGroupSchedulingStrategy or a NodeAffinitySchedulingStrategy"
             )
-    return options
 
 
 def strategy_fields(options: dict) -> dict:

@@ -152,7 +152,7 @@ class DataContext:
                 cls._current = DataContext()
             return cls._current
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name, value):  # noqa: C901 - one check per DataContext setting
         if name == "execution_options":
             if not isinstance(value, ExecutionOptions):
                 raise TypeError(

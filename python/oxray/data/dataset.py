@@ -91,7 +91,7 @@ _TASK_ONLY_ARGS = {"max_retries", "retry_exceptions", "max_calls"}
 _ACTOR_ONLY_ARGS = {"max_concurrency", "max_task_retries", "max_restarts"}
 
 
-def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args) -> P.ComputeSpec:
+def _compute_spec(fn, what, compute, concurrency, num_cpus, num_gpus, memory, ray_remote_args) -> P.ComputeSpec:  # noqa: C901 - Ray's compute, concurrency and remote-args rules, in Ray's order
     remote = {}
     for key, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus), ("memory", memory)):
         if value is not None:
@@ -1030,7 +1030,7 @@ class Dataset:
 
     # ---- writing ----
 
-    def _write(
+    def _write(  # noqa: C901 - the writer options' checks, in Ray's order, then the write
         self, fmt: str, path, kwargs: dict, *, partition_cols=None, column=None, options=None, arrow_args_fn=None
     ) -> None:
         """Writes the dataset as files under `path`; `kwargs` are the writer's shared options and,

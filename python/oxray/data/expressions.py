@@ -408,7 +408,7 @@ _AST_FUNCTIONS = {
 }
 
 
-def _from_ast(node, text: str) -> Expr:
+def _from_ast(node, text: str) -> Expr:  # noqa: C901 - one branch per kind of Python expression node
     if isinstance(node, ast.Name):
         return col(node.id)
     if isinstance(node, ast.Attribute) and _dotted_name(node) is not None:

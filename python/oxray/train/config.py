@@ -52,39 +52,42 @@ class ScalingConfig:
         if self.topology is not None:
             raise ValueError("ScalingConfig(topology=...) is not supported by oxray yet; use resources_per_worker")
         if self.label_selector is not None:
-            from oxray._private.options import check_label_selector
-
-            selectors = self.label_selector if isinstance(self.label_selector, list) else [self.label_selector]
-            if isinstance(self.label_selector, list) and len(selectors) != self.num_workers:
-                raise ValueError(
-                    f"ScalingConfig(label_selector=...): a list needs one selector per worker ({self.num_workers}), "
-                    f"got {len(selectors)}"
-                )
-            for selector in selectors:
-                check_label_selector(selector, "ScalingConfig(label_selector=...)")
+            self._check_label_selector()
         if self.placement_strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
                 f"ScalingConfig(placement_strategy={self.placement_strategy!r}): expected one of "
                 "'PACK', 'SPREAD', 'STRICT_PACK', 'STRICT_SPREAD'"
             )
         if self.resources_per_worker is not None:
-            if not isinstance(self.resources_per_worker, dict):
-                raise ValueError(
-                    f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): "
-                    "expected a dict like {'CPU': 1}"
-                )
-            for k, v in self.resources_per_worker.items():
-                if not isinstance(k, str) or not k:
-                    raise ValueError(
-                        f"ScalingConfig(resources_per_worker=...): resource names must be strings, got {k!r}"
-                    )
-                if not _is_number(v) or v < 0:
-                    raise ValueError(f"ScalingConfig(resources_per_worker=...): {k!r} must be a number >= 0, got {v!r}")
-            gpus = self.resources_per_worker.get("GPU", 0)
-            if gpus and not self.use_gpu:
-                raise ValueError(
-                    f"ScalingConfig: resources_per_worker asks for GPU={gpus} but use_gpu=False; set use_gpu=True"
-                )
+            self._check_resources_per_worker()
+
+    def _check_label_selector(self) -> None:
+        from oxray._private.options import check_label_selector
+
+        selectors = self.label_selector if isinstance(self.label_selector, list) else [self.label_selector]
+        if isinstance(self.label_selector, list) and len(selectors) != self.num_workers:
+            raise ValueError(
+                f"ScalingConfig(label_selector=...): a list needs one selector per worker ({self.num_workers}), "
+                f"got {len(selectors)}"
+            )
+        for selector in selectors:
+            check_label_selector(selector, "ScalingConfig(label_selector=...)")
+
+    def _check_resources_per_worker(self) -> None:
+        if not isinstance(self.resources_per_worker, dict):
+            raise ValueError(
+                f"ScalingConfig(resources_per_worker={self.resources_per_worker!r}): expected a dict like {{'CPU': 1}}"
+            )
+        for k, v in self.resources_per_worker.items():
+            if not isinstance(k, str) or not k:
+                raise ValueError(f"ScalingConfig(resources_per_worker=...): resource names must be strings, got {k!r}")
+            if not _is_number(v) or v < 0:
+                raise ValueError(f"ScalingConfig(resources_per_worker=...): {k!r} must be a number >= 0, got {v!r}")
+        gpus = self.resources_per_worker.get("GPU", 0)
+        if gpus and not self.use_gpu:
+            raise ValueError(
+                f"ScalingConfig: resources_per_worker asks for GPU={gpus} but use_gpu=False; set use_gpu=True"
+            )
 
     @property
     def worker_resources(self) -> dict:
