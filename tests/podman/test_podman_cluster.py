@@ -33,8 +33,8 @@ from podman_play import (
     with_host_torch,
 )
 
-sys.path.insert(0, os.path.join(REPO, "tests", "python", "k8s"))
-from kube_emulator import wait_for  # noqa: E402
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from oxray_testutil import wait_until  # noqa: E402
 
 JOBS = os.path.join(REPO, "deploy", "examples", "jobs")
 IMAGE = os.environ.get("OXRAY_TEST_IMAGE", "localhost/oxray:latest")
@@ -72,7 +72,7 @@ def test_the_sample_cluster_runs_a_torch_trainer_job_across_containers(played):
         return nodes if len(nodes) == 3 else None
 
     try:
-        nodes = wait_for("the head and 2 workers alive", three_alive, timeout=180)
+        nodes = wait_until("the head and 2 workers alive", three_alive, timeout=180)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{pod_logs(played['pods'])}") from None
     ready_s = time.monotonic() - played["started"]
@@ -105,7 +105,7 @@ def test_the_sample_cluster_runs_a_torch_trainer_job_across_containers(played):
         return body if code == 200 and body["status"] in ("SUCCEEDED", "FAILED", "STOPPED") else None
 
     try:
-        job = wait_for(f"job {job_id} to end", finished, timeout=600)
+        job = wait_until(f"job {job_id} to end", finished, timeout=600)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{pod_logs(played['pods'])}") from None
     job_s = time.monotonic() - started

@@ -101,7 +101,11 @@ class LocalCluster:
         return record
 
     def wait_nodes(self, n):
-        assert wait_until(lambda: sum(1 for x in ray.nodes() if x["Alive"]) == n, timeout=15), ray.nodes()
+        wait_until(
+            lambda: f"{n} live nodes ({ray.nodes()})",
+            lambda: sum(1 for x in ray.nodes() if x["Alive"]) == n,
+            timeout=60,
+        )
 
     def status(self):
         return self.cli("status").stdout

@@ -18,11 +18,11 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 import oxray as ray
+from oxray_testutil import wait_until
 
 # Remote functions defined at module level in these test files are pickled by
 # reference (module name + qualname), so worker processes must be able to
@@ -145,14 +145,15 @@ def moto_s3(monkeypatch):
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    deadline = time.monotonic() + 30
-    while True:
+
+    def listening():
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
+            return True
         except OSError:
-            assert time.monotonic() < deadline, "moto server did not start"
-            time.sleep(0.1)
+            return False
+
+    wait_until("the moto server to start", listening, timeout=60, interval=0.1)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     client.create_bucket(Bucket="oxray-test")
     client.endpoint = endpoint

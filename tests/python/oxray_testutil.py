@@ -11,35 +11,44 @@ import uuid
 SHM_DIR = "/dev/shm"
 
 
-def wait_until(predicate, timeout=10.0, interval=0.05):
-    """Poll ``predicate`` until it returns a truthy value or ``timeout`` passes.
+class WaitTimeout(AssertionError):
+    """`wait_until` ran out of time: the message names what it waited for and the last value seen."""
 
-    Returns the last value of the predicate (truthy on success).
+
+def wait_until(what, check, timeout=60.0, interval=0.05):
+    """Polls ``check`` until it returns a truthy value, and returns that value.
+
+    Raises ``WaitTimeout`` (an AssertionError) naming ``what`` and the last value ``check``
+    returned once ``timeout`` seconds pass. ``what`` is a description, or a callable that
+    makes one (called only on a timeout, for details such as the cluster's state then).
     """
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
+        value = check()
+        if value:
             return value
+        if time.monotonic() >= deadline:
+            description = what() if callable(what) else what
+            last = repr(value)
+            if len(last) > 2000:
+                last = last[:2000] + "..."
+            raise WaitTimeout(f"timed out after {timeout:g} s waiting for {description}; last saw {last}")
         time.sleep(interval)
-
-
-def wait_for_path(path, timeout=60.0):
-    """Block (inside a task) until ``path`` exists; True if it appeared."""
-    return bool(wait_until(lambda: os.path.exists(path), timeout, 0.02))
 
 
 def file_barrier(directory, n, timeout=30.0):
     """A cross-process barrier on a shared directory.
 
     Each caller drops a unique file in ``directory`` and waits until at least
-    ``n`` callers have arrived.  Returns True when the barrier was reached,
-    False on timeout (i.e. fewer than ``n`` callers ran at the same time).
+    ``n`` callers have arrived; True then. Raises ``WaitTimeout`` when fewer than
+    ``n`` callers ran at the same time within ``timeout``.
     """
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, uuid.uuid4().hex), "w") as f:
         f.write(str(os.getpid()))
-    return bool(wait_until(lambda: len(os.listdir(directory)) >= n, timeout, 0.02))
+    return wait_until(
+        f"{n} callers at the barrier in {directory}", lambda: len(os.listdir(directory)) >= n, timeout, 0.02
+    )
 
 
 def max_overlap(intervals):
@@ -210,13 +219,14 @@ def http_call(method, url, token=None, body=None, headers=None):
 def wait_job_terminal(client, job_id, timeout=120):
     """Polls a Jobs client (Ray's or oxray's), as Ray's docs do, until the
     job's status is terminal; that status."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def terminal_status():
         status = client.get_job_status(job_id)
-        if status.is_terminal():
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} still {client.get_job_status(job_id)} after {timeout}s")
+        return status if status.is_terminal() else None
+
+    return wait_until(
+        lambda: f"job {job_id} to end (still {client.get_job_status(job_id)})", terminal_status, timeout, 0.1
+    )
 
 
 def ray_jobs_client(cluster):

@@ -49,7 +49,7 @@ class Sleeper:
 
 
 def _wait_for_waiters(gate, n):
-    assert wait_until(lambda: ray.get(gate.count.remote()) >= n, timeout=60), "the call never started waiting"
+    wait_until(f"{n} calls to wait on the gate", lambda: ray.get(gate.count.remote()) >= n, timeout=60)
 
 
 def test_cancelling_an_async_call_raises_cancelled_error_in_it(ray_cluster):

@@ -160,7 +160,9 @@ def test_exit_actor_from_a_background_task_ends_the_async_actor(ray_cluster, tmp
         ray.get(actor.start_leaving.remote())
     # The background task's exit_actor() runs outside any call: the actor still ends, for good.
     actor.open_gate.remote()
-    assert wait_until(lambda: os.path.exists(path) and "atexit" in lines(path), timeout=30)
+    wait_until(
+        "the actor's atexit handler to run", lambda: os.path.exists(path) and "atexit" in lines(path), timeout=60
+    )
     with pytest.raises(RayActorError, match="exit_actor"):
         ray.get(actor.note.remote("after"), timeout=30)
     assert lines(path) == ["atexit"]
@@ -289,7 +291,7 @@ def test_a_copy_of_the_handle_keeps_the_actor_until_it_is_gone_too(ray_cluster, 
     assert ray.get(copy.note.remote("still here")) == "still here"
     assert pid_alive(pid)
     del copy  # the last strong handle
-    assert wait_until(lambda: not pid_alive(pid), timeout=60)
+    wait_until("the actor's process to exit", lambda: not pid_alive(pid), timeout=60)
     assert lines(path)[-2:] == ["shutdown", "atexit"]
 
 
@@ -320,7 +322,7 @@ def test_a_handle_passed_to_a_waiting_task_keeps_the_actor_until_the_task_ends(r
     assert pid_alive(pid)
     ray.get(gate.open.remote())
     assert ray.get(result) == "from the task"
-    assert wait_until(lambda: not pid_alive(pid), timeout=60)
+    wait_until("the actor's process to exit", lambda: not pid_alive(pid), timeout=60)
 
 
 def test_an_actors_own_handle_does_not_keep_it_alive(ray_cluster):
@@ -329,7 +331,7 @@ def test_an_actors_own_handle_does_not_keep_it_alive(ray_cluster):
     for _ in range(3):
         assert ray.get(holder.keep_self.remote(holder)) == "kept"
     del holder
-    assert wait_until(lambda: not pid_alive(pid), timeout=60)
+    wait_until("the actor's process to exit", lambda: not pid_alive(pid), timeout=60)
 
 
 def test_a_name_does_not_keep_an_actor_alive(ray_cluster, tmp_path):
@@ -346,7 +348,7 @@ def test_a_name_does_not_keep_an_actor_alive(ray_cluster, tmp_path):
             return True
         return False
 
-    assert wait_until(gone, timeout=60)
+    wait_until("the actor to be gone", gone, timeout=60)
     kept = Journal.options(name="kept-detached", lifetime="detached").remote(str(tmp_path / "detached"))
     del kept
     assert ray.get(ray.get_actor("kept-detached").note.remote("still here")) == "still here"

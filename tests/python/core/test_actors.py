@@ -154,7 +154,7 @@ def test_kill_actor_then_calls_raise_actor_died(ray_cluster):
         except ValueError:
             return True
 
-    assert wait_until(name_free, timeout=10)
+    wait_until("the killed actor's name to be free", name_free, timeout=30)
 
 
 def test_actor_handle_passed_to_task(ray_cluster):
@@ -201,4 +201,6 @@ def test_the_head_keeps_a_bounded_history_of_dead_actors(fresh_cluster, monkeypa
         actors = STATE.client.list_actors()
         return len(actors) <= 11 and sum(a.state == "DEAD" for a in actors) == 10 and actors
 
-    assert wait_until(listed, timeout=30), [a.state for a in STATE.client.list_actors()]
+    wait_until(
+        lambda: f"10 dead actors kept (states: {[a.state for a in STATE.client.list_actors()]})", listed, timeout=60
+    )

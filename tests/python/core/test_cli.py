@@ -110,7 +110,11 @@ def test_the_token_never_appears_in_argv(host, tmp_path, monkeypatch):
         text=True,
     )
     try:
-        assert wait_until(lambda: len(host.records()) == 3, timeout=60), blocking.poll()
+        wait_until(
+            lambda: f"3 nodes recorded (the blocking start: {blocking.poll()})",
+            lambda: len(host.records()) == 3,
+            timeout=60,
+        )
         monkeypatch.setenv("OXRAY_TOKEN", token)
         ray.init(address=f"127.0.0.1:{port}")
 

@@ -17,7 +17,6 @@ from oxray_testutil import (
     oxray_shm_entries,
     pid_alive,
     session_shm_entries,
-    wait_for_path,
     wait_until,
 )
 
@@ -34,7 +33,8 @@ def crash_once(pid_file, marker):
     with open(pid_file + ".tmp", "w") as f:
         f.write(str(os.getpid()))
     os.rename(pid_file + ".tmp", pid_file)
-    wait_for_path(pid_file + ".never", timeout=60)
+    never = pid_file + ".never"
+    wait_until("the test to kill this task", lambda: os.path.exists(never), timeout=60)
     return "not killed", os.getpid()
 
 
@@ -69,14 +69,14 @@ class PidActor:
 
 
 def _read_pid(path):
-    assert wait_until(lambda: os.path.exists(path), timeout=30), "task never started"
+    wait_until("the task to start", lambda: os.path.exists(path), timeout=60)
     with open(path) as f:
         return int(f.read())
 
 
 def _kill_and_wait(pid):
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: not pid_alive(pid), timeout=10), f"pid {pid} still alive"
+    wait_until(f"pid {pid} to die", lambda: not pid_alive(pid), timeout=30)
 
 
 def test_killed_worker_task_is_retried(ray_cluster, tmp_path):
@@ -116,9 +116,9 @@ def test_actor_restarts_once_then_dies(ray_cluster):
         except ray.exceptions.RayActorError:
             return None
 
-    result = wait_until(call_after_restart, timeout=60, interval=0.2)
-    assert result, "actor did not come back after its first crash"
-    calls, pid2 = result
+    calls, pid2 = wait_until(
+        "the actor to come back after its first crash", call_after_restart, timeout=60, interval=0.2
+    )
     assert pid2 != pid1
     assert calls == 1, "state must be reset: the constructor runs again on restart"
 
@@ -134,7 +134,7 @@ def test_actor_restarts_once_then_dies(ray_cluster):
             return False
         raise AssertionError(f"call on a dead actor succeeded: {value!r}")
 
-    assert wait_until(call_until_dead, timeout=30, interval=0.2)
+    wait_until("calls to fail with ActorDiedError", call_until_dead, timeout=60, interval=0.2)
     with pytest.raises(ray.exceptions.ActorDiedError):
         ray.get(actor.bump.remote(), timeout=TIMEOUT)
 
@@ -228,12 +228,22 @@ def test_shutdown_leaves_no_processes_or_shared_memory(fresh_cluster):
     ours = session_shm_entries(extra_pids=pids)
     del view, big
     ray.shutdown()
-    assert wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10), [p for p in pids if pid_alive(p)]
-    # Nor any helper process the driver started for the cluster (agents, stores).
-    assert wait_until(lambda: not (live_children() - children_before), timeout=10), sorted(
-        live_children() - children_before
+    wait_until(
+        lambda: f"the workers to exit (alive: {[p for p in pids if pid_alive(p)]})",
+        lambda: not any(pid_alive(p) for p in pids),
+        timeout=30,
     )
-    assert wait_until(lambda: not (ours & oxray_shm_entries()), timeout=5), sorted(ours & oxray_shm_entries())
+    # Nor any helper process the driver started for the cluster (agents, stores).
+    wait_until(
+        lambda: f"the cluster's helper processes to exit (alive: {sorted(live_children() - children_before)})",
+        lambda: not (live_children() - children_before),
+        timeout=30,
+    )
+    wait_until(
+        lambda: f"the cluster's /dev/shm entries to go (left: {sorted(ours & oxray_shm_entries())})",
+        lambda: not (ours & oxray_shm_entries()),
+        timeout=30,
+    )
 
 
 DRIVER_SCRIPT = textwrap.dedent(
@@ -282,8 +292,11 @@ def test_driver_exit_without_shutdown_leaves_no_workers(tmp_path, how):
     assert match, f"driver failed (rc={proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     pids = [int(p) for p in match.group(1).split(",")]
     assert pids
-    alive = wait_until(lambda: not any(pid_alive(p) for p in pids), timeout=10)
-    assert alive, [p for p in pids if pid_alive(p)]
+    wait_until(
+        lambda: f"the workers to exit (alive: {[p for p in pids if pid_alive(p)]})",
+        lambda: not any(pid_alive(p) for p in pids),
+        timeout=30,
+    )
 
 
 @ray.remote
@@ -314,7 +327,7 @@ def test_restarted_actor_gets_its_large_constructor_argument_again(ray_cluster):
     pid, total = ray.get(actor.state.remote(), timeout=60)
     assert total == 300_000.0
     os.kill(pid, signal.SIGKILL)
-    new_pid, total = wait_until(lambda: _try_state(actor), timeout=60)
+    new_pid, total = wait_until("the actor to restart", lambda: _try_state(actor), timeout=60)
     assert new_pid != pid and total == 300_000.0
 
 
@@ -334,7 +347,7 @@ def blocks_until(path, pid_file):
     with open(pid_file + ".tmp", "w") as f:
         f.write(str(os.getpid()))
     os.rename(pid_file + ".tmp", pid_file)
-    wait_for_path(path, timeout=120)
+    wait_until(f"{path} to appear", lambda: os.path.exists(path), timeout=120)
     return 1
 
 
@@ -358,7 +371,8 @@ class OwnerWorker:
         actor = HoldsDependency.remote(blocks_until.remote(never, pid_file))
         call = caller.call.remote(os.getpid(), actor)
         ray.wait([call], timeout=0)  # sends the queued call now
-        wait_for_path(pid_file + ".caller", timeout=60)
+        started = pid_file + ".caller"
+        wait_until("the caller to start", lambda: os.path.exists(started), timeout=60)
         os._exit(0)
 
     def submit_pending(self, never, pid_file):
@@ -376,7 +390,7 @@ class CallsAfterOwnerDies:
 
     def call(self, owner_pid, actor):
         open(self.started_file, "w").close()
-        wait_until(lambda: not pid_alive(owner_pid), timeout=60)
+        wait_until("the owner to die", lambda: not pid_alive(owner_pid), timeout=60)
         try:
             self.outcome = ("value", ray.get(actor.value.remote(), timeout=60))
         except Exception as e:  # noqa: BLE001 - the test checks which one
@@ -394,13 +408,13 @@ def test_actor_whose_owner_dies_before_its_dependency_is_ready_dies_too(ray_clus
     pid_file = str(tmp_path / "pending.pid")
     caller = CallsAfterOwnerDies.remote(pid_file + ".caller")
     owner.make_actor_on_pending_dependency.remote(caller, str(tmp_path / "never"), pid_file)
-    assert wait_until(lambda: not pid_alive(owner_pid), timeout=60)
-    outcome = wait_until(lambda: ray.get(caller.result.remote(), timeout=TIMEOUT), timeout=90)
-    assert outcome and outcome[0] == "ActorDiedError" and "owner" in outcome[1], outcome
+    wait_until("the owner to die", lambda: not pid_alive(owner_pid), timeout=60)
+    outcome = wait_until("the caller's outcome", lambda: ray.get(caller.result.remote(), timeout=TIMEOUT), timeout=90)
+    assert outcome[0] == "ActorDiedError" and "owner" in outcome[1], outcome
     # The task the dead owner left running is stopped too.
-    assert wait_until(lambda: os.path.exists(pid_file), timeout=60)
+    wait_until("the pending task to start", lambda: os.path.exists(pid_file), timeout=60)
     pending_pid = int(open(pid_file).read())
-    assert wait_until(lambda: not pid_alive(pending_pid), timeout=30), "the dead owner's task still runs"
+    wait_until("the dead owner's task to stop", lambda: not pid_alive(pending_pid), timeout=60)
 
 
 def test_object_whose_owner_died_before_it_was_made_raises_owner_died(ray_cluster, tmp_path):
@@ -408,15 +422,16 @@ def test_object_whose_owner_died_before_it_was_made_raises_owner_died(ray_cluste
     owner_pid = ray.get(owner.pid.remote(), timeout=TIMEOUT)
     pid_file = str(tmp_path / "pending.pid")
     [pending] = ray.get(owner.submit_pending.remote(str(tmp_path / "never"), pid_file), timeout=TIMEOUT)
-    assert wait_until(lambda: os.path.exists(pid_file), timeout=60)
+    wait_until("the pending task to start", lambda: os.path.exists(pid_file), timeout=60)
     owner.die.remote()
-    assert wait_until(lambda: not pid_alive(owner_pid), timeout=60)
+    wait_until("the owner to die", lambda: not pid_alive(owner_pid), timeout=60)
     with pytest.raises(ray.exceptions.OwnerDiedError, match="owner"):
         ray.get(pending, timeout=30)
     # An actor call that depends on it fails with it as well, promptly.
     with pytest.raises(ray.exceptions.OwnerDiedError):
         ray.get(Echo.remote().echo.remote(pending), timeout=30)
-    assert wait_until(lambda: not pid_alive(int(open(pid_file).read())), timeout=30)
+    pending_pid = int(open(pid_file).read())
+    wait_until("the dead owner's task to stop", lambda: not pid_alive(pending_pid), timeout=60)
 
 
 @ray.remote(num_cpus=0)

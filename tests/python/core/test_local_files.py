@@ -178,8 +178,10 @@ def test_files_of_a_cli_cluster_are_private(tmp_path, monkeypatch, no_cluster):
         ray.init(address="auto")
         refs = _spill_and_print()
         session = record["session_dir"]
-        assert wait_until(lambda: glob.glob(os.path.join(session, "spill", "*")), timeout=30)
-        assert wait_until(lambda: glob.glob(os.path.join(session, "logs", "worker-*")), timeout=30)
+        wait_until("spill files in the session", lambda: glob.glob(os.path.join(session, "spill", "*")), timeout=60)
+        wait_until(
+            "worker logs in the session", lambda: glob.glob(os.path.join(session, "logs", "worker-*")), timeout=60
+        )
         shm = glob.glob(f"/dev/shm/oxray-{record['pid']}-*")
         assert shm, os.listdir("/dev/shm")
         assert (root / "state" / "head.redb").exists()
@@ -205,8 +207,10 @@ def test_files_of_an_embedded_cluster_are_private(tmp_path, monkeypatch, no_clus
         session = STATE.address_info["session_dir"]
         shm = STATE.cluster.shm_dir
         assert session.startswith(str(root) + os.sep), session
-        assert wait_until(lambda: glob.glob(os.path.join(session, "spill", "*")), timeout=30)
-        assert wait_until(lambda: glob.glob(os.path.join(session, "logs", "worker-*")), timeout=30)
+        wait_until("spill files in the session", lambda: glob.glob(os.path.join(session, "spill", "*")), timeout=60)
+        wait_until(
+            "worker logs in the session", lambda: glob.glob(os.path.join(session, "logs", "worker-*")), timeout=60
+        )
         bad = _not_private(str(root)) + _not_private(shm)
         assert not bad, "\n".join(bad)
         del refs

@@ -253,7 +253,10 @@ def test_object_store_memory_is_held_like_a_resource(ray_cluster):
     holder = StoreHolder.options(object_store_memory=150 * mib).remote()
     assert ray.get(holder.assigned.remote())["object_store_memory"] == 150 * mib
     # Nodes report what is free with their heartbeat: wait for the one after the actor started.
-    assert wait_until(lambda: ray.available_resources()["object_store_memory"] <= total - 150 * mib)
+    wait_until(
+        lambda: f"the actor's 150 MiB taken from the store ({ray.available_resources()})",
+        lambda: ray.available_resources()["object_store_memory"] <= total - 150 * mib,
+    )
     ray.kill(holder)
     with pytest.raises(ray.exceptions.TaskUnschedulableError, match="object_store_memory"):
         ray.get(pid.options(object_store_memory=total * 2).remote())

@@ -181,7 +181,7 @@ def test_job_config_default_actor_lifetime_reaches_actors_the_jobs_actors_create
     ray.kill(owner)
     # As in Ray: the job's default made the first child detached, so it outlives its owner;
     # a lifetime given in the options wins, and that child dies with its owner.
-    assert wait_until(lambda: _dead(non_detached), timeout=30)
+    wait_until("the non-detached child to die with its owner", lambda: _dead(non_detached), timeout=60)
     assert ray.get(by_default.ready.remote())
     created_here = Named.remote()
     from oxray.util.state import list_actors
@@ -403,7 +403,7 @@ def test_rays_dead_actor_cache_size_bounds_the_dead_actors_listed(fresh_cluster,
     assert sum(a.state == "ALIVE" for a in list_actors()) == 6
     for actor in actors:
         ray.kill(actor)
-    wait_until(lambda: len(list_actors()) == 3, timeout=60)
+    wait_until("3 dead actors listed", lambda: len(list_actors()) == 3, timeout=60)
     assert {a.state for a in list_actors()} == {"DEAD"}
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import oxray as ray
-from oxray_testutil import file_barrier, max_overlap, wait_for_path, wait_until
+from oxray_testutil import file_barrier, max_overlap, wait_until
 
 TIMEOUT = 60
 
@@ -15,14 +15,14 @@ TIMEOUT = 60
 @ray.remote
 def hold_until(gate, started):
     open(started, "w").close()
-    return wait_for_path(gate, timeout=60)
+    return wait_until("the gate to open", lambda: os.path.exists(gate), timeout=60)
 
 
 @ray.remote
 def interval_with_barrier(barrier_dir, parties, hold):
     """Records (start, end); waits until `parties` tasks are running at once."""
     start = time.time()
-    met = file_barrier(barrier_dir, parties, timeout=20)
+    met = file_barrier(barrier_dir, parties, timeout=60)
     time.sleep(hold)
     return start, time.time(), met
 
@@ -59,20 +59,28 @@ def _available(key):
     return ray.available_resources().get(key, 0.0)
 
 
+def _wait_available(key, amount):
+    wait_until(
+        lambda: f"{amount} {key} available ({ray.available_resources()})",
+        lambda: _available(key) == amount,
+        timeout=30,
+    )
+
+
 def test_available_resources_track_running_tasks(ray_cluster, tmp_path):
-    assert wait_until(lambda: _available("CPU") == 2.0, timeout=10), ray.available_resources()
+    _wait_available("CPU", 2.0)
     gate, started = str(tmp_path / "gate"), str(tmp_path / "started")
     ref = hold_until.options(num_cpus=1, resources={"custom_a": 0.5}).remote(gate, started)
     try:
-        assert wait_until(lambda: os.path.exists(started), timeout=30)
-        assert wait_until(lambda: _available("CPU") == 1.0, timeout=10), ray.available_resources()
+        wait_until("the task to start", lambda: os.path.exists(started), timeout=60)
+        _wait_available("CPU", 1.0)
         assert _available("custom_a") == 1.5
         assert ray.cluster_resources()["CPU"] == 2.0  # totals do not change
     finally:
         open(gate, "w").close()
     assert ray.get(ref, timeout=TIMEOUT) is True
-    assert wait_until(lambda: _available("CPU") == 2.0, timeout=10), ray.available_resources()
-    assert wait_until(lambda: _available("custom_a") == 2.0, timeout=10)
+    _wait_available("CPU", 2.0)
+    _wait_available("custom_a", 2.0)
 
 
 def test_fractional_cpus_run_concurrently(ray_cluster, tmp_path):
@@ -107,16 +115,15 @@ def _assert_infeasible_error(exc, *names):
 
 
 def test_infeasible_task_fails_instead_of_hanging(ray_cluster):
-    start = time.monotonic()
+    # The get's own timeout is never what ends it (`_assert_infeasible_error`): the task fails.
     with pytest.raises(Exception) as ei:
-        ray.get(noop.options(num_cpus=64).remote(), timeout=10)
-    assert time.monotonic() - start < 10.5
+        ray.get(noop.options(num_cpus=64).remote(), timeout=TIMEOUT)
     # Names what was asked for and what the cluster has.
     _assert_infeasible_error(ei.value, "CPU", "64")
     assert "2" in str(ei.value)
 
     with pytest.raises(Exception) as ei:
-        ray.get(noop.options(resources={"nonexistent": 1}).remote(), timeout=10)
+        ray.get(noop.options(resources={"nonexistent": 1}).remote(), timeout=TIMEOUT)
     _assert_infeasible_error(ei.value, "nonexistent")
     if hasattr(ray.exceptions, "TaskUnschedulableError"):
         assert isinstance(ei.value, (ray.exceptions.TaskUnschedulableError, ray.exceptions.RayError))
@@ -127,12 +134,12 @@ def test_infeasible_task_fails_instead_of_hanging(ray_cluster):
 def test_infeasible_actor_fails_instead_of_hanging(ray_cluster):
     actor = Idle.options(resources={"nonexistent": 1}).remote()
     with pytest.raises(Exception) as ei:
-        ray.get(actor.ping.remote(), timeout=10)
+        ray.get(actor.ping.remote(), timeout=TIMEOUT)
     _assert_infeasible_error(ei.value, "nonexistent")
 
     actor = Idle.options(num_cpus=64).remote()
     with pytest.raises(Exception) as ei:
-        ray.get(actor.ping.remote(), timeout=10)
+        ray.get(actor.ping.remote(), timeout=TIMEOUT)
     _assert_infeasible_error(ei.value, "CPU", "64")
 
 

@@ -138,4 +138,4 @@ def test_tasks_are_named_as_ray_names_them(ray_cluster):
 
     # Ray's default name is the function's own name, not its qualified name.
     assert ray.get(nested.remote()) == "nested"
-    assert wait_until(lambda: list_tasks(filters=[("func_or_class_name", "=", "nested")]))
+    wait_until("the nested task listed", lambda: list_tasks(filters=[("func_or_class_name", "=", "nested")]))

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import oxray as ray
-from oxray_testutil import wait_for_path, wait_until
+from oxray_testutil import wait_until
 
 TIMEOUT = 60  # generous upper bound for any single ray.get in this module
 
@@ -77,7 +77,7 @@ def raise_value_error(x):
 def wait_for_gate(gate, started=None):
     if started:
         open(started, "w").close()
-    return wait_for_path(gate, timeout=60)
+    return wait_until("the gate to open", lambda: os.path.exists(gate), timeout=60)
 
 
 @ray.remote
@@ -230,9 +230,7 @@ def test_get_timeout(ray_cluster, tmp_path):
         start = time.monotonic()
         with pytest.raises(ray.exceptions.GetTimeoutError):
             ray.get(ref, timeout=0.5)
-        elapsed = time.monotonic() - start
-        assert elapsed >= 0.4
-        assert elapsed < 3.0
+        assert time.monotonic() - start >= 0.4  # it waited its timeout out
         # GetTimeoutError is a RayError (and a TimeoutError, as in Ray).
         assert issubclass(ray.exceptions.GetTimeoutError, ray.exceptions.RayError)
         assert issubclass(ray.exceptions.GetTimeoutError, TimeoutError)
@@ -253,9 +251,7 @@ def test_wait_partitions_ready_and_not_ready(ray_cluster, tmp_path):
         assert not_ready == [slow]
 
         # Asking for more than are ready: returns at the timeout with what is ready.
-        start = time.monotonic()
         ready, not_ready = ray.wait(refs, num_returns=4, timeout=0.5)
-        assert time.monotonic() - start < 5
         assert set(ready) == set(fast) and not_ready == [slow]
 
         # Default num_returns=1.
@@ -280,12 +276,11 @@ def test_wait_partitions_ready_and_not_ready(ray_cluster, tmp_path):
 def test_cancel_running_task(ray_cluster, tmp_path):
     started = str(tmp_path / "started")
     ref = sleep_long.remote(started)
-    assert wait_until(lambda: os.path.exists(started), timeout=30), "task never started"
+    wait_until("the task to start", lambda: os.path.exists(started), timeout=60)
     ray.cancel(ref)
-    start = time.monotonic()
+    # The cancel ends it (TaskCancelledError), not the get's timeout.
     with pytest.raises(ray.exceptions.TaskCancelledError):
-        ray.get(ref, timeout=30)
-    assert time.monotonic() - start < 30
+        ray.get(ref, timeout=60)
     # The cluster is still usable afterwards.
     assert ray.get(add.remote(1, 1), timeout=TIMEOUT) == 2
 
@@ -293,7 +288,7 @@ def test_cancel_running_task(ray_cluster, tmp_path):
 def test_force_cancel_kills_the_worker(ray_cluster, tmp_path):
     started = str(tmp_path / "started")
     ref = sleep_blocking.remote(started)
-    assert wait_until(lambda: os.path.exists(started), timeout=30), "task never started"
+    wait_until("the task to start", lambda: os.path.exists(started), timeout=60)
     ray.cancel(ref, force=True)
     # Ray documents WorkerCrashedError for force=True (the worker exits).
     with pytest.raises((ray.exceptions.WorkerCrashedError, ray.exceptions.TaskCancelledError)):
@@ -306,7 +301,9 @@ def test_cancel_queued_task(ray_cluster, tmp_path):
     # Fill both CPUs, then queue a third task behind them and cancel it.
     blockers = [wait_for_gate.remote(gate, str(tmp_path / f"s{i}")) for i in range(2)]
     try:
-        assert wait_until(lambda: all(os.path.exists(tmp_path / f"s{i}") for i in range(2)), timeout=30)
+        wait_until(
+            "both blockers to start", lambda: all(os.path.exists(tmp_path / f"s{i}") for i in range(2)), timeout=60
+        )
         queued = add.remote(1, 2)
         ray.cancel(queued)
         with pytest.raises(ray.exceptions.TaskCancelledError):
@@ -363,8 +360,9 @@ def test_print_in_task_reaches_driver_stdout(ray_cluster, capfd):
                 return line
         return None
 
-    line = wait_until(token_line, timeout=10, interval=0.1)
-    assert line, "task output never reached the driver's stdout: %r" % "".join(seen)
+    line = wait_until(
+        lambda: "the task's output on the driver's stdout: %r" % "".join(seen), token_line, timeout=30, interval=0.1
+    )
     assert f"pid={worker_pid}" in line
 
 
@@ -381,7 +379,7 @@ def test_task_output_goes_through_sys_stdout_and_stderr(ray_cluster, capsys):
         seen["err"] += captured.err
         return all(f"{marker} {what}" in seen["out"] for what in ("out", "partial")) and f"{marker} err" in seen["err"]
 
-    assert wait_until(both_seen, timeout=10, interval=0.1), seen
+    wait_until(lambda: f"the task's output on sys.stdout and sys.stderr: {seen}", both_seen, timeout=30, interval=0.1)
 
 
 @ray.remote
@@ -412,8 +410,8 @@ def test_worker_output_is_kept_in_the_session_logs(fresh_cluster):
                     return name
         return None
 
-    name = wait_until(found, timeout=5)
-    assert name and name.startswith("worker-"), os.listdir(logs)
+    name = wait_until("the marker in the session logs", found, timeout=30)
+    assert name.startswith("worker-"), os.listdir(logs)
 
 
 @ray.remote

@@ -4,12 +4,11 @@ namespace, and remote tracebacks show only the user's frames."""
 
 import os
 import sys
-import time
 
 import pytest
 
 import oxray as ray
-from oxray_testutil import wait_for_path, wait_until
+from oxray_testutil import wait_until
 
 TIMEOUT = 60
 
@@ -27,7 +26,7 @@ def touch(path):
 @ray.remote(max_retries=0)
 def submits_then_waits_without_get(path):
     child = touch.remote(path)  # kept, never waited on with get/wait
-    seen = wait_for_path(path, timeout=30)
+    seen = wait_until("the child to run", lambda: os.path.exists(path), timeout=60)
     del child
     return seen
 
@@ -39,7 +38,7 @@ class Coordinator:
     def fan_out(self, directory, n):
         for i in range(n):
             touch.remote(os.path.join(directory, str(i)))  # ref dropped at once
-        return bool(wait_until(lambda: len(os.listdir(directory)) >= n, timeout=30, interval=0.02))
+        return wait_until(f"{n} children to run", lambda: len(os.listdir(directory)) >= n, timeout=60, interval=0.02)
 
 
 def test_a_task_submitted_from_a_running_task_starts_while_its_parent_runs(fresh_cluster, tmp_path):
@@ -65,10 +64,7 @@ def runs_until_cancelled_body(ran_marker=None):
     if ran_marker:
         open(ran_marker, "w").close()
     # Short sleeps: a non-forced cancel interrupts Python between bytecodes.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        time.sleep(0.02)
-    return "never cancelled"
+    wait_until("a cancel to interrupt the task", lambda: False, timeout=120, interval=0.02)
 
 
 runs_until_cancelled = ray.remote(max_retries=0)(runs_until_cancelled_body)
@@ -88,7 +84,7 @@ class SlowToUnpickle:
 
 def _restore_slowly(unpickling, gate):
     open(unpickling, "w").close()
-    wait_for_path(gate, timeout=60)
+    wait_until("the gate to open", lambda: os.path.exists(gate), timeout=60)
     return "restored"
 
 
@@ -102,7 +98,7 @@ def test_a_cancel_during_argument_unpickling_is_not_lost(fresh_cluster, tmp_path
     for i in range(3):
         unpickling, gate, ran = (str(tmp_path / f"{name}{i}") for name in ("unpickling", "gate", "ran"))
         ref = takes_slow_argument.remote(SlowToUnpickle(unpickling, gate), ran)
-        assert wait_for_path(unpickling, timeout=30), "the worker never started unpickling the argument"
+        wait_until("the worker to start unpickling the argument", lambda p=unpickling: os.path.exists(p), timeout=60)
         ray.cancel(ref)
         open(gate, "w").close()
         with pytest.raises(ray.exceptions.TaskCancelledError):
@@ -158,7 +154,7 @@ def test_a_cancel_during_an_import_leaves_the_worker_able_to_import_it_again(fre
     monkeypatch.setenv("GATE", str(gate))
     fresh_cluster(num_cpus=1)
     ref = import_package.remote(str(tmp_path))
-    assert wait_for_path(str(importing), timeout=30), "the task never started importing"
+    wait_until("the task to start importing", importing.exists, timeout=60)
     ray.cancel(ref)
     with pytest.raises(ray.exceptions.TaskCancelledError):
         ray.get(ref, timeout=20)
@@ -223,7 +219,7 @@ def test_non_utf8_output_and_a_huge_line_do_not_break_the_worker(fresh_cluster, 
         text = "".join(seen)
         return f"{marker}-same-task" in text and f"{marker}-next-task" in text
 
-    assert wait_until(both_lines, timeout=30, interval=0.1), "later output never reached the driver"
+    wait_until("the later output to reach the driver", both_lines, timeout=60, interval=0.1)
     text = "".join(seen)
     assert "invalid utf-8 \ufffd\ufffd\ufffd here" in text
     # The huge line is cut for the terminal, not forwarded whole.

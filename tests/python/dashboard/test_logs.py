@@ -55,7 +55,11 @@ def test_logs_are_listed_and_read_by_file_pid_actor_and_job(head, monkeypatch):
         "worker_out": [n for n in worker_logs if n.endswith(f"-{pid}.log")]
     }
     by_actor = "".join(get_log(actor_id=actor_id))
-    assert wait_until(lambda: "hello from the actor" in "".join(get_log(actor_id=actor_id)), timeout=10), by_actor
+    wait_until(
+        f"the actor's output in its log (first read: {by_actor!r})",
+        lambda: "hello from the actor" in "".join(get_log(actor_id=actor_id)),
+        timeout=60,
+    )
     by_pid = "".join(get_log(node_id=remote_node, pid=remote_pid))
     assert "hello from the second node" in by_pid, "a worker's log on another node, by pid"
     name = next(n for n in worker_logs if n.endswith(f"-{pid}.log"))
@@ -63,7 +67,7 @@ def test_logs_are_listed_and_read_by_file_pid_actor_and_job(head, monkeypatch):
 
     client = JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
     job = client.submit_job(entrypoint="echo job output here")
-    assert wait_until(lambda: client.get_job_status(job).is_terminal(), timeout=60)
+    wait_until("the job to end", lambda: client.get_job_status(job).is_terminal(), timeout=60)
     assert "job output here" in "".join(get_log(submission_id=job))
 
     # Following: the last lines, then what the log gains.

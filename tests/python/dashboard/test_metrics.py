@@ -29,7 +29,7 @@ def metric(text, name, **labels):
 def test_every_node_and_the_head_serve_prometheus_metrics(head):
     head.add_node(num_cpus=1)
     ray.init(address=head.address)
-    assert wait_until(lambda: len([n for n in ray.nodes() if n["Alive"]]) == 2, timeout=30)
+    wait_until("2 live nodes", lambda: len([n for n in ray.nodes() if n["Alive"]]) == 2, timeout=60)
     node_ids = {n["NodeID"] for n in ray.nodes()}
     url, token = head.dashboard_url, head.token
 
@@ -41,12 +41,12 @@ def test_every_node_and_the_head_serve_prometheus_metrics(head):
         assert http_call("GET", f"http://{target}/metrics")[0] == 401
         assert http_call("GET", f"http://{target}/metrics", token="wrong")[0] == 403
         text = wait_until(
+            f"{target} to serve samples",
             lambda t=target: (lambda r: r[0] == 200 and "ray_node_cpu_utilization" in r[1] and r[1])(
                 http_call("GET", f"http://{t}/metrics", token=token)
             ),
-            timeout=15,
+            timeout=60,
         )
-        assert text, f"{target} serves no samples"
         node = re.search(r'ray_node_cpu_utilization\{NodeId="(\w+)"', text).group(1)
         seen.add(node)
         assert metric(text, "ray_node_mem_total", NodeId=node) > 0
@@ -60,8 +60,7 @@ def test_every_node_and_the_head_serve_prometheus_metrics(head):
         used = [metric(text, "ray_object_store_memory", NodeId=n, Location="MMAP_SHM") or 0 for n in node_ids]
         return sum(used) >= big.nbytes and text
 
-    text = wait_until(store_bytes, timeout=15)
-    assert text, "the put's bytes show in ray_object_store_memory"
+    text = wait_until("the put's bytes to show in ray_object_store_memory", store_bytes, timeout=60)
     assert metric(text, "oxray_nodes", State="ALIVE") == 2
     assert metric(text, "ray_resources", Name="CPU", State="AVAILABLE") is not None
     assert "# TYPE ray_node_network_received counter" in text
@@ -88,9 +87,17 @@ def test_the_head_keeps_only_the_window_of_samples(fresh_cluster, monkeypatch):
         return json.loads(body)
 
     # Samples arrive every second; after five, at most the last two seconds' are kept.
-    assert wait_until(lambda: series()[0]["samples"] and series()[0]["samples"][-1]["tasks_finished"] >= 1, timeout=10)
+    wait_until(
+        "a sample with the finished task",
+        lambda: series()[0]["samples"] and series()[0]["samples"][-1]["tasks_finished"] >= 1,
+        timeout=60,
+    )
     first = series()[0]["samples"][0]["time_ms"]
-    assert wait_until(lambda: series()[0]["samples"][0]["time_ms"] > first + 2000, timeout=10)
+    wait_until(
+        "the first sample to be dropped for newer ones",
+        lambda: series()[0]["samples"][0]["time_ms"] > first + 2000,
+        timeout=60,
+    )
     samples = series()[0]["samples"]
     assert samples and samples[-1]["time_ms"] - samples[0]["time_ms"] <= 2000, "older samples are dropped"
     newest = samples[-1]["time_ms"]
@@ -114,10 +121,11 @@ def test_the_grafana_dashboard_queries_metrics_the_cluster_serves(head):
             queried |= set(re.findall(r"\b(?:ray|oxray)_[a-z_]+", target["expr"]))
     assert len(queried) >= 15
     text = wait_until(
+        "the head to serve samples",
         lambda: (lambda r: "ray_node_cpu_utilization" in r[1] and r[1])(
             http_call("GET", f"{head.dashboard_url}/metrics", token=head.token)
         ),
-        timeout=15,
+        timeout=60,
     )
     served = set(re.findall(r"^# TYPE (\S+)", text, re.M))
     # GPU metrics appear only on nodes with GPUs (this machine has none).

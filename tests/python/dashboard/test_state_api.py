@@ -90,7 +90,7 @@ def _rays_state_client(url, token):
 def test_rays_own_state_client_lists_a_two_node_cluster(head):
     head.add_node(num_cpus=1, resources={"second": 1})
     ray.init(address=head.address)
-    assert wait_until(lambda: len([n for n in ray.nodes() if n["Alive"]]) == 2, timeout=30)
+    wait_until("2 live nodes", lambda: len([n for n in ray.nodes() if n["Alive"]]) == 2, timeout=60)
     counter = Counter.options(name="counter").remote()
     assert ray.get(counter.add.remote()) == 1
     doomed = Counter.remote()
@@ -239,7 +239,11 @@ def test_cluster_status_reports_the_demand_waiting_for_a_node(head):
         assert status == 200, body
         return json.loads(body)["data"]["clusterStatus"]["loadMetricsReport"]
 
-    assert wait_until(lambda: report()["resourceDemand"] == [[{"CPU": 8.0}, 3]], timeout=30), report()
+    wait_until(
+        lambda: f"the 3 pending 8-CPU tasks in the resource demand ({report()})",
+        lambda: report()["resourceDemand"] == [[{"CPU": 8.0}, 3]],
+        timeout=60,
+    )
     metrics = report()
     assert metrics["usage"]["CPU"] == [0.0, 2.0]
     [node] = metrics["nodes"]

@@ -84,7 +84,7 @@ def test_a_training_runs_page_fills_with_its_epochs_and_charts(head, browser, tm
     page.goto(f"{head.dashboard_url}/train")
     page.screenshot(path=screenshots("train"), full_page=True)
     assert errors.seen == []
-    assert wait_until(lambda: client.get_job_status(job).is_terminal(), timeout=60)
+    wait_until("the job to end", lambda: client.get_job_status(job).is_terminal(), timeout=60)
 
     status, body = http_call("GET", f"{head.dashboard_url}/api/train/v2/runs/v1", token=head.token)
     [run] = json.loads(body)["train_runs"]
@@ -99,7 +99,7 @@ def test_a_killed_worker_shows_as_a_failed_attempt_and_a_restart(head, browser, 
     client, job = submit_training(head, tmp_path, "mnist-killed", OXRAY_TEST_KILL_ME=str(pid_file))
     page = logged_in(browser, head)
     open_run(page, head, "mnist-killed")
-    assert wait_until(lambda: pid_file.exists() and pid_file.read_text(), timeout=120)
+    wait_until("a worker's pid", lambda: pid_file.exists() and pid_file.read_text(), timeout=120)
     pid = int(pid_file.read_text())
     expect(page.locator("#attempts tr.worker")).to_have_count(2)
     expect(page.locator("#attempts tr.worker", has_text=f"pid {pid}")).to_have_count(1)
@@ -111,4 +111,4 @@ def test_a_killed_worker_shows_as_a_failed_attempt_and_a_restart(head, browser, 
     expect(attempts.nth(1)).to_contain_text("rank 1")
     expect(page.locator("#run-status")).to_have_text("FINISHED", timeout=120_000)
     expect(attempts.nth(0)).to_contain_text("FINISHED")
-    assert wait_until(lambda: client.get_job_status(job).is_terminal(), timeout=60)
+    wait_until("the job to end", lambda: client.get_job_status(job).is_terminal(), timeout=60)

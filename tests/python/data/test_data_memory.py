@@ -8,11 +8,12 @@ oxray only: the store's usage is read from the embedded node
 """
 
 import threading
-import time
 
 import numpy as np
 import pytest
 from data_testutil import AGAINST_RAY, MiB, ray, start_cluster
+
+from oxray_testutil import wait_until
 
 pytestmark = [
     pytest.mark.timeout(600),
@@ -127,10 +128,11 @@ def test_streaming_split_to_two_consumers_stays_within_one_and_a_half_budgets(sm
     try:
         for t in consumers:
             t.start()
-        deadline = time.monotonic() + 120
-        while not first_done.is_set() and ray.get(coordinator.backpressure.remote()) == 0:
-            assert time.monotonic() < deadline, "split 0 neither finished nor was held back"
-            first_done.wait(0.05)
+        wait_until(
+            "split 0 to finish or be held back",
+            lambda: first_done.is_set() or ray.get(coordinator.backpressure.remote()) != 0,
+            timeout=120,
+        )
         resume.set()
         for t in consumers:
             t.join()

@@ -10,7 +10,7 @@ import pytest
 
 import oxray as ray
 from cli_cluster import running_cluster
-from oxray_testutil import wait_until
+from oxray_testutil import WaitTimeout, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -42,7 +42,7 @@ def barrier_then_tag(batch, barrier_dir):
     """Marks this task running, waits until three run at once (one per 1-CPU node, so only
     when the tasks went to all three nodes), then tags the rows with its node."""
     open(os.path.join(barrier_dir, f"{os.getpid()}-{batch['id'][0]}"), "w").close()
-    reached = wait_until(lambda: len(os.listdir(barrier_dir)) >= 3, timeout=60)
+    reached = wait_until("three tasks running at once", lambda: len(os.listdir(barrier_dir)) >= 3, timeout=60)
     out = tag_node(batch)
     out["reached"] = np.array([reached] * len(batch["id"]))
     return out
@@ -152,7 +152,11 @@ def test_a_driver_read_runs_as_tasks_when_its_node_is_busy(three_nodes, tmp_path
     trainer = Trainer.remote()
     ray.get(trainer.ready.remote())
     head = next(n["NodeID"] for n in ray.nodes() if "node_a" in n["Resources"])
-    assert wait_until(lambda: "node_a" not in ray.available_resources(), timeout=30)
+    wait_until(
+        lambda: f"the trainer to hold node_a ({ray.available_resources()})",
+        lambda: "node_a" not in ray.available_resources(),
+        timeout=60,
+    )
     before = {t.task_id for t in list_tasks(limit=10_000)}
     assert sorted(x for b in ray.data.read_parquet(str(tmp_path)).iter_batches() for x in b["x"]) == list(range(600))
     reads = new_map_tasks(before)
@@ -170,7 +174,7 @@ class HoldLastBlock:
 
     def __call__(self, batch):
         if batch["id"][-1] == 59:
-            wait_until(lambda: os.path.exists(self.release_file), timeout=120)
+            wait_until("the test to release the last block", lambda: os.path.exists(self.release_file), timeout=120)
         return {"id": batch["id"], "pid": np.array([os.getpid()] * len(batch["id"]))}
 
 
@@ -190,11 +194,17 @@ def test_an_idle_actor_pool_shrinks_to_its_minimum(three_nodes, tmp_path):
 
     def watch():
         # Three actors start; with only the last call left, two of them are idle and stop.
-        seen["three"] = wait_until(lambda: len(pool_actors("ALIVE")) == 3, timeout=60)
-        seen["shrank"] = wait_until(
-            lambda: len(pool_actors("ALIVE")) == 1 and len(pool_actors("DEAD")) == 2, timeout=90
-        )
-        open(release, "w").close()
+        try:
+            seen["three"] = wait_until("three pool actors", lambda: len(pool_actors("ALIVE")) == 3, timeout=60)
+            seen["shrank"] = wait_until(
+                "the pool to shrink to one actor",
+                lambda: len(pool_actors("ALIVE")) == 1 and len(pool_actors("DEAD")) == 2,
+                timeout=90,
+            )
+        except WaitTimeout as e:
+            seen["timed out"] = str(e)
+        finally:
+            open(release, "w").close()
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

@@ -425,8 +425,7 @@ def test_map_batches_class_udf_with_concurrency(data_cluster):
 def hold_until_gate(gate, started):
     def udf(batch):
         open(started, "w").close()
-        deadline_ok = wait_until(lambda: os.path.exists(gate), timeout=120, interval=0.02)
-        assert deadline_ok, "the test never opened the gate"
+        wait_until("the test to open the gate", lambda: os.path.exists(gate), timeout=120, interval=0.02)
         return batch
 
     return udf
@@ -435,15 +434,23 @@ def hold_until_gate(gate, started):
 def test_map_batches_num_cpus_is_what_the_task_holds(data_cluster, tmp_path):
     """``num_cpus=0.5``: while the UDF runs, the cluster has 1.5 of its 2 CPUs free."""
     gate, started = str(tmp_path / "gate"), str(tmp_path / "started")
-    assert wait_until(lambda: ray.available_resources().get("CPU", 0) == 2.0, timeout=30)
+    wait_until(
+        lambda: f"both CPUs free ({ray.available_resources()})",
+        lambda: ray.available_resources().get("CPU", 0) == 2.0,
+        timeout=60,
+    )
     # One row, so one block and one task.
     ds = ray.data.from_items([{"id": 7}]).map_batches(hold_until_gate(gate, started), num_cpus=0.5)
     result = {}
     runner = threading.Thread(target=lambda: result.setdefault("rows", ds.take_all()))
     runner.start()
     try:
-        assert wait_until(lambda: os.path.exists(started), timeout=60)
-        assert wait_until(lambda: ray.available_resources().get("CPU", 0) == 1.5, timeout=30), ray.available_resources()
+        wait_until("the UDF to start", lambda: os.path.exists(started), timeout=60)
+        wait_until(
+            lambda: f"1.5 CPUs free while the UDF runs ({ray.available_resources()})",
+            lambda: ray.available_resources().get("CPU", 0) == 1.5,
+            timeout=60,
+        )
     finally:
         open(gate, "w").close()
         runner.join(timeout=120)

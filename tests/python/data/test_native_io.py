@@ -7,7 +7,6 @@ import gc
 import json
 import os
 import stat
-import threading
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from oxray import _native as native
+from oxray_testutil import wait_until
 
 
 def make_table(start: int, stop: int) -> pa.Table:
@@ -149,11 +149,9 @@ def test_stream_stays_in_budget_and_stops_when_dropped(tmp_path):
     first = next(stream)
     assert first.num_rows == 1024
     # The decoders run ahead until the budget is reached, then wait for the consumer.
-    deadline = 30.0
-    waited = threading.Event()
-    while stream.bytes_in_flight < budget and not waited.wait(0.01):
-        deadline -= 0.01
-        assert deadline > 0, "the decoders never filled the budget"
+    filled = lambda s=stream: s.bytes_in_flight >= budget  # noqa: E731 - not a closure: `del stream` below frees it
+    wait_until("the decoders to fill the budget", filled, timeout=60, interval=0.01)
+    del filled
     assert stream.bytes_in_flight < budget + 4 * first.get_total_buffer_size()
     assert len(os.listdir("/proc/self/task")) == os_threads_before + 2, "two decoding threads"
     del stream

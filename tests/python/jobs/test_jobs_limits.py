@@ -6,13 +6,12 @@ memory stays flat over 1,000 jobs."""
 import io
 import json
 import socket
-import time
 import zipfile
 
 import psutil
 import pytest
 
-from oxray_testutil import http_call
+from oxray_testutil import http_call, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -126,13 +125,12 @@ def test_head_memory_stays_flat_over_a_thousand_jobs(head):
     def run_jobs(n):
         replies = [call(head, "POST", "/api/jobs/", head.token, body, headers) for _ in range(n)]
         ids = {json.loads(reply)["submission_id"] for _, reply in replies}
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+
+        def all_succeeded():
             jobs = json.loads(call(head, "GET", "/api/jobs/", head.token)[1])
-            if sum(1 for j in jobs if j["submission_id"] in ids and j["status"] == "SUCCEEDED") == n:
-                return
-            time.sleep(0.2)
-        raise AssertionError("the jobs did not finish")
+            return sum(1 for j in jobs if j["submission_id"] in ids and j["status"] == "SUCCEEDED") == n
+
+        wait_until(f"the {n} jobs to succeed", all_succeeded, timeout=180, interval=0.2)
 
     run_jobs(200)  # warm up: allocator pools, the store's first pages
     before = head_process.memory_info().rss

@@ -61,7 +61,7 @@ def test_a_job_runs_on_the_node_that_has_its_entrypoint_resources(tmp_path, monk
         long = client.submit_job(
             entrypoint="echo started; exec sleep 300", entrypoint_resources={"worker_slot": 1}, submission_id="long"
         )
-        assert wait_until(lambda: "started" in client.get_job_logs(long), timeout=60)
+        wait_until("the long job to start", lambda: "started" in client.get_job_logs(long), timeout=60)
         os.kill(int(head["pid"]), 9)  # the head dies; the worker node (and the job on it) lives on
         cluster.start_head(num_cpus=1)
         client = connect(cluster)
@@ -75,8 +75,12 @@ def test_a_job_runs_on_the_node_that_has_its_entrypoint_resources(tmp_path, monk
         last = client.submit_job(
             entrypoint=f"echo $$ > {marker}; exec sleep 300", entrypoint_resources={"worker_slot": 1}
         )
-        assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60), client.get_job_info(last)
+        wait_until(
+            lambda: f"the job to write its pid ({client.get_job_info(last)})",
+            lambda: marker.exists() and marker.read_text().strip(),
+            timeout=60,
+        )
         job_pid = int(marker.read_text())
         os.kill(int(worker["pid"]), signal.SIGTERM)
         assert wait_terminal(client, last) == JobStatus.FAILED
-        assert wait_until(lambda: not psutil.pid_exists(job_pid), timeout=30), "the node left its job running"
+        wait_until("the node to stop its job", lambda: not psutil.pid_exists(job_pid), timeout=60)

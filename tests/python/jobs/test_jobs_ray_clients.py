@@ -70,12 +70,12 @@ def test_stop_kills_the_whole_process_tree(client, tmp_path):
     marker = tmp_path / "child.pid"
     script = f"sleep 300 & echo $! > {marker}; echo started; wait"
     job_id = client.submit_job(entrypoint=script)
-    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
+    wait_until("the job to write its pid", lambda: marker.exists() and marker.read_text().strip(), timeout=60)
     child = int(marker.read_text())
     assert client.stop_job(job_id) is True
     assert wait_terminal(client, job_id) == JobStatus.STOPPED
     assert client.get_job_info(job_id).message == "Job was intentionally stopped."
-    assert wait_until(lambda: not process_alive(child)), f"the job's child {child} outlived the stop"
+    wait_until(f"the job's child {child} to go with the stop", lambda: not process_alive(child))
     assert client.stop_job(job_id) is False, "a finished job is not stopped again"
 
 
@@ -120,7 +120,7 @@ def test_entrypoint_resources_are_held_and_a_job_waits_pending_for_them(client, 
     holder = client.submit_job(
         entrypoint=f"while [ ! -e {go} ]; do sleep 0.05; done", entrypoint_num_cpus=2, entrypoint_memory=1 << 20
     )
-    wait_until(lambda: client.get_job_status(holder) == JobStatus.RUNNING, timeout=60)
+    wait_until("the holder job to run", lambda: client.get_job_status(holder) == JobStatus.RUNNING, timeout=60)
     waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
     stopped_while_waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
     probe = "import oxray as ray; ray.init(); print('free CPU', ray.available_resources().get('CPU', 0))"
@@ -186,7 +186,7 @@ def test_a_head_restart_keeps_every_job_and_adopts_the_running_ones(head, tmp_pa
         flag, pid = tmp_path / f"{name}.go", tmp_path / f"{name}.pid"
         entrypoint = f"echo $$ > {pid}; echo before; while [ ! -e {flag} ]; do sleep 0.05; done; {then}"
         client.submit_job(entrypoint=entrypoint, submission_id=name)
-        wait_until(lambda: "before" in client.get_job_logs(name), timeout=60)
+        wait_until(f"job {name} to start", lambda: "before" in client.get_job_logs(name), timeout=60)
         return flag, int(pid.read_text())
 
     adopted_flag, adopted_pid = waiting_job("adopted", "echo after")
@@ -198,7 +198,11 @@ def test_a_head_restart_keeps_every_job_and_adopts_the_running_ones(head, tmp_pa
     head.cli("stop", "--force", check=False)
     exited_flag.touch()
     os.killpg(os.getpgid(killed_pid), 9)
-    assert wait_until(lambda: not process_alive(exited_pid) and not process_alive(killed_pid), timeout=60)
+    wait_until(
+        "both jobs' processes to end",
+        lambda: not process_alive(exited_pid) and not process_alive(killed_pid),
+        timeout=60,
+    )
     head.start_head(num_cpus=2)
     client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
     jobs = {j.submission_id: j for j in client.list_jobs()}
@@ -215,7 +219,7 @@ def test_a_head_restart_keeps_every_job_and_adopts_the_running_ones(head, tmp_pa
     assert client.get_job_info("adopted").driver_exit_code == 0
     assert client.stop_job("stopped-after-adoption") is True
     assert wait_terminal(client, "stopped-after-adoption") == JobStatus.STOPPED
-    assert wait_until(lambda: not process_alive(stopped_pid), timeout=30)
+    wait_until("the stopped job's process to end", lambda: not process_alive(stopped_pid), timeout=60)
     assert not process_alive(adopted_pid)
 
 
@@ -223,7 +227,7 @@ def test_stopping_the_head_stops_its_jobs(head, tmp_path):
     client = job_submission.JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
     marker = tmp_path / "job.pid"
     client.submit_job(entrypoint=f"echo $$ > {marker}; exec sleep 300", submission_id="running-at-stop")
-    assert wait_until(lambda: marker.exists() and marker.read_text().strip(), timeout=60)
+    wait_until("the job to write its pid", lambda: marker.exists() and marker.read_text().strip(), timeout=60)
     job_pid = int(marker.read_text())
     head.cli("stop")
     assert not process_alive(job_pid), "a stopped head left its job running"
@@ -266,7 +270,9 @@ def test_drivers_are_listed_and_linked_to_their_submissions(client, head, tmp_pa
     finally:
         hand.stdin.close()
         hand.wait(timeout=60)
-    assert wait_until(lambda: client.get_job_info(row.job_id).status == JobStatus.SUCCEEDED, timeout=30)
+    wait_until(
+        "the driver's job to succeed", lambda: client.get_job_info(row.job_id).status == JobStatus.SUCCEEDED, timeout=60
+    )
     assert client.get_job_info(row.job_id).end_time > 0
 
     flag = tmp_path / "go"
@@ -277,10 +283,14 @@ def test_drivers_are_listed_and_linked_to_their_submissions(client, head, tmp_pa
         f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\n"
     )
     submission = client.submit_job(entrypoint="python driver.py", runtime_env={"working_dir": str(work)})
-    assert wait_until(lambda: client.get_job_info(submission).job_id is not None, timeout=60)
+    wait_until("the job's driver to register", lambda: client.get_job_info(submission).job_id is not None, timeout=60)
     info = client.get_job_info(submission)
     # The driver registers during `ray.init()` and prints after it: wait for the line.
-    assert wait_until(lambda: f"pid {info.driver_info.pid}" in client.get_job_logs(submission), timeout=30), info
+    wait_until(
+        lambda: f"the driver's line in the job's logs ({info})",
+        lambda: f"pid {info.driver_info.pid}" in client.get_job_logs(submission),
+        timeout=60,
+    )
     assert client.get_job_info(info.job_id).submission_id == submission
     assert [j.type for j in client.list_jobs()].count(job_submission.JobType.DRIVER) == 1, "no DRIVER row of its own"
     flag.touch()

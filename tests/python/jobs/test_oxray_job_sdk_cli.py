@@ -4,13 +4,13 @@ token on this host when no address is given."""
 
 import asyncio
 import os
-import time
 
 import pytest
 
 from oxray.exceptions import AuthenticationError
 from oxray.job_submission import JobDetails, JobStatus, JobSubmissionClient, JobType
 from oxray_testutil import wait_job_terminal as wait_terminal
+from oxray_testutil import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -118,10 +118,11 @@ def test_the_sdk_waits_pending_for_entrypoint_resources(head, tmp_path):
     client = JobSubmissionClient()
     go, started = tmp_path / "go", tmp_path / "started"
     holder = client.submit_job(entrypoint=f"while [ ! -e {go} ]; do sleep 0.05; done", entrypoint_num_cpus=2)
-    deadline = time.monotonic() + 60
-    while client.get_job_status(holder) != JobStatus.RUNNING:
-        assert time.monotonic() < deadline, client.get_job_info(holder)
-        time.sleep(0.05)
+    wait_until(
+        lambda: f"the holder job to run ({client.get_job_info(holder)})",
+        lambda: client.get_job_status(holder) == JobStatus.RUNNING,
+        timeout=60,
+    )
     waiting = client.submit_job(entrypoint=f"touch {started}", entrypoint_num_cpus=1)
     assert wait_terminal(client, client.submit_job(entrypoint="true")) == JobStatus.SUCCEEDED
     assert client.get_job_status(waiting) == JobStatus.PENDING and not started.exists()

@@ -14,7 +14,6 @@ import datetime
 import itertools
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -229,15 +228,3 @@ class Kube:
 
     def delete(self, kind, name):
         return self._call("DELETE", self._path(kind, name))
-
-
-def wait_for(what, check, timeout=60.0, interval=0.1):
-    """Polls `check` until it returns something truthy; fails naming `what` and the last value."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last saw {last!r}")

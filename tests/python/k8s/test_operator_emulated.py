@@ -13,7 +13,8 @@ import signal
 import urllib.request
 
 import pytest
-from kube_emulator import wait_for
+
+from oxray_testutil import wait_until
 
 MiB = 1024**2
 IMAGE = "localhost/oxray:test"
@@ -74,7 +75,7 @@ def wait_ready(emulated, name, workers, timeout=90):
         return s if s.get("state") == "ready" and s.get("readyWorkerReplicas") == workers else None
 
     try:
-        return wait_for(f"cluster {name} ready with {workers} workers", ready, timeout=timeout)
+        return wait_until(f"cluster {name} ready with {workers} workers", ready, timeout=timeout)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{emulated.diagnostics()}") from None
 
@@ -124,17 +125,17 @@ def test_a_cluster_becomes_ready_replaces_dead_workers_and_is_deleted_whole(emul
     # A worker whose process dies is replaced by a new pod.
     dead = emulated.kubelet.pods["demo-worker-cpu-1"]
     os.killpg(dead.process.pid, signal.SIGKILL)
-    wait_for("the dead worker's pod to be deleted", lambda: "demo-worker-cpu-1" not in kube.names("pods"))
-    wait_for("a replacement worker", lambda: "demo-worker-cpu-2" in kube.names("pods"))
+    wait_until("the dead worker's pod to be deleted", lambda: "demo-worker-cpu-1" not in kube.names("pods"))
+    wait_until("a replacement worker", lambda: "demo-worker-cpu-2" in kube.names("pods"))
     wait_ready(emulated, "demo", 2)
-    wait_for("3 live nodes again", lambda: len(alive_nodes(head_ip, token)) == 3, timeout=60)
+    wait_until("3 live nodes again", lambda: len(alive_nodes(head_ip, token)) == 3, timeout=60)
 
     # Deleting the cluster deletes what it owned (the finalizer; the emulator has no garbage collector).
     kube.delete("oxrayclusters", "demo")
-    wait_for("the cluster to go", lambda: kube.get("oxrayclusters", "demo") is None)
+    wait_until("the cluster to go", lambda: kube.get("oxrayclusters", "demo") is None)
     for kind in parts:
         assert kube.names(kind, {"oxray.io/cluster": "demo"}) == [], kind
-    wait_for("every pod process stopped", lambda: not emulated.kubelet.pods)
+    wait_until("every pod process stopped", lambda: not emulated.kubelet.pods)
     assert emulated.operator.poll() is None, "the operator keeps running"
 
 
@@ -176,12 +177,12 @@ def test_demand_scales_a_group_up_a_job_runs_and_idle_workers_go(emulated, tmp_p
     )
     # Three 1-CPU tasks wait on a head with no CPUs: the group grows to its maxReplicas.
     try:
-        wait_for(
+        wait_until(
             "the autoscaler to add 3 workers",
             lambda: status(kube, "oxrayclusters", "auto").get("desiredWorkerReplicas") == 3,
             timeout=60,
         )
-        done = wait_for(
+        done = wait_until(
             "the job to end",
             lambda: (
                 (s := status(kube, "oxrayjobs", "spread")).get("jobDeploymentStatus") in ("Complete", "Failed") and s
@@ -201,7 +202,7 @@ def test_demand_scales_a_group_up_a_job_runs_and_idle_workers_go(emulated, tmp_p
     assert "tasks ran on" in logs["logs"], logs
 
     # Idle for the timeout, the workers are removed, down to minReplicas (0); the shared cluster stays.
-    wait_for(
+    wait_until(
         "idle workers to be removed",
         lambda: (
             status(kube, "oxrayclusters", "auto").get("desiredWorkerReplicas") == 0
@@ -232,10 +233,10 @@ def test_a_job_with_its_own_cluster_deletes_it_when_done(emulated, tmp_path):
         },
     )
     try:
-        wait_for("the job's cluster", lambda: kube.get("oxrayclusters", "once-cluster"))
+        wait_until("the job's cluster", lambda: kube.get("oxrayclusters", "once-cluster"))
         owner = kube.get("oxrayclusters", "once-cluster")["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"]) == ("OxrayJob", "once")
-        done = wait_for(
+        done = wait_until(
             "the job to end and its cluster to go",
             lambda: (s := status(kube, "oxrayjobs", "once")).get("clusterDeleted") and s,
             timeout=120,
@@ -243,7 +244,7 @@ def test_a_job_with_its_own_cluster_deletes_it_when_done(emulated, tmp_path):
     except AssertionError as e:
         raise AssertionError(f"{e}\n{emulated.diagnostics()}") from None
     assert done["jobStatus"] == "SUCCEEDED", done
-    wait_for("the cluster to go", lambda: kube.get("oxrayclusters", "once-cluster") is None)
+    wait_until("the cluster to go", lambda: kube.get("oxrayclusters", "once-cluster") is None)
     assert kube.names("pods", {"oxray.io/cluster": "once-cluster"}) == []
     assert kube.names("secrets") == []
 
@@ -271,7 +272,7 @@ def test_a_bad_spec_fails_with_a_condition_not_a_crash(emulated, edit, expected)
     manifest = cluster_manifest("bad", workers=1)
     edit(manifest["spec"])
     kube.create("oxrayclusters", manifest)
-    failed = wait_for(
+    failed = wait_until(
         "the cluster to fail", lambda: (s := status(kube, "oxrayclusters", "bad")).get("state") == "failed" and s
     )
     assert expected in failed["reason"], failed["reason"]
@@ -292,12 +293,14 @@ def test_a_dead_head_is_replaced_and_keeps_its_state_on_the_state_volume(emulate
     code, submitted = head_call(head_ip, "/api/jobs/", token, "POST", {"entrypoint": "echo kept"})
     assert code == 200, submitted
     job_id = submitted["submission_id"]
-    wait_for("the job to succeed", lambda: head_call(head_ip, f"/api/jobs/{job_id}", token)[1]["status"] == "SUCCEEDED")
+    wait_until(
+        "the job to succeed", lambda: head_call(head_ip, f"/api/jobs/{job_id}", token)[1]["status"] == "SUCCEEDED"
+    )
 
     # The head's process dies: its pod fails, is deleted, and a new head pod starts on the same volume.
     old_uid = kube.get("pods", "keep-head")["metadata"]["uid"]
     os.killpg(emulated.kubelet.pods["keep-head"].process.pid, signal.SIGKILL)
-    wait_for(
+    wait_until(
         "a new head pod",
         lambda: (pod := kube.get("pods", "keep-head")) is not None and pod["metadata"]["uid"] != old_uid,
         timeout=60,
@@ -305,4 +308,4 @@ def test_a_dead_head_is_replaced_and_keeps_its_state_on_the_state_volume(emulate
     wait_ready(emulated, "keep", 1)
     code, job = head_call(head_ip, f"/api/jobs/{job_id}", token)
     assert code == 200 and job["status"] == "SUCCEEDED", (code, job)
-    wait_for("the worker back with the new head", lambda: len(alive_nodes(head_ip, token)) == 2, timeout=60)
+    wait_until("the worker back with the new head", lambda: len(alive_nodes(head_ip, token)) == 2, timeout=60)

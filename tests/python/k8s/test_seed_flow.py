@@ -23,7 +23,9 @@ import time
 import pytest
 from fake_kubelet import FakeKubelet
 from k8s_paths import CHART, EXAMPLES, TOOLS
-from kube_emulator import EmulatedApiServer, Kube, wait_for
+from kube_emulator import EmulatedApiServer, Kube
+
+from oxray_testutil import wait_until
 
 torch = pytest.importorskip("torch")
 
@@ -88,7 +90,7 @@ def test_the_seed_flow_with_oxray_names(operator_binary, tmp_path):
                 )
 
             try:
-                wait_for(
+                wait_until(
                     "the sample cluster ready with 2 workers", lambda: state() == "ready 2", timeout=120, interval=0.5
                 )
             except AssertionError as e:
@@ -117,9 +119,9 @@ def test_the_seed_flow_with_oxray_names(operator_binary, tmp_path):
 
             # 4. Delete the cluster: its pods, Service and Secret go with it.
             sh("kubectl", "delete", "oxraycluster", "oxray-sample", "--wait=false")
-            wait_for("the cluster to go", lambda: kube.get("oxrayclusters", "oxray-sample") is None)
+            wait_until("the cluster to go", lambda: kube.get("oxrayclusters", "oxray-sample") is None)
             assert kube.names("pods") == [] and kube.names("services") == [] and kube.names("secrets") == []
-            wait_for("every pod process stopped", lambda: not kubelet.pods)
+            wait_until("every pod process stopped", lambda: not kubelet.pods)
             sh("kubectl", "get", "pods,services,secrets")
         finally:
             operator.terminate()
