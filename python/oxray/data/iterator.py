@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from oxray import _native
+from oxray._private import worker_devices
 from oxray.data._internal import block as B
 
 _DONE = object()
@@ -198,18 +199,10 @@ def _to_tensor(name: str, array: np.ndarray, dtype, device, pin_memory: bool = F
 
 
 def _resolve_device(device):
+    """`device="auto"`: a Train worker's own device, else none (the CPU)."""
     if device != "auto":
         return device
-    try:
-        from oxray.train._internal import session as train_session
-
-        if train_session.in_session():
-            from oxray.train.torch import get_device
-
-            return get_device()
-    except ImportError:
-        pass
-    return None
+    return worker_devices.torch_device() if worker_devices.in_train_loop() else None
 
 
 def collate_batch_format(collate_fn) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
+from oxray._private import worker_devices
+
 
 class ProgressBars:
     def __init__(self, stream=None):
@@ -41,13 +43,8 @@ class ProgressBars:
 def progress_for(stages, ctx):
     if not ctx.enable_progress_bars:
         return None
-    try:
-        from oxray.train._internal.session import in_session
-
-        if in_session():
-            return None
-    except ImportError:
-        pass
+    if worker_devices.in_train_loop():
+        return None
     if not getattr(sys.stderr, "isatty", lambda: False)():
         return None
     return ProgressBars()

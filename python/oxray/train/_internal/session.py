@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from oxray._private import worker_devices
 from oxray.train._checkpoint import Checkpoint
 from oxray.train._internal.storage import RunStorage
 
@@ -87,6 +88,7 @@ def set_session(session: Optional[Session]) -> None:
     global _SESSION
     with _LOCK:
         _SESSION = session
+        worker_devices.set_in_train_loop(session is not None)
 
 
 def in_session() -> bool:

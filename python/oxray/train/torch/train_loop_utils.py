@@ -9,6 +9,8 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, SequentialSampler
 
+from oxray._private import worker_devices
+
 
 def _world_size() -> int:
     import torch.distributed as dist
@@ -22,13 +24,11 @@ def _world_size() -> int:
 
 def get_devices() -> list:
     """This worker's devices: its GPUs (as visible to it), else the CPU."""
-    if torch.cuda.is_available() and os.environ.get("CUDA_VISIBLE_DEVICES", "") != "":
-        return [torch.device(f"cuda:{i}") for i in range(torch.cuda.device_count())]
-    return [torch.device("cpu")]
+    return worker_devices.torch_devices()
 
 
 def get_device() -> torch.device:
-    return get_devices()[0]
+    return worker_devices.torch_device()
 
 
 def prepare_model(
