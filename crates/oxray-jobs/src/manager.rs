@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tracing::Instrument;
 
 /// Lines of output quoted in a failed job's message.
 const FAILURE_TAIL_LINES: usize = 10;
@@ -101,6 +102,7 @@ impl JobManager {
     /// that ended meanwhile gets its exit code, one that never started starts
     /// now, and one whose process is gone without a trace is marked FAILED
     /// (its stray processes killed, so nothing runs unsupervised).
+    #[tracing::instrument(skip_all, fields(data_dir = %config.data_dir.display()))]
     pub fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
         let store = JobStore::open(&config.data_dir)?;
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
@@ -219,6 +221,7 @@ impl JobManager {
     }
 
     /// Records the job as PENDING and starts it; its submission id.
+    #[tracing::instrument(skip_all, fields(entrypoint = %request.entrypoint))]
     pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
         let id = request.submission_id.clone().unwrap_or_else(record::new_submission_id);
         if self.store.get(&id).map_err(JobError::Internal)?.is_some() {
@@ -269,10 +272,14 @@ impl JobManager {
     fn start(self: &Arc<Self>, mut record: JobRecord) {
         let (stop, log_tx) = self.go_live(&record.submission_id);
         let manager = self.clone();
-        tokio::spawn(async move {
-            manager.supervise(&mut record, stop, log_tx).await;
-            manager.finish(record).await;
-        });
+        let span = job_span(&record);
+        tokio::spawn(
+            async move {
+                manager.supervise(&mut record, stop, log_tx).await;
+                manager.finish(record).await;
+            }
+            .instrument(span),
+        );
     }
 
     /// Follows a RUNNING job a previous head started, whose process is still
@@ -281,22 +288,26 @@ impl JobManager {
         tracing::info!("adopting job {} (pid {pid}), still running after the head restarted", record.submission_id);
         let (stop, log_tx) = self.go_live(&record.submission_id);
         let manager = self.clone();
-        tokio::spawn(async move {
-            let (id, resources) = (record.submission_id.clone(), record.resources.clone());
-            let hold = async {
-                if let Some(scheduler) = manager.config.resources.as_ref().filter(|_| !resources.is_empty())
-                    && let Err(e) = scheduler.hold(&id, &resources).await
-                {
-                    tracing::warn!("adopted job {id}: its entrypoint resources: {e:?}");
+        let span = job_span(&record);
+        tokio::spawn(
+            async move {
+                let (id, resources) = (record.submission_id.clone(), record.resources.clone());
+                let hold = async {
+                    if let Some(scheduler) = manager.config.resources.as_ref().filter(|_| !resources.is_empty())
+                        && let Err(e) = scheduler.hold(&id, &resources).await
+                    {
+                        tracing::warn!("adopted job {id}: its entrypoint resources: {e:?}");
+                    }
+                    std::future::pending::<()>().await
+                };
+                tokio::select! {
+                    _ = manager.follow(&mut record, Process::Adopted { pid, start }, &stop, log_tx) => {}
+                    _ = hold => {}
                 }
-                std::future::pending::<()>().await
-            };
-            tokio::select! {
-                _ = manager.follow(&mut record, Process::Adopted { pid, start }, &stop, log_tx) => {}
-                _ = hold => {}
+                manager.finish(record).await;
             }
-            manager.finish(record).await;
-        });
+            .instrument(span),
+        );
     }
 
     /// Follows a job a previous head placed on another node: its agent still
@@ -306,15 +317,19 @@ impl JobManager {
         tracing::info!("re-attaching to job {} on node {node} after the head restarted", record.submission_id);
         let (stop, log_tx) = self.go_live(&record.submission_id);
         let manager = self.clone();
-        tokio::spawn(async move {
-            // The node's agent still holds the job's resources for the dead head's group: take it over.
-            if let (Some(scheduler), Some(group)) = (&manager.config.resources, &record.group) {
-                scheduler.adopt(&record.submission_id, &record.resources, &node, group).await;
+        let span = job_span(&record);
+        tokio::spawn(
+            async move {
+                // The node's agent still holds the job's resources for the dead head's group: take it over.
+                if let (Some(scheduler), Some(group)) = (&manager.config.resources, &record.group) {
+                    scheduler.adopt(&record.submission_id, &record.resources, &node, group).await;
+                }
+                let offset = std::fs::metadata(manager.log_path(&record.submission_id)).map(|m| m.len()).unwrap_or(0);
+                manager.run_remote(&mut record, node, &stop, log_tx, Some(offset)).await;
+                manager.finish(record).await;
             }
-            let offset = std::fs::metadata(manager.log_path(&record.submission_id)).map(|m| m.len()).unwrap_or(0);
-            manager.run_remote(&mut record, node, &stop, log_tx, Some(offset)).await;
-            manager.finish(record).await;
-        });
+            .instrument(span),
+        );
     }
 
     /// The uploaded packages a runtime_env names (`gcs://` working_dir and
@@ -647,6 +662,7 @@ impl JobManager {
     }
 
     /// `Ok(true)` when a live job was stopped, `Ok(false)` when it had already ended.
+    #[tracing::instrument(skip(self))]
     pub fn stop(&self, id: &str) -> Result<bool, JobError> {
         let record = self.get(id)?;
         if record.status.is_terminal() {
@@ -661,6 +677,7 @@ impl JobManager {
     }
 
     /// Removes a finished job's record (its log stays, as in Ray).
+    #[tracing::instrument(skip(self))]
     pub fn delete(&self, id: &str) -> Result<(), JobError> {
         let record = self.get(id)?;
         if !record.status.is_terminal() {
@@ -769,6 +786,11 @@ async fn watch_log(path: PathBuf, log_tx: watch::Sender<u64>, mut exited: tokio:
             _ = tokio::time::sleep(LOG_POLL) => {}
         }
     }
+}
+
+/// The span a job's whole life runs in, so every event of it names the job.
+fn job_span(record: &JobRecord) -> tracing::Span {
+    tracing::info_span!("job", id = %record.submission_id)
 }
 
 /// The last `n` lines of a file (at most 20,000 characters).

@@ -73,6 +73,7 @@ impl Preparer<'_> {
         Ok(dir)
     }
 
+    #[tracing::instrument(skip_all, fields(keys = ?env.keys().collect::<Vec<_>>()))]
     pub fn prepare(&self, env: &Map<String, Value>) -> Result<Prepared, String> {
         let mut prepared = Prepared { cwd: self.session_dir.to_path_buf(), ..Default::default() };
         if let Some(dir) = env.get("working_dir").and_then(Value::as_str) {
@@ -172,6 +173,7 @@ impl Preparer<'_> {
     }
 
     /// Downloads an `s3://` archive once per version (its ETag) into the packages directory.
+    #[tracing::instrument(skip(self))]
     fn fetch_s3(&self, uri: &str, what: &str) -> Result<PathBuf, String> {
         let name = base_name(uri);
         if !(name.ends_with(".zip") || name.ends_with(".whl")) {
@@ -235,6 +237,7 @@ impl Preparer<'_> {
 
     /// A virtualenv with `requirements` installed over the cluster's packages,
     /// built once per distinct request (others wait on its lock and reuse it).
+    #[tracing::instrument(skip(self, options))]
     fn virtualenv(&self, requirements: &[String], options: &[String], check: bool) -> Result<PathBuf, String> {
         let root = self.data_dir.join("runtime_resources").join("pip");
         create_dir(&root)?;
