@@ -6,7 +6,7 @@
 //! Python read from the dicts these replace.
 
 use crate::buffers::ObjectBuffer;
-use oxray_runtime::placement::Strategy;
+use oxray_runtime::head::placement::Strategy;
 use oxray_runtime::proto;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;

@@ -7,10 +7,11 @@ use crate::agent::node_stats::StatsSampler;
 use crate::agent::{AgentConfig, AgentService, AgentShared, AgentState, SpawnConfig};
 use crate::auth::{AttachToken, RequireToken};
 use crate::client::{RPC_DEADLINE, connect_control_channel};
-use crate::cluster_state::HeadClusterState;
+use crate::clock;
 use crate::head::Head;
+use crate::head::cluster_state::HeadClusterState;
+use crate::head::job_resources::{HeadDrivers, HeadEntrypointResources, HeadRemoteJobs};
 use crate::ids::NodeId;
-use crate::job_resources::{HeadDrivers, HeadEntrypointResources, HeadRemoteJobs};
 use crate::resources::ResourceSet;
 use crate::tls::TlsSettings;
 use oxray_http::{ClusterState, HttpConfig, HttpServer, MetricsServer, NodeMetricsSource, NodeSample};
@@ -514,7 +515,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     info.metrics_address = metrics.as_ref().map(|m| m.local_addr().to_string()).unwrap_or_default();
     info.is_head = is_head;
     info.session_dir = cfg.session_dir.display().to_string();
-    info.start_time_ms = crate::head::now_ms();
+    info.start_time_ms = clock::now_ms();
     if let Err(status) = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await {
         for s in stop {
             let _ = s.send(());
@@ -550,7 +551,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
             *beat_latest.lock() = Some(sample.clone());
             let stats = Some(sample);
             let (available, demand) = beat_agent.with_state(|st| {
-                st.age_reservations();
+                st.age_reservations(clock::now_ms());
                 let demand = st
                     .pending_demand()
                     .into_iter()
@@ -559,7 +560,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
                 (st.reported_available().to_map(), demand)
             });
             match head.heartbeat(HeartbeatRequest { node_id: node_id.to_vec(), available, stats, demand }).await {
-                Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes)),
+                Ok(reply) => beat_agent.with_state(|st| st.update_peers(&reply.into_inner().nodes, clock::now_ms())),
                 Err(s) if s.code() == tonic::Code::NotFound => {
                     // A head that restarted without this node on record: register again.
                     let _ = head.register_node(RegisterNodeRequest { node: Some(info.clone()) }).await;
@@ -637,7 +638,7 @@ struct LatestStats {
 impl NodeMetricsSource for LatestStats {
     fn latest(&self) -> Option<(String, String, NodeSample)> {
         let latest = self.latest.lock();
-        latest.as_ref().map(|s| (self.node_id.clone(), self.ip.clone(), crate::cluster_state::sample_of(s)))
+        latest.as_ref().map(|s| (self.node_id.clone(), self.ip.clone(), crate::head::cluster_state::sample_of(s)))
     }
 }
 

@@ -5,7 +5,7 @@ use super::Client;
 use crate::error::client_error as rpc_err;
 use crate::records::PlacementGroupInfo;
 use crate::runtime;
-use oxray_runtime::placement::Strategy;
+use oxray_runtime::head::placement::Strategy;
 use oxray_runtime::proto::{Bundle, Empty, PlacementGroupRequest, PlacementGroupSpec};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -20,6 +20,7 @@ pub use service::AgentService;
 pub use state::{Action, AgentConfig, AgentState, LogLevel};
 pub use workers::SpawnConfig;
 
+use crate::clock;
 use crate::ids::{ClientId, NodeId, ObjectId, TaskId, WorkerId};
 use oxray_proto::head_service_client::HeadServiceClient;
 use oxray_proto::{ActorInfo, NodeInfo, PeerEvent, RefDeltas, TaskDoneRequest, TaskKind, TaskSpec, peer_event};
@@ -212,7 +213,7 @@ impl AgentShared {
             Ok(child) => child,
             Err(e) => {
                 let status = format!("could not start {}: {e}", cfg.python);
-                self.with_state(|st| st.worker_exited(worker_id, status));
+                self.with_state(|st| st.worker_exited(worker_id, status, clock::now_ms()));
                 return;
             }
         };
@@ -249,7 +250,7 @@ impl AgentShared {
                 Ok(s) => describe_exit(s),
                 Err(e) => format!("wait failed: {e}"),
             };
-            this.with_state(|st| st.worker_exited(worker_id, status));
+            this.with_state(|st| st.worker_exited(worker_id, status, clock::now_ms()));
         });
     }
 
@@ -287,7 +288,7 @@ impl AgentShared {
             }
             if let (Some(worker), false) = (blocked_worker, blocked) {
                 blocked = true;
-                self.with_state(|st| st.set_worker_blocked(worker, true));
+                self.with_state(|st| st.set_worker_blocked(worker, true, clock::now_ms()));
                 continue;
             }
             if !notified_before(notified, deadline).await {
@@ -295,7 +296,7 @@ impl AgentShared {
             }
         };
         if let (Some(worker), true) = (blocked_worker, blocked) {
-            self.with_state(|st| st.set_worker_blocked(worker, false));
+            self.with_state(|st| st.set_worker_blocked(worker, false, clock::now_ms()));
         }
         done
     }
@@ -328,7 +329,7 @@ impl AgentShared {
             if !dec.is_empty() || !released.is_empty() {
                 self.with_state(|st| {
                     st.release_views(client, &released);
-                    st.remove_holders(client, &dec);
+                    st.remove_holders(client, &dec, clock::now_ms());
                 });
             }
         }
@@ -364,7 +365,7 @@ impl AgentShared {
         let nested = object_ids(&done.nested_refs)?;
         let deltas = done.ref_deltas.clone();
         self.with_ref_changes(worker.into(), &deltas, || {
-            self.with_state(|st| st.task_done(worker, task, done, &nested))
+            self.with_state(|st| st.task_done(worker, task, done, &nested, clock::now_ms()))
         })
     }
 
@@ -375,6 +376,7 @@ impl AgentShared {
         }
         self.learn_before_submit(&specs).await;
         self.with_state(|st| {
+            let now_ms = clock::now_ms();
             for spec in specs {
                 let owner = ClientId::from_bytes(&spec.owner_id)?;
                 if st.driver_has_ended(&owner) {
@@ -383,12 +385,12 @@ impl AgentShared {
                     return Err(AgentError::DriverEnded(owner));
                 }
                 if spec.kind == TaskKind::ActorTask as i32 {
-                    st.submit_actor_task(owner, spec)?;
+                    st.submit_actor_task(owner, spec, now_ms)?;
                 } else {
-                    st.submit(owner, spec)?;
+                    st.submit(owner, spec, now_ms)?;
                 }
             }
-            st.schedule();
+            st.schedule(now_ms);
             Ok(())
         })
     }

@@ -4,6 +4,7 @@
 //! `nvidia-smi` (every few seconds: it is a process to start).
 
 use super::AgentShared;
+use crate::clock;
 use oxray_proto::{GpuStats, NodeStats};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,7 +63,7 @@ impl StatsSampler {
             let store = st.store_stats();
             let counts = st.task_counts();
             NodeStats {
-                time_ms: crate::head::now_ms(),
+                time_ms: clock::now_ms(),
                 cpu_percent: f64::from(self.system.global_cpu_usage()),
                 memory_used: self.system.used_memory(),
                 memory_total: self.system.total_memory(),

@@ -5,6 +5,7 @@
 use super::state::Reservation;
 use super::{AgentError, AgentShared, CopyError, object_ids};
 use crate::client::{AgentChannels, ClientError, PeerClient};
+use crate::clock;
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
 use crate::resources::ResourceSet;
 use oxray_object_store::{ObjectPlace, Reserved};
@@ -118,7 +119,7 @@ impl AgentShared {
                 }
             }
             if !this.state.lock().is_shutting_down() {
-                this.with_state(|st| st.node_died(node, &reason));
+                this.with_state(|st| st.node_died(node, &reason, clock::now_ms()));
             }
         });
         Some(tx)
@@ -143,8 +144,12 @@ impl AgentShared {
             match events.message().await {
                 Ok(Some(PeerEvent { event: Some(event) })) => {
                     let outcome = match event {
-                        peer_event::Event::Done(done) => self.with_state(|st| st.remote_task_done(node, done)),
-                        peer_event::Event::Actor(info) => self.with_state(|st| st.remote_actor_state(node, info)),
+                        peer_event::Event::Done(done) => {
+                            self.with_state(|st| st.remote_task_done(node, done, clock::now_ms()))
+                        }
+                        peer_event::Event::Actor(info) => {
+                            self.with_state(|st| st.remote_actor_state(node, info, clock::now_ms()))
+                        }
                     };
                     if let Err(e) = outcome {
                         tracing::warn!("bad event from node {node}: {e}");
@@ -179,7 +184,7 @@ impl AgentShared {
                     incoming.remove(&owner);
                 }
             }
-            this.with_state(|st| st.peer_gone(owner));
+            this.with_state(|st| st.peer_gone(owner, clock::now_ms()));
         });
     }
 
@@ -188,14 +193,16 @@ impl AgentShared {
             Some(peer_message::Msg::Task(forward)) => {
                 let task_id = forward.spec.as_ref().map(|s| s.task_id.clone()).unwrap_or_default();
                 let task_id = TaskId::from_bytes(&task_id)?;
-                let return_ids = self.with_state(|st| st.accept_forward(owner, forward))?;
+                let return_ids = self.with_state(|st| st.accept_forward(owner, forward, clock::now_ms()))?;
                 if !return_ids.is_empty() {
                     let this = self.clone();
                     tokio::spawn(async move {
                         // Its returns are made here: a return the owner already passed on
                         // (nested in another task's result) reads as ready before that.
                         this.wait_for_state(|st| !st.has_task(&task_id)).await;
-                        if let Some(done) = this.with_state(|st| st.remote_done_for(owner, task_id, &return_ids)) {
+                        if let Some(done) =
+                            this.with_state(|st| st.remote_done_for(owner, task_id, &return_ids, clock::now_ms()))
+                        {
                             this.peers.send_event(owner, PeerEvent { event: Some(peer_event::Event::Done(done)) });
                         }
                     });
@@ -203,22 +210,23 @@ impl AgentShared {
             }
             Some(peer_message::Msg::Refs(deltas)) => {
                 let released = object_ids(&deltas.decref)?;
-                self.with_state(|st| st.remove_holders(owner.into(), &released));
+                self.with_state(|st| st.remove_holders(owner.into(), &released, clock::now_ms()));
             }
             Some(peer_message::Msg::Cancel(req)) => {
                 let id = ObjectId::from_bytes(&req.object_id)?;
                 self.with_state(|st| {
-                    st.cancel(id, req.force, req.recursive);
-                    st.schedule();
+                    let now_ms = clock::now_ms();
+                    st.cancel(id, req.force, req.recursive, now_ms);
+                    st.schedule(now_ms);
                 });
             }
             Some(peer_message::Msg::KillActor(req)) => {
                 let id = ActorId::from_bytes(&req.actor_id)?;
-                let _ = self.with_state(|st| st.kill_actor(id, req.no_restart));
+                let _ = self.with_state(|st| st.kill_actor(id, req.no_restart, clock::now_ms()));
             }
             Some(peer_message::Msg::JobEnded(req)) => {
                 let job = JobId::from_bytes(&req.job_id)?;
-                self.with_state(|st| st.job_ended_elsewhere(job, owner));
+                self.with_state(|st| st.job_ended_elsewhere(job, owner, clock::now_ms()));
             }
             Some(peer_message::Msg::Hello(_)) | None => {
                 return Err(AgentError::Malformed("a peer link sent a second hello or an empty message"));
@@ -230,7 +238,7 @@ impl AgentShared {
     /// Copies an object from another node into this node's store.
     pub(super) async fn pull(self: Arc<Self>, id: ObjectId, address: String) {
         let outcome = self.copy_from(id, &address).await;
-        self.with_state(|st| st.pull_finished(id, outcome));
+        self.with_state(|st| st.pull_finished(id, outcome, clock::now_ms()));
     }
 
     async fn copy_from(self: &Arc<Self>, id: ObjectId, address: &str) -> Result<Option<Vec<u8>>, CopyError> {
@@ -376,7 +384,7 @@ impl AgentShared {
             (unknown, refresh)
         };
         if refresh && let Ok(reply) = head.list_nodes(Empty {}).await {
-            self.with_state(|st| st.update_peers(&reply.into_inner().nodes));
+            self.with_state(|st| st.update_peers(&reply.into_inner().nodes, clock::now_ms()));
         }
         for actor_id in unknown_actors {
             let Ok(reply) = head.get_actor(ActorRequest { actor_id, ..Default::default() }).await else { continue };

@@ -3,7 +3,7 @@
 //! Each method decodes its request, runs it against `AgentShared`, and replies.
 
 use super::{AgentError, AgentShared, actor_info, object_ids, timeout_deadline};
-use crate::head::now_ms;
+use crate::clock;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use oxray_proto::bundle_service_server::BundleService;
 use oxray_proto::driver_service_server::DriverService;
@@ -60,7 +60,7 @@ impl AgentService {
             pid: hello.pid,
             entrypoint: hello.entrypoint.clone(),
             submission_id: hello.submission_id.clone(),
-            start_time_ms: now_ms(),
+            start_time_ms: clock::now_ms(),
             end_time_ms: 0,
         }
     }
@@ -115,8 +115,9 @@ impl DriverService for AgentService {
                     Err(_) => break format!("no ping within its {:.1} s lease", lease.as_secs_f64()),
                 }
             };
-            shared.with_state(|st| st.driver_gone(client, &why));
-            driver.end_time_ms = now_ms().max(1);
+            let now_ms = clock::now_ms();
+            shared.with_state(|st| st.driver_gone(client, &why, now_ms));
+            driver.end_time_ms = now_ms.max(1);
             service.report_driver(driver).await;
             // Dropping `tx` ends the reply stream: a driver shutting down waits for it.
             drop(tx);
@@ -161,8 +162,9 @@ impl DriverService for AgentService {
                 if !spec.detached {
                     st.reclaim_when_unreferenced(actor_id);
                 }
-                st.submit(owner, spec)?;
-                st.schedule();
+                let now_ms = clock::now_ms();
+                st.submit(owner, spec, now_ms)?;
+                st.schedule(now_ms);
             }
             Ok::<_, AgentError>((actor_id, existing))
         })?;
@@ -202,8 +204,9 @@ impl DriverService for AgentService {
                     // Put again under the same id (a retried generator's item): the first copy stays.
                     return Ok(());
                 }
-                let sealed = st.seal_object(&object, &nested);
-                st.schedule();
+                let now_ms = clock::now_ms();
+                let sealed = st.seal_object(&object, &nested, now_ms);
+                st.schedule(now_ms);
                 sealed
             })
         })?;
@@ -270,7 +273,7 @@ impl DriverService for AgentService {
                 Err(status) => return Err(status),
             }
         }
-        self.shared.with_state(|st| st.kill_actor(id, req.no_restart))?;
+        self.shared.with_state(|st| st.kill_actor(id, req.no_restart, clock::now_ms()))?;
         if req.no_restart {
             // The head hears before `kill` returns, so the name is free for the caller's next call.
             let info = {
@@ -288,8 +291,9 @@ impl DriverService for AgentService {
         let req = request.into_inner();
         let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| {
-            st.cancel(id, req.force, req.recursive);
-            st.schedule();
+            let now_ms = clock::now_ms();
+            st.cancel(id, req.force, req.recursive, now_ms);
+            st.schedule(now_ms);
         });
         Ok(Response::new(Empty {}))
     }
@@ -369,7 +373,7 @@ impl DriverService for AgentService {
         if let Some(nodes) = &listed {
             // A caller that sees a node in this list can place work there at once (node affinity,
             // SPREAD), not only after this node's next heartbeat.
-            self.shared.with_state(|st| st.update_peers(nodes));
+            self.shared.with_state(|st| st.update_peers(nodes, clock::now_ms()));
         }
         let mut nodes = listed.unwrap_or_default();
         // This node's own numbers are live; the head's lag by a heartbeat.
@@ -422,7 +426,7 @@ impl DriverService for AgentService {
         };
         // Learn at once where the bundles went, rather than at the next heartbeat.
         if let Ok(nodes) = head.list_nodes(Empty {}).await {
-            self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes));
+            self.shared.with_state(|st| st.update_peers(&nodes.into_inner().nodes, clock::now_ms()));
         }
         Ok(info)
     }
@@ -479,7 +483,7 @@ impl WorkerService for AgentService {
         let worker_id = WorkerId::from_bytes(&hello.worker_id).map_err(AgentError::from)?;
         // Unbounded; `AssignmentSender` says what bounds it.
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.shared.with_state(|st| st.worker_connected(worker_id, tx))?;
+        self.shared.with_state(|st| st.worker_connected(worker_id, tx, clock::now_ms()))?;
         let shared = self.shared.clone();
         tokio::spawn(async move {
             while let Ok(Some(event)) = events.message().await {
@@ -563,13 +567,13 @@ impl BundleService for AgentService {
 
     async fn commit_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
-        self.shared.with_state(|st| st.commit_bundles(pg_id))?;
+        self.shared.with_state(|st| st.commit_bundles(pg_id, clock::now_ms()))?;
         Ok(Response::new(Empty {}))
     }
 
     async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
-        self.shared.with_state(|st| st.return_bundles(pg_id));
+        self.shared.with_state(|st| st.return_bundles(pg_id, clock::now_ms()));
         Ok(Response::new(Empty {}))
     }
 }

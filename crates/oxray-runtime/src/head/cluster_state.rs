@@ -2,7 +2,7 @@
 //! actors and placement groups from its tables, tasks from every live node
 //! agent (`NodeStateService`), asked at once, each within a few seconds.
 
-use crate::head::Head;
+use super::Head;
 use crate::resources::{placement_group_of, without_group_names};
 use oxray_http::{
     ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,

@@ -5,8 +5,8 @@
 //! actors cannot take what it holds); the cluster's drivers, for DRIVER rows;
 //! and running a job on another node through its agent (`NodeJobService`).
 
+use super::{Head, NODE_TIMEOUT};
 use crate::client::NodeJobClient;
-use crate::head::{Head, NODE_TIMEOUT};
 use crate::ids::{NodeId, PlacementGroupId};
 use oxray_jobs::{
     BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteEvent, RemoteJobs, RemoteRun,

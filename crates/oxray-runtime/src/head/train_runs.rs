@@ -5,7 +5,7 @@
 //! reports of a run (10,000), and the last `OXRAY_TRAIN_RUNS_KEPT` finished
 //! runs (100); written through to redb on a head with a state directory.
 
-use crate::head_store::{HeadStore, StoreError};
+use super::store::{HeadStore, StoreError};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};

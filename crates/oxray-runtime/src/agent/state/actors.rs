@@ -213,7 +213,7 @@ impl AgentState {
 
     /// Ends an actor whose handles are all gone, as Ray does: a call queued behind the
     /// creator's (so after the calls it made) runs `__ray_shutdown__` and exits.
-    pub(super) fn reclaim_actor(&mut self, actor_id: ActorId) {
+    pub(super) fn reclaim_actor(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(actor) = self.actors.get(&actor_id).filter(|a| a.state != ActorState::Dead) else { return };
         let creation = &actor.creation;
         let Ok(owner) = ClientId::from_bytes(&creation.owner_id) else { return };
@@ -227,7 +227,7 @@ impl AgentState {
             job_id: creation.job_id.clone(),
             ..Default::default()
         };
-        if let Err(e) = self.submit_actor_task(owner, spec) {
+        if let Err(e) = self.submit_actor_task(owner, spec, now_ms) {
             self.actions.push(Action::warn(format!("could not reclaim actor {}: {e}", actor_id.short())));
         }
     }
@@ -237,7 +237,7 @@ impl AgentState {
         self.actors.get(id).filter(|a| !a.is_ending())
     }
 
-    pub(super) fn start_actor_worker(&mut self, task_id: TaskId, gpus: Vec<(usize, i64)>) {
+    pub(super) fn start_actor_worker(&mut self, task_id: TaskId, gpus: Vec<(usize, i64)>, now_ms: u64) {
         let task = self.tasks.get_mut(&task_id).expect("creation task exists");
         self.available.subtract(&task.holds);
         task.gpus = gpus;
@@ -246,7 +246,7 @@ impl AgentState {
         let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
         let env: Vec<(String, String)> = task.spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         let worker_id = self.spawn_worker(WorkerRole::Actor(actor_id), label, job_id, env);
-        self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id);
+        self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id, now_ms);
         let assignment = self.assignment_for(task_id, worker_id);
         let worker = self.workers.get_mut(&worker_id).expect("just spawned");
         worker.running = Some(task_id);
@@ -263,6 +263,7 @@ impl AgentState {
         failed: bool,
         method_names: Vec<String>,
         error_text: String,
+        now_ms: u64,
     ) {
         let Some(task) = self.tasks.get(&task_id) else { return };
         let actor_id = ActorId::from_bytes(&task.spec.actor_id).unwrap_or_default();
@@ -275,7 +276,7 @@ impl AgentState {
         let holds = self.tasks.get(&task_id).map(|t| t.holds.clone()).unwrap_or_default();
         // Constructor arguments stay pinned for the actor's life: a restart re-runs it with them.
         let pinned = self.tasks.get_mut(&task_id).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
-        self.finish_task(task_id, None);
+        self.finish_task(task_id, None, now_ms);
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let duplicate_pins = if actor.arg_pins.is_empty() {
             actor.arg_pins = pinned;
@@ -286,11 +287,11 @@ impl AgentState {
         actor.held_gpus_and_resources(gpus, holds);
         let killed_meanwhile = actor.state == ActorState::Dead;
         for id in duplicate_pins {
-            self.unpin(id);
+            self.unpin(id, now_ms);
         }
         if killed_meanwhile {
             // Killed before its constructor finished: don't bring it back.
-            self.release_actor(actor_id);
+            self.release_actor(actor_id, now_ms);
             if let Some(w) = self.workers.get(&worker_id) {
                 self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
             }
@@ -309,8 +310,8 @@ impl AgentState {
             actor.no_restart = true;
             actor.state = ActorState::Dead;
             self.actions.push(Action::ActorChanged(actor_id));
-            self.fail_actor_queue(actor_id);
-            self.release_actor(actor_id);
+            self.fail_actor_queue(actor_id, now_ms);
+            self.release_actor(actor_id, now_ms);
             if let Some(w) = self.workers.get(&worker_id) {
                 self.actions.push(Action::Signal { pid: w.pid, signal: libc::SIGKILL });
             }
@@ -320,10 +321,10 @@ impl AgentState {
         actor.pid = pid;
         actor.method_names = method_names;
         self.actions.push(Action::ActorChanged(actor_id));
-        self.dispatch_actor(actor_id);
+        self.dispatch_actor(actor_id, now_ms);
     }
 
-    pub fn submit_actor_task(&mut self, client: ClientId, spec: TaskSpec) -> Result<(), AgentError> {
+    pub fn submit_actor_task(&mut self, client: ClientId, spec: TaskSpec, now_ms: u64) -> Result<(), AgentError> {
         let actor_id = ActorId::from_bytes(&spec.actor_id)?;
         let task_id = TaskId::from_bytes(&spec.task_id)?;
         let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
@@ -333,21 +334,21 @@ impl AgentState {
         }
         let Some(actor) = self.actors.get(&actor_id) else {
             for r in return_ids {
-                self.store_error(r, SystemErrorKind::ActorDied, "The actor is unknown to this cluster");
+                self.store_error(r, SystemErrorKind::ActorDied, "The actor is unknown to this cluster", now_ms);
             }
             return Ok(());
         };
         if actor.state == ActorState::Dead {
             let (kind, cause) = (actor.death_kind, actor.death_cause.clone());
             for r in return_ids {
-                self.store_error(r, kind, &cause);
+                self.store_error(r, kind, &cause, now_ms);
             }
             return Ok(());
         }
         let retries = spec.call_max_task_retries.unwrap_or(actor.max_task_retries);
-        self.insert_task(task_id, spec, ResourceSet::new(), ResourceSet::new(), retries)?;
+        self.insert_task(task_id, spec, ResourceSet::new(), ResourceSet::new(), retries, now_ms)?;
         self.actors.get_mut(&actor_id).expect("checked").queue.push_back(task_id);
-        self.dispatch_actor(actor_id);
+        self.dispatch_actor(actor_id, now_ms);
         Ok(())
     }
 
@@ -355,7 +356,7 @@ impl AgentState {
     /// made them within each concurrency group, so a call waiting for its arguments
     /// holds back only later calls from the same caller to the same group (as in Ray),
     /// never other callers' or other groups'.
-    pub(super) fn dispatch_actor(&mut self, actor_id: ActorId) {
+    pub(super) fn dispatch_actor(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(actor) = self.actors.get(&actor_id) else { return };
         // Calls to an actor on another node go there as soon as their arguments
         // are ready anywhere; that node queues them until the actor is alive.
@@ -413,7 +414,7 @@ impl AgentState {
         let worker_id = worker_id.expect("a local actor has a worker");
         for task_id in ready {
             let assignment = self.assignment_for(task_id, worker_id);
-            self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id);
+            self.tasks.get_mut(&task_id).expect("exists").start_on(worker_id, now_ms);
             self.actors.get_mut(&actor_id).expect("exists").inflight.push(task_id);
             if let Some(tx) = self.workers.get(&worker_id).and_then(|w| w.tx.as_ref()) {
                 let _ = tx.send(Ok(assignment));
@@ -421,21 +422,21 @@ impl AgentState {
         }
     }
 
-    pub(super) fn fail_actor_queue(&mut self, actor_id: ActorId) {
+    pub(super) fn fail_actor_queue(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let pending: Vec<TaskId> = actor.queue.drain(..).chain(actor.inflight.drain(..)).collect();
         let (kind, cause) = (actor.death_kind, actor.death_cause.clone());
         for task_id in pending {
-            self.finish_task(task_id, Some((kind, cause.clone())));
+            self.finish_task(task_id, Some((kind, cause.clone())), now_ms);
         }
     }
 
-    pub(super) fn release_actor(&mut self, actor_id: ActorId) {
+    pub(super) fn release_actor(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let pins = if actor.state == ActorState::Dead { std::mem::take(&mut actor.arg_pins) } else { Vec::new() };
         let (gpus, holds) = actor.take_held();
         for id in pins {
-            self.unpin(id);
+            self.unpin(id, now_ms);
         }
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         self.gpus.release(&gpus);
@@ -448,10 +449,10 @@ impl AgentState {
                 self.drop_ended_jobs_functions(None);
             }
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
-    pub fn kill_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
+    pub fn kill_actor(&mut self, actor_id: ActorId, no_restart: bool, now_ms: u64) -> Result<(), AgentError> {
         let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
         if no_restart && actor.state != ActorState::Dead {
             actor.no_restart = true;
@@ -460,18 +461,18 @@ impl AgentState {
                 format!("The actor is dead because it was killed by `ray.kill` (actor class {})", actor.class_name);
             self.actions.push(Action::ActorChanged(actor_id));
         }
-        self.stop_actor(actor_id, no_restart)
+        self.stop_actor(actor_id, no_restart, now_ms)
     }
 
     /// Kills an actor for good, with `cause` as what its callers are told.
-    pub(super) fn kill_actor_because(&mut self, actor_id: ActorId, cause: String) {
+    pub(super) fn kill_actor_because(&mut self, actor_id: ActorId, cause: String, now_ms: u64) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.no_restart = true;
         actor.death_cause = cause;
-        let _ = self.stop_actor(actor_id, true);
+        let _ = self.stop_actor(actor_id, true, now_ms);
     }
 
-    fn stop_actor(&mut self, actor_id: ActorId, no_restart: bool) -> Result<(), AgentError> {
+    fn stop_actor(&mut self, actor_id: ActorId, no_restart: bool, now_ms: u64) -> Result<(), AgentError> {
         let actor = self.actors.get_mut(&actor_id).ok_or(AgentError::UnknownActor(actor_id))?;
         if let Some(node) = actor.remote.filter(|_| actor.state != ActorState::Dead) {
             self.actions.push(Action::PeerKillActor { node, actor_id, no_restart });
@@ -496,9 +497,9 @@ impl AgentState {
                     // Its constructor must never run now: drop the creation task and
                     // whatever it held (a worker still starting is killed on connect).
                     self.release_task_resources(creation);
-                    self.finish_task(creation, None);
-                    self.fail_actor_queue(actor_id);
-                    self.release_actor(actor_id);
+                    self.finish_task(creation, None, now_ms);
+                    self.fail_actor_queue(actor_id, now_ms);
+                    self.release_actor(actor_id, now_ms);
                 }
             }
         }
@@ -517,6 +518,7 @@ impl AgentState {
         pid: u32,
         was_blocked: bool,
         status: &str,
+        now_ms: u64,
     ) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         if actor.worker != Some(worker_id) {
@@ -547,18 +549,18 @@ impl AgentState {
             } else {
                 // As in Ray: a call lost to a crash is "unavailable" while the actor comes back.
                 let kind = if can_restart { SystemErrorKind::ActorUnavailable } else { SystemErrorKind::ActorDied };
-                self.finish_task(task_id, Some((kind, cause.clone())));
+                self.finish_task(task_id, Some((kind, cause.clone())), now_ms);
             }
         }
         for task_id in retry_ids.into_iter().rev() {
-            self.retry(task_id);
+            self.retry(task_id, now_ms);
         }
         // A creation task still running on the dead worker is finished here too.
         let creation_id =
             TaskId::from_bytes(&self.actors.get(&actor_id).expect("exists").creation.task_id).unwrap_or_default();
         self.release_task_resources_as(creation_id, was_blocked);
         // Its constructor's arguments stay pinned (by the actor) for a restart.
-        self.settle_creation(actor_id);
+        self.settle_creation(actor_id, now_ms);
         let actor = self.actors.get_mut(&actor_id).expect("exists");
         if can_restart {
             actor.num_restarts += 1;
@@ -569,18 +571,18 @@ impl AgentState {
             self.gpus.release(&gpus);
             self.available.add(&holds);
             self.actions.push(Action::warn(format!("restarting actor {} after its worker died ({status})", spec.name)));
-            self.restart_creation(actor_id);
+            self.restart_creation(actor_id, now_ms);
         } else {
             actor.state = ActorState::Dead;
             self.actions.push(Action::ActorChanged(actor_id));
-            self.fail_actor_queue(actor_id);
-            self.release_actor(actor_id);
+            self.fail_actor_queue(actor_id, now_ms);
+            self.release_actor(actor_id, now_ms);
         }
     }
 
     /// Queues the actor's constructor again (a restart), on this node or, when
     /// it was created for another node, here again.
-    pub(super) fn restart_creation(&mut self, actor_id: ActorId) {
+    pub(super) fn restart_creation(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         let mut fresh = actor.creation.clone();
         fresh.task_id = TaskId::random().to_vec();
@@ -593,7 +595,7 @@ impl AgentState {
         } else {
             resources_of(&fresh.placement_resources).unwrap_or_default()
         };
-        let _ = self.insert_task(task_id, fresh, holds, placement, 0);
+        let _ = self.insert_task(task_id, fresh, holds, placement, 0, now_ms);
         if let Some(task) = self.tasks.get_mut(&task_id) {
             task.from_peer = hosted_for;
         }

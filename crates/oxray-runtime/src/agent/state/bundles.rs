@@ -58,7 +58,7 @@ impl AgentState {
 
     /// Makes a reserved group's bundles usable here: every node of the group
     /// has reserved its share. Committing a committed group does nothing.
-    pub fn commit_bundles(&mut self, pg_id: PlacementGroupId) -> Result<(), AgentError> {
+    pub fn commit_bundles(&mut self, pg_id: PlacementGroupId, now_ms: u64) -> Result<(), AgentError> {
         if self.bundles.held.contains_key(&pg_id) {
             return Ok(());
         }
@@ -70,14 +70,14 @@ impl AgentState {
             crate::resources::hold_bundle(&mut self.total, &mut self.available, &pg_hex, *index, b);
         }
         self.bundles.held.insert(pg_id, sum);
-        self.schedule();
+        self.schedule(now_ms);
         Ok(())
     }
 
     /// One heartbeat went by: reservations left uncommitted for
     /// [`RESERVATION_BEATS`] are given back (a late commit then fails, and the
     /// head gives the group up and places it again).
-    pub fn age_reservations(&mut self) {
+    pub fn age_reservations(&mut self, now_ms: u64) {
         let lapsed: Vec<PlacementGroupId> = self
             .bundles
             .reserved
@@ -91,16 +91,16 @@ impl AgentState {
             self.actions.push(Action::info(format!(
                 "gave back the bundles of placement group {pg_id}: reserved {RESERVATION_BEATS} s ago and never committed"
             )));
-            self.return_bundles(pg_id);
+            self.return_bundles(pg_id, now_ms);
         }
     }
 
     /// Gives a placement group's bundles back: what runs in them is killed.
-    pub fn return_bundles(&mut self, pg_id: PlacementGroupId) {
+    pub fn return_bundles(&mut self, pg_id: PlacementGroupId, now_ms: u64) {
         if let Some(reservation) = self.bundles.reserved.remove(&pg_id) {
             // Reserved only: nothing ran in it.
             self.available.add(&sum_of(&reservation.bundles));
-            self.schedule();
+            self.schedule(now_ms);
             return;
         }
         let Some(sum) = self.bundles.held.remove(&pg_id) else { return };
@@ -128,7 +128,7 @@ impl AgentState {
         self.total.remove_containing(&pg_hex);
         self.available.remove_containing(&pg_hex);
         self.available.add(&sum);
-        self.schedule();
+        self.schedule(now_ms);
     }
 }
 

@@ -82,15 +82,15 @@ impl AgentState {
 
     /// A joined driver's session ended. Cleans up after it once; later calls
     /// for the same client do nothing and return false.
-    pub fn driver_gone(&mut self, client: ClientId, why: &str) -> bool {
+    pub fn driver_gone(&mut self, client: ClientId, why: &str, now_ms: u64) -> bool {
         let Some(job) = self.drivers.live.remove(&client) else { return false };
         self.drivers.remember_ended(client, job);
         self.objects.release_all_views(client);
         let held: Vec<ObjectId> =
             self.objects.iter().filter(|(_, m)| m.holders.contains(&client)).map(|(id, _)| *id).collect();
-        self.remove_holders(client, &held);
+        self.remove_holders(client, &held, now_ms);
         let job_still_live = self.drivers.live.values().any(|j| *j == job);
-        let (tasks, actors) = if job_still_live { (0, 0) } else { self.end_job(job) };
+        let (tasks, actors) = if job_still_live { (0, 0) } else { self.end_job(job, now_ms) };
         if !job_still_live {
             // The job's work on other nodes (nested tasks, actors they made) goes too.
             let nodes: Vec<_> = self.peers.alive_nodes().collect();
@@ -103,25 +103,25 @@ impl AgentState {
             client.short(),
             held.len()
         )));
-        self.schedule();
+        self.schedule(now_ms);
         true
     }
 
     /// Another node reports that the driver of `job` is gone: its work here stops too.
-    pub fn job_ended_elsewhere(&mut self, job: JobId, from: NodeId) {
-        let (tasks, actors) = self.end_job(job);
+    pub fn job_ended_elsewhere(&mut self, job: JobId, from: NodeId, now_ms: u64) {
+        let (tasks, actors) = self.end_job(job, now_ms);
         if tasks + actors > 0 {
             self.actions.push(Action::info(format!(
                 "job {job} ended (its driver left node {}): cancelled {tasks} tasks, killed {actors} actors",
                 from.short()
             )));
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
     /// Cancels the job's tasks and kills its actors, detached ones (and what
     /// they run or submit) excepted. Returns how many tasks and actors.
-    fn end_job(&mut self, job: JobId) -> (usize, usize) {
+    fn end_job(&mut self, job: JobId, now_ms: u64) -> (usize, usize) {
         for pg_id in self.drivers.groups.remove(&job).unwrap_or_default() {
             self.actions.push(Action::RemovePlacementGroup(pg_id));
         }
@@ -141,7 +141,7 @@ impl AgentState {
             .map(|(id, _)| *id)
             .collect();
         for task_id in &tasks {
-            self.cancel_for_gone_driver(*task_id);
+            self.cancel_for_gone_driver(*task_id, now_ms);
         }
         let actors: Vec<ActorId> = self
             .actors
@@ -152,14 +152,14 @@ impl AgentState {
             .collect();
         for actor_id in &actors {
             let Some(class) = self.actors.get(actor_id).map(|a| a.class_name.clone()) else { continue };
-            self.kill_actor_because(*actor_id, format!("The actor {class} died because its driver exited"));
+            self.kill_actor_because(*actor_id, format!("The actor {class} died because its driver exited"), now_ms);
         }
         self.drop_ended_jobs_functions(Some(job));
         (tasks.len(), actors.len())
     }
 
     /// Stops one task of a gone driver: dropped if queued, its worker killed if running.
-    fn cancel_for_gone_driver(&mut self, task_id: TaskId) {
+    fn cancel_for_gone_driver(&mut self, task_id: TaskId, now_ms: u64) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         task.cancelled = true;
         let first_return = task.spec.return_ids.first().and_then(|r| ObjectId::from_bytes(r).ok());
@@ -177,7 +177,7 @@ impl AgentState {
             }
             TaskState::Ready | TaskState::WaitingArgs => {
                 self.unqueue(task_id);
-                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "Its driver exited".into())));
+                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, "Its driver exited".into())), now_ms);
             }
         }
     }

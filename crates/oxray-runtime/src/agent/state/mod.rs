@@ -1,7 +1,10 @@
 //! The node agent's state machine. It does no I/O: methods change state and
 //! queue `Action`s (spawn a worker, signal a process, message another node) that
 //! the service layer carries out after releasing the lock, so every test can
-//! drive it without a runtime.
+//! drive it without a runtime. Nor does it read the clock: the methods that may
+//! start or end a task (which is most of them, through scheduling) take the
+//! caller's `now_ms` (`crate::clock::now_ms()` in the service layer, fixed times
+//! in the tests), which it records as the task's times.
 //!
 //! `AgentState` composes one part per concern, each a struct with private fields
 //! and a small API, and each file also holds the `AgentState` methods of its concern:

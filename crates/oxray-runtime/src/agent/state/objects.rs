@@ -139,7 +139,7 @@ impl AgentState {
         }
     }
 
-    pub fn remove_holders(&mut self, client: ClientId, ids: &[ObjectId]) {
+    pub fn remove_holders(&mut self, client: ClientId, ids: &[ObjectId], now_ms: u64) {
         for id in ids {
             if let Some(meta) = self.objects.get_mut(id) {
                 meta.holders.remove(&client);
@@ -147,7 +147,7 @@ impl AgentState {
             if let Some(w) = self.workers.get_mut(&client.as_worker()) {
                 w.held_refs.remove(id);
             }
-            self.maybe_free(*id);
+            self.maybe_free(*id, now_ms);
         }
     }
 
@@ -155,14 +155,14 @@ impl AgentState {
         self.objects.entry(id).pins += 1;
     }
 
-    pub(super) fn unpin(&mut self, id: ObjectId) {
+    pub(super) fn unpin(&mut self, id: ObjectId, now_ms: u64) {
         if let Some(meta) = self.objects.get_mut(&id) {
             meta.pins = meta.pins.saturating_sub(1);
         }
-        self.maybe_free(id);
+        self.maybe_free(id, now_ms);
     }
 
-    pub(super) fn maybe_free(&mut self, id: ObjectId) {
+    pub(super) fn maybe_free(&mut self, id: ObjectId, now_ms: u64) {
         let Some(meta) = self.objects.get(&id) else { return };
         if !meta.holders.is_empty() || meta.pins > 0 {
             return;
@@ -179,16 +179,16 @@ impl AgentState {
         }
         self.tasks.clear_producer(&id);
         for nested in meta.nested {
-            self.unpin(nested);
+            self.unpin(nested, now_ms);
         }
         if let Some(actor_id) = self.handle_tokens.remove(&id) {
-            self.reclaim_actor(actor_id);
+            self.reclaim_actor(actor_id, now_ms);
         }
     }
 
     /// Records a sealed object (inline bytes or a file already reserved) and
     /// wakes whatever was waiting for it.
-    pub fn seal_object(&mut self, loc: &ObjectLocation, nested: &[ObjectId]) -> Result<(), AgentError> {
+    pub fn seal_object(&mut self, loc: &ObjectLocation, nested: &[ObjectId], now_ms: u64) -> Result<(), AgentError> {
         let id = ObjectId::from_bytes(&loc.object_id)?;
         match &loc.place {
             Some(Place::InlineData(data)) => self.objects.store_mut().insert_inline(id, data.clone()),
@@ -207,18 +207,18 @@ impl AgentState {
         let meta = self.objects.entry(id);
         meta.nested.extend_from_slice(nested);
         meta.ready = true;
-        self.on_object_ready(id);
+        self.on_object_ready(id, now_ms);
         Ok(())
     }
 
-    pub(super) fn store_error(&mut self, id: ObjectId, kind: SystemErrorKind, message: &str) {
+    pub(super) fn store_error(&mut self, id: ObjectId, kind: SystemErrorKind, message: &str, now_ms: u64) {
         self.objects.store_mut().insert_inline(id, system_error_object(kind, message));
         let meta = self.objects.entry(id);
         meta.ready = true;
-        self.on_object_ready(id);
+        self.on_object_ready(id, now_ms);
     }
 
-    pub(super) fn on_object_ready(&mut self, id: ObjectId) {
+    pub(super) fn on_object_ready(&mut self, id: ObjectId, now_ms: u64) {
         let Some(waiting) = self.tasks.take_waiters(&id) else { return };
         let mut touched_actors = Vec::new();
         for task_id in waiting {
@@ -235,10 +235,10 @@ impl AgentState {
             }
         }
         for actor in touched_actors {
-            self.dispatch_actor(actor);
+            self.dispatch_actor(actor, now_ms);
         }
         // Freed while nobody held it? (e.g. a return whose ref was dropped early)
-        self.maybe_free(id);
+        self.maybe_free(id, now_ms);
     }
 
     /// Ready here or on another node.

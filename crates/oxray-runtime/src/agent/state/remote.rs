@@ -115,7 +115,7 @@ impl AgentState {
     }
 
     /// Applies the head's node table; nodes that stopped beating are failed over.
-    pub fn update_peers(&mut self, nodes: &[NodeInfo]) {
+    pub fn update_peers(&mut self, nodes: &[NodeInfo], now_ms: u64) {
         self.peers.updates += 1;
         let mut died = Vec::new();
         for n in nodes {
@@ -154,9 +154,9 @@ impl AgentState {
             }
         }
         for node in died {
-            self.node_died(node, "it stopped sending heartbeats to the head");
+            self.node_died(node, "it stopped sending heartbeats to the head", now_ms);
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
     /// This node's view of `peer`'s available resources.
@@ -482,7 +482,7 @@ impl AgentState {
 
     /// A copy finished arriving: `Some(bytes)` for a small object, `None` when it
     /// was written into a reservation, or the reason it could not be copied.
-    pub fn pull_finished(&mut self, id: ObjectId, outcome: Result<Option<Vec<u8>>, CopyError>) {
+    pub fn pull_finished(&mut self, id: ObjectId, outcome: Result<Option<Vec<u8>>, CopyError>, now_ms: u64) {
         self.objects.end_pull(&id);
         if !self.objects.contains_key(&id) {
             // Freed while it was being copied.
@@ -505,16 +505,16 @@ impl AgentState {
                 if let Some(meta) = self.objects.get_mut(&id) {
                     meta.remote = None;
                 }
-                self.store_error(id, SystemErrorKind::ObjectLost, &message);
-                self.schedule();
+                self.store_error(id, SystemErrorKind::ObjectLost, &message, now_ms);
+                self.schedule(now_ms);
                 return;
             }
         }
         if let Some(meta) = self.objects.get_mut(&id) {
             meta.ready = true;
         }
-        self.on_object_ready(id);
-        self.schedule();
+        self.on_object_ready(id, now_ms);
+        self.schedule(now_ms);
     }
 
     /// Whether `id` is not here yet but a task this node owns or runs will make it.
@@ -536,7 +536,7 @@ impl AgentState {
     }
 
     /// A forwarded task finished on `node`.
-    pub fn remote_task_done(&mut self, node: NodeId, done: RemoteTaskDone) -> Result<(), AgentError> {
+    pub fn remote_task_done(&mut self, node: NodeId, done: RemoteTaskDone, now_ms: u64) -> Result<(), AgentError> {
         let task_id = TaskId::from_bytes(&done.task_id)?;
         let nested = done.nested.iter().map(|n| ObjectId::from_bytes(n)).collect::<Result<Vec<_>, _>>()?;
         let current = self.tasks.get(&task_id).is_some_and(|t| t.state == TaskState::Forwarded(node));
@@ -560,14 +560,14 @@ impl AgentState {
                 let size = r.inline_data.len() as u64;
                 let loc =
                     ObjectLocation { object_id: r.object_id, place: Some(Place::InlineData(r.inline_data)), size };
-                self.seal_object(&loc, &nested)?;
+                self.seal_object(&loc, &nested, now_ms)?;
             } else {
                 self.note_remote_copy(id, node, &address, r.size);
                 for n in &nested {
                     self.pin(*n);
                 }
                 self.objects.entry(id).nested.extend_from_slice(&nested);
-                self.on_object_ready(id);
+                self.on_object_ready(id, now_ms);
             }
         }
         if let Some(actor) = self.actor_of_task(task_id) {
@@ -581,13 +581,13 @@ impl AgentState {
             peer.available.add(&task.placement);
             peer.available.lower_to(&peer.total);
         }
-        self.finish_task(task_id, None);
-        self.schedule();
+        self.finish_task(task_id, None, now_ms);
+        self.schedule(now_ms);
         Ok(())
     }
 
     /// The node hosting an actor this node created (or routes to) reports its state.
-    pub fn remote_actor_state(&mut self, node: NodeId, info: ActorInfo) -> Result<(), AgentError> {
+    pub fn remote_actor_state(&mut self, node: NodeId, info: ActorInfo, now_ms: u64) -> Result<(), AgentError> {
         let actor_id = ActorId::from_bytes(&info.actor_id)?;
         let Some(actor) = self.actors.get_mut(&actor_id).filter(|a| a.remote == Some(node)) else { return Ok(()) };
         let reported = ActorState::from_proto(info.state());
@@ -599,17 +599,17 @@ impl AgentState {
         match reported {
             ActorState::Alive => {
                 actor.state = ActorState::Alive;
-                self.settle_creation(actor_id);
-                self.dispatch_actor(actor_id);
+                self.settle_creation(actor_id, now_ms);
+                self.dispatch_actor(actor_id, now_ms);
             }
             ActorState::Restarting => actor.state = ActorState::Restarting,
             ActorState::Dead => {
                 actor.state = ActorState::Dead;
                 actor.death_cause = info.death_cause;
                 actor.death_kind = SystemErrorKind::ActorDied;
-                self.settle_creation(actor_id);
-                self.fail_actor_queue(actor_id);
-                self.release_actor(actor_id);
+                self.settle_creation(actor_id, now_ms);
+                self.fail_actor_queue(actor_id, now_ms);
+                self.release_actor(actor_id, now_ms);
             }
             ActorState::PendingCreation => {}
         }
@@ -617,7 +617,7 @@ impl AgentState {
     }
 
     /// Ends an actor's creation task (if still there), keeping its arguments pinned by the actor.
-    pub(super) fn settle_creation(&mut self, actor_id: ActorId) {
+    pub(super) fn settle_creation(&mut self, actor_id: ActorId, now_ms: u64) {
         let Some(creation) = self.actors.get(&actor_id).and_then(|a| TaskId::from_bytes(&a.creation.task_id).ok())
         else {
             return;
@@ -626,20 +626,20 @@ impl AgentState {
             return;
         }
         let pinned = self.tasks.get_mut(&creation).map(|t| std::mem::take(&mut t.pinned)).unwrap_or_default();
-        self.finish_task(creation, None);
+        self.finish_task(creation, None, now_ms);
         let actor = self.actors.get_mut(&actor_id).expect("checked");
         if actor.arg_pins.is_empty() {
             actor.arg_pins = pinned;
         } else {
             for id in pinned {
-                self.unpin(id);
+                self.unpin(id, now_ms);
             }
         }
     }
 
     /// `node` is gone: retry or fail what was forwarded there, restart its actors
     /// (or fail them), and mark objects whose only copy was there as lost.
-    pub fn node_died(&mut self, node: NodeId, reason: &str) {
+    pub fn node_died(&mut self, node: NodeId, reason: &str, now_ms: u64) {
         let what = self.describe_node(&node);
         if let Some(peer) = self.peers.nodes.get_mut(&node) {
             peer.alive = false;
@@ -657,18 +657,18 @@ impl AgentState {
             if task.retries_left != 0 && !task.cancelled && !self.shutting_down {
                 let name = task.spec.name.clone();
                 self.actions.push(Action::warn(format!("task {name} was running on {what}, which died; retrying")));
-                self.retry(task_id);
+                self.retry(task_id, now_ms);
             } else {
                 let message = format!(
                     "The task {} was running on {what}, which died ({reason}), and the task has no retries left",
                     task.spec.name
                 );
-                self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
+                self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)), now_ms);
             }
         }
         let hosted: Vec<ActorId> = self.actors.values().filter(|a| a.remote == Some(node)).map(|a| a.id).collect();
         for actor_id in hosted {
-            self.remote_actor_lost(actor_id, &format!("{what} died ({reason})"));
+            self.remote_actor_lost(actor_id, &format!("{what} died ({reason})"), now_ms);
         }
         let lost: Vec<ObjectId> = self
             .objects
@@ -681,13 +681,13 @@ impl AgentState {
             meta.remote = None;
             if !self.objects.store().contains_sealed(&id) {
                 let message = format!("Object {} is lost: its only copy was on {what}, which died", id.hex());
-                self.store_error(id, SystemErrorKind::ObjectLost, &message);
+                self.store_error(id, SystemErrorKind::ObjectLost, &message, now_ms);
             }
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
-    pub(super) fn remote_actor_lost(&mut self, actor_id: ActorId, cause: &str) {
+    pub(super) fn remote_actor_lost(&mut self, actor_id: ActorId, cause: &str, now_ms: u64) {
         let Some(actor) = self.actors.get_mut(&actor_id) else { return };
         actor.remote = None;
         if actor.state == ActorState::Dead {
@@ -707,26 +707,26 @@ impl AgentState {
             if can_restart && self.tasks.get(&task_id).is_some_and(|t| t.retries_left != 0) {
                 retry_ids.push(task_id);
             } else {
-                self.finish_task(task_id, Some((SystemErrorKind::ActorDied, death.clone())));
+                self.finish_task(task_id, Some((SystemErrorKind::ActorDied, death.clone())), now_ms);
             }
         }
         for task_id in retry_ids.into_iter().rev() {
-            self.retry(task_id);
+            self.retry(task_id, now_ms);
         }
         if can_restart {
-            self.settle_creation(actor_id);
+            self.settle_creation(actor_id, now_ms);
             let actor = self.actors.get_mut(&actor_id).expect("exists");
             actor.num_restarts += 1;
             actor.state = ActorState::Restarting;
             self.actions.push(Action::warn(format!("restarting actor {} because {cause}", actor.class_name)));
             self.actions.push(Action::ActorChanged(actor_id));
-            self.restart_creation(actor_id);
+            self.restart_creation(actor_id, now_ms);
         } else {
-            self.settle_creation(actor_id);
+            self.settle_creation(actor_id, now_ms);
             let actor = self.actors.get_mut(&actor_id).expect("exists");
             actor.state = ActorState::Dead;
-            self.fail_actor_queue(actor_id);
-            self.release_actor(actor_id);
+            self.fail_actor_queue(actor_id, now_ms);
+            self.release_actor(actor_id, now_ms);
             if proxy {
                 // Only routed from here: the next call asks the head where it lives now.
                 self.actors.remove(&actor_id);
@@ -770,7 +770,12 @@ impl AgentState {
     }
 
     /// Accepts a task an owner node forwarded; returns the ids to report back when ready.
-    pub fn accept_forward(&mut self, owner: NodeId, forward: ForwardTask) -> Result<Vec<ObjectId>, AgentError> {
+    pub fn accept_forward(
+        &mut self,
+        owner: NodeId,
+        forward: ForwardTask,
+        now_ms: u64,
+    ) -> Result<Vec<ObjectId>, AgentError> {
         let spec = forward.spec.ok_or(AgentError::Malformed("a forwarded task needs a spec"))?;
         if !forward.function.is_empty() {
             self.register_function(spec.function_id.clone(), forward.function, JobId::from_bytes(&spec.job_id).ok());
@@ -799,17 +804,17 @@ impl AgentState {
                     actor.hosted_for = Some(owner);
                     actor.max_restarts = spec.max_restarts;
                 }
-                self.submit(owner.into(), spec)?;
+                self.submit(owner.into(), spec, now_ms)?;
             }
-            k if k == TaskKind::ActorTask as i32 => self.submit_actor_task(owner.into(), spec)?,
+            k if k == TaskKind::ActorTask as i32 => self.submit_actor_task(owner.into(), spec, now_ms)?,
             _ => {
-                self.submit(owner.into(), spec)?;
+                self.submit(owner.into(), spec, now_ms)?;
             }
         }
         if let Some(task) = self.tasks.get_mut(&task_id) {
             task.from_peer = Some(owner);
         }
-        self.schedule();
+        self.schedule(now_ms);
         Ok(return_ids)
     }
 
@@ -820,6 +825,7 @@ impl AgentState {
         owner: NodeId,
         task_id: TaskId,
         return_ids: &[ObjectId],
+        now_ms: u64,
     ) -> Option<RemoteTaskDone> {
         if !self.peers.owners.contains(&owner) {
             return None;
@@ -855,17 +861,17 @@ impl AgentState {
             };
             returns.push(object);
         }
-        self.remove_holders(owner.into(), &sent_inline);
+        self.remove_holders(owner.into(), &sent_inline, now_ms);
         Some(RemoteTaskDone { task_id: task_id.to_vec(), returns, nested: nested.iter().map(|n| n.to_vec()).collect() })
     }
 
     /// An owner node's link closed: drop what was held for it, stop its tasks
     /// and kill the actors it created (unless detached).
-    pub fn peer_gone(&mut self, owner: NodeId) {
+    pub fn peer_gone(&mut self, owner: NodeId, now_ms: u64) {
         self.peers.owners.remove(&owner);
         let held: Vec<ObjectId> =
             self.objects.iter().filter(|(_, m)| m.holders.contains(&owner.into())).map(|(id, _)| *id).collect();
-        self.remove_holders(owner.into(), &held);
+        self.remove_holders(owner.into(), &held, now_ms);
         let tasks: Vec<TaskId> = self
             .tasks
             .iter()
@@ -885,6 +891,7 @@ impl AgentState {
                     self.finish_task(
                         task_id,
                         Some((SystemErrorKind::TaskCancelled, "Its owner node went away".into())),
+                        now_ms,
                     );
                 }
             }
@@ -896,9 +903,9 @@ impl AgentState {
             .map(|a| a.id)
             .collect();
         for actor_id in actors {
-            let _ = self.kill_actor(actor_id, true);
+            let _ = self.kill_actor(actor_id, true, now_ms);
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
     /// The node an actor this node routes to lives on, and who to tell about its changes.

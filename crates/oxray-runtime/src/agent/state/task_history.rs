@@ -69,6 +69,7 @@ impl TaskHistory {
         entry: TaskEntry,
         worker: Option<(WorkerId, u32)>,
         outcome: Outcome,
+        now_ms: u64,
     ) {
         match outcome {
             Outcome::Finished => self.finished += 1,
@@ -80,7 +81,7 @@ impl TaskHistory {
         while self.ended.len() >= self.limit {
             self.ended.pop_front();
         }
-        self.ended.push_back(EndedTask { task_id, entry, worker, outcome, end_ms: crate::head::now_ms() });
+        self.ended.push_back(EndedTask { task_id, entry, worker, outcome, end_ms: now_ms });
     }
 
     pub(super) fn len(&self) -> usize {

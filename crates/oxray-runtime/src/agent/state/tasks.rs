@@ -47,10 +47,10 @@ pub(super) struct TaskEntry {
 }
 
 impl TaskEntry {
-    /// It runs on `worker` from now.
-    pub(super) fn start_on(&mut self, worker: WorkerId) {
+    /// It runs on `worker` from `now_ms`.
+    pub(super) fn start_on(&mut self, worker: WorkerId, now_ms: u64) {
         self.state = TaskState::Running(worker);
-        self.started_ms = crate::head::now_ms();
+        self.started_ms = now_ms;
     }
 }
 
@@ -391,7 +391,7 @@ impl AgentState {
 
     /// Accepts a normal task or an actor creation. An impossible request fails
     /// its returns at once (never waits forever) and the message is returned.
-    pub fn submit(&mut self, client: ClientId, spec: TaskSpec) -> Result<Option<String>, AgentError> {
+    pub fn submit(&mut self, client: ClientId, spec: TaskSpec, now_ms: u64) -> Result<Option<String>, AgentError> {
         let task_id = TaskId::from_bytes(&spec.task_id)?;
         let holds = resources_of(&spec.resources)?;
         let placement =
@@ -421,13 +421,13 @@ impl AgentState {
                 self.retire_actor(id);
             }
             for r in return_ids {
-                self.store_error(r, kind, &message);
+                self.store_error(r, kind, &message, now_ms);
             }
             self.actions.push(Action::warn(message.clone()));
             return Ok(Some(message));
         }
         let retries = spec.max_retries;
-        self.insert_task(task_id, spec, holds, placement, retries)?;
+        self.insert_task(task_id, spec, holds, placement, retries, now_ms)?;
         Ok(None)
     }
 
@@ -438,6 +438,7 @@ impl AgentState {
         holds: ResourceSet,
         placement: ResourceSet,
         retries_left: i32,
+        now_ms: u64,
     ) -> Result<(), AgentError> {
         let job = JobId::from_optional_bytes(&spec.job_id)?;
         let mut pinned = Vec::new();
@@ -475,7 +476,7 @@ impl AgentState {
             from_peer: None,
             job,
             attempt: 0,
-            created_ms: crate::head::now_ms(),
+            created_ms: now_ms,
             started_ms: 0,
             raised: false,
         };
@@ -487,21 +488,21 @@ impl AgentState {
     }
 
     /// Ends a task for good: stores errors in returns that have no value, and unpins its arguments.
-    pub(super) fn finish_task(&mut self, task_id: TaskId, error: Option<(SystemErrorKind, String)>) {
+    pub(super) fn finish_task(&mut self, task_id: TaskId, error: Option<(SystemErrorKind, String)>, now_ms: u64) {
         let Some(mut task) = self.tasks.entries.remove(&task_id) else { return };
         if let Some((kind, message)) = &error {
             for raw in &task.spec.return_ids {
                 if let Ok(r) = ObjectId::from_bytes(raw) {
-                    self.store_error(r, *kind, message);
+                    self.store_error(r, *kind, message, now_ms);
                 }
             }
         }
         for r in task.spec.return_ids.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
             self.tasks.clear_producer(&r);
-            self.maybe_free(r);
+            self.maybe_free(r, now_ms);
         }
         for id in std::mem::take(&mut task.pinned) {
-            self.unpin(id);
+            self.unpin(id, now_ms);
         }
         // A task handed to another node is that node's to report, unless it failed here.
         if matches!(task.state, TaskState::Forwarded(_)) && error.is_none() {
@@ -513,7 +514,7 @@ impl AgentState {
             None => Outcome::Finished,
         };
         let worker = self.task_worker(&task);
-        self.task_history.push(task_id, task, worker, outcome);
+        self.task_history.push(task_id, task, worker, outcome, now_ms);
     }
 
     pub(super) fn assignment_for(&mut self, task_id: TaskId, worker: WorkerId) -> Assignment {
@@ -560,7 +561,7 @@ impl AgentState {
 
     /// Places ready tasks on idle workers while resources allow, and asks for
     /// new workers when tasks fit but no worker is free.
-    pub fn schedule(&mut self) {
+    pub fn schedule(&mut self, now_ms: u64) {
         if self.shutting_down {
             return;
         }
@@ -585,7 +586,7 @@ impl AgentState {
                     }
                     Placement::Fail(message) => {
                         self.tasks.ready.pop_front(qi);
-                        self.finish_task(task_id, Some((SystemErrorKind::TaskUnschedulable, message)));
+                        self.finish_task(task_id, Some((SystemErrorKind::TaskUnschedulable, message)), now_ms);
                         continue;
                     }
                 };
@@ -614,7 +615,7 @@ impl AgentState {
                 if q.creation {
                     let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
                     self.tasks.ready.pop_front(qi);
-                    self.start_actor_worker(task_id, gpus);
+                    self.start_actor_worker(task_id, gpus, now_ms);
                     scratch.subtract(&holds);
                     continue;
                 }
@@ -636,7 +637,7 @@ impl AgentState {
                 let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
                 let worker_id = self.workers.take_idle_for(wants_gpu).expect("checked above");
                 self.tasks.ready.pop_front(qi);
-                self.run_on(worker_id, task_id, gpus);
+                self.run_on(worker_id, task_id, gpus, now_ms);
                 scratch.subtract(&holds);
             }
         }
@@ -660,6 +661,7 @@ impl AgentState {
         task_id: TaskId,
         done: oxray_proto::TaskDoneRequest,
         nested: &[ObjectId],
+        now_ms: u64,
     ) -> Result<(), AgentError> {
         let oxray_proto::TaskDoneRequest {
             returns,
@@ -676,7 +678,7 @@ impl AgentState {
             // The actor ends itself, from a call or (an async actor's background task) from none:
             // every call it finished was reported before this.
             if let Some(&WorkerRole::Actor(actor_id)) = self.workers.get(&worker_id).map(|w| &w.role) {
-                self.kill_actor_because(actor_id, actor_exit);
+                self.kill_actor_because(actor_id, actor_exit, now_ms);
             }
             return Ok(());
         }
@@ -699,7 +701,7 @@ impl AgentState {
         let retry_app_error =
             application_error && task.spec.retry_exceptions && !not_retryable && task.retries_left != 0 && !cancelled;
         if kind == TaskKind::ActorCreation as i32 {
-            self.creation_done(worker_id, task_id, application_error, method_names, error_text);
+            self.creation_done(worker_id, task_id, application_error, method_names, error_text, now_ms);
             return Ok(());
         }
         if kind == TaskKind::Normal as i32 {
@@ -726,10 +728,10 @@ impl AgentState {
                     self.objects.store_mut().free(&id);
                 }
             }
-            self.retry(task_id);
+            self.retry(task_id, now_ms);
         } else if cancelled && (kind == TaskKind::ActorTask as i32 || returns.is_empty()) {
             let error = self.cancelled_error(task_id);
-            self.finish_task(task_id, error);
+            self.finish_task(task_id, error, now_ms);
         } else {
             // As in Ray, a cancelled task (not an actor call) that still ended reports its own
             // result: how the cancel stopped it (RayTaskError(TaskCancelledError)), or the value
@@ -737,14 +739,14 @@ impl AgentState {
             for loc in returns {
                 // Each return pins every nested ref: which return holds which is not
                 // reported, and dropping one return must not free refs inside another.
-                self.seal_object(loc, nested)?;
+                self.seal_object(loc, nested, now_ms)?;
             }
             if application_error && let Some(task) = self.tasks.get_mut(&task_id) {
                 task.raised = true;
             }
-            self.finish_task(task_id, None);
+            self.finish_task(task_id, None, now_ms);
         }
-        self.schedule();
+        self.schedule(now_ms);
         Ok(())
     }
 
@@ -768,7 +770,7 @@ impl AgentState {
         }
     }
 
-    pub(super) fn retry(&mut self, task_id: TaskId) {
+    pub(super) fn retry(&mut self, task_id: TaskId, now_ms: u64) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if task.retries_left > 0 {
             task.retries_left -= 1;
@@ -781,7 +783,7 @@ impl AgentState {
             if let Some(actor) = self.actors.get_mut(&actor_id) {
                 actor.queue.push_front(task_id);
                 // A live actor takes it again at once (a restarting one, once it is back).
-                self.dispatch_actor(actor_id);
+                self.dispatch_actor(actor_id, now_ms);
             }
         } else {
             self.push_ready(task_id);
@@ -800,7 +802,7 @@ impl AgentState {
     /// Cancels the task that produces `object_id`; `recursive` also cancels the
     /// tasks it submitted that are still here, and those forwarded on (their nodes
     /// cancel the tasks submitted there in turn).
-    pub fn cancel(&mut self, object_id: ObjectId, force: bool, recursive: bool) {
+    pub fn cancel(&mut self, object_id: ObjectId, force: bool, recursive: bool, now_ms: u64) {
         let Some(task_id) = self.tasks.producer_of(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         if task.cancelled {
@@ -816,7 +818,7 @@ impl AgentState {
                 .filter_map(|t| t.spec.return_ids.first().and_then(|r| ObjectId::from_bytes(r).ok()))
                 .collect();
             for child in children {
-                self.cancel(child, force, true);
+                self.cancel(child, force, true, now_ms);
             }
         }
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
@@ -837,7 +839,7 @@ impl AgentState {
             }
             TaskState::Ready | TaskState::WaitingArgs => {
                 self.unqueue(task_id);
-                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, cancelled_message(task_id))));
+                self.finish_task(task_id, Some((SystemErrorKind::TaskCancelled, cancelled_message(task_id))), now_ms);
             }
         }
     }
@@ -851,25 +853,25 @@ impl AgentState {
         (!settled).then(|| (SystemErrorKind::TaskCancelled, cancelled_message(task_id)))
     }
 
-    pub(super) fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str) {
+    pub(super) fn after_crash(&mut self, task_id: TaskId, pid: u32, status: &str, now_ms: u64) {
         let Some(task) = self.tasks.get(&task_id) else { return };
         if task.cancelled {
             let error = self.cancelled_error(task_id);
-            self.finish_task(task_id, error);
+            self.finish_task(task_id, error, now_ms);
         } else if task.retries_left != 0 && !self.shutting_down {
             let name = task.spec.name.clone();
             self.actions.push(Action::warn(format!("task {name} lost its worker (pid={pid}, {status}); retrying")));
-            self.retry(task_id);
+            self.retry(task_id, now_ms);
         } else {
             let message = format!(
                 "The worker running task {} (pid={pid}) died unexpectedly ({status}), and the task has no retries left",
                 task.spec.name
             );
-            self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)));
+            self.finish_task(task_id, Some((SystemErrorKind::WorkerCrashed, message)), now_ms);
         }
     }
 
-    pub(super) fn fail_all_ready(&mut self, message: &str) {
+    pub(super) fn fail_all_ready(&mut self, message: &str, now_ms: u64) {
         let ready = self.tasks.ready.drain();
         for task_id in ready {
             let creation_of = self
@@ -877,15 +879,15 @@ impl AgentState {
                 .get(&task_id)
                 .filter(|t| t.spec.kind == TaskKind::ActorCreation as i32)
                 .and_then(|t| ActorId::from_bytes(&t.spec.actor_id).ok());
-            self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())));
+            self.finish_task(task_id, Some((SystemErrorKind::System, message.to_string())), now_ms);
             if let Some(actor_id) = creation_of
                 && let Some(actor) = self.actors.get_mut(&actor_id)
             {
                 actor.state = ActorState::Dead;
                 actor.death_cause = message.to_string();
                 self.actions.push(Action::ActorChanged(actor_id));
-                self.fail_actor_queue(actor_id);
-                self.release_actor(actor_id);
+                self.fail_actor_queue(actor_id, now_ms);
+                self.release_actor(actor_id, now_ms);
             }
         }
     }

@@ -146,12 +146,12 @@ impl AgentState {
         worker_id
     }
 
-    pub(super) fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>) {
+    pub(super) fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>, now_ms: u64) {
         let task = self.tasks.get_mut(&task_id).expect("task exists");
         self.available.subtract(&task.holds);
         let no_gpus = gpus.is_empty();
         task.gpus = gpus;
-        task.start_on(worker_id);
+        task.start_on(worker_id, now_ms);
         let label = task.spec.name.clone();
         let job_id = task.job;
         let assignment = self.assignment_for(task_id, worker_id);
@@ -177,7 +177,12 @@ impl AgentState {
     }
 
     /// A worker process opened its assignment stream.
-    pub fn worker_connected(&mut self, worker_id: WorkerId, tx: AssignmentSender) -> Result<(), AgentError> {
+    pub fn worker_connected(
+        &mut self,
+        worker_id: WorkerId,
+        tx: AssignmentSender,
+        now_ms: u64,
+    ) -> Result<(), AgentError> {
         if !self.workers.contains_key(&worker_id) {
             return Err(AgentError::UnknownWorker(worker_id));
         }
@@ -199,14 +204,14 @@ impl AgentState {
         if is_pool {
             self.workers.starting = self.workers.starting.saturating_sub(1);
             self.workers.make_idle(worker_id);
-            self.schedule();
+            self.schedule(now_ms);
         }
         Ok(())
     }
 
     /// Release a blocked worker's resources while it waits in `get`, so nested
     /// tasks can use them (as Ray does); `false` takes them back.
-    pub fn set_worker_blocked(&mut self, worker_id: WorkerId, blocked: bool) {
+    pub fn set_worker_blocked(&mut self, worker_id: WorkerId, blocked: bool, now_ms: u64) {
         let Some(worker) = self.workers.get_mut(&worker_id) else { return };
         if worker.blocked == blocked {
             return;
@@ -221,7 +226,7 @@ impl AgentState {
             if blocked {
                 self.available.add(&lend);
                 worker.lent = lend;
-                self.schedule();
+                self.schedule(now_ms);
             } else {
                 let lent = std::mem::take(&mut worker.lent);
                 self.available.subtract(&lent);
@@ -233,7 +238,7 @@ impl AgentState {
         worker.blocked = blocked;
         if blocked {
             self.available.add(&task.holds);
-            self.schedule();
+            self.schedule(now_ms);
         } else {
             self.available.subtract(&task.holds);
         }
@@ -241,7 +246,7 @@ impl AgentState {
 
     /// A worker process exited. Retries or fails what it was running, and
     /// restarts or buries its actor.
-    pub fn worker_exited(&mut self, worker_id: WorkerId, status: String) {
+    pub fn worker_exited(&mut self, worker_id: WorkerId, status: String, now_ms: u64) {
         let Some(worker) = self.workers.workers.remove(&worker_id) else { return };
         self.workers.idle.retain(|w| *w != worker_id);
         // CPUs its actor lent while blocked come back before the actor's holds are released.
@@ -252,7 +257,7 @@ impl AgentState {
             if let Some(meta) = self.objects.get_mut(&id) {
                 meta.holders.remove(&worker_id.into());
             }
-            self.maybe_free(id);
+            self.maybe_free(id, now_ms);
         }
         if worker.tx.is_none() && !self.shutting_down {
             if worker.role == WorkerRole::Pool {
@@ -263,34 +268,34 @@ impl AgentState {
                 self.workers.failed_starts = 0;
                 self.fail_all_ready(&format!(
                     "Worker processes keep exiting before they start ({status}); see the worker logs in the session directory"
-                ));
+                ), now_ms);
             }
         }
-        self.owner_exited(worker_id, worker.pid);
+        self.owner_exited(worker_id, worker.pid, now_ms);
         match worker.role {
             WorkerRole::Pool => {
                 if let Some(task_id) = worker.running {
                     // The worker entry is gone: pass on whether it had lent its CPUs back.
                     self.release_task_resources_as(task_id, worker.blocked);
-                    self.after_crash(task_id, worker.pid, &status);
+                    self.after_crash(task_id, worker.pid, &status, now_ms);
                 }
             }
             WorkerRole::Actor(actor_id) => {
-                self.actor_worker_exited(actor_id, worker_id, worker.pid, worker.blocked, &status)
+                self.actor_worker_exited(actor_id, worker_id, worker.pid, worker.blocked, &status, now_ms)
             }
         }
         if worker.job_id.is_some_and(|job| self.functions.has_ended(&job)) {
             // A task of an ended job was killed: the functions only it ran can go now.
             self.drop_ended_jobs_functions(None);
         }
-        self.schedule();
+        self.schedule(now_ms);
     }
 
     /// A worker's death ends what it owned, as in Ray: the actors it created
     /// (unless detached) die with it, and the tasks it submitted that have not
     /// finished are stopped, their results `OwnerDiedError`. Whoever was handed
     /// one of those refs or actors gets an error instead of waiting for ever.
-    fn owner_exited(&mut self, worker_id: WorkerId, pid: u32) {
+    fn owner_exited(&mut self, worker_id: WorkerId, pid: u32, now_ms: u64) {
         let owner = worker_id.to_vec();
         let why = format!("its owner, the worker with pid {pid}, died");
         let actors: Vec<ActorId> = self
@@ -301,7 +306,7 @@ impl AgentState {
             .collect();
         for actor_id in actors {
             let class = self.actors.get(&actor_id).map(|a| a.class_name.clone()).unwrap_or_default();
-            self.kill_actor_because(actor_id, format!("The actor {class} died because {why}"));
+            self.kill_actor_because(actor_id, format!("The actor {class} died because {why}"), now_ms);
         }
         let tasks: Vec<TaskId> = self
             .tasks
@@ -319,18 +324,18 @@ impl AgentState {
                     // Its results read as the owner's death; the worker's exit ends the task.
                     self.signal_worker(runner, libc::SIGKILL);
                     for id in returns.iter().filter_map(|r| ObjectId::from_bytes(r).ok()) {
-                        self.store_error(id, SystemErrorKind::OwnerDied, &message);
+                        self.store_error(id, SystemErrorKind::OwnerDied, &message, now_ms);
                     }
                 }
                 TaskState::Forwarded(node) => {
                     if let Some(object_id) = returns.first().and_then(|r| ObjectId::from_bytes(r).ok()) {
                         self.actions.push(Action::PeerCancel { node, object_id, force: true, recursive: false });
                     }
-                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
+                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)), now_ms);
                 }
                 TaskState::Ready | TaskState::WaitingArgs => {
                     self.unqueue(task_id);
-                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)));
+                    self.finish_task(task_id, Some((SystemErrorKind::OwnerDied, message)), now_ms);
                 }
             }
         }
