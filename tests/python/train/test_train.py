@@ -549,7 +549,7 @@ def test_worker_output_is_prefixed_with_rank_and_ctrl_c_stops_workers(tmp_path):
         assert proc.poll() is None, "".join(lines)
         pids = {int(f.split("-")[2]): int(f.split("-")[1]) for f in os.listdir(tmp_path) if f.startswith("pid-")}
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)  # longer than the driver's own wait for the CPUs, so its message shows
         reader.join(timeout=30)
         out = "".join(lines)
     finally:
