@@ -6,6 +6,7 @@
 
 use crate::autoscale::{self, Demand, GroupState, WorkerView};
 use crate::crd::{Condition, HeadStatus, OxrayCluster, OxrayClusterStatus, WorkerGroupStatus};
+use crate::error::DemandError;
 use crate::resources::describe;
 use crate::spec::{self, ClusterPlanSpec, GroupPlan, METRICS_PORT, STATE_DIR, STATE_VOLUME};
 use k8s_openapi::api::core::v1::{
@@ -68,7 +69,7 @@ pub struct ObservedPod {
 }
 
 /// What the operator saw of a cluster's parts.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct Observed {
     pub secret_exists: bool,
     pub service_exists: bool,
@@ -77,7 +78,7 @@ pub struct Observed {
     /// The head's report, when it could be read (autoscaling needs it).
     pub demand: Option<Demand>,
     /// Why the head could not be asked, when it could not.
-    pub demand_error: Option<String>,
+    pub demand_error: Option<DemandError>,
 }
 
 /// What to do.
@@ -114,13 +115,15 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
     let generation = cluster.metadata.generation;
     let spec = match spec::check(&name, &cluster.spec) {
         Ok(spec) => spec,
-        Err(message) => {
+        Err(error) => {
+            let message = error.to_string();
             let mut status = previous.clone();
             status.state = Some("failed".to_string());
             status.reason = Some(message.clone());
             status.observed_generation = generation;
-            set_condition(&mut status, &previous, "SpecValid", false, "InvalidSpec", &message, now);
-            set_condition(&mut status, &previous, "Ready", false, "InvalidSpec", "the spec is not valid", now);
+            let reason = error.condition_reason();
+            set_condition(&mut status, &previous, "SpecValid", false, reason, &message, now);
+            set_condition(&mut status, &previous, "Ready", false, reason, error.ready_message(), now);
             return ClusterPlan { create: vec![], delete_pods: vec![], status };
         }
     };
@@ -259,7 +262,7 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
         && let Some(error) = &observed.demand_error
         && head_ready
     {
-        status.reason = Some(format!("the autoscaler could not read the head's demand: {error}"));
+        status.reason = Some(error.cluster_reason());
     }
     set_condition(status, &previous, "SpecValid", true, "Valid", "the spec is valid", now);
     set_condition(

@@ -7,6 +7,7 @@
 use crate::autoscale::Demand;
 use crate::cluster::{self, CLUSTER_LABEL, Child, Observed, ObservedPod, TOKEN_KEY};
 use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus};
+use crate::error::{DemandError, ReconcileError};
 use crate::head_api::HeadClient;
 use crate::job::{self, ClusterView, JobObserved};
 use crate::spec;
@@ -49,17 +50,6 @@ struct Context {
     client: Client,
     head: HeadClient,
     settings: Settings,
-}
-
-/// A reconcile step that failed; it is retried.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ReconcileError(String);
-
-impl From<kube::Error> for ReconcileError {
-    fn from(e: kube::Error) -> Self {
-        Self(e.to_string())
-    }
 }
 
 /// Runs both controllers until the process is stopped.
@@ -209,7 +199,7 @@ where
         return Ok(());
     }
     let old = old.map(|s| serde_json::to_value(s).unwrap_or(Value::Null)).unwrap_or(Value::Null);
-    let new = serde_json::to_value(new).map_err(|e| ReconcileError(e.to_string()))?;
+    let new = serde_json::to_value(new).map_err(ReconcileError::EncodeStatus)?;
     let patch = json!({"status": merge_patch(&old, &new)});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
@@ -306,10 +296,10 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
         match (url, token_of(secret)) {
             (Some(url), Some(token)) => match ctx.head.demand(&url, &token).await {
                 Ok(demand) => observed.demand = Some(demand),
-                Err(e) => observed.demand_error = Some(e),
+                Err(e) => observed.demand_error = Some(e.into()),
             },
-            (None, _) => observed.demand_error = Some("the head pod has no IP yet".to_string()),
-            (_, None) => observed.demand_error = Some(format!("Secret {} has no token", cluster::secret_name(&name))),
+            (None, _) => observed.demand_error = Some(DemandError::HeadPodHasNoIp),
+            (_, None) => observed.demand_error = Some(DemandError::NoToken(cluster::secret_name(&name))),
         }
     }
     let token = hex::encode(rand::random::<[u8; 32]>());
@@ -440,14 +430,14 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     let mut status = plan.status.clone();
     if let Some(body) = &plan.submit {
         let Some((url, token)) = &head else {
-            return Err(ReconcileError("the cluster is ready but its head is not reachable".to_string()));
+            return Err(ReconcileError::HeadNotReachable);
         };
         match ctx.head.submit_job(url, token, body).await {
             Ok(_) => tracing::info!("job {namespace}/{name}: submitted as {}", body["submission_id"]),
             Err(e) => {
                 // Not submitted: keep trying, saying why.
                 status = oj.status.clone().unwrap_or_default();
-                status.message = Some(format!("could not submit: {e}"));
+                status.message = Some(e.not_submitted_message());
                 patch_status(&jobs, &name, oj.status.as_ref(), &status).await?;
                 return Ok(Action::requeue(ctx.settings.poll));
             }

@@ -7,11 +7,13 @@
 //! cluster made for the job is deleted `ttlSecondsAfterFinished` after that.
 
 use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus};
+use crate::error::{HeadApiError, SpecError};
 use crate::head_api::JobState;
+use oxray_rest::JobStatus;
 use serde_json::{Value, json};
 
 /// Cluster selector keys naming an existing cluster (oxray's and KubeRay's).
-const SELECTOR_KEYS: &[&str] = &["oxray.io/cluster", "ray.io/cluster"];
+pub(crate) const SELECTOR_KEYS: &[&str] = &["oxray.io/cluster", "ray.io/cluster"];
 
 /// The job's cluster as observed.
 #[derive(Clone, Debug, Default)]
@@ -25,11 +27,11 @@ pub struct ClusterView {
 }
 
 /// What the operator saw for the job.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct JobObserved {
     pub cluster: ClusterView,
     /// The Jobs API's answer about the submitted job, when asked.
-    pub job: Option<Result<Option<JobState>, String>>,
+    pub job: Option<Result<Option<JobState>, HeadApiError>>,
     /// Seconds since the epoch.
     pub now_s: i64,
 }
@@ -47,7 +49,7 @@ pub struct JobPlan {
 }
 
 /// The cluster the job runs on, and whether the job owns it.
-pub fn cluster_of(job: &OxrayJob) -> Result<(String, bool), String> {
+pub fn cluster_of(job: &OxrayJob) -> Result<(String, bool), SpecError> {
     let name = job.metadata.name.clone().unwrap_or_default();
     if job.spec.ray_cluster_spec.is_some() {
         return Ok((format!("{name}-cluster"), true));
@@ -57,10 +59,7 @@ pub fn cluster_of(job: &OxrayJob) -> Result<(String, bool), String> {
             return Ok((cluster.clone(), false));
         }
     }
-    Err(format!(
-        "spec has neither rayClusterSpec nor a clusterSelector naming a cluster ({}: <name>); set one",
-        SELECTOR_KEYS[0]
-    ))
+    Err(SpecError::NoCluster)
 }
 
 /// The submission id: `spec.jobId`, else the job's name and uid (unique per resource).
@@ -91,12 +90,12 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
         },
         ..Default::default()
     };
-    if let Err(message) = check(job) {
-        return fail(status, message);
+    if let Err(error) = check(job) {
+        return fail(status, error.to_string());
     }
     let (cluster_name, owned) = match cluster_of(job) {
         Ok(c) => c,
-        Err(message) => return fail(status, message),
+        Err(error) => return fail(status, error.to_string()),
     };
     status.ray_cluster_name = Some(cluster_name.clone());
     if previous.finished() {
@@ -151,10 +150,10 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
         let id = job_id_of(job);
         let submission = match submission(job, &id) {
             Ok(s) => s,
-            Err(message) => return fail(status, message),
+            Err(error) => return fail(status, error.to_string()),
         };
         status.job_id = Some(id);
-        status.job_status = Some("PENDING".to_string());
+        status.job_status = Some(JobStatus::Pending.as_str().to_string());
         status.job_deployment_status = Some("Running".to_string());
         status.message = Some("submitted".to_string());
         return JobPlan { submit: Some(submission), status, ..Default::default() };
@@ -162,7 +161,7 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
 
     match &observed.job {
         None => {}
-        Some(Err(error)) => status.message = Some(format!("could not ask the head about the job: {error}")),
+        Some(Err(error)) => status.message = Some(error.job_unread_message()),
         Some(Ok(None)) => {
             status.job_deployment_status = Some("Failed".to_string());
             status.message =
@@ -170,12 +169,12 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
             status.end_time = Some(rfc3339(observed.now_s));
         }
         Some(Ok(Some(state))) => {
-            status.job_status = Some(state.status.clone());
-            status.message = state.message.clone();
-            let deployment = match state.status.as_str() {
-                "SUCCEEDED" => Some("Complete"),
-                "FAILED" | "STOPPED" => Some("Failed"),
-                _ => None,
+            status.job_status = Some(state.status.as_str().to_string());
+            status.message = Some(state.message.clone());
+            let deployment = match state.status {
+                JobStatus::Succeeded => Some("Complete"),
+                JobStatus::Failed | JobStatus::Stopped => Some("Failed"),
+                JobStatus::Pending | JobStatus::Running => None,
             };
             if let Some(d) = deployment {
                 status.job_deployment_status = Some(d.to_string());
@@ -187,37 +186,32 @@ pub fn plan(job: &OxrayJob, observed: &JobObserved) -> JobPlan {
 }
 
 /// Fields of KubeRay's RayJob that the operator refuses by name.
-fn check(job: &OxrayJob) -> Result<(), String> {
+fn check(job: &OxrayJob) -> Result<(), SpecError> {
     crate::spec::refuse_unknown("spec", &job.spec.unknown)?;
     if job.spec.entrypoint.trim().is_empty() {
-        return Err("spec.entrypoint is empty; expected the command the job runs, e.g. `python train.py`".to_string());
+        return Err(SpecError::EmptyEntrypoint);
     }
     if let Some(mode) = &job.spec.submission_mode
         && mode != "HTTPMode"
     {
-        return Err(format!(
-            "spec.submissionMode {mode:?} is not supported: the operator submits through the Jobs API \
-             (\"HTTPMode\"), without a submitter pod; remove it or set \"HTTPMode\""
-        ));
+        return Err(SpecError::UnsupportedSubmissionMode(mode.clone()));
     }
     if job.spec.submitter_pod_template.is_some() {
-        return Err("spec.submitterPodTemplate is not supported: the operator submits through the Jobs API \
-                    without a submitter pod; remove it"
-            .to_string());
+        return Err(SpecError::SubmitterPodTemplate);
     }
     if job.spec.ray_cluster_spec.is_some() && !job.spec.cluster_selector.is_empty() {
-        return Err("spec sets both rayClusterSpec and clusterSelector; expected one".to_string());
+        return Err(SpecError::TwoClusters);
     }
     Ok(())
 }
 
 /// The Jobs API request body.
-fn submission(job: &OxrayJob, id: &str) -> Result<Value, String> {
+fn submission(job: &OxrayJob, id: &str) -> Result<Value, SpecError> {
     let mut body = json!({"entrypoint": job.spec.entrypoint, "submission_id": id});
     if let Some(yaml) = &job.spec.runtime_env_yaml {
-        let env: Value = serde_saphyr::from_str(yaml).map_err(|e| format!("spec.runtimeEnvYAML is not YAML: {e}"))?;
+        let env: Value = serde_saphyr::from_str(yaml).map_err(SpecError::RuntimeEnvNotYaml)?;
         if !(env.is_object() || env.is_null()) {
-            return Err(format!("spec.runtimeEnvYAML is {env}; expected a mapping such as `pip: [requests]`"));
+            return Err(SpecError::RuntimeEnvNotMapping(env));
         }
         if env.is_object() {
             body["runtime_env"] = env;
@@ -233,8 +227,8 @@ fn submission(job: &OxrayJob, id: &str) -> Result<Value, String> {
         body["entrypoint_num_gpus"] = json!(n);
     }
     if let Some(r) = &job.spec.entrypoint_resources {
-        let parsed: Value =
-            serde_json::from_str(r).map_err(|e| format!("spec.entrypointResources {r:?} is not a JSON object: {e}"))?;
+        let parsed: Value = serde_json::from_str(r)
+            .map_err(|error| SpecError::EntrypointResourcesNotJson { value: r.clone(), error })?;
         body["entrypoint_resources"] = parsed;
     }
     Ok(body)

@@ -1,10 +1,11 @@
 //! Checks an `OxrayCluster` spec and turns it into what the rest of the
 //! operator works from: the `oxray start` command of each role and the
-//! resources one worker of each group offers. A bad spec becomes one message
-//! naming the field, the value and what was expected, shown as a status
-//! condition (never a crash loop).
+//! resources one worker of each group offers. A bad spec becomes a
+//! [`SpecError`] naming the field, the value and what was expected, shown as a
+//! status condition (never a crash loop).
 
 use crate::crd::{OxrayClusterSpec, WorkerGroupSpec};
+use crate::error::SpecError;
 use crate::resources::{ResourceMap, parse_quantity};
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec};
 use std::collections::BTreeMap;
@@ -74,7 +75,7 @@ pub struct ClusterPlanSpec {
 }
 
 /// Checks `spec` of the cluster named `name`.
-pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, String> {
+pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, SpecError> {
     check_name("metadata.name", name, 54)?;
     refuse_unknown("spec", &spec.unknown)?;
     refuse_unknown("spec.headGroupSpec", &spec.head_group_spec.unknown)?;
@@ -86,19 +87,14 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Str
     }
     let head = &spec.head_group_spec;
     first_container("headGroupSpec.template", &head.template)?;
-    let head_params = check_params("headGroupSpec.rayStartParams", &head.ray_start_params, true)?;
-    let head_port = port_param("headGroupSpec.rayStartParams.port", &head.ray_start_params, "port", DEFAULT_HEAD_PORT)?;
-    let dashboard_port = port_param(
-        "headGroupSpec.rayStartParams.dashboard-port",
-        &head.ray_start_params,
-        "dashboard-port",
-        DEFAULT_DASHBOARD_PORT,
-    )?;
+    let head_params_field = "headGroupSpec.rayStartParams";
+    let head_params = check_params(head_params_field, &head.ray_start_params, true)?;
+    let head_port = port_param(head_params_field, &head.ray_start_params, "port", DEFAULT_HEAD_PORT)?;
+    let dashboard_port =
+        port_param(head_params_field, &head.ray_start_params, "dashboard-port", DEFAULT_DASHBOARD_PORT)?;
     let service_type = head.service_type.clone().unwrap_or_else(|| "ClusterIP".to_string());
     if !["ClusterIP", "NodePort", "LoadBalancer"].contains(&service_type.as_str()) {
-        return Err(format!(
-            "headGroupSpec.serviceType is {service_type:?}; expected ClusterIP, NodePort or LoadBalancer"
-        ));
+        return Err(SpecError::UnknownServiceType(service_type));
     }
     let head_resources = node_resources("headGroupSpec", &head.ray_start_params, &head.template)?;
     let head_has_state_volume = head
@@ -130,23 +126,16 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Str
             ("env", options.env.is_some()),
         ] {
             if set {
-                return Err(format!(
-                    "autoscalerOptions.{field} is not supported: oxray's autoscaler runs in the operator, \
-                     not as a sidecar in the head pod; remove it"
-                ));
+                return Err(SpecError::SidecarOption(field));
             }
         }
         if let Some(mode) = &options.upscaling_mode
             && mode != "Default"
         {
-            return Err(format!(
-                "autoscalerOptions.upscalingMode {mode:?} is not supported; oxray adds the workers the demand \
-                 needs at once (KubeRay's \"Default\"): remove it or set \"Default\""
-            ));
+            return Err(SpecError::UnsupportedUpscalingMode(mode.clone()));
         }
         if let Some(t) = options.idle_timeout_seconds {
-            idle_timeout_s = u64::try_from(t)
-                .map_err(|_| format!("autoscalerOptions.idleTimeoutSeconds is {t}; expected 0 or more seconds"))?;
+            idle_timeout_s = u64::try_from(t).map_err(|_| SpecError::NegativeIdleTimeout(t))?;
         }
     }
 
@@ -154,14 +143,10 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Str
     for (i, group) in spec.worker_group_specs.iter().enumerate() {
         let plan = check_group(i, group)?;
         if groups.iter().any(|g: &GroupPlan| g.name == plan.name) {
-            return Err(format!("workerGroupSpecs[{i}].groupName {:?} is used twice; names must differ", plan.name));
+            return Err(SpecError::GroupNameUsedTwice { index: i, name: plan.name });
         }
         if autoscaling && plan.resources.is_none() {
-            return Err(format!(
-                "workerGroupSpecs[{i}] ({}) says neither rayStartParams num-cpus nor a CPU limit or request on its \
-                 first container, so the autoscaler can't tell what a new worker offers: set one",
-                plan.name
-            ));
+            return Err(SpecError::WorkerResourcesUnknown { index: i, name: plan.name });
         }
         groups.push(plan);
     }
@@ -178,30 +163,28 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Str
 }
 
 /// A field the operator does not know (a KubeRay one it does not build, or a typo) fails the spec by name.
-pub fn refuse_unknown(at: &str, unknown: &BTreeMap<String, serde_json::Value>) -> Result<(), String> {
+pub fn refuse_unknown(at: &str, unknown: &BTreeMap<String, serde_json::Value>) -> Result<(), SpecError> {
     match unknown.keys().next() {
         None => Ok(()),
-        Some(key) => Err(format!(
-            "{at}.{key} is not a field oxray's operator supports (README, Kubernetes, lists what is); remove it"
-        )),
+        Some(key) => Err(SpecError::UnknownField { at: at.to_string(), key: key.clone() }),
     }
 }
 
-fn check_group(i: usize, group: &WorkerGroupSpec) -> Result<GroupPlan, String> {
+fn check_group(i: usize, group: &WorkerGroupSpec) -> Result<GroupPlan, SpecError> {
     let at = format!("workerGroupSpecs[{i}]");
     check_name(&format!("{at}.groupName"), &group.group_name, 40)?;
     first_container(&format!("{at}.template"), &group.template)?;
     let min = group.min_replicas.unwrap_or(0);
     let max = group.max_replicas.unwrap_or(i32::MAX);
     if min < 0 || max < 0 {
-        return Err(format!("{at}: minReplicas {min} and maxReplicas {max} must not be negative"));
+        return Err(SpecError::NegativeReplicaBounds { index: i, min, max });
     }
     if min > max {
-        return Err(format!("{at}: minReplicas {min} is above maxReplicas {max}; expected min <= max"));
+        return Err(SpecError::MinAboveMax { index: i, min, max });
     }
     let replicas = group.replicas.unwrap_or(min);
     if replicas < 0 {
-        return Err(format!("{at}.replicas is {replicas}; expected 0 or more"));
+        return Err(SpecError::NegativeReplicas { index: i, replicas });
     }
     let params = check_params(&format!("{at}.rayStartParams"), &group.ray_start_params, false)?;
     let resources = node_resources(&at, &group.ray_start_params, &group.template)?;
@@ -212,50 +195,40 @@ fn check_group(i: usize, group: &WorkerGroupSpec) -> Result<GroupPlan, String> {
 }
 
 /// A DNS-1035 label of at most `max` characters (room for the suffixes the operator adds).
-fn check_name(field: &str, name: &str, max: usize) -> Result<(), String> {
+fn check_name(field: &str, name: &str, max: usize) -> Result<(), SpecError> {
     let ok = !name.is_empty()
         && name.len() <= max
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && !name.ends_with('-')
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{field} {name:?} is not usable: expected at most {max} lowercase letters, digits and '-', \
-             starting with a letter and not ending with '-' (it names pods and a Service)"
-        ))
-    }
+    if ok { Ok(()) } else { Err(SpecError::UnusableName { field: field.to_string(), name: name.to_string(), max }) }
 }
 
-fn first_container<'a>(field: &str, template: &'a PodTemplateSpec) -> Result<&'a Container, String> {
+fn first_container<'a>(field: &str, template: &'a PodTemplateSpec) -> Result<&'a Container, SpecError> {
     let container = template
         .spec
         .as_ref()
         .and_then(|s| s.containers.first())
-        .ok_or_else(|| format!("{field}.spec.containers is empty; expected the oxray container first"))?;
+        .ok_or_else(|| SpecError::NoContainer { template: field.to_string() })?;
     if container.image.as_deref().unwrap_or("").is_empty() {
-        return Err(format!("{field}.spec.containers[0].image is not set; expected an oxray image"));
+        return Err(SpecError::NoImage { template: field.to_string() });
     }
     if container.command.is_some() || container.args.is_some() {
-        return Err(format!(
-            "{field}.spec.containers[0] sets command or args, but the operator runs `oxray start` there; \
-             put setup steps in an initContainer and options in rayStartParams"
-        ));
+        return Err(SpecError::CommandOrArgsSet { template: field.to_string() });
     }
     Ok(container)
 }
 
 /// The `--key=value` options of `params`, refusing what the operator sets and what oxray doesn't know.
-fn check_params(field: &str, params: &BTreeMap<String, String>, head: bool) -> Result<Vec<String>, String> {
+fn check_params(field: &str, params: &BTreeMap<String, String>, head: bool) -> Result<Vec<String>, SpecError> {
     let mut args = Vec::new();
     for (key, value) in params {
         if let Some((_, why)) = OPERATOR_PARAMS.iter().find(|(k, _)| k == key) {
-            return Err(format!("{field} sets {key:?}, which the operator sets itself: {why}"));
+            return Err(SpecError::ParamTheOperatorSets { params: field.to_string(), key: key.clone(), why });
         }
         if key == "block" {
             if value != "true" {
-                return Err(format!("{field}.block is {value:?}; pods always run blocking, expected \"true\""));
+                return Err(SpecError::NotBlocking { params: field.to_string(), value: value.clone() });
             }
             continue;
         }
@@ -266,10 +239,7 @@ fn check_params(field: &str, params: &BTreeMap<String, String>, head: bool) -> R
                 allowed.extend(HEAD_PARAMS);
             }
             let role = if head { "the head" } else { "a worker" };
-            return Err(format!(
-                "{field} has {key:?}, which `oxray start` for {role} does not take; expected one of {}, block",
-                allowed.join(", ")
-            ));
+            return Err(SpecError::UnknownParam { params: field.to_string(), key: key.clone(), role, allowed });
         }
         if key == "port" || key == "dashboard-port" {
             continue; // passed explicitly
@@ -284,7 +254,7 @@ fn check_params(field: &str, params: &BTreeMap<String, String>, head: bool) -> R
 }
 
 /// Values `oxray start` would refuse (and crash-loop the pod) fail the spec instead.
-fn check_value(field: &str, key: &str, value: &str) -> Result<(), String> {
+fn check_value(field: &str, key: &str, value: &str) -> Result<(), SpecError> {
     let expected = match key {
         "num-gpus" if value.parse::<u32>().is_err() => "a whole number of GPUs",
         "object-store-memory" if value.parse::<u64>().map_or(true, |b| b == 0) => {
@@ -294,32 +264,39 @@ fn check_value(field: &str, key: &str, value: &str) -> Result<(), String> {
         "resources" => {
             let parsed = custom_resources(field, value)?;
             if let Some(name) = parsed.keys().find(|k| ["CPU", "GPU", "memory"].contains(&k.as_str())) {
-                return Err(format!(
-                    "{field}.resources sets {name:?}; expected only custom resources (use num-cpus/num-gpus, or the \
-                     container's limits)"
-                ));
+                return Err(SpecError::BuiltInResource { params: field.to_string(), name: name.clone() });
             }
             return Ok(());
         }
         _ => return Ok(()),
     };
-    Err(format!("{field}.{key} is {value:?}; expected {expected}"))
+    Err(SpecError::BadParam { params: field.to_string(), key: key.to_string(), value: value.to_string(), expected })
 }
 
 /// `rayStartParams.resources` (at `params_field`): a JSON object of custom resource amounts.
-fn custom_resources(params_field: &str, value: &str) -> Result<ResourceMap, String> {
-    serde_json::from_str(value)
-        .map_err(|e| format!("{params_field}.resources is {value:?}; expected a JSON object of numbers ({e})"))
+fn custom_resources(params_field: &str, value: &str) -> Result<ResourceMap, SpecError> {
+    serde_json::from_str(value).map_err(|error| SpecError::ResourcesNotJson {
+        params: params_field.to_string(),
+        value: value.to_string(),
+        error,
+    })
 }
 
-fn port_param(field: &str, params: &BTreeMap<String, String>, key: &str, default: u16) -> Result<u16, String> {
+/// The port `params` (at `params_field`) sets under `key`, else `default`.
+fn port_param(
+    params_field: &str,
+    params: &BTreeMap<String, String>,
+    key: &str,
+    default: u16,
+) -> Result<u16, SpecError> {
     match params.get(key) {
         None => Ok(default),
-        Some(v) => v
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("{field} is {v:?}; expected a port number from 1 to 65535")),
+        Some(v) => v.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(|| SpecError::BadParam {
+            params: params_field.to_string(),
+            key: key.to_string(),
+            value: v.clone(),
+            expected: "a port number from 1 to 65535",
+        }),
     }
 }
 
@@ -330,32 +307,33 @@ fn node_resources(
     field: &str,
     params: &BTreeMap<String, String>,
     template: &PodTemplateSpec,
-) -> Result<Option<ResourceMap>, String> {
+) -> Result<Option<ResourceMap>, SpecError> {
     let container = template.spec.as_ref().and_then(|s| s.containers.first());
     let limits = container.and_then(|c| c.resources.as_ref());
-    let from_pod = |name: &str| -> Result<Option<f64>, String> {
+    let from_pod = |name: &str| -> Result<Option<f64>, SpecError> {
         let quantity = limits.and_then(|r| {
             r.limits.as_ref().and_then(|l| l.get(name)).or(r.requests.as_ref().and_then(|l| l.get(name)))
         });
         quantity
             .map(|q| {
-                parse_quantity(&q.0).ok_or_else(|| {
-                    format!(
-                        "{field}.template's first container asks for {name} {:?}; expected a quantity like 2 or 500m",
-                        q.0
-                    )
+                parse_quantity(&q.0).ok_or_else(|| SpecError::BadQuantity {
+                    role: field.to_string(),
+                    resource: name.to_string(),
+                    quantity: q.0.clone(),
                 })
             })
             .transpose()
     };
-    let number = |key: &str| -> Result<Option<f64>, String> {
+    let number = |key: &str| -> Result<Option<f64>, SpecError> {
         params
             .get(key)
             .map(|v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|n| n.is_finite() && *n >= 0.0)
-                    .ok_or_else(|| format!("{field}.rayStartParams.{key} is {v:?}; expected a number of 0 or more"))
+                v.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0).ok_or_else(|| SpecError::BadParam {
+                    params: format!("{field}.rayStartParams"),
+                    key: key.to_string(),
+                    value: v.clone(),
+                    expected: "a number of 0 or more",
+                })
             })
             .transpose()
     };

@@ -3,6 +3,7 @@
 use super::*;
 use crate::autoscale::NodeUsage;
 use crate::crd::{AutoscalerOptions, HeadGroupSpec, OxrayClusterSpec, WorkerGroupSpec};
+use crate::error::HeadApiError;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -402,11 +403,19 @@ fn autoscaling_grows_a_group_for_pending_demand_and_remembers_it() {
     // Without an answer from the head, the last decision stands.
     c.status = Some(p.status);
     observed.demand = None;
-    observed.demand_error = Some("connection refused".into());
+    observed.demand_error = Some(DemandError::Head(HeadApiError::Unreachable {
+        method: hyper::Method::GET,
+        url: "http://10.0.0.1:8265/api/cluster_status".into(),
+        reason: "connection refused".into(),
+    }));
     let p = plan(&c, &observed, "t", NOW);
     assert_eq!(p.status.worker_groups[0].desired_replicas, 3);
     assert!(p.delete_pods.is_empty());
-    assert!(p.status.reason.unwrap().contains("could not read the head's demand: connection refused"));
+    assert!(
+        p.status.reason.unwrap().contains(
+            "could not read the head's demand: GET http://10.0.0.1:8265/api/cluster_status: connection refused"
+        )
+    );
 }
 
 #[test]

@@ -58,12 +58,12 @@ fn a_job_with_its_own_cluster_runs_to_completion_and_the_cluster_goes() {
     assert_eq!(body["runtime_env"]["env_vars"]["EPOCHS"], "2");
     assert_eq!(p.status.job_deployment_status.as_deref(), Some("Running"));
 
-    let running = Some(Ok(Some(JobState { status: "RUNNING".into(), message: None })));
+    let running = Some(Ok(Some(JobState { status: JobStatus::Running, message: String::new() })));
     let p = step(&mut j, JobObserved { cluster: ready_cluster(), job: running, now_s: 100 });
     assert!(p.submit.is_none(), "never submitted twice");
     assert_eq!(p.status.job_status.as_deref(), Some("RUNNING"));
 
-    let done = Some(Ok(Some(JobState { status: "SUCCEEDED".into(), message: Some("done".into()) })));
+    let done = Some(Ok(Some(JobState { status: JobStatus::Succeeded, message: "done".into() })));
     let p = step(&mut j, JobObserved { cluster: ready_cluster(), job: done, now_s: 200 });
     assert_eq!(p.status.job_deployment_status.as_deref(), Some("Complete"));
     assert!(!p.delete_cluster, "the ttl has not passed");
@@ -82,7 +82,7 @@ fn a_shared_cluster_is_never_deleted() {
     assert!(p.create_cluster.is_none());
     assert_eq!(p.status.message.as_deref(), Some("waiting for cluster shared, which does not exist"));
     step(&mut j, JobObserved { cluster: ready_cluster(), ..Default::default() });
-    let failed = Some(Ok(Some(JobState { status: "FAILED".into(), message: Some("exit 1".into()) })));
+    let failed = Some(Ok(Some(JobState { status: JobStatus::Failed, message: "exit 1".into() })));
     let p = step(&mut j, JobObserved { cluster: ready_cluster(), job: failed, now_s: 50 });
     assert_eq!(p.status.job_deployment_status.as_deref(), Some("Failed"));
     assert_eq!(p.status.message.as_deref(), Some("exit 1"));
@@ -133,7 +133,7 @@ fn a_submitted_job_is_followed_while_its_cluster_scales() {
     step(&mut j, JobObserved { cluster: ready_cluster(), now_s: 10, ..Default::default() });
     // The autoscaler added a worker that is still starting: the cluster is not `ready`.
     let scaling = ClusterView { exists: true, ready: false, ..ready_cluster() };
-    let done = Some(Ok(Some(JobState { status: "SUCCEEDED".into(), message: None })));
+    let done = Some(Ok(Some(JobState { status: JobStatus::Succeeded, message: String::new() })));
     let p = step(&mut j, JobObserved { cluster: scaling, job: done, now_s: 20 });
     assert_eq!(p.status.job_deployment_status.as_deref(), Some("Complete"));
 }
