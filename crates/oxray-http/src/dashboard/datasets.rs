@@ -3,7 +3,8 @@
 //! holds and the time it waited on its consumer) and Ray's
 //! `/api/data/datasets/{job_id}`.
 
-use super::{Dashboard, ok};
+use super::Dashboard;
+use super::render::{Render, ok, page_and_fragment};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -12,10 +13,11 @@ use axum::routing::get;
 use serde_json::{Value, json};
 
 pub(super) fn routes() -> Router<Dashboard> {
-    Router::new()
-        .route("/api/data/datasets/{job_id}", get(ray_datasets))
-        .route("/datasets", get(page))
-        .route("/ui/datasets", get(fragment))
+    Router::new().route("/api/data/datasets/{job_id}", get(ray_datasets)).merge(page_and_fragment(
+        "/datasets",
+        "/ui/datasets",
+        page,
+    ))
 }
 
 /// Newest first.
@@ -57,28 +59,30 @@ fn mib(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
 }
 
-pub(crate) struct OperatorRow {
-    pub(crate) name: String,
-    pub(crate) rows_in: String,
-    pub(crate) rows_out: u64,
-    pub(crate) bytes_in: String,
-    pub(crate) bytes_out: String,
-    pub(crate) rows_per_s: String,
-    pub(crate) tasks: u64,
-    pub(crate) in_flight: u64,
+/// One operator of an execution: a row of its table.
+struct OperatorRow {
+    name: String,
+    rows_in: String,
+    rows_out: u64,
+    bytes_in: String,
+    bytes_out: String,
+    rows_per_s: String,
+    tasks: u64,
+    in_flight: u64,
 }
 
-pub(crate) struct ExecutionView {
-    pub(crate) id: String,
-    pub(crate) dataset: String,
-    pub(crate) job_id: String,
-    pub(crate) state: String,
-    pub(crate) detail: String,
-    pub(crate) start_ms: u64,
-    pub(crate) rows_emitted: u64,
-    pub(crate) memory: String,
-    pub(crate) blocked: String,
-    pub(crate) operators: Vec<OperatorRow>,
+/// One execution of a dataset, with its figures and operators.
+struct ExecutionView {
+    id: String,
+    dataset: String,
+    job_id: String,
+    state: String,
+    detail: String,
+    start_ms: u64,
+    rows_emitted: u64,
+    memory: String,
+    blocked: String,
+    operators: Vec<OperatorRow>,
 }
 
 impl ExecutionView {
@@ -128,21 +132,18 @@ struct DatasetsPage {
     executions: Vec<ExecutionView>,
 }
 
+/// The executions alone, which htmx refreshes.
 #[derive(Template)]
-#[template(path = "datasets_body.html")]
+#[template(path = "datasets.html", block = "executions")]
 struct DatasetsFragment {
     executions: Vec<ExecutionView>,
 }
 
 /// The newest 50: older ones stay in the head's history and Ray's route.
-fn views(dash: &Dashboard) -> Vec<ExecutionView> {
-    executions(dash).iter().take(50).map(ExecutionView::new).collect()
-}
-
-async fn page(State(dash): State<Dashboard>) -> Response {
-    ok(&DatasetsPage { title: "Datasets", here: "/datasets", executions: views(&dash) })
-}
-
-async fn fragment(State(dash): State<Dashboard>) -> Response {
-    ok(&DatasetsFragment { executions: views(&dash) })
+async fn page(State(dash): State<Dashboard>, render: Render) -> Response {
+    let executions = executions(&dash).iter().take(50).map(ExecutionView::new).collect();
+    match render {
+        Render::Page => ok(&DatasetsPage { title: "Datasets", here: "/datasets", executions }),
+        Render::Fragment => ok(&DatasetsFragment { executions }),
+    }
 }

@@ -4,8 +4,8 @@
 //! worker's by pid or actor id, or a job's by submission id; `stream` follows
 //! it), which `oxray logs` and `oxray.util.state.get_log` read.
 
-use super::views::short_id;
-use super::{Dashboard, ok};
+use super::Dashboard;
+use super::render::{ok, short_id};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -226,18 +226,18 @@ fn text_reply(body: Vec<u8>) -> Response {
 
 // ---- pages ----
 
-pub(crate) struct FileRow {
-    pub(crate) name: String,
-    pub(crate) size: u64,
-    pub(crate) modified_ms: u64,
+struct FileRow {
+    name: String,
+    size: u64,
+    modified_ms: u64,
 }
 
-pub(crate) struct NodeFiles {
-    pub(crate) node_id: String,
-    pub(crate) short: String,
-    pub(crate) ip: String,
-    pub(crate) files: Vec<FileRow>,
-    pub(crate) error: String,
+struct NodeFiles {
+    node_id: String,
+    short: String,
+    ip: String,
+    files: Vec<FileRow>,
+    error: String,
 }
 
 #[derive(serde::Deserialize, Default)]

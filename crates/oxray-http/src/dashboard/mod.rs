@@ -1,54 +1,52 @@
 //! The dashboard: server-rendered pages (askama templates in `templates/`)
-//! that htmx refreshes in place from `/ui/...` fragments, over the same rows
-//! the State API serves, with every asset embedded (`assets.rs`). A browser
-//! logs in once: the token through the login form (`POST /api/authenticate`)
-//! or a `/?token=` link sets an HttpOnly SameSite=Strict cookie.
+//! over the same rows the State API serves, with every asset embedded
+//! (`assets.rs`). Each page is a module of its own (its handlers, what it
+//! shows and its template's structs); a page's refreshing part is a block of
+//! its template, which the same handler renders alone for htmx (an
+//! `HX-Request`, or the page's `/ui/...` route; `render.rs`). A browser logs
+//! in once (`login.rs`): the token through the login form
+//! (`POST /api/authenticate`) or a `/?token=` link sets an HttpOnly
+//! SameSite=Strict cookie.
 
+mod actors;
 mod assets;
+mod charts;
 mod datasets;
+mod jobs;
+mod login;
 mod logs;
+mod overview;
 mod profile;
+mod render;
+mod tasks;
 mod train;
-pub(crate) mod views;
+
+pub(crate) use login::login_instead;
 
 use crate::HttpConfig;
-use crate::auth;
 use crate::state::StateSources;
-use askama::Template;
 use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use oxray_jobs::JobManager;
 use std::sync::Arc;
-use views::{
-    ActorsBody, ActorsFragment, ActorsPage, ChartsPage, JobFragment, JobPage, JobView, JobsBody, JobsFragment,
-    JobsPage, LoginPage, OverviewBody, OverviewFragment, OverviewPage, Search, TasksBody, TasksFragment, TasksPage,
-};
 
+/// What every dashboard handler reads: the server's settings and the rows' sources.
 #[derive(Clone)]
 pub(crate) struct Dashboard {
     config: Arc<HttpConfig>,
     sources: StateSources,
 }
 
+/// Every page, its fragments and its APIs, and the static files.
 pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
     Router::new()
-        .route("/", get(index))
-        .route("/overview", get(overview))
-        .route("/jobs", get(jobs))
-        .route("/jobs/{id}", get(job))
-        .route("/actors", get(actors))
-        .route("/tasks", get(tasks))
-        .route("/charts", get(charts))
-        .route("/ui/overview", get(overview_fragment))
-        .route("/ui/jobs", get(jobs_fragment))
-        .route("/ui/jobs/{id}", get(job_fragment))
-        .route("/ui/actors", get(actors_fragment))
-        .route("/ui/tasks", get(tasks_fragment))
         .route("/static/{*path}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
+        .merge(login::routes())
+        .merge(overview::routes())
+        .merge(jobs::routes())
+        .merge(actors::routes())
+        .merge(tasks::routes())
+        .merge(charts::routes())
         .merge(train::routes())
         .merge(logs::routes())
         .merge(profile::routes())
@@ -56,153 +54,52 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .with_state(Dashboard { config, sources })
 }
 
-/// A rendered page: never cached, never framed, scripts only from this server.
-pub(crate) fn html(status: StatusCode, page: &impl Template) -> Response {
-    match page.render() {
-        Ok(body) => (
-            status,
-            [
-                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (header::CACHE_CONTROL, "no-store"),
-                (header::X_FRAME_OPTIONS, "DENY"),
-                (
-                    header::CONTENT_SECURITY_POLICY,
-                    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'",
-                ),
-            ],
-            body,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("the page could not be rendered: {e}")).into_response(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    fn dashboard() -> Router {
+        let config = HttpConfig {
+            token: "0123456789abcdef".into(),
+            session_name: "session_test".into(),
+            jobs: None,
+            cluster: None,
+            metrics_window_ms: 60_000,
+        };
+        routes(Arc::new(config), StateSources { cluster: None, jobs: None })
     }
-}
 
-fn ok(page: &impl Template) -> Response {
-    html(StatusCode::OK, page)
-}
-
-#[derive(serde::Deserialize)]
-struct Login {
-    token: Option<String>,
-}
-
-/// The login page, or the overview for a browser that has the cookie; a
-/// `?token=` link checks the token and sets the cookie.
-async fn index(State(dash): State<Dashboard>, Query(login): Query<Login>, headers: HeaderMap) -> Response {
-    if let Some(token) = login.token {
-        if !auth::token_matches(&token, &dash.config.token) {
-            let page = LoginPage { message: "That link's token is not this cluster's.".into() };
-            return html(StatusCode::FORBIDDEN, &page);
+    async fn get(app: &Router, path: &str, htmx: bool) -> String {
+        let mut request = Request::get(path);
+        if htmx {
+            request = request.header("HX-Request", "true");
         }
-        let cookie = auth::session_cookie(&dash.config.token);
-        return ([(header::SET_COOKIE, cookie)], Redirect::to("/overview")).into_response();
+        let reply = app.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+        assert!(reply.status().is_success(), "{path}: {}", reply.status());
+        String::from_utf8(reply.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap()
     }
-    if auth::check(&dash.config, &headers).is_ok() {
-        return Redirect::to("/overview").into_response();
+
+    #[tokio::test]
+    async fn a_page_asked_by_htmx_is_its_fragment_and_the_page_holds_the_fragment() {
+        let app = dashboard();
+        for (page, fragment) in [
+            ("/overview", "/ui/overview"),
+            ("/jobs", "/ui/jobs"),
+            ("/actors?q=x", "/ui/actors?q=x"),
+            ("/tasks", "/ui/tasks"),
+            ("/train", "/ui/train"),
+            ("/datasets", "/ui/datasets"),
+        ] {
+            let whole = get(&app, page, false).await;
+            let part = get(&app, fragment, false).await;
+            assert!(whole.starts_with("<!doctype html>") && !part.contains("<html"), "{page}");
+            assert!(whole.contains(&part), "{page} holds {fragment}");
+            assert_eq!(get(&app, page, true).await, part, "{page} asked by htmx");
+            assert_eq!(get(&app, fragment, true).await, part, "{fragment} asked by htmx");
+        }
     }
-    ok(&LoginPage { message: String::new() })
-}
-
-fn job_manager(dash: &Dashboard) -> Option<&Arc<JobManager>> {
-    dash.sources.jobs.as_ref()
-}
-
-fn job_rows(dash: &Dashboard) -> Vec<oxray_rest::JobDetails> {
-    job_manager(dash).and_then(|jobs| jobs.list(true).ok()).unwrap_or_default()
-}
-
-fn overview_body(dash: &Dashboard) -> OverviewBody {
-    let (nodes, actors, runs) = match &dash.sources.cluster {
-        Some(cluster) => (cluster.nodes(), cluster.actors(), cluster.train_runs()),
-        None => (Vec::new(), Vec::new(), Vec::new()),
-    };
-    OverviewBody::new(&nodes, &actors, &job_rows(dash), &runs)
-}
-
-async fn overview(State(dash): State<Dashboard>) -> Response {
-    ok(&OverviewPage { title: "Overview", here: "/overview", body: overview_body(&dash) })
-}
-
-async fn overview_fragment(State(dash): State<Dashboard>) -> Response {
-    ok(&OverviewFragment { body: overview_body(&dash) })
-}
-
-/// Newest first.
-fn jobs_body(dash: &Dashboard) -> JobsBody {
-    let mut jobs: Vec<JobView> = job_rows(dash).iter().map(JobView::new).collect();
-    jobs.sort_by_key(|j| std::cmp::Reverse(j.start_ms));
-    JobsBody { jobs }
-}
-
-async fn jobs(State(dash): State<Dashboard>) -> Response {
-    ok(&JobsPage { title: "Jobs", here: "/jobs", body: jobs_body(&dash) })
-}
-
-async fn jobs_fragment(State(dash): State<Dashboard>) -> Response {
-    ok(&JobsFragment { body: jobs_body(&dash) })
-}
-
-/// The job's view; None when no job has that id.
-fn one_job(dash: &Dashboard, id: &str) -> Option<JobView> {
-    let details = job_manager(dash)?.details(id, true).ok()?;
-    Some(JobView::new(&details))
-}
-
-fn no_job(id: &str) -> Response {
-    (StatusCode::NOT_FOUND, format!("no job {id:?} on this cluster")).into_response()
-}
-
-async fn job(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
-    match one_job(&dash, &id) {
-        Some(job) => ok(&JobPage { title: "Job", here: "/jobs", job }),
-        None => no_job(&id),
-    }
-}
-
-async fn job_fragment(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
-    match one_job(&dash, &id) {
-        Some(job) => ok(&JobFragment { job }),
-        None => no_job(&id),
-    }
-}
-
-fn actors_body(dash: &Dashboard, search: &Search) -> ActorsBody {
-    let actors = dash.sources.cluster.as_ref().map(|c| c.actors()).unwrap_or_default();
-    ActorsBody::new(actors, search)
-}
-
-async fn actors(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {
-    let body = actors_body(&dash, &search);
-    ok(&ActorsPage { title: "Actors", here: "/actors", query: search, body })
-}
-
-async fn actors_fragment(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {
-    ok(&ActorsFragment { body: actors_body(&dash, &search) })
-}
-
-async fn tasks_body(dash: &Dashboard, search: &Search) -> TasksBody {
-    let Some(cluster) = &dash.sources.cluster else { return TasksBody::new(&[], 0, String::new(), search) };
-    let (tasks, total, warning) = crate::state::newest_tasks(cluster.as_ref()).await;
-    TasksBody::new(&tasks, total, warning, search)
-}
-
-async fn tasks(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {
-    let body = tasks_body(&dash, &search).await;
-    ok(&TasksPage { title: "Tasks", here: "/tasks", query: search, body })
-}
-
-async fn tasks_fragment(State(dash): State<Dashboard>, Query(search): Query<Search>) -> Response {
-    ok(&TasksFragment { body: tasks_body(&dash, &search).await })
-}
-
-async fn charts(State(dash): State<Dashboard>) -> Response {
-    let window_ms = dash.config.metrics_window_ms;
-    ok(&ChartsPage { title: "Metrics", here: "/charts", window_ms, window_minutes: window_ms / 60_000 })
-}
-
-/// What a browser gets instead of a bare 401/403 on a page: the login form.
-pub(crate) fn login_instead(status: StatusCode) -> Response {
-    let message =
-        if status == StatusCode::FORBIDDEN { "The token this browser sent is not this cluster's." } else { "" };
-    html(status, &LoginPage { message: message.into() })
 }

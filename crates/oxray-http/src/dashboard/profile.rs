@@ -2,8 +2,8 @@
 //! CPU flame graph over N seconds, taken by py-spy on the worker's node and
 //! shown in the page (`/profile`), or fetched whole (`/api/oxray/profile`).
 
-use super::views::short_id;
-use super::{Dashboard, ok};
+use super::Dashboard;
+use super::render::{ok, short_id};
 use crate::state::rows::Profile;
 use askama::Template;
 use axum::Router;

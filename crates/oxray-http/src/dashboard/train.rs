@@ -2,8 +2,8 @@
 //! metric charts and checkpoints) and Ray's `/api/train/v2/runs/v1`, from the
 //! runs' state as their controllers report it to the head.
 
-use super::views::short_id;
-use super::{Dashboard, ok};
+use super::Dashboard;
+use super::render::{Render, ok, page_and_fragment, short_id};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -16,10 +16,8 @@ pub(super) fn routes() -> Router<Dashboard> {
     Router::new()
         .route("/api/train/v2/runs/v1", get(ray_runs))
         .route("/api/oxray/train/runs/{id}", get(run_json))
-        .route("/train", get(runs_page))
-        .route("/ui/train", get(runs_fragment))
-        .route("/train/{id}", get(run_page))
-        .route("/ui/train/{id}", get(run_fragment))
+        .merge(page_and_fragment("/train", "/ui/train", runs_page))
+        .merge(page_and_fragment("/train/{id}", "/ui/train/{id}", run_page))
 }
 
 fn text(v: &Value, key: &str) -> String {
@@ -48,16 +46,17 @@ fn duration(v: &Value) -> String {
     }
 }
 
-pub(crate) struct RunRow {
-    pub(crate) id: String,
-    pub(crate) name: String,
-    pub(crate) status: String,
-    pub(crate) detail: String,
-    pub(crate) job_id: String,
-    pub(crate) attempts: usize,
-    pub(crate) reports: u64,
-    pub(crate) start_ms: u64,
-    pub(crate) duration: String,
+/// One run: a row of the runs' table, and the head of its page.
+struct RunRow {
+    id: String,
+    name: String,
+    status: String,
+    detail: String,
+    job_id: String,
+    attempts: usize,
+    reports: u64,
+    start_ms: u64,
+    duration: String,
 }
 
 impl RunRow {
@@ -76,25 +75,27 @@ impl RunRow {
     }
 }
 
-pub(crate) struct WorkerRow {
-    pub(crate) node_id: String,
-    pub(crate) rank: String,
-    pub(crate) local_rank: String,
-    pub(crate) node: String,
-    pub(crate) node_ip: String,
-    pub(crate) pid: String,
-    pub(crate) device: String,
-    pub(crate) status: String,
-    pub(crate) error: String,
+/// One worker of an attempt, by rank.
+struct WorkerRow {
+    node_id: String,
+    rank: String,
+    local_rank: String,
+    node: String,
+    node_ip: String,
+    pid: String,
+    device: String,
+    status: String,
+    error: String,
 }
 
-pub(crate) struct AttemptRow {
-    pub(crate) id: String,
-    pub(crate) status: String,
-    pub(crate) detail: String,
-    pub(crate) start_ms: u64,
-    pub(crate) duration: String,
-    pub(crate) workers: Vec<WorkerRow>,
+/// One attempt of a run (a run starts again after a failure).
+struct AttemptRow {
+    id: String,
+    status: String,
+    detail: String,
+    start_ms: u64,
+    duration: String,
+    workers: Vec<WorkerRow>,
 }
 
 impl AttemptRow {
@@ -130,25 +131,27 @@ impl AttemptRow {
     }
 }
 
-pub(crate) struct CheckpointRow {
-    pub(crate) report: String,
-    pub(crate) dir_name: String,
-    pub(crate) path: String,
-    pub(crate) metrics: String,
-    pub(crate) kept: bool,
+/// One checkpoint a report made, and whether retention kept it.
+struct CheckpointRow {
+    report: String,
+    dir_name: String,
+    path: String,
+    metrics: String,
+    kept: bool,
 }
 
-pub(crate) struct RunBody {
-    pub(crate) run: RunRow,
-    pub(crate) storage_path: String,
-    pub(crate) workers: usize,
+/// One run's page: its fields, attempts and checkpoints (what htmx refreshes).
+struct RunDetails {
+    run: RunRow,
+    storage_path: String,
+    workers: usize,
     /// Newest first.
-    pub(crate) attempts: Vec<AttemptRow>,
+    attempts: Vec<AttemptRow>,
     /// Newest first.
-    pub(crate) checkpoints: Vec<CheckpointRow>,
+    checkpoints: Vec<CheckpointRow>,
 }
 
-impl RunBody {
+impl RunDetails {
     fn new(run: &Value) -> Self {
         let mut attempts: Vec<AttemptRow> =
             run["attempts"].as_array().map(|a| a.iter().map(AttemptRow::new).collect()).unwrap_or_default();
@@ -186,8 +189,9 @@ struct RunsPage {
     runs: Vec<RunRow>,
 }
 
+/// The runs' table alone, which htmx refreshes.
 #[derive(Template)]
-#[template(path = "train_runs_table.html")]
+#[template(path = "train_runs.html", block = "table")]
 struct RunsFragment {
     runs: Vec<RunRow>,
 }
@@ -197,13 +201,14 @@ struct RunsFragment {
 struct RunPage {
     title: &'static str,
     here: &'static str,
-    body: RunBody,
+    details: RunDetails,
 }
 
+/// The run's details alone, which htmx refreshes.
 #[derive(Template)]
-#[template(path = "train_run_body.html")]
+#[template(path = "train_run.html", block = "details")]
 struct RunFragment {
-    body: RunBody,
+    details: RunDetails,
 }
 
 /// Newest first.
@@ -230,30 +235,21 @@ async fn run_json(State(dash): State<Dashboard>, Path(id): Path<String>) -> Resp
     }
 }
 
-async fn runs_page(State(dash): State<Dashboard>) -> Response {
+/// Every run, newest first.
+async fn runs_page(State(dash): State<Dashboard>, render: Render) -> Response {
     let runs = runs(&dash).iter().map(RunRow::new).collect();
-    ok(&RunsPage { title: "Train", here: "/train", runs })
-}
-
-async fn runs_fragment(State(dash): State<Dashboard>) -> Response {
-    ok(&RunsFragment { runs: runs(&dash).iter().map(RunRow::new).collect() })
-}
-
-fn run_body(dash: &Dashboard, id: &str) -> Option<RunBody> {
-    let (run, _) = dash.sources.cluster.as_ref()?.train_run(id)?;
-    Some(RunBody::new(&run))
-}
-
-async fn run_page(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
-    match run_body(&dash, &id) {
-        Some(body) => ok(&RunPage { title: "Train run", here: "/train", body }),
-        None => no_run(&id),
+    match render {
+        Render::Page => ok(&RunsPage { title: "Train", here: "/train", runs }),
+        Render::Fragment => ok(&RunsFragment { runs }),
     }
 }
 
-async fn run_fragment(State(dash): State<Dashboard>, Path(id): Path<String>) -> Response {
-    match run_body(&dash, &id) {
-        Some(body) => ok(&RunFragment { body }),
-        None => no_run(&id),
+/// One run; 404 when no run has that id.
+async fn run_page(State(dash): State<Dashboard>, Path(id): Path<String>, render: Render) -> Response {
+    let Some((run, _)) = dash.sources.cluster.as_ref().and_then(|c| c.train_run(&id)) else { return no_run(&id) };
+    let details = RunDetails::new(&run);
+    match render {
+        Render::Page => ok(&RunPage { title: "Train run", here: "/train", details }),
+        Render::Fragment => ok(&RunFragment { details }),
     }
 }
