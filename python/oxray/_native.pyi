@@ -54,7 +54,9 @@ __all__ = [
     "data_optimize",
     "data_count_from_metadata",
     "data_slice_pieces",
+    "DataAction",
     "DataExecutor",
+    "OperatorFigures",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
@@ -620,6 +622,157 @@ def data_slice_pieces(rows: Sequence[int], bounds: Sequence[tuple[int, int]]) ->
     """For each (lo, hi) row range over blocks of `rows` rows, its (block, offset, rows) slices."""
 
 @final
+class DataAction:
+    """One thing the scheduler asks its driver to do (`DataExecutor.poll`), in order: each
+    variant is a subclass with its fields as attributes, matched with `match`."""
+
+    @final
+    class PullLocal(DataAction):
+        """Read the next block of local read `op`, then report `local_block` or `local_done`."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, op: int) -> DataAction.PullLocal: ...
+        @property
+        def op(self) -> int: ...
+
+    @final
+    class StartActor(DataAction):
+        """Start actor `actor` of `op`'s pool."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, op: int, actor: int) -> DataAction.StartActor: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def actor(self) -> int: ...
+
+    @final
+    class StopActor(DataAction):
+        """Actor `actor` of `op`'s pool is idle and no longer needed: it may exit in its own time."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, op: int, actor: int) -> DataAction.StopActor: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def actor(self) -> int: ...
+
+    @final
+    class Submit(DataAction):
+        """Run `op`'s UDFs on read task `read` or on the bundles `inputs` (on `actor` of its pool when it
+        has one); report with `task_done(task, ...)`."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(
+            cls, task: int, op: int, read: int | None, inputs: list[int], actor: int | None
+        ) -> DataAction.Submit: ...
+        @property
+        def task(self) -> int: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def read(self) -> int | None: ...
+        @property
+        def inputs(self) -> list[int]: ...
+        @property
+        def actor(self) -> int | None: ...
+
+    @final
+    class Slice(DataAction):
+        """`out` is the first `rows` rows of `bundle`; report its size with `sliced`."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, bundle: int, rows: int, out: int) -> DataAction.Slice: ...
+        @property
+        def bundle(self) -> int: ...
+        @property
+        def rows(self) -> int: ...
+        @property
+        def out(self) -> int: ...
+
+    @final
+    class Shuffle(DataAction):
+        """A map task per input seeded `map_seeds[i]`, then output task `(task, seed)` j joins part j of each."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(
+            cls, op: int, inputs: list[int], map_seeds: list[int], outputs: list[tuple[int, int]]
+        ) -> DataAction.Shuffle: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def inputs(self) -> list[int]: ...
+        @property
+        def map_seeds(self) -> list[int]: ...
+        @property
+        def outputs(self) -> list[tuple[int, int]]: ...
+
+    @final
+    class Slices(DataAction):
+        """Each output task `(task, pieces)` joins `(index into inputs, offset, rows)` slices."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(
+            cls, op: int, inputs: list[int], outputs: list[tuple[int, list[tuple[int, int, int]]]]
+        ) -> DataAction.Slices: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def inputs(self) -> list[int]: ...
+        @property
+        def outputs(self) -> list[tuple[int, list[tuple[int, int, int]]]]: ...
+
+    @final
+    class Release(DataAction):
+        """The bundle is consumed: drop it."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, bundle: int) -> DataAction.Release: ...
+        @property
+        def bundle(self) -> int: ...
+
+    @final
+    class Cancel(DataAction):
+        """The task's output is no longer needed."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, task: int) -> DataAction.Cancel: ...
+        @property
+        def task(self) -> int: ...
+
+    @final
+    class StopActors(DataAction):
+        """`op`'s actors are no longer needed: kill them when `cancelled`, else let them exit."""
+
+        __match_args__: ClassVar[tuple[str, ...]]
+        def __new__(cls, op: int, cancelled: bool) -> DataAction.StopActors: ...
+        @property
+        def op(self) -> int: ...
+        @property
+        def cancelled(self) -> bool: ...
+
+@final
+class OperatorFigures:
+    """What one operator has done so far (`DataExecutor.op_figures`, `progress`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def blocks(self) -> int: ...
+    @property
+    def tasks(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def cpu_s(self) -> float: ...
+
+@final
 class DataExecutor:
     """The streaming executor's scheduler: `poll()` returns the actions to
     perform; the caller reports what happened."""
@@ -634,7 +787,7 @@ class DataExecutor:
         pool_downscale_util: float,
         pool_downscale_debounce_s: float,
     ) -> DataExecutor: ...
-    def poll(self) -> list[tuple[Any, ...]]: ...
+    def poll(self) -> list[DataAction]: ...
     def task_done(
         self, task: int, rows: int, bytes: int, blocks: int, wall_s: float = 0.0, cpu_s: float = 0.0
     ) -> int | None: ...
@@ -644,8 +797,9 @@ class DataExecutor:
     def release(self, bundle: int) -> None: ...
     def next_output(self) -> tuple[int, int, int] | None: ...
     def finished(self) -> bool: ...
-    def progress(self) -> list[tuple[str, int, float, int]]: ...
-    def op_figures(self) -> list[tuple[str, int, int, int, int, int, float, float]]:
-        """`(name, rows, bytes, blocks, tasks, in_flight, wall_s, cpu_s)` of every operator."""
+    def progress(self) -> list[OperatorFigures]:
+        """The figures of each operator that has started."""
+    def op_figures(self) -> list[OperatorFigures]:
+        """The figures of every operator, in the plan's order."""
     def memory(self) -> tuple[int, int]:
         """`(used, peak)` object-store bytes the execution holds."""

@@ -1,11 +1,12 @@
 //! `oxray._native`'s data planner and scheduler: the logical plan optimizer
 //! (`data_optimize`, `data_count_from_metadata`) and the streaming executor's
-//! state machine (`DataExecutor`) from `oxray-data`, with plans, stages and
-//! actions crossing as plain tuples (see `oxray/data/_internal/plan.py` and
-//! `executor.py` for the Python side of each shape).
+//! state machine (`DataExecutor`) from `oxray-data`. Plans and stages cross as
+//! plain tuples (see `oxray/data/_internal/plan.py`); the scheduler's actions
+//! cross as the `DataAction` enum and its figures as `OperatorFigures`, both
+//! typed in `_native.pyi`.
 
 use oxray_data::executor::{
-    Action, AllToAll, Config, Executor, OpSpec, PoolSpec, SlicePiece, TaskOutput, slice_pieces,
+    Action, AllToAll, Config, Executor, OpSpec, OpStats, PoolSpec, SlicePiece, TaskOutput, slice_pieces,
 };
 use oxray_data::plan::{self, ArgValue, Compute, LogicalOp, LogicalPlan, Read, Source, Stage, Udf};
 use pyo3::IntoPyObjectExt;
@@ -194,22 +195,83 @@ fn spec_from(kind: &str, params: &Any<'_>) -> PyResult<OpSpec> {
     })
 }
 
-fn action_to<'py>(py: Python<'py>, action: Action) -> PyResult<Any<'py>> {
-    match action {
-        Action::PullLocal { op } => ("pull", op).into_bound_py_any(py),
-        Action::StartActor { op, actor } => ("start_actor", op, actor).into_bound_py_any(py),
-        Action::StopActor { op, actor } => ("stop_actor", op, actor).into_bound_py_any(py),
-        Action::Submit { task, op, read, inputs, actor } => {
-            ("submit", task, op, read, inputs, actor).into_bound_py_any(py)
+/// One thing the scheduler asks its driver to do (`DataExecutor.poll`), in order.
+/// In Python each variant is a subclass (`DataAction.Submit`, ...) with its fields
+/// as attributes, so the driver `match`es on them.
+#[pyclass(module = "oxray._native", frozen)]
+pub(crate) enum DataAction {
+    /// Read the next block of local read `op`, then report `local_block` or `local_done`.
+    PullLocal { op: usize },
+    /// Start actor `actor` of `op`'s pool.
+    StartActor { op: usize, actor: usize },
+    /// Actor `actor` of `op`'s pool is idle and no longer needed: it may exit in its own time.
+    StopActor { op: usize, actor: usize },
+    /// Run `op`'s UDFs on read task `read` or on the bundles `inputs`, on `actor` of its
+    /// pool when it has one; report with `task_done(task, ...)`.
+    Submit { task: u64, op: usize, read: Option<usize>, inputs: Vec<u64>, actor: Option<usize> },
+    /// `out` is the first `rows` rows of `bundle`; report its size with `sliced`.
+    Slice { bundle: u64, rows: u64, out: u64 },
+    /// Shuffle `inputs`: a map task per input seeded `map_seeds[i]`, then output task
+    /// `outputs[j] = (task, seed)` joins part j of each.
+    Shuffle { op: usize, inputs: Vec<u64>, map_seeds: Vec<u64>, outputs: Vec<(u64, u64)> },
+    /// Each output task `(task, pieces)` joins `(index into inputs, offset, rows)` slices.
+    Slices { op: usize, inputs: Vec<u64>, outputs: Vec<(u64, Vec<SlicePiece>)> },
+    /// The bundle is consumed: drop it.
+    Release { bundle: u64 },
+    /// The task's output is no longer needed.
+    Cancel { task: u64 },
+    /// `op`'s actors are no longer needed: kill them when `cancelled` (calls may still
+    /// run), else let them exit in their own time.
+    StopActors { op: usize, cancelled: bool },
+}
+
+impl From<Action> for DataAction {
+    fn from(action: Action) -> Self {
+        match action {
+            Action::PullLocal { op } => DataAction::PullLocal { op },
+            Action::StartActor { op, actor } => DataAction::StartActor { op, actor },
+            Action::StopActor { op, actor } => DataAction::StopActor { op, actor },
+            Action::Submit { task, op, read, inputs, actor } => DataAction::Submit { task, op, read, inputs, actor },
+            Action::Slice { bundle, rows, out } => DataAction::Slice { bundle, rows, out },
+            Action::Shuffle { op, inputs, map_seeds, outputs } => {
+                DataAction::Shuffle { op, inputs, map_seeds, outputs }
+            }
+            Action::Slices { op, inputs, outputs } => DataAction::Slices { op, inputs, outputs },
+            Action::Release { bundle } => DataAction::Release { bundle },
+            Action::Cancel { task } => DataAction::Cancel { task },
+            Action::StopActors { op, cancelled } => DataAction::StopActors { op, cancelled },
         }
-        Action::Slice { bundle, rows, out } => ("slice", bundle, rows, out).into_bound_py_any(py),
-        Action::Shuffle { op, inputs, map_seeds, outputs } => {
-            ("shuffle", op, inputs, map_seeds, outputs).into_bound_py_any(py)
+    }
+}
+
+/// What one operator has done so far (`DataExecutor.op_figures`, `progress`).
+#[pyclass(module = "oxray._native", frozen, get_all)]
+pub(crate) struct OperatorFigures {
+    pub name: String,
+    /// Rows, bytes and blocks it has output.
+    pub rows: u64,
+    pub bytes: u64,
+    pub blocks: u64,
+    /// Tasks it submitted, and how many of them run now.
+    pub tasks: u64,
+    pub in_flight: u64,
+    /// Seconds since it started (until it finished), and its tasks' CPU seconds.
+    pub wall_s: f64,
+    pub cpu_s: f64,
+}
+
+impl OperatorFigures {
+    fn of(stats: &OpStats) -> Self {
+        OperatorFigures {
+            name: stats.name.clone(),
+            rows: stats.rows,
+            bytes: stats.bytes,
+            blocks: stats.blocks,
+            tasks: stats.tasks,
+            in_flight: stats.in_flight,
+            wall_s: stats.wall_s(),
+            cpu_s: stats.cpu_s,
         }
-        Action::Slices { op, inputs, outputs } => ("slices", op, inputs, outputs).into_bound_py_any(py),
-        Action::Release { bundle } => ("release", bundle).into_bound_py_any(py),
-        Action::Cancel { task } => ("cancel", task).into_bound_py_any(py),
-        Action::StopActors { op, cancelled } => ("stop_actors", op, cancelled).into_bound_py_any(py),
     }
 }
 
@@ -269,10 +331,9 @@ impl DataExecutor {
     }
 
     /// Schedules what can move now; the actions to perform, in order.
-    fn poll<'py>(&self, py: Python<'py>) -> PyResult<Vec<Any<'py>>> {
+    fn poll(&self) -> PyResult<Vec<DataAction>> {
         let now_ms = self.started.elapsed().as_millis() as u64;
-        let actions = self.lock()?.poll_at(now_ms);
-        actions.into_iter().map(|a| action_to(py, a)).collect()
+        Ok(self.lock()?.poll_at(now_ms).into_iter().map(DataAction::from).collect())
     }
 
     /// A task finished; its output bundle's id when it made blocks.
@@ -318,24 +379,15 @@ impl DataExecutor {
         Ok(self.lock()?.finished())
     }
 
-    /// `(name, rows, wall_s, in_flight)` of each operator that has started.
-    fn progress(&self) -> PyResult<Vec<(String, u64, f64, u64)>> {
+    /// The figures of each operator that has started (for the progress bars).
+    fn progress(&self) -> PyResult<Vec<OperatorFigures>> {
         let exec = self.lock()?;
-        Ok(exec
-            .op_stats()
-            .filter(|s| s.started.is_some())
-            .map(|s| (s.name.clone(), s.rows, s.wall_s(), s.in_flight))
-            .collect())
+        Ok(exec.op_stats().filter(|s| s.started.is_some()).map(OperatorFigures::of).collect())
     }
 
-    /// `(name, rows, bytes, blocks, tasks, in_flight, wall_s, cpu_s)` of every operator, for the dashboard.
-    #[allow(clippy::type_complexity, reason = "one plain tuple per operator crosses to Python")]
-    fn op_figures(&self) -> PyResult<Vec<(String, u64, u64, u64, u64, u64, f64, f64)>> {
-        let exec = self.lock()?;
-        Ok(exec
-            .op_stats()
-            .map(|s| (s.name.clone(), s.rows, s.bytes, s.blocks, s.tasks, s.in_flight, s.wall_s(), s.cpu_s))
-            .collect())
+    /// The figures of every operator, in the plan's order (for `stats()` and the dashboard).
+    fn op_figures(&self) -> PyResult<Vec<OperatorFigures>> {
+        Ok(self.lock()?.op_stats().map(OperatorFigures::of).collect())
     }
 
     /// `(used, peak)`: object-store bytes the execution holds now, and at most so far.
@@ -347,6 +399,8 @@ impl DataExecutor {
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DataExecutor>()?;
+    m.add_class::<DataAction>()?;
+    m.add_class::<OperatorFigures>()?;
     m.add_function(wrap_pyfunction!(data_optimize, m)?)?;
     m.add_function(wrap_pyfunction!(data_count_from_metadata, m)?)?;
     m.add_function(wrap_pyfunction!(data_slice_pieces, m)?)?;

@@ -44,10 +44,11 @@ def _top_level(tree: ast.Module) -> dict:
 
 
 def _members(cls_node: ast.ClassDef) -> dict:
-    """Member name -> its node, for the names the comparison covers."""
+    """Member name -> its node, for the names the comparison covers (a nested class is
+    a complex enum's variant)."""
     members = {}
     for node in cls_node.body:
-        if isinstance(node, ast.FunctionDef):
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             members[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             members[node.target.id] = node
@@ -120,28 +121,32 @@ def test_stub_functions_match_the_module():
     "cls_name", sorted(n for n, node in _top_level(_stub()).items() if isinstance(node, ast.ClassDef))
 )
 def test_stub_class_matches_the_module(cls_name):
-    node = _top_level(_stub())[cls_name]
-    cls = getattr(_native, cls_name)
-    assert isinstance(cls, type)
+    _check_class(cls_name, getattr(_native, cls_name), _top_level(_stub())[cls_name])
+
+
+def _check_class(where: str, cls, node: ast.ClassDef) -> None:
+    assert isinstance(cls, type), where
     stub_bases = [b.id for b in node.bases if isinstance(b, ast.Name)] or ["object"]
-    assert [b.__name__ for b in cls.__bases__] == stub_bases
+    assert [b.__name__ for b in cls.__bases__] == stub_bases, where
 
     stub = _members(node)
     real = {n for n in vars(cls) if not n.startswith("_") or n in CHECKED_DUNDERS}
     declared = set(stub) - STUB_ONLY
-    assert declared - real == set(), f"declared on {cls_name} in _native.pyi but not in the module"
-    assert real - declared == set(), f"on {cls_name} in the module but not declared in _native.pyi"
+    assert declared - real == set(), f"declared on {where} in _native.pyi but not in the module"
+    assert real - declared == set(), f"on {where} in the module but not declared in _native.pyi"
 
     for name, member in stub.items():
         if name in STUB_ONLY:
             continue
         attr = vars(cls)[name]
-        where = f"{cls_name}.{name}"
-        if isinstance(member, ast.AnnAssign):  # a class attribute (an enum variant)
-            assert not callable(attr) or isinstance(attr, cls), where
+        member_where = f"{where}.{name}"
+        if isinstance(member, ast.ClassDef):  # a complex enum's variant
+            _check_class(member_where, attr, member)
+        elif isinstance(member, ast.AnnAssign):  # a class attribute (an enum variant)
+            assert not callable(attr) or isinstance(attr, cls), member_where
         elif _is_property(member):
-            assert inspect.isdatadescriptor(attr), f"{where} is a method, not a property"
+            assert inspect.isdatadescriptor(attr), f"{member_where} is a method, not a property"
         else:
-            assert callable(attr), f"{where} is not callable"
+            assert callable(attr), f"{member_where} is not callable"
             real_callable = cls if name == "__new__" else attr
-            _check_signature(where, real_callable, member, skip_first=True)
+            _check_signature(member_where, real_callable, member, skip_first=True)

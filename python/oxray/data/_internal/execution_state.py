@@ -47,21 +47,21 @@ class ExecutionReporter:
         self._last = now
         figures = scheduler.op_figures()
         operators = []
-        for i, (name, rows, size, blocks, tasks, in_flight, wall, cpu) in enumerate(figures):
+        for i, op in enumerate(figures):
             inputs = self.specs[i][2] if i < len(self.specs) else []
             operators.append(
                 {
-                    "operator": name,
-                    "rows_in": sum(figures[j][1] for j in inputs) if inputs else None,
-                    "bytes_in": sum(figures[j][2] for j in inputs) if inputs else None,
-                    "rows_out": rows,
-                    "bytes_out": size,
-                    "blocks_out": blocks,
-                    "tasks": tasks,
-                    "blocks_in_flight": in_flight,
-                    "wall_s": wall,
-                    "cpu_s": cpu,
-                    "rows_per_s": rows / wall if wall > 0 else 0.0,
+                    "operator": op.name,
+                    "rows_in": sum(figures[j].rows for j in inputs) if inputs else None,
+                    "bytes_in": sum(figures[j].bytes for j in inputs) if inputs else None,
+                    "rows_out": op.rows,
+                    "bytes_out": op.bytes,
+                    "blocks_out": op.blocks,
+                    "tasks": op.tasks,
+                    "blocks_in_flight": op.in_flight,
+                    "wall_s": op.wall_s,
+                    "cpu_s": op.cpu_s,
+                    "rows_per_s": op.rows / op.wall_s if op.wall_s > 0 else 0.0,
                 }
             )
         used, peak = scheduler.memory()
@@ -101,9 +101,11 @@ def stats_text(stats) -> str:
     out = [stored_blocks_text(*stored)] if stored is not None else []
     stored_rows = sum(r for r, _ in stored[1]) if stored is not None else 0
     number = len(out)
-    for i, (name, rows, size, blocks, tasks, _in_flight, wall, cpu) in enumerate(figures):
+    for i, op in enumerate(figures):
+        name, rows, size, blocks, tasks = op.name, op.rows, op.bytes, op.blocks, op.tasks
+        wall, cpu = op.wall_s, op.cpu_s
         inputs = specs[i][2] if i < len(specs) else []
-        rows_in = sum(figures[j][1] for j in inputs)
+        rows_in = sum(figures[j].rows for j in inputs)
         if stored is not None and i == 0:
             if name == stored[0]:
                 continue  # the stored blocks read as they are: reported above
@@ -121,7 +123,7 @@ def stats_text(stats) -> str:
     text = "\n".join(out)
     if reporter is not None:
         start, end = reporter.state["start_time"], reporter.state["end_time"] or time.time()
-        last_rows = figures[-1][1] if figures else 0
+        last_rows = figures[-1].rows if figures else 0
         if end > start and last_rows:
             text += f"\nDataset throughput:\n\t* Ray Data throughput: {last_rows / (end - start)} rows/s\n"
         _used, peak = scheduler.memory()

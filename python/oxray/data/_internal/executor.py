@@ -458,95 +458,102 @@ class Executor:
         data = self._data[bundle]
         return data if isinstance(data, list) else oxray.get(data)
 
-    def _perform(self, scheduler, action: tuple) -> None:  # noqa: C901 - one branch per kind of scheduler action
-        kind = action[0]
-        if kind == "submit":
-            _, task, op, read, inputs, actor = action
-            stage, read_tasks = self._ops[op]
-            read_task = read_tasks[read] if read is not None else None
-            args = [self._ref(b) for b in inputs]
-            # The operator's n-th task, as Ray's TaskContext.task_idx (seeds per-task randomness).
-            task_idx = self._task_index.get(op, 0)
-            self._task_index[op] = task_idx + 1
-            if actor is not None:
-                refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, task_idx, *args)
-            else:
-                input_bytes = sum(self._reports[b]["bytes"] for b in inputs if b in self._reports)
-                input_bytes += getattr(read_task, "stored_bytes", 0)  # a user's ReadTask may lack it
-                opts = self._placement(stage.compute.remote_options(), input_bytes)
-                # max_calls is a static option of a remote function (not of .options()).
-                static = {"max_calls": opts.pop("max_calls")} if "max_calls" in opts else {}
-                fn = remote(_map_task, num_returns=2, **static).options(**opts)
-                refs = fn.remote(stage.fns, read_task, task_idx, self.ctx, *args)
-            self._track(task, refs)
-        elif kind == "pull":
-            self._pull(scheduler, action[1])
-        elif kind == "release":
-            self._data.pop(action[1], None)
-            self._reports.pop(action[1], None)
-        elif kind == "start_actor":
-            _, op, slot = action
-            stage = self._ops[op][0]
-            opts = self._placement(stage.compute.remote_options())
-            if "num_cpus" not in opts and "num_gpus" not in opts:
-                opts["num_cpus"] = 1  # as Ray Data: a pool actor holds a CPU, so pools spread over nodes
-            # As Ray Data: a pool actor whose process dies is restarted and its calls retried,
-            # unless max_restarts=0. Ray never stops; a bound turns a UDF that always crashes
-            # its process into an error instead of a hang.
-            opts.setdefault("max_restarts", POOL_ACTOR_RESTARTS)
-            if opts["max_restarts"] != 0:
-                opts.setdefault("max_task_retries", POOL_ACTOR_RESTARTS)
-            self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
-        elif kind == "stop_actor":
-            _, op, slot = action
-            # Idle and no longer needed (the pool shrinks toward its minimum): its UDF's
-            # __del__ runs, then it exits and frees its CPU.
-            _stop_gracefully(self._actors[op].pop(slot))
-        elif kind == "stop_actors":
-            _, op, cancelled = action
-            for actor in self._actors.pop(op, {}).values():
-                if cancelled:
-                    _kill(actor)  # cut short: its calls may still run (a hung UDF must not keep a CPU)
+    def _perform(self, scheduler, action: _native.DataAction) -> None:  # noqa: C901 - one case per scheduler action
+        A = _native.DataAction
+        match action:
+            case A.Submit(task=task, op=op, read=read, inputs=inputs, actor=actor):
+                self._submit(task, op, read, inputs, actor)
+            case A.PullLocal(op=op):
+                self._pull(scheduler, op)
+            case A.Release(bundle=bundle):
+                self._data.pop(bundle, None)
+                self._reports.pop(bundle, None)
+            case A.StartActor(op=op, actor=slot):
+                self._start_actor(op, slot)
+            case A.StopActor(op=op, actor=slot):
+                # Idle and no longer needed (the pool shrinks toward its minimum): its UDF's
+                # __del__ runs, then it exits and frees its CPU.
+                _stop_gracefully(self._actors[op].pop(slot))
+            case A.StopActors(op=op, cancelled=cancelled):
+                for actor in self._actors.pop(op, {}).values():
+                    if cancelled:
+                        _kill(actor)  # cut short: its calls may still run (a hung UDF must not keep a CPU)
+                    else:
+                        # The operator is done: the actor drops its UDF (so the UDF's __del__ cleans
+                        # up, as in Ray), then exits, in call order; nothing here waits for it.
+                        _stop_gracefully(actor)
+            case A.Cancel(task=task):
+                meta_ref = self._task_refs.pop(task, None)
+                if meta_ref is not None:
+                    self._tasks.pop(meta_ref, None)
+                    _cancel(meta_ref)
+            case A.Slice(bundle=bundle, rows=rows, out=out):
+                self._slice(scheduler, bundle, rows, out)
+            case A.Shuffle(op=op, inputs=inputs, map_seeds=map_seeds, outputs=outputs):
+                if self._ops[op].kind in ("sort", "groupby"):
+                    self._range_exchange(self._ops[op], inputs, [task for task, _ in outputs])
                 else:
-                    # The operator is done: the actor drops its UDF (so the UDF's __del__ cleans
-                    # up, as in Ray), then exits, in call order; nothing here waits for it.
-                    _stop_gracefully(actor)
-        elif kind == "cancel":
-            meta_ref = self._task_refs.pop(action[1], None)
-            if meta_ref is not None:
-                self._tasks.pop(meta_ref, None)
-                _cancel(meta_ref)
-        elif kind == "slice":
-            _, bundle, rows, out = action
-            tables, cut = [], rows
-            for t in self._tables(bundle):
-                if cut <= 0:
-                    break
-                tables.append(t.slice(0, cut))
-                cut -= min(cut, t.num_rows)
-            self._data[out] = tables
-            scheduler.sliced(out, sum(t.nbytes for t in tables))
-        elif kind == "shuffle" and self._ops[action[1]].kind in ("sort", "groupby"):
-            self._range_exchange(self._ops[action[1]], action[2], [task for task, _ in action[4]])
-        elif kind == "shuffle":
-            _, _op, inputs, map_seeds, outputs = action
-            n_out = len(outputs)
-            dealt = []
-            for bundle, seed in zip(inputs, map_seeds, strict=True):
-                parts = remote(_shuffle_map, num_returns=n_out).remote(n_out, seed, self._ref(bundle))
-                dealt.append([parts] if n_out == 1 else parts)
-            if push_based(self.ctx):
-                dealt = merge_rounds(dealt, n_out)
-            reduce = remote(_shuffle_reduce, num_returns=2)
-            for j, (task, seed) in enumerate(outputs):
-                self._track(task, reduce.remote(seed, *[parts[j] for parts in dealt]))
-        elif kind == "slices":
-            _, _op, inputs, outputs = action
-            refs = [self._ref(b) for b in inputs]
-            for task, pieces in outputs:
-                self._track(task, _submit_slices(refs, pieces))
-        else:  # pragma: no cover - every action the scheduler makes is handled above
-            raise RuntimeError(f"unknown scheduler action {action!r}")
+                    self._shuffle(inputs, map_seeds, outputs)
+            case A.Slices(inputs=inputs, outputs=outputs):
+                refs = [self._ref(b) for b in inputs]
+                for task, pieces in outputs:
+                    self._track(task, _submit_slices(refs, pieces))
+            case _:  # pragma: no cover - every action the scheduler makes is handled above
+                raise RuntimeError(f"unknown scheduler action {action!r}")
+
+    def _submit(self, task: int, op: int, read, inputs: list, actor) -> None:
+        stage, read_tasks = self._ops[op]
+        read_task = read_tasks[read] if read is not None else None
+        args = [self._ref(b) for b in inputs]
+        # The operator's n-th task, as Ray's TaskContext.task_idx (seeds per-task randomness).
+        task_idx = self._task_index.get(op, 0)
+        self._task_index[op] = task_idx + 1
+        if actor is not None:
+            refs = self._actors[op][actor].run.options(num_returns=2).remote(read_task, task_idx, *args)
+        else:
+            input_bytes = sum(self._reports[b]["bytes"] for b in inputs if b in self._reports)
+            input_bytes += getattr(read_task, "stored_bytes", 0)  # a user's ReadTask may lack it
+            opts = self._placement(stage.compute.remote_options(), input_bytes)
+            # max_calls is a static option of a remote function (not of .options()).
+            static = {"max_calls": opts.pop("max_calls")} if "max_calls" in opts else {}
+            fn = remote(_map_task, num_returns=2, **static).options(**opts)
+            refs = fn.remote(stage.fns, read_task, task_idx, self.ctx, *args)
+        self._track(task, refs)
+
+    def _start_actor(self, op: int, slot: int) -> None:
+        stage = self._ops[op][0]
+        opts = self._placement(stage.compute.remote_options())
+        if "num_cpus" not in opts and "num_gpus" not in opts:
+            opts["num_cpus"] = 1  # as Ray Data: a pool actor holds a CPU, so pools spread over nodes
+        # As Ray Data: a pool actor whose process dies is restarted and its calls retried,
+        # unless max_restarts=0. Ray never stops; a bound turns a UDF that always crashes
+        # its process into an error instead of a hang.
+        opts.setdefault("max_restarts", POOL_ACTOR_RESTARTS)
+        if opts["max_restarts"] != 0:
+            opts.setdefault("max_task_retries", POOL_ACTOR_RESTARTS)
+        self._actors.setdefault(op, {})[slot] = remote(_MapActor).options(**opts).remote(stage.fns, self.ctx)
+
+    def _slice(self, scheduler, bundle: int, rows: int, out: int) -> None:
+        tables, cut = [], rows
+        for t in self._tables(bundle):
+            if cut <= 0:
+                break
+            tables.append(t.slice(0, cut))
+            cut -= min(cut, t.num_rows)
+        self._data[out] = tables
+        scheduler.sliced(out, sum(t.nbytes for t in tables))
+
+    def _shuffle(self, inputs: list, map_seeds: list, outputs: list) -> None:
+        n_out = len(outputs)
+        dealt = []
+        for bundle, seed in zip(inputs, map_seeds, strict=True):
+            parts = remote(_shuffle_map, num_returns=n_out).remote(n_out, seed, self._ref(bundle))
+            dealt.append([parts] if n_out == 1 else parts)
+        if push_based(self.ctx):
+            dealt = merge_rounds(dealt, n_out)
+        reduce = remote(_shuffle_reduce, num_returns=2)
+        for j, (task, seed) in enumerate(outputs):
+            self._track(task, reduce.remote(seed, *[parts[j] for parts in dealt]))
 
     def _placement(self, opts: dict, input_bytes: int = 0) -> dict:
         """The remote options with the dataset's scheduling strategy: as Ray, `SPREAD` by default,

@@ -28,9 +28,9 @@ class ProgressBars:
         out = []
         if self.lines:
             out.append(f"\x1b[{self.lines}F")
-        for name, rows, wall_s, in_flight in self.ops:
-            rate = rows / wall_s if wall_s > 0 else 0.0
-            out.append(f"\x1b[2K- {name}: {rows:,} rows, {rate:,.0f} rows/s, {in_flight} in flight\n")
+        for op in self.ops:
+            rate = op.rows / op.wall_s if op.wall_s > 0 else 0.0
+            out.append(f"\x1b[2K- {op.name}: {op.rows:,} rows, {rate:,.0f} rows/s, {op.in_flight} in flight\n")
         self.lines = len(self.ops)
         self.stream.write("".join(out))
         self.stream.flush()
