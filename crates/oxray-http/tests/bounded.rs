@@ -23,8 +23,8 @@ impl ClusterState for ManyActors {
     fn nodes(&self) -> Vec<NodeRow> {
         Vec::new()
     }
-    fn load_metrics_report(&self) -> serde_json::Value {
-        serde_json::json!({"usage": {}, "resourceDemand": [], "pgDemand": [], "nodes": []})
+    fn load_metrics_report(&self) -> oxray_rest::LoadMetricsReport {
+        oxray_rest::LoadMetricsReport::default()
     }
     fn actors(&self) -> Vec<ActorRow> {
         (0..self.0)

@@ -14,6 +14,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use oxray_jobs::JobManager;
+use oxray_rest::cluster_status::{ClusterStatus, ClusterStatusData};
+use oxray_rest::{ClusterStatusReply, LoadMetricsReport};
 use query::{ListOptions, MAX_LIMIT, Schema};
 use rows::ClusterState;
 use serde_json::{Value, json};
@@ -122,51 +124,43 @@ async fn cluster_status(State(sources): Sources, RawQuery(query): RawQuery) -> R
     let report = cluster.load_metrics_report();
     let formatted =
         form_urlencoded::parse(query.unwrap_or_default().as_bytes()).any(|(k, v)| k == "format" && v == "1");
-    let text = formatted.then(|| format_cluster_status(&report));
-    let time = crate::now_ms() as f64 / 1000.0;
-    axum::Json(json!({
-        "result": true,
-        "msg": "Got cluster status.",
-        "data": {
-            "autoscalingStatus": text,
-            "autoscalingError": Value::Null,
-            "clusterStatus": {"loadMetricsReport": report, "time": time},
+    let reply = ClusterStatusReply {
+        result: true,
+        msg: "Got cluster status.".into(),
+        data: ClusterStatusData {
+            autoscaling_status: formatted.then(|| format_cluster_status(&report)),
+            autoscaling_error: None,
+            cluster_status: ClusterStatus { load_metrics_report: report, time: crate::now_ms() as f64 / 1000.0 },
         },
-    }))
-    .into_response()
+    };
+    axum::Json(reply).into_response()
+}
+
+/// A value as compact JSON (how `ray status` shows shapes and bundles).
+fn json_text(value: &impl serde::Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
 }
 
 /// The report as `ray status` prints it: nodes, use, and the demand waiting.
-fn format_cluster_status(report: &Value) -> String {
+fn format_cluster_status(report: &LoadMetricsReport) -> String {
     let mut out = String::from("======== Cluster status ========\nNode status\n");
     out.push_str("---------------------------------------------------------------\nActive:\n");
-    for node in report["nodes"].as_array().into_iter().flatten() {
-        let role = if node["isHead"].as_bool() == Some(true) { " (head)" } else { "" };
-        out.push_str(&format!(
-            " 1 node_{} {}{role}\n",
-            node["nodeId"].as_str().unwrap_or(""),
-            node["nodeIp"].as_str().unwrap_or("")
-        ));
+    for node in &report.nodes {
+        let role = if node.is_head { " (head)" } else { "" };
+        out.push_str(&format!(" 1 node_{} {}{role}\n", node.node_id, node.node_ip));
     }
     out.push_str("\nResources\n---------------------------------------------------------------\nUsage:\n");
-    for (name, pair) in report["usage"].as_object().into_iter().flatten() {
-        out.push_str(&format!(" {}/{} {name}\n", pair[0], pair[1]));
+    for (name, (used, total)) in &report.usage {
+        out.push_str(&format!(" {}/{} {name}\n", Value::from(*used), Value::from(*total)));
     }
     out.push_str("\nDemands:\n");
-    let mut any = false;
-    for entry in report["resourceDemand"].as_array().into_iter().flatten() {
-        any = true;
-        out.push_str(&format!(" {}: {}+ pending tasks/actors\n", entry[0], entry[1]));
+    for (shape, count) in &report.resource_demand {
+        out.push_str(&format!(" {}: {count}+ pending tasks/actors\n", json_text(shape)));
     }
-    for group in report["pgDemand"].as_array().into_iter().flatten() {
-        any = true;
-        out.push_str(&format!(
-            " {} ({}): 1+ pending placement groups\n",
-            group["bundles"],
-            group["strategy"].as_str().unwrap_or("")
-        ));
+    for group in &report.pg_demand {
+        out.push_str(&format!(" {} ({}): 1+ pending placement groups\n", json_text(&group.bundles), group.strategy));
     }
-    if !any {
+    if report.resource_demand.is_empty() && report.pg_demand.is_empty() {
         out.push_str(" (no resource demands)\n");
     }
     out

@@ -153,7 +153,7 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn placement_groups(&self) -> Vec<PlacementGroupRow>;
     /// What an autoscaler reads: demand waiting for resources and each node's use
     /// (Ray's `loadMetricsReport` in `/api/cluster_status`).
-    fn load_metrics_report(&self) -> serde_json::Value;
+    fn load_metrics_report(&self) -> oxray_rest::LoadMetricsReport;
     /// Asks every live node agent for at most `limit` of its tasks.
     fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing>;
     /// Each node's samples taken after `since_ms`.

@@ -207,7 +207,7 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
 }
 
 impl ClusterState for HeadClusterState {
-    fn load_metrics_report(&self) -> serde_json::Value {
+    fn load_metrics_report(&self) -> oxray_rest::LoadMetricsReport {
         self.0.load_metrics_report()
     }
 

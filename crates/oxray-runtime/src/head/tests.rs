@@ -33,7 +33,7 @@ async fn the_load_report_sums_demand_by_shape_and_tracks_idle_nodes() {
     let idle = HeartbeatRequest { node_id: vec![2; 16], available: cpus(2.0), stats: None, demand: demand(3) };
     head.heartbeat(Request::new(busy)).await.unwrap();
     head.heartbeat(Request::new(idle)).await.unwrap();
-    let report = head.load_metrics_report();
+    let report = serde_json::to_value(head.load_metrics_report()).unwrap();
     assert_eq!(report["resourceDemand"], serde_json::json!([[{"CPU": 4.0}, 5]]));
     assert_eq!(report["usage"]["CPU"], serde_json::json!([1.0, 4.0]));
     let nodes = report["nodes"].as_array().unwrap();
@@ -49,7 +49,7 @@ async fn the_load_report_sums_demand_by_shape_and_tracks_idle_nodes() {
         ..Default::default()
     };
     head.actors.lock().insert(ActorId::from_bytes(&[7; 16]).unwrap(), actor);
-    let report = head.load_metrics_report();
+    let report = serde_json::to_value(head.load_metrics_report()).unwrap();
     let hosting = report["nodes"].as_array().unwrap().iter().find(|n| n["nodeIp"] == "10.0.0.2").unwrap().clone();
     assert_eq!(hosting["idleDurationMs"], 0);
     head.actors.lock().clear();
@@ -69,7 +69,7 @@ async fn the_load_report_sums_demand_by_shape_and_tracks_idle_nodes() {
         ..Default::default()
     };
     head.create_placement_group(Request::new(spec)).await.unwrap();
-    let report = head.load_metrics_report();
+    let report = serde_json::to_value(head.load_metrics_report()).unwrap();
     assert_eq!(report["pgDemand"], serde_json::json!([{"strategy": "STRICT_PACK", "bundles": [{"CPU": 8.0}]}]));
 }
 
