@@ -32,6 +32,7 @@ __all__ = [
     "print_output_raw",
     "check_label_selector",
     "label_selector_matches",
+    "is_placement_group_resource",
     "encode_object",
     "DataParquetStream",
     "DataBatcher",
@@ -228,10 +229,23 @@ class Assignment:
     def job_namespace(self) -> str:
         """The submitting job's namespace: where `get_actor(name)` looks."""
     @property
-    def cuda_visible_devices(self) -> str: ...
+    def cuda_visible_devices(self) -> str:
+        """The GPUs given (an actor call: its actor's) as CUDA names them."""
+    @property
+    def task_env(self) -> dict[str, str]:
+        """Variables set for the task's run and restored after it (an actor's creation keeps
+        them): its runtime_env's `env_vars` with the engine's overrides."""
+    @property
+    def kept_env(self) -> dict[str, str | None]:
+        """Variables the engine sets in the worker and leaves set after the task
+        (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS); None removes one."""
     @property
     def resources(self) -> dict[str, float]:
-        """What the task (or an actor, at its creation) holds, as the agent names it."""
+        """What the task (or an actor, at its creation) holds, as it asked for it (`CPU`,
+        also when drawn from a placement group's bundle)."""
+    @property
+    def placement_group_id(self) -> bytes | None:
+        """The placement group it was placed in, if any."""
     @property
     def exit(self) -> bool:
         """The agent retired this worker (its function's `max_calls` reached): it exits."""
@@ -345,6 +359,9 @@ def check_label_selector(selector: dict[str, str]) -> None:
 def label_selector_matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     """Whether a node with `labels` matches `selector`, as the scheduler decides."""
 
+def is_placement_group_resource(name: str) -> bool:
+    """Whether `name` is one a placement group's bundles add to their nodes (`CPU_group_<pg>`)."""
+
 def print_output_raw() -> None:
     """At interpreter exit: worker output goes to the raw stdout/stderr descriptors from now on
     (until then it is printed through `sys.stdout` / `sys.stderr`)."""
@@ -427,7 +444,9 @@ class Client:
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
-        (is_ref, object id or encoded value) pairs."""
+        placement_group: tuple[bytes, int] | None = None,
+        (is_ref, object id or encoded value) pairs; `placement_group` is
+        (group id, bundle index or -1 for any), the bundle `resources` are drawn from."""
     def register_function(self, function_id: bytes, data: bytes, job_id: bytes) -> None: ...
     def get_function(self, function_id: bytes) -> bytes: ...
     def cancel(self, object_id: bytes, force: bool = False, recursive: bool = True) -> None: ...

@@ -85,13 +85,12 @@ class RuntimeContext:
         return CURRENT.function_name if STATE.mode == "worker" else None
 
     def get_assigned_resources(self) -> Dict[str, float]:
-        """What the running task or actor holds, e.g. {"CPU": 1.0} (a placement group's
-        bundle under the plain names). A driver holds nothing."""
-        from oxray._private.options import requested_names
-
+        """What the running task or actor holds, e.g. {"CPU": 1.0} (also when drawn from a
+        placement group's bundle). A driver holds nothing."""
         if STATE.mode != "worker":
             raise RuntimeError("get_assigned_resources() is only meaningful inside a task or actor, not in a driver")
-        return requested_names(CURRENT.resources or {})
+        # `accelerator_type` is a constraint on the node, not something the task holds.
+        return {k: v for k, v in (CURRENT.resources or {}).items() if not k.startswith("accelerator_type:")}
 
     def get_accelerator_ids(self) -> Dict[str, List[str]]:
         from oxray._private.api import get_gpu_ids

@@ -89,6 +89,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(proctitle::set_process_title, m)?)?;
     m.add_function(wrap_pyfunction!(labels::check_label_selector, m)?)?;
     m.add_function(wrap_pyfunction!(labels::label_selector_matches, m)?)?;
+    m.add_function(wrap_pyfunction!(client::is_placement_group_resource, m)?)?;
     data::register(m)?;
     data_exec::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;

@@ -247,10 +247,19 @@ pub(crate) struct Assignment {
     pub namespace: String,
     /// The submitting job's namespace: where `get_actor(name)` looks.
     pub job_namespace: String,
+    /// The GPUs given (an actor call: its actor's) as CUDA names them.
     pub cuda_visible_devices: String,
-    /// What the task (or the actor, at its creation) holds while it runs, under the
-    /// names it asked for: `CPU_group_0_<pg>` in a placement group's bundle.
+    /// The variables set for the task's run and restored after it (an actor's creation
+    /// keeps them): its runtime_env's `env_vars` with the agent's overrides.
+    pub task_env: HashMap<String, String>,
+    /// The variables the agent sets in the worker and leaves set after the task
+    /// (`CUDA_VISIBLE_DEVICES`, `OMP_NUM_THREADS`); None removes one.
+    pub kept_env: HashMap<String, Option<String>>,
+    /// What the task (or the actor, at its creation) holds while it runs, as it asked
+    /// for it (`CPU`, also when drawn from a placement group's bundle).
     pub resources: HashMap<String, f64>,
+    /// The placement group it was placed in, if any.
+    pub placement_group_id: Option<Vec<u8>>,
     /// Child tasks with no scheduling strategy go into this task's placement group.
     pub capture_child_tasks: bool,
     /// A normal task: its worker exits after running the function this many times (0: never).

@@ -367,6 +367,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
             num_gpus,
             max_starting_workers: cpus,
             worker_env: cfg.worker_env.clone(),
+            inherited_env: crate::task_env::WorkerStartEnv::of_this_process(),
             dead_actors_kept: crate::head::dead_actor_limit(),
             labels,
         },

@@ -12,6 +12,7 @@ pub mod ids;
 pub mod labels;
 pub mod refs;
 pub mod resources;
+pub mod task_env;
 pub mod tls;
 
 pub use oxray_proto as proto;

@@ -1,6 +1,8 @@
 //! Resource sets in fixed point (1/10000 units), so fractional requests such as
 //! `num_cpus=0.1` add and subtract exactly, as Ray's FixedPoint does.
 
+pub mod group_names;
+
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -116,88 +118,6 @@ impl ResourceSet {
             *units != 0
         });
     }
-
-    /// Removes every name that contains `needle`.
-    pub fn remove_containing(&mut self, needle: &str) {
-        self.0.retain(|k, _| !k.contains(needle));
-    }
-}
-
-/// Units of `bundle_group_*` a bundle provides (a task in the group takes 0.001).
-const BUNDLE_UNITS: f64 = 1000.0;
-
-/// The resources a reserved placement-group bundle adds to its node, named as
-/// Ray names them: `CPU_group_<i>_<pg>` for bundle `i`, `CPU_group_<pg>` for
-/// any bundle, and `bundle_group_<i>_<pg>` / `bundle_group_<pg>` markers.
-pub fn bundle_resources(pg_hex: &str, index: u32, bundle: &ResourceSet) -> ResourceSet {
-    let mut out = ResourceSet::new();
-    let mut add = |name: String, units: i64| {
-        let total = out.0.entry(name).or_insert(0);
-        *total = total.saturating_add(units);
-    };
-    for (name, units) in &bundle.0 {
-        add(format!("{name}_group_{index}_{pg_hex}"), *units);
-        add(format!("{name}_group_{pg_hex}"), *units);
-    }
-    let marker = (BUNDLE_UNITS * SCALE) as i64;
-    add(format!("bundle_group_{index}_{pg_hex}"), marker);
-    add(format!("bundle_group_{pg_hex}"), marker);
-    out
-}
-
-/// Moves `bundle` from `available` into placement group `pg_hex`'s bundle
-/// `index`: its resources under the group's names, in `total` and `available`.
-pub fn hold_bundle(
-    total: &mut ResourceSet,
-    available: &mut ResourceSet,
-    pg_hex: &str,
-    index: u32,
-    bundle: &ResourceSet,
-) {
-    let group = bundle_resources(pg_hex, index, bundle);
-    available.subtract(bundle);
-    total.add(&group);
-    available.add(&group);
-}
-
-/// The placement group a request's resource names point into (`bundle_group_<pg>`), hex.
-pub fn placement_group_of(request: &std::collections::HashMap<String, f64>) -> Option<String> {
-    request.keys().find_map(|k| k.strip_prefix("bundle_group_").filter(|rest| !rest.contains('_')).map(String::from))
-}
-
-/// A request as its user wrote it: without the `*_group_*` names a placement group adds.
-pub fn without_group_names(request: &std::collections::HashMap<String, f64>) -> BTreeMap<String, f64> {
-    request.iter().filter(|(k, _)| !k.contains("_group_")).map(|(k, v)| (k.clone(), *v)).collect()
-}
-
-/// GPUs a request takes from this node's devices: plain `GPU` plus GPUs held
-/// through a placement group (counted once, by the any-bundle name).
-pub fn gpu_amount(request: &ResourceSet) -> f64 {
-    let grouped: i64 = request
-        .0
-        .iter()
-        .filter(|(k, _)| k.strip_prefix("GPU_group_").is_some_and(|rest| !rest.contains('_')))
-        .map(|(_, v)| *v)
-        .sum();
-    request.get("GPU") + grouped as f64 / SCALE
-}
-
-/// The CPUs an actor blocked in `get` lends to other work: its plain `CPU` plus the
-/// CPUs it holds through a placement group (counted once, by the any-bundle name), as
-/// plain `CPU`, since the bundle took them from the node's plain pool.
-pub fn cpus_to_lend(holds: &ResourceSet) -> ResourceSet {
-    let grouped: i64 = holds
-        .0
-        .iter()
-        .filter(|(k, _)| k.strip_prefix("CPU_group_").is_some_and(|rest| !rest.contains('_')))
-        .map(|(_, v)| *v)
-        .sum();
-    let units = holds.0.get("CPU").copied().unwrap_or(0).saturating_add(grouped);
-    let mut out = ResourceSet::new();
-    if units > 0 {
-        out.0.insert("CPU".to_string(), units);
-    }
-    out
 }
 
 impl fmt::Display for ResourceSet {
@@ -279,8 +199,9 @@ mod tests {
             empty.subtract(&max);
         }
         assert!(!empty.fits(&max));
-        let marked = bundle_resources("ab", 0, &max);
-        assert!(marked.get("x_group_ab") > 0.0);
+        let group = crate::ids::PlacementGroupId::from_array([0xab; 16]);
+        let marked = group_names::bundle_resources(&group, 0, &max);
+        assert!(marked.get(&format!("x_group_{}", group.hex())) > 0.0);
     }
 
     #[test]

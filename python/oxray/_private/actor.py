@@ -178,7 +178,6 @@ class ActorClass:
         explicit = any(options.get(k) is not None for k in ("num_cpus", "num_gpus", "resources", "memory"))
         placement = holds if explicit else {**holds, "CPU": 1.0}
         opts.check_fits_placement_group(options, holds, placement, self._cls.__qualname__)
-        holds, placement = opts.in_placement_group(holds, options), opts.in_placement_group(placement, options)
         namespace = options.get("namespace")
         namespace = STATE.namespace if namespace is None else namespace
         # As in Ray, an actor without a lifetime of its own takes its job's default (JobConfig).

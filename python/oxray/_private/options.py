@@ -232,7 +232,7 @@ def _check_placement(options: dict) -> None:
 
 
 def strategy_fields(options: dict) -> dict:
-    """The task spec's fields for Ray's `SPREAD`, node-affinity and label strategies."""
+    """The task spec's fields for Ray's `SPREAD`, node-affinity, placement-group and label strategies."""
     fields = {"label_selector": dict(options["label_selector"])} if options.get("label_selector") else {}
     if options.get("fallback_strategy"):
         fields["fallback_strategy"] = [dict(f["label_selector"]) for f in options["fallback_strategy"]]
@@ -242,7 +242,22 @@ def strategy_fields(options: dict) -> dict:
     node_id = getattr(strategy, "node_id", None)
     if node_id is not None:
         fields["node_affinity"] = (bytes.fromhex(node_id), strategy.soft)
+    pg = getattr(strategy, "placement_group", None)
+    if pg is not None:
+        # The request stays as asked (`CPU`): the engine draws it from the group's bundle.
+        index = _bundle_index(pg, getattr(strategy, "placement_group_bundle_index", -1))
+        fields["placement_group"] = (pg.id.binary(), index)
     return fields
+
+
+def _bundle_index(pg, index) -> int:
+    """Ray's `placement_group_bundle_index`, checked against the group's bundles: -1 for any."""
+    if not isinstance(index, int) or index < -1 or index >= pg.bundle_count:
+        raise ValueError(
+            f"placement_group_bundle_index={index!r} is out of range: the group has {pg.bundle_count} bundle(s), "
+            "so use -1 (any bundle) or 0.." + str(pg.bundle_count - 1)
+        )
+    return index
 
 
 def check_label_selector(selector, what: str) -> dict:
@@ -368,65 +383,6 @@ def check_fits_placement_group(options: dict, request: dict, placement: dict, wh
             f"{placement.get('CPU', 0)} CPU for creation, but it cannot fit into any bundles for the placement "
             f"group, {bundles}. Consider creating a placement group with CPU resources."
         )
-
-
-def in_placement_group(request: dict, options: dict) -> dict:
-    """Renames a request to draw on a placement group's reserved bundles (as Ray
-    does: `CPU` becomes `CPU_group_<i>_<pg>` plus the any-bundle `CPU_group_<pg>`)."""
-    strategy = options.get("scheduling_strategy")
-    pg = getattr(strategy, "placement_group", None)
-    if pg is None:
-        return request
-    index = getattr(strategy, "placement_group_bundle_index", -1)
-    if not isinstance(index, int) or index < -1 or index >= pg.bundle_count:
-        raise ValueError(
-            f"placement_group_bundle_index={index!r} is out of range: the group has {pg.bundle_count} bundle(s), "
-            "so use -1 (any bundle) or 0.." + str(pg.bundle_count - 1)
-        )
-    pg_hex = pg.id.hex()
-    out = {}
-    for name, qty in request.items():
-        out[f"{name}_group_{pg_hex}"] = qty
-        if index >= 0:
-            out[f"{name}_group_{index}_{pg_hex}"] = qty
-    out[f"bundle_group_{pg_hex}"] = 0.001
-    if index >= 0:
-        out[f"bundle_group_{index}_{pg_hex}"] = 0.001
-    return out
-
-
-def _group_parts(name: str):
-    """(base, bundle index or None, group hex) of a name `in_placement_group` made, else None."""
-    base, sep, rest = name.partition("_group_")
-    if not sep:
-        return None
-    index, sep, pg_hex = rest.partition("_")
-    if sep and index.isdigit():
-        return base, int(index), pg_hex
-    return base, None, rest
-
-
-def requested_names(resources) -> dict:
-    """What a task holds under the names it asked for: `in_placement_group`'s renames
-    undone (`CPU_group_<pg>` back to `CPU`), its markers and `accelerator_type:` left out."""
-    out = {}
-    for name, qty in dict(resources).items():
-        parts = _group_parts(name)
-        if parts is None:
-            if not name.startswith("accelerator_type:"):
-                out[name] = qty
-        elif parts[1] is None and parts[0] != "bundle":
-            out[parts[0]] = qty
-    return out
-
-
-def placement_group_hex(resources) -> str | None:
-    """The placement group a task's resources were drawn from, if any."""
-    for name in resources:
-        parts = _group_parts(name)
-        if parts is not None and parts[0] == "bundle":
-            return parts[2]
-    return None
 
 
 def retry_policy(options: dict) -> tuple:

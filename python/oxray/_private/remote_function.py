@@ -130,7 +130,7 @@ def task_submit_fields(options: dict, default_name: str, function=None) -> dict:
     opts.check_fits_placement_group(options, request, request, default_name)
     spec = {
         "name": name,
-        "resources": opts.in_placement_group(request, options),
+        "resources": request,
         "max_retries": DEFAULT_TASK_RETRIES if max_retries is None else max_retries,
         "retry_exceptions": retry_exceptions,
         "retry_exception_types": retry_types,

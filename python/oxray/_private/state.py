@@ -92,8 +92,10 @@ class _CurrentTask:
     function_name = _ContextField("function_name", None)
     # Work it submits with no scheduling strategy goes into its placement group.
     capture_child_tasks = _ContextField("capture_child_tasks", False)
-    # What the task holds, as the agent names it (`CPU_group_0_<pg>` in a placement group).
+    # What the task holds, as it asked for it (`CPU`, also in a placement group's bundle).
     resources = _ContextField("resources", None)
+    # The placement group it runs in (its id's bytes), if any.
+    placement_group_id = _ContextField("placement_group_id", None)
     # The task's (or its actor's) runtime_env env_vars: work it submits inherits them, as in Ray.
     env_vars = _ContextField("env_vars", None)
 

@@ -144,7 +144,7 @@ class Worker:
             _native.set_process_title(f"ray::{a.name}")
         if len(sys.modules) != len(self.modules_before):
             self.modules_before = set(sys.modules)
-        restore_environment = apply_environment(a, placement)
+        restore_environment = apply_environment(a)
         try:
             yield
         finally:

@@ -321,6 +321,14 @@ def _fmt_amount(name: str, value: float) -> str:
     return f"{value:g}"
 
 
+def _own_resource(name: str) -> bool:
+    """A node's own resource, as `oxray status` lists them: not its `node:` marker, nor the
+    names of the placement-group bundles it holds."""
+    from oxray import _native
+
+    return not name.startswith("node:") and not _native.is_placement_group_resource(name)
+
+
 def _status(args) -> None:
     from oxray import _native
 
@@ -351,7 +359,7 @@ def _status(args) -> None:
     print("Resources")
     print("-" * 60)
     live = [n for n in nodes if n.alive]
-    names = sorted({k for n in live for k in n.total if not k.startswith("node:") and "_group_" not in k})
+    names = sorted({k for n in live for k in n.total if _own_resource(k)})
     print("Total Usage:")
     for name in names:
         total = sum(n.total.get(name, 0.0) for n in live)
@@ -361,7 +369,7 @@ def _status(args) -> None:
     print("Per node:")
     for n in live:
         print(f" node_{n.node_id} ({n.address}):")
-        for name in sorted(k for k in n.total if not k.startswith("node:") and "_group_" not in k):
+        for name in sorted(k for k in n.total if _own_resource(k)):
             total = n.total[name]
             used = total - n.available.get(name, 0.0)
             print(f"  {_fmt_amount(name, used)}/{_fmt_amount(name, total)} {name}")

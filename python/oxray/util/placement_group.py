@@ -279,13 +279,12 @@ def placement_group_table(placement_group: Optional[PlacementGroup] = None) -> d
 
 def get_current_placement_group() -> Optional[PlacementGroup]:
     """The placement group the calling task or actor runs in; None outside one (and in a driver)."""
-    from oxray._private.options import placement_group_hex
     from oxray._private.state import CURRENT, STATE
 
     if STATE.mode != "worker":
         return None
-    pg_hex = placement_group_hex(CURRENT.resources or {})
-    return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_hex))) if pg_hex else None
+    pg_id = CURRENT.placement_group_id
+    return PlacementGroup(PlacementGroupID(pg_id)) if pg_id else None
 
 
 def _captures_child_tasks() -> bool:

@@ -15,6 +15,8 @@ mod tasks;
 mod train;
 mod worker;
 
+pub(crate) use placement::is_placement_group_resource;
+
 use crate::buffers::ArenaMap;
 use crate::error::{bad_id, client_error as rpc_err};
 use crate::runtime;

@@ -1,5 +1,6 @@
 //! Placement groups: creating, removing, and looking them up (by id or name,
-//! or all of them) as `PlacementGroupInfo` records.
+//! or all of them) as `PlacementGroupInfo` records; telling a group's resource
+//! names (`CPU_group_<pg>`) from a node's own.
 
 use super::Client;
 use crate::error::client_error as rpc_err;
@@ -10,6 +11,14 @@ use oxray_runtime::proto::{Bundle, Empty, PlacementGroupRequest, PlacementGroupS
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::HashMap;
+
+/// Whether `name` is one of the resource names a placement group's bundles add to
+/// their nodes (`CPU_group_<pg>`, `bundle_group_0_<pg>`), which views of a node's own
+/// resources leave out.
+#[pyfunction]
+pub(crate) fn is_placement_group_resource(name: &str) -> bool {
+    oxray_runtime::resources::group_names::is_group_name(name)
+}
 
 #[pymethods]
 impl Client {

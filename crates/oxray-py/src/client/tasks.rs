@@ -29,7 +29,7 @@ impl Client {
         placement_resources=HashMap::new(), get_if_exists=false, job_namespace=String::new(), parent_task_id=Vec::new(),
         capture_child_tasks=false, max_calls=0, call_max_task_retries=None, retry_exception_types=Vec::new(),
         node_affinity=None, spread=false, label_selector=HashMap::new(), fallback_strategy=Vec::new(),
-        concurrency_group=String::new(), concurrency_groups=HashMap::new()))]
+        concurrency_group=String::new(), concurrency_groups=HashMap::new(), placement_group=None))]
     #[allow(clippy::too_many_arguments, reason = "one argument per TaskSpec field, passed by keyword from Python")]
     fn submit(
         &self,
@@ -69,6 +69,7 @@ impl Client {
         fallback_strategy: Vec<HashMap<String, String>>,
         concurrency_group: String,
         concurrency_groups: HashMap<String, i32>,
+        placement_group: Option<(Vec<u8>, i32)>,
     ) -> PyResult<Option<CreatedActor>> {
         // Refused here, at the call: a batched submission's error would reach no caller.
         for quantities in [&resources, &placement_resources] {
@@ -122,6 +123,10 @@ impl Client {
                 .collect(),
             concurrency_group,
             concurrency_groups,
+            placement_group: placement_group.map(|(placement_group_id, bundle_index)| proto::PlacementGroupBundle {
+                placement_group_id,
+                bundle_index,
+            }),
         };
         let return_ids_copy = to_ids(&spec.return_ids)?;
         let c = self.inner.clone();

@@ -105,9 +105,21 @@ impl Client {
             let task_id = assignment.task.as_ref().map(|t| t.task_id.clone()).unwrap_or_default();
             cancelled_before_start |= self.read_ready_ahead(py, &task_id)?;
         }
-        let proto::Assignment { task, resolved_args, cuda_visible_devices, functions_generation, exit, cancel_task_id } =
-            *assignment;
+        let proto::Assignment {
+            task,
+            resolved_args,
+            cuda_visible_devices,
+            functions_generation,
+            exit,
+            cancel_task_id,
+            env,
+        } = *assignment;
         let spec = task.unwrap_or_default();
+        let env = env.unwrap_or_default();
+        let mut task_env = spec.env_vars.clone();
+        task_env.extend(env.during_task);
+        let kept_env = env.kept.into_iter().map(|(name, value)| (name, Some(value)));
+        let kept_env = kept_env.chain(env.removed.into_iter().map(|name| (name, None))).collect();
         let resolved = py.detach(|| self.map_locations(resolved_args))?;
         let mut resolved = resolved.into_iter();
         let mut args = Vec::with_capacity(spec.args.len());
@@ -137,7 +149,10 @@ impl Client {
             namespace: spec.namespace,
             job_namespace: spec.job_namespace,
             cuda_visible_devices,
+            task_env,
+            kept_env,
             resources: spec.resources,
+            placement_group_id: spec.placement_group.map(|b| b.placement_group_id),
             capture_child_tasks: spec.capture_child_tasks,
             max_calls: spec.max_calls,
             retry_exception_types: spec.retry_exception_types,

@@ -480,7 +480,13 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
         job_id: a.creation().job_id.clone(),
         detached: a.creation().detached,
         resources: a.creation().resources.clone(),
+        placement_group_id: placement_group_of(a.creation()),
     }
+}
+
+/// The placement group a task or actor was placed in (empty: none), for listings.
+pub(crate) fn placement_group_of(spec: &TaskSpec) -> Vec<u8> {
+    spec.placement_group.as_ref().map(|b| b.placement_group_id.clone()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -7,7 +7,6 @@ use super::{AgentError, AgentShared, CopyError, object_ids};
 use crate::client::{AgentChannels, ClientError, PeerClient};
 use crate::clock;
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, TaskId};
-use crate::resources::ResourceSet;
 use oxray_object_store::{ObjectPlace, Reserved};
 use oxray_proto::{
     ActorRequest, CancelRequest, Empty, JobEnded, ObjectChunk, PeerEvent, PeerHello, PeerMessage, PullRequest,
@@ -376,9 +375,7 @@ impl AgentShared {
                         unknown.push(spec.actor_id.clone());
                     }
                 } else {
-                    let map =
-                        if spec.placement_resources.is_empty() { &spec.resources } else { &spec.placement_resources };
-                    refresh |= ResourceSet::from_map(map).is_ok_and(|r| !st.feasible_anywhere(&r));
+                    refresh |= super::state::requests_of(spec).is_ok_and(|(_, r)| !st.feasible_anywhere(&r));
                 }
             }
             (unknown, refresh)

@@ -142,6 +142,7 @@ impl DriverService for AgentService {
                 job_id: spec.job_id.clone(),
                 detached: spec.detached,
                 resources: spec.resources.clone(),
+                placement_group_id: super::placement_group_of(&spec),
                 ..Default::default()
             };
             let reply = head

@@ -96,6 +96,9 @@ impl ActorTable {
             if info.resources.is_empty() {
                 info.resources.clone_from(&known.resources);
             }
+            if info.placement_group_id.is_empty() {
+                info.placement_group_id.clone_from(&known.placement_group_id);
+            }
         }
     }
 

@@ -3,7 +3,6 @@
 //! agent (`NodeStateService`), asked at once, each within a few seconds.
 
 use super::Head;
-use crate::resources::{placement_group_of, without_group_names};
 use oxray_http::{
     ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,
     PlacementGroupRow, Profile, TaskListing, TaskRow,
@@ -114,10 +113,10 @@ fn actor_row(actor: ActorInfo) -> ActorRow {
         node_id: hex_or_none(&actor.node_id),
         pid: (actor.pid != 0).then_some(actor.pid),
         ray_namespace: actor.namespace,
-        required_resources: without_group_names(&actor.resources),
+        required_resources: actor.resources.into_iter().collect(),
         death_cause,
         is_detached: actor.detached,
-        placement_group_id: placement_group_of(&actor.resources),
+        placement_group_id: hex_or_none(&actor.placement_group_id),
         repr_name: String::new(),
         num_restarts: actor.num_restarts,
         num_restarts_due_to_lineage_reconstruction: 0,
@@ -197,8 +196,8 @@ fn task_row(task: TaskRecord, node_id: &str) -> TaskRow {
         worker_pid: (task.worker_pid != 0).then_some(task.worker_pid),
         error_type: (!task.error_type.is_empty()).then_some(task.error_type),
         language: "PYTHON",
-        required_resources: without_group_names(&task.resources),
-        placement_group_id: placement_group_of(&task.resources),
+        required_resources: task.resources.into_iter().collect(),
+        placement_group_id: hex_or_none(&task.placement_group_id),
         creation_time_ms: nonzero(task.creation_time_ms),
         start_time_ms: nonzero(task.start_time_ms),
         end_time_ms: nonzero(task.end_time_ms),

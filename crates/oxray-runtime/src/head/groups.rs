@@ -204,12 +204,11 @@ impl Head {
         if !self.reserve_and_commit(pg_id, &live, &by_node).await {
             return;
         }
-        let pg_hex = pg_id.hex();
         {
             let mut nodes = self.nodes.lock();
             for (node, slots) in &by_node {
                 let Ok(node_id) = NodeId::from_bytes(&live[*node].node_id) else { continue };
-                nodes.hold_bundles(&node_id, &pg_hex, slots);
+                nodes.hold_bundles(&node_id, &pg_id, slots);
             }
         }
         let bundle_nodes = assignment.iter().map(|i| live[*i].node_id.clone()).collect();
@@ -282,7 +281,6 @@ impl Head {
     pub(super) async fn withdraw_group(&self, pg_id: PlacementGroupId) -> Result<(), HeadError> {
         let _one_at_a_time = self.placing.lock().await;
         let mut nodes = self.groups.lock().remove(pg_id, self.history)?;
-        let pg_hex = pg_id.hex();
         nodes.sort();
         nodes.dedup();
         for node in nodes {
@@ -291,7 +289,7 @@ impl Head {
             if let Some(address) = address {
                 self.give_back_bundles(pg_id, &[&address]).await;
             }
-            self.nodes.lock().drop_bundles(&node, &pg_hex);
+            self.nodes.lock().drop_bundles(&node, &pg_id);
         }
         Ok(())
     }

@@ -3,8 +3,9 @@
 //! count as alive (heard from within `NODE_TIMEOUT`) or placeable.
 
 use super::{Head, HeadError, History};
-use crate::ids::NodeId;
-use crate::resources::{ResourceSet, hold_bundle};
+use crate::ids::{NodeId, PlacementGroupId};
+use crate::resources::ResourceSet;
+use crate::resources::group_names::{hold_bundle, is_name_of};
 use oxray_proto::{BundleSlot, HeartbeatRequest, NodeInfo, NodeStats, ResourceDemand};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -189,24 +190,24 @@ impl NodeTable {
         self.records.get(id).map(|r| r.info.address.clone())
     }
 
-    /// Group `pg_hex`'s committed bundles now held on `id`: its resources under Ray's
+    /// Group `group`'s committed bundles now held on `id`: its resources under Ray's
     /// bundle names, as the agent's next beat will report them.
-    pub(super) fn hold_bundles(&mut self, id: &NodeId, pg_hex: &str, slots: &[BundleSlot]) {
+    pub(super) fn hold_bundles(&mut self, id: &NodeId, group: &PlacementGroupId, slots: &[BundleSlot]) {
         let Some(record) = self.records.get_mut(id) else { return };
         let mut total = ResourceSet::from_map(&record.info.total).unwrap_or_default();
         let mut available = ResourceSet::from_map(&record.info.available).unwrap_or_default();
         for slot in slots {
             let bundle = ResourceSet::from_map(&slot.resources).unwrap_or_default();
-            hold_bundle(&mut total, &mut available, pg_hex, slot.index, &bundle);
+            hold_bundle(&mut total, &mut available, group, slot.index, &bundle);
         }
         record.info.total = total.to_map();
         record.info.available = available.to_map();
     }
 
-    /// Drops group `pg_hex`'s bundle names from the node's total.
-    pub(super) fn drop_bundles(&mut self, id: &NodeId, pg_hex: &str) {
+    /// Drops group `group`'s bundle names from the node's total.
+    pub(super) fn drop_bundles(&mut self, id: &NodeId, group: &PlacementGroupId) {
         if let Some(record) = self.records.get_mut(id) {
-            record.info.total.retain(|k, _| !k.ends_with(pg_hex));
+            record.info.total.retain(|k, _| !is_name_of(k, group));
         }
     }
 

@@ -28,11 +28,12 @@ def check_feasible(scaling: ScalingConfig) -> None:
     per_worker = scaling.worker_resources
     nodes = [n for n in oxray.nodes() if n["Alive"]]
     known = set().union(*(n["Resources"] for n in nodes)) if nodes else set()
+    own = [{k: v for k, v in n["Resources"].items() if not _native.is_placement_group_resource(k)} for n in nodes]
     for name in per_worker:
         if name not in known and not name.startswith("accelerator_type:"):
             raise ValueError(
                 f"ScalingConfig(resources_per_worker=...) asks for {name!r}, which no node in the cluster has; "
-                f"the cluster has {sorted(k for k in known if '_group_' not in k)}"
+                f"the cluster has {sorted(set().union(*own))}"
             )
     for selector in scaling.worker_label_selectors:
         if not any(_native.label_selector_matches(selector, n.get("Labels", {})) for n in nodes):
@@ -42,10 +43,7 @@ def check_feasible(scaling: ScalingConfig) -> None:
             )
     fits = [n for n in nodes if all(n["Resources"].get(k, 0) >= v for k, v in per_worker.items())]
     if not fits:
-        raise ValueError(
-            f"No node can hold one training worker of {per_worker}; nodes have "
-            f"{[{k: v for k, v in n['Resources'].items() if '_group_' not in k} for n in nodes]}"
-        )
+        raise ValueError(f"No node can hold one training worker of {per_worker}; nodes have {own}")
     if scaling.placement_strategy == "STRICT_SPREAD" and len(fits) < scaling.num_workers:
         raise ValueError(
             f"ScalingConfig(placement_strategy='STRICT_SPREAD') puts each of the {scaling.num_workers} workers on its "

@@ -1,7 +1,7 @@
 //! Actors on this node (and routes to actors elsewhere): their lifecycle, names
 //! unique per namespace, calls queued per caller, and restarts after a death.
 
-use super::{Action, AgentState, WorkerRole, resources_of};
+use super::{Action, AgentState, WorkerRole, requests_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
@@ -154,6 +154,7 @@ impl ActorTable {
             // Kept for listings (`actor_info`).
             detached: spec.detached,
             resources: spec.resources.clone(),
+            placement_group: spec.placement_group.clone(),
             ..Default::default()
         };
         self.dead.push_back(id);
@@ -589,12 +590,7 @@ impl AgentState {
         actor.creation = fresh.clone();
         let hosted_for = actor.hosted_for;
         let Ok(task_id) = TaskId::from_bytes(&fresh.task_id) else { return };
-        let holds = resources_of(&fresh.resources).unwrap_or_default();
-        let placement = if fresh.placement_resources.is_empty() {
-            holds.clone()
-        } else {
-            resources_of(&fresh.placement_resources).unwrap_or_default()
-        };
+        let (holds, placement) = requests_of(&fresh).unwrap_or_default();
         let _ = self.insert_task(task_id, fresh, holds, placement, 0, now_ms);
         if let Some(task) = self.tasks.get_mut(&task_id) {
             task.from_peer = hosted_for;

@@ -8,7 +8,7 @@
 use super::{Action, AgentState, TaskState};
 use crate::agent::AgentError;
 use crate::ids::PlacementGroupId;
-use crate::resources::ResourceSet;
+use crate::resources::{ResourceSet, group_names};
 use std::collections::HashMap;
 
 /// Heartbeats (one a second) a reservation waits for its commit before it
@@ -65,9 +65,8 @@ impl AgentState {
         let bundles = self.bundles.reserved.remove(&pg_id).ok_or(AgentError::BundlesNotReserved(pg_id))?.bundles;
         let sum = sum_of(&bundles);
         self.available.add(&sum);
-        let pg_hex = pg_id.hex();
         for (index, b) in &bundles {
-            crate::resources::hold_bundle(&mut self.total, &mut self.available, &pg_hex, *index, b);
+            group_names::hold_bundle(&mut self.total, &mut self.available, &pg_id, *index, b);
         }
         self.bundles.held.insert(pg_id, sum);
         self.schedule(now_ms);
@@ -104,8 +103,7 @@ impl AgentState {
             return;
         }
         let Some(sum) = self.bundles.held.remove(&pg_id) else { return };
-        let pg_hex = pg_id.hex();
-        let uses_group = |holds: &ResourceSet| holds.names().any(|n| n.ends_with(&pg_hex));
+        let uses_group = |holds: &ResourceSet| group_names::uses_group(holds, &pg_id);
         let running: Vec<u32> = self
             .tasks
             .values()
@@ -125,8 +123,8 @@ impl AgentState {
         for pid in running {
             self.actions.push(Action::Signal { pid, signal: libc::SIGKILL });
         }
-        self.total.remove_containing(&pg_hex);
-        self.available.remove_containing(&pg_hex);
+        group_names::drop_group(&mut self.total, &pg_id);
+        group_names::drop_group(&mut self.available, &pg_id);
         self.available.add(&sum);
         self.schedule(now_ms);
     }

@@ -20,9 +20,10 @@
 
 use super::error::AgentError;
 use crate::ids::{ActorId, JobId, NodeId, ObjectId, PlacementGroupId, WorkerId};
-use crate::resources::{GpuSlots, ResourceSet};
+use crate::resources::{GpuSlots, ResourceSet, group_names};
+use crate::task_env::WorkerStartEnv;
 use oxray_object_store::{ObjectStore, StoreStats};
-use oxray_proto::Assignment;
+use oxray_proto::{Assignment, TaskSpec};
 use std::collections::HashMap;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -138,6 +139,9 @@ pub struct AgentConfig {
     pub num_gpus: usize,
     pub max_starting_workers: usize,
     pub worker_env: Vec<(String, String)>,
+    /// The agent's own environment, which its workers inherit (`worker_env` over it),
+    /// as the rules for a task's `CUDA_VISIBLE_DEVICES` and `OMP_NUM_THREADS` read it.
+    pub inherited_env: WorkerStartEnv,
     /// How many dead actors this node remembers (`OXRAY_HEAD_HISTORY`, as the head).
     pub dead_actors_kept: usize,
     /// Ray's node labels, matched by label selectors.
@@ -179,6 +183,22 @@ fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
     Ok(ResourceSet::from_map(map)?)
 }
 
+/// What a task or actor creation holds while it runs, and what it needs to be placed
+/// (an actor may need a CPU to start that it does not hold): its spec's resources,
+/// asked of its placement group's bundle under the group's names when it has one.
+pub fn requests_of(spec: &TaskSpec) -> Result<(ResourceSet, ResourceSet), AgentError> {
+    let holds = resources_of(&spec.resources)?;
+    let placement =
+        if spec.placement_resources.is_empty() { holds.clone() } else { resources_of(&spec.placement_resources)? };
+    let Some(bundle) = &spec.placement_group else { return Ok((holds, placement)) };
+    let group = PlacementGroupId::from_bytes(&bundle.placement_group_id)?;
+    let index = match bundle.bundle_index {
+        -1 => None,
+        i => Some(u32::try_from(i).map_err(|_| AgentError::Malformed("a bundle index below -1"))?),
+    };
+    Ok((group_names::in_group(&holds, &group, index), group_names::in_group(&placement, &group, index)))
+}
+
 impl AgentState {
     pub fn new(config: AgentConfig, store: ObjectStore) -> Self {
         let mut actors = ActorTable::default();
@@ -194,7 +214,7 @@ impl AgentState {
             tasks: TaskTable::default(),
             task_history: TaskHistory::default(),
             functions: FunctionTable::default(),
-            workers: WorkerPool::new(config.max_starting_workers, config.worker_env),
+            workers: WorkerPool::new(config.max_starting_workers, config.worker_env, config.inherited_env),
             actors,
             bundles: BundleTable::default(),
             peers: PeerTable::default(),

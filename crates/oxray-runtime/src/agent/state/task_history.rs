@@ -119,6 +119,7 @@ fn record(task_id: &TaskId, entry: &TaskEntry, status: TaskStatus, worker: Optio
         worker_id: worker.map(|(w, _)| w.to_vec()).unwrap_or_default(),
         worker_pid: worker.map(|(_, pid)| pid).unwrap_or(0),
         resources: spec.resources.clone(),
+        placement_group_id: crate::agent::placement_group_of(spec),
         creation_time_ms: entry.created_ms,
         start_time_ms: entry.started_ms,
         parent_task_id: spec.parent_task_id.clone(),

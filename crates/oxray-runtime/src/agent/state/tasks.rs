@@ -4,13 +4,13 @@
 
 use super::remote::Placement;
 use super::task_history::Outcome;
-use super::{Action, ActorState, AgentState, WorkerRole, resources_of};
+use super::{Action, ActorState, AgentState, WorkerRole, requests_of};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, TaskId, WorkerId};
-use crate::resources::ResourceSet;
+use crate::resources::{ResourceSet, group_names};
 use oxray_proto::task_arg::Kind;
-use oxray_proto::{Assignment, TaskKind, TaskSpec};
+use oxray_proto::{Assignment, TaskEnv, TaskKind, TaskSpec};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,7 +320,7 @@ impl AgentState {
     /// cluster's total resources are {...}."), or None when one can, or when it asks
     /// for a placement group's resources (they appear once the group is created).
     fn unmet_by_cluster(&self, request: &ResourceSet) -> Option<String> {
-        if self.feasible_anywhere(request) || request.names().any(|n| n.contains("_group_")) {
+        if self.feasible_anywhere(request) || group_names::uses_any_group(request) {
             return None;
         }
         let total = self.cluster_total();
@@ -347,7 +347,7 @@ impl AgentState {
     pub fn pending_demand(&self) -> Vec<(ResourceSet, u32)> {
         let mut demand = Vec::new();
         for q in &self.tasks.ready.queues {
-            if q.placement.names().any(|n| n.contains("_group_")) {
+            if group_names::uses_any_group(&q.placement) {
                 continue;
             }
             let waiting =
@@ -393,9 +393,7 @@ impl AgentState {
     /// its returns at once (never waits forever) and the message is returned.
     pub fn submit(&mut self, client: ClientId, spec: TaskSpec, now_ms: u64) -> Result<Option<String>, AgentError> {
         let task_id = TaskId::from_bytes(&spec.task_id)?;
-        let holds = resources_of(&spec.resources)?;
-        let placement =
-            if spec.placement_resources.is_empty() { holds.clone() } else { resources_of(&spec.placement_resources)? };
+        let (holds, placement) = requests_of(&spec)?;
         let return_ids = spec.return_ids.iter().map(|r| ObjectId::from_bytes(r)).collect::<Result<Vec<_>, _>>()?;
         self.add_holders(client, &return_ids);
         for r in &return_ids {
@@ -528,17 +526,45 @@ impl AgentState {
                 _ => None,
             })
             .collect();
-        let cuda = task.gpus.iter().map(|(i, _)| i.to_string()).collect::<Vec<_>>().join(",");
-        let spec = task.spec.clone();
+        let (cuda_visible_devices, env) = self.task_env(task_id, worker);
+        let spec = self.tasks.entries[&task_id].spec.clone();
         let resolved_args = ref_args.into_iter().map(|id| self.locate(id, worker.into())).collect();
         Assignment {
             task: Some(spec),
             resolved_args,
-            cuda_visible_devices: cuda,
+            cuda_visible_devices,
             exit: false,
             functions_generation: self.functions.generation,
             cancel_task_id: Vec::new(),
+            env: Some(env),
         }
+    }
+
+    /// Task `task_id`'s GPUs as CUDA names them, and the environment it runs with on
+    /// `worker` (`task_env`): an actor's worker started with its runtime_env, and its
+    /// calls run on its GPUs.
+    fn task_env(&self, task_id: TaskId, worker: WorkerId) -> (String, TaskEnv) {
+        let task = &self.tasks.entries[&task_id];
+        let actor = match self.workers.get(&worker).map(|w| &w.role) {
+            Some(WorkerRole::Actor(actor_id)) => self.actors.get(actor_id),
+            _ => None,
+        };
+        let start_env = match actor {
+            Some(actor) => {
+                let own = actor.creation.env_vars.iter().map(|(name, value)| (name.as_str(), value.as_str()));
+                self.workers.start_env.with(own)
+            }
+            None => self.workers.start_env.clone(),
+        };
+        let indices: Vec<usize> = match actor.and_then(|a| a.held.as_ref()) {
+            Some((gpus, _)) if task.spec.kind == TaskKind::ActorTask as i32 => gpus.iter().map(|(i, _)| *i).collect(),
+            _ => task.gpus.iter().map(|(i, _)| *i).collect(),
+        };
+        let gpu_names = start_env.gpu_names(&indices);
+        let kind = TaskKind::try_from(task.spec.kind).unwrap_or(TaskKind::Normal);
+        let cpus = task.spec.resources.get("CPU").copied();
+        let env = start_env.task_env(kind, &gpu_names, cpus, &task.spec.env_vars);
+        (gpu_names, env)
     }
 
     /// Takes a task that has not started out of the ready queues and, for an
@@ -613,13 +639,13 @@ impl AgentState {
                 let q = self.tasks.ready.shape(qi);
                 let holds = q.holds.clone();
                 if q.creation {
-                    let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
+                    let Some(gpus) = self.gpus.acquire(group_names::gpu_amount(&holds)) else { break };
                     self.tasks.ready.pop_front(qi);
                     self.start_actor_worker(task_id, gpus, now_ms);
                     scratch.subtract(&holds);
                     continue;
                 }
-                let wants_gpu = crate::resources::gpu_amount(&holds) > 0.0;
+                let wants_gpu = group_names::gpu_amount(&holds) > 0.0;
                 if !self.workers.has_idle_for(wants_gpu) {
                     // Count how many more of this shape could run, to start that many workers.
                     let queued = q.tasks.len();
@@ -634,7 +660,7 @@ impl AgentState {
                     wanted_workers += n;
                     break;
                 }
-                let Some(gpus) = self.gpus.acquire(crate::resources::gpu_amount(&holds)) else { break };
+                let Some(gpus) = self.gpus.acquire(group_names::gpu_amount(&holds)) else { break };
                 let worker_id = self.workers.take_idle_for(wants_gpu).expect("checked above");
                 self.tasks.ready.pop_front(qi);
                 self.run_on(worker_id, task_id, gpus, now_ms);

@@ -6,9 +6,13 @@ use crate::agent::AgentError;
 use crate::errors::FLAG_SYSTEM_ERROR;
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use crate::resources::ResourceSet;
+use crate::task_env::{CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, WorkerStartEnv};
 use oxray_object_store::ObjectStore;
 use oxray_proto::task_arg::Kind;
-use oxray_proto::{Assignment, ObjectLocation, TaskArg, TaskDoneRequest, TaskKind, TaskSpec, object_location::Place};
+use oxray_proto::{
+    Assignment, ObjectLocation, PlacementGroupBundle, TaskArg, TaskDoneRequest, TaskKind, TaskSpec,
+    object_location::Place,
+};
 use std::collections::HashMap;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
@@ -22,6 +26,11 @@ fn oid(n: u8) -> ObjectId {
 }
 
 fn new_state(cpus: f64, gpus: usize) -> AgentState {
+    new_state_in(cpus, gpus, WorkerStartEnv::default())
+}
+
+/// A node whose own environment (which its workers inherit) is `inherited_env`.
+fn new_state_in(cpus: f64, gpus: usize, inherited_env: WorkerStartEnv) -> AgentState {
     let root = std::env::temp_dir().join(format!("oxray-state-test-{}", rand::random::<u64>()));
     let store = ObjectStore::new(root.join("shm"), root.join("spill"), 1 << 20).unwrap();
     let mut total = ResourceSet::new();
@@ -35,6 +44,7 @@ fn new_state(cpus: f64, gpus: usize) -> AgentState {
             num_gpus: gpus,
             max_starting_workers: 2,
             worker_env: vec![],
+            inherited_env,
             dead_actors_kept: 1000,
             labels: HashMap::from([("zone".to_string(), "home".to_string())]),
         },
@@ -246,6 +256,48 @@ fn gpus_are_assigned_by_index() {
         .collect();
     devices.sort();
     assert_eq!(devices, vec!["0".to_string(), "1".to_string()]);
+}
+
+#[test]
+fn a_task_gets_its_gpus_by_the_nodes_names_and_its_cpus_as_omp_threads() {
+    let node_env = WorkerStartEnv::default().with([(CUDA_VISIBLE_DEVICES, "uuid1,uuid2")]);
+    let mut st = new_state_in(4.0, 2, node_env);
+    st.submit(DRIVER, task(1, &[("CPU", 3.0), ("GPU", 2.0)]), NOW).unwrap();
+    st.schedule(NOW);
+    let worker = spawned(&mut st)[0];
+    let mut rx = connect(&mut st, worker, 51);
+    let assignment = rx.try_recv().unwrap().unwrap();
+    assert_eq!(assignment.cuda_visible_devices, "uuid1,uuid2");
+    let env = assignment.env.unwrap();
+    assert_eq!(env.kept.get(CUDA_VISIBLE_DEVICES).map(String::as_str), Some("uuid1,uuid2"));
+    assert_eq!(env.kept.get(OMP_NUM_THREADS).map(String::as_str), Some("3"));
+}
+
+#[test]
+fn an_actors_calls_run_on_its_gpus_and_its_own_environment() {
+    let mut st = new_state(2.0, 2);
+    let mut spec = actor_spec(0);
+    spec.resources = HashMap::from([("GPU".to_string(), 1.0)]);
+    // The actor's worker starts with its runtime_env: its CUDA_VISIBLE_DEVICES names the GPUs.
+    spec.env_vars = HashMap::from([(CUDA_VISIBLE_DEVICES.to_string(), "7".to_string())]);
+    st.register_actor(&spec, false).unwrap();
+    st.submit(DRIVER, spec, NOW).unwrap();
+    st.schedule(NOW);
+    let w = spawned(&mut st)[0];
+    st.submit_actor_task(DRIVER, actor_call(20), NOW).unwrap();
+    let mut rx = connect(&mut st, w, 61);
+    let creation = rx.try_recv().unwrap().unwrap();
+    assert_eq!(creation.cuda_visible_devices, "7");
+    let env = creation.env.unwrap();
+    assert_eq!(env.during_task.get(CUDA_VISIBLE_DEVICES).map(String::as_str), Some("7"));
+    assert_eq!(env.kept.get(OMP_NUM_THREADS).map(String::as_str), Some("1"), "an actor holding no CPU");
+    let req = TaskDoneRequest { task_id: vec![7; 16], ..Default::default() };
+    st.task_done(w, TaskId::from_array([7; 16]), req, &[], NOW).unwrap();
+    let call = rx.try_recv().unwrap().unwrap();
+    assert_eq!(call.cuda_visible_devices, "7", "a call runs on its actor's GPU");
+    let env = call.env.unwrap();
+    assert_eq!(env.kept.get(CUDA_VISIBLE_DEVICES).map(String::as_str), Some("7"));
+    assert!(!env.kept.contains_key(OMP_NUM_THREADS), "set once, at the actor's creation");
 }
 
 fn actor_spec(max_restarts: i32) -> TaskSpec {
@@ -529,24 +581,51 @@ fn an_actor_blocked_in_get_lends_its_cpu_until_it_resumes_or_dies() {
     assert_eq!(st.available().get("CPU"), 0.0, "the lent CPU is not returned twice");
 }
 
-#[test]
-fn a_placement_group_actor_lends_its_bundle_cpus_as_plain_cpus() {
-    let holds = ResourceSet::from_map(&HashMap::from([
-        ("CPU_group_0_abcd".to_string(), 2.0),
-        ("CPU_group_abcd".to_string(), 2.0),
-        ("bundle_group_abcd".to_string(), 0.001),
-    ]))
-    .unwrap();
-    assert_eq!(crate::resources::cpus_to_lend(&holds).get("CPU"), 2.0);
-}
-
 fn cpus(n: f64) -> ResourceSet {
     ResourceSet::from_map(&HashMap::from([("CPU".to_string(), n)])).unwrap()
 }
 
+/// Task `n` asking for `resources` from `pg`'s bundle `bundle_index` (-1: any).
+fn in_bundle(n: u8, pg: PlacementGroupId, bundle_index: i32, resources: &[(&str, f64)]) -> TaskSpec {
+    let placement_group = Some(PlacementGroupBundle { placement_group_id: pg.to_vec(), bundle_index });
+    TaskSpec { placement_group, ..task(n, resources) }
+}
+
 /// A zero-CPU task in any bundle of `pg` (what `PlacementGroup.ready()` submits).
 fn in_group(n: u8, pg: PlacementGroupId) -> TaskSpec {
-    task(n, &[(format!("bundle_group_{}", pg.hex()).as_str(), 0.001)])
+    in_bundle(n, pg, -1, &[])
+}
+
+#[test]
+fn a_task_in_a_bundle_takes_the_bundles_resources_under_the_groups_names() {
+    let mut st = new_state(2.0, 0);
+    let pg = PlacementGroupId::from_array([6; 16]);
+    st.reserve_bundles(pg, &[(0, cpus(1.0)), (1, cpus(1.0))]).unwrap();
+    st.commit_bundles(pg, NOW).unwrap();
+    assert_eq!(st.available().get("CPU"), 0.0, "both CPUs are the group's");
+    st.submit(DRIVER, task(1, &[("CPU", 1.0)]), NOW).unwrap();
+    st.submit(DRIVER, in_bundle(2, pg, 1, &[("CPU", 1.0)]), NOW).unwrap();
+    st.schedule(NOW);
+    let worker = spawned(&mut st);
+    assert_eq!(worker.len(), 1, "only the task in the group has a CPU");
+    let mut rx = connect(&mut st, worker[0], 12);
+    let started = next(&mut rx).unwrap();
+    assert_eq!(started.name, "t2");
+    assert_eq!(started.resources, HashMap::from([("CPU".to_string(), 1.0)]), "the worker sees what it asked for");
+    let pg_hex = pg.hex();
+    assert_eq!(st.available().get(&format!("CPU_group_1_{pg_hex}")), 0.0);
+    assert_eq!(st.available().get(&format!("CPU_group_0_{pg_hex}")), 1.0);
+    assert_eq!(st.available().get(&format!("CPU_group_{pg_hex}")), 1.0);
+    // A bundle index the group lacks can never be met here.
+    let bad = st.submit(DRIVER, in_bundle(3, pg, -2, &[]), NOW);
+    assert!(matches!(bad, Err(AgentError::Malformed(_))), "{bad:?}");
+}
+
+#[test]
+fn a_placement_group_actor_lends_its_bundle_cpus_as_plain_cpus() {
+    let pg = PlacementGroupId::from_array([5; 16]);
+    let holds = group_names::in_group(&cpus(2.0), &pg, Some(0));
+    assert_eq!(group_names::cpus_to_lend(&holds).get("CPU"), 2.0);
 }
 
 #[test]

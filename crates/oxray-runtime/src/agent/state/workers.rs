@@ -5,7 +5,9 @@ use super::{Action, ActorState, AgentState, AssignmentSender, TaskState};
 use crate::agent::AgentError;
 use crate::errors::SystemErrorKind;
 use crate::ids::{ActorId, JobId, ObjectId, TaskId, WorkerId};
-use crate::resources::{ResourceSet, cpus_to_lend};
+use crate::resources::ResourceSet;
+use crate::resources::group_names::cpus_to_lend;
+use crate::task_env::WorkerStartEnv;
 use oxray_proto::{Assignment, TaskKind};
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -46,13 +48,17 @@ pub(super) struct WorkerPool {
     max_starting: usize,
     /// Environment every worker starts with.
     env: Vec<(String, String)>,
+    /// What a pool worker starts with, as the rules for a task's environment read it.
+    pub(super) start_env: WorkerStartEnv,
     /// Workers that exited before connecting, in a row: three fail the ready tasks.
     failed_starts: u32,
 }
 
 impl WorkerPool {
-    pub(super) fn new(max_starting: usize, env: Vec<(String, String)>) -> Self {
+    pub(super) fn new(max_starting: usize, env: Vec<(String, String)>, inherited: WorkerStartEnv) -> Self {
+        let start_env = inherited.with(env.iter().map(|(name, value)| (name.as_str(), value.as_str())));
         WorkerPool {
+            start_env,
             workers: HashMap::new(),
             idle: VecDeque::new(),
             starting: 0,
