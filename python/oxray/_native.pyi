@@ -441,10 +441,10 @@ class Client:
         fallback_strategy: Sequence[dict[str, str]] = ...,
         concurrency_group: str = "",
         concurrency_groups: dict[str, int] = ...,
+        placement_group: tuple[bytes, int] | None = None,
     ) -> CreatedActor | None:
         """Submits a task or an actor call (returns None at once) or an actor
         creation (returns the `CreatedActor` once registered). `args` are
-        placement_group: tuple[bytes, int] | None = None,
         (is_ref, object id or encoded value) pairs; `placement_group` is
         (group id, bundle index or -1 for any), the bundle `resources` are drawn from."""
     def register_function(self, function_id: bytes, data: bytes, job_id: bytes) -> None: ...
