@@ -397,8 +397,11 @@ class Client:
         """Serializes an object into its final place (inline or shared memory)."""
     def seal(self, prepared: PreparedObject, nested: Sequence[bytes]) -> None:
         """Makes a prepared object readable and records this process as its holder."""
-    def get(self, ids: Sequence[bytes], timeout_s: float | None = None) -> list[ObjectBuffer] | None:
-        """Objects by id, in order; None when the timeout passed first."""
+    def get(
+        self, ids: Sequence[bytes], timeout_s: float | None = None, fail_fast: bool = False
+    ) -> list[ObjectBuffer] | None:
+        """Objects by id, in order; None when the timeout passed first. With `fail_fast`, the
+        first object found to hold a failed task's error ends the wait: the list holds it alone."""
     def wait(self, ids: Sequence[bytes], num_returns: int, timeout_s: float | None = None) -> list[bytes]:
         """The ids of those objects that are ready, once `num_returns` are or the timeout passed."""
 

@@ -23,6 +23,12 @@ pub enum LayoutError {
     OutOfBounds { what: &'static str, len: usize },
 }
 
+/// The flags of an object whose header starts `header` (at least its first 8
+/// bytes); None when they are not an object header.
+pub(crate) fn flags_of(header: &[u8]) -> Option<u32> {
+    (header.len() >= 8 && &header[0..4] == MAGIC).then(|| u32::from_le_bytes(header[4..8].try_into().expect("4 bytes")))
+}
+
 /// Where each part goes for a given pickle length and buffer lengths.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Layout {
@@ -127,6 +133,8 @@ mod tests {
         write_object(&mut dst, &layout, 5, pickle, &[&a, &b, &[]]);
         let parsed = parse(&dst).unwrap();
         assert_eq!(parsed.flags, 5);
+        assert_eq!(flags_of(&dst), Some(5));
+        assert_eq!(flags_of(b"NOPE0000"), None);
         assert_eq!(&dst[parsed.pickle.clone()], pickle);
         assert_eq!(&dst[parsed.buffers[0].clone()], &a[..]);
         assert_eq!(&dst[parsed.buffers[1].clone()], &b[..]);

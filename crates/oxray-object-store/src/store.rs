@@ -390,6 +390,31 @@ impl ObjectStore {
         }
     }
 
+    /// The header flags of a sealed object held here (None when it is not, or its
+    /// header cannot be read): what the writer said it is (a value, an error).
+    pub fn flags(&self, id: &ObjectId) -> Option<u32> {
+        let e = self.entries.get(id).filter(|e| e.sealed && !e.freed)?;
+        match &e.place {
+            ObjectPlace::Inline(data) => crate::layout::flags_of(data),
+            ObjectPlace::Arena { offset, len } if *len >= 8 => match &self.arena_map {
+                Some(map) if offset + 8 <= self.alloc.size() => {
+                    // SAFETY: a sealed, unfreed entry's range stays allocated while the store's
+                    // lock (our `&self`) is held; only its first 8 bytes are read.
+                    let header = unsafe { std::slice::from_raw_parts(map.as_ptr().add(*offset), 8) };
+                    crate::layout::flags_of(header)
+                }
+                _ => None,
+            },
+            ObjectPlace::Arena { .. } => None,
+            ObjectPlace::Spilled(path) => {
+                use std::io::Read;
+                let mut header = [0u8; 8];
+                File::open(path).and_then(|mut f| f.read_exact(&mut header)).ok()?;
+                crate::layout::flags_of(&header)
+            }
+        }
+    }
+
     /// A copy of `len` arena bytes at `offset` (the caller holds a reader on that range).
     pub fn read_arena(&self, offset: usize, len: usize) -> Vec<u8> {
         match &self.arena_map {

@@ -157,6 +157,33 @@ impl From<tonic::Status> for ClientError {
     }
 }
 
+/// What a get of objects found.
+#[derive(Debug)]
+pub enum Got {
+    /// Every object, in the order asked.
+    All(Vec<ObjectLocation>),
+    /// One object holds a failed task's error (the others were not waited for).
+    Failed(ObjectLocation),
+}
+
+impl Got {
+    fn from_reply(mut reply: oxray_proto::GetObjectsReply) -> Self {
+        if reply.failed && reply.objects.len() == 1 {
+            Got::Failed(reply.objects.remove(0))
+        } else {
+            Got::All(reply.objects)
+        }
+    }
+
+    /// The objects found, a failed one alone.
+    pub fn into_objects(self) -> Vec<ObjectLocation> {
+        match self {
+            Got::All(objects) => objects,
+            Got::Failed(object) => vec![object],
+        }
+    }
+}
+
 pub struct CoreClient {
     pub client_id: ClientId,
     pub address: String,
@@ -715,6 +742,17 @@ impl CoreClient {
         ids: &[ObjectId],
         timeout_ms: i64,
     ) -> Result<Option<Vec<ObjectLocation>>, ClientError> {
+        Ok(self.get_objects_or_error(ids, timeout_ms, false).await?.map(Got::into_objects))
+    }
+
+    /// As [`CoreClient::get_objects`]; with `fail_fast`, ends as soon as one object holds a
+    /// failed task's error (`Got::Failed`), as Ray's get does, instead of waiting for all.
+    pub async fn get_objects_or_error(
+        &self,
+        ids: &[ObjectId],
+        timeout_ms: i64,
+        fail_fast: bool,
+    ) -> Result<Option<Got>, ClientError> {
         let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.to_vec()).collect();
         const FIRST_WAIT_MS: i64 = 20;
         let first = if timeout_ms < 0 { FIRST_WAIT_MS } else { timeout_ms.min(FIRST_WAIT_MS) };
@@ -726,11 +764,12 @@ impl CoreClient {
                 timeout_ms: first,
                 ref_deltas: self.deltas_for_rpc(),
                 submissions: std::mem::take(&mut *self.queued.lock()),
+                fail_fast,
             };
             agent_call!(self, get_objects, request, deadline: wait_deadline(first))?.into_inner()
         };
         if !reply.timed_out {
-            return Ok(Some(reply.objects));
+            return Ok(Some(Got::from_reply(reply)));
         }
         if timeout_ms >= 0 && timeout_ms <= first {
             return Ok(None);
@@ -745,9 +784,10 @@ impl CoreClient {
             timeout_ms: rest,
             ref_deltas: None,
             submissions: Vec::new(),
+            fail_fast,
         };
         let reply = agent_call!(self, get_objects, request, deadline: wait_deadline(rest))?.into_inner();
-        Ok((!reply.timed_out).then_some(reply.objects))
+        Ok((!reply.timed_out).then(|| Got::from_reply(reply)))
     }
 
     pub async fn wait_objects(

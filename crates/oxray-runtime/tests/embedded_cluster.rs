@@ -1,8 +1,9 @@
 //! An embedded cluster over real sockets: token enforcement, loopback binding,
 //! object round trips and cleanup.
 
-use oxray_runtime::client::CoreClient;
+use oxray_runtime::client::{CoreClient, Got};
 use oxray_runtime::cluster::{ClusterConfig, RunningCluster, start_node};
+use oxray_runtime::errors::{SystemErrorKind, system_error_object};
 use oxray_runtime::ids::{ClientId, ObjectId};
 use oxray_runtime::proto::driver_service_client::DriverServiceClient;
 use oxray_runtime::proto::{Empty, ObjectLocation, object_location::Place};
@@ -55,6 +56,37 @@ async fn rpcs_without_the_right_token_are_refused() {
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].total["CPU"], 2.0);
     assert_eq!(nodes[0].total["custom"], 3.0);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_fail_fast_stops_at_an_error_without_waiting_for_the_rest() {
+    let cluster = start().await;
+    let client =
+        CoreClient::connect(&cluster.agent_address, &cluster.token, ClientId::from_array([4; 16])).await.unwrap();
+    // Object 10 is reserved and never sealed: a get of all of it never completes.
+    let pending = ObjectId::from_array([10; 16]);
+    client.create_object(pending, 1 << 20).await.unwrap();
+    let error = system_error_object(SystemErrorKind::WorkerCrashed, "the worker died");
+    let failed =
+        ObjectLocation { object_id: vec![9; 16], size: error.len() as u64, place: Some(Place::InlineData(error)) };
+    client.seal_object(failed.clone(), &[]).await.unwrap();
+    let both = [pending, ObjectId::from_array([9; 16])];
+
+    // Without fail_fast the get waits for the pending object and times out.
+    assert!(client.get_objects_or_error(&both, 200, false).await.unwrap().is_none());
+    // With it, the error ends the wait at once (well within a timeout the other never meets).
+    match client.get_objects_or_error(&both, 60_000, true).await.unwrap() {
+        Some(Got::Failed(object)) => assert_eq!(object.object_id, failed.object_id),
+        other => panic!("expected the failed object alone, got {other:?}"),
+    }
+    // A value is not an error: with every object ready, all come back.
+    let value = ObjectLocation { object_id: vec![11; 16], place: Some(Place::InlineData(b"ok".to_vec())), size: 2 };
+    client.seal_object(value, &[]).await.unwrap();
+    match client.get_objects_or_error(&[ObjectId::from_array([11; 16])], 1000, true).await.unwrap() {
+        Some(Got::All(objects)) => assert_eq!(objects.len(), 1),
+        other => panic!("expected every object, got {other:?}"),
+    }
     cluster.shutdown().await;
 }
 

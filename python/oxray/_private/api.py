@@ -538,45 +538,16 @@ def get(object_refs, *, timeout: Optional[float] = None):
         return []
     client = _client()
     ids = [r._id for r in refs]
-    if len(ids) == 1 or (timeout is not None and timeout <= _GET_FIRST_TRY_S):
-        buffers = client.get(ids, timeout)
-        if buffers is None:
-            raise exceptions.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s.")
-        values = [serialization.deserialize(b) for b in buffers]
-        return values[0] if single else values
-    # Most gets find everything ready soon. One that does not looks at each object as it becomes
-    # ready, so a failed one raises at once, as in Ray, rather than after the slowest of the rest.
-    deadline = None if timeout is None else time.monotonic() + timeout
-    buffers = client.get(ids, _GET_FIRST_TRY_S)
-    if buffers is not None:
-        return [serialization.deserialize(b) for b in buffers]
-    return _get_as_they_come(client, ids, deadline, timeout)
-
-
-# How long a get of several objects waits for all of them before it starts looking at each one
-# (a batch that is ready by then pays nothing extra), and how often it looks after that.
-_GET_FIRST_TRY_S = 1.0
-_GET_LOOK_EVERY_S = 0.2
-
-
-def _get_as_they_come(client, ids, deadline, timeout) -> list:
-    values = {}
-    remaining = list(dict.fromkeys(ids))
-    while remaining:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise exceptions.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s.")
-        ready = set(
-            client.wait(remaining, len(remaining), _GET_LOOK_EVERY_S if left is None else min(left, _GET_LOOK_EVERY_S))
-        )
-        if not ready:
-            continue
-        batch = [i for i in remaining if i in ready]
-        buffers = client.get(batch, None)
-        for object_id, buffer in zip(batch, buffers, strict=True):
-            values[object_id] = serialization.deserialize(buffer)  # a failed task's error raises here
-        remaining = [i for i in remaining if i not in ready]
-    return [values[i] for i in ids]
+    # As Ray: a failed object among several raises as soon as it is known, not after the slowest
+    # of the rest; the agent stops there and hands back that object alone.
+    buffers = client.get(ids, timeout, fail_fast=len(ids) > 1)
+    if buffers is None:
+        raise exceptions.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s.")
+    if len(buffers) != len(ids):
+        serialization.deserialize(buffers[0])  # a failed task's error: raises
+        raise RuntimeError("the node agent stopped a get at an object that holds no error")
+    values = [serialization.deserialize(b) for b in buffers]
+    return values[0] if single else values
 
 
 def put(value, *, _owner=None) -> ObjectRef:

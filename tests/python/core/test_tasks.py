@@ -223,6 +223,22 @@ def test_task_exception_is_value_error_and_ray_task_error(ray_cluster):
     assert "bad value 42" in str(dep.value)
 
 
+def test_a_failed_object_among_several_raises_without_waiting_for_the_rest(ray_cluster, tmp_path):
+    gate = str(tmp_path / "gate")
+    slow = wait_for_gate.remote(gate)
+    bad = raise_value_error.remote(7)
+    try:
+        # The slow task waits for a gate only this test opens, after the get: the get must
+        # raise the failed task's error while the slow one still runs.
+        with pytest.raises(ray.exceptions.RayTaskError) as err:
+            ray.get([slow, bad, slow], timeout=TIMEOUT)
+        assert "bad value 7" in str(err.value)
+        assert ray.wait([slow], timeout=0)[0] == [], "the slow task is still running"
+    finally:
+        open(gate, "w").close()
+    assert ray.get([slow, slow], timeout=TIMEOUT) == [True, True]
+
+
 def test_get_timeout(ray_cluster, tmp_path):
     gate = str(tmp_path / "gate")
     ref = wait_for_gate.remote(gate)

@@ -85,18 +85,27 @@ impl Client {
         Ok(())
     }
 
-    /// Objects by id, in order; None when the timeout passed first. Long waits
-    /// are sliced so Ctrl-C is noticed.
-    #[pyo3(signature = (ids, timeout_s=None))]
-    fn get(&self, py: Python<'_>, ids: Vec<Vec<u8>>, timeout_s: Option<f64>) -> PyResult<Option<Vec<ObjectBuffer>>> {
+    /// Objects by id, in order; None when the timeout passed first. With
+    /// `fail_fast`, the agent stops at the first object that holds a failed task's
+    /// error: the list then holds that object alone (deserializing it raises).
+    /// Long waits are sliced so Ctrl-C is noticed.
+    #[pyo3(signature = (ids, timeout_s=None, fail_fast=false))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        ids: Vec<Vec<u8>>,
+        timeout_s: Option<f64>,
+        fail_fast: bool,
+    ) -> PyResult<Option<Vec<ObjectBuffer>>> {
         let deadline = deadline_after(timeout_s)?;
         let ids = to_ids(&ids)?;
         loop {
             let slice_ms = next_slice_ms(deadline);
             let c = self.inner.clone();
-            let got = py.detach(|| runtime().block_on(c.get_objects(&ids, slice_ms))).map_err(rpc_err)?;
-            if let Some(locations) = got {
-                return py.detach(|| self.map_locations(locations)).map(Some);
+            let got =
+                py.detach(|| runtime().block_on(c.get_objects_or_error(&ids, slice_ms, fail_fast))).map_err(rpc_err)?;
+            if let Some(got) = got {
+                return py.detach(|| self.map_locations(got.into_objects())).map(Some);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);

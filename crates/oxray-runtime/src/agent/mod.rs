@@ -254,25 +254,37 @@ impl AgentShared {
         });
     }
 
-    /// Waits until every id is ready (or unknown), or the deadline passes.
+    /// Waits until `need` of the ids are ready (or unknown), or the deadline passes; with
+    /// `stop_at_error`, also stops at the first one that holds a failed task's error.
     async fn wait_ready(
         self: &Arc<Self>,
         ids: &[ObjectId],
         need: usize,
         deadline: Option<Instant>,
         blocked_worker: Option<WorkerId>,
-    ) -> bool {
+        stop_at_error: bool,
+    ) -> Waited {
         let mut blocked = false;
         let mut pending: std::collections::VecDeque<ObjectId> = ids.iter().copied().collect();
         let needs_all = need >= ids.len();
-        let done = loop {
+        let waited = loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let ready = {
+            let (ready, failed) = {
                 let st = self.state.lock();
                 let done = |id: &ObjectId| st.is_settled(id);
-                if needs_all {
+                let mut failed = None;
+                if stop_at_error {
+                    // Each object's header is read once, as it becomes ready.
+                    pending.retain(|id| {
+                        let settled = done(id);
+                        if settled && failed.is_none() && st.holds_error(id) {
+                            failed = Some(*id);
+                        }
+                        !settled
+                    });
+                } else if needs_all {
                     // Objects mostly finish in order: drop finished ones from the
                     // front and stop at the first pending one (O(n) over the wait).
                     while pending.front().is_some_and(done) {
@@ -281,10 +293,13 @@ impl AgentShared {
                 } else {
                     pending.retain(|id| !done(id));
                 }
-                ids.len() - pending.len()
+                (ids.len() - pending.len(), failed)
             };
+            if let Some(id) = failed {
+                break Waited::Failed(id);
+            }
             if ready >= need {
-                break true;
+                break Waited::Ready;
             }
             if let (Some(worker), false) = (blocked_worker, blocked) {
                 blocked = true;
@@ -292,13 +307,13 @@ impl AgentShared {
                 continue;
             }
             if !notified_before(notified, deadline).await {
-                break false;
+                break Waited::TimedOut;
             }
         };
         if let (Some(worker), true) = (blocked_worker, blocked) {
             self.with_state(|st| st.set_worker_blocked(worker, false, clock::now_ms()));
         }
-        done
+        waited
     }
 
     /// Waits until `done` holds of the state (checked again after every change).
@@ -487,6 +502,17 @@ pub(crate) fn actor_info(a: &state::ActorEntry, node_id: &NodeId) -> ActorInfo {
 /// The placement group a task or actor was placed in (empty: none), for listings.
 pub(crate) fn placement_group_of(spec: &TaskSpec) -> Vec<u8> {
     spec.placement_group.as_ref().map(|b| b.placement_group_id.clone()).unwrap_or_default()
+}
+
+/// How a wait for objects ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    /// As many as needed are ready.
+    Ready,
+    /// This one holds a failed task's error (with `stop_at_error`).
+    Failed(ObjectId),
+    /// The deadline passed first.
+    TimedOut,
 }
 
 #[cfg(test)]

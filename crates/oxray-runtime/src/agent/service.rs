@@ -2,7 +2,7 @@
 //! acting as clients), worker sessions, peer agents, and the head's bundle admin.
 //! Each method decodes its request, runs it against `AgentShared`, and replies.
 
-use super::{AgentError, AgentShared, actor_info, object_ids, timeout_deadline};
+use super::{AgentError, AgentShared, Waited, actor_info, object_ids, timeout_deadline};
 use crate::clock;
 use crate::ids::{ActorId, ClientId, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 use oxray_proto::bundle_service_server::BundleService;
@@ -125,6 +125,7 @@ impl DriverService for AgentService {
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
+    #[tracing::instrument(skip_all, fields(name = ?request.get_ref().spec.as_ref().map(|s| &s.name)))]
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let req = request.into_inner();
         let spec = req.spec.ok_or(AgentError::Malformed("CreateActor needs a spec"))?;
@@ -172,6 +173,7 @@ impl DriverService for AgentService {
         Ok(Response::new(CreateActorReply { actor_id: actor_id.to_vec(), existing }))
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(tasks = request.get_ref().specs.len()))]
     async fn submit_batch(&self, request: Request<SubmitBatchRequest>) -> Result<Response<Empty>, Status> {
         self.shared.apply_submissions(request.into_inner().specs).await?;
         Ok(Response::new(Empty {}))
@@ -214,6 +216,7 @@ impl DriverService for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(objects = request.get_ref().object_ids.len(), fail_fast = request.get_ref().fail_fast))]
     async fn get_objects(&self, request: Request<GetObjectsRequest>) -> Result<Response<GetObjectsReply>, Status> {
         let req = request.into_inner();
         let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
@@ -228,25 +231,34 @@ impl DriverService for AgentService {
         let wanted = object_ids(&req.object_ids)?;
         let worker = self.shared.as_blocking_worker(client);
         let deadline = timeout_deadline(req.timeout_ms);
-        let ok = self.shared.wait_ready(&wanted, wanted.len(), deadline, worker).await
-            && self.shared.wait_local(&wanted, deadline).await;
-        if !ok {
-            return Ok(Response::new(GetObjectsReply { objects: Vec::new(), timed_out: true }));
+        let timed_out = GetObjectsReply { objects: Vec::new(), timed_out: true, failed: false };
+        match self.shared.wait_ready(&wanted, wanted.len(), deadline, worker, req.fail_fast).await {
+            Waited::TimedOut => return Ok(Response::new(timed_out)),
+            Waited::Failed(id) => {
+                // The caller raises this object's error; the others are not waited for.
+                let object = self.shared.state.lock().locate(id, client);
+                return Ok(Response::new(GetObjectsReply { objects: vec![object], timed_out: false, failed: true }));
+            }
+            Waited::Ready => {}
+        }
+        if !self.shared.wait_local(&wanted, deadline).await {
+            return Ok(Response::new(timed_out));
         }
         let objects = {
             let mut st = self.shared.state.lock();
             wanted.iter().map(|id| st.locate(*id, client)).collect()
         };
-        Ok(Response::new(GetObjectsReply { objects, timed_out: false }))
+        Ok(Response::new(GetObjectsReply { objects, timed_out: false, failed: false }))
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(objects = request.get_ref().object_ids.len(), need = request.get_ref().num_returns))]
     async fn wait_objects(&self, request: Request<WaitObjectsRequest>) -> Result<Response<WaitObjectsReply>, Status> {
         let req = request.into_inner();
         let wanted = object_ids(&req.object_ids)?;
         let need = (req.num_returns as usize).min(wanted.len());
         let client = ClientId::from_bytes(&req.client_id).map_err(AgentError::from)?;
         let worker = self.shared.as_blocking_worker(client);
-        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), worker).await;
+        self.shared.wait_ready(&wanted, need, timeout_deadline(req.timeout_ms), worker, false).await;
         let st = self.shared.state.lock();
         let ready_ids = wanted.iter().filter(|id| st.is_settled(id)).map(|id| id.to_vec()).collect();
         Ok(Response::new(WaitObjectsReply { ready_ids }))
@@ -259,6 +271,7 @@ impl DriverService for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(skip_all, fields(actor = %hex::encode(&request.get_ref().actor_id)))]
     async fn kill_actor(&self, request: Request<ActorRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let id = ActorId::from_bytes(&req.actor_id).map_err(AgentError::from)?;
@@ -288,6 +301,7 @@ impl DriverService for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(skip_all, fields(object = %hex::encode(&request.get_ref().object_id), force = request.get_ref().force))]
     async fn cancel_task(&self, request: Request<CancelRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
@@ -546,6 +560,7 @@ impl PeerService for AgentService {
 
     type PullObjectStream = tokio_stream::wrappers::ReceiverStream<Result<ObjectChunk, Status>>;
 
+    #[tracing::instrument(level = "debug", skip_all, fields(object = %hex::encode(&request.get_ref().object_id)))]
     async fn pull_object(&self, request: Request<PullRequest>) -> Result<Response<Self::PullObjectStream>, Status> {
         let id = ObjectId::from_bytes(&request.into_inner().object_id).map_err(AgentError::from)?;
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(self.shared.serve_pull(id))))
@@ -554,6 +569,7 @@ impl PeerService for AgentService {
 
 #[tonic::async_trait]
 impl BundleService for AgentService {
+    #[tracing::instrument(skip_all, fields(group = %hex::encode(&request.get_ref().pg_id), bundles = request.get_ref().bundles.len()))]
     async fn reserve_bundles(&self, request: Request<ReserveBundlesRequest>) -> Result<Response<Empty>, Status> {
         let req = request.into_inner();
         let pg_id = PlacementGroupId::from_bytes(&req.pg_id).map_err(AgentError::from)?;
@@ -566,12 +582,14 @@ impl BundleService for AgentService {
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(skip_all, fields(group = %hex::encode(&request.get_ref().pg_id)))]
     async fn commit_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| st.commit_bundles(pg_id, clock::now_ms()))?;
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(skip_all, fields(group = %hex::encode(&request.get_ref().pg_id)))]
     async fn return_bundles(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| st.return_bundles(pg_id, clock::now_ms()));

@@ -4,7 +4,7 @@
 
 use super::{Action, AgentState, TaskState};
 use crate::agent::AgentError;
-use crate::errors::{SystemErrorKind, system_error_object};
+use crate::errors::{FLAG_APPLICATION_ERROR, FLAG_SYSTEM_ERROR, SystemErrorKind, system_error_object};
 use crate::ids::{ActorId, ClientId, NodeId, ObjectId};
 use oxray_object_store::{ObjectPlace, ObjectStore, Reserved, SpillJob};
 use oxray_proto::object_location::Place;
@@ -294,6 +294,15 @@ impl AgentState {
                 location(id, ObjectPlace::Inline(std::sync::Arc::new(blob)), size, &arena)
             }
         }
+    }
+
+    /// Whether `id` is here and holds a failed task's error (its header says so), so a
+    /// get of several objects may raise it without waiting for the rest.
+    pub fn holds_error(&self, id: &ObjectId) -> bool {
+        self.objects
+            .store()
+            .flags(id)
+            .is_some_and(|flags| flags == FLAG_APPLICATION_ERROR || flags == FLAG_SYSTEM_ERROR)
     }
 
     /// Whether a get/wait on `id` returns now: it is ready, or unknown (and so
