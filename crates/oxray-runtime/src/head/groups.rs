@@ -174,6 +174,7 @@ impl Head {
 
     /// Tries to reserve a pending group's bundles: all of them, on the nodes
     /// its strategy allows, or none.
+    #[tracing::instrument(level = "debug", skip(self), fields(group = %pg_id.hex()))]
     pub(super) async fn place_group(&self, pg_id: PlacementGroupId) {
         let _one_at_a_time = self.placing.lock().await;
         let Some(spec) = self.groups.lock().pending_spec(&pg_id) else { return };

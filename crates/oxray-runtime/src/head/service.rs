@@ -15,12 +15,14 @@ use tonic::{Request, Response, Status};
 
 #[tonic::async_trait]
 impl HeadService for Head {
+    #[tracing::instrument(skip_all, fields(node = ?request.get_ref().node.as_ref().map(|n| hex::encode(&n.node_id))))]
     async fn register_node(&self, request: Request<RegisterNodeRequest>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner().node.ok_or(HeadError::Malformed("RegisterNode needs a node"))?;
         self.add_node(info)?;
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(level = "trace", skip_all, fields(node = %hex::encode(&request.get_ref().node_id)))]
     async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<ClusterInfoReply>, Status> {
         let nodes = self.record_beat(request.into_inner())?;
         Ok(Response::new(ClusterInfoReply { nodes, agent_tables: None }))
@@ -30,6 +32,7 @@ impl HeadService for Head {
         Ok(Response::new(ClusterInfoReply { nodes: self.nodes(), agent_tables: None }))
     }
 
+    #[tracing::instrument(skip_all, fields(actor = ?request.get_ref().actor.as_ref().map(|a| (hex::encode(&a.actor_id), &a.name))))]
     async fn register_actor(
         &self,
         request: Request<RegisterActorRequest>,
@@ -44,6 +47,7 @@ impl HeadService for Head {
         Ok(Response::new(reply))
     }
 
+    #[tracing::instrument(skip_all, fields(actor = %hex::encode(&request.get_ref().actor_id), state = request.get_ref().state))]
     async fn update_actor(&self, request: Request<ActorInfo>) -> Result<Response<Empty>, Status> {
         let info = request.into_inner();
         let actor_id = ActorId::from_bytes(&info.actor_id).map_err(HeadError::from)?;
@@ -70,6 +74,7 @@ impl HeadService for Head {
         Ok(Response::new(ListActorsReply { actors: self.actors() }))
     }
 
+    #[tracing::instrument(skip_all, fields(group = %hex::encode(&request.get_ref().pg_id), bundles = request.get_ref().bundles.len()))]
     async fn create_placement_group(
         &self,
         request: Request<PlacementGroupSpec>,
@@ -79,6 +84,7 @@ impl HeadService for Head {
         Ok(Response::new(self.add_group(pg_id, spec).await))
     }
 
+    #[tracing::instrument(skip_all, fields(group = %hex::encode(&request.get_ref().pg_id)))]
     async fn remove_placement_group(&self, request: Request<PlacementGroupRequest>) -> Result<Response<Empty>, Status> {
         let pg_id = PlacementGroupId::from_bytes(&request.into_inner().pg_id).map_err(HeadError::from)?;
         self.withdraw_group(pg_id).await?;
@@ -121,6 +127,7 @@ impl HeadService for Head {
         Ok(Response::new(Empty {}))
     }
 
+    #[tracing::instrument(skip_all, fields(job = %hex::encode(&request.get_ref().job_id), ended = request.get_ref().end_time_ms != 0))]
     async fn update_driver(&self, request: Request<DriverRecord>) -> Result<Response<Empty>, Status> {
         let driver = request.into_inner();
         if driver.job_id.len() != 4 {

@@ -385,6 +385,7 @@ impl AgentState {
     /// Sends a task to `node`; it stays here, marked forwarded, until that node reports back.
     pub(super) fn forward_task(&mut self, task_id: TaskId, node: NodeId) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
+        tracing::debug!(task = %task_id.hex(), node = %node.short(), "scheduling: task sent to another node");
         task.state = TaskState::Forwarded(node);
         let mut spec = task.spec.clone();
         // Placed: the node it goes to runs it (its strategy is not applied there again).

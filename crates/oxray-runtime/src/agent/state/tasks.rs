@@ -611,6 +611,7 @@ impl AgentState {
                         continue;
                     }
                     Placement::Fail(message) => {
+                        tracing::debug!(task = %task_id.hex(), reason = %message, "scheduling: task cannot run");
                         self.tasks.ready.pop_front(qi);
                         self.finish_task(task_id, Some((SystemErrorKind::TaskUnschedulable, message)), now_ms);
                         continue;
@@ -670,6 +671,13 @@ impl AgentState {
         self.tasks.ready.drop_empty();
         self.available.retain_in(&self.total);
         let to_start = self.workers.to_start(wanted_workers);
+        if to_start > 0 {
+            tracing::debug!(
+                wanted = wanted_workers,
+                starting = to_start,
+                "scheduling: starting workers for ready tasks"
+            );
+        }
         for _ in 0..to_start {
             self.spawn_worker(WorkerRole::Pool, "worker".into(), None, Vec::new());
         }
