@@ -21,6 +21,9 @@ pub enum HttpError {
     /// The server failed: 500.
     #[error("{0}")]
     Internal(String),
+    /// A server could not start: its listener has no address.
+    #[error("the {server} listener has no address: {source}")]
+    Listener { server: &'static str, source: std::io::Error },
 }
 
 impl HttpError {
@@ -28,7 +31,9 @@ impl HttpError {
         match self {
             HttpError::Jobs(JobError::BadRequest(_)) | HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
             HttpError::Jobs(JobError::NotFound(_)) | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
-            HttpError::Jobs(JobError::Internal(_)) | HttpError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            HttpError::Jobs(JobError::Internal(_)) | HttpError::Internal(_) | HttpError::Listener { .. } => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 }

@@ -17,7 +17,8 @@ pub use error::HttpError;
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use oxray_jobs::BoxFuture;
 pub use state::rows::{
-    ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeRow, PlacementGroupRow, Profile, TaskListing, TaskRow,
+    ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeQueryError, NodeRow, PlacementGroupRow, Profile,
+    TaskListing, TaskRow,
 };
 
 use axum::Router;
@@ -49,12 +50,12 @@ pub struct HttpConfig {
 
 /// The whole application: every route, behind the token check. Fails when the
 /// job store cannot be opened.
-pub fn router(config: HttpConfig) -> Result<Router, String> {
+pub fn router(config: HttpConfig) -> Result<Router, HttpError> {
     build(config).map(|(app, _)| app)
 }
 
 /// The application and its job manager (which the server stops on shutdown).
-fn build(config: HttpConfig) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), String> {
+fn build(config: HttpConfig) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), HttpError> {
     let config = Arc::new(config);
     let mut app = routes::routes(config.clone());
     let manager = config.jobs.clone().map(oxray_jobs::JobManager::open).transpose()?;
@@ -80,8 +81,8 @@ pub struct HttpServer {
 
 impl HttpServer {
     /// Serves [`router`] on `listener` until [`HttpServer::shutdown`].
-    pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, String> {
-        let local_addr = listener.local_addr().map_err(|e| format!("the HTTP listener has no address: {e}"))?;
+    pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, HttpError> {
+        let local_addr = listener.local_addr().map_err(|source| HttpError::Listener { server: "HTTP", source })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (app, jobs) = build(config)?;
         let task = tokio::spawn(async move {

@@ -193,8 +193,13 @@ pub struct MetricsServer {
 }
 
 impl MetricsServer {
-    pub fn start(listener: TcpListener, token: &str, source: Arc<dyn NodeMetricsSource>) -> Result<Self, String> {
-        let local_addr = listener.local_addr().map_err(|e| format!("the metrics listener has no address: {e}"))?;
+    pub fn start(
+        listener: TcpListener,
+        token: &str,
+        source: Arc<dyn NodeMetricsSource>,
+    ) -> Result<Self, crate::HttpError> {
+        let local_addr =
+            listener.local_addr().map_err(|source| crate::HttpError::Listener { server: "metrics", source })?;
         let state = NodeMetrics { token: token.into(), source };
         let app = Router::new()
             .route("/metrics", get(node_metrics))

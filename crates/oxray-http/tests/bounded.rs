@@ -66,11 +66,20 @@ impl ClusterState for ManyActors {
     fn datasets(&self) -> Vec<serde_json::Value> {
         Vec::new()
     }
-    fn list_logs<'a>(&'a self, _node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>> {
+    fn list_logs<'a>(
+        &'a self,
+        _node_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LogFileRow>, oxray_http::NodeQueryError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
-    fn read_log<'a>(&'a self, _: &'a str, _: &'a str, _: i64, _: u64) -> BoxFuture<'a, Result<LogChunk, String>> {
-        Box::pin(async { Err("no logs".to_string()) })
+    fn read_log<'a>(
+        &'a self,
+        _: &'a str,
+        _: &'a str,
+        _: i64,
+        _: u64,
+    ) -> BoxFuture<'a, Result<LogChunk, oxray_http::NodeQueryError>> {
+        Box::pin(async { Err(oxray_http::NodeQueryError::Refused("no logs".into())) })
     }
     fn search_log<'a>(
         &'a self,
@@ -78,11 +87,16 @@ impl ClusterState for ManyActors {
         _: &'a str,
         _: &'a str,
         _: u32,
-    ) -> BoxFuture<'a, Result<LogSearch, String>> {
-        Box::pin(async { Err("no logs".to_string()) })
+    ) -> BoxFuture<'a, Result<LogSearch, oxray_http::NodeQueryError>> {
+        Box::pin(async { Err(oxray_http::NodeQueryError::Refused("no logs".into())) })
     }
-    fn profile<'a>(&'a self, _: &'a str, _: u32, _: Profile) -> BoxFuture<'a, Result<Vec<u8>, String>> {
-        Box::pin(async { Err("no workers".to_string()) })
+    fn profile<'a>(
+        &'a self,
+        _: &'a str,
+        _: u32,
+        _: Profile,
+    ) -> BoxFuture<'a, Result<Vec<u8>, oxray_http::NodeQueryError>> {
+        Box::pin(async { Err(oxray_http::NodeQueryError::Refused("no workers".into())) })
     }
 }
 

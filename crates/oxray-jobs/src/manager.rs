@@ -103,11 +103,11 @@ impl JobManager {
     /// now, and one whose process is gone without a trace is marked FAILED
     /// (its stray processes killed, so nothing runs unsupervised).
     #[tracing::instrument(skip_all, fields(data_dir = %config.data_dir.display()))]
-    pub fn open(config: JobsConfig) -> Result<Arc<Self>, String> {
-        let store = JobStore::open(&config.data_dir)?;
+    pub fn open(config: JobsConfig) -> Result<Arc<Self>, JobError> {
+        let store = JobStore::open(&config.data_dir).map_err(JobError::Internal)?;
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
             oxray_object_store::create_private_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                .map_err(|e| JobError::Internal(format!("cannot create {}: {e}", dir.display())))?;
         }
         let manager = Arc::new(Self {
             config,
@@ -116,7 +116,7 @@ impl JobManager {
             ended: tokio::sync::Notify::new(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
         });
-        for mut record in manager.store.all()? {
+        for mut record in manager.store.all().map_err(JobError::Internal)? {
             if record.status.is_terminal() {
                 continue;
             }
@@ -130,7 +130,7 @@ impl JobManager {
                 manager.adopt(record, pid, start);
             } else if let Some(code) = manager.read_exit_code(&record.submission_id) {
                 manager.record_exit(&mut record, Some(code), false);
-                manager.store.put(&record)?;
+                manager.store.put(&record).map_err(JobError::Internal)?;
             } else {
                 // Also what left its group: every process carrying the job's id in its environment.
                 for pid in processes_of_job(&manager.config.data_dir, &record.submission_id) {
@@ -144,7 +144,7 @@ impl JobManager {
                         .into(),
                     Some("JOB_SUPERVISOR_ACTOR_DIED"),
                 );
-                manager.store.put(&record)?;
+                manager.store.put(&record).map_err(JobError::Internal)?;
             }
         }
         Ok(manager)

@@ -115,7 +115,7 @@ pub enum ClusterError {
     #[error("cannot start the head: {0}")]
     Head(#[from] crate::head::HeadError),
     #[error("cannot start the head's HTTP server: {0}")]
-    Http(String),
+    Http(#[from] oxray_http::HttpError),
     #[error(
         "cannot reach the head at {address}: {reason}. Is `oxray start --head` running there, and is the port right?"
     )]

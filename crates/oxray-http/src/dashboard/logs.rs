@@ -95,8 +95,10 @@ async fn ray_list(State(dash): State<Dashboard>, Query(q): Query<ListQuery>) -> 
             }
             axum::Json(json!({"result": true, "msg": "", "data": {"result": result}})).into_response()
         }
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"result": false, "msg": e, "data": {}})))
-            .into_response(),
+        Err(e) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"result": false, "msg": e.to_string(), "data": {}})))
+                .into_response()
+        }
     }
 }
 
@@ -136,7 +138,8 @@ async fn worker_log(dash: &Dashboard, node: &str, pid: u32) -> Result<String, St
     let suffix = format!("-{pid}.log");
     cluster
         .list_logs(node)
-        .await?
+        .await
+        .map_err(|e| e.to_string())?
         .into_iter()
         .find(|f| f.name.starts_with("logs/worker-") && f.name.ends_with(&suffix))
         .map(|f| f.name)
@@ -190,7 +193,7 @@ async fn ray_get(
     };
     let chunk = match cluster.read_log(&node, &name, -(4 << 20), 4 << 20).await {
         Ok(chunk) => chunk,
-        Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
+        Err(e) => return (StatusCode::NOT_FOUND, e.to_string()).into_response(),
     };
     let first = last_lines(&chunk.data, lines).to_vec();
     if !follow {
@@ -268,7 +271,7 @@ async fn files_page(State(dash): State<Dashboard>, Query(query): Query<FilesQuer
         };
         let (files, error) = match listed {
             Ok(files) => (files, String::new()),
-            Err(e) => (Vec::new(), e),
+            Err(e) => (Vec::new(), e.to_string()),
         };
         let files = files
             .into_iter()
@@ -340,7 +343,7 @@ async fn tail_fragment(State(dash): State<Dashboard>, Query(query): Query<FileQu
             text: String::from_utf8_lossy(&chunk.data).into_owned(),
             error: String::new(),
         },
-        Err(e) => TailFragment { text: String::new(), shown: 0, size: 0, error: e },
+        Err(e) => TailFragment { text: String::new(), shown: 0, size: 0, error: e.to_string() },
     };
     ok(&fragment)
 }
@@ -363,7 +366,7 @@ async fn search_fragment(State(dash): State<Dashboard>, Query(query): Query<File
         Ok(found) => {
             SearchFragment { q: query.q, matches: found.matches, truncated: found.truncated, error: String::new() }
         }
-        Err(e) => SearchFragment { q: query.q, matches: Vec::new(), truncated: false, error: e },
+        Err(e) => SearchFragment { q: query.q, matches: Vec::new(), truncated: false, error: e.to_string() },
     };
     ok(&fragment)
 }

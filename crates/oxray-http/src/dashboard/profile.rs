@@ -43,7 +43,7 @@ impl ProfileQuery {
 async fn take(dash: &Dashboard, query: &ProfileQuery) -> Result<(Profile, Vec<u8>), String> {
     let what = query.what()?;
     let cluster = dash.sources.cluster.as_ref().ok_or("this server has no cluster")?;
-    Ok((what, cluster.profile(&query.node_id, query.pid, what).await?))
+    Ok((what, cluster.profile(&query.node_id, query.pid, what).await.map_err(|e| e.to_string())?))
 }
 
 /// The stacks as text, or the flame graph as SVG (its own scripts barred: it is shown, not run).

@@ -146,6 +146,20 @@ pub enum Profile {
     FlameGraph { seconds: u32 },
 }
 
+/// Why a question to a node's agent (its log files, a profile of a worker) failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum NodeQueryError {
+    /// The node id is not hex, or no node of the cluster has it.
+    #[error("{0}")]
+    UnknownNode(String),
+    /// The agent refused what was asked (a file outside its logs, a pid that is not its worker).
+    #[error("{0}")]
+    Refused(String),
+    /// The agent could not be reached, or failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Where the State API's rows come from: the head's tables and its node agents.
 pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Vec<NodeRow>;
@@ -165,7 +179,7 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     /// Every Data execution's figures, oldest first.
     fn datasets(&self) -> Vec<serde_json::Value>;
     /// Node `node_id`'s (hex) log files; `Err` says why they could not be listed.
-    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>>;
+    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, NodeQueryError>>;
     /// Up to `length` bytes of a node's log file from `offset` (negative: back from the end).
     fn read_log<'a>(
         &'a self,
@@ -173,9 +187,14 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
         name: &'a str,
         offset: i64,
         length: u64,
-    ) -> BoxFuture<'a, Result<LogChunk, String>>;
+    ) -> BoxFuture<'a, Result<LogChunk, NodeQueryError>>;
     /// A py-spy profile of worker `pid` on node `node_id` (hex).
-    fn profile<'a>(&'a self, node_id: &'a str, pid: u32, what: Profile) -> BoxFuture<'a, Result<Vec<u8>, String>>;
+    fn profile<'a>(
+        &'a self,
+        node_id: &'a str,
+        pid: u32,
+        what: Profile,
+    ) -> BoxFuture<'a, Result<Vec<u8>, NodeQueryError>>;
     /// The lines of a node's log file holding `text` (at most `max`).
     fn search_log<'a>(
         &'a self,
@@ -183,5 +202,5 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
         name: &'a str,
         text: &'a str,
         max: u32,
-    ) -> BoxFuture<'a, Result<LogSearch, String>>;
+    ) -> BoxFuture<'a, Result<LogSearch, NodeQueryError>>;
 }

@@ -4,8 +4,8 @@
 
 use super::Head;
 use oxray_http::{
-    ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeRow, NodeSample, NodeSeries,
-    PlacementGroupRow, Profile, TaskListing, TaskRow,
+    ActorRow, BoxFuture, ClusterState, GpuSample, LogChunk, LogFileRow, LogSearch, NodeQueryError, NodeRow, NodeSample,
+    NodeSeries, PlacementGroupRow, Profile, TaskListing, TaskRow,
 };
 use oxray_proto::{
     ActorInfo, ActorState, ListLogsRequest, ListTasksRequest, NodeInfo, NodeStats, PlacementGroupInfo,
@@ -24,9 +24,22 @@ pub struct HeadClusterState(pub Head);
 
 impl HeadClusterState {
     /// The state service of node `node_id` (hex).
-    async fn node_state(&self, node_id: &str) -> Result<crate::client::NodeStateClient, String> {
-        let id = hex::decode(node_id).map_err(|_| format!("node_id={node_id:?}: expected a node id in hex"))?;
-        self.0.node_state(&id).await
+    async fn node_state(&self, node_id: &str) -> Result<crate::client::NodeStateClient, NodeQueryError> {
+        let id = hex::decode(node_id)
+            .map_err(|_| NodeQueryError::UnknownNode(format!("node_id={node_id:?}: expected a node id in hex")))?;
+        self.0.node_state(&id).await.map_err(NodeQueryError::UnknownNode)
+    }
+}
+
+/// What an agent's refusal or failure means to the State API's caller.
+fn query_error(status: tonic::Status) -> NodeQueryError {
+    let message = status.message().to_string();
+    match status.code() {
+        tonic::Code::InvalidArgument
+        | tonic::Code::NotFound
+        | tonic::Code::PermissionDenied
+        | tonic::Code::FailedPrecondition => NodeQueryError::Refused(message),
+        _ => NodeQueryError::Failed(message),
     }
 }
 
@@ -222,10 +235,10 @@ impl ClusterState for HeadClusterState {
             .collect()
     }
 
-    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, String>> {
+    fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, NodeQueryError>> {
         Box::pin(async move {
             let mut client = self.node_state(node_id).await?;
-            let reply = client.list_logs(ListLogsRequest {}).await.map_err(|e| e.message().to_string())?.into_inner();
+            let reply = client.list_logs(ListLogsRequest {}).await.map_err(query_error)?.into_inner();
             Ok(reply
                 .files
                 .into_iter()
@@ -240,11 +253,11 @@ impl ClusterState for HeadClusterState {
         name: &'a str,
         offset: i64,
         length: u64,
-    ) -> BoxFuture<'a, Result<LogChunk, String>> {
+    ) -> BoxFuture<'a, Result<LogChunk, NodeQueryError>> {
         Box::pin(async move {
             let mut client = self.node_state(node_id).await?;
             let request = ReadLogRequest { name: name.to_string(), offset, length, ..Default::default() };
-            let reply = client.read_log(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            let reply = client.read_log(request).await.map_err(query_error)?.into_inner();
             Ok(LogChunk { data: reply.data, offset: reply.offset, size: reply.size })
         })
     }
@@ -255,7 +268,7 @@ impl ClusterState for HeadClusterState {
         name: &'a str,
         text: &'a str,
         max: u32,
-    ) -> BoxFuture<'a, Result<LogSearch, String>> {
+    ) -> BoxFuture<'a, Result<LogSearch, NodeQueryError>> {
         Box::pin(async move {
             let mut client = self.node_state(node_id).await?;
             let request = ReadLogRequest {
@@ -264,7 +277,7 @@ impl ClusterState for HeadClusterState {
                 max_matches: max,
                 ..Default::default()
             };
-            let reply = client.read_log(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            let reply = client.read_log(request).await.map_err(query_error)?.into_inner();
             Ok(LogSearch {
                 matches: reply.matches.into_iter().map(|m| (m.line, m.text)).collect(),
                 truncated: reply.truncated,
@@ -272,7 +285,12 @@ impl ClusterState for HeadClusterState {
         })
     }
 
-    fn profile<'a>(&'a self, node_id: &'a str, pid: u32, what: Profile) -> BoxFuture<'a, Result<Vec<u8>, String>> {
+    fn profile<'a>(
+        &'a self,
+        node_id: &'a str,
+        pid: u32,
+        what: Profile,
+    ) -> BoxFuture<'a, Result<Vec<u8>, NodeQueryError>> {
         Box::pin(async move {
             let mut client = self.node_state(node_id).await?;
             let request = match what {
@@ -281,7 +299,7 @@ impl ClusterState for HeadClusterState {
                     ProfileRequest { pid, kind: ProfileKind::Flamegraph as i32, duration_s: seconds }
                 }
             };
-            let reply = client.profile_worker(request).await.map_err(|e| e.message().to_string())?;
+            let reply = client.profile_worker(request).await.map_err(query_error)?;
             Ok(reply.into_inner().output)
         })
     }
