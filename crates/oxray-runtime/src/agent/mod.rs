@@ -267,6 +267,9 @@ impl AgentShared {
         let mut blocked = false;
         let mut pending: std::collections::VecDeque<ObjectId> = ids.iter().copied().collect();
         let needs_all = need >= ids.len();
+        // The node's count of error objects when the ids were last searched for one: errors are
+        // rare, so a wait looks through its ids again only when that count moved.
+        let mut errors_searched: Option<u64> = None;
         let waited = loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -275,16 +278,11 @@ impl AgentShared {
                 let st = self.state.lock();
                 let done = |id: &ObjectId| st.is_settled(id);
                 let mut failed = None;
-                if stop_at_error {
-                    // Each object's header is read once, as it becomes ready.
-                    pending.retain(|id| {
-                        let settled = done(id);
-                        if settled && failed.is_none() && st.holds_error(id) {
-                            failed = Some(*id);
-                        }
-                        !settled
-                    });
-                } else if needs_all {
+                if stop_at_error && errors_searched != Some(st.errors_ready()) {
+                    errors_searched = Some(st.errors_ready());
+                    failed = ids.iter().find(|id| st.holds_error(id)).copied();
+                }
+                if needs_all {
                     // Objects mostly finish in order: drop finished ones from the
                     // front and stop at the first pending one (O(n) over the wait).
                     while pending.front().is_some_and(done) {

@@ -177,6 +177,8 @@ pub struct AgentState {
     actions: Vec<Action>,
     /// Set once the node is stopping: nothing new is scheduled or restarted.
     shutting_down: bool,
+    /// Error objects that became ready here (see `errors_ready`).
+    errors_ready: u64,
 }
 
 fn resources_of(map: &HashMap<String, f64>) -> Result<ResourceSet, AgentError> {
@@ -219,6 +221,7 @@ impl AgentState {
             bundles: BundleTable::default(),
             peers: PeerTable::default(),
             drivers: DriverTable::default(),
+            errors_ready: 0,
             handle_tokens: HashMap::new(),
             actions: Vec::new(),
             shutting_down: false,

@@ -219,6 +219,9 @@ impl AgentState {
     }
 
     pub(super) fn on_object_ready(&mut self, id: ObjectId, now_ms: u64) {
+        if self.holds_error(&id) {
+            self.errors_ready += 1;
+        }
         let Some(waiting) = self.tasks.take_waiters(&id) else { return };
         let mut touched_actors = Vec::new();
         for task_id in waiting {
@@ -303,6 +306,12 @@ impl AgentState {
             .store()
             .flags(id)
             .is_some_and(|flags| flags == FLAG_APPLICATION_ERROR || flags == FLAG_SYSTEM_ERROR)
+    }
+
+    /// How many error objects have become ready here so far: a get that stops at errors
+    /// looks for one among its objects only when this has moved.
+    pub fn errors_ready(&self) -> u64 {
+        self.errors_ready
     }
 
     /// Whether a get/wait on `id` returns now: it is ready, or unknown (and so
