@@ -12,15 +12,6 @@ pub enum HttpError {
     /// The jobs engine refused or failed the request.
     #[error(transparent)]
     Jobs(#[from] JobError),
-    /// The request names something invalid: 400.
-    #[error("{0}")]
-    BadRequest(String),
-    /// What the request names does not exist: 404.
-    #[error("{0}")]
-    NotFound(String),
-    /// The server failed: 500.
-    #[error("{0}")]
-    Internal(String),
     /// A server could not start: its listener has no address.
     #[error("the {server} listener has no address: {source}")]
     Listener { server: &'static str, source: std::io::Error },
@@ -29,11 +20,9 @@ pub enum HttpError {
 impl HttpError {
     fn status(&self) -> StatusCode {
         match self {
-            HttpError::Jobs(JobError::BadRequest(_)) | HttpError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            HttpError::Jobs(JobError::NotFound(_)) | HttpError::NotFound(_) => StatusCode::NOT_FOUND,
-            HttpError::Jobs(JobError::Internal(_)) | HttpError::Internal(_) | HttpError::Listener { .. } => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            HttpError::Jobs(JobError::BadRequest(_)) => StatusCode::BAD_REQUEST,
+            HttpError::Jobs(JobError::NotFound(_)) => StatusCode::NOT_FOUND,
+            HttpError::Jobs(JobError::Internal(_)) | HttpError::Listener { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }

@@ -67,7 +67,7 @@ async fn has_package(State(jobs): Jobs, Path((protocol, name)): Path<(String, St
     if jobs.has_package(&key) {
         Ok(StatusCode::OK.into_response())
     } else {
-        Err(HttpError::NotFound(format!("Package {protocol}://{name} does not exist")))
+        Err(JobError::NotFound(format!("Package {protocol}://{name} does not exist")).into())
     }
 }
 

@@ -81,10 +81,8 @@ class Placement:
 
 
 def placement_of(a: _native.Assignment) -> Placement:
-    """What an assignment itself gives its task."""
-    return Placement(
-        a.cuda_visible_devices, dict(a.resources), a.placement_group_id, a.capture_child_tasks, dict(a.env_vars)
-    )
+    """What an assignment itself gives its task (the record's map getters each return a fresh dict)."""
+    return Placement(a.cuda_visible_devices, a.resources, a.placement_group_id, a.capture_child_tasks, a.env_vars)
 
 
 def set_runtime_context(a: _native.Assignment, placement: Placement, function_name: str | None) -> None:
