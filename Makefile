@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 PYTEST_ARGS ?= --timeout 300
+# No wheel cache: torch and its CUDA libraries are ~4 GB installed, and a cached copy would double that.
+export PIP_NO_CACHE_DIR := 1
 
 .PHONY: all venv demo-venv develop release demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
 

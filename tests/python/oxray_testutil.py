@@ -4,7 +4,10 @@ Everything here is plain Python with no dependency on oxray, so that a
 worker process can import it while running a task.
 """
 
+import contextlib
+import io
 import os
+import sys
 import time
 import uuid
 
@@ -34,6 +37,58 @@ def wait_until(what, check, timeout=60.0, interval=0.05):
                 last = last[:2000] + "..."
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for {description}; last saw {last}")
         time.sleep(interval)
+
+
+class _Kept(io.TextIOBase):
+    """A `sys.stdout`/`sys.stderr` that keeps what is written and passes it on."""
+
+    def __init__(self, original, parts):
+        self._original = original
+        self._parts = parts
+
+    def write(self, text):
+        self._parts.append(text)  # one append: whole under the GIL, whichever thread writes
+        return self._original.write(text)
+
+    def flush(self):
+        self._original.flush()
+
+    @property
+    def encoding(self):
+        return getattr(self._original, "encoding", "utf-8")
+
+
+class PrintedOutput:
+    """What was printed through `sys.stdout` and `sys.stderr` (see `printed_output`)."""
+
+    def __init__(self):
+        self.out_parts, self.err_parts = [], []
+
+    @property
+    def out(self):
+        return "".join(self.out_parts)
+
+    @property
+    def err(self):
+        return "".join(self.err_parts)
+
+
+@contextlib.contextmanager
+def printed_output():
+    """Keeps everything printed through `sys.stdout` and `sys.stderr` inside the block, whole.
+
+    For output printed by another thread (the runtime prints worker output from its own): polling
+    pytest's `readouterr()` empties the capture each time, and a write that lands between its read
+    and its truncate is lost. Use it inside the test body: pytest puts its own streams back between
+    a test's setup and its call.
+    """
+    printed = PrintedOutput()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Kept(sys.stdout, printed.out_parts), _Kept(sys.stderr, printed.err_parts)
+    try:
+        yield printed
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def file_barrier(directory, n, timeout=30.0):

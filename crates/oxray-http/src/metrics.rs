@@ -273,7 +273,7 @@ async fn cluster_metrics(State(sources): Sources) -> Response {
                 add_node(&mut out, &node.node_id, &node.node_ip, sample);
             }
             for (name, total) in &node.resources_total {
-                if name.contains("_group_") || name.starts_with("node:") {
+                if cluster.is_group_resource(name) || name.starts_with("node:") {
                     continue;
                 }
                 let free = node.resources_available.get(name).copied().unwrap_or(0.0);

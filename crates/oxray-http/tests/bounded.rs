@@ -23,6 +23,9 @@ impl ClusterState for ManyActors {
     fn nodes(&self) -> Vec<NodeRow> {
         Vec::new()
     }
+    fn is_group_resource(&self, _name: &str) -> bool {
+        false
+    }
     fn load_metrics_report(&self) -> oxray_rest::LoadMetricsReport {
         oxray_rest::LoadMetricsReport::default()
     }

@@ -5,7 +5,7 @@ placement group, env vars), its environment variables and import path and, once 
 agent confirms a cancel, a SIGINT that interrupts its user code (`UserCode`). The
 variables come ready-made in the assignment: its runtime_env's, and the GPUs and CPU
 threads it was given (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS), which the engine works
-out (`oxray-runtime/src/task_env.rs`). The worker (`worker_main.Worker.task_environment`)
+out (`oxray-runtime/src/task_env.rs`). The worker (`worker_main.Worker.enter_task_environment`)
 puts these together around each task.
 """
 
@@ -118,9 +118,10 @@ def qualified_name(obj) -> str:
 STATE.preset_gpu_ids = [x.strip() for x in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if x.strip()]
 
 
-def apply_environment(a: _native.Assignment) -> Callable[[], None]:
+def apply_environment(a: _native.Assignment) -> Callable[[], None] | None:
     """Sets task `a`'s environment variables and import path; returns the call that restores
-    them once it is done. An actor's creation task leaves its own set for all its calls."""
+    them once it is done (None: nothing to restore). An actor's creation task leaves its own
+    set for all its calls."""
     # Left set after the task (each task sets its own), so a run of tasks does not rewrite them.
     for name, value in a.kept_env.items():
         _set_env_if_changed(name, value)
@@ -140,6 +141,8 @@ def apply_environment(a: _native.Assignment) -> Callable[[], None]:
         importlib.invalidate_caches()
     if a.kind == TaskKind.ACTOR_CREATION:
         added_paths = []
+    if not saved_env and not added_paths:
+        return None
 
     def restore() -> None:
         for p in added_paths:

@@ -1,6 +1,6 @@
 """The worker process: takes assignments from its node agent and runs them.
 
-Each task runs under its task environment (`Worker.task_environment`, see `task_environment`);
+Each task runs under its task environment (`Worker.enter_task_environment`, see `task_environment`);
 an actor's creation and calls go to the worker's actor host (`actor_host.ActorHost`).
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import inspect
 import os
 import signal
@@ -123,16 +122,21 @@ class Worker:
 
     def run(self, a: _native.Assignment, *, after_task: bool = False):
         """Runs assignment `a` under its task environment; with `after_task`, the calls
-        `after_this_task` asked for run once that environment is closed."""
-        with self.task_environment(a, after_task=after_task):
+        `after_this_task` asked for run once that environment is closed, the task's arguments
+        and results dropped (not after a failure to run it)."""
+        # Plain enter/leave rather than a generator context manager: this is every call's path.
+        restore_environment = self.enter_task_environment(a)
+        try:
             self.execute(a)
+        finally:
+            self.leave_task_environment(a, restore_environment)
+        if after_task:
+            run_after_task()
 
-    @contextlib.contextmanager
-    def task_environment(self, a: _native.Assignment, *, after_task: bool = False):
-        """What task `a` runs under (see `task_environment`), set before it and restored after:
-        the runtime context, its env vars and import path, the process title, and the modules
-        to forget should a cancel cut an import short. The hooks of `after_this_task` run once
-        it is closed, the task's arguments and results dropped (not after a failure to run it)."""
+    def enter_task_environment(self, a: _native.Assignment):
+        """Sets what task `a` runs under (see `task_environment`): the runtime context, its env
+        vars and import path, the process title, and the modules to forget should a cancel cut
+        an import short. Returns what `leave_task_environment` restores."""
         if a.kind == TaskKind.ACTOR_TASK:
             placement = self.actors.placement  # an actor's calls run on what it was created with
         else:
@@ -144,18 +148,17 @@ class Worker:
             _native.set_process_title(f"ray::{a.name}")
         if len(sys.modules) != len(self.modules_before):
             self.modules_before = set(sys.modules)
-        restore_environment = apply_environment(a)
-        try:
-            yield
-        finally:
+        return apply_environment(a)
+
+    def leave_task_environment(self, a: _native.Assignment, restore_environment) -> None:
+        """Restores what `enter_task_environment` set for task `a`."""
+        if restore_environment is not None:
             restore_environment()
-            CURRENT.task_id = None
-            if a.kind == TaskKind.ACTOR_TASK:
-                self.actors.call_ended(a.task_id)
-            if self.actors.pool is None:
-                _native.set_process_title(self.idle_title())
-        if after_task:
-            run_after_task()
+        CURRENT.task_id = None
+        if a.kind == TaskKind.ACTOR_TASK:
+            self.actors.call_ended(a.task_id)
+        if self.actors.pool is None:
+            _native.set_process_title(self.idle_title())
 
     def execute(self, a: _native.Assignment) -> None:
         """Runs task `a` and reports how it ended: its results, its error, or its actor's exit."""

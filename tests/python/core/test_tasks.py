@@ -7,7 +7,7 @@ import time
 import pytest
 
 import oxray as ray
-from oxray_testutil import wait_until
+from oxray_testutil import printed_output, wait_until
 
 TIMEOUT = 60  # generous upper bound for any single ray.get in this module
 
@@ -364,38 +364,38 @@ def test_runtime_env_env_vars_via_init(fresh_cluster):
     assert ray.get(both.remote("OXRAY_OTHER"), timeout=TIMEOUT) == "x"
 
 
-def test_print_in_task_reaches_driver_stdout(ray_cluster, capfd):
+def test_print_in_task_reaches_driver_stdout(ray_cluster):
     token = "oxray-print-token-7f3a91"
-    worker_pid = ray.get(print_token.remote(token), timeout=TIMEOUT)
-    seen = []
+    with printed_output() as printed:
+        worker_pid = ray.get(print_token.remote(token), timeout=TIMEOUT)
 
-    def token_line():
-        seen.append(capfd.readouterr().out)
-        for line in "".join(seen).splitlines():
-            if token in line:
-                return line
-        return None
+        def token_line():
+            return next((line for line in printed.out.splitlines() if token in line), None)
 
-    line = wait_until(
-        lambda: "the task's output on the driver's stdout: %r" % "".join(seen), token_line, timeout=30, interval=0.1
-    )
+        line = wait_until(
+            lambda: f"the task's output on the driver's stdout: {printed.out!r}", token_line, timeout=30, interval=0.1
+        )
     assert f"pid={worker_pid}" in line
 
 
-def test_task_output_goes_through_sys_stdout_and_stderr(ray_cluster, capsys):
+def test_task_output_goes_through_sys_stdout_and_stderr(ray_cluster):
     # As Ray's driver prints it: through Python's sys.stdout/sys.stderr, so a notebook cell or a
-    # test's capture (capsys replaces sys.stdout only, not the descriptors) shows it.
+    # test's capture (which may replace sys.stdout only, not the descriptors) shows it.
     marker = f"oxray-sys-stdout-{os.getpid()}"
-    ray.get(print_to_both.remote(marker), timeout=TIMEOUT)
-    seen = {"out": "", "err": ""}
+    with printed_output() as printed:
+        ray.get(print_to_both.remote(marker), timeout=TIMEOUT)
 
-    def both_seen():
-        captured = capsys.readouterr()
-        seen["out"] += captured.out
-        seen["err"] += captured.err
-        return all(f"{marker} {what}" in seen["out"] for what in ("out", "partial")) and f"{marker} err" in seen["err"]
+        def both_seen():
+            return (
+                all(f"{marker} {what}" in printed.out for what in ("out", "partial")) and f"{marker} err" in printed.err
+            )
 
-    wait_until(lambda: f"the task's output on sys.stdout and sys.stderr: {seen}", both_seen, timeout=30, interval=0.1)
+        wait_until(
+            lambda: f"the task's output on sys.stdout and sys.stderr: {printed.out!r} {printed.err!r}",
+            both_seen,
+            timeout=30,
+            interval=0.1,
+        )
 
 
 @ray.remote

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import oxray as ray
-from oxray_testutil import wait_until
+from oxray_testutil import printed_output, wait_until
 
 TIMEOUT = 60
 
@@ -206,21 +206,24 @@ def prints_marker(marker):
     return os.getpid()
 
 
-def test_non_utf8_output_and_a_huge_line_do_not_break_the_worker(fresh_cluster, capfd):
+def test_non_utf8_output_and_a_huge_line_do_not_break_the_worker(fresh_cluster):
     fresh_cluster(num_cpus=1)
     marker = f"oxray-after-bad-bytes-{os.getpid()}"
-    pid = ray.get(prints_bad_bytes_and_a_huge_line.remote(marker), timeout=TIMEOUT)
-    # The same worker keeps running tasks, and what it prints still arrives.
-    assert ray.get(prints_marker.remote(f"{marker}-next-task"), timeout=TIMEOUT) == pid
-    seen = []
+    with printed_output() as printed:
+        pid = ray.get(prints_bad_bytes_and_a_huge_line.remote(marker), timeout=TIMEOUT)
+        # The same worker keeps running tasks, and what it prints still arrives.
+        assert ray.get(prints_marker.remote(f"{marker}-next-task"), timeout=TIMEOUT) == pid
 
-    def both_lines():
-        seen.append(capfd.readouterr().out)
-        text = "".join(seen)
-        return f"{marker}-same-task" in text and f"{marker}-next-task" in text
+        def both_lines():
+            return f"{marker}-same-task" in printed.out and f"{marker}-next-task" in printed.out
 
-    wait_until("the later output to reach the driver", both_lines, timeout=60, interval=0.1)
-    text = "".join(seen)
+        wait_until(
+            lambda: f"the later output to reach the driver; it printed {printed.out[-2000:]!r}",
+            both_lines,
+            timeout=60,
+            interval=0.1,
+        )
+    text = printed.out
     assert "invalid utf-8 \ufffd\ufffd\ufffd here" in text
     # The huge line is cut for the terminal, not forwarded whole.
     longest = max(len(line) for line in text.splitlines())

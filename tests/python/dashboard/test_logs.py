@@ -82,7 +82,10 @@ def test_logs_are_listed_and_read_by_file_pid_actor_and_job(head, monkeypatch):
     url, token = head.dashboard_url, head.token
     for bad in ["../state/token", "secret", "/etc/passwd", "logs/../../x"]:
         status, body = http_call("GET", f"{url}/api/v0/logs/file?node_id={head_node}&filename={bad}", token=token)
-        assert status == 404 and "not a log file of this node" in body, (bad, status, body)
+        assert status == 400 and "not a log file of this node" in body, (bad, status, body)
+    # A name of the right shape that is not there is missing, not refused.
+    status, body = http_call("GET", f"{url}/api/v0/logs/file?node_id={head_node}&filename=logs/none.log", token=token)
+    assert status == 404 and "no log file" in body, (status, body)
     status, body = http_call("GET", f"{url}/api/v0/logs/tail?node_id={head_node}&filename={name}", token=token)
     assert status == 400 and "expected file or stream" in body
     status, body = http_call("GET", f"{url}/api/v0/logs", token=token)

@@ -95,10 +95,7 @@ async fn ray_list(State(dash): State<Dashboard>, Query(q): Query<ListQuery>) -> 
             }
             axum::Json(json!({"result": true, "msg": "", "data": {"result": result}})).into_response()
         }
-        Err(e) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"result": false, "msg": e.to_string(), "data": {}})))
-                .into_response()
-        }
+        Err(e) => (e.status(), axum::Json(json!({"result": false, "msg": e.to_string(), "data": {}}))).into_response(),
     }
 }
 
@@ -193,7 +190,7 @@ async fn ray_get(
     };
     let chunk = match cluster.read_log(&node, &name, -(4 << 20), 4 << 20).await {
         Ok(chunk) => chunk,
-        Err(e) => return (StatusCode::NOT_FOUND, e.to_string()).into_response(),
+        Err(e) => return (e.status(), e.to_string()).into_response(),
     };
     let first = last_lines(&chunk.data, lines).to_vec();
     if !follow {

@@ -40,10 +40,13 @@ impl ProfileQuery {
     }
 }
 
-async fn take(dash: &Dashboard, query: &ProfileQuery) -> Result<(Profile, Vec<u8>), String> {
-    let what = query.what()?;
-    let cluster = dash.sources.cluster.as_ref().ok_or("this server has no cluster")?;
-    Ok((what, cluster.profile(&query.node_id, query.pid, what).await.map_err(|e| e.to_string())?))
+/// The profile asked for, or the status and text of why not.
+async fn take(dash: &Dashboard, query: &ProfileQuery) -> Result<(Profile, Vec<u8>), (StatusCode, String)> {
+    let what = query.what().map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+    let cluster =
+        dash.sources.cluster.as_ref().ok_or((StatusCode::BAD_REQUEST, "this server has no cluster".to_string()))?;
+    let profile = cluster.profile(&query.node_id, query.pid, what).await.map_err(|e| (e.status(), e.to_string()))?;
+    Ok((what, profile))
 }
 
 /// The stacks as text, or the flame graph as SVG (its own scripts barred: it is shown, not run).
@@ -58,7 +61,7 @@ async fn raw(State(dash): State<Dashboard>, Query(query): Query<ProfileQuery>) -
             svg,
         )
             .into_response(),
-        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -106,7 +109,7 @@ async fn fragment(State(dash): State<Dashboard>, Query(query): Query<ProfileQuer
             out.seconds = seconds;
             out.flamegraph = base64::engine::general_purpose::STANDARD.encode(svg);
         }
-        Err(e) => out.error = e,
+        Err((_, e)) => out.error = e,
     }
     ok(&out)
 }

@@ -152,6 +152,9 @@ pub enum NodeQueryError {
     /// The node id is not hex, or no node of the cluster has it.
     #[error("{0}")]
     UnknownNode(String),
+    /// What was asked for is not there (a log file that does not exist).
+    #[error("{0}")]
+    NotFound(String),
     /// The agent refused what was asked (a file outside its logs, a pid that is not its worker).
     #[error("{0}")]
     Refused(String),
@@ -160,9 +163,25 @@ pub enum NodeQueryError {
     Failed(String),
 }
 
+impl NodeQueryError {
+    /// The HTTP status every route answers this error with.
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            NodeQueryError::UnknownNode(_) | NodeQueryError::NotFound(_) => StatusCode::NOT_FOUND,
+            NodeQueryError::Refused(_) => StatusCode::BAD_REQUEST,
+            NodeQueryError::Failed(_) => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
 /// Where the State API's rows come from: the head's tables and its node agents.
 pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn nodes(&self) -> Vec<NodeRow>;
+    /// Whether resource `name` is one a placement group's bundle adds to its node
+    /// (`CPU_group_<pg>`): the engine's naming rule, which `/metrics` leaves out of a
+    /// node's logical resources.
+    fn is_group_resource(&self, name: &str) -> bool;
     fn actors(&self) -> Vec<ActorRow>;
     fn placement_groups(&self) -> Vec<PlacementGroupRow>;
     /// What an autoscaler reads: demand waiting for resources and each node's use

@@ -35,10 +35,10 @@ impl HeadClusterState {
 fn query_error(status: tonic::Status) -> NodeQueryError {
     let message = status.message().to_string();
     match status.code() {
-        tonic::Code::InvalidArgument
-        | tonic::Code::NotFound
-        | tonic::Code::PermissionDenied
-        | tonic::Code::FailedPrecondition => NodeQueryError::Refused(message),
+        tonic::Code::NotFound => NodeQueryError::NotFound(message),
+        tonic::Code::InvalidArgument | tonic::Code::PermissionDenied | tonic::Code::FailedPrecondition => {
+            NodeQueryError::Refused(message)
+        }
         _ => NodeQueryError::Failed(message),
     }
 }
@@ -233,6 +233,10 @@ impl ClusterState for HeadClusterState {
                 node_row(n, s)
             })
             .collect()
+    }
+
+    fn is_group_resource(&self, name: &str) -> bool {
+        crate::resources::group_names::is_group_name(name)
     }
 
     fn list_logs<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, Result<Vec<LogFileRow>, NodeQueryError>> {
