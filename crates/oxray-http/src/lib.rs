@@ -7,9 +7,11 @@
 mod auth;
 mod dashboard;
 mod error;
+mod headers;
 mod jobs;
 mod metrics;
 mod routes;
+mod sessions;
 mod state;
 
 pub use auth::token_matches;
@@ -48,26 +50,31 @@ pub struct HttpConfig {
     pub metrics_window_ms: u64,
 }
 
-/// The whole application: every route, behind the token check. Fails when the
-/// job store cannot be opened.
-pub fn router(config: HttpConfig) -> Result<Router, HttpError> {
-    build(config).map(|(app, _)| app)
+/// The whole application for a server on `port`: every route, behind the token check.
+/// Fails when the job store cannot be opened.
+pub fn router(config: HttpConfig, port: u16) -> Result<Router, HttpError> {
+    build(config, port).map(|(app, _)| app)
 }
 
 /// The application and its job manager (which the server stops on shutdown).
-fn build(config: HttpConfig) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), HttpError> {
+fn build(config: HttpConfig, port: u16) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), HttpError> {
     let config = Arc::new(config);
-    let mut app = routes::routes(config.clone());
+    let guard = Arc::new(auth::Guard::new(config.token.clone(), sessions::Sessions::new(port, false)));
+    let mut app = routes::routes(config.clone(), guard.clone());
     let manager = config.jobs.clone().map(oxray_jobs::JobManager::open).transpose()?;
     if let Some(manager) = &manager {
         app = app.merge(jobs::routes(manager.clone()));
     }
     let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
-    app = app
-        .merge(state::routes(sources.clone()))
-        .merge(metrics::routes(sources.clone()))
-        .merge(dashboard::routes(config.clone(), sources));
-    let app = app.fallback(routes::not_found).layer(axum::middleware::from_fn_with_state(config, auth::require_token));
+    app = app.merge(state::routes(sources.clone())).merge(metrics::routes(sources.clone())).merge(dashboard::routes(
+        config,
+        guard.clone(),
+        sources,
+    ));
+    let app = app
+        .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(guard, auth::require_token))
+        .layer(axum::middleware::from_fn(headers::add_security_headers));
     Ok((app, manager))
 }
 
@@ -84,7 +91,7 @@ impl HttpServer {
     pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, HttpError> {
         let local_addr = listener.local_addr().map_err(|source| HttpError::Listener { server: "HTTP", source })?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let (app, jobs) = build(config)?;
+        let (app, jobs) = build(config, local_addr.port())?;
         let task = tokio::spawn(async move {
             let serve = axum::serve(listener, app).with_graceful_shutdown(async {
                 let _ = stopped.await;

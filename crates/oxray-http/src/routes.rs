@@ -1,5 +1,6 @@
-//! The routes: Ray's `/api/version`, health checks and authentication, and
-//! the Jobs API's OpenAPI description (`/api/openapi.json`).
+//! The routes: Ray's `/api/version`, health checks and authentication (a login that
+//! starts a browser session, and a logout), and the Jobs API's OpenAPI description
+//! (`/api/openapi.json`).
 
 use crate::HttpConfig;
 use crate::auth;
@@ -16,15 +17,19 @@ pub(crate) const RAY_VERSION: &str = "2.60.0";
 /// Ray's Jobs API version: 4 has submission ids, entrypoint resources and DELETE.
 pub(crate) const API_VERSION: &str = "4";
 
-pub(crate) fn routes(config: Arc<HttpConfig>) -> Router {
+pub(crate) fn routes(config: Arc<HttpConfig>, guard: Arc<auth::Guard>) -> Router {
+    let sessions = Router::new()
+        .route("/api/authenticate", post(authenticate))
+        .route("/api/logout", post(logout))
+        .with_state(guard);
     Router::new()
         .route("/api/version", get(version))
         .route("/api/authentication_mode", get(authentication_mode))
-        .route("/api/authenticate", post(authenticate))
         .route("/api/healthz", get(healthy))
         .route("/-/healthz", get(healthy))
         .route("/api/openapi.json", get(openapi))
         .with_state(config)
+        .merge(sessions)
 }
 
 async fn version(State(config): State<Arc<HttpConfig>>) -> Response {
@@ -41,13 +46,25 @@ async fn authentication_mode() -> Response {
     axum::Json(json!({"authentication_mode": "token"})).into_response()
 }
 
-/// Checks the bearer token and, when right, sets it as a 30-day cookie for the browser.
-async fn authenticate(State(config): State<Arc<HttpConfig>>, headers: HeaderMap) -> Response {
-    if let Err(refused) = auth::check(&config, &headers) {
-        return refused.into_response();
+/// Checks the bearer token (a session cookie does not log in again) and, when right,
+/// starts a browser session: its cookie carries the session's id, never the token.
+async fn authenticate(State(guard): State<Arc<auth::Guard>>, headers: HeaderMap) -> Response {
+    match auth::token_of(&headers) {
+        None => return auth::Refusal::Missing.into_response(),
+        Some(token) if !guard.token_matches(&token) => return auth::Refusal::Invalid.into_response(),
+        Some(_) => {}
     }
-    let cookie = auth::session_cookie(&config.token);
+    let cookie = guard.sessions.cookie(&guard.sessions.start());
     ([(header::SET_COOKIE, cookie)], axum::Json(json!({"authenticated": true}))).into_response()
+}
+
+/// Ends the browser's session, if it has one, and removes its cookie.
+async fn logout(State(guard): State<Arc<auth::Guard>>, headers: HeaderMap) -> Response {
+    if let Some(id) = guard.session_id(&headers) {
+        guard.sessions.end(id);
+    }
+    let cookie = guard.sessions.removal_cookie();
+    ([(header::SET_COOKIE, cookie)], axum::Json(json!({"logged_out": true}))).into_response()
 }
 
 /// The Jobs API's OpenAPI 3 description.

@@ -111,7 +111,7 @@ async fn get(path: &str) -> (StatusCode, Vec<u8>) {
         cluster: Some(Arc::new(ManyActors(10_000))),
         metrics_window_ms: 60_000,
     };
-    let app = router(config).unwrap();
+    let app = router(config, 8265).unwrap();
     let request = Request::get(path).header("authorization", format!("Bearer {TOKEN}")).body(Body::empty()).unwrap();
     let reply = app.oneshot(request).await.unwrap();
     let status = reply.status();
@@ -154,7 +154,7 @@ async fn every_route_but_the_public_ones_needs_the_token() {
         cluster: Some(Arc::new(ManyActors(1))),
         metrics_window_ms: 60_000,
     };
-    let app = router(config).unwrap();
+    let app = router(config, 8265).unwrap();
     let paths = [
         "/overview",
         "/jobs",

@@ -72,17 +72,72 @@ async fn health_and_mode_are_public() {
     server.shutdown().await;
 }
 
+/// The `Set-Cookie` value of a reply's head.
+fn set_cookie(head: &str) -> &str {
+    head.lines().find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("set-cookie"))).unwrap().1.trim()
+}
+
 #[tokio::test]
-async fn authenticate_sets_the_cookie_that_then_works() {
+async fn a_login_cookie_carries_a_session_never_the_token() {
     let server = server().await;
+    let port = server.local_addr().port();
     assert_eq!(request(&server, "POST", "/api/authenticate", &["Authorization: Bearer nope"]).await.0, 403);
     let (status, head, _) = request(&server, "POST", "/api/authenticate", &[GOOD]).await;
     assert_eq!(status, 200);
-    let cookie = head.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).unwrap();
-    assert!(cookie.contains("ray-authentication-token=0123456789abcdef"), "{cookie}");
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
-    let with_cookie = "Cookie: ray-authentication-token=0123456789abcdef";
-    assert_eq!(request(&server, "GET", "/api/version", &[with_cookie]).await.0, 200);
+    let cookie = set_cookie(&head);
+    // What another server on this host would receive with it (cookies ignore ports): no token.
+    assert!(!cookie.contains(TOKEN), "{cookie}");
+    let (pair, attributes) = cookie.split_once(';').unwrap();
+    let (name, session) = pair.split_once('=').unwrap();
+    assert_eq!(name, format!("oxray-session-{port}"));
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(attributes.contains(attribute), "{cookie}");
+    }
+    assert!(!attributes.contains("Secure"), "plain HTTP: {cookie}");
+    let with_session = format!("Cookie: {name}={session}");
+    assert_eq!(request(&server, "GET", "/api/version", &[&with_session]).await.0, 200);
+    // The token itself as a cookie (Ray's old cookie, or this one's name) lets nobody in.
+    let token_cookie = format!("Cookie: ray-authentication-token={TOKEN}; {name}={TOKEN}");
+    assert_eq!(request(&server, "GET", "/api/version", &[&token_cookie]).await.0, 403);
+    // A second login is a second session; logging out ends only its own.
+    let (_, head, _) = request(&server, "POST", "/api/authenticate", &[GOOD]).await;
+    let other = set_cookie(&head).split_once(';').unwrap().0.to_string();
+    assert_ne!(other, pair);
+    let (status, head, _) = request(&server, "POST", "/api/logout", &[&with_session]).await;
+    assert_eq!(status, 200);
+    assert!(set_cookie(&head).contains("Max-Age=0"), "{head}");
+    assert_eq!(request(&server, "GET", "/api/version", &[&with_session]).await.0, 403, "ended at logout");
+    assert_eq!(request(&server, "GET", "/api/version", &[&format!("Cookie: {other}")]).await.0, 200);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_login_link_redirects_to_a_url_without_the_token() {
+    let server = server().await;
+    let (status, head, _) = request(&server, "GET", &format!("/?token={TOKEN}"), &[]).await;
+    assert_eq!(status, 303, "{head}");
+    let location = head.lines().find_map(|l| l.strip_prefix("location: ")).unwrap();
+    assert_eq!(location, "/overview");
+    assert!(!set_cookie(&head).contains(TOKEN));
+    assert_eq!(request(&server, "GET", "/?token=wrong", &[]).await.0, 403);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_websocket_is_opened_only_from_this_servers_own_pages() {
+    let server = server().await;
+    let (_, head, _) = request(&server, "POST", "/api/authenticate", &[GOOD]).await;
+    let session = format!("Cookie: {}", set_cookie(&head).split_once(';').unwrap().0);
+    let upgrade = ["Connection: Upgrade", "Upgrade: websocket", "Sec-WebSocket-Version: 13"];
+    let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==";
+    // A page on another port of this host: same-site, so its browser sends the cookie along.
+    let evil = [&session[..], "Origin: http://localhost:9999", upgrade[0], upgrade[1], upgrade[2], key];
+    let (status, _, body) = request(&server, "GET", "/api/version", &evil).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("WebSocket"), "{body}");
+    // The same handshake from the server's own origin gets past the check (to the route's own answer).
+    let own = [&session[..], "Origin: http://localhost", upgrade[0], upgrade[1], upgrade[2], key];
+    assert_eq!(request(&server, "GET", "/api/version", &own).await.0, 200);
     server.shutdown().await;
 }
 

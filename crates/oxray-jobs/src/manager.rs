@@ -224,13 +224,6 @@ impl JobManager {
     #[tracing::instrument(skip_all, fields(entrypoint = %request.entrypoint))]
     pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
         let id = request.submission_id.clone().unwrap_or_else(record::new_submission_id);
-        if self.store.get(&id).map_err(JobError::Internal)?.is_some() {
-            // Ray's agent refuses it with 400 and its head passes that on as a 500.
-            return Err(JobError::Internal(format!(
-                "Request failed with status code 400: Job with submission_id {id} already exists. \
-                 Please use a different submission_id."
-            )));
-        }
         if !request.resources.is_empty() && self.config.resources.is_none() {
             return Err(JobError::BadRequest(format!(
                 "entrypoint resources {:?} cannot be reserved: this server has no scheduler to hold them",
@@ -254,7 +247,21 @@ impl JobManager {
             pid: None,
             pid_start: None,
         };
-        self.store.put(&record).map_err(JobError::Internal)?;
+        if !self.store.insert_new(&record).map_err(JobError::Internal)? {
+            // Ray's agent refuses it with 400 and its head passes that on as a 500.
+            return Err(JobError::Internal(format!(
+                "Request failed with status code 400: Job with submission_id {id} already exists. \
+                 Please use a different submission_id."
+            )));
+        }
+        // A deleted job's log stays (as in Ray); a new job under its id starts a log of its own.
+        for stale in [self.log_path(&id), self.exit_path(&id)] {
+            if let Err(e) = std::fs::remove_file(&stale)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!("cannot remove {} before job {id} starts: {e}", stale.display());
+            }
+        }
         self.start(record);
         Ok(id)
     }

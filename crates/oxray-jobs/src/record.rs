@@ -125,6 +125,48 @@ pub fn new_submission_id() -> String {
     id
 }
 
+/// The longest submission id accepted.
+pub const MAX_SUBMISSION_ID_LEN: usize = 255;
+
+/// The longest entrypoint accepted: Linux passes one argument of at most 128 KiB to
+/// `/bin/sh -c` (`MAX_ARG_STRLEN`), so a longer command could never start.
+pub const MAX_ENTRYPOINT_BYTES: usize = 128 * 1024 - 1;
+
+/// Whether `id` may name a job: 1 to 255 letters, digits, `-`, `_` and `.` (Ray's own ids,
+/// `raysubmit_...`, look so). Ids end up in URLs, file names and pages, so nothing else is let in.
+pub fn is_valid_submission_id(id: &str) -> bool {
+    (1..=MAX_SUBMISSION_ID_LEN).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && id != "."
+        && id != ".."
+}
+
+fn check_submission_id(key: &str, id: &str) -> Result<(), String> {
+    if is_valid_submission_id(id) {
+        return Ok(());
+    }
+    let shown: String = id.chars().take(80).collect();
+    let more = if id.chars().count() > 80 { format!("... ({} bytes)", id.len()) } else { String::new() };
+    Err(format!(
+        "{key}={shown:?}{more} is not a valid id: expected 1 to {MAX_SUBMISSION_ID_LEN} letters, digits, '-', '_' or '.'"
+    ))
+}
+
+/// Environment variables a process can be given: a name without `=` or NUL, a value without NUL.
+fn check_env_vars(vars: &Map<String, Value>) -> Result<(), String> {
+    for (name, value) in vars {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return Err(format!(
+                "runtime_env[\"env_vars\"] has the name {name:?}: expected a non-empty name without '=' or NUL"
+            ));
+        }
+        if value.as_str().is_some_and(|v| v.contains('\0')) {
+            return Err(format!("runtime_env[\"env_vars\"][{name:?}] holds a NUL byte, which no environment can hold"));
+        }
+    }
+    Ok(())
+}
+
 /// A checked `POST /api/jobs/` body.
 #[derive(Debug, PartialEq)]
 pub struct SubmitRequest {
@@ -297,9 +339,7 @@ pub fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
             }
             "submission_id" | "job_id" => {
                 let id = value.as_str().ok_or_else(|| format!("{key} must be a string, got {value}"))?;
-                if id.is_empty() || id.contains('/') {
-                    return Err(format!("{key}={id:?} is not a valid id: expected a non-empty string without '/'"));
-                }
+                check_submission_id(key, id)?;
                 request.submission_id = Some(id.to_string());
             }
             "metadata" => request.metadata = string_map(value, "metadata")?,
@@ -340,9 +380,7 @@ pub fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
                             }
                         }
                         "pip" => check_pip(setting)?,
-                        "env_vars" => {
-                            string_map(setting, "runtime_env[\"env_vars\"]")?;
-                        }
+                        "env_vars" => check_env_vars(&string_map(setting, "runtime_env[\"env_vars\"]")?)?,
                         _ => {}
                     }
                 }
@@ -373,12 +411,52 @@ pub fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
     if request.entrypoint.trim().is_empty() {
         return Err("entrypoint is empty: expected a shell command such as \"python script.py\"".into());
     }
+    if request.entrypoint.len() > MAX_ENTRYPOINT_BYTES {
+        return Err(format!(
+            "entrypoint is {} bytes: expected at most {MAX_ENTRYPOINT_BYTES} (the longest command a shell can be given); \
+             put a long command in a script in the working_dir",
+            request.entrypoint.len()
+        ));
+    }
+    if request.entrypoint.contains('\0') {
+        return Err("entrypoint holds a NUL byte, which no command line can hold".into());
+    }
     Ok(request)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn submit_with_id(id: &str) -> Result<SubmitRequest, String> {
+        parse_submit(serde_json::json!({"entrypoint": "true", "submission_id": id}).to_string().as_bytes())
+    }
+
+    #[test]
+    fn submission_ids_are_safe_in_urls_file_names_and_pages() {
+        for good in ["raysubmit_abc123", "my-job.2", "a", &"x".repeat(255), &new_submission_id()] {
+            assert_eq!(submit_with_id(good).unwrap().submission_id.as_deref(), Some(good));
+        }
+        // The stored XSS's id, a path, NUL, markup, spaces, and ids too long to ever delete.
+        let attack = r"x\..\..\..\api\v0\logs\file?submission_id=other";
+        for bad in [attack, "a/b", "nul\0id", "<script>", "two words", "", ".", "..", &"x".repeat(256)] {
+            let e = submit_with_id(bad).unwrap_err();
+            assert!(e.contains("submission_id=") && e.contains("not a valid id"), "{bad:?}: {e}");
+        }
+        let e = submit_with_id(&"y".repeat(100_000)).unwrap_err();
+        assert!(e.len() < 400 && e.contains("100000 bytes"), "the error quotes a short part: {e}");
+    }
+
+    #[test]
+    fn commands_and_variables_that_could_never_run_are_refused() {
+        let long = serde_json::json!({"entrypoint": "x".repeat(2 << 20)}).to_string();
+        assert!(parse_submit(long.as_bytes()).unwrap_err().contains("entrypoint is 2097152 bytes"));
+        assert!(parse_submit(br#"{"entrypoint": "echo a\u0000b"}"#).unwrap_err().contains("NUL"));
+        let key = br#"{"entrypoint": "x", "runtime_env": {"env_vars": {"A=B": "1"}}}"#;
+        assert!(parse_submit(key).unwrap_err().contains(r#"the name "A=B""#));
+        let value = br#"{"entrypoint": "x", "runtime_env": {"env_vars": {"A": "1\u00002"}}}"#;
+        assert!(parse_submit(value).unwrap_err().contains("NUL"));
+    }
 
     #[test]
     fn a_submit_body_is_checked() {

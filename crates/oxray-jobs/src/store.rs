@@ -48,6 +48,21 @@ impl JobStore {
         txn.commit().map_err(db_error)
     }
 
+    /// Writes `record` unless a job with its id is kept already, in one transaction (two
+    /// submits with one id cannot both pass the check); whether it was written.
+    pub(crate) fn insert_new(&self, record: &JobRecord) -> Result<bool, String> {
+        let txn = self.db.begin_write().map_err(db_error)?;
+        {
+            let mut table = txn.open_table(JOBS).map_err(db_error)?;
+            if table.get(record.submission_id.as_str()).map_err(db_error)?.is_some() {
+                return Ok(false); // dropping the transaction aborts it
+            }
+            table.insert(record.submission_id.as_str(), record.to_stored().as_str()).map_err(db_error)?;
+        }
+        txn.commit().map_err(db_error)?;
+        Ok(true)
+    }
+
     pub(crate) fn get(&self, id: &str) -> Result<Option<JobRecord>, String> {
         let txn = self.db.begin_read().map_err(db_error)?;
         let table = match txn.open_table(JOBS) {

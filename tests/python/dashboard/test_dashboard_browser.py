@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 import oxray as ray
-from oxray_testutil import http_call
+from oxray_testutil import http_call, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -39,14 +39,93 @@ def test_logging_in_with_the_token_and_a_wrong_one_refused(head, browser, screen
     expect(page).to_have_url(re.compile(r"/overview$"))
     expect(page.locator("#nodes-alive")).to_have_text("1")
     expect(page.locator("#nodes tbody tr")).to_have_count(1)
-    cookie = next(c for c in page.context.cookies() if c["name"] == "ray-authentication-token")
-    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    (cookie,) = page.context.cookies()
+    assert cookie["name"] == f"oxray-session-{head.dashboard_port}" and head.token not in cookie["value"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
 
     fresh = browser.new_context().new_page()
     fresh.goto(f"{head.dashboard_url}/?token=wrong")
     expect(fresh.locator("form.login .error")).to_contain_text("not this cluster's")
     fresh.goto(f"{head.dashboard_url}/actors")
     expect(fresh.locator("form.login")).to_be_visible()
+
+
+class _OtherServer:
+    """A web server on another port of this host, as a second local user could run: it records
+    the Cookie header of every request, and serves `page` (HTML) at `/`."""
+
+    def __init__(self, page=""):
+        import http.server
+        import threading
+
+        self.cookies = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.cookies.append(self.headers.get("Cookie", ""))
+                body = page.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_cookie_another_port_receives_is_no_token_and_a_logout_ends_the_session(head, browser):
+    page = logged_in(browser, head)
+    other = _OtherServer("<p>hello</p>")
+    try:
+        page.goto(other.url)  # cookies are not bound to a port: this server gets the dashboard's
+        assert other.cookies and all(head.token not in c for c in other.cookies), other.cookies
+    finally:
+        other.close()
+    (session,) = page.context.cookies()
+    replayed = {"Cookie": f"{session['name']}={session['value']}"}
+    assert http_call("GET", f"{head.dashboard_url}/api/version", headers=replayed)[0] == 200
+    page.goto(f"{head.dashboard_url}/overview")
+    page.click("#logout")
+    expect(page.locator("form.login")).to_be_visible()
+    assert page.context.cookies() == []
+    assert http_call("GET", f"{head.dashboard_url}/api/version", headers=replayed)[0] == 403
+
+
+def test_a_page_on_another_port_cannot_read_a_jobs_output_over_the_websocket(head, browser, tmp_path):
+    from oxray.job_submission import JobSubmissionClient
+
+    client = JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    job_id = client.submit_job(entrypoint="echo SECRET=hunter2 && sleep 600")
+    wait_until("the job's output", lambda: "SECRET=hunter2" in client.get_job_logs(job_id), timeout=60)
+    tail = f"ws://127.0.0.1:{head.dashboard_port}/api/jobs/{job_id}/logs/tail"
+    evil = _OtherServer(
+        "<pre id=out></pre><script>"
+        f"const s = new WebSocket({tail!r});"
+        "s.onmessage = (e) => { document.getElementById('out').textContent += e.data; document.title = 'read'; };"
+        "s.onclose = () => { if (document.title !== 'read') document.title = 'refused'; };"
+        "</script>"
+    )
+    try:
+        page = logged_in(browser, head)
+        page.goto(evil.url)
+        expect(page).to_have_title(re.compile("read|refused"))  # whichever happens first
+        assert page.title() == "refused", page.locator("#out").text_content()
+        # The dashboard's own page still tails it.
+        page.goto(f"{head.dashboard_url}/jobs/{job_id}")
+        expect(page.locator("#job-log")).to_contain_text("SECRET=hunter2")
+    finally:
+        evil.close()
+        client.stop_job(job_id)
 
 
 def test_every_page_loads_without_console_errors(head, browser, screenshots, console_errors):

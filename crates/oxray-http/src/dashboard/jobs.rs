@@ -19,8 +19,8 @@ pub(super) fn routes() -> Router<Dashboard> {
 /// One row of the jobs' tables (here and on the overview), or one job's page.
 pub(super) struct JobView {
     pub(super) id: String,
-    /// The job's page, when it has one (a submission, or a driver's JobID).
-    pub(super) link: String,
+    /// Whether the job has a page (a submission does).
+    pub(super) has_page: bool,
     pub(super) kind: String,
     pub(super) status: String,
     pub(super) entrypoint: String,
@@ -37,7 +37,7 @@ impl JobView {
         let id = details.id().to_string();
         let submission = details.job_type == JobType::Submission;
         Self {
-            link: if submission { format!("/jobs/{id}") } else { String::new() },
+            has_page: submission,
             id,
             kind: if submission { "SUBMISSION" } else { "DRIVER" }.to_string(),
             running: !details.status.is_terminal(),

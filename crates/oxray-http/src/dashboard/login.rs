@@ -1,10 +1,10 @@
 //! Logging in: the login form at `/` (or straight to the overview for a
-//! browser that has the cookie), a `/?token=` link that sets the cookie, and
-//! the form again instead of a bare 401/403 when a browser is refused a page.
+//! browser that has a live session), a `/?token=` link that starts a session and
+//! at once sends the browser on to a URL without the token, and the form again
+//! instead of a bare 401/403 when a browser is refused a page.
 
 use super::Dashboard;
 use super::render::{html, ok};
-use crate::auth;
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -28,18 +28,19 @@ struct LoginQuery {
     token: Option<String>,
 }
 
-/// The login page, or the overview for a browser that has the cookie; a
-/// `?token=` link checks the token and sets the cookie.
+/// The login page, or the overview for a browser with a live session; a `?token=`
+/// link checks the token, starts a session and redirects (the token leaves the
+/// address bar and the history at once).
 async fn index(State(dash): State<Dashboard>, Query(login): Query<LoginQuery>, headers: HeaderMap) -> Response {
     if let Some(token) = login.token {
-        if !auth::token_matches(&token, &dash.config.token) {
+        if !dash.guard.token_matches(&token) {
             let page = LoginPage { message: "That link's token is not this cluster's.".into() };
             return html(StatusCode::FORBIDDEN, &page);
         }
-        let cookie = auth::session_cookie(&dash.config.token);
+        let cookie = dash.guard.sessions.cookie(&dash.guard.sessions.start());
         return ([(header::SET_COOKIE, cookie)], Redirect::to("/overview")).into_response();
     }
-    if auth::check(&dash.config, &headers).is_ok() {
+    if dash.guard.check(&headers).is_ok() {
         return Redirect::to("/overview").into_response();
     }
     ok(&LoginPage { message: String::new() })

@@ -5,8 +5,8 @@
 //! its template, which the same handler renders alone for htmx (an
 //! `HX-Request`, or the page's `/ui/...` route; `render.rs`). A browser logs
 //! in once (`login.rs`): the token through the login form
-//! (`POST /api/authenticate`) or a `/?token=` link sets an HttpOnly
-//! SameSite=Strict cookie.
+//! (`POST /api/authenticate`) or a `/?token=` link starts a session (`sessions.rs`)
+//! whose HttpOnly SameSite=Strict cookie carries its id, never the token.
 
 mod actors;
 mod assets;
@@ -24,6 +24,7 @@ mod train;
 pub(crate) use login::login_instead;
 
 use crate::HttpConfig;
+use crate::auth::Guard;
 use crate::state::StateSources;
 use axum::Router;
 use axum::routing::get;
@@ -33,11 +34,12 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(crate) struct Dashboard {
     config: Arc<HttpConfig>,
+    guard: Arc<Guard>,
     sources: StateSources,
 }
 
 /// Every page, its fragments and its APIs, and the static files.
-pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
+pub(crate) fn routes(config: Arc<HttpConfig>, guard: Arc<Guard>, sources: StateSources) -> Router {
     Router::new()
         .route("/static/{*path}", get(assets::serve))
         .route("/favicon.ico", get(assets::favicon))
@@ -51,7 +53,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, sources: StateSources) -> Router {
         .merge(logs::routes())
         .merge(profile::routes())
         .merge(datasets::routes())
-        .with_state(Dashboard { config, sources })
+        .with_state(Dashboard { config, guard, sources })
 }
 
 #[cfg(test)]
@@ -70,7 +72,8 @@ mod tests {
             cluster: None,
             metrics_window_ms: 60_000,
         };
-        routes(Arc::new(config), StateSources { cluster: None, jobs: None })
+        let guard = Guard::new(config.token.clone(), crate::sessions::Sessions::new(8265, false));
+        routes(Arc::new(config), Arc::new(guard), StateSources { cluster: None, jobs: None })
     }
 
     async fn get(app: &Router, path: &str, htmx: bool) -> String {
