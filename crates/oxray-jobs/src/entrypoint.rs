@@ -120,18 +120,6 @@ where
     });
 }
 
-/// Up to `max` bytes of a job's log file from `offset` (none when it cannot be read).
-pub fn read_log_from(path: &Path, offset: u64, max: u64) -> Vec<u8> {
-    use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else { return Vec::new() };
-    if file.seek(SeekFrom::Start(offset)).is_err() {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let _ = file.take(max).read_to_end(&mut out);
-    out
-}
-
 /// Returns once process `pid` (started at `start`) has exited: it is not this
 /// process's child, so it is watched through a pidfd.
 pub async fn wait_for_exit(pid: u32, start: u64) {

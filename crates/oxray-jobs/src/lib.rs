@@ -11,6 +11,7 @@
 
 pub mod drivers;
 pub mod entrypoint;
+pub mod logs;
 mod manager;
 pub mod packages;
 pub mod record;

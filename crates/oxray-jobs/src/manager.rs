@@ -604,7 +604,7 @@ impl JobManager {
         } else if code == Some(0) {
             record.end(JobStatus::Succeeded, MSG_SUCCEEDED.into(), None);
         } else {
-            let tail = last_lines(&self.log_path(&record.submission_id), FAILURE_TAIL_LINES);
+            let tail = crate::logs::last_lines(&self.log_path(&record.submission_id), FAILURE_TAIL_LINES, 20_000);
             let what = match code {
                 Some(code) => format!("failed with exit code {code}"),
                 None => "ended without an exit code (killed while the head was down)".into(),
@@ -697,14 +697,10 @@ impl JobManager {
         Ok(())
     }
 
-    /// The job's output so far.
-    pub fn logs(&self, id: &str) -> Result<String, JobError> {
-        let id = self.get(id)?.submission_id;
-        match std::fs::read(self.log_path(&id)) {
-            Ok(bytes) => Ok(String::from_utf8_lossy(&bytes).into_owned()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-            Err(e) => Err(JobError::Internal(format!("cannot read the log of job {id}: {e}"))),
-        }
+    /// The log file of job `id` (which must be kept), to read in bounded pieces (`logs.rs`);
+    /// it may not exist yet.
+    pub fn job_log_path(&self, id: &str) -> Result<PathBuf, JobError> {
+        Ok(self.log_path(&self.get(id)?.submission_id))
     }
 
     /// A watch on the job's output while it runs (None once it has ended).
@@ -798,13 +794,4 @@ async fn watch_log(path: PathBuf, log_tx: watch::Sender<u64>, mut exited: tokio:
 /// The span a job's whole life runs in, so every event of it names the job.
 fn job_span(record: &JobRecord) -> tracing::Span {
     tracing::info_span!("job", id = %record.submission_id)
-}
-
-/// The last `n` lines of a file (at most 20,000 characters).
-fn last_lines(path: &Path, n: usize) -> String {
-    let text = std::fs::read(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(n)..].join("\n");
-    let skip = tail.chars().count().saturating_sub(20_000);
-    tail.chars().skip(skip).collect()
 }

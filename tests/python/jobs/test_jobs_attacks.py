@@ -1,11 +1,21 @@
 """The Jobs API under the audit's attacks and faults (issue 30), over a real socket to an
 `oxray start --head`: submission ids that could break out of a URL or a file name, two
-submits racing with one id, commands and variables that could never run, and a reused
-id inheriting a deleted job's log."""
+submits racing with one id, commands and variables that could never run, a reused id
+inheriting a deleted job's log, and a 300 MiB log read whole, tailed and summed up with
+the head's memory bounded."""
 
+import base64
 import concurrent.futures
+import http.client
 import json
+import os
+import shlex
+import socket
+import struct
+import sys
+import threading
 
+import psutil
 import pytest
 
 from oxray.job_submission import JobStatus, JobSubmissionClient
@@ -72,3 +82,128 @@ def test_a_reused_id_starts_a_log_of_its_own(head):
     assert wait_job_terminal(client, again) == JobStatus.SUCCEEDED
     logs = wait_until("the second job's output", lambda: client.get_job_logs(again) or None)
     assert "from-the-second-job" in logs and "from-the-first-job" not in logs, logs
+
+
+def _tail_bytes(head, job_id) -> int:
+    """Reads a job's `/logs/tail` WebSocket to its close (a client of a few lines: the frames of
+    a server are not masked); the payload bytes it carried."""
+    with socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=120) as s:
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall(
+            (
+                f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
+                f"Authorization: Bearer {head.token}\r\n\r\n"
+            ).encode()
+        )
+        stream = s.makefile("rb")
+        status = stream.readline()
+        assert b" 101 " in status, status
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        carried = 0
+        while True:
+            first, second = stream.read(2)
+            length = second & 0x7F
+            if length == 126:
+                (length,) = struct.unpack("!H", stream.read(2))
+            elif length == 127:
+                (length,) = struct.unpack("!Q", stream.read(8))
+            payload = stream.read(length)
+            if first & 0x0F == 0x8:  # close
+                return carried
+            carried += len(payload)
+
+
+def test_a_300_mib_log_is_read_tailed_and_summed_up_with_the_heads_memory_bounded(head):
+    head_process = psutil.Process(int(next(r for r in head.records() if r["head"])["pid"]))
+    client = jobs_client(head)
+    script = (
+        "import sys\n"
+        "line = 'x' * 1023 + '\\n'\n"
+        "for _ in range(300 * 1024): sys.stdout.write(line)\n"
+        "print('the last line', flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    job_id = client.submit_job(entrypoint=f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}")
+    size = 300 * 1024 * 1024 + len("the last line\n")
+    peak, done = [head_process.memory_info().rss], threading.Event()
+
+    def sample():  # the head's resident memory while it reads the log (a reading, not a wait)
+        while not done.is_set():
+            peak.append(head_process.memory_info().rss)
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        # The failed job's message holds its last lines, read from the end of the log.
+        assert wait_job_terminal(client, job_id, timeout=180) == JobStatus.FAILED
+        assert "the last line" in client.get_job_info(job_id).message
+        baseline = head_process.memory_info().rss
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            tails = [pool.submit(_tail_bytes, head, job_id) for _ in range(3)]
+            connection = http.client.HTTPConnection("127.0.0.1", head.dashboard_port, timeout=120)
+            connection.request("GET", f"/api/jobs/{job_id}/logs", headers={"Authorization": f"Bearer {head.token}"})
+            reply = connection.getresponse()
+            assert reply.status == 200
+            first = reply.read(64)
+            prefix = first[: first.index(b"x")]
+            assert prefix.replace(b" ", b"") == b'{"logs":"', first
+            received, last = len(first), first
+            while piece := reply.read(1 << 20):
+                received, last = received + len(piece), piece
+            assert last.endswith(b'the last line\\n"}'), last[-40:]
+            newlines = 300 * 1024 + 1  # each escaped as two bytes
+            assert received == len(prefix) + size + newlines + len('"}'), received
+            assert [t.result() for t in tails] == [size] * 3
+    finally:
+        done.set()
+        sampler.join()
+    grown = max(peak) - baseline
+    print(f"head RSS: {baseline >> 20} MiB before the reads, {max(peak) >> 20} MiB at the peak")
+    assert grown < 64 << 20, f"the head grew by {grown >> 20} MiB reading a 300 MiB log four times at once"
+
+
+def _open_tail(head, job_id):
+    """A `/logs/tail` handshake left open: (the status line, the socket)."""
+    s = socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=60)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(
+        (
+            f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+            f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
+            f"Authorization: Bearer {head.token}\r\n\r\n"
+        ).encode()
+    )
+    return s.recv(4096).split(b"\r\n", 1)[0], s
+
+
+def test_log_tails_are_capped_and_a_closed_one_gives_its_place_back(head):
+    client = jobs_client(head)
+    job_id = client.submit_job(entrypoint="echo started && sleep 600")
+    wait_until("the job to run", lambda: client.get_job_status(job_id) == JobStatus.RUNNING)
+    opened = []
+    try:
+        for _ in range(64):
+            status, s = _open_tail(head, job_id)
+            opened.append(s)
+            assert b" 101 " in status, status
+        status, s = _open_tail(head, job_id)
+        s.close()
+        assert b" 503 " in status, status
+        opened.pop().close()  # the client goes away: the server notices and frees the place
+
+        def a_place_again():
+            status, s = _open_tail(head, job_id)
+            if b" 101 " in status:
+                opened.append(s)
+                return True
+            s.close()
+            return False
+
+        wait_until("a tail's place after one closed", a_place_again, timeout=30, interval=0.1)
+    finally:
+        for s in opened:
+            s.close()
+        client.stop_job(job_id)

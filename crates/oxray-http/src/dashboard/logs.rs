@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 
 /// Bytes of a file's tail a page shows.
 const TAIL_BYTES: i64 = 64 * 1024;
+/// The most of a log's end one `/api/v0/logs/file` reads (the node agents' own limit too).
+const TAIL_READ: u64 = 4 << 20;
 /// How often a followed log is read for what it gained.
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 /// Ray's default `lines`.
@@ -162,8 +164,12 @@ async fn ray_get(
             return bad(format!("follow a job's output with `oxray job logs --follow {id}` (the Jobs API's tail)"));
         }
         let Some(jobs) = &dash.sources.jobs else { return bad("this server runs no jobs".into()) };
-        return match jobs.logs(id) {
-            Ok(text) => text_reply(last_lines(text.as_bytes(), lines).to_vec()),
+        // The end of the log only (as much as one node log read), never the whole file.
+        return match jobs.job_log_path(id) {
+            Ok(path) => {
+                let tail = oxray_jobs::logs::read_tail(&path, TAIL_READ);
+                text_reply(last_lines(&tail, lines).to_vec())
+            }
             Err(e) => (StatusCode::NOT_FOUND, format!("{e:?}")).into_response(),
         };
     }
@@ -188,7 +194,7 @@ async fn ray_get(
         },
         (None, None) => return bad("name a log: filename, pid, actor_id or submission_id".into()),
     };
-    let chunk = match cluster.read_log(&node, &name, -(4 << 20), 4 << 20).await {
+    let chunk = match cluster.read_log(&node, &name, -(TAIL_READ as i64), TAIL_READ).await {
         Ok(chunk) => chunk,
         Err(e) => return (e.status(), e.to_string()).into_response(),
     };
@@ -209,7 +215,7 @@ async fn ray_get(
                 () = tx.closed() => return,
                 () = tokio::time::sleep(FOLLOW_POLL) => {}
             }
-            let Ok(more) = cluster.read_log(&node, &name, offset as i64, 4 << 20).await else { return };
+            let Ok(more) = cluster.read_log(&node, &name, offset as i64, TAIL_READ).await else { return };
             offset = more.offset + more.data.len() as u64;
             if !more.data.is_empty() && tx.send(Ok(more.data)).await.is_err() {
                 return;

@@ -6,7 +6,7 @@
 //! from the offset its log has reached.
 
 use super::service::AgentService;
-use oxray_jobs::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, read_log_from, signal_group, stop_group};
+use oxray_jobs::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, signal_group, stop_group};
 use oxray_jobs::runtime_env::Preparer;
 use oxray_proto::node_job_service_server::NodeJobService;
 use oxray_proto::{JobEvent, RunJobRequest, StopJobReply, StopJobRequest, job_event};
@@ -97,7 +97,7 @@ async fn stream_job(job: Arc<NodeJob>, mut offset: u64, events: Events) {
         let ended = *exit.borrow_and_update();
         // Read after looking at the exit: once it has ended, this read gets everything.
         loop {
-            let chunk = read_log_from(&job.log, offset, CHUNK);
+            let chunk = oxray_jobs::logs::read_from(&job.log, offset, CHUNK);
             if chunk.is_empty() {
                 break;
             }
