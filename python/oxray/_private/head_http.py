@@ -4,7 +4,9 @@ and calling it, for `oxray.job_submission` and `oxray.util.state`.
 The address: `RAY_API_SERVER_ADDRESS` / `RAY_ADDRESS` when http (they override
 the argument, as in Ray), else an `http(s)://` one given, else this process's own cluster if it serves one, else
 the cluster `oxray start --head` (or another driver's `init()`) runs on this
-host. The token: `OXRAY_TOKEN` / `RAY_AUTH_TOKEN`, else that cluster's."""
+host. The token: `OXRAY_TOKEN` / `RAY_AUTH_TOKEN` (a token the caller gave), else this host's
+cluster's, and that one only to that cluster's own address: a client pointed at another server
+never hands it this host's token."""
 
 from __future__ import annotations
 
@@ -71,24 +73,47 @@ def resolve_address(address: Optional[str], current: Optional[dict], what: str) 
     )
 
 
-def token_for(current: Optional[dict]) -> Optional[str]:
+def token_for(current: Optional[dict], url: str) -> Optional[str]:
+    """The token to send to the server at `url`: the caller's, else the local cluster's when `url`
+    is that cluster's own HTTP address."""
     token = os.environ.get("OXRAY_TOKEN") or os.environ.get("RAY_AUTH_TOKEN")
     if token:
         return token
-    if current and current.get("token"):
+    if not current or not same_server(url, current.get("dashboard_url")):
+        return None
+    if current.get("token"):
         return current["token"]
-    if current and current.get("token_file"):
+    if current.get("token_file"):
         from oxray._private import node_files
 
         return node_files.read_token_file(current["token_file"])
     return None
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def same_server(url: str, other: Optional[str]) -> bool:
+    """Whether two HTTP addresses name one server: the same scheme and port, and the same host
+    (loopback names counting as one)."""
+    if not other:
+        return False
+    a, b = urllib.parse.urlsplit(url), urllib.parse.urlsplit(other if "://" in other else f"http://{other}")
+    default = {"http": 80, "https": 443}
+    try:
+        ports = (a.port or default.get(a.scheme), b.port or default.get(b.scheme))
+    except ValueError:  # a port that is not a number
+        return False
+    hosts = (a.hostname or "", b.hostname or "")
+    same_host = hosts[0] == hosts[1] or (hosts[0] in _LOOPBACK and hosts[1] in _LOOPBACK)
+    return a.scheme == b.scheme and ports[0] == ports[1] and same_host
+
+
 def endpoint(address: Optional[str], what: str) -> Tuple[str, dict]:
     """The base URL and the headers (the token) for calls to a cluster's HTTP server."""
     current = local_cluster()
     url = resolve_address(address, current, what)
-    token = token_for(current)
+    token = token_for(current, url)
     return url, ({"Authorization": f"Bearer {token}"} if token else {})
 
 

@@ -5,7 +5,8 @@ results and errors as Ray's, so `from oxray.job_submission import ...` replaces
 
 The address defaults to `RAY_API_SERVER_ADDRESS` / `RAY_ADDRESS` (when http) and
 then the cluster `oxray start --head` runs on this host; the token to
-`OXRAY_TOKEN` / `RAY_AUTH_TOKEN` and then that cluster's token file. A local
+`OXRAY_TOKEN` / `RAY_AUTH_TOKEN` and then that cluster's token file, sent only to that cluster's
+own address. A local
 `working_dir` (or `py_modules` entry) is zipped and uploaded as Ray's clients
 do (`_ray_pkg_<hash>.zip`)."""
 
@@ -96,7 +97,7 @@ class JobSubmissionClient:
         self._address = head_http.resolve_address(address, current, "JobSubmissionClient")
         self._headers = dict(headers or {})
         if not any(k.lower() == "authorization" for k in self._headers):
-            token = head_http.token_for(current)
+            token = head_http.token_for(current, self._address)
             if token:
                 self._headers["Authorization"] = f"Bearer {token}"
         if cookies:

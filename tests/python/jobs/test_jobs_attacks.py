@@ -207,3 +207,57 @@ def test_log_tails_are_capped_and_a_closed_one_gives_its_place_back(head):
         for s in opened:
             s.close()
         client.stop_job(job_id)
+
+
+class _Recorder:
+    """Another HTTP server (not this host's cluster), answering as a Jobs API would: it records the
+    Authorization header of every request."""
+
+    def __init__(self):
+        import http.server
+
+        self.authorizations = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.authorizations.append(self.headers.get("Authorization"))
+                body = b"[]" if self.path.startswith("/api/jobs") else b'{"version": "4", "ray_version": "2.60.0"}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_clients_send_this_hosts_token_only_to_this_hosts_cluster(head, monkeypatch):
+    import subprocess
+
+    for var in ("OXRAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    other = _Recorder()
+    try:
+        JobSubmissionClient(other.url).list_jobs()
+        cli = [sys.executable, "-m", "oxray.scripts.cli", "job", "list", "--address", other.url]
+        listed = subprocess.run(cli, env={**os.environ}, capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        assert len(other.authorizations) >= 2 and not any(other.authorizations), other.authorizations
+        # A token the caller gives goes where the caller sends it.
+        JobSubmissionClient(other.url, headers={"Authorization": "Bearer given"}).list_jobs()
+        assert other.authorizations[-1] == "Bearer given"
+    finally:
+        other.close()
+    # This host's cluster, named by either loopback name, still gets its token without being told.
+    for url in (head.dashboard_url, head.dashboard_url.replace("127.0.0.1", "localhost")):
+        assert JobSubmissionClient(url).list_jobs() == []
