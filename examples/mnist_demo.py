@@ -125,8 +125,8 @@ def main():
     started = time.time()
     info = ray.init(dashboard_port=args.dashboard_port if _port_free(args.dashboard_port) else 0)
     print(f"oxray cluster at {info['address']} ({int(ray.cluster_resources()['CPU'])} CPUs)")
-    print(f"dashboard (and Jobs API) at http://{info.dashboard_url}; this link logs a browser in:")
-    print(f"  {info.dashboard_login_url}")
+    print(f"dashboard (and Jobs API) at http://{info.dashboard_url}; `oxray dashboard-url` (in another")
+    print("  terminal, while this runs) prints a link that logs a browser in")
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"data_dir": data_dir, "epochs": args.epochs, "batch_size": 64, "lr": 1e-3},

@@ -258,8 +258,6 @@ def _publish(cluster) -> None:
     }
     if cluster.dashboard_address:
         STATE.address_info["dashboard_url"] = cluster.dashboard_address
-        # oxray's: a link that logs a browser into the dashboard (it carries the token).
-        STATE.address_info["dashboard_login_url"] = f"{dashboard_url}/?token={cluster.token}"
 
 
 def _join(request: _InitRequest) -> tuple:
@@ -452,7 +450,6 @@ class RayContext(dict):
         super().__init__(info)
         self.address_info = dict(info)
         self.dashboard_url = info.get("dashboard_url", "")
-        self.dashboard_login_url = info.get("dashboard_login_url", "")
 
     def __enter__(self):
         return self

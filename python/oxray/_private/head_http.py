@@ -46,7 +46,6 @@ def serve_http_here() -> str:
         cluster = STATE.cluster
         address = cluster.serve_http("127.0.0.1", 0)
         STATE.address_info["dashboard_url"] = address
-        STATE.address_info["dashboard_login_url"] = f"http://{address}/?token={cluster.token}"
         if STATE.published:
             # Other drivers that joined this cluster find its HTTP server from the record too.
             STATE.published = node_files.publish_embedded_cluster(

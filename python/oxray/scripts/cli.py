@@ -254,12 +254,9 @@ def _print_started(args, record, config) -> None:
         if record.get("dashboard_url"):
             print(f"  Jobs API (and dashboard) at {record['dashboard_url']}; the token it asks for:")
             print("    oxray get-auth-token")
-            if sys.stdout.isatty():
-                # Only to a terminal: the link carries the token, which must not end up in a log.
-                print("  This link logs a browser into the dashboard (it carries the token: keep it private):")
-                print(f"    {record['dashboard_url']}/?token={node_files.read_token_file(config['token_file'])}")
-            else:
-                print(f"  A browser logs in at {record['dashboard_url']}/?token=<the token>")
+            # The login link carries the token: printed only when asked for, never into a log by default.
+            print("  A link that logs a browser in (it carries the token: keep it private):")
+            print("    oxray dashboard-url")
         print("  To see the cluster's nodes and resources:")
         print("    oxray status")
         print("  To stop oxray on this host:")
@@ -303,6 +300,22 @@ def _stop(args) -> None:
         except FileNotFoundError:
             pass
     print(f"Stopped {len(procs)} oxray node process(es).")
+
+
+def _dashboard_url() -> None:
+    """The local cluster's dashboard login link, which carries the token (asked for, so printed)."""
+    current = node_files.find_local_cluster(None)
+    url = (current or {}).get("dashboard_url")
+    if not url:
+        _fail(
+            "no cluster with a dashboard on this host: start one with `oxray start --head` "
+            "(or init(include_dashboard=True))"
+        )
+    token = node_files.read_token_file(current.get("token_file"))
+    if not token:
+        _fail(f"cannot read the token of the cluster at {url}: `oxray get-auth-token` says why")
+    url = url if "://" in url else f"http://{url}"
+    print(f"{url}/?token={token}")
 
 
 def _get_auth_token() -> None:
@@ -433,6 +446,10 @@ def main(argv=None) -> None:
     sub.add_parser(
         "get-auth-token", help="print the token of the cluster on this host (for RAY_AUTH_TOKEN or the dashboard)"
     )
+    sub.add_parser(
+        "dashboard-url",
+        help="print a link that logs a browser into this host's cluster's dashboard (it carries the token)",
+    )
     job_cli.add_parser(sub)
     state_cli.add_parser(sub)
     status = sub.add_parser("status", help="nodes and resources of the cluster")
@@ -455,6 +472,8 @@ def _run(args) -> None:
         _stop(args)
     elif args.command == "get-auth-token":
         _get_auth_token()
+    elif args.command == "dashboard-url":
+        _dashboard_url()
     elif args.command == "job":
         job_cli.run(args)
     elif args.command in ("list", "summary", "logs"):

@@ -236,7 +236,7 @@ def test_browser_requests_that_change_something_need_the_dashboards_header(head)
         assert http_call("GET", f"{head.dashboard_url}{path}", token=head.token)[0] == 200
 
 
-def test_oxray_start_prints_a_login_link_to_a_terminal_only(tmp_path, monkeypatch, browser):
+def test_the_login_link_is_printed_only_when_asked_for(tmp_path, monkeypatch, browser):
     import shlex
     import subprocess
 
@@ -245,15 +245,18 @@ def test_oxray_start_prints_a_login_link_to_a_terminal_only(tmp_path, monkeypatc
     with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
         args = ["start", "--head", "--dashboard-port", str(cluster.dashboard_port), "--port", str(cluster.port)]
         command = " ".join(shlex.quote(a) for a in [*OXRAY, *args, "--num-cpus", "1"])
-        # `script` gives the command a terminal, as a person running it has.
+        # `script` gives the command a terminal, as a person running it has: still no token.
         started = subprocess.run(
             ["script", "-qec", command, "/dev/null"], env=cluster.env, capture_output=True, text=True, timeout=120
         )
         assert started.returncode == 0, started.stdout + started.stderr
-        link = re.search(r"(http://\S+/\?token=\w+)", started.stdout).group(1)
+        assert cluster.token not in started.stdout and "oxray dashboard-url" in started.stdout, started.stdout
+        # init()'s return value (a notebook shows it) holds no token either.
+        info = ray.init()
+        assert cluster.token not in repr(info) and cluster.token not in repr(vars(info)), info
+        link = cluster.cli("dashboard-url").stdout.strip()
         assert link == f"{cluster.dashboard_url}/?token={cluster.token}"
         page = browser.new_context().new_page()
         page.goto(link)
         expect(page).to_have_url(re.compile(r"/overview$"))
         expect(page.locator("#nodes-alive")).to_have_text("1")
-        # Without a terminal (a log, CI) the token is not printed: test_cli's test_a_token_on_the_command_line_warns.

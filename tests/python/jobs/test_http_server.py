@@ -112,6 +112,9 @@ def test_an_embedded_cluster_serves_http_only_when_asked():
 
         status, body = _get(f"http://127.0.0.1:{port}/api/version", token=STATE.cluster.token)
         assert status == 200 and json.loads(body)["version"] == "4"
+        # What init() returns (a notebook shows it) holds no token: the login link is asked for.
+        token = STATE.cluster.token
+        assert token not in repr(context) and all(token not in str(v) for v in vars(context).values())
         assert _get(f"http://127.0.0.1:{port}/api/version")[0] == 401
     finally:
         ray.shutdown()
