@@ -228,10 +228,12 @@ impl Storage {
                 if let Some(parent) = path.parent() {
                     tokio::fs::create_dir_all(parent).await.map_err(io_err("cannot create", parent.display()))?;
                 }
-                // Write then rename, so a reader never sees half a file.
-                let tmp = path.with_extension("tmp-oxray");
-                tokio::fs::write(&tmp, data).await.map_err(io_err("cannot write", tmp.display()))?;
-                tokio::fs::rename(&tmp, &path).await.map_err(io_err("cannot write", path.display()))
+                let shown = path.display().to_string();
+                tokio::task::spawn_blocking(move || write_durably(&path, &data))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))
+                    .and_then(|written| written)
+                    .map_err(io_err("cannot write", shown))
             }
             Storage::S3 { store, .. } => {
                 store.put(&self.key(rel)?, PutPayload::from(data)).await.map_err(self.remote("cannot write", rel))?;
@@ -424,6 +426,30 @@ fn local_files(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
     Ok(out)
 }
 
+/// Writes `data` to `path` so that a reader, or a crash at any moment, sees the old file or the
+/// new one whole: a temp file of this writer's own (two writers never share one), flushed to
+/// disk, renamed over `path`, and the directory flushed so the rename itself survives a crash.
+fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let count = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{}-{unique:x}-{count}.tmp", std::process::id()));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        file.write_all(data)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,6 +464,31 @@ mod tests {
         let bad_scheme = Storage::open("s3://bucket/runs?scheme=ftp").err().unwrap().to_string();
         assert!(bad_scheme.contains("scheme=\"ftp\""), "{bad_scheme}");
         assert_eq!(percent_decode("a%2Fb+c").as_deref(), Some("a/b c"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_writers_of_one_file_never_share_a_temp_file() {
+        // Two controllers of one run (a restart racing the old one) writing its snapshot at once.
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Arc::new(Storage::Local(dir.path().to_path_buf()));
+        let contents: Vec<Vec<u8>> = (0..8u8).map(|i| vec![b'a' + i; 256 * 1024]).collect();
+        let writers = contents.iter().cloned().map(|data| {
+            let storage = storage.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    storage.write_bytes("run/checkpoint_manager_snapshot.json", data.clone()).await?;
+                }
+                Ok::<_, StorageError>(())
+            })
+        });
+        for writer in futures::future::join_all(writers).await {
+            writer.unwrap().expect("every write succeeds");
+        }
+        let written = std::fs::read(dir.path().join("run/checkpoint_manager_snapshot.json")).unwrap();
+        assert!(contents.contains(&written), "the file is one writer's whole content");
+        let names: Vec<_> =
+            std::fs::read_dir(dir.path().join("run")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["checkpoint_manager_snapshot.json"], "no temp file is left");
     }
 
     #[tokio::test]
