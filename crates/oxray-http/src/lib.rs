@@ -11,6 +11,7 @@ mod headers;
 mod jobs;
 mod metrics;
 mod routes;
+mod serve;
 mod sessions;
 mod state;
 
@@ -18,6 +19,7 @@ pub use auth::token_matches;
 pub use error::HttpError;
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use oxray_jobs::BoxFuture;
+pub use serve::ConnectionLimits;
 pub use state::rows::{
     ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeQueryError, NodeRow, PlacementGroupRow, Profile,
     TaskListing, TaskRow,
@@ -48,6 +50,8 @@ pub struct HttpConfig {
     pub cluster: Option<Arc<dyn ClusterState>>,
     /// How far back the head keeps each node's samples (what the Metrics page can show).
     pub metrics_window_ms: u64,
+    /// How many connections and how much time a client gets.
+    pub limits: ConnectionLimits,
 }
 
 /// The whole application for a server on `port`: every route, behind the token check.
@@ -91,15 +95,9 @@ impl HttpServer {
     pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, HttpError> {
         let local_addr = listener.local_addr().map_err(|source| HttpError::Listener { server: "HTTP", source })?;
         let (stop, stopped) = oneshot::channel::<()>();
+        let limits = config.limits;
         let (app, jobs) = build(config, local_addr.port())?;
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = serve.await {
-                tracing::warn!("the HTTP server on {local_addr} stopped: {e}");
-            }
-        });
+        let task = tokio::spawn(serve::serve(listener, app, limits, stopped));
         Ok(Self { local_addr, jobs, stop: Some(stop), task })
     }
 

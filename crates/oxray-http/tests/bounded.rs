@@ -110,6 +110,7 @@ async fn get(path: &str) -> (StatusCode, Vec<u8>) {
         jobs: None,
         cluster: Some(Arc::new(ManyActors(10_000))),
         metrics_window_ms: 60_000,
+        limits: oxray_http::ConnectionLimits::default(),
     };
     let app = router(config, 8265).unwrap();
     let request = Request::get(path).header("authorization", format!("Bearer {TOKEN}")).body(Body::empty()).unwrap();
@@ -153,6 +154,7 @@ async fn every_route_but_the_public_ones_needs_the_token() {
         jobs: None,
         cluster: Some(Arc::new(ManyActors(1))),
         metrics_window_ms: 60_000,
+        limits: oxray_http::ConnectionLimits::default(),
     };
     let app = router(config, 8265).unwrap();
     let paths = [

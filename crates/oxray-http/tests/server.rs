@@ -8,6 +8,10 @@ use tokio::net::{TcpListener, TcpStream};
 const TOKEN: &str = "0123456789abcdef";
 
 async fn server() -> HttpServer {
+    server_with(oxray_http::ConnectionLimits::default()).await
+}
+
+async fn server_with(limits: oxray_http::ConnectionLimits) -> HttpServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let config = HttpConfig {
         token: TOKEN.into(),
@@ -15,6 +19,7 @@ async fn server() -> HttpServer {
         jobs: None,
         cluster: None,
         metrics_window_ms: 60_000,
+        limits,
     };
     HttpServer::start(listener, config).unwrap()
 }
@@ -151,5 +156,69 @@ async fn browsers_may_only_read() {
         assert_eq!(status, 405, "{method} from a browser");
     }
     assert_eq!(request(&server, "DELETE", "/api/version", &[GOOD, "Sec-Fetch-Mode: cors"]).await.0, 405);
+    server.shutdown().await;
+}
+
+/// Reads until the server closes the connection (EOF or a reset); what it sent. A server that
+/// never closes it fails the test after a minute instead of hanging it.
+async fn until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(60), read_all)
+        .await
+        .expect("the server never closed the connection");
+    got
+}
+
+#[tokio::test]
+async fn a_connection_past_the_cap_is_closed_at_once_and_others_still_answer() {
+    let limits = oxray_http::ConnectionLimits { max_connections: 4, ..Default::default() };
+    let server = server_with(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(server.local_addr()).await.unwrap();
+        stream.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap(); // never finished
+        held.push(stream);
+    }
+    // The fifth is closed unanswered; nothing was read, no token checked.
+    let mut fifth = TcpStream::connect(server.local_addr()).await.unwrap();
+    let _ = fifth.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert!(until_closed(&mut fifth).await.is_empty());
+    drop(held.pop());
+    // One place is free again once the server has seen that close: a request then answers.
+    loop {
+        let mut stream = TcpStream::connect(server.local_addr()).await.unwrap();
+        let _ = stream.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        if !until_closed(&mut stream).await.is_empty() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    held.clear();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn half_sent_headers_and_idle_connections_are_closed_after_the_header_timeout() {
+    let limits =
+        oxray_http::ConnectionLimits { header_timeout: std::time::Duration::from_millis(300), ..Default::default() };
+    let server = server_with(limits).await;
+    let mut slow = TcpStream::connect(server.local_addr()).await.unwrap();
+    slow.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut idle = TcpStream::connect(server.local_addr()).await.unwrap();
+    idle.write_all(b"GET /api/healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    // Both end, the slow one unanswered (or with a 408), the idle one after its one answer.
+    let slow_got = String::from_utf8_lossy(&until_closed(&mut slow).await).to_string();
+    assert!(slow_got.is_empty() || slow_got.starts_with("HTTP/1.1 408"), "{slow_got}");
+    let idle_got = String::from_utf8_lossy(&until_closed(&mut idle).await).to_string();
+    assert!(idle_got.starts_with("HTTP/1.1 200") && idle_got.ends_with("success"), "{idle_got}");
     server.shutdown().await;
 }

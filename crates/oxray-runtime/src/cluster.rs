@@ -623,8 +623,14 @@ impl HttpContext {
         };
         let cluster = Some(Arc::new(HeadClusterState(head.clone())) as Arc<dyn ClusterState>);
         let metrics_window_ms = crate::head::metrics_window_ms();
-        let config =
-            HttpConfig { token: self.token.clone(), session_name, jobs: Some(jobs), cluster, metrics_window_ms };
+        let config = HttpConfig {
+            token: self.token.clone(),
+            session_name,
+            jobs: Some(jobs),
+            cluster,
+            metrics_window_ms,
+            limits: oxray_http::ConnectionLimits::default(),
+        };
         HttpServer::start(listener, config).map_err(ClusterError::Http)
     }
 }

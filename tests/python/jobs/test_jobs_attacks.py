@@ -261,3 +261,32 @@ def test_clients_send_this_hosts_token_only_to_this_hosts_cluster(head, monkeypa
     # This host's cluster, named by either loopback name, still gets its token without being told.
     for url in (head.dashboard_url, head.dashboard_url.replace("127.0.0.1", "localhost")):
         assert JobSubmissionClient(url).list_jobs() == []
+
+
+def test_two_hundred_half_sent_requests_neither_block_others_nor_stay_open(head):
+    slow = []
+    try:
+        for _ in range(200):
+            s = socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=60)
+            s.sendall(b"GET /api/jobs/ HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no token, never finished
+            slow.append(s)
+        assert http_call("GET", f"{head.dashboard_url}/api/version", token=head.token)[0] == 200
+        for s in slow:
+            s.setblocking(False)
+
+        def closed(s):
+            try:
+                return s.recv(4096) == b""  # the server's FIN
+            except BlockingIOError:
+                return False  # still open
+            except OSError:
+                return True  # reset
+
+        def all_closed():
+            return sum(1 for s in slow if closed(s)) == len(slow) or None
+
+        # The head's header timeout (10 s) closes every one of them.
+        wait_until("the half-sent requests' connections to be closed", all_closed, timeout=90, interval=0.5)
+    finally:
+        for s in slow:
+            s.close()

@@ -1,0 +1,76 @@
+//! The accept loop, with the limits a server facing slow or hostile clients needs: at most
+//! `max_connections` at once (one more is closed as soon as it is accepted, before any request
+//! is read or any token checked), and `header_timeout` to send a request's headers, which is
+//! also how long a kept-alive connection may sit idle between requests. Stops gracefully:
+//! requests in flight get `SHUTDOWN_GRACE` to finish, idle connections close.
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, oneshot};
+
+/// How many connections and how much time a client gets.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// Connections open at once; past it a new one is closed at once.
+    pub max_connections: usize,
+    /// Time to send a request's headers, and the most a kept-alive connection waits for its next request.
+    pub header_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    /// 512 connections (half the usual 1,024 open files, so the head keeps descriptors for its own
+    /// work), 10 s for headers.
+    fn default() -> Self {
+        ConnectionLimits { max_connections: 512, header_timeout: Duration::from_secs(10) }
+    }
+}
+
+/// Serves `app` on `listener` until `stop` fires (or is dropped).
+pub(crate) async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, stop: oneshot::Receiver<()>) {
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, or a connection reset before it was taken: not fatal.
+                    tracing::warn!("the HTTP server could not accept a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            drop(stream); // over the cap: closed before anything is read
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection =
+            graceful.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Requests in flight get a while to finish; a client holding a connection open does not hold
+    // the head's shutdown (its connection still ends at its own timeout).
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::debug!("HTTP connections still open after {SHUTDOWN_GRACE:?}: not waited for");
+    }
+}
+
+/// How long a stopping server waits for the requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
