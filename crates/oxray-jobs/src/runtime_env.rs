@@ -109,13 +109,13 @@ impl Preparer<'_> {
         let root = self.resources_dir("working_dir_files")?;
         if dir.starts_with("s3://") {
             let archive = self.fetch_s3(dir, "working_dir")?;
-            let target = root.join(archive.file_stem().unwrap_or_default());
+            let target = unpacked_dir(&root, &archive)?;
             unpack_once(&archive, &target)?;
             // A remote archive holds one top-level directory: its contents are the working_dir (as in Ray).
             return Ok(single_top_dir(&target));
         }
         let package = self.uploaded(dir)?;
-        let target = root.join(base_name(dir).trim_end_matches(".zip"));
+        let target = unpacked_dir(&root, &package)?;
         unpack_once(&package, &target)?;
         Ok(target)
     }
@@ -148,7 +148,7 @@ impl Preparer<'_> {
             return Ok(holder);
         }
         let archive = if uri.starts_with("s3://") { self.fetch_s3(uri, "py_module")? } else { self.uploaded(uri)? };
-        let target = root.join(archive.file_stem().unwrap_or_default());
+        let target = unpacked_dir(&root, &archive)?;
         unpack_once(&archive, &target)?;
         Ok(target)
     }
@@ -311,6 +311,29 @@ fn site_packages(venv: &Path) -> Result<PathBuf, String> {
         .map(|e| e.path().join("site-packages"))
         .find(|p| p.is_dir())
         .ok_or_else(|| format!("the virtualenv {} has no site-packages", venv.display()))
+}
+
+/// Where `archive` is unpacked under `root`: named by its content's SHA-256 (as Ray names
+/// packages by hash), after its file name for people reading the directory. A new version of an
+/// archive, or another bucket's archive of the same name, is unpacked apart; the same content is
+/// unpacked once.
+fn unpacked_dir(root: &Path, archive: &Path) -> Result<PathBuf, String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut file = File::open(archive).map_err(|e| format!("cannot read {}: {e}", archive.display()))?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer).map_err(|e| format!("cannot read {}: {e}", archive.display()))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    let stem = archive.file_stem().unwrap_or_default().to_string_lossy();
+    Ok(root.join(format!("{stem}_{hex}")))
 }
 
 /// Unpacks `archive` into `target` unless an earlier job already did.

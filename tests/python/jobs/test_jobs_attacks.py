@@ -290,3 +290,35 @@ def test_two_hundred_half_sent_requests_neither_block_others_nor_stay_open(head)
     finally:
         for s in slow:
             s.close()
+
+
+def _zipped_app(version: str) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("app/main.py", f"print('running {version}')\n")
+    return buffer.getvalue()
+
+
+def test_a_new_version_or_another_buckets_archive_of_one_name_runs_its_own_code(moto_s3, tmp_path, monkeypatch):
+    from cli_cluster import running_cluster
+
+    moto_s3.create_bucket(Bucket="oxray-other")
+    moto_s3.put_object(Bucket="oxray-test", Key="jobs/app.zip", Body=_zipped_app("v1"))
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=1)
+        client = jobs_client(cluster)
+
+        def output(uri):
+            job_id = client.submit_job(entrypoint="python main.py", runtime_env={"working_dir": uri})
+            assert wait_job_terminal(client, job_id) == JobStatus.SUCCEEDED, client.get_job_info(job_id).message
+            return client.get_job_logs(job_id)
+
+        assert output("s3://oxray-test/jobs/app.zip") == "running v1\n"
+        moto_s3.put_object(Bucket="oxray-test", Key="jobs/app.zip", Body=_zipped_app("v2"))  # a new version
+        assert output("s3://oxray-test/jobs/app.zip") == "running v2\n"
+        moto_s3.put_object(Bucket="oxray-other", Key="jobs/app.zip", Body=_zipped_app("v3"))  # another bucket's
+        assert output("s3://oxray-other/jobs/app.zip") == "running v3\n"
+        assert output("s3://oxray-test/jobs/app.zip") == "running v2\n"
