@@ -427,6 +427,9 @@ impl JobManager {
                     written += bytes.len() as u64;
                     log_tx.send_replace(written);
                 }
+                remote::RemoteEvent::SetupFailed(_) if *stop.borrow() => {
+                    return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
+                }
                 remote::RemoteEvent::SetupFailed(e) => {
                     let message = format!("runtime_env setup failed on node {node}: {e}");
                     return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
@@ -532,13 +535,26 @@ impl JobManager {
             Ok(HeldOn::ThisNode) => {}
         }
         let stopped = || *stop.borrow();
+        // A stop (or the head's shutdown) kills the setup's commands; so does its deadline.
+        let control = runtime_env::SetupControl::for_runtime_env(&record.runtime_env);
+        let watcher = {
+            let (mut stop, flag) = (stop.clone(), control.stop_flag());
+            tokio::spawn(async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            })
+        };
         let prepared = {
             let manager = self.clone();
             let record = record.clone();
-            tokio::task::spawn_blocking(move || manager.prepare(&record)).await.unwrap_or_else(|e| Err(e.to_string()))
+            tokio::task::spawn_blocking(move || manager.prepare(&record, &control))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
         };
+        watcher.abort();
         let (prepared, log) = match prepared {
             Ok(ready) => ready,
+            Err(_) if stopped() => return record.end(JobStatus::Stopped, MSG_STOPPED.into(), None),
             Err(e) => {
                 let message = format!("runtime_env setup failed: {e}");
                 return record.end(JobStatus::Failed, message, Some("RUNTIME_ENV_SETUP_FAILURE"));
@@ -616,7 +632,11 @@ impl JobManager {
     }
 
     /// The job's runtime_env made real (`runtime_env.rs`), and its log file.
-    fn prepare(&self, record: &JobRecord) -> Result<(runtime_env::Prepared, std::fs::File), String> {
+    fn prepare(
+        &self,
+        record: &JobRecord,
+        control: &runtime_env::SetupControl,
+    ) -> Result<(runtime_env::Prepared, std::fs::File), String> {
         let log = oxray_object_store::private_file_options()
             .create(true)
             .append(true)
@@ -628,6 +648,7 @@ impl JobManager {
             data_dir: &self.config.data_dir,
             python: &self.config.python,
             log: &log,
+            control,
         }
         .prepare(&record.runtime_env)?;
         Ok((prepared, log))
@@ -677,8 +698,15 @@ impl JobManager {
         }
         let id = record.submission_id.as_str();
         let Some(stop) = self.live.lock().get(id).map(|l| l.stop.clone()) else { return Ok(false) };
-        // A pending job sees the flag before it starts; a running one gets the signals too.
+        // A pending job sees the flag before it starts (its setup is killed); a running one gets
+        // the signals too.
         stop.send_replace(true);
+        if record.status == JobStatus::Pending {
+            // Recorded at once: a head restarted before the supervisor writes it must not start it again.
+            let mut stopped = record.clone();
+            stopped.end(JobStatus::Stopped, MSG_STOPPED.into(), None);
+            self.put(&stopped);
+        }
         self.signal_stop(&record);
         Ok(true)
     }

@@ -167,6 +167,40 @@ fn check_env_vars(vars: &Map<String, Value>) -> Result<(), String> {
     Ok(())
 }
 
+/// Ray's `RuntimeEnvConfig`: `setup_timeout_seconds` (a whole number of seconds, or -1 for no
+/// limit; 600 when not given) and `eager_install` (true: a job's setup always runs before it starts).
+fn check_setup_config(config: &Value) -> Result<(), String> {
+    let fields =
+        config.as_object().ok_or_else(|| format!("runtime_env[\"config\"] must be a JSON object, got {config}"))?;
+    for (name, value) in fields {
+        match name.as_str() {
+            "setup_timeout_seconds" => match value.as_i64() {
+                Some(seconds) if seconds == -1 || seconds > 0 => {}
+                _ => {
+                    return Err(format!(
+                        "runtime_env[\"config\"][\"setup_timeout_seconds\"]={value}: expected a whole number of \
+                         seconds above 0, or -1 for no limit"
+                    ));
+                }
+            },
+            "eager_install" if value == &Value::Bool(true) || value.is_null() => {}
+            "eager_install" => {
+                return Err(format!(
+                    "runtime_env[\"config\"][\"eager_install\"]={value} is not supported by oxray: a job's \
+                     runtime_env is always set up before it starts (leave it out, or true)"
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "runtime_env[\"config\"] has {other:?}, which oxray does not apply; expected \
+                     setup_timeout_seconds or eager_install"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A checked `POST /api/jobs/` body.
 #[derive(Debug, PartialEq)]
 pub struct SubmitRequest {
@@ -230,7 +264,7 @@ fn entrypoint_resource(key: &str, value: &Value, resources: &mut BTreeMap<String
 }
 
 /// The `runtime_env` keys oxray applies to a job.
-const RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "py_modules", "pip", "env_vars", "excludes"];
+const RUNTIME_ENV_KEYS: &[&str] = &["working_dir", "py_modules", "pip", "env_vars", "excludes", "config"];
 /// Keys Ray knows that oxray does not apply yet: refused, never ignored.
 const RUNTIME_ENV_NOT_YET: &[&str] = &[
     "uv",
@@ -238,7 +272,6 @@ const RUNTIME_ENV_NOT_YET: &[&str] = &[
     "container",
     "image_uri",
     "py_executable",
-    "config",
     "java_jars",
     "worker_process_setup_hook",
     "nsight",
@@ -381,6 +414,7 @@ pub fn parse_submit(body: &[u8]) -> Result<SubmitRequest, String> {
                         }
                         "pip" => check_pip(setting)?,
                         "env_vars" => check_env_vars(&string_map(setting, "runtime_env[\"env_vars\"]")?)?,
+                        "config" => check_setup_config(setting)?,
                         _ => {}
                     }
                 }
@@ -456,6 +490,25 @@ mod tests {
         assert!(parse_submit(key).unwrap_err().contains(r#"the name "A=B""#));
         let value = br#"{"entrypoint": "x", "runtime_env": {"env_vars": {"A": "1\u00002"}}}"#;
         assert!(parse_submit(value).unwrap_err().contains("NUL"));
+    }
+
+    #[test]
+    fn the_setup_config_takes_rays_timeout_and_refuses_what_it_would_not_apply() {
+        let with = |config: &str| {
+            parse_submit(format!(r#"{{"entrypoint": "x", "runtime_env": {{"config": {config}}}}}"#).as_bytes())
+        };
+        assert!(with(r#"{"setup_timeout_seconds": 30}"#).is_ok());
+        assert!(with(r#"{"setup_timeout_seconds": -1, "eager_install": true}"#).is_ok());
+        for (bad, named) in [
+            (r#"{"setup_timeout_seconds": 0}"#, "setup_timeout_seconds"),
+            (r#"{"setup_timeout_seconds": 1.5}"#, "setup_timeout_seconds"),
+            (r#"{"eager_install": false}"#, "eager_install"),
+            (r#"{"log_files": []}"#, "log_files"),
+            ("3", "config"),
+        ] {
+            let e = with(bad).unwrap_err();
+            assert!(e.contains(named), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! installed with pip), and `pip` (a virtualenv layered on the cluster's
 //! environment, cached by the hash of what it installs).
 //!
-//! Runs on a blocking thread; S3 reads block on the head's runtime.
+//! Runs on a blocking thread; S3 reads block on the head's runtime. Every command it runs (venv,
+//! pip) is a process group of its own that dies with the thread that started it, and is killed
+//! when the job is stopped or its setup outlives `setup_timeout_seconds` (`SetupControl`).
 
 use crate::packages;
 use serde_json::{Map, Value};
@@ -13,6 +15,9 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The largest `s3://` archive a job may name (as large as an upload may unpack to).
 const MAX_REMOTE_ARCHIVE_BYTES: u64 = 512 << 20;
@@ -30,6 +35,64 @@ pub struct Prepared {
     pub venv: Option<PathBuf>,
 }
 
+/// Ray's default for `runtime_env["config"]["setup_timeout_seconds"]`.
+pub const DEFAULT_SETUP_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How often a setup command is checked for a stop or its deadline.
+const SETUP_POLL: Duration = Duration::from_millis(50);
+
+/// What can end a job's setup early: its stop, and its deadline.
+#[derive(Clone, Debug)]
+pub struct SetupControl {
+    stop: Arc<AtomicBool>,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+}
+
+impl SetupControl {
+    /// A setup that may run for `timeout` (None: as long as it takes), from now.
+    pub fn new(timeout: Option<Duration>) -> Self {
+        SetupControl { stop: Arc::new(AtomicBool::new(false)), timeout, deadline: timeout.map(|t| Instant::now() + t) }
+    }
+
+    /// The timeout a runtime_env asks for (`config.setup_timeout_seconds`, -1 for none), else Ray's 600 s.
+    pub fn for_runtime_env(env: &Map<String, Value>) -> Self {
+        let asked = env.get("config").and_then(|c| c.get("setup_timeout_seconds")).and_then(Value::as_i64);
+        Self::new(match asked {
+            Some(seconds) if seconds < 0 => None,
+            Some(seconds) => Some(Duration::from_secs(seconds as u64)),
+            None => Some(DEFAULT_SETUP_TIMEOUT),
+        })
+    }
+
+    /// The flag that stops the setup (the job was stopped, or the server is shutting down).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Whether the job was stopped.
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// `Err` once the setup must end: why.
+    fn check(&self, what: &str) -> Result<(), String> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Err(format!("{what} was killed: the job was stopped"));
+        }
+        if let (Some(deadline), Some(timeout)) = (self.deadline, self.timeout)
+            && Instant::now() >= deadline
+        {
+            return Err(format!(
+                "{what} was killed: the runtime_env setup timed out after {} seconds \
+                 (runtime_env config setup_timeout_seconds)",
+                timeout.as_secs()
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Where the pieces come from and go.
 pub struct Preparer<'a> {
     /// Uploaded packages (`gcs_<name>` files) and downloaded archives.
@@ -42,6 +105,8 @@ pub struct Preparer<'a> {
     pub python: &'a str,
     /// The job's log: pip's output goes there.
     pub log: &'a File,
+    /// The job's stop and the setup's deadline.
+    pub control: &'a SetupControl,
 }
 
 /// The file an uploaded package `gcs://<name>` is stored as (`Err` for a name
@@ -243,20 +308,36 @@ impl Preparer<'_> {
         create_dir(&root)?;
         let key = short_hash(&[self.python, &requirements.join("\n"), &options.join("\n"), &check.to_string()]);
         let venv = root.join(&key);
-        let _lock = FileLock::acquire(&root.join(format!("{key}.lock")))?;
+        let _lock = FileLock::acquire(&root.join(format!("{key}.lock")), self.control)?;
         if venv.join(".oxray-ready").is_file() {
             return Ok(venv);
         }
+        // Whatever an earlier, killed build left; one that fails here is removed too, so only a
+        // venv marked ready is ever used.
         let _ = std::fs::remove_dir_all(&venv);
+        let built = self.build_virtualenv(&venv, requirements, options, check);
+        if built.is_err() {
+            let _ = std::fs::remove_dir_all(&venv);
+        }
+        built.map(|()| venv)
+    }
+
+    fn build_virtualenv(
+        &self,
+        venv: &Path,
+        requirements: &[String],
+        options: &[String],
+        check: bool,
+    ) -> Result<(), String> {
         let mut log = self.log;
         let _ = writeln!(log, "oxray: creating a virtualenv with {requirements:?} in {}", venv.display());
-        self.run(Command::new(self.python).args(["-m", "venv", "--without-pip"]).arg(&venv), "python -m venv")?;
+        self.run(Command::new(self.python).args(["-m", "venv", "--without-pip"]).arg(venv), "python -m venv")?;
         // The cluster's packages stay importable (and count as installed for pip) behind the venv's own.
         let cluster_paths = Command::new(self.python)
             .args(["-c", "import site, sysconfig; print('\\n'.join(dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']])))"])
             .output()
             .map_err(|e| format!("cannot run {}: {e}", self.python))?;
-        let site = site_packages(&venv)?;
+        let site = site_packages(venv)?;
         // `addsitedir` rather than bare paths, so the cluster's own `.pth` files (editable installs) apply too.
         let pth: String = String::from_utf8_lossy(&cluster_paths.stdout)
             .lines()
@@ -280,25 +361,67 @@ impl Preparer<'_> {
             self.run(&mut pip_check, "pip check")?;
         }
         File::create(venv.join(".oxray-ready")).map_err(|e| format!("cannot mark {} ready: {e}", venv.display()))?;
-        Ok(venv)
+        Ok(())
     }
 
-    /// Runs a setup command with its output in the job's log; `Err` quotes its last lines.
+    /// Runs a setup command with its output in the job's log; `Err` quotes its last lines. It
+    /// leads a process group of its own, which is killed when the job is stopped or the setup's
+    /// deadline passes, and dies with this thread (`PR_SET_PDEATHSIG`) should the server die.
     fn run(&self, command: &mut Command, what: &str) -> Result<(), String> {
-        let output = command
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("{what} could not start ({}): {e}", self.python))?;
+        use std::io::Read;
+        use std::os::unix::process::CommandExt;
+        self.control.check(what)?;
+        command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        // SAFETY: runs in the child between fork and exec, and only calls prctl, which is
+        // async-signal-safe; it asks for SIGKILL when the thread that forked it ends.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(|e| format!("{what} could not start ({}): {e}", self.python))?;
+        let group = child.id() as libc::pid_t;
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(e) => return Err(format!("{what}: cannot wait for it: {e}")),
+            }
+            if let Err(why) = self.control.check(what) {
+                // SAFETY: killpg only sends a signal, to the group this child leads.
+                unsafe { libc::killpg(group, libc::SIGKILL) };
+                let _ = child.wait();
+                let mut log = self.log;
+                let _ = log.write_all(&stdout.join().unwrap_or_default());
+                let _ = log.write_all(&stderr.join().unwrap_or_default());
+                let _ = writeln!(log, "oxray: {why}");
+                return Err(why);
+            }
+            std::thread::sleep(SETUP_POLL);
+        };
+        let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
         let mut log = self.log;
-        let _ = log.write_all(&output.stdout);
-        let _ = log.write_all(&output.stderr);
-        if output.status.success() {
+        let _ = log.write_all(&stdout);
+        let _ = log.write_all(&stderr);
+        if status.success() {
             return Ok(());
         }
-        let text = String::from_utf8_lossy(&output.stderr).into_owned() + &String::from_utf8_lossy(&output.stdout);
+        let text = String::from_utf8_lossy(&stderr).into_owned() + &String::from_utf8_lossy(&stdout);
         let lines: Vec<&str> = text.lines().collect();
         let tail = lines[lines.len().saturating_sub(PIP_FAILURE_LINES)..].join("\n");
-        Err(format!("{what} failed ({}):\n{tail}", output.status))
+        Err(format!("{what} failed ({status}):\n{tail}"))
     }
 }
 
@@ -358,7 +481,8 @@ fn single_top_dir(dir: &Path) -> PathBuf {
 struct FileLock(File);
 
 impl FileLock {
-    fn acquire(path: &Path) -> Result<Self, String> {
+    /// Waits for the lock (another job building the same venv holds it) unless `control` ends the setup.
+    fn acquire(path: &Path, control: &SetupControl) -> Result<Self, String> {
         use std::os::fd::AsRawFd;
         let file = oxray_object_store::private_file_options()
             .create(true)
@@ -366,11 +490,18 @@ impl FileLock {
             .write(true)
             .open(path)
             .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        // SAFETY: flock on a descriptor this struct owns; it blocks until the lock is ours.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(format!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error()));
+        loop {
+            // SAFETY: flock on a descriptor this struct owns; LOCK_NB returns at once.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(Self(file));
+            }
+            let error = std::io::Error::last_os_error();
+            if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(format!("cannot lock {}: {error}", path.display()));
+            }
+            control.check("waiting for another job's identical virtualenv")?;
+            std::thread::sleep(SETUP_POLL);
         }
-        Ok(Self(file))
     }
 }
 

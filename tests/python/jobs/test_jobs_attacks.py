@@ -322,3 +322,75 @@ def test_a_new_version_or_another_buckets_archive_of_one_name_runs_its_own_code(
         moto_s3.put_object(Bucket="oxray-other", Key="jobs/app.zip", Body=_zipped_app("v3"))  # another bucket's
         assert output("s3://oxray-other/jobs/app.zip") == "running v3\n"
         assert output("s3://oxray-test/jobs/app.zip") == "running v2\n"
+
+
+class _SilentIndex:
+    """A package index that takes connections and never answers: pip waits on it for as long as
+    its own timeout allows (here 600 s), as a stuck mirror makes it."""
+
+    def __init__(self):
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(64)
+        self.port = self.server.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._hold, daemon=True).start()
+
+    def _hold(self):
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:
+                return
+
+    def pip_runtime_env(self, **config):
+        options = ["--index-url", f"http://127.0.0.1:{self.port}/simple", "--timeout", "600", "--retries", "0"]
+        env = {"pip": {"packages": ["oxray-never-answered"], "pip_install_options": options}}
+        return {**env, "config": config} if config else env
+
+    def pips(self):
+        """The pip processes asking this index."""
+        marker = f"127.0.0.1:{self.port}"
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if any(marker in part for part in proc.info["cmdline"] or []):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def close(self):
+        self.server.close()
+        for s in self.held:
+            s.close()
+
+
+def test_runtime_env_setup_is_killed_by_stop_timeout_and_shutdown_and_a_stopped_job_stays_stopped(head):
+    client = jobs_client(head)
+    index = _SilentIndex()
+    try:
+        stuck = client.submit_job(entrypoint="echo never", runtime_env=index.pip_runtime_env())
+        wait_until("pip to ask the silent index", index.pips, timeout=120)
+        assert client.stop_job(stuck)
+        assert wait_job_terminal(client, stuck, timeout=60) == JobStatus.STOPPED
+        wait_until("the stopped job's pip to be gone", lambda: not index.pips(), timeout=60)
+        # Its own deadline (Ray's runtime_env config) ends a setup too, as a failure that says so.
+        late = client.submit_job(entrypoint="echo never", runtime_env=index.pip_runtime_env(setup_timeout_seconds=3))
+        assert wait_job_terminal(client, late, timeout=120) == JobStatus.FAILED
+        info = client.get_job_info(late)
+        assert info.error_type == "RUNTIME_ENV_SETUP_FAILURE" and "timed out after 3 seconds" in info.message, info
+        wait_until("the timed-out job's pip to be gone", lambda: not index.pips(), timeout=60)
+        # The head's shutdown kills a setup under way, and a restarted head does not start the
+        # stopped job again.
+        pending = client.submit_job(entrypoint="echo never", runtime_env=index.pip_runtime_env())
+        wait_until("pip to ask the silent index again", index.pips, timeout=120)
+        head.cli("stop")
+        wait_until("pip to be gone after oxray stop", lambda: not index.pips(), timeout=60)
+        head.start_head(num_cpus=2)
+        client = jobs_client(head)
+        assert client.get_job_status(stuck) == JobStatus.STOPPED
+        assert client.get_job_status(pending) == JobStatus.STOPPED, client.get_job_info(pending)
+        assert not index.pips(), "a restarted head set a stopped job up again"
+    finally:
+        index.close()

@@ -35,6 +35,8 @@ pub(crate) struct NodeJobs {
 
 struct NodeJob {
     log: PathBuf,
+    /// Its runtime_env setup's stop and deadline (a stop before the entrypoint starts kills the setup).
+    setup: oxray_jobs::runtime_env::SetupControl,
     /// The entrypoint's process group, once started.
     pid: Mutex<Option<u32>>,
     /// None while it runs; then how it ended (an exit code, or None if unknown).
@@ -150,7 +152,12 @@ impl AgentService {
                 .map_err(|e| Status::internal(job_error(&format!("cannot create {}", dir.display()), e)))?;
         }
         let log_path = logs_dir.join(format!("job-driver-{id}.log"));
-        let job = Arc::new(NodeJob { log: log_path.clone(), pid: Mutex::new(None), exit: watch::Sender::new(None) });
+        let job = Arc::new(NodeJob {
+            log: log_path.clone(),
+            setup: oxray_jobs::runtime_env::SetupControl::for_runtime_env(&runtime_env),
+            pid: Mutex::new(None),
+            exit: watch::Sender::new(None),
+        });
         {
             let mut jobs = self.shared.jobs.jobs.lock();
             if jobs.get(&id).is_some_and(|j| j.exit.borrow().is_none()) {
@@ -168,6 +175,7 @@ impl AgentService {
             let prepared = tokio::task::spawn_blocking({
                 let (packages_dir, log_path, spawn) = (packages_dir.clone(), log_path.clone(), spawn.clone());
                 let runtime_env = runtime_env.clone();
+                let control = job.setup.clone();
                 move || -> Result<_, String> {
                     for package in &packages {
                         let name = package.uri.strip_prefix("gcs://").unwrap_or(&package.uri);
@@ -187,6 +195,7 @@ impl AgentService {
                         data_dir: &spawn.session_dir.join("jobs"),
                         python: &spawn.python,
                         log: &log,
+                        control: &control,
                     }
                     .prepare(&runtime_env)?;
                     Ok((prepared, log))
@@ -195,6 +204,10 @@ impl AgentService {
             .await
             .unwrap_or_else(|e| Err(e.to_string()));
             let (prepared, log) = match prepared {
+                Ok(_) if job.setup.stopped() => {
+                    let _ = send(&events, job_event::Event::SetupFailed("the job was stopped".into())).await;
+                    return ended(None);
+                }
                 Ok(ready) => ready,
                 Err(e) => {
                     let _ = send(&events, job_event::Event::SetupFailed(e)).await;
@@ -260,7 +273,12 @@ impl NodeJobService for AgentService {
             return Ok(Response::new(StopJobReply { stopped: false }));
         };
         let Some(pid) = *job.pid.lock() else {
-            return Ok(Response::new(StopJobReply { stopped: false }));
+            // Still setting up: its setup's commands are killed, and it never starts.
+            let setting_up = job.exit.borrow().is_none();
+            if setting_up {
+                job.setup.stop_flag().store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            return Ok(Response::new(StopJobReply { stopped: setting_up }));
         };
         let mut exit = job.exit.subscribe();
         stop_group(pid, Some(async move { exit.wait_for(Option::is_some).await.map(drop) }));
