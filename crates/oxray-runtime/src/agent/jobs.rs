@@ -30,7 +30,9 @@ const LOG_POLL: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(crate) struct NodeJobs {
     jobs: Mutex<HashMap<String, Arc<NodeJob>>>,
-    ended: Mutex<VecDeque<String>>,
+    /// Runs that ended, oldest first: forgotten past `ENDED_KEPT`, each only if its id still names it
+    /// (a later run under a reused id stays, so it can still be stopped and is stopped at shutdown).
+    ended: Mutex<VecDeque<(String, Arc<NodeJob>)>>,
 }
 
 struct NodeJob {
@@ -54,8 +56,11 @@ impl NodeJobs {
         let running: Vec<Arc<NodeJob>> =
             self.jobs.lock().values().filter(|j| j.exit.borrow().is_none()).cloned().collect();
         for job in &running {
-            if let Some(pid) = *job.pid.lock() {
-                signal_group(pid, libc::SIGTERM);
+            match *job.pid.lock() {
+                Some(pid) => {
+                    signal_group(pid, libc::SIGTERM);
+                }
+                None => job.setup.stop_flag().store(true, std::sync::atomic::Ordering::SeqCst),
             }
         }
         if tokio::time::timeout(STOP_GRACE, all_ended(&running)).await.is_err() {
@@ -67,12 +72,14 @@ impl NodeJobs {
         }
     }
 
-    fn remember_ended(&self, id: &str) {
+    fn remember_ended(&self, id: &str, job: &Arc<NodeJob>) {
         let mut ended = self.ended.lock();
-        ended.push_back(id.to_string());
+        ended.push_back((id.to_string(), job.clone()));
         while ended.len() > ENDED_KEPT {
-            if let Some(old) = ended.pop_front() {
-                self.jobs.lock().remove(&old);
+            let Some((old_id, old_run)) = ended.pop_front() else { break };
+            let mut jobs = self.jobs.lock();
+            if jobs.get(&old_id).is_some_and(|current| Arc::ptr_eq(current, &old_run)) {
+                jobs.remove(&old_id);
             }
         }
     }
@@ -169,7 +176,7 @@ impl AgentService {
         tokio::spawn(async move {
             let ended = |code: Option<i32>| {
                 job.exit.send_replace(Some(code));
-                shared.jobs.remember_ended(&id);
+                shared.jobs.remember_ended(&id, &job);
             };
             let packages = std::mem::take(&mut req.packages);
             let prepared = tokio::task::spawn_blocking({
@@ -283,5 +290,40 @@ impl NodeJobService for AgentService {
         let mut exit = job.exit.subscribe();
         stop_group(pid, Some(async move { exit.wait_for(Option::is_some).await.map(drop) }));
         Ok(Response::new(StopJobReply { stopped: true }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> Arc<NodeJob> {
+        Arc::new(NodeJob {
+            log: PathBuf::from("/nonexistent"),
+            setup: oxray_jobs::runtime_env::SetupControl::new(None),
+            pid: Mutex::new(None),
+            exit: watch::Sender::new(None),
+        })
+    }
+
+    #[test]
+    fn forgetting_an_ended_run_keeps_a_later_run_under_the_same_id() {
+        let table = NodeJobs::default();
+        let first = run();
+        table.jobs.lock().insert("reused".into(), first.clone());
+        first.exit.send_replace(Some(Some(0)));
+        table.remember_ended("reused", &first);
+        // The id is submitted again (its old job deleted on the head) and runs here now.
+        let second = run();
+        table.jobs.lock().insert("reused".into(), second.clone());
+        // Enough other runs end that the first one is forgotten.
+        for i in 0..=ENDED_KEPT {
+            let other = run();
+            table.jobs.lock().insert(format!("other-{i}"), other.clone());
+            table.remember_ended(&format!("other-{i}"), &other);
+        }
+        let kept = table.jobs.lock().get("reused").cloned().expect("the running run is still in the table");
+        assert!(Arc::ptr_eq(&kept, &second));
+        assert!(!table.jobs.lock().contains_key("other-0"), "ended runs are still forgotten");
     }
 }
