@@ -24,6 +24,10 @@ use tracing::Instrument;
 
 /// Lines of output quoted in a failed job's message.
 const FAILURE_TAIL_LINES: usize = 10;
+/// How long a head waits before re-attaching to a remote job whose stream broke, doubling up to
+/// `REATTACH_MAX_WAIT` while the node stays alive and unreachable.
+const REATTACH_FIRST_WAIT: Duration = Duration::from_millis(200);
+const REATTACH_MAX_WAIT: Duration = Duration::from_secs(2);
 
 /// Where the jobs of a head live and how they reach the cluster.
 #[derive(Clone, Debug)]
@@ -390,7 +394,7 @@ impl JobManager {
         // Recorded before it starts there: a restarted head re-attaches instead of starting it twice.
         record.node = Some(node.clone());
         self.put(record);
-        let mut events = match remote.run(&node, run).await {
+        let mut events = match remote.run(&node, run.clone()).await {
             Ok(events) => events,
             Err(e) => {
                 let message = format!("The job could not be run on node {node}: {e}");
@@ -407,7 +411,28 @@ impl JobManager {
         };
         let mut written = attach_from.unwrap_or(0);
         log_tx.send_replace(written);
-        while let Some(event) = events.recv().await {
+        let mut retry = REATTACH_FIRST_WAIT;
+        loop {
+            let Some(event) = events.recv().await else {
+                // The stream broke before the job's end: a network blip or a restarting agent. The job
+                // runs on while its node is alive; re-attach from what the log holds.
+                if !remote.node_alive(&node).await {
+                    break;
+                }
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(REATTACH_MAX_WAIT);
+                let again = remote::RemoteRun { attach_from: Some(written), packages: Vec::new(), ..run.clone() };
+                match remote.run(&node, again).await {
+                    Ok(more) => events = more,
+                    Err(e) => {
+                        tracing::debug!("re-attaching to job {} on node {node} failed: {e}", record.submission_id);
+                        // An empty channel: the next round asks whether the node is alive again.
+                        events = tokio::sync::mpsc::channel(1).1;
+                    }
+                }
+                continue;
+            };
+            retry = REATTACH_FIRST_WAIT;
             match event {
                 remote::RemoteEvent::Started { pid } => {
                     tracing::debug!("job {} started on node {node} as pid {pid}", record.submission_id);
@@ -441,7 +466,7 @@ impl JobManager {
                 remote::RemoteEvent::Exited(code) => return self.record_exit(record, code, *stop.borrow()),
             }
         }
-        let message = format!("The node {node} running this job was lost before the job ended");
+        let message = format!("The node {node} running this job died before the job ended");
         record.end(JobStatus::Failed, message, Some("JOB_SUPERVISOR_ACTOR_DIED"));
     }
 

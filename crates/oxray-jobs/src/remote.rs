@@ -38,4 +38,8 @@ pub trait RemoteJobs: Send + Sync + std::fmt::Debug {
 
     /// Stops job `id` on node `node_id`: `Ok(false)` when it runs there no more.
     fn stop<'a>(&'a self, node_id: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+
+    /// Whether the cluster still counts node `node_id` (hex) alive: a job's stream that broke is
+    /// re-attached while it does, and the job fails only once the node is declared dead.
+    fn node_alive<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, bool>;
 }

@@ -268,4 +268,11 @@ impl RemoteJobs for HeadRemoteJobs {
             Ok(reply.into_inner().stopped)
         })
     }
+
+    fn node_alive<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let Ok(id) = hex::decode(node_id) else { return false };
+            self.head.nodes().iter().any(|node| node.node_id == id && node.alive)
+        })
+    }
 }
