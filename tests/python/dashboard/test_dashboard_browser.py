@@ -260,3 +260,31 @@ def test_the_login_link_is_printed_only_when_asked_for(tmp_path, monkeypatch, br
         page.goto(link)
         expect(page).to_have_url(re.compile(r"/overview$"))
         expect(page.locator("#nodes-alive")).to_have_text("1")
+
+
+def test_markup_in_entrypoints_names_and_output_is_shown_as_text_never_run(head, browser):
+    from oxray.job_submission import JobSubmissionClient
+
+    marker = '<img id=injected src=x onerror="document.title=1">'  # no single quote: the shell echoes it whole
+    client = JobSubmissionClient(head.dashboard_url, headers={"Authorization": f"Bearer {head.token}"})
+    job_id = client.submit_job(entrypoint=f"echo '{marker}' && sleep 600")
+    ray.init(address=head.address)
+
+    @ray.remote
+    class Named:
+        def ping(self):
+            return 1
+
+    named = Named.options(name=marker).remote()
+    ray.get(named.ping.remote())
+    page = logged_in(browser, head)
+    try:
+        for path in ("/jobs", f"/jobs/{job_id}", "/actors"):
+            page.goto(f"{head.dashboard_url}{path}")
+            expect(page.get_by_text(marker).first).to_be_visible()  # the markup, as text
+            assert page.title() != "1" and page.locator("#injected").count() == 0, path
+        page.goto(f"{head.dashboard_url}/jobs/{job_id}")
+        expect(page.locator("#job-log")).to_contain_text(marker)
+        assert page.title() != "1" and page.locator("#injected").count() == 0
+    finally:
+        client.stop_job(job_id)
