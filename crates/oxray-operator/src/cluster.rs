@@ -71,6 +71,9 @@ pub struct ObservedPod {
 /// What the operator saw of a cluster's parts.
 #[derive(Debug, Default)]
 pub struct Observed {
+    /// Objects under this cluster's names that it does not own (no ownerReference to it): never
+    /// adopted, they stop the cluster with a condition naming them.
+    pub foreign: Vec<String>,
     pub secret_exists: bool,
     pub service_exists: bool,
     pub service_ip: Option<String>,
@@ -127,6 +130,21 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
             return ClusterPlan { create: vec![], delete_pods: vec![], status };
         }
     };
+    if !observed.foreign.is_empty() {
+        let message = format!(
+            "{} already exist{} without this OxrayCluster as owner: the operator never adopts what it did not \
+             make (its token or routing could be someone else's); delete {} or give the cluster another name",
+            observed.foreign.join(" and "),
+            if observed.foreign.len() == 1 { "s" } else { "" },
+            if observed.foreign.len() == 1 { "it" } else { "them" },
+        );
+        let mut status = previous.clone();
+        status.state = Some("failed".to_string());
+        status.reason = Some(message.clone());
+        status.observed_generation = generation;
+        set_condition(&mut status, &previous, "Ready", false, "Conflict", &message, now);
+        return ClusterPlan { create: vec![], delete_pods: vec![], status };
+    }
     let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
     let parts = Parts::new(cluster, &name, &namespace, &spec);
     let mut plan = ClusterPlan::default();

@@ -279,7 +279,18 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
     let observed_pods: Vec<ObservedPod> = pod_list.iter().map(observe_pod).collect();
     let secret = get_opt(&secrets, &cluster::secret_name(&name)).await?;
     let service = get_opt(&services, &cluster::service_name(&name)).await?;
+    let mut foreign = Vec::new();
+    if secret.as_ref().is_some_and(|s| !own(&s.metadata)) {
+        foreign.push(format!("Secret {}", cluster::secret_name(&name)));
+    }
+    if service.as_ref().is_some_and(|s| !own(&s.metadata)) {
+        foreign.push(format!("Service {}", cluster::service_name(&name)));
+    }
+    // What it does not own is never read either (a foreign Secret's token goes nowhere).
+    let secret = secret.filter(|s| own(&s.metadata));
+    let service = service.filter(|s| own(&s.metadata));
     let mut observed = Observed {
+        foreign,
         secret_exists: secret.is_some(),
         service_exists: service.is_some(),
         service_ip: service.as_ref().and_then(|s| s.spec.as_ref()).and_then(|s| s.cluster_ip.clone()),
@@ -356,7 +367,10 @@ async fn reach_head(
     let pod_ip = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone());
     let Some(url) = head_url(&ctx.settings, namespace, &name, pod_ip.as_deref(), port) else { return Ok(None) };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let token = get_opt(&secrets, &cluster::secret_name(&name)).await?.as_ref().and_then(token_of);
+    // Only the cluster's own Secret: a token in one it did not make is sent nowhere.
+    let uid = cluster.metadata.uid.clone().unwrap_or_default();
+    let secret = get_opt(&secrets, &cluster::secret_name(&name)).await?;
+    let token = secret.filter(|s| owned_by(s.metadata.owner_references.as_ref(), &uid)).as_ref().and_then(token_of);
     Ok(token.map(|token| (url, token)))
 }
 

@@ -44,17 +44,21 @@ def test_the_chart_lints_and_renders_valid_kubernetes(helm, tmp_path):
     lint = run([helm, "lint", "--strict", CHART])
     assert "0 chart(s) failed" in lint
 
-    cluster_wide = run([helm, "template", "oxray", CHART, "--namespace", "oxray-system", "--include-crds"])
-    validate_strict(tmp_path, cluster_wide, "cluster-wide.yaml")
-    kinds = sorted(d["kind"] for d in docs(cluster_wide))
+    # By default: one namespace, the release's, with a Role there (no power over other namespaces).
+    default = run([helm, "template", "oxray", CHART, "--namespace", "oxray-system", "--include-crds"])
+    validate_strict(tmp_path, default, "default.yaml")
+    kinds = sorted(d["kind"] for d in docs(default))
     assert kinds == [
-        "ClusterRole",
-        "ClusterRoleBinding",
         "CustomResourceDefinition",
         "CustomResourceDefinition",
         "Deployment",
+        "Role",
+        "RoleBinding",
         "ServiceAccount",
     ]
+    objects = {d["kind"]: d for d in docs(default)}
+    assert objects["Role"]["metadata"]["namespace"] == "oxray-system"
+    assert "--namespace=oxray-system" in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
 
     one_namespace = run([helm, "template", "oxray", CHART, "--namespace", "oxray-system", "--set", "watchNamespace=ml"])
     validate_strict(tmp_path, one_namespace, "one-namespace.yaml")
@@ -62,10 +66,19 @@ def test_the_chart_lints_and_renders_valid_kubernetes(helm, tmp_path):
     assert objects["Role"]["metadata"]["namespace"] == "ml"
     assert "--namespace=ml" in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
 
+    # Every namespace only when asked for.
+    cluster_wide = run([helm, "template", "oxray", CHART, "--namespace", "oxray-system", "--set", "clusterWide=true"])
+    validate_strict(tmp_path, cluster_wide, "cluster-wide.yaml")
+    objects = {d["kind"]: d for d in docs(cluster_wide)}
+    assert "ClusterRole" in objects and "ClusterRoleBinding" in objects and "Role" not in objects
+    assert not any(
+        a.startswith("--namespace") for a in objects["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+
 
 def test_rbac_is_least_privilege(helm):
     rendered = {d["kind"]: d for d in docs(run([helm, "template", "oxray", CHART]))}
-    rules = rendered["ClusterRole"]["rules"]
+    rules = rendered["Role"]["rules"]
     granted = {
         (group, resource, verb)
         for r in rules

@@ -282,6 +282,27 @@ def test_a_bad_spec_fails_with_a_condition_not_a_crash(emulated, edit, expected)
     assert emulated.operator.poll() is None, "the operator keeps running"
 
 
+def test_a_secret_it_did_not_make_is_never_adopted(emulated):
+    # Someone else's Secret under the name the cluster's token would have: using it would hand the
+    # cluster's pods (and the operator's calls) a token that is not the cluster's own.
+    kube = emulated.kube
+    planted = base64.b64encode(b"someone-elses-token").decode()
+    kube.create(
+        "secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "taken-token"}, "data": {"token": planted}},
+    )
+    kube.create("oxrayclusters", cluster_manifest("taken", workers=1))
+    failed = wait_until(
+        "the cluster to stop on the conflict",
+        lambda: (s := status(kube, "oxrayclusters", "taken")).get("state") == "failed" and s,
+    )
+    [ready] = [c for c in failed["conditions"] if c["type"] == "Ready"]
+    assert ready["status"] == "False" and ready["reason"] == "Conflict" and "Secret taken-token" in ready["message"]
+    assert kube.names("pods") == [], "no pod was given the planted token"
+    assert kube.get("secrets", "taken-token")["data"]["token"] == planted, "the Secret is left as it was"
+    assert emulated.operator.poll() is None
+
+
 def test_a_dead_head_is_replaced_and_keeps_its_state_on_the_state_volume(emulated):
     kube = emulated.kube
     manifest = cluster_manifest("keep", workers=1)

@@ -457,3 +457,15 @@ fn unschedulable_demand_is_reported() {
     assert_eq!(p.status.unschedulable_demand.as_deref(), Some("no worker group can run work that needs {CPU: 64}"));
     assert!(created_pods(&p).is_empty());
 }
+
+#[test]
+fn objects_under_the_clusters_names_that_it_does_not_own_stop_it_with_a_conflict() {
+    let c = cluster(vec![group("cpu", 1, 0, 5)]);
+    let observed = Observed { foreign: vec!["Secret demo-token".into()], ..Default::default() };
+    let plan = plan(&c, &observed, "tok-123", NOW);
+    assert!(plan.create.is_empty() && plan.delete_pods.is_empty(), "nothing is made beside it, nothing adopted");
+    assert_eq!(plan.status.state.as_deref(), Some("failed"));
+    let ready = plan.status.conditions.iter().find(|c| c.type_ == "Ready").expect("a Ready condition");
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "Conflict"));
+    assert!(ready.message.contains("Secret demo-token"), "{}", ready.message);
+}
