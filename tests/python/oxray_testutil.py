@@ -91,6 +91,43 @@ def printed_output():
         sys.stdout, sys.stderr = saved
 
 
+class RecordingServer:
+    """A web server on another port of this host (as a second local user could run one): it keeps
+    the headers of every GET, and answers each with `answer(path)`, a (content type, body bytes)."""
+
+    def __init__(self, answer):
+        import http.server
+        import threading
+
+        self.requests = []  # each request's headers
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append(self.headers)
+                content_type, body = answer(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def sent(self, header, default=None):
+        """The value of `header` in each request so far."""
+        return [headers.get(header, default) for headers in self.requests]
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def file_barrier(directory, n, timeout=30.0):
     """A cross-process barrier on a shared directory.
 

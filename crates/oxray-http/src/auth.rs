@@ -112,16 +112,20 @@ impl Guard {
         self.sessions.id_in(headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()))
     }
 
+    /// Whether a request's headers carry the cluster token (a session does not count).
+    pub(crate) fn check_token(&self, headers: &HeaderMap) -> Result<(), Refusal> {
+        check_token(&self.token, headers)
+    }
+
     /// Whether a request may pass: a token in its headers decides; else a live session.
     pub(crate) fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
-        match token_of(headers) {
-            Some(token) if self.token_matches(&token) => Ok(()),
+        if token_of(headers).is_some() {
+            return self.check_token(headers);
+        }
+        match self.session_id(headers) {
+            Some(id) if self.sessions.touch(id) => Ok(()),
             Some(_) => Err(Refusal::Invalid),
-            None => match self.session_id(headers) {
-                Some(id) if self.sessions.touch(id) => Ok(()),
-                Some(_) => Err(Refusal::Invalid),
-                None => Err(Refusal::Missing),
-            },
+            None => Err(Refusal::Missing),
         }
     }
 }

@@ -49,10 +49,8 @@ async fn authentication_mode() -> Response {
 /// Checks the bearer token (a session cookie does not log in again) and, when right,
 /// starts a browser session: its cookie carries the session's id, never the token.
 async fn authenticate(State(guard): State<Arc<auth::Guard>>, headers: HeaderMap) -> Response {
-    match auth::token_of(&headers) {
-        None => return auth::Refusal::Missing.into_response(),
-        Some(token) if !guard.token_matches(&token) => return auth::Refusal::Invalid.into_response(),
-        Some(_) => {}
+    if let Err(refused) = guard.check_token(&headers) {
+        return refused.into_response();
     }
     let cookie = guard.sessions.cookie(&guard.sessions.start());
     ([(header::SET_COOKIE, cookie)], axum::Json(json!({"authenticated": true}))).into_response()

@@ -170,17 +170,19 @@ impl GpuSlots {
     }
 }
 
+/// A set of `(name, quantity)` pairs, for this module's tests and its submodules'.
+#[cfg(test)]
+pub(crate) fn set(pairs: &[(&str, f64)]) -> ResourceSet {
+    let mut s = ResourceSet::new();
+    for (k, v) in pairs {
+        s.set(k, *v).unwrap();
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(pairs: &[(&str, f64)]) -> ResourceSet {
-        let mut s = ResourceSet::new();
-        for (k, v) in pairs {
-            s.set(k, *v).unwrap();
-        }
-        s
-    }
 
     #[test]
     fn quantities_off_the_network_are_checked_and_sums_saturate() {

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 import oxray as ray
-from oxray_testutil import http_call, wait_until
+from oxray_testutil import RecordingServer, http_call, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -50,45 +50,18 @@ def test_logging_in_with_the_token_and_a_wrong_one_refused(head, browser, screen
     expect(fresh.locator("form.login")).to_be_visible()
 
 
-class _OtherServer:
-    """A web server on another port of this host, as a second local user could run: it records
-    the Cookie header of every request, and serves `page` (HTML) at `/`."""
-
-    def __init__(self, page=""):
-        import http.server
-        import threading
-
-        self.cookies = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.cookies.append(self.headers.get("Cookie", ""))
-                body = page.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def _other_server(page: str) -> RecordingServer:
+    """A web server on another port of this host, serving `page` (HTML) and recording cookies."""
+    return RecordingServer(lambda path: ("text/html", page.encode()))
 
 
 def test_the_cookie_another_port_receives_is_no_token_and_a_logout_ends_the_session(head, browser):
     page = logged_in(browser, head)
-    other = _OtherServer("<p>hello</p>")
+    other = _other_server("<p>hello</p>")
     try:
         page.goto(other.url)  # cookies are not bound to a port: this server gets the dashboard's
-        assert other.cookies and all(head.token not in c for c in other.cookies), other.cookies
+        cookies = other.sent("Cookie", "")
+        assert cookies and all(head.token not in c for c in cookies), cookies
     finally:
         other.close()
     (session,) = page.context.cookies()
@@ -108,7 +81,7 @@ def test_a_page_on_another_port_cannot_read_a_jobs_output_over_the_websocket(hea
     job_id = client.submit_job(entrypoint="echo SECRET=hunter2 && sleep 600")
     wait_until("the job's output", lambda: "SECRET=hunter2" in client.get_job_logs(job_id), timeout=60)
     tail = f"ws://127.0.0.1:{head.dashboard_port}/api/jobs/{job_id}/logs/tail"
-    evil = _OtherServer(
+    evil = _other_server(
         "<pre id=out></pre><script>"
         f"const s = new WebSocket({tail!r});"
         "s.onmessage = (e) => { document.getElementById('out').textContent += e.data; document.title = 'read'; };"

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from oxray.job_submission import JobStatus, JobSubmissionClient
-from oxray_testutil import http_call, wait_job_terminal, wait_until
+from oxray_testutil import RecordingServer, http_call, wait_job_terminal, wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -84,18 +84,24 @@ def test_a_reused_id_starts_a_log_of_its_own(head):
     assert "from-the-second-job" in logs and "from-the-first-job" not in logs, logs
 
 
+def _tail_handshake(head, job_id, timeout) -> socket.socket:
+    """A socket that has sent a job's `/logs/tail` WebSocket handshake, with the token."""
+    s = socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=timeout)
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(
+        (
+            f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+            f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
+            f"Authorization: Bearer {head.token}\r\n\r\n"
+        ).encode()
+    )
+    return s
+
+
 def _tail_bytes(head, job_id) -> int:
     """Reads a job's `/logs/tail` WebSocket to its close (a client of a few lines: the frames of
     a server are not masked); the payload bytes it carried."""
-    with socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=120) as s:
-        key = base64.b64encode(os.urandom(16)).decode()
-        s.sendall(
-            (
-                f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
-                f"Authorization: Bearer {head.token}\r\n\r\n"
-            ).encode()
-        )
+    with _tail_handshake(head, job_id, timeout=120) as s:
         stream = s.makefile("rb")
         status = stream.readline()
         assert b" 101 " in status, status
@@ -167,15 +173,7 @@ def test_a_300_mib_log_is_read_tailed_and_summed_up_with_the_heads_memory_bounde
 
 def _open_tail(head, job_id):
     """A `/logs/tail` handshake left open: (the status line, the socket)."""
-    s = socket.create_connection(("127.0.0.1", head.dashboard_port), timeout=60)
-    key = base64.b64encode(os.urandom(16)).decode()
-    s.sendall(
-        (
-            f"GET /api/jobs/{job_id}/logs/tail HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-            f"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n"
-            f"Authorization: Bearer {head.token}\r\n\r\n"
-        ).encode()
-    )
+    s = _tail_handshake(head, job_id, timeout=60)
     return s.recv(4096).split(b"\r\n", 1)[0], s
 
 
@@ -209,36 +207,10 @@ def test_log_tails_are_capped_and_a_closed_one_gives_its_place_back(head):
         client.stop_job(job_id)
 
 
-class _Recorder:
-    """Another HTTP server (not this host's cluster), answering as a Jobs API would: it records the
-    Authorization header of every request."""
-
-    def __init__(self):
-        import http.server
-
-        self.authorizations = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.authorizations.append(self.headers.get("Authorization"))
-                body = b"[]" if self.path.startswith("/api/jobs") else b'{"version": "4", "ray_version": "2.60.0"}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def _jobs_api_lookalike() -> RecordingServer:
+    """Another HTTP server (not this host's cluster) answering as a Jobs API would."""
+    version = b'{"version": "4", "ray_version": "2.60.0"}'
+    return RecordingServer(lambda path: ("application/json", b"[]" if path.startswith("/api/jobs") else version))
 
 
 def test_clients_send_this_hosts_token_only_to_this_hosts_cluster(head, monkeypatch):
@@ -246,16 +218,17 @@ def test_clients_send_this_hosts_token_only_to_this_hosts_cluster(head, monkeypa
 
     for var in ("OXRAY_TOKEN", "RAY_AUTH_TOKEN", "RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         monkeypatch.delenv(var, raising=False)
-    other = _Recorder()
+    other = _jobs_api_lookalike()
     try:
         JobSubmissionClient(other.url).list_jobs()
         cli = [sys.executable, "-m", "oxray.scripts.cli", "job", "list", "--address", other.url]
         listed = subprocess.run(cli, env={**os.environ}, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0, listed.stderr
-        assert len(other.authorizations) >= 2 and not any(other.authorizations), other.authorizations
+        sent = other.sent("Authorization")
+        assert len(sent) >= 2 and not any(sent), sent
         # A token the caller gives goes where the caller sends it.
         JobSubmissionClient(other.url, headers={"Authorization": "Bearer given"}).list_jobs()
-        assert other.authorizations[-1] == "Bearer given"
+        assert other.sent("Authorization")[-1] == "Bearer given"
     finally:
         other.close()
     # This host's cluster, named by either loopback name, still gets its token without being told.

@@ -148,15 +148,8 @@ pub fn cpus_to_lend(holds: &ResourceSet) -> ResourceSet {
 
 #[cfg(test)]
 mod tests {
+    use super::super::set;
     use super::*;
-
-    fn set(pairs: &[(&str, f64)]) -> ResourceSet {
-        let mut s = ResourceSet::new();
-        for (k, v) in pairs {
-            s.set(k, *v).unwrap();
-        }
-        s
-    }
 
     fn group() -> PlacementGroupId {
         PlacementGroupId::from_array([0xab; 16])
