@@ -19,7 +19,7 @@ pub use auth::token_matches;
 pub use error::HttpError;
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use oxray_jobs::BoxFuture;
-pub use serve::ConnectionLimits;
+pub use serve::{ConnectionLimits, HttpsIdentity};
 pub use state::rows::{
     ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeQueryError, NodeRow, PlacementGroupRow, Profile,
     TaskListing, TaskRow,
@@ -52,6 +52,8 @@ pub struct HttpConfig {
     pub metrics_window_ms: u64,
     /// How many connections and how much time a client gets.
     pub limits: ConnectionLimits,
+    /// Speak HTTPS with this identity (the cluster's `--tls-*` certificate); plain HTTP when None.
+    pub https: Option<HttpsIdentity>,
 }
 
 /// The whole application for a server on `port`: every route, behind the token check.
@@ -63,7 +65,9 @@ pub fn router(config: HttpConfig, port: u16) -> Result<Router, HttpError> {
 /// The application and its job manager (which the server stops on shutdown).
 fn build(config: HttpConfig, port: u16) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), HttpError> {
     let config = Arc::new(config);
-    let guard = Arc::new(auth::Guard::new(config.token.clone(), sessions::Sessions::new(port, false)));
+    // Over HTTPS the session cookie is `Secure`: a browser never sends it over plain HTTP.
+    let secure = config.https.is_some();
+    let guard = Arc::new(auth::Guard::new(config.token.clone(), sessions::Sessions::new(port, secure)));
     let mut app = routes::routes(config.clone(), guard.clone());
     let manager = config.jobs.clone().map(oxray_jobs::JobManager::open).transpose()?;
     if let Some(manager) = &manager {
@@ -95,9 +99,9 @@ impl HttpServer {
     pub fn start(listener: TcpListener, config: HttpConfig) -> Result<Self, HttpError> {
         let local_addr = listener.local_addr().map_err(|source| HttpError::Listener { server: "HTTP", source })?;
         let (stop, stopped) = oneshot::channel::<()>();
-        let limits = config.limits;
+        let (limits, https) = (config.limits, config.https.clone());
         let (app, jobs) = build(config, local_addr.port())?;
-        let task = tokio::spawn(serve::serve(listener, app, limits, stopped));
+        let task = tokio::spawn(serve::serve(listener, app, limits, https, stopped));
         Ok(Self { local_addr, jobs, stop: Some(stop), task })
     }
 

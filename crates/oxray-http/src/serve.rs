@@ -14,6 +14,43 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 
+/// The certificate and key the server speaks HTTPS with: the cluster's own (`--tls-*`).
+#[derive(Clone)]
+pub struct HttpsIdentity {
+    config: Arc<rustls::ServerConfig>,
+}
+
+impl std::fmt::Debug for HttpsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpsIdentity")
+    }
+}
+
+impl HttpsIdentity {
+    /// From PEM bytes: a certificate chain and its private key. `Err` names what is wrong.
+    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, String> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("the HTTPS certificate is not valid PEM: {e}"))?;
+        if chain.is_empty() {
+            return Err("the HTTPS certificate file holds no certificate".into());
+        }
+        let key =
+            PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the HTTPS key is not a valid PEM key: {e}"))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("cannot set up HTTPS: {e}"))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| format!("the HTTPS certificate and key do not go together: {e}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(HttpsIdentity { config: Arc::new(config) })
+    }
+}
+
 /// How many connections and how much time a client gets.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
@@ -32,7 +69,14 @@ impl Default for ConnectionLimits {
 }
 
 /// Serves `app` on `listener` until `stop` fires (or is dropped).
-pub(crate) async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, stop: oneshot::Receiver<()>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    https: Option<HttpsIdentity>,
+    stop: oneshot::Receiver<()>,
+) {
+    let tls = https.map(|identity| tokio_rustls::TlsAcceptor::from(identity.config));
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
@@ -57,10 +101,25 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, limits: Connection
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
-        let connection =
-            graceful.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
+        let Some(acceptor) = &tls else {
+            let connection =
+                graceful.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());
+            tokio::spawn(async move {
+                let _ = connection.await;
+                drop(permit);
+            });
+            continue;
+        };
+        // The handshake counts against the header timeout: a client that never finishes it holds
+        // its place no longer than one that never sends its headers.
+        let (acceptor, builder, watcher) = (acceptor.clone(), builder.clone(), graceful.watcher());
+        let timeout = limits.header_timeout;
         tokio::spawn(async move {
-            let _ = connection.await;
+            let Ok(Ok(stream)) = tokio::time::timeout(timeout, acceptor.accept(stream)).await else {
+                return; // a failed or slow handshake: dropped, its place with it
+            };
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
+            let _ = watcher.watch(connection).await;
             drop(permit);
         });
     }

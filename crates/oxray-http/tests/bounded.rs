@@ -111,6 +111,7 @@ async fn get(path: &str) -> (StatusCode, Vec<u8>) {
         cluster: Some(Arc::new(ManyActors(10_000))),
         metrics_window_ms: 60_000,
         limits: oxray_http::ConnectionLimits::default(),
+        https: None,
     };
     let app = router(config, 8265).unwrap();
     let request = Request::get(path).header("authorization", format!("Bearer {TOKEN}")).body(Body::empty()).unwrap();
@@ -155,6 +156,7 @@ async fn every_route_but_the_public_ones_needs_the_token() {
         cluster: Some(Arc::new(ManyActors(1))),
         metrics_window_ms: 60_000,
         limits: oxray_http::ConnectionLimits::default(),
+        https: None,
     };
     let app = router(config, 8265).unwrap();
     let paths = [

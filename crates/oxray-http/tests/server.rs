@@ -20,6 +20,7 @@ async fn server_with(limits: oxray_http::ConnectionLimits) -> HttpServer {
         cluster: None,
         metrics_window_ms: 60_000,
         limits,
+        https: None,
     };
     HttpServer::start(listener, config).unwrap()
 }

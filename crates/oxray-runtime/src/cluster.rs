@@ -108,6 +108,8 @@ pub enum ClusterError {
     Token(#[from] crate::auth::TokenError),
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
+    #[error("the head's HTTPS server cannot use OXRAY_TLS_CERT and OXRAY_TLS_KEY (--tls-cert, --tls-key): {0}")]
+    Https(String),
     #[error(
         "cannot serve TLS: {0}. Check that OXRAY_TLS_CERT and OXRAY_TLS_KEY are a matching PEM certificate and key"
     )]
@@ -623,6 +625,14 @@ impl HttpContext {
         };
         let cluster = Some(Arc::new(HeadClusterState(head.clone())) as Arc<dyn ClusterState>);
         let metrics_window_ms = crate::head::metrics_window_ms();
+        let https = https_identity()?;
+        if https.is_none() && !is_loopback(host) {
+            tracing::warn!(
+                host = %host,
+                "the dashboard and Jobs API listen on a non-loopback address over plain HTTP: the token \
+                 and sessions travel in cleartext; pass --tls-cert/--tls-key/--tls-ca to `oxray start` for HTTPS"
+            );
+        }
         let config = HttpConfig {
             token: self.token.clone(),
             session_name,
@@ -630,9 +640,19 @@ impl HttpContext {
             cluster,
             metrics_window_ms,
             limits: oxray_http::ConnectionLimits::default(),
+            https,
         };
         HttpServer::start(listener, config).map_err(ClusterError::Http)
     }
+}
+
+/// The HTTPS identity of the head's HTTP server: the node's own TLS certificate and key when the
+/// cluster runs TLS (`--tls-*`), so the Jobs API, the dashboard and `/metrics` are never cleartext
+/// on a TLS cluster; None (plain HTTP) without TLS.
+fn https_identity() -> Result<Option<oxray_http::HttpsIdentity>, ClusterError> {
+    let Some(settings) = TlsSettings::from_env()? else { return Ok(None) };
+    let Some((cert, key)) = settings.identity() else { return Ok(None) };
+    oxray_http::HttpsIdentity::from_pem(cert, key).map(Some).map_err(ClusterError::Https)
 }
 
 /// What this node's metrics server shows: the sample its heartbeat last sent.

@@ -93,6 +93,11 @@ impl TlsSettings {
         Ok(Some(TlsSettings { identity, ca, require_client_cert }))
     }
 
+    /// This process's certificate and key (PEM), when it has them.
+    pub fn identity(&self) -> Option<(&[u8], &[u8])> {
+        self.identity.as_ref().map(|(cert, key)| (cert.as_slice(), key.as_slice()))
+    }
+
     /// What a node's server presents, and whether it demands client certificates.
     pub fn server_config(&self) -> Result<ServerTlsConfig, TlsError> {
         let (cert, key) = self.identity.as_ref().ok_or(TlsError::NoServerIdentity)?;

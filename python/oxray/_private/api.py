@@ -246,7 +246,7 @@ def _start(request: _InitRequest) -> tuple:
 
 def _publish(cluster) -> None:
     """The embedded cluster's record for other drivers, and its addresses for the RayContext."""
-    dashboard_url = f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None
+    dashboard_url = f"{node_files.http_scheme()}://{cluster.dashboard_address}" if cluster.dashboard_address else None
     STATE.published = node_files.publish_embedded_cluster(
         cluster.head_address, cluster.token, cluster.session_dir, dashboard_url
     )

@@ -30,7 +30,8 @@ def local_cluster(serve: bool = True) -> Optional[dict]:
         url = STATE.address_info.get("dashboard_url") or (serve_http_here() if serve else None)
         if not url:
             return None
-        return {"dashboard_url": url if "://" in url else f"http://{url}", "token": STATE.cluster.token}
+        scheme = node_files.http_scheme()
+        return {"dashboard_url": url if "://" in url else f"{scheme}://{url}", "token": STATE.cluster.token}
     try:
         return node_files.find_local_cluster(None)
     except Exception:  # noqa: BLE001 - no readable cluster files: there is no local cluster
@@ -49,7 +50,7 @@ def serve_http_here() -> str:
         if STATE.published:
             # Other drivers that joined this cluster find its HTTP server from the record too.
             STATE.published = node_files.publish_embedded_cluster(
-                cluster.head_address, cluster.token, cluster.session_dir, f"http://{address}"
+                cluster.head_address, cluster.token, cluster.session_dir, f"{node_files.http_scheme()}://{address}"
             )
     return address
 
@@ -116,6 +117,15 @@ def endpoint(address: Optional[str], what: str) -> Tuple[str, dict]:
     return url, ({"Authorization": f"Bearer {token}"} if token else {})
 
 
+def tls_context(ca_file: Optional[str] = None):
+    """How an `https://` head is verified: against the cluster's CA (`ca_file`, else
+    `OXRAY_TLS_CA`, which `oxray start --tls-ca` and TLS clusters' drivers set), else the system's."""
+    import ssl
+
+    ca = ca_file or os.environ.get("OXRAY_TLS_CA")
+    return ssl.create_default_context(cafile=ca) if ca else None
+
+
 def auth_error(text: str) -> AuthenticationError:
     """What a 401 or 403 from the head becomes, with the fix."""
     return AuthenticationError(
@@ -130,7 +140,7 @@ def get_json(url: str, headers: dict, path: str, params=(), timeout: float = 60)
     query = urllib.parse.urlencode(list(params))
     request = urllib.request.Request(f"{url}{path}{'?' + query if query else ''}", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
+        with urllib.request.urlopen(request, timeout=timeout, context=tls_context()) as reply:
             return json.loads(reply.read())
     except urllib.error.HTTPError as e:
         text = e.read().decode(errors="replace")

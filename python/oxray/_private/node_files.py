@@ -155,10 +155,16 @@ def same_process(pid: int, create_time: Optional[float]) -> Optional[psutil.Proc
     return None
 
 
+def http_scheme() -> str:
+    """The scheme of the HTTP server a head in this process serves: https on a TLS cluster (the
+    head speaks HTTPS with its certificate), else http."""
+    return "https" if os.environ.get("OXRAY_TLS_CERT") else "http"
+
+
 def write_current_cluster(address: str, token_file: str, pid: int, dashboard: Optional[str] = None) -> None:
     record = {"address": address, "token_file": token_file, "pid": pid, "create_time": process_create_time(pid)}
     if dashboard:
-        record["dashboard_url"] = f"http://{dashboard}"
+        record["dashboard_url"] = f"{http_scheme()}://{dashboard}"
     write_private(current_cluster_file(), json.dumps(record))
 
 

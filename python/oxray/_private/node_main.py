@@ -52,7 +52,9 @@ def run(config: dict, on_ready=None) -> int:
         "head_address": cluster.head_address,
         "node_id": cluster.node_id,
         "session_dir": cluster.session_dir,
-        "dashboard_url": f"http://{cluster.dashboard_address}" if cluster.dashboard_address else None,
+        "dashboard_url": f"{node_files.http_scheme()}://{cluster.dashboard_address}"
+        if cluster.dashboard_address
+        else None,
     }
     record_path = node_files.write_node_record(record)
     if record["head"]:

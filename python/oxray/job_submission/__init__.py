@@ -19,7 +19,7 @@ import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional, Union
 
 from oxray._private import head_http
 from oxray.job_submission import _package
@@ -87,12 +87,16 @@ class JobSubmissionClient:
         cookies: Optional[Dict[str, Any]] = None,
         metadata: Optional[Dict[str, Any]] = None,
         headers: Optional[Dict[str, Any]] = None,
-        verify: Optional[bool] = True,
+        verify: Optional[Union[bool, str]] = True,
     ):
         if create_cluster_if_needed:
             raise ValueError("create_cluster_if_needed=True is not supported by oxray: start one with `oxray start`")
-        if verify is not True:
-            raise ValueError("verify= is not supported by oxray's client yet (it speaks http to the head)")
+        if verify is not True and not isinstance(verify, str):
+            raise ValueError(
+                f"verify={verify!r} is not supported by oxray's client: an https:// head is always verified, "
+                "against OXRAY_TLS_CA or a CA bundle given as verify='/path/to/ca.pem'"
+            )
+        self._tls = head_http.tls_context(verify if isinstance(verify, str) else None)
         current = head_http.local_cluster()  # this host's cluster: the default address and token
         self._address = head_http.resolve_address(address, current, "JobSubmissionClient")
         self._headers = dict(headers or {})
@@ -112,7 +116,7 @@ class JobSubmissionClient:
         if content_type:
             request.add_header("Content-Type", content_type)
         try:
-            with urllib.request.urlopen(request, timeout=300) as reply:
+            with urllib.request.urlopen(request, timeout=300, context=self._tls) as reply:
                 return reply.status, reply.read()
         except urllib.error.HTTPError as e:
             text = e.read().decode(errors="replace")

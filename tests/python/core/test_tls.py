@@ -4,6 +4,7 @@ plaintext clients, and with `--tls-client-auth require` refuses clients that
 have no certificate the CA signed. Certificates are generated here."""
 
 import datetime
+import http.client
 import ipaddress
 import os
 import socket
@@ -16,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 import oxray as ray
-from cli_cluster import running_cluster
+from cli_cluster import free_port, running_cluster
 
 TLS_VARS = ("OXRAY_TLS_CERT", "OXRAY_TLS_KEY", "OXRAY_TLS_CA", "OXRAY_TLS_CLIENT_AUTH")
 
@@ -234,3 +235,38 @@ def cluster_start_args(cluster):
         "--object-store-memory",
         str(256 << 20),
     ]
+
+
+def test_a_tls_clusters_http_server_speaks_https_with_its_certificate(cluster, certs, monkeypatch):
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    args = [a if a != "0" else str(port) for a in cluster_start_args(cluster)]  # the dashboard port
+    cluster.cli(*args, *tls_flags(certs))
+    verified = ssl.create_default_context(cafile=certs["ca"])
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/api/healthz", context=verified, timeout=30) as reply:
+        assert reply.read() == b"success"
+    # The token never crosses in the clear: plain HTTP is not answered.
+    with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/healthz", timeout=30).read()
+    # oxray's clients verify an https:// head against the cluster's CA: the SDK (given the CA, or
+    # OXRAY_TLS_CA) and the State API, which find the head's https:// address on this host.
+    from oxray.job_submission import JobSubmissionClient
+    from oxray.util.state import list_nodes
+
+    token = {"Authorization": f"Bearer {cluster.token}"}
+    url = f"https://127.0.0.1:{port}"
+    assert JobSubmissionClient(url, headers=token, verify=certs["ca"]).list_jobs() == []
+    monkeypatch.setenv("OXRAY_TLS_CA", certs["ca"])
+    monkeypatch.setenv("OXRAY_TOKEN", cluster.token)
+    assert JobSubmissionClient().list_jobs() == []
+    assert len(list_nodes()) == 1
+    with pytest.raises(ValueError, match="verify=False"):
+        JobSubmissionClient(url, verify=False)
+    # A certificate no one the client trusts signed is refused by the client.
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(
+            f"https://127.0.0.1:{port}/api/healthz", context=ssl.create_default_context(), timeout=30
+        )

@@ -72,6 +72,7 @@ mod tests {
             cluster: None,
             metrics_window_ms: 60_000,
             limits: crate::ConnectionLimits::default(),
+            https: None,
         };
         let guard = Guard::new(config.token.clone(), crate::sessions::Sessions::new(8265, false));
         routes(Arc::new(config), Arc::new(guard), StateSources { cluster: None, jobs: None })

@@ -268,7 +268,7 @@ def get_log(
     request = urllib.request.Request(f"{url}/api/v0/logs/{media}?{query}", headers=headers)
     try:
         # A followed log has no end: no timeout on reading it.
-        reply = urllib.request.urlopen(request, timeout=None if follow else timeout)
+        reply = urllib.request.urlopen(request, timeout=None if follow else timeout, context=head_http.tls_context())
     except urllib.error.HTTPError as e:
         raise RayStateApiException(e.read().decode(errors="replace")) from None
     with reply:
