@@ -6,7 +6,7 @@
 
 use crate::autoscale::{self, Demand, GroupState, WorkerView};
 use crate::crd::{Condition, HeadStatus, OxrayCluster, OxrayClusterStatus, WorkerGroupStatus};
-use crate::error::DemandError;
+use crate::error::{CaError, DemandError};
 use crate::resources::describe;
 use crate::spec::{self, ClusterPlanSpec, GroupPlan, METRICS_PORT, STATE_DIR, STATE_VOLUME};
 use k8s_openapi::api::core::v1::{
@@ -82,6 +82,9 @@ pub struct Observed {
     pub demand: Option<Demand>,
     /// Why the head could not be asked, when it could not.
     pub demand_error: Option<DemandError>,
+    /// Why the CA of an HTTPS head (`spec.tls`) cannot be used, when it cannot: then the operator
+    /// does not call the head at all.
+    pub head_ca_error: Option<CaError>,
 }
 
 /// What to do.
@@ -254,7 +257,7 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
     status.head = Some(HeadStatus {
         service_name: service_name(&name),
         address: format!("{host}:{}", spec.head_port),
-        dashboard_url: format!("http://{host}:{}", spec.dashboard_port),
+        dashboard_url: format!("{}://{host}:{}", spec.scheme(), spec.dashboard_port),
         pod_ip: head.and_then(|p| p.ip.clone()),
         service_ip: observed.service_ip.clone(),
     });
@@ -281,6 +284,16 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
         && head_ready
     {
         status.reason = Some(error.cluster_reason());
+    }
+    if spec.https_ca.is_some() {
+        let (usable, reason, message) = match &observed.head_ca_error {
+            Some(error) => {
+                status.reason = Some(error.cluster_reason());
+                (false, "CaUnusable", error.to_string())
+            }
+            None => (true, "CaUsable", "the operator verifies the head's certificate with spec.tls".to_string()),
+        };
+        set_condition(status, &previous, "HeadCertificateTrusted", usable, reason, &message, now);
     }
     set_condition(status, &previous, "SpecValid", true, "Valid", "the spec is valid", now);
     set_condition(

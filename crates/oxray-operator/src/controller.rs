@@ -7,8 +7,8 @@
 use crate::autoscale::Demand;
 use crate::cluster::{self, CLUSTER_LABEL, Child, Observed, ObservedPod, TOKEN_KEY};
 use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus};
-use crate::error::{DemandError, ReconcileError};
-use crate::head_api::HeadClient;
+use crate::error::{CaError, DemandError, ReconcileError};
+use crate::head_api::{Head, HeadClient, TrustedCa};
 use crate::job::{self, ClusterView, JobObserved};
 use crate::spec;
 use futures::StreamExt;
@@ -230,12 +230,37 @@ fn observe_pod(pod: &Pod) -> ObservedPod {
     }
 }
 
-/// The head's Jobs API and dashboard, as this operator reaches it.
-fn head_url(settings: &Settings, namespace: &str, cluster: &str, pod_ip: Option<&str>, port: u16) -> Option<String> {
+/// The head's Jobs API and dashboard, as this operator reaches it (`scheme` is `http` or `https`).
+fn head_url(
+    settings: &Settings,
+    namespace: &str,
+    cluster: &str,
+    pod_ip: Option<&str>,
+    scheme: &str,
+    port: u16,
+) -> Option<String> {
     match settings.head_via {
-        HeadVia::Service => Some(format!("http://{}:{port}", cluster::service_host(cluster, namespace))),
-        HeadVia::PodIp => pod_ip.map(|ip| format!("http://{ip}:{port}")),
+        HeadVia::Service => Some(format!("{scheme}://{}:{port}", cluster::service_host(cluster, namespace))),
+        HeadVia::PodIp => pod_ip.map(|ip| format!("{scheme}://{ip}:{port}")),
     }
+}
+
+/// The CA `spec.tls` names, read from its Secret; `Ok(Err(_))` says why it cannot be used.
+async fn trusted_ca(
+    secrets: &Api<Secret>,
+    ca: &spec::CaRef,
+) -> Result<Result<Arc<TrustedCa>, CaError>, ReconcileError> {
+    let Some(secret) = get_opt(secrets, &ca.secret).await? else {
+        return Ok(Err(CaError::NoSecret(ca.secret.clone())));
+    };
+    let pem = match secret.data.as_ref().and_then(|d| d.get(&ca.key)) {
+        Some(bytes) => bytes.0.clone(),
+        None => match secret.string_data.as_ref().and_then(|d| d.get(&ca.key)) {
+            Some(text) => text.clone().into_bytes(),
+            None => return Ok(Err(CaError::NoKey { secret: ca.secret.clone(), key: ca.key.clone() })),
+        },
+    };
+    Ok(TrustedCa::from_pem(&pem, &ca.secret, &ca.key).map(Arc::new))
 }
 
 async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -297,15 +322,26 @@ async fn reconcile_cluster(oc: Arc<OxrayCluster>, ctx: Arc<Context>) -> Result<A
         pods: observed_pods,
         demand: None,
         demand_error: None,
+        head_ca_error: None,
     };
     let checked = spec::check(&name, &oc.spec);
+    // An HTTPS head's CA: with none usable, the head is not called (its token would go unverified).
+    let mut ca = None;
+    if let Some(ca_ref) = checked.as_ref().ok().and_then(|c| c.https_ca.as_ref()) {
+        match trusted_ca(&secrets, ca_ref).await? {
+            Ok(trusted) => ca = Some(trusted),
+            Err(e) => observed.head_ca_error = Some(e),
+        }
+    }
     let head = observed.pods.iter().find(|p| p.group.is_none() && p.ready && !p.deleting);
     if let (Ok(checked), Some(head), Some(secret)) = (&checked, head, &secret)
         && checked.autoscaling
+        && observed.head_ca_error.is_none()
     {
-        let url = head_url(&ctx.settings, &namespace, &name, head.ip.as_deref(), checked.dashboard_port);
+        let url =
+            head_url(&ctx.settings, &namespace, &name, head.ip.as_deref(), checked.scheme(), checked.dashboard_port);
         match (url, token_of(secret)) {
-            (Some(url), Some(token)) => match ctx.head.demand(&url, &token).await {
+            (Some(base), Some(token)) => match ctx.head.demand(&Head { base, token, ca }).await {
                 Ok(demand) => observed.demand = Some(demand),
                 Err(e) => observed.demand_error = Some(e.into()),
             },
@@ -355,23 +391,31 @@ fn log_demand(name: &str, demand: Option<&Demand>, plan: &cluster::ClusterPlan) 
     }
 }
 
-/// The Jobs API's URL of `cluster`'s head, as this operator reaches it, and the cluster token;
-/// `None` while either is not known yet (no head pod IP, no Secret).
-async fn reach_head(
-    ctx: &Context,
-    namespace: &str,
-    cluster: &OxrayCluster,
-) -> Result<Option<(String, String)>, ReconcileError> {
+/// `cluster`'s head as this operator reaches it: the Jobs API's URL, the cluster token, and for
+/// HTTPS its CA; `None` while one is not known yet (no head pod IP, no Secret) or while the spec
+/// or the CA is not usable (the cluster's status says why).
+async fn reach_head(ctx: &Context, namespace: &str, cluster: &OxrayCluster) -> Result<Option<Head>, ReconcileError> {
     let name = cluster.name_any();
-    let port = spec::check(&name, &cluster.spec).map(|s| s.dashboard_port).unwrap_or(spec::DEFAULT_DASHBOARD_PORT);
+    let Ok(checked) = spec::check(&name, &cluster.spec) else { return Ok(None) };
     let pod_ip = cluster.status.as_ref().and_then(|s| s.head.as_ref()).and_then(|h| h.pod_ip.clone());
-    let Some(url) = head_url(&ctx.settings, namespace, &name, pod_ip.as_deref(), port) else { return Ok(None) };
+    let Some(base) =
+        head_url(&ctx.settings, namespace, &name, pod_ip.as_deref(), checked.scheme(), checked.dashboard_port)
+    else {
+        return Ok(None);
+    };
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let ca = match &checked.https_ca {
+        Some(ca_ref) => match trusted_ca(&secrets, ca_ref).await? {
+            Ok(ca) => Some(ca),
+            Err(_) => return Ok(None),
+        },
+        None => None,
+    };
     // Only the cluster's own Secret: a token in one it did not make is sent nowhere.
     let uid = cluster.metadata.uid.clone().unwrap_or_default();
     let secret = get_opt(&secrets, &cluster::secret_name(&name)).await?;
     let token = secret.filter(|s| owned_by(s.metadata.owner_references.as_ref(), &uid)).as_ref().and_then(token_of);
-    Ok(token.map(|token| (url, token)))
+    Ok(token.map(|token| Head { base, token, ca }))
 }
 
 /// A job still running when its OxrayJob is deleted is stopped (on a shared cluster it would run on);
@@ -380,8 +424,8 @@ async fn stop_running_job(ctx: &Context, oj: &OxrayJob, namespace: &str, cluster
     let Some(id) = oj.status.as_ref().and_then(OxrayJobStatus::running_job_id) else { return };
     let Ok((cluster_name, _)) = job::cluster_of(oj) else { return };
     let Ok(Some(cluster)) = get_opt(clusters, &cluster_name).await else { return };
-    if let Ok(Some((url, token))) = reach_head(ctx, namespace, &cluster).await {
-        match ctx.head.stop_job(&url, &token, id).await {
+    if let Ok(Some(head)) = reach_head(ctx, namespace, &cluster).await {
+        match ctx.head.stop_job(&head, id).await {
             Ok(()) => tracing::info!("job {namespace}/{}: deleted, so job {id} was stopped", oj.name_any()),
             Err(e) => tracing::warn!("job {namespace}/{}: deleted, but stopping job {id} failed: {e}", oj.name_any()),
         }
@@ -413,7 +457,7 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     }
 
     let mut observed = JobObserved { now_s: jiff::Timestamp::now().as_second(), ..Default::default() };
-    let mut head: Option<(String, String)> = None;
+    let mut head: Option<Head> = None;
     if let Ok((cluster_name, _)) = &target
         && let Some(c) = get_opt(&clusters, cluster_name).await?
         && c.metadata.deletion_timestamp.is_none()
@@ -428,9 +472,9 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         };
     }
     if let Some(id) = oj.status.as_ref().and_then(OxrayJobStatus::running_job_id)
-        && let Some((url, token)) = &head
+        && let Some(head) = &head
     {
-        observed.job = Some(ctx.head.job(url, token, id).await);
+        observed.job = Some(ctx.head.job(head, id).await);
     }
 
     let plan = job::plan(&oj, &observed);
@@ -443,10 +487,10 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
     }
     let mut status = plan.status.clone();
     if let Some(body) = &plan.submit {
-        let Some((url, token)) = &head else {
+        let Some(head) = &head else {
             return Err(ReconcileError::HeadNotReachable);
         };
-        match ctx.head.submit_job(url, token, body).await {
+        match ctx.head.submit_job(head, body).await {
             Ok(_) => tracing::info!("job {namespace}/{name}: submitted as {}", body["submission_id"]),
             Err(e) => {
                 // Not submitted: keep trying, saying why.

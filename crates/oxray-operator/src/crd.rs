@@ -43,8 +43,31 @@ pub struct OxrayClusterSpec {
     /// Accepted so that KubeRay manifests apply unchanged; the image decides the version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ray_version: Option<String>,
+    /// How the operator verifies the head's HTTPS certificate. Required when the head's
+    /// `rayStartParams` has `tls-cert` (its Jobs API and dashboard then speak HTTPS only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ClusterTls>,
     /// Fields this operator does not know (KubeRay's others): kept by the API
     /// server, so the operator can refuse them by name instead of ignoring them.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// The CA the operator trusts for a TLS cluster's head: it calls the head's Jobs API
+/// (OxrayJob, autoscaling) over HTTPS and refuses a certificate this CA did not sign.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct ClusterTls {
+    /// A Secret in the cluster's namespace that holds the CA certificate (PEM), such as the
+    /// one cert-manager writes beside the head's certificate.
+    #[schemars(length(min = 1, max = 253))]
+    pub ca_secret_name: String,
+    /// The Secret's key that holds the CA. Default `ca.crt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_key: Option<String>,
+    /// Fields this operator does not know: refused by name.
     #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(skip)]
     pub unknown: BTreeMap<String, serde_json::Value>,

@@ -69,6 +69,19 @@ pub enum SpecError {
     // The head.
     #[error("headGroupSpec.serviceType is {0:?}; expected ClusterIP, NodePort or LoadBalancer")]
     UnknownServiceType(String),
+    #[error(
+        "headGroupSpec.rayStartParams sets tls-cert, so the head's Jobs API speaks HTTPS only; set \
+         spec.tls.caSecretName to a Secret holding the CA that signed it (key ca.crt, or spec.tls.caKey), \
+         which the operator verifies the head with"
+    )]
+    HttpsHeadWithoutCa,
+    #[error(
+        "spec.tls is set but headGroupSpec.rayStartParams has no tls-cert, so the head speaks plain HTTP \
+         and nothing would use the CA; add tls-cert, tls-key and tls-ca, or remove spec.tls"
+    )]
+    CaWithoutHttpsHead,
+    #[error("spec.tls names Secret {secret:?} key {key:?}; expected both non-empty")]
+    EmptyCaRef { secret: String, key: String },
 
     // The autoscaler.
     /// A KubeRay option for the autoscaler's sidecar (`image`, `resources`, `env`).
@@ -169,7 +182,28 @@ pub enum DemandError {
     #[error("Secret {0} has no token")]
     NoToken(String),
     #[error(transparent)]
+    Ca(#[from] CaError),
+    #[error(transparent)]
     Head(#[from] HeadApiError),
+}
+
+/// Why the CA of a TLS cluster's head (`spec.tls`) cannot be used: without it the operator
+/// does not call the head at all.
+#[derive(Debug, thiserror::Error)]
+pub enum CaError {
+    #[error("spec.tls.caSecretName names Secret {0}, which does not exist in the cluster's namespace; create it")]
+    NoSecret(String),
+    #[error("Secret {secret} has no key {key:?} (spec.tls.caKey); expected the CA certificate in PEM there")]
+    NoKey { secret: String, key: String },
+    #[error("Secret {secret} key {key:?} is not a usable CA certificate: {reason}")]
+    Unusable { secret: String, key: String, reason: String },
+}
+
+impl CaError {
+    /// A cluster's `status.reason` (and its `Ready` condition's message) while the CA cannot be used.
+    pub fn cluster_reason(&self) -> String {
+        format!("the head speaks HTTPS and the operator cannot verify it: {self}")
+    }
 }
 
 /// A reconcile step that failed; the controller logs it and retries.

@@ -1,22 +1,28 @@
 //! The operator's calls to a cluster's head over its HTTP API, with the
 //! cluster token: the pending demand and nodes' use (`/api/cluster_status`),
 //! and the Jobs API (`/api/jobs/`) for `OxrayJob`. Plain HTTP inside the
-//! cluster network; every call has a deadline. Replies are read as the types
+//! cluster network, or HTTPS verified against the cluster's CA when the head
+//! has a certificate (`spec.tls`); every call has a deadline. Replies are read as the types
 //! the head writes them from (`oxray_rest`'s `ClusterStatusReply` and
 //! `JobDetails`); a call that fails is a [`HeadApiError`].
 
 use crate::autoscale::{Demand, NodeUsage};
-use crate::error::HeadApiError;
+use crate::error::{CaError, HeadApiError};
 use crate::resources::ResourceMap;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request, StatusCode};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use oxray_rest::{ClusterStatusReply, JobDetails, JobStatus, LoadMetricsReport};
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long one call to a head may take.
@@ -69,10 +75,50 @@ impl Answer {
     }
 }
 
+/// One cluster's head as the operator reaches it.
+#[derive(Clone, Debug)]
+pub struct Head {
+    /// `http://host:port`, or `https://host:port` for a head with a certificate.
+    pub base: String,
+    /// The cluster token, sent as a bearer token.
+    pub token: String,
+    /// For HTTPS: the CA (PEM) the head's certificate must be signed by; no other is trusted.
+    pub ca: Option<Arc<TrustedCa>>,
+}
+
+/// A CA certificate, checked, ready to verify a head with.
+#[derive(Debug)]
+pub struct TrustedCa {
+    pem: Vec<u8>,
+    roots: Arc<rustls::RootCertStore>,
+}
+
+impl TrustedCa {
+    /// The CA in `pem`, from `key` of Secret `secret` (named in the error).
+    pub fn from_pem(pem: &[u8], secret: &str, key: &str) -> Result<Self, CaError> {
+        let unusable = |reason: String| CaError::Unusable { secret: secret.to_string(), key: key.to_string(), reason };
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| unusable(format!("not PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(unusable("no certificate in it".to_string()));
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in certs {
+            roots.add(cert).map_err(|e| unusable(e.to_string()))?;
+        }
+        Ok(TrustedCa { pem: pem.to_vec(), roots: Arc::new(roots) })
+    }
+}
+
+type HttpsClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// Talks to heads.
 #[derive(Clone)]
 pub struct HeadClient {
     http: Client<HttpConnector, Full<Bytes>>,
+    /// One HTTPS client per CA (connections are pooled per client).
+    https: Arc<Mutex<HashMap<Vec<u8>, HttpsClient>>>,
 }
 
 impl Default for HeadClient {
@@ -81,22 +127,59 @@ impl Default for HeadClient {
     }
 }
 
+/// More CAs than this and the cache starts again (CAs are per cluster, and rotate).
+const MAX_CACHED_CAS: usize = 64;
+
 impl HeadClient {
     pub fn new() -> Self {
-        Self { http: Client::builder(TokioExecutor::new()).build_http() }
+        Self { http: Client::builder(TokioExecutor::new()).build_http(), https: Arc::default() }
     }
 
-    async fn call(&self, method: Method, url: &str, token: &str, body: Option<&Value>) -> Result<Answer, HeadApiError> {
+    /// The client that trusts exactly `ca`.
+    fn https_client(&self, ca: &TrustedCa) -> HttpsClient {
+        let mut cache = self.https.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(client) = cache.get(&ca.pem) {
+            return client.clone();
+        }
+        if cache.len() >= MAX_CACHED_CAS {
+            cache.clear();
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default TLS versions")
+            .with_root_certificates(ca.roots.clone())
+            .with_no_client_auth();
+        let connector =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_only().enable_http1().build();
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        cache.insert(ca.pem.clone(), client.clone());
+        client
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        head: &Head,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, HeadApiError> {
+        let url = format!("{}{path}", head.base);
+        let url = url.as_str();
         let payload = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
         let request = Request::builder()
             .method(method.clone())
             .uri(url)
-            .header("authorization", format!("Bearer {token}"))
+            .header("authorization", format!("Bearer {}", head.token))
             .header("content-type", "application/json")
             .body(Full::new(payload))
             .map_err(|e| HeadApiError::unreachable(&method, url, &e))?;
         let (status, body) = tokio::time::timeout(CALL_TIMEOUT, async {
-            let response = self.http.request(request).await.map_err(|e| HeadApiError::unreachable(&method, url, &e))?;
+            let sent = match &head.ca {
+                Some(ca) => self.https_client(ca).request(request).await,
+                None => self.http.request(request).await,
+            };
+            let response = sent.map_err(|e| HeadApiError::unreachable(&method, url, &e))?;
             let status = response.status();
             let body = response.into_body().collect().await.map_err(|e| HeadApiError::unreachable(&method, url, &e))?;
             Ok((status, body.to_bytes()))
@@ -111,15 +194,13 @@ impl HeadClient {
     }
 
     /// The head's pending demand and its nodes (`GET /api/cluster_status`).
-    pub async fn demand(&self, base: &str, token: &str) -> Result<Demand, HeadApiError> {
-        let url = format!("{base}/api/cluster_status");
-        read_demand(self.call(Method::GET, &url, token, None).await?)
+    pub async fn demand(&self, head: &Head) -> Result<Demand, HeadApiError> {
+        read_demand(self.call(Method::GET, head, "/api/cluster_status", None).await?)
     }
 
     /// Submits a job (`POST /api/jobs/`); `Ok(false)` when one with this id exists already.
-    pub async fn submit_job(&self, base: &str, token: &str, job: &Value) -> Result<bool, HeadApiError> {
-        let url = format!("{base}/api/jobs/");
-        let answer = self.call(Method::POST, &url, token, Some(job)).await?;
+    pub async fn submit_job(&self, head: &Head, job: &Value) -> Result<bool, HeadApiError> {
+        let answer = self.call(Method::POST, head, "/api/jobs/", Some(job)).await?;
         if answer.status == StatusCode::BAD_REQUEST && answer.text().contains("already exists") {
             return Ok(false);
         }
@@ -127,9 +208,8 @@ impl HeadClient {
     }
 
     /// A job's state (`GET /api/jobs/{id}`); `None` when the head does not know it.
-    pub async fn job(&self, base: &str, token: &str, id: &str) -> Result<Option<JobState>, HeadApiError> {
-        let url = format!("{base}/api/jobs/{id}");
-        let answer = self.call(Method::GET, &url, token, None).await?;
+    pub async fn job(&self, head: &Head, id: &str) -> Result<Option<JobState>, HeadApiError> {
+        let answer = self.call(Method::GET, head, &format!("/api/jobs/{id}"), None).await?;
         if answer.status == StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -138,9 +218,8 @@ impl HeadClient {
     }
 
     /// Asks the head to stop a job (`POST /api/jobs/{id}/stop`).
-    pub async fn stop_job(&self, base: &str, token: &str, id: &str) -> Result<(), HeadApiError> {
-        let url = format!("{base}/api/jobs/{id}/stop");
-        let answer = self.call(Method::POST, &url, token, Some(&json!({}))).await?;
+    pub async fn stop_job(&self, head: &Head, id: &str) -> Result<(), HeadApiError> {
+        let answer = self.call(Method::POST, head, &format!("/api/jobs/{id}/stop"), Some(&json!({}))).await?;
         if answer.status == StatusCode::NOT_FOUND {
             return Ok(());
         }
@@ -227,5 +306,13 @@ mod tests {
         assert_eq!(demand.spread_groups, vec![vec![cpu(2.0), cpu(2.0)]]);
         assert_eq!(demand.nodes[0].idle_ms, 5000);
         assert!(demand_of(&json!({"result": true})).unwrap_err().to_string().contains("loadMetricsReport"));
+    }
+
+    #[test]
+    fn a_ca_that_is_not_a_certificate_is_refused_by_name() {
+        let error = TrustedCa::from_pem(b"not a certificate", "ca", "ca.crt").unwrap_err();
+        assert!(error.to_string().contains("Secret ca key \"ca.crt\" is not a usable CA certificate"), "{error}");
+        let junk = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        assert!(matches!(TrustedCa::from_pem(junk, "ca", "ca.crt"), Err(CaError::Unusable { .. })));
     }
 }

@@ -72,7 +72,26 @@ pub struct ClusterPlanSpec {
     pub groups: Vec<GroupPlan>,
     pub autoscaling: bool,
     pub idle_timeout_s: u64,
+    /// The head speaks HTTPS (`tls-cert`): where the CA the operator verifies it with is.
+    pub https_ca: Option<CaRef>,
 }
+
+impl ClusterPlanSpec {
+    /// How the head's Jobs API and dashboard are reached: `https` with a certificate, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.https_ca.is_some() { "https" } else { "http" }
+    }
+}
+
+/// A key of a Secret in the cluster's namespace that holds a CA certificate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CaRef {
+    pub secret: String,
+    pub key: String,
+}
+
+/// The key of `spec.tls.caSecretName` that holds the CA when `caKey` does not say (cert-manager's).
+pub const DEFAULT_CA_KEY: &str = "ca.crt";
 
 /// Checks `spec` of the cluster named `name`.
 pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, SpecError> {
@@ -139,6 +158,7 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Spe
         }
     }
 
+    let https_ca = https_ca(spec)?;
     let mut groups = Vec::new();
     for (i, group) in spec.worker_group_specs.iter().enumerate() {
         let plan = check_group(i, group)?;
@@ -159,7 +179,27 @@ pub fn check(name: &str, spec: &OxrayClusterSpec) -> Result<ClusterPlanSpec, Spe
         groups,
         autoscaling,
         idle_timeout_s,
+        https_ca,
     })
+}
+
+/// `spec.tls`, which a head with `tls-cert` needs (it speaks HTTPS only) and any other head must
+/// not have (nothing would use it).
+fn https_ca(spec: &OxrayClusterSpec) -> Result<Option<CaRef>, SpecError> {
+    let head_https = spec.head_group_spec.ray_start_params.contains_key("tls-cert");
+    match &spec.tls {
+        None if head_https => Err(SpecError::HttpsHeadWithoutCa),
+        None => Ok(None),
+        Some(_) if !head_https => Err(SpecError::CaWithoutHttpsHead),
+        Some(tls) => {
+            refuse_unknown("spec.tls", &tls.unknown)?;
+            let key = tls.ca_key.clone().unwrap_or_else(|| DEFAULT_CA_KEY.to_string());
+            if tls.ca_secret_name.is_empty() || key.is_empty() {
+                return Err(SpecError::EmptyCaRef { secret: tls.ca_secret_name.clone(), key });
+            }
+            Ok(Some(CaRef { secret: tls.ca_secret_name.clone(), key }))
+        }
+    }
 }
 
 /// A field the operator does not know (a KubeRay one it does not build, or a typo) fails the spec by name.

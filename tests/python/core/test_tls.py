@@ -3,70 +3,24 @@ connection (checked on the wire through a recording TCP proxy), refuses
 plaintext clients, and with `--tls-client-auth require` refuses clients that
 have no certificate the CA signed. Certificates are generated here."""
 
-import datetime
 import http.client
-import ipaddress
 import os
 import socket
 import threading
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 import oxray as ray
 from cli_cluster import free_port, running_cluster
+from pki_testutil import write_test_pki
 
 TLS_VARS = ("OXRAY_TLS_CERT", "OXRAY_TLS_KEY", "OXRAY_TLS_CA", "OXRAY_TLS_CLIENT_AUTH")
-
-
-def _write_pem(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-    os.chmod(path, 0o600)
-    return str(path)
-
-
-def _cert(subject, issuer, public_key, signing_key, *, ca):
-    now = datetime.datetime.now(datetime.timezone.utc)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-        .public_key(public_key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
-    return builder.sign(signing_key, hashes.SHA256())
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
     """A CA, and a certificate it signed for 127.0.0.1 that nodes and clients share."""
-    out = tmp_path_factory.mktemp("certs")
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = _cert("oxray test CA", "oxray test CA", ca_key.public_key(), ca_key, ca=True)
-    node_key = ec.generate_private_key(ec.SECP256R1())
-    node = _cert("127.0.0.1", "oxray test CA", node_key.public_key(), ca_key, ca=False)
-    other_key = ec.generate_private_key(ec.SECP256R1())
-    other_ca = _cert("stranger CA", "stranger CA", other_key.public_key(), other_key, ca=True)
-    pem = serialization.Encoding.PEM
-    return {
-        "ca": _write_pem(out / "ca.pem", ca.public_bytes(pem)),
-        "cert": _write_pem(out / "node.pem", node.public_bytes(pem)),
-        "key": _write_pem(
-            out / "node.key",
-            node_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
-        ),
-        "other_ca": _write_pem(out / "other-ca.pem", other_ca.public_bytes(pem)),
-    }
+    return write_test_pki(tmp_path_factory.mktemp("certs"))
 
 
 class RecordingProxy:

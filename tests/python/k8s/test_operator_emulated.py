@@ -10,11 +10,13 @@ import base64
 import json
 import os
 import signal
+import ssl
 import urllib.request
 
 import pytest
 
 from oxray_testutil import wait_until
+from pki_testutil import write_test_pki
 
 MiB = 1024**2
 IMAGE = "localhost/oxray:test"
@@ -265,6 +267,10 @@ def test_a_job_with_its_own_cluster_deletes_it_when_done(emulated, tmp_path):
             '"redis-password", which `oxray start` for a worker does not take',
         ),
         (lambda s: s.update(suspend=True), "spec.suspend is not a field oxray's operator supports"),
+        (
+            lambda s: s["headGroupSpec"]["rayStartParams"].update({"tls-cert": "/certs/tls.crt"}),
+            "sets tls-cert, so the head's Jobs API speaks HTTPS only; set spec.tls.caSecretName",
+        ),
     ],
 )
 def test_a_bad_spec_fails_with_a_condition_not_a_crash(emulated, edit, expected):
@@ -330,3 +336,83 @@ def test_a_dead_head_is_replaced_and_keeps_its_state_on_the_state_volume(emulate
     code, job = head_call(head_ip, f"/api/jobs/{job_id}", token)
     assert code == 200 and job["status"] == "SUCCEEDED", (code, job)
     wait_until("the worker back with the new head", lambda: len(alive_nodes(head_ip, token)) == 2, timeout=60)
+
+
+def condition(kube, name, type_):
+    return next((c for c in status(kube, "oxrayclusters", name).get("conditions", []) if c["type"] == type_), None)
+
+
+def test_a_tls_clusters_head_is_called_over_https_and_only_with_the_ca_spec_tls_names(emulated, tmp_path):
+    # Pods run on 127.0.0.N (the fake kubelet's addresses): the certificate names them all.
+    certs = write_test_pki(tmp_path, ips=[f"127.0.0.{n}" for n in range(1, 31)])
+    kube = emulated.kube
+    manifest = cluster_manifest("secure", workers=1)
+    tls_params = {"tls-cert": certs["cert"], "tls-key": certs["key"], "tls-ca": certs["ca"]}
+    manifest["spec"]["headGroupSpec"]["rayStartParams"].update(tls_params)
+    manifest["spec"]["workerGroupSpecs"][0]["rayStartParams"].update(tls_params)
+    manifest["spec"]["tls"] = {"caSecretName": "secure-ca"}
+    kube.create("oxrayclusters", manifest)
+
+    # No CA Secret yet: the head is never called, and the cluster says why.
+    missing = wait_until(
+        "the cluster to say its CA is missing",
+        lambda: (c := condition(kube, "secure", "HeadCertificateTrusted")) and c["status"] == "False" and c,
+    )
+    assert "Secret secure-ca, which does not exist" in missing["message"], missing
+
+    def ca_secret(path):
+        with open(path, "rb") as f:
+            return {"ca.crt": base64.b64encode(f.read()).decode()}
+
+    # A CA that did not sign the head's certificate: the submission is refused on the certificate.
+    kube.create(
+        "secrets",
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secure-ca"}, "data": ca_secret(certs["other_ca"])},
+    )
+    kube.create(
+        "oxrayjobs",
+        {
+            "apiVersion": "oxray.io/v1",
+            "kind": "OxrayJob",
+            "metadata": {"name": "over-https"},
+            "spec": {"entrypoint": "echo hello over https", "clusterSelector": {"ray.io/cluster": "secure"}},
+        },
+    )
+    try:
+        refused = wait_until(
+            "the submission to be refused on the certificate",
+            lambda: "certificate" in (m := status(kube, "oxrayjobs", "over-https").get("message") or "") and m,
+            timeout=120,
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{emulated.diagnostics()}") from None
+    assert refused.startswith("could not submit: POST https://127.0.0."), refused
+    head_ip = status(kube, "oxrayclusters", "secure")["head"]["podIp"]
+    code, jobs = https_call(head_ip, "/api/jobs/", token_of(kube, "secure"), certs["ca"])
+    assert code == 200 and jobs == [], "nothing reached the head"
+
+    # The right CA: submitted, followed to the end, all over HTTPS.
+    kube.patch("secrets", "secure-ca", {"data": ca_secret(certs["ca"])})
+    try:
+        done = wait_until(
+            "the job to end",
+            lambda: (
+                (s := status(kube, "oxrayjobs", "over-https")).get("jobDeploymentStatus") in ("Complete", "Failed")
+                and s
+            ),
+            timeout=120,
+        )
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{emulated.diagnostics()}") from None
+    assert done["jobStatus"] == "SUCCEEDED", done
+    assert done["dashboardUrl"].startswith("https://secure-head-svc.default.svc:8265"), done
+    assert condition(kube, "secure", "HeadCertificateTrusted")["status"] == "True"
+    code, logs = https_call(head_ip, f"/api/jobs/{done['jobId']}/logs", token_of(kube, "secure"), certs["ca"])
+    assert code == 200 and "hello over https" in logs["logs"], logs
+
+
+def https_call(ip, path, token, ca):
+    context = ssl.create_default_context(cafile=ca)
+    request = urllib.request.Request(f"https://{ip}:8265{path}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10, context=context) as response:
+        return response.status, json.loads(response.read())

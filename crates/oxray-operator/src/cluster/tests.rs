@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::autoscale::NodeUsage;
-use crate::crd::{AutoscalerOptions, HeadGroupSpec, OxrayClusterSpec, WorkerGroupSpec};
+use crate::crd::{AutoscalerOptions, ClusterTls, HeadGroupSpec, OxrayClusterSpec, WorkerGroupSpec};
 use crate::error::HeadApiError;
 use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -346,6 +346,16 @@ fn an_invalid_spec_fails_with_a_condition_and_touches_nothing() {
             }),
             "the autoscaler can't tell what a new worker offers",
         ),
+        (
+            Box::new(|c| {
+                c.spec.head_group_spec.ray_start_params.insert("tls-cert".into(), "/certs/tls.crt".into());
+            }),
+            "the head's Jobs API speaks HTTPS only; set spec.tls.caSecretName",
+        ),
+        (
+            Box::new(|c| c.spec.tls = Some(ClusterTls { ca_secret_name: "ca".into(), ..Default::default() })),
+            "spec.tls is set but headGroupSpec.rayStartParams has no tls-cert",
+        ),
     ];
     for (edit, expected) in cases {
         let mut c = cluster(vec![group("cpu", 1, 0, 5)]);
@@ -358,6 +368,24 @@ fn an_invalid_spec_fails_with_a_condition_and_touches_nothing() {
         let valid = p.status.conditions.iter().find(|c| c.type_ == "SpecValid").unwrap();
         assert_eq!((valid.status.as_str(), valid.message.as_str()), ("False", reason.as_str()));
     }
+}
+
+#[test]
+fn a_tls_heads_dashboard_is_https_and_an_unusable_ca_is_a_condition() {
+    let mut c = cluster(vec![group("cpu", 1, 0, 5)]);
+    c.spec.head_group_spec.ray_start_params.insert("tls-cert".into(), "/certs/tls.crt".into());
+    c.spec.tls = Some(ClusterTls { ca_secret_name: "ca".into(), ..Default::default() });
+    let observed = all_present(vec![pod("demo-head", None, true, Some("10.0.0.1"))]);
+    let p = plan(&c, &observed, "t", NOW);
+    assert!(p.status.head.unwrap().dashboard_url.starts_with("https://"));
+    let trusted = p.status.conditions.iter().find(|c| c.type_ == "HeadCertificateTrusted").unwrap();
+    assert_eq!(trusted.status, "True");
+
+    let observed = Observed { head_ca_error: Some(CaError::NoSecret("ca".into())), ..observed };
+    let p = plan(&c, &observed, "t", NOW);
+    let trusted = p.status.conditions.iter().find(|c| c.type_ == "HeadCertificateTrusted").unwrap();
+    assert_eq!((trusted.status.as_str(), trusted.reason.as_str()), ("False", "CaUnusable"));
+    assert!(p.status.reason.unwrap().contains("cannot verify it: spec.tls.caSecretName names Secret ca"));
 }
 
 #[test]
