@@ -301,7 +301,9 @@ impl Preparer<'_> {
     }
 
     /// A virtualenv with `requirements` installed over the cluster's packages,
-    /// built once per distinct request (others wait on its lock and reuse it).
+    /// built once per distinct request (others wait on its lock and reuse it). It is built
+    /// under a temporary name and renamed into place when complete, so the name it is used
+    /// by only ever holds a whole venv, whatever stopped an earlier build.
     #[tracing::instrument(skip(self, options))]
     fn virtualenv(&self, requirements: &[String], options: &[String], check: bool) -> Result<PathBuf, String> {
         let root = self.data_dir.join("runtime_resources").join("pip");
@@ -309,15 +311,22 @@ impl Preparer<'_> {
         let key = short_hash(&[self.python, &requirements.join("\n"), &options.join("\n"), &check.to_string()]);
         let venv = root.join(&key);
         let _lock = FileLock::acquire(&root.join(format!("{key}.lock")), self.control)?;
-        if venv.join(".oxray-ready").is_file() {
+        if venv.join(READY_MARKER).is_file() {
             return Ok(venv);
         }
-        // Whatever an earlier, killed build left; one that fails here is removed too, so only a
-        // venv marked ready is ever used.
+        // What an earlier, killed build left (under the lock, no build of this key runs now).
         let _ = std::fs::remove_dir_all(&venv);
-        let built = self.build_virtualenv(&venv, requirements, options, check);
+        let building = root.join(format!("{key}.building"));
+        let _ = std::fs::remove_dir_all(&building);
+        let built = self
+            .build_virtualenv(&building, requirements, options, check)
+            .and_then(|()| point_scripts_at(&building, &venv))
+            .and_then(|()| {
+                std::fs::rename(&building, &venv)
+                    .map_err(|e| format!("cannot move {} to {}: {e}", building.display(), venv.display()))
+            });
         if built.is_err() {
-            let _ = std::fs::remove_dir_all(&venv);
+            let _ = std::fs::remove_dir_all(&building);
         }
         built.map(|()| venv)
     }
@@ -360,7 +369,7 @@ impl Preparer<'_> {
             pip_check.args(["-m", "pip", "--python"]).arg(&venv_python).args(["check", "--disable-pip-version-check"]);
             self.run(&mut pip_check, "pip check")?;
         }
-        File::create(venv.join(".oxray-ready")).map_err(|e| format!("cannot mark {} ready: {e}", venv.display()))?;
+        File::create(venv.join(READY_MARKER)).map_err(|e| format!("cannot mark {} ready: {e}", venv.display()))?;
         Ok(())
     }
 
@@ -423,6 +432,44 @@ impl Preparer<'_> {
         let tail = lines[lines.len().saturating_sub(PIP_FAILURE_LINES)..].join("\n");
         Err(format!("{what} failed ({status}):\n{tail}"))
     }
+}
+
+/// The file a virtualenv's build writes last: a venv without it is not used.
+const READY_MARKER: &str = ".oxray-ready";
+
+/// A script in `bin/` larger than this is not one pip or venv wrote.
+const MAX_SCRIPT_BYTES: u64 = 1 << 20;
+
+/// Rewrites the scripts of the venv built at `built` (its console scripts' shebangs, the
+/// `activate` scripts, `pyvenv.cfg`) to name `target`, where it is about to be renamed to:
+/// venv and pip write the absolute path they built at.
+fn point_scripts_at(built: &Path, target: &Path) -> Result<(), String> {
+    let (from, to) = (built.as_os_str().as_encoded_bytes(), target.as_os_str().as_encoded_bytes());
+    let bin = built.join("bin");
+    let entries = std::fs::read_dir(&bin).map_err(|e| format!("cannot read {}: {e}", bin.display()))?;
+    let files = entries.filter_map(Result::ok).map(|e| e.path()).chain([built.join("pyvenv.cfg")]);
+    for path in files {
+        // `bin/python` and its kin are links to the interpreter: left alone.
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if !meta.is_file() || meta.len() > MAX_SCRIPT_BYTES {
+            continue;
+        }
+        let text = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if !text.windows(from.len()).any(|w| w == from) {
+            continue;
+        }
+        let mut rewritten = Vec::with_capacity(text.len());
+        let mut rest = text.as_slice();
+        while let Some(at) = rest.windows(from.len()).position(|w| w == from) {
+            rewritten.extend_from_slice(&rest[..at]);
+            rewritten.extend_from_slice(to);
+            rest = &rest[at + from.len()..];
+        }
+        rewritten.extend_from_slice(rest);
+        // Written in place: the file keeps its mode (scripts stay executable).
+        std::fs::write(&path, rewritten).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `lib/pythonX.Y/site-packages` of a virtualenv.

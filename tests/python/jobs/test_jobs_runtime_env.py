@@ -28,15 +28,19 @@ def wait_terminal(client, job_id):
     return wait_job_terminal(client, job_id, timeout=240)  # a pip install may run first
 
 
-def build_wheel(directory, name, version, source):
+def build_wheel(directory, name, version, source, console_scripts=None):
     """A pure-Python wheel of one module, `name`, written the way the wheel
-    spec lays it out (METADATA, WHEEL and a RECORD of sha256 hashes)."""
+    spec lays it out (METADATA, WHEEL and a RECORD of sha256 hashes), with
+    `console_scripts` (script name: `module:function`) for pip to install."""
     files = {
         f"{name}/__init__.py": source.encode(),
         f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{name}-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: oxray-tests\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",
     }
+    if console_scripts:
+        lines = "".join(f"{script} = {target}\n" for script, target in console_scripts.items())
+        files[f"{name}-{version}.dist-info/entry_points.txt"] = f"[console_scripts]\n{lines}".encode()
     record = io.StringIO()
     writer = csv.writer(record, lineterminator="\n")
     for path, data in files.items():
@@ -76,16 +80,21 @@ print("task", ray.get(in_a_task.remote(name)))
 
 
 def test_pip_installs_into_a_cached_virtualenv_over_the_cluster(client, tmp_path):
-    wheel = build_wheel(tmp_path, "oxray_pipdemo", "1.2.3", "VERSION = '1.2.3'\n")
+    source = "VERSION = '1.2.3'\n\ndef main():\n    print('script', VERSION)\n"
+    wheel = build_wheel(tmp_path, "oxray_pipdemo", "1.2.3", source, {"oxray-pipdemo": "oxray_pipdemo:main"})
     work = tmp_path / "work"
     work.mkdir()
     (work / "driver.py").write_text(DRIVER)
     env = {"working_dir": str(work), "pip": [str(wheel)]}
-    first = client.submit_job(entrypoint="python driver.py oxray_pipdemo", runtime_env=env)
+    # The venv is built under a temporary name and renamed: its console script still runs.
+    first = client.submit_job(entrypoint="python driver.py oxray_pipdemo && oxray-pipdemo", runtime_env=env)
     assert wait_terminal(client, first) == JobStatus.SUCCEEDED, client.get_job_logs(first)
     logs = client.get_job_logs(first)
-    assert "driver 1.2.3" in logs and "task 1.2.3" in logs, logs
+    assert "driver 1.2.3" in logs and "task 1.2.3" in logs and "script 1.2.3" in logs, logs
     assert "creating a virtualenv" in logs, logs
+    root = tmp_path / "oxray"
+    assert len(list(root.rglob("runtime_resources/pip/*/bin/oxray-pipdemo"))) == 1
+    assert not list(root.rglob("*.building")), "nothing is left under the temporary name"
     # The same requirements reuse the virtualenv.
     again = client.submit_job(entrypoint="python driver.py oxray_pipdemo", runtime_env=env)
     assert wait_terminal(client, again) == JobStatus.SUCCEEDED, client.get_job_logs(again)
