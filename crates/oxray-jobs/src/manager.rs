@@ -248,6 +248,7 @@ impl JobManager {
             resources: request.resources,
             node: None,
             group: None,
+            run_id: None,
             pid: None,
             pid_start: None,
         };
@@ -383,8 +384,13 @@ impl JobManager {
                 }
             },
         };
+        if attach_from.is_none() {
+            record.run_id = Some(remote::new_run_id());
+        }
+        let run_id = remote_run_id(record);
         let run = remote::RemoteRun {
             submission_id: record.submission_id.clone(),
+            run_id: run_id.clone(),
             entrypoint: record.entrypoint.clone(),
             runtime_env_json: serde_json::Value::Object(record.runtime_env.clone()).to_string(),
             metadata_json: serde_json::Value::Object(record.metadata.clone()).to_string(),
@@ -441,7 +447,7 @@ impl JobManager {
                     record.node = Some(node.clone());
                     self.put(record);
                     if *stop.borrow() {
-                        let _ = remote.stop(&node, &record.submission_id).await;
+                        let _ = remote.stop(&node, &run_id).await;
                     }
                 }
                 remote::RemoteEvent::Output(bytes) => {
@@ -700,10 +706,10 @@ impl JobManager {
 
     fn signal_stop(&self, record: &JobRecord) {
         if let (Some(node), Some(remote)) = (record.node.clone(), self.config.remote.clone()) {
-            let id = record.submission_id.clone();
+            let (id, run_id) = (record.submission_id.clone(), remote_run_id(record));
             tokio::spawn(async move {
-                if let Err(e) = remote.stop(&node, &id).await {
-                    tracing::warn!("cannot stop job {id} on node {node}: {e}");
+                if let Err(e) = remote.stop(&node, &run_id).await {
+                    tracing::warn!("cannot stop job {id} (run {run_id}) on node {node}: {e}");
                 }
             });
             return;
@@ -801,6 +807,12 @@ fn processes_of_job(data_dir: &Path, id: &str) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// The run id a remote job's node knows it by; a record from before run ids names its run by
+/// the submission id, as the node did then.
+fn remote_run_id(record: &JobRecord) -> String {
+    record.run_id.clone().unwrap_or_else(|| record.submission_id.clone())
 }
 
 /// A submission's `JobDetails`, with its latest driver's ids when it has one.

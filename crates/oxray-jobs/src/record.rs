@@ -32,6 +32,8 @@ pub struct JobRecord {
     pub node: Option<String>,
     /// What holds its entrypoint resources on that node (a placement group id, hex).
     pub group: Option<String>,
+    /// Its run on that node's agent (unique per start), which stops and re-attaches name.
+    pub run_id: Option<String>,
     /// The entrypoint's process (and process group) on the head's node, while it runs.
     pub pid: Option<u32>,
     /// That process's start time (clock ticks after boot), so a reused pid is never signalled.
@@ -84,6 +86,7 @@ impl JobRecord {
         value["entrypoint_resources_held"] = json!(self.resources);
         value["oxray_node"] = json!(self.node);
         value["oxray_group"] = json!(self.group);
+        value["oxray_run_id"] = json!(self.run_id);
         value.to_string()
     }
 
@@ -109,6 +112,7 @@ impl JobRecord {
                 .unwrap_or_default(),
             node: string("oxray_node"),
             group: string("oxray_group"),
+            run_id: string("oxray_run_id"),
             pid: value.get("pid").and_then(Value::as_u64).map(|p| p as u32),
             pid_start: value.get("pid_start").and_then(Value::as_u64),
         })
@@ -579,6 +583,7 @@ mod tests {
             resources: [("CPU".to_string(), 1.5)].into_iter().collect(),
             node: Some("ab".repeat(16)),
             group: Some("cd".repeat(16)),
+            run_id: Some("ef".repeat(16)),
             pid: Some(42),
             pid_start: Some(7),
         };

@@ -8,6 +8,8 @@ use crate::resources::BoxFuture;
 #[derive(Debug, Clone, Default)]
 pub struct RemoteRun {
     pub submission_id: String,
+    /// This run, unique per start ([`new_run_id`]): what the node knows it by.
+    pub run_id: String,
     pub entrypoint: String,
     pub runtime_env_json: String,
     pub metadata_json: String,
@@ -36,10 +38,15 @@ pub trait RemoteJobs: Send + Sync + std::fmt::Debug {
         run: RemoteRun,
     ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, String>>;
 
-    /// Stops job `id` on node `node_id`: `Ok(false)` when it runs there no more.
-    fn stop<'a>(&'a self, node_id: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+    /// Stops run `run_id` on node `node_id`: `Ok(false)` when it runs there no more.
+    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
 
     /// Whether the cluster still counts node `node_id` (hex) alive: a job's stream that broke is
     /// re-attached while it does, and the job fails only once the node is declared dead.
     fn node_alive<'a>(&'a self, node_id: &'a str) -> BoxFuture<'a, bool>;
+}
+
+/// A new run id: 128 random bits in hex.
+pub fn new_run_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
 }

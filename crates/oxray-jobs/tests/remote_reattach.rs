@@ -33,6 +33,7 @@ impl EntrypointResources for OnNodeAb {
 struct ScriptedNode {
     scripts: Mutex<VecDeque<Vec<RemoteEvent>>>,
     runs: Mutex<Vec<Option<u64>>>,
+    run_ids: Mutex<Vec<String>>,
     alive: AtomicBool,
 }
 
@@ -40,6 +41,7 @@ impl RemoteJobs for ScriptedNode {
     fn run<'a>(&'a self, _: &'a str, run: RemoteRun) -> BoxFuture<'a, Result<mpsc::Receiver<RemoteEvent>, String>> {
         Box::pin(async move {
             self.runs.lock().push(run.attach_from);
+            self.run_ids.lock().push(run.run_id.clone());
             let script = self.scripts.lock().pop_front().ok_or("the node knows no such job")?;
             let (tx, rx) = mpsc::channel(16);
             for event in script {
@@ -103,6 +105,10 @@ async fn a_broken_stream_is_reattached_from_the_logs_offset_while_the_node_lives
     let record = ended(&jobs, &id).await;
     assert_eq!(record.status, JobStatus::Succeeded, "{}", record.message);
     assert_eq!(*node.runs.lock(), [None, Some(17)], "re-attached from the 17 bytes the log holds");
+    let run_ids = node.run_ids.lock().clone();
+    assert_eq!(run_ids[0].len(), 32, "a run id of its own, not the submission id: {run_ids:?}");
+    assert_eq!(run_ids[0], run_ids[1], "the re-attach names the same run");
+    assert_eq!(record.run_id.as_deref(), Some(run_ids[0].as_str()), "and the record keeps it");
     let log = std::fs::read_to_string(jobs.job_log_path(&id).unwrap()).unwrap();
     assert_eq!(log, "before the break\nafter it\n");
 }

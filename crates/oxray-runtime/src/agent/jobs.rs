@@ -3,7 +3,8 @@
 //! same wrapper shell as on the head (`oxray_jobs::entrypoint`), its output in
 //! a log file under `<session>/jobs/`. The output and the exit stream back to
 //! the head, which keeps the job's record and log; a restarted head re-attaches
-//! from the offset its log has reached.
+//! from the offset its log has reached. Runs are keyed by the run id the head
+//! gives each start, never by the submission id, which a user may reuse.
 
 use super::service::AgentService;
 use oxray_jobs::entrypoint::{Entrypoint, STOP_GRACE, child_exit_code, signal_group, stop_group};
@@ -26,13 +27,12 @@ const CHUNK: u64 = 1 << 20;
 /// How often a running job's log is read for new output.
 const LOG_POLL: Duration = Duration::from_millis(100);
 
-/// The jobs this agent runs or ran.
+/// The jobs this agent runs or ran, by run id.
 #[derive(Default)]
 pub(crate) struct NodeJobs {
     jobs: Mutex<HashMap<String, Arc<NodeJob>>>,
-    /// Runs that ended, oldest first: forgotten past `ENDED_KEPT`, each only if its id still names it
-    /// (a later run under a reused id stays, so it can still be stopped and is stopped at shutdown).
-    ended: Mutex<VecDeque<(String, Arc<NodeJob>)>>,
+    /// Runs that ended, oldest first: forgotten past `ENDED_KEPT`.
+    ended: Mutex<VecDeque<String>>,
 }
 
 struct NodeJob {
@@ -72,15 +72,12 @@ impl NodeJobs {
         }
     }
 
-    fn remember_ended(&self, id: &str, job: &Arc<NodeJob>) {
+    fn remember_ended(&self, run_id: &str) {
         let mut ended = self.ended.lock();
-        ended.push_back((id.to_string(), job.clone()));
+        ended.push_back(run_id.to_string());
         while ended.len() > ENDED_KEPT {
-            let Some((old_id, old_run)) = ended.pop_front() else { break };
-            let mut jobs = self.jobs.lock();
-            if jobs.get(&old_id).is_some_and(|current| Arc::ptr_eq(current, &old_run)) {
-                jobs.remove(&old_id);
-            }
+            let Some(old) = ended.pop_front() else { break };
+            self.jobs.lock().remove(&old);
         }
     }
 }
@@ -139,9 +136,14 @@ impl AgentService {
             .lock()
             .clone()
             .ok_or_else(|| Status::unavailable("this node is still starting: it cannot run jobs yet"))?;
-        let id = req.submission_id.clone();
-        if id.is_empty() || id.contains('/') {
-            return Err(Status::invalid_argument(format!("job id {id:?} is not valid")));
+        let (id, run_id) = (req.submission_id.clone(), req.run_id.clone());
+        // The head checked both; checked again, as they name files here.
+        for (what, value) in [("submission id", &id), ("run id", &run_id)] {
+            if !oxray_jobs::record::is_valid_submission_id(value) {
+                return Err(Status::invalid_argument(format!(
+                    "job {what} {value:?} is not valid: expected 1 to 255 letters, digits, '-', '_' or '.'"
+                )));
+            }
         }
         let parse = |json: &str, what: &str| -> Result<serde_json::Map<String, serde_json::Value>, Status> {
             match serde_json::from_str(json) {
@@ -158,7 +160,7 @@ impl AgentService {
             oxray_object_store::create_private_dir_all(dir)
                 .map_err(|e| Status::internal(job_error(&format!("cannot create {}", dir.display()), e)))?;
         }
-        let log_path = logs_dir.join(format!("job-driver-{id}.log"));
+        let log_path = logs_dir.join(format!("job-driver-{id}-{run_id}.log"));
         let job = Arc::new(NodeJob {
             log: log_path.clone(),
             setup: oxray_jobs::runtime_env::SetupControl::for_runtime_env(&runtime_env),
@@ -167,16 +169,18 @@ impl AgentService {
         });
         {
             let mut jobs = self.shared.jobs.jobs.lock();
-            if jobs.get(&id).is_some_and(|j| j.exit.borrow().is_none()) {
-                return Err(Status::already_exists(format!("job {id} already runs on this node")));
+            if jobs.contains_key(&run_id) {
+                return Err(Status::already_exists(format!(
+                    "run {run_id} of job {id} was started on this node already"
+                )));
             }
-            jobs.insert(id.clone(), job.clone());
+            jobs.insert(run_id.clone(), job.clone());
         }
         let shared = self.shared.clone();
         tokio::spawn(async move {
             let ended = |code: Option<i32>| {
                 job.exit.send_replace(Some(code));
-                shared.jobs.remember_ended(&id, &job);
+                shared.jobs.remember_ended(&run_id);
             };
             let packages = std::mem::take(&mut req.packages);
             let prepared = tokio::task::spawn_blocking({
@@ -231,7 +235,7 @@ impl AgentService {
                 python: &spawn.python,
                 store: &jobs_dir,
             };
-            let exit_file = logs_dir.join(format!(".job-exit-{id}"));
+            let exit_file = logs_dir.join(format!(".job-exit-{run_id}"));
             let mut child = match entrypoint.spawn(&prepared, log, &exit_file) {
                 Ok(child) => child,
                 Err(e) => {
@@ -260,8 +264,11 @@ impl NodeJobService for AgentService {
         let req = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         if req.attach {
-            let job = self.shared.jobs.jobs.lock().get(&req.submission_id).cloned().ok_or_else(|| {
-                Status::not_found(format!("job {} is not (any more) known on this node", req.submission_id))
+            let job = self.shared.jobs.jobs.lock().get(&req.run_id).cloned().ok_or_else(|| {
+                Status::not_found(format!(
+                    "run {} of job {} is not (any more) known on this node",
+                    req.run_id, req.submission_id
+                ))
             })?;
             let started = *job.pid.lock();
             if let Some(pid) = started {
@@ -275,8 +282,8 @@ impl NodeJobService for AgentService {
     }
 
     async fn stop_job(&self, request: Request<StopJobRequest>) -> Result<Response<StopJobReply>, Status> {
-        let id = request.into_inner().submission_id;
-        let Some(job) = self.shared.jobs.jobs.lock().get(&id).cloned() else {
+        let run_id = request.into_inner().run_id;
+        let Some(job) = self.shared.jobs.jobs.lock().get(&run_id).cloned() else {
             return Ok(Response::new(StopJobReply { stopped: false }));
         };
         let Some(pid) = *job.pid.lock() else {
@@ -307,23 +314,20 @@ mod tests {
     }
 
     #[test]
-    fn forgetting_an_ended_run_keeps_a_later_run_under_the_same_id() {
+    fn ended_runs_are_forgotten_oldest_first_and_a_running_one_never() {
         let table = NodeJobs::default();
-        let first = run();
-        table.jobs.lock().insert("reused".into(), first.clone());
-        first.exit.send_replace(Some(Some(0)));
-        table.remember_ended("reused", &first);
-        // The id is submitted again (its old job deleted on the head) and runs here now.
-        let second = run();
-        table.jobs.lock().insert("reused".into(), second.clone());
-        // Enough other runs end that the first one is forgotten.
+        // A job runs here; its submission id is reused for a later run, which has a run id of its own.
+        let running = run();
+        table.jobs.lock().insert("run-a".into(), running.clone());
         for i in 0..=ENDED_KEPT {
             let other = run();
-            table.jobs.lock().insert(format!("other-{i}"), other.clone());
-            table.remember_ended(&format!("other-{i}"), &other);
+            table.jobs.lock().insert(format!("ended-{i}"), other.clone());
+            other.exit.send_replace(Some(Some(0)));
+            table.remember_ended(&format!("ended-{i}"));
         }
-        let kept = table.jobs.lock().get("reused").cloned().expect("the running run is still in the table");
-        assert!(Arc::ptr_eq(&kept, &second));
-        assert!(!table.jobs.lock().contains_key("other-0"), "ended runs are still forgotten");
+        let kept = table.jobs.lock().get("run-a").cloned().expect("the running run is still in the table");
+        assert!(Arc::ptr_eq(&kept, &running));
+        assert!(!table.jobs.lock().contains_key("ended-0"), "the oldest ended run is forgotten");
+        assert!(table.jobs.lock().contains_key(&format!("ended-{ENDED_KEPT}")));
     }
 }

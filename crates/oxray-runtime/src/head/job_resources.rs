@@ -228,6 +228,7 @@ impl RemoteJobs for HeadRemoteJobs {
             let mut client = self.client(node_id).await?;
             let request = RunJobRequest {
                 submission_id: run.submission_id,
+                run_id: run.run_id,
                 entrypoint: run.entrypoint,
                 runtime_env_json: run.runtime_env_json,
                 metadata_json: run.metadata_json,
@@ -258,11 +259,11 @@ impl RemoteJobs for HeadRemoteJobs {
         })
     }
 
-    fn stop<'a>(&'a self, node_id: &'a str, id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
         Box::pin(async move {
             let mut client = self.client(node_id).await?;
             let reply = client
-                .stop_job(StopJobRequest { submission_id: id.to_string() })
+                .stop_job(StopJobRequest { run_id: run_id.to_string() })
                 .await
                 .map_err(|e| e.message().to_string())?;
             Ok(reply.into_inner().stopped)
