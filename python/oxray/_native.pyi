@@ -58,6 +58,7 @@ __all__ = [
     "DataAction",
     "DataExecutor",
     "OperatorFigures",
+    "TuneController",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
@@ -793,6 +794,35 @@ class OperatorFigures:
     def wall_s(self) -> float: ...
     @property
     def cpu_s(self) -> float: ...
+
+@final
+class TuneController:
+    """Tune's trial controller (`oxray-tune`): trial statuses, the resources
+    running trials hold, retries and the scheduler's decisions. No I/O: the
+    driver loop reports events and starts what `schedule()` returns."""
+
+    def __new__(
+        cls,
+        capacity: dict[str, float],
+        max_concurrent: int | None,
+        max_failures: int | None,
+        scheduler: tuple[Any, ...],
+    ) -> TuneController: ...
+    def add_trial(self, resources: dict[str, float]) -> int: ...
+    def schedule(self) -> list[tuple[int, bool]]:
+        """The trials to start now, as `(trial, restore)`."""
+    def on_result(self, trial: int, time: float, reward: float | None = None) -> bool:
+        """A result; `True` when the scheduler stops the trial."""
+    def on_checkpoint(self, trial: int) -> None: ...
+    def on_ended(self, trial: int) -> None: ...
+    def on_failed(self, trial: int) -> str:
+        """`"PENDING"` (retried) or `"ERROR"`."""
+    def stop_all(self) -> list[int]: ...
+    def status(self, trial: int) -> str: ...
+    def failures(self, trial: int) -> int: ...
+    def count(self, status: str) -> int: ...
+    def all_finished(self) -> bool: ...
+    def in_use(self) -> dict[str, float]: ...
 
 @final
 class DataExecutor:

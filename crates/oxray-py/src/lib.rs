@@ -13,6 +13,7 @@ mod output;
 mod proctitle;
 mod records;
 mod storage;
+mod tune;
 
 use pyo3::prelude::*;
 use std::sync::OnceLock;
@@ -92,6 +93,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(client::is_placement_group_resource, m)?)?;
     data::register(m)?;
     data_exec::register(m)?;
+    tune::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
     m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;

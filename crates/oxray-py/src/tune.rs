@@ -1,0 +1,140 @@
+//! `oxray._native`'s Tune controller: `TuneController` wraps `oxray-tune`'s
+//! trial controller (trial states, resources, retries, the schedulers'
+//! decisions) for the Python driver loop in `oxray/tune/_internal/runner.py`.
+//! Statuses cross as Ray's strings (`"PENDING"`, ...); a scheduler as a tuple
+//! (`("fifo",)` or `("asha", max_t, grace_period, reduction_factor, brackets,
+//! stop_last_trials)`).
+
+use oxray_tune::{AshaSpec, Config, Controller, Decision, Resources, SchedulerSpec, TrialStatus, TuneError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use std::sync::Mutex;
+
+fn value_error(e: TuneError) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
+    let kind: String = spec.get_item(0)?.extract()?;
+    match kind.as_str() {
+        "fifo" => Ok(SchedulerSpec::Fifo),
+        "asha" => {
+            let (_, max_t, grace_period, reduction_factor, brackets, stop_last_trials): (
+                String,
+                f64,
+                f64,
+                f64,
+                u32,
+                bool,
+            ) = spec.extract()?;
+            Ok(SchedulerSpec::Asha(AshaSpec { max_t, grace_period, reduction_factor, brackets, stop_last_trials }))
+        }
+        other => {
+            Err(PyValueError::new_err(format!("scheduler {other:?} is not one the engine runs; expected fifo or asha")))
+        }
+    }
+}
+
+fn status_from(name: &str) -> PyResult<TrialStatus> {
+    Ok(match name {
+        "PENDING" => TrialStatus::Pending,
+        "RUNNING" => TrialStatus::Running,
+        "PAUSED" => TrialStatus::Paused,
+        "TERMINATED" => TrialStatus::Terminated,
+        "ERROR" => TrialStatus::Error,
+        other => return Err(PyValueError::new_err(format!("{other:?} is not a trial status"))),
+    })
+}
+
+/// The trial controller of one experiment.
+#[pyclass(module = "oxray._native", frozen)]
+pub(crate) struct TuneController {
+    inner: Mutex<Controller>,
+}
+
+impl TuneController {
+    fn lock(&self) -> PyResult<std::sync::MutexGuard<'_, Controller>> {
+        self.inner.lock().map_err(|_| PyRuntimeError::new_err("the Tune controller failed earlier (poisoned lock)"))
+    }
+}
+
+#[pymethods]
+impl TuneController {
+    #[new]
+    #[pyo3(signature = (capacity, max_concurrent, max_failures, scheduler))]
+    fn new(
+        capacity: Resources,
+        max_concurrent: Option<u32>,
+        max_failures: Option<u32>,
+        scheduler: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let scheduler = scheduler_from(scheduler)?;
+        let controller =
+            Controller::new(Config { capacity, max_concurrent, max_failures, scheduler }).map_err(value_error)?;
+        Ok(TuneController { inner: Mutex::new(controller) })
+    }
+
+    /// A new PENDING trial; its index. `ValueError` when it could never run on this cluster.
+    fn add_trial(&self, resources: Resources) -> PyResult<u32> {
+        self.lock()?.add_trial(resources).map_err(value_error)
+    }
+
+    /// The trials to start now, as `(trial, restore)`.
+    fn schedule(&self) -> PyResult<Vec<(u32, bool)>> {
+        Ok(self
+            .lock()?
+            .schedule()
+            .into_iter()
+            .map(|oxray_tune::Action::Start { trial, restore }| (trial, restore))
+            .collect())
+    }
+
+    /// A result; `True` when the scheduler stops the trial.
+    #[pyo3(signature = (trial, time, reward=None))]
+    fn on_result(&self, trial: u32, time: f64, reward: Option<f64>) -> PyResult<bool> {
+        Ok(self.lock()?.on_result(trial, time, reward).map_err(value_error)? == Decision::Stop)
+    }
+
+    fn on_checkpoint(&self, trial: u32) -> PyResult<()> {
+        self.lock()?.on_checkpoint(trial).map_err(value_error)
+    }
+
+    fn on_ended(&self, trial: u32) -> PyResult<()> {
+        self.lock()?.on_ended(trial).map_err(value_error)
+    }
+
+    /// The trial failed; its new status (`"PENDING"` for a retry, or `"ERROR"`).
+    fn on_failed(&self, trial: u32) -> PyResult<&'static str> {
+        Ok(self.lock()?.on_failed(trial).map_err(value_error)?.as_str())
+    }
+
+    /// Ends every unfinished trial; the running ones, for the caller to stop.
+    fn stop_all(&self) -> PyResult<Vec<u32>> {
+        Ok(self.lock()?.stop_all())
+    }
+
+    fn status(&self, trial: u32) -> PyResult<&'static str> {
+        Ok(self.lock()?.status(trial).map_err(value_error)?.as_str())
+    }
+
+    fn failures(&self, trial: u32) -> PyResult<u32> {
+        self.lock()?.failures(trial).map_err(value_error)
+    }
+
+    fn count(&self, status: &str) -> PyResult<usize> {
+        let status = status_from(status)?;
+        Ok(self.lock()?.count(status))
+    }
+
+    fn all_finished(&self) -> PyResult<bool> {
+        Ok(self.lock()?.all_finished())
+    }
+
+    fn in_use(&self) -> PyResult<Resources> {
+        Ok(self.lock()?.in_use().clone())
+    }
+}
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<TuneController>()
+}

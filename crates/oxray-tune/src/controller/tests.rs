@@ -1,0 +1,121 @@
+//! The controller's life of a trial: scheduling within resources and the
+//! concurrency limit, ends, retries, and stopping the experiment.
+
+use super::*;
+use crate::scheduler::AshaSpec;
+
+fn cpus(n: f64) -> Resources {
+    Resources::from([("CPU".to_string(), n)])
+}
+
+fn controller(capacity: f64, max_concurrent: Option<u32>, max_failures: Option<u32>) -> Controller {
+    Controller::new(Config { capacity: cpus(capacity), max_concurrent, max_failures, scheduler: SchedulerSpec::Fifo })
+        .unwrap()
+}
+
+fn started(actions: &[Action]) -> Vec<u32> {
+    actions.iter().map(|Action::Start { trial, .. }| *trial).collect()
+}
+
+#[test]
+fn trials_start_as_resources_free_up_oldest_first() {
+    let mut c = controller(2.0, None, Some(0));
+    for _ in 0..4 {
+        c.add_trial(cpus(1.0)).unwrap();
+    }
+    assert_eq!(started(&c.schedule()), [0, 1]);
+    assert_eq!(c.schedule(), [], "nothing more fits");
+    c.on_ended(1).unwrap();
+    assert_eq!(started(&c.schedule()), [2]);
+    assert_eq!(c.in_use(), &cpus(2.0));
+    c.on_ended(0).unwrap();
+    c.on_ended(2).unwrap();
+    assert_eq!(started(&c.schedule()), [3]);
+    c.on_ended(3).unwrap();
+    assert!(c.all_finished());
+    assert_eq!(c.count(TrialStatus::Terminated), 4);
+}
+
+#[test]
+fn max_concurrent_caps_running_trials_and_a_smaller_trial_passes_a_larger_one() {
+    let mut c = controller(4.0, Some(2), Some(0));
+    c.add_trial(cpus(3.0)).unwrap();
+    c.add_trial(cpus(2.0)).unwrap();
+    c.add_trial(cpus(1.0)).unwrap();
+    assert_eq!(started(&c.schedule()), [0, 2], "trial 1 does not fit beside trial 0; trial 2 does");
+    c.on_ended(2).unwrap();
+    assert_eq!(c.schedule(), [], "trial 1 still does not fit");
+    c.on_ended(0).unwrap();
+    assert_eq!(started(&c.schedule()), [1]);
+}
+
+#[test]
+fn a_failed_trial_is_retried_from_its_checkpoint_until_max_failures() {
+    let mut c = controller(1.0, None, Some(1));
+    c.add_trial(cpus(1.0)).unwrap();
+    assert_eq!(c.schedule(), [Action::Start { trial: 0, restore: false }]);
+    c.on_checkpoint(0).unwrap();
+    assert_eq!(c.on_failed(0).unwrap(), TrialStatus::Pending);
+    assert_eq!(c.schedule(), [Action::Start { trial: 0, restore: true }]);
+    assert_eq!(c.on_failed(0).unwrap(), TrialStatus::Error);
+    assert_eq!(c.failures(0).unwrap(), 2);
+    assert!(c.all_finished());
+    assert_eq!(c.in_use(), &cpus(0.0));
+}
+
+#[test]
+fn unlimited_retries_and_stop_all() {
+    let mut c = controller(1.0, None, None);
+    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0)).unwrap();
+    c.schedule();
+    for _ in 0..10 {
+        assert_eq!(c.on_failed(0).unwrap(), TrialStatus::Pending);
+        assert_eq!(started(&c.schedule()), [0]);
+    }
+    assert_eq!(c.stop_all(), [0]);
+    assert_eq!(c.status(1).unwrap(), TrialStatus::Terminated, "a pending trial never starts");
+    assert!(c.all_finished());
+}
+
+#[test]
+fn bad_input_is_refused_by_name() {
+    let mut c = controller(2.0, None, Some(0));
+    let error = c.add_trial(cpus(4.0)).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "trial 0 asks for {CPU: 4} but trials can use at most {CPU: 2} on this cluster; ask for less \
+         (tune.with_resources) or add nodes"
+    );
+    assert!(matches!(c.add_trial(cpus(-1.0)), Err(TuneError::BadAmount { .. })));
+    assert!(matches!(c.on_ended(7), Err(TuneError::UnknownTrial(7))));
+    c.add_trial(cpus(1.0)).unwrap();
+    assert!(matches!(c.on_result(0, 1.0, None), Err(TuneError::NotRunning { .. })));
+    let zero =
+        Config { capacity: cpus(1.0), max_concurrent: Some(0), max_failures: None, scheduler: SchedulerSpec::Fifo };
+    assert!(Controller::new(zero).unwrap_err().to_string().contains("max_concurrent_trials is 0"));
+    let asha = AshaSpec { max_t: 1.0, grace_period: 2.0, reduction_factor: 4.0, brackets: 1, stop_last_trials: true };
+    let bad =
+        Config { capacity: cpus(1.0), max_concurrent: None, max_failures: None, scheduler: SchedulerSpec::Asha(asha) };
+    assert!(
+        Controller::new(bad).unwrap_err().to_string().contains("max_t is 1; expected a number at least grace_period")
+    );
+}
+
+#[test]
+fn asha_decisions_reach_the_driver_through_on_result() {
+    let asha = AshaSpec { max_t: 4.0, grace_period: 1.0, reduction_factor: 2.0, brackets: 1, stop_last_trials: true };
+    let mut c = Controller::new(Config {
+        capacity: cpus(2.0),
+        max_concurrent: None,
+        max_failures: Some(0),
+        scheduler: SchedulerSpec::Asha(asha),
+    })
+    .unwrap();
+    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0)).unwrap();
+    c.schedule();
+    assert_eq!(c.on_result(0, 1.0, Some(5.0)).unwrap(), Decision::Continue);
+    assert_eq!(c.on_result(1, 1.0, Some(1.0)).unwrap(), Decision::Stop);
+    assert_eq!(c.on_result(0, 4.0, Some(6.0)).unwrap(), Decision::Stop, "max_t reached");
+}

@@ -1,0 +1,63 @@
+"""`oxray.tune`: Ray Tune's API. Trials run as actors; the engine's trial
+controller (`oxray-tune`) decides which start, what they hold, retries and
+the schedulers' verdicts. See README, Tune, for what differs from Ray."""
+
+from oxray.train._checkpoint import Checkpoint
+from oxray.tune._internal.runner import TuneError
+from oxray.tune.callback import Callback
+from oxray.tune.result_grid import Result, ResultGrid
+from oxray.tune.search.sample import (
+    choice,
+    grid_search,
+    lograndint,
+    loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
+    quniform,
+    randint,
+    randn,
+    sample_from,
+    uniform,
+)
+from oxray.tune.session import TuneContext, get_checkpoint, get_context, report
+from oxray.tune.stopper import Stopper
+from oxray.tune.trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
+from oxray.tune.tune_config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from oxray.tune.tuner import Tuner
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "PlacementGroupFactory",
+    "Result",
+    "ResultGrid",
+    "RunConfig",
+    "Stopper",
+    "Trainable",
+    "TuneConfig",
+    "TuneContext",
+    "TuneError",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "get_context",
+    "grid_search",
+    "lograndint",
+    "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
+    "quniform",
+    "randint",
+    "randn",
+    "report",
+    "sample_from",
+    "uniform",
+    "with_parameters",
+    "with_resources",
+]

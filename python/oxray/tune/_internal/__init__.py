@@ -1,0 +1,1 @@
+"""Tune's machinery: trial actors, the driver loop, the experiment directory."""

@@ -1,0 +1,403 @@
+"""The driver loop of an experiment. The engine's trial controller
+(`_native.TuneController`) decides which trials start, what resources they
+hold, whether a failed one is retried and what the scheduler says about a
+result; this loop asks the search algorithm for configs, carries out the
+controller's actions (trial actors, started and killed), waits on the
+trials' results, and writes the experiment directory through callbacks."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+
+import oxray as ray
+from oxray import _native, cloudpickle
+from oxray.train._checkpoint import Checkpoint
+from oxray.tune._internal.files import make_private_dirs, write_atomically
+from oxray.tune._internal.trial import Trial
+from oxray.tune._internal.trial_actor import TrialActor
+from oxray.tune.search.searcher import Searcher
+from oxray.tune.search.variant_generator import flatten, format_vars
+from oxray.tune.stopper import DictStopper
+
+# Kept out of a trial's share of the cluster: what the engine accounts per node, not per trial.
+_NOT_TRIAL_RESOURCES = ("memory", "object_store_memory")
+STATE_PERIOD_S = 10.0
+MAX_LEN_IDENTIFIER = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))
+
+
+class TuneError(Exception):
+    """Ray's `TuneError`: the experiment itself failed."""
+
+
+def _capacity() -> dict:
+    return {
+        k: float(v)
+        for k, v in ray.cluster_resources().items()
+        if k not in _NOT_TRIAL_RESOURCES and not k.startswith("node:")
+    }
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        trainable,
+        trainable_name,
+        search,
+        scheduler,
+        stopper,
+        callbacks,
+        experiment_path,
+        experiment_name,
+        tune_config,
+        run_config,
+        resources,
+    ):
+        self.trainable_bytes = cloudpickle.dumps(trainable)
+        self.trainable_name = trainable_name
+        self.search = search
+        self.scheduler = scheduler
+        self.stopper = stopper
+        self.callbacks = callbacks
+        self.experiment_path = experiment_path
+        self.experiment_name = experiment_name
+        self.tune_config = tune_config
+        self.run_config = run_config
+        self.resources = resources
+        self.metric = tune_config.metric
+        self.mode = tune_config.mode
+        self.time_attr = getattr(scheduler, "time_attr", "training_iteration")
+        self.needs_metric = scheduler._engine_spec()[0] != "fifo"
+        self.trials: list = []
+        self.search_done = False
+        self.iteration = 0
+        self.experiment_hex = uuid.uuid4().hex[:5]
+        self.verbose = 1 if run_config.verbose is None else run_config.verbose
+        self.state_file = os.path.join(
+            experiment_path, f"experiment_state-{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        )
+        failures = run_config.failure_config.max_failures
+        max_concurrent = tune_config.max_concurrent_trials or None
+        self.controller = _native.TuneController(
+            _capacity(), max_concurrent, None if failures == -1 else failures, scheduler._engine_spec()
+        )
+        self.actor_class = ray.remote(TrialActor)
+        self.raise_error = None
+        self.last_state_write = 0.0
+
+    # The search algorithm.
+
+    def _next_config(self, trial_id):
+        if hasattr(self.search, "next_variant"):
+            return self.search.next_variant(trial_id)
+        config = self.search.suggest(trial_id)
+        if config is None or config == Searcher.FINISHED:
+            return config
+        return config, flatten_paths(config)
+
+    def _add_trials(self) -> None:
+        limit = max(2, int(self.controller.in_use().get("CPU", 0)) + 2)
+        while not self.search_done and self.controller.count("PENDING") < limit:
+            index = len(self.trials)
+            trial_id = f"{self.experiment_hex}_{index:05d}"
+            suggested = self._next_config(trial_id)
+            if suggested is None:
+                return
+            if suggested == Searcher.FINISHED:
+                self.search_done = True
+                return
+            config, resolved = suggested
+            tag = f"{index}_{format_vars(resolved)}" if resolved else str(index)
+            trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, self.resources)
+            if self.tune_config.trial_name_creator:
+                trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
+            trial.local_path = os.path.join(self.experiment_path, self._dir_name(trial))
+            added = self.controller.add_trial(self.resources)
+            assert added == index, (added, index)
+            self.trials.append(trial)
+
+    def _dir_name(self, trial: Trial) -> str:
+        if self.tune_config.trial_dirname_creator:
+            name = str(self.tune_config.trial_dirname_creator(trial))
+            if os.sep in name or name in ("", ".", ".."):
+                raise ValueError(
+                    f"trial_dirname_creator returned {name!r}; expected a directory name without {os.sep!r}"
+                )
+            return name
+        name = f"{trial.trainable_name}_{trial.trial_id}_{trial.experiment_tag}"[:MAX_LEN_IDENTIFIER]
+        for bad in '/()\\:*?"<>|':
+            name = name.replace(bad, "")
+        return f"{name}_{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}"
+
+    # Trials.
+
+    def _start(self, trial: Trial, restore: bool) -> None:
+        make_private_dirs(trial.local_path)
+        trial.status = "RUNNING"
+        options = {"num_cpus": trial.resources.get("CPU", 0.0), "num_gpus": trial.resources.get("GPU", 0.0)}
+        custom = {k: v for k, v in trial.resources.items() if k not in ("CPU", "GPU")}
+        if custom:
+            options["resources"] = custom
+        trial.actor = self.actor_class.options(**options).remote()
+        info = {
+            "trial_id": trial.trial_id,
+            "trial_name": trial.trial_name,
+            "trial_dir": trial.local_path,
+            "experiment_name": self.experiment_name,
+            "resources": trial.resources,
+        }
+        checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
+        payload = {
+            "trainable": self.trainable_bytes,
+            "config": trial.config,
+            "info": info,
+            "iteration": trial.iteration if restore else 0,
+            "time_total": trial.time_total if restore else 0.0,
+            "checkpoint_index": trial.checkpoint_index,
+            "checkpoint": checkpoint,
+        }
+        trial.actor.start.remote(payload)
+        trial.future = trial.actor.next_result.remote()
+        trial.run_started = time.time()
+        hook = "on_trial_restore" if restore else "on_trial_start"
+        self._callbacks(hook, trial=trial)
+        if self.verbose >= 1 and not restore:
+            print(f"Trial {trial.trial_name} started with configuration: {_short(trial.config)}", flush=True)
+
+    def _kill(self, trial: Trial) -> None:
+        if trial.actor is not None:
+            try:
+                ray.kill(trial.actor)
+            except Exception:  # already gone
+                pass
+        trial.actor = None
+        trial.future = None
+
+    def _on_result(self, trial: Trial, result: dict) -> None:
+        self._check_metric(result)
+        trial.results.append(result)
+        trial.last_result = result
+        if result.get("checkpoint_dir_name"):
+            self._keep_checkpoint(trial, result)
+        reward = None
+        if self.needs_metric:
+            value = result[self.metric]
+            reward = float(value) if self.mode == "max" else -float(value)
+        time_value = result.get(self.time_attr)
+        if time_value is None:
+            raise ValueError(
+                f"the scheduler's time_attr {self.time_attr!r} is not in trial {trial.trial_name}'s result; "
+                f"it reports {sorted(result)}"
+            )
+        stop = self.controller.on_result(trial.index, float(time_value), reward)
+        flat = flatten(result)
+        if isinstance(self.stopper, DictStopper):
+            for key in self.stopper.missing(flat):
+                print(
+                    f"WARNING: the stop criterion {key!r} is not in trial {trial.trial_name}'s results "
+                    f"(it reports {sorted(flat)})",
+                    file=sys.stderr,
+                )
+        stop = self.stopper(trial.trial_id, flat) or stop
+        self.search.on_trial_result(trial.trial_id, result)
+        self._callbacks("on_trial_result", trial=trial, result=result)
+        if stop:
+            result["done"] = True
+            self._finish(trial)
+        else:
+            trial.future = trial.actor.next_result.remote()
+        if self.stopper.stop_all():
+            self._stop_all()
+
+    def _check_metric(self, result: dict) -> None:
+        if (
+            self.needs_metric
+            and self.metric not in result
+            and not os.environ.get("TUNE_DISABLE_STRICT_METRIC_CHECKING")
+        ):
+            reported = sorted(k for k in result if k != "config")
+            raise ValueError(
+                f"Trial returned a result which did not include the specified metric {self.metric!r} that "
+                f"the scheduler needs (TuneConfig(metric=...)). The trial reports {reported}. Make sure your "
+                "calls to tune.report() include the metric, or set TUNE_DISABLE_STRICT_METRIC_CHECKING=1"
+            )
+
+    def _keep_checkpoint(self, trial: Trial, result: dict) -> None:
+        path = os.path.join(trial.local_path, result["checkpoint_dir_name"])
+        checkpoint = Checkpoint(path)
+        trial.checkpoint_index += 1
+        metrics = {k: v for k, v in result.items() if k != "config"}
+        trial.checkpoints.append((checkpoint, metrics))
+        self.controller.on_checkpoint(trial.index)
+        self._callbacks("on_checkpoint", trial=trial, checkpoint=checkpoint)
+        config = self.run_config.checkpoint_config
+        if config.num_to_keep is not None and len(trial.checkpoints) > config.num_to_keep:
+            # The latest is always kept (a retry restores from it); the rest by score, else by age.
+            older = trial.checkpoints[:-1]
+            attribute = config.checkpoint_score_attribute
+            if attribute:
+                sign = 1 if config.checkpoint_score_order == "max" else -1
+                older.sort(key=lambda cm: sign * float(cm[1].get(attribute, float("-inf") * sign)))
+            drop = older[0]
+            trial.checkpoints.remove(drop)
+            shutil.rmtree(drop[0].path, ignore_errors=True)
+
+    def _finish(self, trial: Trial) -> None:
+        self._kill(trial)
+        self.controller.on_ended(trial.index)
+        trial.status = "TERMINATED"
+        trial.last_result["done"] = True
+        self.search.on_trial_complete(trial.trial_id, result=trial.last_result, error=False)
+        self._callbacks("on_trial_complete", trial=trial)
+        if self.verbose >= 1:
+            print(
+                f"Trial {trial.trial_name} completed after {trial.iteration} iterations at "
+                f"{datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')}. Total running time: "
+                f"{trial.time_total:.1f}s",
+                flush=True,
+            )
+
+    def _on_error(self, trial: Trial, text: str, error: BaseException) -> None:
+        self._kill(trial)
+        trial.num_failures += 1
+        trial.error_file = os.path.join(trial.local_path, "error.txt")
+        stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        with open(trial.error_file, "a") as f:
+            f.write(f"Failure # {trial.num_failures} (occurred at {stamp})\n{text}\n")
+        try:
+            write_atomically(os.path.join(trial.local_path, "error.pkl"), cloudpickle.dumps(error))
+        except Exception:
+            pass
+        status = self.controller.on_failed(trial.index)
+        trial.status = status
+        if status == "PENDING":
+            self._callbacks("on_trial_recover", trial=trial)
+            return
+        trial.error = error
+        self.search.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
+        self._callbacks("on_trial_error", trial=trial)
+        if self.verbose >= 1:
+            print(
+                f"Trial {trial.trial_name} errored after {trial.iteration} iterations at {stamp}. "
+                f"Error file: {trial.error_file}",
+                file=sys.stderr,
+                flush=True,
+            )
+        fail_fast = self.run_config.failure_config.fail_fast
+        if fail_fast:
+            self._stop_all()
+            if fail_fast == "raise":
+                self.raise_error = error
+
+    def _stop_all(self) -> None:
+        for index in self.controller.stop_all():
+            trial = self.trials[index]
+            self._kill(trial)
+            trial.last_result["done"] = True
+            self._callbacks("on_trial_complete", trial=trial)
+        for trial in self.trials:
+            trial.status = self.controller.status(trial.index)
+        self.search_done = True
+
+    # The loop.
+
+    def run(self) -> list:
+        make_private_dirs(self.experiment_path)
+        deadline = None
+        if self.tune_config.time_budget_s:
+            deadline = time.monotonic() + float(self.tune_config.time_budget_s)
+        if self.verbose >= 1:
+            print(f"View detailed results here: {self.experiment_path}", flush=True)
+        try:
+            self._loop(deadline)
+        except BaseException:
+            self._stop_all()
+            self._write_state()
+            raise
+        self._callbacks_end()
+        self._write_state()
+        if self.raise_error is not None:
+            raise self.raise_error
+        return self.trials
+
+    def _loop(self, deadline) -> None:
+        while True:
+            self._callbacks("on_step_begin")
+            self._add_trials()
+            for index, restore in self.controller.schedule():
+                self._start(self.trials[index], restore)
+            running = {t.future: t for t in self.trials if t.future is not None}
+            if not running:
+                if self.search_done and self.controller.all_finished():
+                    return
+                if self.controller.count("PENDING") == 0:
+                    raise TuneError(
+                        "the search algorithm suggests no trial while none runs; it would wait for ever "
+                        "(a ConcurrencyLimiter or searcher returning None with nothing live)"
+                    )
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
+            for future in ready:
+                trial = running[future]
+                try:
+                    kind, value = ray.get(future)
+                except Exception as e:  # the actor died under the trial
+                    self._on_error(trial, f"{type(e).__name__}: {e}", e)
+                    continue
+                if kind == "result":
+                    self._on_result(trial, value)
+                elif kind == "done":
+                    self._finish(trial)
+                else:
+                    text, pickled = value
+                    try:
+                        error = cloudpickle.loads(pickled)
+                    except Exception:
+                        error = RuntimeError(text)
+                    self._on_error(trial, text, error)
+            self.iteration += 1
+            self._callbacks("on_step_end")
+            if deadline is not None and time.monotonic() >= deadline:
+                if self.verbose >= 1:
+                    print("Reached the time budget (time_budget_s): stopping every trial", flush=True)
+                self._stop_all()
+            if time.monotonic() - self.last_state_write > STATE_PERIOD_S:
+                self._write_state()
+
+    def _callbacks(self, hook: str, **kwargs) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(iteration=self.iteration, trials=self.trials, **kwargs)
+
+    def _callbacks_end(self) -> None:
+        for callback in self.callbacks:
+            callback.on_experiment_end(trials=self.trials)
+
+    def _write_state(self) -> None:
+        state = {
+            "trial_data": [
+                [json.dumps(t.to_state()), json.dumps({"num_failures": t.num_failures})] for t in self.trials
+            ],
+            "runner_data": {
+                "experiment_name": self.experiment_name,
+                "search_done": self.search_done,
+                "iteration": self.iteration,
+            },
+            "stats": {"start_time": time.time()},
+        }
+        write_atomically(self.state_file, json.dumps(state).encode())
+        self.last_state_write = time.monotonic()
+
+
+def flatten_paths(config: dict) -> dict:
+    return {tuple(k.split("/")): v for k, v in flatten(config).items()}
+
+
+def _short(config: dict) -> str:
+    text = json.dumps(config, default=repr)
+    return text if len(text) < 300 else text[:297] + "..."

@@ -1,0 +1,125 @@
+"""The actor a trial runs in: the trainable runs on a thread of its own, and
+each `tune.report` waits until the driver has taken the result
+(`next_result`), so a trial the scheduler stops never runs ahead of the
+driver's decision. Results get Ray's auto-filled keys here, where the
+process, host and clocks are."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+import traceback
+
+from oxray import cloudpickle
+from oxray.train._checkpoint import Checkpoint
+from oxray.tune import session as tune_session
+
+
+def _node_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class _TrialSession:
+    def __init__(self, actor: "TrialActor"):
+        self.actor = actor
+        self.info = actor.info
+
+    def report(self, metrics, checkpoint):
+        self.actor._report(metrics, checkpoint)
+
+    def latest_checkpoint(self):
+        return self.actor.latest_checkpoint
+
+
+class TrialActor:
+    def start(self, payload: dict) -> str:
+        """Starts the trainable; `payload` carries it (cloudpickled), its config and the trial's facts."""
+        self.info = payload["info"]
+        self.config = payload["config"]
+        self.iteration = payload["iteration"]
+        self.time_total = payload["time_total"]
+        self.checkpoint_index = payload["checkpoint_index"]
+        self.latest_checkpoint = Checkpoint(payload["checkpoint"]) if payload["checkpoint"] else None
+        self.started = self.last = time.time()
+        self.iterations_since_restore = 0
+        self.results: queue.Queue = queue.Queue()
+        self.acks = threading.Semaphore(0)
+        self.awaiting_ack = False
+        os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
+            os.chdir(self.info["trial_dir"])
+        trainable = cloudpickle.loads(payload["trainable"])
+        thread = threading.Thread(target=self._run, args=(trainable,), name="tune-trial", daemon=True)
+        thread.start()
+        return socket.gethostname()
+
+    def next_result(self):
+        """The trial's next event: `("result", result)`, `("done", None)` or `("error", (text, pickled))`."""
+        if self.awaiting_ack:
+            self.awaiting_ack = False
+            self.acks.release()
+        kind, value = self.results.get()
+        self.awaiting_ack = kind == "result"
+        return kind, value
+
+    def _run(self, trainable):
+        tune_session._session = _TrialSession(self)
+        try:
+            returned = trainable(self.config)
+            # Ray's older style: a dict returned is the trial's last result.
+            if isinstance(returned, dict):
+                self._report(returned, None)
+        except BaseException as e:  # the trial errs; the experiment goes on
+            text = traceback.format_exc()
+            try:
+                pickled = cloudpickle.dumps(e)
+            except Exception:
+                pickled = cloudpickle.dumps(RuntimeError(f"{type(e).__name__}: {e}"))
+            self.results.put(("error", (text, pickled)))
+            return
+        finally:
+            tune_session._session = None
+        self.results.put(("done", None))
+
+    def _report(self, metrics: dict, checkpoint):
+        checkpoint_dir_name = None
+        if checkpoint is not None:
+            checkpoint_dir_name = f"checkpoint_{self.checkpoint_index:06d}"
+            target = os.path.join(self.info["trial_dir"], checkpoint_dir_name)
+            source = checkpoint.to_directory() if checkpoint._is_remote else checkpoint.path
+            if os.path.abspath(source) != os.path.abspath(target):
+                shutil.copytree(source, target, dirs_exist_ok=True)
+            self.checkpoint_index += 1
+            self.latest_checkpoint = Checkpoint(target)
+        now = time.time()
+        self.iteration += 1
+        self.iterations_since_restore += 1
+        result = dict(metrics)
+        result.update(
+            timestamp=int(now),
+            checkpoint_dir_name=checkpoint_dir_name,
+            done=False,
+            training_iteration=self.iteration,
+            trial_id=self.info["trial_id"],
+            date=datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+            time_this_iter_s=now - self.last,
+            time_total_s=self.time_total + (now - self.started),
+            pid=os.getpid(),
+            hostname=socket.gethostname(),
+            node_ip=_node_ip(),
+            config=self.config,
+            time_since_restore=now - self.started,
+            iterations_since_restore=self.iterations_since_restore,
+        )
+        self.last = now
+        self.results.put(("result", result))
+        # Until the driver has taken it: it may stop this trial now.
+        self.acks.acquire()

@@ -1,0 +1,166 @@
+"""Tune's callbacks: `Callback` hooks the driver loop calls, `LoggerCallback`,
+and the loggers on by default, as in Ray: `JsonLoggerCallback` (params.json,
+params.pkl, result.json) and `CSVLoggerCallback` (progress.csv).
+`TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1` turns the defaults off."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+from oxray import cloudpickle
+from oxray.tune._internal.files import append_private, write_atomically
+
+
+class Callback:
+    def setup(self, stop=None, num_samples=None, total_num_samples=None, **info):
+        pass
+
+    def on_step_begin(self, iteration, trials, **info):
+        pass
+
+    def on_step_end(self, iteration, trials, **info):
+        pass
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        pass
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        pass
+
+    def on_trial_save(self, iteration, trials, trial, **info):
+        pass
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        pass
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        pass
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        pass
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        pass
+
+    def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
+        pass
+
+    def on_experiment_end(self, trials, **info):
+        pass
+
+    def get_state(self):
+        return None
+
+    def set_state(self, state):
+        pass
+
+
+class LoggerCallback(Callback):
+    """Routes the hooks to `log_trial_*` methods."""
+
+    def log_trial_start(self, trial):
+        pass
+
+    def log_trial_restore(self, trial):
+        pass
+
+    def log_trial_save(self, trial):
+        pass
+
+    def log_trial_result(self, iteration, trial, result):
+        pass
+
+    def log_trial_end(self, trial, failed=False):
+        pass
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.log_trial_start(trial)
+
+    def on_trial_restore(self, iteration, trials, trial, **info):
+        self.log_trial_restore(trial)
+
+    def on_trial_save(self, iteration, trials, trial, **info):
+        self.log_trial_save(trial)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.log_trial_result(iteration, trial, result)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.log_trial_end(trial, failed=False)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.log_trial_end(trial, failed=True)
+
+
+def _jsonable(value):
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        if isinstance(value, dict):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v) for v in value]
+        if hasattr(value, "item"):
+            try:
+                return value.item()
+            except Exception:
+                pass
+        return repr(value)
+
+
+class JsonLoggerCallback(LoggerCallback):
+    """`params.json` and `params.pkl` when a trial starts, and a line of `result.json` per result."""
+
+    def log_trial_start(self, trial):
+        params = os.path.join(trial.local_path, "params.json")
+        if not os.path.exists(params):
+            write_atomically(params, json.dumps(_jsonable(trial.config), indent=2, sort_keys=True).encode())
+            write_atomically(os.path.join(trial.local_path, "params.pkl"), cloudpickle.dumps(trial.config))
+
+    def log_trial_result(self, iteration, trial, result):
+        line = json.dumps(_jsonable(result)) + "\n"
+        append_private(os.path.join(trial.local_path, "result.json"), line.encode())
+
+
+class CSVLoggerCallback(LoggerCallback):
+    """`progress.csv`: a row per result, the first result's flattened keys (without config) as columns."""
+
+    def __init__(self):
+        self._columns = {}
+
+    def log_trial_result(self, iteration, trial, result):
+        from oxray.tune.search.variant_generator import flatten
+
+        flat = flatten({k: v for k, v in result.items() if k != "config"})
+        path = os.path.join(trial.local_path, "progress.csv")
+        columns = self._columns.get(trial.trial_id)
+        if columns is None:
+            if os.path.exists(path):
+                with open(path, newline="") as f:
+                    columns = next(csv.reader(f), None)
+            header = columns is None
+            columns = columns or list(flat)
+            self._columns[trial.trial_id] = columns
+        else:
+            header = False
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+        if header:
+            writer.writeheader()
+        writer.writerow({k: flat.get(k, "") for k in columns})
+        append_private(path, out.getvalue().encode())
+
+
+class TBXLoggerCallback(LoggerCallback):
+    def __init__(self):
+        raise NotImplementedError("TBXLoggerCallback is not supported by oxray's Tune yet")
+
+
+def default_loggers() -> list:
+    if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") == "1":
+        return []
+    return [JsonLoggerCallback(), CSVLoggerCallback()]

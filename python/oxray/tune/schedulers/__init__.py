@@ -1,0 +1,130 @@
+"""`oxray.tune.schedulers`: which trials run on, stop early or pause. The
+decisions are made in the engine's trial controller (`oxray-tune`); these
+classes carry the settings, with Ray's names and defaults."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class TrialScheduler:
+    """Ray's base of schedulers. oxray's schedulers decide in the engine; a subclass of
+    your own is refused when the Tuner starts (not yet supported)."""
+
+    CONTINUE = "CONTINUE"
+    PAUSE = "PAUSE"
+    STOP = "STOP"
+    NOOP = "NOOP"
+
+    def __init__(self, metric: Optional[str] = None, mode: Optional[str] = None):
+        _check_mode(mode)
+        self._metric, self._mode = metric, mode
+
+    @property
+    def metric(self):
+        return self._metric
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        if self._metric is None:
+            self._metric = metric
+        if self._mode is None:
+            self._mode = mode
+        return True
+
+    def _engine_spec(self) -> tuple:
+        raise NotImplementedError(
+            f"{type(self).__name__}: custom TrialScheduler subclasses are not supported by oxray yet; use "
+            "FIFOScheduler or ASHAScheduler"
+        )
+
+
+def _check_mode(mode):
+    if mode is not None and mode not in ("min", "max"):
+        raise ValueError(f"mode is {mode!r}; expected 'min' or 'max'")
+
+
+class FIFOScheduler(TrialScheduler):
+    """Runs every trial to its end, in the order they were added."""
+
+    def __init__(self):
+        super().__init__()
+
+    def _engine_spec(self) -> tuple:
+        return ("fifo",)
+
+
+class AsyncHyperBandScheduler(TrialScheduler):
+    """Asynchronous successive halving: at each rung (`grace_period * reduction_factor**k` of
+    `time_attr`), a trial whose metric falls below the rung's top `1/reduction_factor` stops."""
+
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: Optional[str] = None,
+        mode: Optional[str] = None,
+        max_t: float = 100,
+        grace_period: float = 1,
+        reduction_factor: float = 4,
+        brackets: int = 1,
+        stop_last_trials: bool = True,
+    ):
+        super().__init__(metric, mode)
+        for name, value in (("max_t", max_t), ("grace_period", grace_period), ("reduction_factor", reduction_factor)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"ASHAScheduler({name}={value!r}): expected a number")
+        if grace_period <= 0:
+            raise ValueError(f"ASHAScheduler(grace_period={grace_period!r}): expected a number above 0")
+        if max_t < grace_period:
+            raise ValueError(f"ASHAScheduler(max_t={max_t!r}): expected at least grace_period ({grace_period!r})")
+        if reduction_factor <= 1:
+            raise ValueError(f"ASHAScheduler(reduction_factor={reduction_factor!r}): expected a number above 1")
+        if isinstance(brackets, bool) or not isinstance(brackets, int) or brackets < 1:
+            raise ValueError(f"ASHAScheduler(brackets={brackets!r}): expected an integer >= 1")
+        self.time_attr = time_attr
+        self.max_t, self.grace_period, self.reduction_factor = max_t, grace_period, reduction_factor
+        self.brackets, self.stop_last_trials = brackets, bool(stop_last_trials)
+
+    def _engine_spec(self) -> tuple:
+        return (
+            "asha",
+            float(self.max_t),
+            float(self.grace_period),
+            float(self.reduction_factor),
+            self.brackets,
+            self.stop_last_trials,
+        )
+
+
+ASHAScheduler = AsyncHyperBandScheduler
+
+
+def _not_yet(name: str):
+    class NotYet(TrialScheduler):
+        def __init__(self, *args, **kwargs):
+            raise NotImplementedError(f"{name} is not supported by oxray yet; use ASHAScheduler or FIFOScheduler")
+
+    NotYet.__name__ = NotYet.__qualname__ = name
+    return NotYet
+
+
+HyperBandScheduler = _not_yet("HyperBandScheduler")
+HyperBandForBOHB = _not_yet("HyperBandForBOHB")
+MedianStoppingRule = _not_yet("MedianStoppingRule")
+PopulationBasedTraining = _not_yet("PopulationBasedTraining")
+PopulationBasedTrainingReplay = _not_yet("PopulationBasedTrainingReplay")
+PB2 = _not_yet("PB2")
+ResourceChangingScheduler = _not_yet("ResourceChangingScheduler")
+
+__all__ = [
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "FIFOScheduler",
+    "HyperBandForBOHB",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PB2",
+    "PopulationBasedTraining",
+    "PopulationBasedTrainingReplay",
+    "ResourceChangingScheduler",
+    "TrialScheduler",
+]

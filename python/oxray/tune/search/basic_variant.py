@@ -1,0 +1,74 @@
+"""`BasicVariantGenerator`: grid and random search over `param_space`, Tune's
+default search algorithm."""
+
+from __future__ import annotations
+
+import random
+from typing import Optional
+
+from oxray.tune.search.searcher import Searcher
+from oxray.tune.search.variant_generator import generate_variants
+
+
+class BasicVariantGenerator:
+    """Every grid combination `num_samples` times, domains sampled (seeded by `random_state`);
+    `points_to_evaluate` first."""
+
+    def __init__(
+        self,
+        points_to_evaluate: Optional[list] = None,
+        max_concurrent: int = 0,
+        constant_grid_search: bool = False,
+        random_state=None,
+    ):
+        if constant_grid_search:
+            raise NotImplementedError("BasicVariantGenerator(constant_grid_search=True) is not supported by oxray yet")
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 0:
+            raise ValueError(f"BasicVariantGenerator(max_concurrent={max_concurrent!r}): expected 0 (no limit) or more")
+        if points_to_evaluate is not None and not all(isinstance(p, dict) for p in points_to_evaluate):
+            raise ValueError("BasicVariantGenerator(points_to_evaluate=...): expected a list of config dicts")
+        self.points_to_evaluate = [dict(p) for p in points_to_evaluate or []]
+        self.max_concurrent = max_concurrent
+        self._rng = random_state if isinstance(random_state, random.Random) else random.Random(random_state)
+        self._variants = None
+        self._live: set = set()
+        self.metric = self.mode = None
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        self.metric, self.mode = metric, mode
+        return True
+
+    def start(self, space: dict, num_samples: int) -> None:
+        self._variants = generate_variants(space, num_samples, self._rng)
+        self._space = space
+
+    def next_variant(self, trial_id: str):
+        """`(config, resolved_vars)`, `None` when at the concurrency limit, or `Searcher.FINISHED`."""
+        if self.max_concurrent and len(self._live) >= self.max_concurrent:
+            return None
+        if self.points_to_evaluate:
+            point = self.points_to_evaluate.pop(0)
+            config, resolved = next(generate_variants(_merge(self._space, point), 1, self._rng))
+            self._live.add(trial_id)
+            return config, resolved
+        variant = next(self._variants, None)
+        if variant is None:
+            return Searcher.FINISHED
+        self._live.add(trial_id)
+        return variant
+
+    def on_trial_result(self, trial_id, result):
+        pass
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        self._live.discard(trial_id)
+
+
+def _merge(space: dict, point: dict) -> dict:
+    merged = dict(space)
+    for key, value in point.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

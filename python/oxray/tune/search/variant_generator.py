@@ -1,0 +1,120 @@
+"""Turns a `param_space` into concrete configs as Ray does: every grid value
+crossed with every other grid (the first key varying fastest), times
+`num_samples`; domains sampled; `sample_from` functions called last, with the
+config resolved so far."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from typing import Any, Iterator
+
+from oxray.tune.search.sample import Domain, Function
+
+Path = tuple
+
+
+def is_grid(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"grid_search"}
+
+
+def _walk(space: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
+    """`(path, value)` of every leaf; a grid or a domain is a leaf."""
+    if isinstance(space, dict) and not is_grid(space):
+        for key, value in space.items():
+            yield from _walk(value, (*path, key))
+    elif isinstance(space, (list, tuple)) and any(isinstance(v, (Domain, dict)) for v in space):
+        for index, value in enumerate(space):
+            yield from _walk(value, (*path, index))
+    else:
+        yield path, space
+
+
+def _set(config: Any, path: Path, value: Any) -> None:
+    for key in path[:-1]:
+        config = config[key]
+    config[path[-1]] = value
+
+
+class _Spec(dict):
+    """What `sample_from(func)` gets: `spec.config.key` reads the config resolved so far."""
+
+    def __getattr__(self, name):
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+        return _Spec(value) if isinstance(value, dict) and not isinstance(value, _Spec) else value
+
+
+def has_unresolved(space: Any) -> bool:
+    return any(is_grid(v) or isinstance(v, Domain) for _, v in _walk(space))
+
+
+def grid_size(space: Any) -> int:
+    size = 1
+    for _, value in _walk(space):
+        if is_grid(value):
+            size *= len(value["grid_search"])
+    return size
+
+
+def generate_variants(space: dict, num_samples: int, rng: random.Random) -> Iterator[tuple[dict, dict]]:
+    """`(config, resolved_vars)` for each trial: `resolved_vars` maps the path of each key that
+    varied to its value (for the trial's tag)."""
+    leaves = list(_walk(space))
+    grids = [(path, value["grid_search"]) for path, value in leaves if is_grid(value)]
+    domains = [(path, value) for path, value in leaves if isinstance(value, Domain) and not isinstance(value, Function)]
+    functions = [(path, value) for path, value in leaves if isinstance(value, Function)]
+    # The first grid key varies fastest, as in Ray.
+    combos = [tuple(reversed(c)) for c in itertools.product(*[values for _, values in reversed(grids)])]
+    for _ in range(num_samples):
+        for combo in combos:
+            config = copy.deepcopy(_plain(space))
+            resolved = {}
+            for (path, _), value in zip(grids, combo, strict=True):
+                _set(config, path, copy.deepcopy(value))
+                resolved[path] = value
+            for path, domain in domains:
+                value = domain.sample(None, rng)
+                _set(config, path, value)
+                resolved[path] = value
+            for path, function in functions:
+                value = function.sample(_Spec(config=config), rng)
+                _set(config, path, value)
+                resolved[path] = value
+            yield config, resolved
+
+
+def _plain(space: Any) -> Any:
+    """The space with domains kept as placeholders (replaced while resolving)."""
+    if isinstance(space, dict) and not is_grid(space):
+        return {k: _plain(v) for k, v in space.items()}
+    if isinstance(space, list):
+        return [_plain(v) for v in space]
+    return space
+
+
+def _clean(value: Any) -> str:
+    text = f"{value:.5}" if isinstance(value, float) else str(value)
+    for bad in '/\\()[]{}<>:"|?* ':
+        text = text.replace(bad, "_" if bad == " " else "")
+    return text
+
+
+def format_vars(resolved: dict) -> str:
+    """`lr=0.0012,momentum=0.9`, as Ray tags a trial (the last key of each varied path)."""
+    return ",".join(f"{_clean(path[-1])}={_clean(value)}" for path, value in resolved.items())
+
+
+def flatten(config: dict, prefix: str = "", delimiter: str = "/") -> dict:
+    """Nested keys joined by `/` (Ray's `TUNE_RESULT_DELIM`)."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{delimiter}{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name, delimiter))
+        else:
+            flat[name] = value
+    return flat

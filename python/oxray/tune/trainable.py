@@ -1,0 +1,110 @@
+"""Wrapping a trainable: `with_parameters` (large objects through the object
+store, put once) and `with_resources` (what each trial's actor holds), and
+`PlacementGroupFactory`. The class API (`Trainable`) is declared for imports
+and refused by the Tuner until it is supported."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable, Optional
+
+
+class Trainable:
+    """Ray's class API (`setup`, `step`, `save_checkpoint`, `load_checkpoint`): not supported by
+    oxray's Tune yet; a Tuner given one raises, naming it."""
+
+    def __init__(self, config: Optional[dict] = None, **kwargs):
+        raise NotImplementedError(
+            f"{type(self).__name__}: class trainables (tune.Trainable) are not supported by oxray's Tune yet; "
+            "write the trainable as a function that calls tune.report()"
+        )
+
+
+class PlacementGroupFactory:
+    """The bundles a trial reserves. oxray runs a trial in one actor: one bundle is supported."""
+
+    def __init__(self, bundles: list, strategy: str = "PACK", *args, **kwargs):
+        if not isinstance(bundles, list) or not bundles or not all(isinstance(b, dict) for b in bundles):
+            raise ValueError(f"PlacementGroupFactory({bundles!r}): expected a non-empty list of resource dicts")
+        if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
+            raise ValueError(
+                f"PlacementGroupFactory(strategy={strategy!r}): expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"
+            )
+        if len(bundles) > 1:
+            raise NotImplementedError(
+                "PlacementGroupFactory with more than one bundle is not supported by oxray's Tune yet: a trial "
+                "runs in one actor, so give one bundle (a Ray Train run inside reserves its own workers)"
+            )
+        self.bundles = [dict(b) for b in bundles]
+        self.strategy = strategy
+
+    @property
+    def required_resources(self) -> dict:
+        total: dict = {}
+        for bundle in self.bundles:
+            for key, value in bundle.items():
+                total[key] = total.get(key, 0) + value
+        return total
+
+
+_ALIASES = {"cpu": "CPU", "gpu": "GPU", "CPU": "CPU", "GPU": "GPU"}
+
+
+def normalize_resources(resources: Any) -> dict:
+    """A trial's resources as the engine counts them (`CPU`, `GPU`, custom names)."""
+    if isinstance(resources, PlacementGroupFactory):
+        resources = resources.required_resources
+    if not isinstance(resources, dict):
+        raise ValueError(
+            f"tune.with_resources(..., {resources!r}): expected a dict such as {{'cpu': 1}} or a PlacementGroupFactory"
+        )
+    out = {}
+    for key, value in resources.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"tune.with_resources: {key!r} is {value!r}; expected an amount of 0 or more")
+        if key in ("memory", "object_store_memory"):
+            raise NotImplementedError(f"tune.with_resources: {key!r} is not supported by oxray's Tune yet")
+        name = _ALIASES.get(key, key)
+        if value:
+            out[name] = out.get(name, 0) + float(value)
+    return out
+
+
+def with_resources(trainable: Callable, resources: Any) -> Callable:
+    """`trainable` whose trials each hold `resources`."""
+    if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
+        raise NotImplementedError("tune.with_resources(trainable, function of config) is not supported by oxray yet")
+    normalized = normalize_resources(resources)
+
+    @functools.wraps(trainable)
+    def wrapped(config, **kwargs):
+        return trainable(config, **kwargs)
+
+    wrapped._oxray_tune_resources = normalized
+    return wrapped
+
+
+def with_parameters(trainable: Callable, **kwargs) -> Callable:
+    """`trainable(config, **kwargs)` with each value put in the object store once and fetched in
+    the trial, instead of being pickled into every trial."""
+    if inspect.isclass(trainable):
+        raise NotImplementedError("tune.with_parameters on a class trainable is not supported by oxray yet")
+    import oxray
+
+    refs = {name: oxray.put(value) for name, value in kwargs.items()}
+    resources = getattr(trainable, "_oxray_tune_resources", None)
+
+    @functools.wraps(trainable)
+    def wrapped(config):
+        import oxray as ray
+
+        return trainable(config, **{name: ray.get(ref) for name, ref in refs.items()})
+
+    if resources is not None:
+        wrapped._oxray_tune_resources = resources
+    return wrapped
+
+
+def trial_resources(trainable: Callable) -> dict:
+    return dict(getattr(trainable, "_oxray_tune_resources", None) or {"CPU": 1.0})

@@ -1,0 +1,155 @@
+"""`TuneConfig`, and Tune's `RunConfig`, `CheckpointConfig` and
+`FailureConfig` (Ray's names and defaults). Every option is either enforced
+or refused with an error naming it."""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class TuneConfig:
+    mode: Optional[str] = None
+    metric: Optional[str] = None
+    search_alg: Any = None
+    scheduler: Any = None
+    num_samples: int = 1
+    max_concurrent_trials: Optional[int] = None
+    time_budget_s: Union[int, float, datetime.timedelta, None] = None
+    reuse_actors: Optional[bool] = None
+    trial_name_creator: Optional[Callable] = None
+    trial_dirname_creator: Optional[Callable] = None
+    chdir_to_trial_dir: Any = "DEPRECATED"
+
+    def __post_init__(self):
+        if self.mode is not None and self.mode not in ("min", "max"):
+            raise ValueError(f"TuneConfig(mode={self.mode!r}): expected 'min' or 'max'")
+        if self.metric is not None and not isinstance(self.metric, str):
+            raise ValueError(f"TuneConfig(metric={self.metric!r}): expected the name of a reported metric")
+        if not _is_int(self.num_samples) or (self.num_samples < 1 and self.num_samples != -1):
+            raise ValueError(
+                f"TuneConfig(num_samples={self.num_samples!r}): expected an integer >= 1 (or -1 for no limit)"
+            )
+        if self.max_concurrent_trials is not None and (
+            not _is_int(self.max_concurrent_trials) or self.max_concurrent_trials < 0
+        ):
+            raise ValueError(
+                f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials!r}): expected None or an integer >= 0"
+            )
+        if isinstance(self.time_budget_s, datetime.timedelta):
+            self.time_budget_s = self.time_budget_s.total_seconds()
+        if self.time_budget_s is not None and (
+            isinstance(self.time_budget_s, bool)
+            or not isinstance(self.time_budget_s, (int, float))
+            or self.time_budget_s <= 0
+        ):
+            raise ValueError(
+                f"TuneConfig(time_budget_s={self.time_budget_s!r}): expected seconds above 0 or a timedelta"
+            )
+        if self.reuse_actors:
+            raise NotImplementedError("TuneConfig(reuse_actors=True) is not supported by oxray yet")
+        if self.chdir_to_trial_dir != "DEPRECATED":
+            raise DeprecationWarning(
+                "TuneConfig(chdir_to_trial_dir=...) is deprecated; set RAY_CHDIR_TO_TRIAL_DIR=0 to keep the cwd"
+            )
+        for name in ("trial_name_creator", "trial_dirname_creator"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ValueError(f"TuneConfig({name}={value!r}): expected a function of the trial")
+
+
+@dataclass
+class FailureConfig:
+    max_failures: int = 0
+    fail_fast: Union[bool, str] = False
+
+    def __post_init__(self):
+        if not _is_int(self.max_failures) or self.max_failures < -1:
+            raise ValueError(
+                f"FailureConfig(max_failures={self.max_failures!r}): expected an integer >= 0, or -1 for unlimited"
+            )
+        if self.fail_fast not in (False, True, "raise"):
+            raise ValueError(f"FailureConfig(fail_fast={self.fail_fast!r}): expected False, True or 'raise'")
+        if self.fail_fast and self.max_failures != 0:
+            raise ValueError(
+                "FailureConfig(fail_fast=...) needs max_failures=0: a failure cannot be both retried and fail fast"
+            )
+
+
+@dataclass
+class CheckpointConfig:
+    num_to_keep: Optional[int] = None
+    checkpoint_score_attribute: Optional[str] = None
+    checkpoint_score_order: str = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: Optional[bool] = None
+
+    def __post_init__(self):
+        if self.num_to_keep is not None and (not _is_int(self.num_to_keep) or self.num_to_keep < 1):
+            raise ValueError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep!r}): expected None (keep all) or an integer >= 1"
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}): expected 'max' or 'min'"
+            )
+        if not _is_int(self.checkpoint_frequency) or self.checkpoint_frequency < 0:
+            raise ValueError(
+                f"CheckpointConfig(checkpoint_frequency={self.checkpoint_frequency!r}): expected an integer >= 0"
+            )
+
+
+@dataclass
+class RunConfig:
+    name: Optional[str] = None
+    storage_path: Optional[str] = None
+    storage_filesystem: Any = None
+    failure_config: Optional[FailureConfig] = None
+    checkpoint_config: Optional[CheckpointConfig] = None
+    sync_config: Any = None
+    verbose: Any = None
+    stop: Any = None
+    callbacks: Optional[list] = None
+    progress_reporter: Any = None
+    log_to_file: Any = False
+
+    def __post_init__(self):
+        self.failure_config = self.failure_config or FailureConfig()
+        self.checkpoint_config = self.checkpoint_config or CheckpointConfig()
+        if not isinstance(self.failure_config, FailureConfig):
+            raise ValueError(f"RunConfig(failure_config={self.failure_config!r}): expected a tune.FailureConfig")
+        if not isinstance(self.checkpoint_config, CheckpointConfig):
+            raise ValueError(
+                f"RunConfig(checkpoint_config={self.checkpoint_config!r}): expected a tune.CheckpointConfig"
+            )
+        if self.storage_filesystem is not None:
+            raise NotImplementedError("RunConfig(storage_filesystem=...) is not supported by oxray's Tune yet")
+        if self.storage_path is not None:
+            if not isinstance(self.storage_path, (str, os.PathLike)):
+                raise ValueError(f"RunConfig(storage_path={self.storage_path!r}): expected a local path")
+            if "://" in str(self.storage_path):
+                raise NotImplementedError(
+                    f"RunConfig(storage_path={self.storage_path!r}): oxray's Tune keeps experiments on a local "
+                    "or shared (NFS) path for now; URIs are not supported yet"
+                )
+        if self.sync_config is not None:
+            raise NotImplementedError("RunConfig(sync_config=...) is not supported by oxray's Tune yet")
+        if self.progress_reporter is not None:
+            raise NotImplementedError("RunConfig(progress_reporter=...) is not supported by oxray's Tune yet")
+        if self.log_to_file:
+            raise NotImplementedError("RunConfig(log_to_file=...) is not supported by oxray's Tune yet")
+        if self.verbose not in (None, 0, 1, 2, 3):
+            raise ValueError(f"RunConfig(verbose={self.verbose!r}): expected 0, 1 or 2")
+        if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
+            raise ValueError(f"RunConfig(callbacks={self.callbacks!r}): expected a list of tune.Callback")
+        if self.name is not None:
+            from oxray.train._internal.storage import check_name
+
+            check_name("RunConfig(name=...)", self.name)

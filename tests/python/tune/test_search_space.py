@@ -1,0 +1,75 @@
+"""Search spaces as Ray defines them, without a cluster: bounds of each
+domain, grid x num_samples in Ray's order, nested keys, sample_from seeing
+the config resolved so far, and bad bounds refused by name."""
+
+import random
+
+import pytest
+
+from oxray import tune
+from oxray.tune.search.variant_generator import format_vars, generate_variants
+
+
+def draws(domain, n=2000, seed=0):
+    rng = random.Random(seed)
+    return [domain.sample(None, rng) for _ in range(n)]
+
+
+def test_each_domain_keeps_to_rays_bounds():
+    assert set(draws(tune.randint(0, 3))) == {0, 1, 2}, "randint's upper bound is exclusive"
+    assert set(draws(tune.qrandint(0, 10, 5))) == {0, 5, 10}, "qrandint's upper bound is inclusive for q > 1"
+    assert set(draws(tune.qrandint(1, 3))) == {1, 2}, "and exclusive for q == 1"
+    values = draws(tune.quniform(0.0, 1.0, 0.25))
+    assert set(values) == {0.0, 0.25, 0.5, 0.75, 1.0}
+    assert all(1e-3 <= v <= 1.0 for v in draws(tune.loguniform(1e-3, 1.0)))
+    log = draws(tune.loguniform(1e-4, 1.0))
+    assert sum(v < 1e-2 for v in log) > 0.4 * len(log), "log-uniform: half the draws under 1e-2"
+    assert all(1 <= v < 100 for v in draws(tune.lograndint(1, 100)))
+    assert set(draws(tune.choice(["a", "b"]))) == {"a", "b"}
+    normal = draws(tune.randn(10.0, 2.0))
+    assert abs(sum(normal) / len(normal) - 10.0) < 0.3
+    assert all(v % 0.5 == 0 for v in draws(tune.qrandn(0.0, 1.0, 0.5)))
+
+
+def test_a_grid_is_crossed_with_the_other_grids_and_repeated_num_samples_times():
+    space = {"a": tune.grid_search([1, 2]), "nested": {"b": tune.grid_search(["x", "y", "z"])}, "c": 7}
+    configs = [config for config, _ in generate_variants(space, 2, random.Random(0))]
+    assert len(configs) == 12
+    # The first key varies fastest, as in Ray.
+    assert [(c["a"], c["nested"]["b"]) for c in configs[:6]] == [
+        (1, "x"),
+        (2, "x"),
+        (1, "y"),
+        (2, "y"),
+        (1, "z"),
+        (2, "z"),
+    ]
+    assert all(c["c"] == 7 for c in configs)
+
+
+def test_sample_from_sees_the_resolved_config_and_tags_name_what_varied():
+    space = {
+        "width": tune.grid_search([4, 8]),
+        "height": tune.sample_from(lambda spec: spec.config.width * 2),
+        "fixed": "same",
+    }
+    variants = list(generate_variants(space, 1, random.Random(0)))
+    assert [c["height"] for c, _ in variants] == [8, 16]
+    assert format_vars(variants[0][1]) == "width=4,height=8"
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: tune.uniform(1, 1), "lower bound 1 is not below the upper bound 1"),
+        (lambda: tune.loguniform(0, 1), "needs a lower bound above 0"),
+        (lambda: tune.randint(0.5, 3), "lower is 0.5; expected an integer"),
+        (lambda: tune.choice([]), "expected a non-empty list"),
+        (lambda: tune.grid_search([]), "expected at least one value"),
+        (lambda: tune.quniform(0, 1, 0), "q is 0; expected a number above 0"),
+        (lambda: tune.sample_from(3), "expected a function"),
+    ],
+)
+def test_bad_bounds_are_refused_by_name(make, expected):
+    with pytest.raises(ValueError, match=expected):
+        make()
