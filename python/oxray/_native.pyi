@@ -808,9 +808,11 @@ class TuneController:
         max_failures: int | None,
         scheduler: tuple[Any, ...],
     ) -> TuneController: ...
-    def add_trial(self, resources: dict[str, float]) -> int: ...
-    def schedule(self) -> list[tuple[int, bool]]:
-        """The trials to start now, as `(trial, restore)`."""
+    def add_trial(self, resources: dict[str, float], learns_demand: bool = False) -> int: ...
+    def on_train_demand(self, trial: int, demand: dict[str, float]) -> list[int]:
+        """The waiting Train runs that may start their workers now (this trial's, when it fits)."""
+    def schedule(self) -> list[tuple[str, int, bool]]:
+        """`("start", trial, restore)`, or `("grant", trial, False)`: a waiting Train run may go."""
     def on_result(self, trial: int, time: float, reward: float | None = None) -> bool:
         """A result; `True` when the scheduler stops the trial."""
     def on_checkpoint(self, trial: int) -> None: ...

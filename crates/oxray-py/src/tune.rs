@@ -75,17 +75,27 @@ impl TuneController {
     }
 
     /// A new PENDING trial; its index. `ValueError` when it could never run on this cluster.
-    fn add_trial(&self, resources: Resources) -> PyResult<u32> {
-        self.lock()?.add_trial(resources).map_err(value_error)
+    /// `learns_demand`: Tune's default resources, replaced by what Train runs in trials ask for.
+    #[pyo3(signature = (resources, learns_demand=false))]
+    fn add_trial(&self, resources: Resources, learns_demand: bool) -> PyResult<u32> {
+        self.lock()?.add_trial(resources, learns_demand).map_err(value_error)
     }
 
-    /// The trials to start now, as `(trial, restore)`.
-    fn schedule(&self) -> PyResult<Vec<(u32, bool)>> {
+    /// A running trial's Train run asks for `demand`; the waiting runs that may start their workers now.
+    fn on_train_demand(&self, trial: u32, demand: Resources) -> PyResult<Vec<u32>> {
+        self.lock()?.on_train_demand(trial, demand).map_err(value_error)
+    }
+
+    /// What to do now: `("start", trial, restore)`, or `("grant", trial, False)`: a waiting Train run may go.
+    fn schedule(&self) -> PyResult<Vec<(&'static str, u32, bool)>> {
         Ok(self
             .lock()?
             .schedule()
             .into_iter()
-            .map(|oxray_tune::Action::Start { trial, restore }| (trial, restore))
+            .map(|action| match action {
+                oxray_tune::Action::Start { trial, restore } => ("start", trial, restore),
+                oxray_tune::Action::Grant { trial } => ("grant", trial, false),
+            })
             .collect())
     }
 

@@ -56,12 +56,18 @@ impl TrialStatus {
 pub enum Action {
     /// Start the trial's actor; `restore`: from its latest checkpoint (a retry).
     Start { trial: u32, restore: bool },
+    /// The trial's Train run, waiting since [`Controller::on_train_demand`], may start its workers.
+    Grant { trial: u32 },
 }
 
 #[derive(Debug)]
 struct Trial {
     status: TrialStatus,
     resources: Resources,
+    /// Its resources are Tune's default, so what a Train run in a trial asks for replaces them.
+    learns_demand: bool,
+    /// Its Train run waits for its workers' resources, which are not counted in use yet.
+    waiting: bool,
     failures: u32,
     has_checkpoint: bool,
 }
@@ -72,6 +78,8 @@ pub struct Controller {
     trials: Vec<Trial>,
     in_use: Resources,
     scheduler: Scheduler,
+    /// What the last Train run started in a trial holds: the estimate for trials not started yet.
+    learned_demand: Option<Resources>,
 }
 
 impl Controller {
@@ -85,25 +93,82 @@ impl Controller {
             });
         }
         let scheduler = Scheduler::new(&config.scheduler)?;
-        Ok(Controller { config, trials: Vec::new(), in_use: Resources::new(), scheduler })
+        Ok(Controller { config, trials: Vec::new(), in_use: Resources::new(), scheduler, learned_demand: None })
     }
 
     /// A new PENDING trial asking for `resources`; its index. `Err` when it could never run here.
-    pub fn add_trial(&mut self, resources: Resources) -> Result<u32, TuneError> {
+    /// `learns_demand`: the resources are Tune's default, to be replaced by what a Train run in
+    /// the experiment's trials asks for ([`Controller::on_train_demand`]).
+    pub fn add_trial(&mut self, resources: Resources, learns_demand: bool) -> Result<u32, TuneError> {
         check_amounts(&resources)?;
         let trial = self.trials.len() as u32;
+        let resources = match (&self.learned_demand, learns_demand) {
+            (Some(demand), true) => demand.clone(),
+            _ => resources,
+        };
         if !resources::fits(&resources, &self.config.capacity) {
             return Err(TuneError::NeverFits { trial, asks: resources, capacity: self.config.capacity.clone() });
         }
-        self.trials.push(Trial { status: TrialStatus::Pending, resources, failures: 0, has_checkpoint: false });
+        self.trials.push(Trial {
+            status: TrialStatus::Pending,
+            resources,
+            learns_demand,
+            waiting: false,
+            failures: 0,
+            has_checkpoint: false,
+        });
         self.scheduler.on_trial_added(trial);
         Ok(trial)
     }
 
-    /// Starts the PENDING trials that fit, oldest first (a smaller one may pass a larger one that
-    /// does not fit yet).
+    /// A RUNNING trial's Train run asks for `demand` (its workers): the trial counts that instead
+    /// of its default, and so does every trial of default resources still to start. Returns the
+    /// waiting runs that may start their workers now (this one, when it fits); one not among them
+    /// waits for a later [`Action::Grant`]. So a
+    /// trial never holds CPUs its own Train run then waits for (Ray's deadlock, which needs a
+    /// hand-set `max_concurrent_trials`), and a run never waits on a placement group that others hold.
+    /// A trial with resources of its own keeps them (its run reserves its workers besides).
+    pub fn on_train_demand(&mut self, trial: u32, demand: Resources) -> Result<Vec<u32>, TuneError> {
+        self.running(trial, "a Train run's demand")?;
+        check_amounts(&demand)?;
+        if !self.trials[trial as usize].learns_demand {
+            return Ok(vec![trial]);
+        }
+        let t = &mut self.trials[trial as usize];
+        if !t.waiting {
+            resources::subtract(&mut self.in_use, &t.resources);
+        }
+        t.resources = demand.clone();
+        t.waiting = true;
+        for pending in self.trials.iter_mut().filter(|t| t.learns_demand && t.status == TrialStatus::Pending) {
+            pending.resources = demand.clone();
+        }
+        self.learned_demand = Some(demand);
+        Ok(self.grant_waiting())
+    }
+
+    /// Lets waiting Train runs go, oldest first, while their workers fit.
+    fn grant_waiting(&mut self) -> Vec<u32> {
+        let mut granted = Vec::new();
+        for (index, t) in self.trials.iter_mut().enumerate() {
+            if !(t.waiting && t.status == TrialStatus::Running) {
+                continue;
+            }
+            let mut free = self.config.capacity.clone();
+            resources::subtract(&mut free, &self.in_use);
+            if resources::fits(&t.resources, &free) {
+                resources::add(&mut self.in_use, &t.resources);
+                t.waiting = false;
+                granted.push(index as u32);
+            }
+        }
+        granted
+    }
+
+    /// Lets waiting Train runs go, then starts the PENDING trials that fit, oldest first (a smaller
+    /// one may pass a larger one that does not fit yet).
     pub fn schedule(&mut self) -> Vec<Action> {
-        let mut actions = Vec::new();
+        let mut actions: Vec<Action> = self.grant_waiting().into_iter().map(|trial| Action::Grant { trial }).collect();
         let mut running = self.count(TrialStatus::Running) as u32;
         for (index, trial) in self.trials.iter_mut().enumerate() {
             if self.config.max_concurrent.is_some_and(|limit| running >= limit) {
@@ -212,7 +277,10 @@ impl Controller {
 
     fn release(&mut self, trial: u32, status: TrialStatus) {
         let t = &mut self.trials[trial as usize];
-        resources::subtract(&mut self.in_use, &t.resources);
+        if !t.waiting {
+            resources::subtract(&mut self.in_use, &t.resources);
+        }
+        t.waiting = false;
         t.status = status;
     }
 }

@@ -77,4 +77,16 @@ def get_checkpoint() -> Optional[Checkpoint]:
 
 
 def get_context() -> TuneContext:
-    return TuneContext(_current("get_context").info)
+    """This trial's context. Outside a trial (a trial function called directly), as in Ray, a
+    context whose getters return None, with a warning."""
+    if _session is None:
+        import warnings
+
+        warnings.warn(
+            "tune.get_context() is called outside a Tune trial: its trial id, name and directory are None",
+            stacklevel=2,
+        )
+        return TuneContext(
+            dict.fromkeys(("trial_id", "trial_name", "trial_dir", "experiment_name"), None) | {"resources": {}}
+        )
+    return TuneContext(_session.info)

@@ -106,5 +106,10 @@ def with_parameters(trainable: Callable, **kwargs) -> Callable:
     return wrapped
 
 
-def trial_resources(trainable: Callable) -> dict:
-    return dict(getattr(trainable, "_oxray_tune_resources", None) or {"CPU": 1.0})
+def trial_resources(trainable: Callable) -> tuple:
+    """`(resources, learns_demand)`: what each trial holds, and whether that is Tune's default
+    (`{"CPU": 1}`), counted by Tune only and replaced by its Train run's workers once one starts."""
+    declared = getattr(trainable, "_oxray_tune_resources", None)
+    if declared is not None:
+        return dict(declared), False
+    return {"CPU": 1.0}, True

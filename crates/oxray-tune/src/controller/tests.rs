@@ -14,14 +14,18 @@ fn controller(capacity: f64, max_concurrent: Option<u32>, max_failures: Option<u
 }
 
 fn started(actions: &[Action]) -> Vec<u32> {
-    actions.iter().map(|Action::Start { trial, .. }| *trial).collect()
+    actions.iter().filter_map(|a| if let Action::Start { trial, .. } = a { Some(*trial) } else { None }).collect()
+}
+
+fn granted(actions: &[Action]) -> Vec<u32> {
+    actions.iter().filter_map(|a| if let Action::Grant { trial } = a { Some(*trial) } else { None }).collect()
 }
 
 #[test]
 fn trials_start_as_resources_free_up_oldest_first() {
     let mut c = controller(2.0, None, Some(0));
     for _ in 0..4 {
-        c.add_trial(cpus(1.0)).unwrap();
+        c.add_trial(cpus(1.0), false).unwrap();
     }
     assert_eq!(started(&c.schedule()), [0, 1]);
     assert_eq!(c.schedule(), [], "nothing more fits");
@@ -39,9 +43,9 @@ fn trials_start_as_resources_free_up_oldest_first() {
 #[test]
 fn max_concurrent_caps_running_trials_and_a_smaller_trial_passes_a_larger_one() {
     let mut c = controller(4.0, Some(2), Some(0));
-    c.add_trial(cpus(3.0)).unwrap();
-    c.add_trial(cpus(2.0)).unwrap();
-    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(3.0), false).unwrap();
+    c.add_trial(cpus(2.0), false).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
     assert_eq!(started(&c.schedule()), [0, 2], "trial 1 does not fit beside trial 0; trial 2 does");
     c.on_ended(2).unwrap();
     assert_eq!(c.schedule(), [], "trial 1 still does not fit");
@@ -52,7 +56,7 @@ fn max_concurrent_caps_running_trials_and_a_smaller_trial_passes_a_larger_one() 
 #[test]
 fn a_failed_trial_is_retried_from_its_checkpoint_until_max_failures() {
     let mut c = controller(1.0, None, Some(1));
-    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
     assert_eq!(c.schedule(), [Action::Start { trial: 0, restore: false }]);
     c.on_checkpoint(0).unwrap();
     assert_eq!(c.on_failed(0).unwrap(), TrialStatus::Pending);
@@ -66,8 +70,8 @@ fn a_failed_trial_is_retried_from_its_checkpoint_until_max_failures() {
 #[test]
 fn unlimited_retries_and_stop_all() {
     let mut c = controller(1.0, None, None);
-    c.add_trial(cpus(1.0)).unwrap();
-    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
     c.schedule();
     for _ in 0..10 {
         assert_eq!(c.on_failed(0).unwrap(), TrialStatus::Pending);
@@ -81,15 +85,15 @@ fn unlimited_retries_and_stop_all() {
 #[test]
 fn bad_input_is_refused_by_name() {
     let mut c = controller(2.0, None, Some(0));
-    let error = c.add_trial(cpus(4.0)).unwrap_err();
+    let error = c.add_trial(cpus(4.0), false).unwrap_err();
     assert_eq!(
         error.to_string(),
         "trial 0 asks for {CPU: 4} but trials can use at most {CPU: 2} on this cluster; ask for less \
          (tune.with_resources) or add nodes"
     );
-    assert!(matches!(c.add_trial(cpus(-1.0)), Err(TuneError::BadAmount { .. })));
+    assert!(matches!(c.add_trial(cpus(-1.0), false), Err(TuneError::BadAmount { .. })));
     assert!(matches!(c.on_ended(7), Err(TuneError::UnknownTrial(7))));
-    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
     assert!(matches!(c.on_result(0, 1.0, None), Err(TuneError::NotRunning { .. })));
     let zero =
         Config { capacity: cpus(1.0), max_concurrent: Some(0), max_failures: None, scheduler: SchedulerSpec::Fifo };
@@ -112,10 +116,39 @@ fn asha_decisions_reach_the_driver_through_on_result() {
         scheduler: SchedulerSpec::Asha(asha),
     })
     .unwrap();
-    c.add_trial(cpus(1.0)).unwrap();
-    c.add_trial(cpus(1.0)).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
+    c.add_trial(cpus(1.0), false).unwrap();
     c.schedule();
     assert_eq!(c.on_result(0, 1.0, Some(5.0)).unwrap(), Decision::Continue);
     assert_eq!(c.on_result(1, 1.0, Some(1.0)).unwrap(), Decision::Stop);
     assert_eq!(c.on_result(0, 4.0, Some(6.0)).unwrap(), Decision::Stop, "max_t reached");
+}
+
+#[test]
+fn a_train_runs_demand_replaces_the_default_and_is_learned_for_trials_to_come() {
+    // Four trials on 2 CPUs, each starting a Train run of two 1-CPU workers.
+    let mut c = controller(2.0, None, Some(0));
+    for _ in 0..4 {
+        c.add_trial(cpus(1.0), true).unwrap();
+    }
+    assert_eq!(started(&c.schedule()), [0, 1], "before any Train run, the default of 1 CPU each");
+    assert_eq!(c.on_train_demand(0, cpus(2.0)).unwrap(), [], "trial 1 still counts its default CPU");
+    assert_eq!(c.on_train_demand(1, cpus(2.0)).unwrap(), [0], "trial 0's run goes, trial 1's waits");
+    assert_eq!(c.in_use(), &cpus(2.0), "a waiting run holds nothing");
+    assert_eq!(c.schedule(), [], "the pending trials now count 2 CPUs each");
+    c.on_ended(0).unwrap();
+    assert_eq!(granted(&c.schedule()), [1], "trial 1's run goes before any new trial starts");
+    c.on_ended(1).unwrap();
+    assert_eq!(started(&c.schedule()), [2], "one at a time from now on");
+    // A trial stopped while its run waits gives back nothing it did not hold.
+    c.schedule();
+    c.on_train_demand(2, cpus(2.0)).unwrap();
+    c.on_ended(2).unwrap();
+    assert_eq!(c.in_use(), &cpus(0.0));
+    // A trial with resources of its own keeps them.
+    let mut fixed = controller(2.0, None, Some(0));
+    fixed.add_trial(cpus(1.0), false).unwrap();
+    fixed.schedule();
+    assert_eq!(fixed.on_train_demand(0, cpus(2.0)).unwrap(), [0]);
+    assert_eq!(fixed.in_use(), &cpus(1.0));
 }

@@ -96,6 +96,12 @@ class TrainController:
         if self.manager.load_snapshot():
             _log(f"resuming run {self.run_config.name!r} from {self.manager.latest_checkpoint}")
         check_feasible(self.scaling)
+        from oxray.tune import session as tune_session
+
+        if tune_session._session is not None:
+            # In a Tune trial: Tune counts this run's workers for the trial, so trials start only as
+            # their Train runs can.
+            tune_session._session.train_demand(dict(self.scaling.total_resources))
         self.reporter = RunReporter(
             self.run_config.name,
             self.storage.experiment_fs_path,

@@ -98,6 +98,15 @@ def in_session() -> bool:
 
 def get_session(fn_name: str) -> Session:
     if _SESSION is None:
+        from oxray.tune import session as tune_session
+
+        if tune_session._session is not None:
+            # Ray raises here too: a Tune trial reports through Tune.
+            raise RuntimeError(
+                f"oxray.train.{fn_name}() was called in a Tune trial, outside a training worker: in the trial "
+                f"function call ray.tune.{fn_name}() instead, or forward a Train run's reports with "
+                "TuneReportCallback"
+            )
         raise RuntimeError(
             f"oxray.train.{fn_name}() was called outside a training worker; call it inside train_loop_per_worker"
         )

@@ -226,6 +226,11 @@ class WorkerGroup:
             strategy=self.strategy,
             bundle_label_selector=self.label_selectors or None,
         )
+        from oxray.tune import session as tune_session
+
+        if tune_session._session is not None:
+            # A Tune trial that is stopped removes it at once, with the workers in it.
+            tune_session._session.own_placement_group(self.pg)
         started = time.monotonic()
         while not self.pg.wait(timeout_seconds=10):
             if time.monotonic() - started > start_timeout_s():

@@ -28,6 +28,8 @@ from oxray.tune.stopper import DictStopper
 # Kept out of a trial's share of the cluster: what the engine accounts per node, not per trial.
 _NOT_TRIAL_RESOURCES = ("memory", "object_store_memory")
 STATE_PERIOD_S = 10.0
+# How long a stopped trial's actor gets to remove its Train runs' placement groups.
+RELEASE_TIMEOUT_S = 10.0
 MAX_LEN_IDENTIFIER = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))
 
 
@@ -69,7 +71,7 @@ class Runner:
         self.experiment_name = experiment_name
         self.tune_config = tune_config
         self.run_config = run_config
-        self.resources = resources
+        self.resources, self.learns_demand = resources
         self.metric = tune_config.metric
         self.mode = tune_config.mode
         self.time_attr = getattr(scheduler, "time_attr", "training_iteration")
@@ -118,7 +120,7 @@ class Runner:
             if self.tune_config.trial_name_creator:
                 trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
             trial.local_path = os.path.join(self.experiment_path, self._dir_name(trial))
-            added = self.controller.add_trial(self.resources)
+            added = self.controller.add_trial(self.resources, self.learns_demand)
             assert added == index, (added, index)
             self.trials.append(trial)
 
@@ -140,10 +142,19 @@ class Runner:
     def _start(self, trial: Trial, restore: bool) -> None:
         make_private_dirs(trial.local_path)
         trial.status = "RUNNING"
-        options = {"num_cpus": trial.resources.get("CPU", 0.0), "num_gpus": trial.resources.get("GPU", 0.0)}
-        custom = {k: v for k, v in trial.resources.items() if k not in ("CPU", "GPU")}
-        if custom:
-            options["resources"] = custom
+        if self.learns_demand:
+            # Tune's default CPU is counted by the controller only, so that a Train run the trial
+            # starts can use it for its workers.
+            options = {"num_cpus": 0, "max_concurrency": 2}
+        else:
+            options = {
+                "num_cpus": trial.resources.get("CPU", 0.0),
+                "num_gpus": trial.resources.get("GPU", 0.0),
+                "max_concurrency": 2,
+            }
+            custom = {k: v for k, v in trial.resources.items() if k not in ("CPU", "GPU")}
+            if custom:
+                options["resources"] = custom
         trial.actor = self.actor_class.options(**options).remote()
         info = {
             "trial_id": trial.trial_id,
@@ -170,8 +181,16 @@ class Runner:
         if self.verbose >= 1 and not restore:
             print(f"Trial {trial.trial_name} started with configuration: {_short(trial.config)}", flush=True)
 
+    def _resume(self, trial: Trial) -> None:
+        """Lets the trial go on past what it waits on (a result taken, a Train run's demand granted)."""
+        trial.future = trial.actor.next_result.remote()
+
     def _kill(self, trial: Trial) -> None:
         if trial.actor is not None:
+            try:
+                ray.get(trial.actor.release.remote(), timeout=RELEASE_TIMEOUT_S)
+            except Exception:  # the actor is gone already, and its groups with the job's end
+                pass
             try:
                 ray.kill(trial.actor)
             except Exception:  # already gone
@@ -211,7 +230,7 @@ class Runner:
             result["done"] = True
             self._finish(trial)
         else:
-            trial.future = trial.actor.next_result.remote()
+            self._resume(trial)
         if self.stopper.stop_all():
             self._stop_all()
 
@@ -330,8 +349,11 @@ class Runner:
         while True:
             self._callbacks("on_step_begin")
             self._add_trials()
-            for index, restore in self.controller.schedule():
-                self._start(self.trials[index], restore)
+            for action, index, restore in self.controller.schedule():
+                if action == "start":
+                    self._start(self.trials[index], restore)
+                else:
+                    self._resume(self.trials[index])
             running = {t.future: t for t in self.trials if t.future is not None}
             if not running:
                 if self.search_done and self.controller.all_finished():
@@ -344,23 +366,7 @@ class Runner:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
             for future in ready:
-                trial = running[future]
-                try:
-                    kind, value = ray.get(future)
-                except Exception as e:  # the actor died under the trial
-                    self._on_error(trial, f"{type(e).__name__}: {e}", e)
-                    continue
-                if kind == "result":
-                    self._on_result(trial, value)
-                elif kind == "done":
-                    self._finish(trial)
-                else:
-                    text, pickled = value
-                    try:
-                        error = cloudpickle.loads(pickled)
-                    except Exception:
-                        error = RuntimeError(text)
-                    self._on_error(trial, text, error)
+                self._handle(running[future], future)
             self.iteration += 1
             self._callbacks("on_step_end")
             if deadline is not None and time.monotonic() >= deadline:
@@ -369,6 +375,30 @@ class Runner:
                 self._stop_all()
             if time.monotonic() - self.last_state_write > STATE_PERIOD_S:
                 self._write_state()
+
+    def _handle(self, trial: Trial, future) -> None:
+        """One event of a trial's actor: a result, a Train run's demand, its end or its error."""
+        try:
+            kind, value = ray.get(future)
+        except Exception as e:  # the actor died under the trial
+            self._on_error(trial, f"{type(e).__name__}: {e}", e)
+            return
+        if kind == "result":
+            self._on_result(trial, value)
+        elif kind == "train_demand":
+            # The trial's Train run waits (its `next_result` not asked again) until it may go.
+            demand = {k: float(v) for k, v in value.items()}
+            for index in self.controller.on_train_demand(trial.index, demand):
+                self._resume(self.trials[index])
+        elif kind == "done":
+            self._finish(trial)
+        else:
+            text, pickled = value
+            try:
+                error = cloudpickle.loads(pickled)
+            except Exception:
+                error = RuntimeError(text)
+            self._on_error(trial, text, error)
 
     def _callbacks(self, hook: str, **kwargs) -> None:
         for callback in self.callbacks:

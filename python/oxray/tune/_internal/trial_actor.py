@@ -38,6 +38,15 @@ class _TrialSession:
     def latest_checkpoint(self):
         return self.actor.latest_checkpoint
 
+    def own_placement_group(self, group):
+        """A placement group the trial's Train run made: removed when Tune stops the trial."""
+        self.actor.owned_groups.append(group)
+
+    def train_demand(self, demand: dict):
+        """Waits until Tune lets this trial's Train run start its workers."""
+        self.actor.results.put(("train_demand", demand))
+        self.actor.acks.acquire()
+
 
 class TrialActor:
     def start(self, payload: dict) -> str:
@@ -51,6 +60,7 @@ class TrialActor:
         self.started = self.last = time.time()
         self.iterations_since_restore = 0
         self.results: queue.Queue = queue.Queue()
+        self.owned_groups: list = []
         self.acks = threading.Semaphore(0)
         self.awaiting_ack = False
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
@@ -67,8 +77,23 @@ class TrialActor:
             self.awaiting_ack = False
             self.acks.release()
         kind, value = self.results.get()
-        self.awaiting_ack = kind == "result"
+        self.awaiting_ack = kind in ("result", "train_demand")
         return kind, value
+
+    def release(self) -> int:
+        """Removes the placement groups the trial's Train runs made (their workers with them), so a
+        trial Tune stops frees them at once (ray-project/ray#54305). Runs beside a waiting
+        `next_result` (the actor has two threads)."""
+        from oxray.util.placement_group import remove_placement_group
+
+        removed = 0
+        for group in getattr(self, "owned_groups", []):
+            try:
+                remove_placement_group(group)
+                removed += 1
+            except Exception:  # already removed by the run itself
+                pass
+        return removed
 
     def _run(self, trainable):
         tune_session._session = _TrialSession(self)

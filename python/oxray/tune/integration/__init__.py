@@ -1,0 +1,1 @@
+"""Tune's integrations with other libraries."""
