@@ -809,6 +809,9 @@ class TuneController:
         scheduler: tuple[Any, ...],
     ) -> TuneController: ...
     def add_trial(self, resources: dict[str, float], learns_demand: bool = False) -> int: ...
+    def add_restored_trial(
+        self, resources: dict[str, float], learns_demand: bool, status: str, has_checkpoint: bool, failures: int
+    ) -> int: ...
     def on_train_demand(self, trial: int, demand: dict[str, float]) -> list[int]:
         """The waiting Train runs that may start their workers now (this trial's, when it fits)."""
     def schedule(self) -> list[tuple[str, int, bool]]:

@@ -81,6 +81,20 @@ impl TuneController {
         self.lock()?.add_trial(resources, learns_demand).map_err(value_error)
     }
 
+    /// A trial of a restored experiment: finished ones stay so, the rest come back PENDING.
+    #[pyo3(signature = (resources, learns_demand, status, has_checkpoint, failures))]
+    fn add_restored_trial(
+        &self,
+        resources: Resources,
+        learns_demand: bool,
+        status: &str,
+        has_checkpoint: bool,
+        failures: u32,
+    ) -> PyResult<u32> {
+        let status = status_from(status)?;
+        self.lock()?.add_restored_trial(resources, learns_demand, status, has_checkpoint, failures).map_err(value_error)
+    }
+
     /// A running trial's Train run asks for `demand`; the waiting runs that may start their workers now.
     fn on_train_demand(&self, trial: u32, demand: Resources) -> PyResult<Vec<u32>> {
         self.lock()?.on_train_demand(trial, demand).map_err(value_error)

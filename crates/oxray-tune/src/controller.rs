@@ -121,6 +121,26 @@ impl Controller {
         Ok(trial)
     }
 
+    /// A trial of an experiment being restored, as it was: a finished one (TERMINATED, ERROR) stays
+    /// so, any other comes back PENDING. `has_checkpoint`: it restarts from its latest checkpoint.
+    pub fn add_restored_trial(
+        &mut self,
+        resources: Resources,
+        learns_demand: bool,
+        status: TrialStatus,
+        has_checkpoint: bool,
+        failures: u32,
+    ) -> Result<u32, TuneError> {
+        let trial = self.add_trial(resources, learns_demand)?;
+        let t = &mut self.trials[trial as usize];
+        t.has_checkpoint = has_checkpoint;
+        t.failures = failures;
+        if status.is_finished() {
+            t.status = status;
+        }
+        Ok(trial)
+    }
+
     /// A RUNNING trial's Train run asks for `demand` (its workers): the trial counts that instead
     /// of its default, and so does every trial of default resources still to start. Returns the
     /// waiting runs that may start their workers now (this one, when it fits); one not among them

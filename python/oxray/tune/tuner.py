@@ -68,6 +68,7 @@ class Tuner:
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or RunConfig()
         self._results: Optional[ResultGrid] = None
+        self._restore: Optional[dict] = None
 
     @classmethod
     def restore(
@@ -81,9 +82,37 @@ class Tuner:
         storage_filesystem=None,
         _resume_config=None,
     ) -> "Tuner":
+        """The experiment at `path` (a killed driver's, or a finished one), to finish with `fit()`.
+        The state is pickled: restore only what you trust."""
+        if storage_filesystem is not None or _resume_config is not None:
+            raise NotImplementedError(
+                "Tuner.restore(storage_filesystem=, _resume_config=) is not supported by oxray yet"
+            )
+        path = os.path.abspath(os.path.expanduser(str(path)))
         if not cls.can_restore(path):
             raise ValueError(f"Tuner.restore({path!r}): there is no experiment there (no tuner.pkl)")
-        raise NotImplementedError("Tuner.restore is not supported by oxray's Tune yet")
+        if resume_errored and restart_errored:
+            raise ValueError("Tuner.restore(): resume_errored and restart_errored are exclusive; pick one")
+        with open(os.path.join(path, "tuner.pkl"), "rb") as f:
+            saved = cloudpickle.load(f)
+        if param_space is not None and set(param_space) != set(saved["param_space"]):
+            raise ValueError(
+                "Tuner.restore(param_space=...) may only give the same keys again (to refresh object refs); "
+                f"the experiment has {sorted(saved['param_space'])}"
+            )
+        tuner = cls(
+            trainable,
+            param_space=param_space if param_space is not None else saved["param_space"],
+            tune_config=saved["tune_config"],
+            run_config=saved["run_config"],
+        )
+        tuner._restore = {
+            "path": path,
+            "unfinished": bool(resume_unfinished),
+            "resume_errored": bool(resume_errored),
+            "restart_errored": bool(restart_errored),
+        }
+        return tuner
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem=None) -> bool:
@@ -119,6 +148,9 @@ class Tuner:
             name = _trainable_name(self._trainable)
         root = os.path.abspath(os.path.expanduser(str(run.storage_path or DEFAULT_STORAGE_PATH)))
         experiment_path = os.path.join(root, name)
+        if self._restore is not None:
+            experiment_path = self._restore["path"]
+            name = os.path.basename(experiment_path)
         make_private_dirs(experiment_path)
         os.close(os.open(os.path.join(experiment_path, ".validate_storage_marker"), os.O_CREAT | os.O_WRONLY, 0o600))
         self._write_tuner_pkl(experiment_path)
@@ -146,6 +178,11 @@ class Tuner:
             run_config=run,
             resources=trial_resources(self._trainable),
         )
+        if self._restore is not None:
+            from oxray.tune._internal.runner import latest_state
+
+            state, remaining = latest_state(experiment_path)
+            runner.restore(state, remaining, self._param_space, self._restore)
         trials = runner.run()
         self._results = ResultGrid(
             [_result_of(t) for t in trials], experiment_path, default_metric=metric, default_mode=mode

@@ -152,3 +152,16 @@ fn a_train_runs_demand_replaces_the_default_and_is_learned_for_trials_to_come() 
     assert_eq!(fixed.on_train_demand(0, cpus(2.0)).unwrap(), [0]);
     assert_eq!(fixed.in_use(), &cpus(1.0));
 }
+
+#[test]
+fn a_restored_experiment_keeps_finished_trials_and_resumes_the_rest_from_checkpoints() {
+    let mut c = controller(2.0, None, Some(0));
+    c.add_restored_trial(cpus(1.0), true, TrialStatus::Terminated, true, 0).unwrap();
+    c.add_restored_trial(cpus(1.0), true, TrialStatus::Error, false, 1).unwrap();
+    c.add_restored_trial(cpus(1.0), true, TrialStatus::Running, true, 0).unwrap();
+    c.add_restored_trial(cpus(1.0), true, TrialStatus::Pending, false, 0).unwrap();
+    assert_eq!(c.schedule(), [Action::Start { trial: 2, restore: true }, Action::Start { trial: 3, restore: false }]);
+    assert_eq!(c.status(0).unwrap(), TrialStatus::Terminated);
+    assert_eq!(c.status(1).unwrap(), TrialStatus::Error);
+    assert_eq!(c.failures(1).unwrap(), 1);
+}

@@ -93,6 +93,39 @@ class Runner:
         self.raise_error = None
         self.last_state_write = 0.0
 
+    def restore(self, state: dict, remaining, space: dict, resume: dict) -> None:
+        """Takes over an experiment a killed (or finished) driver left: finished trials stay as they
+        are; unfinished ones resume from their latest checkpoint (`resume["unfinished"]`, else they
+        end TERMINATED); errored ones stay, resume (`resume_errored`) or start over (`restart_errored`)."""
+        self.experiment_hex = state["runner_data"]["experiment_hex"]
+        for trial_json, _ in state["trial_data"]:
+            trial = Trial.from_state(json.loads(trial_json), self.experiment_path)
+            status = trial.status
+            if status in ("RUNNING", "PENDING", "PAUSED"):
+                status = "PENDING" if resume["unfinished"] else "TERMINATED"
+            elif status == "ERROR" and resume["restart_errored"]:
+                trial.results, trial.last_result, trial.checkpoints = [], {}, []
+                status = "PENDING"
+            elif status == "ERROR" and resume["resume_errored"]:
+                status = "PENDING"
+            elif status == "ERROR":
+                trial.error = _load_error(trial)
+            trial.status = status
+            index = self.controller.add_restored_trial(
+                self.resources,
+                self.learns_demand,
+                status,
+                bool(trial.checkpoints),
+                0 if status == "PENDING" else trial.num_failures,
+            )
+            assert index == trial.index, (index, trial.index)
+            self.trials.append(trial)
+        if remaining is not None and hasattr(self.search, "restore_remaining"):
+            self.search.restore_remaining(space, remaining)
+            self.search_done = not remaining
+        else:
+            self.search_done = state["runner_data"]["search_done"]
+
     # The search algorithm.
 
     def _next_config(self, trial_id):
@@ -274,6 +307,8 @@ class Runner:
         trial.last_result["done"] = True
         self.search.on_trial_complete(trial.trial_id, result=trial.last_result, error=False)
         self._callbacks("on_trial_complete", trial=trial)
+        # A restore after a kill must find it finished, not run it again.
+        self._write_state()
         if self.verbose >= 1:
             print(
                 f"Trial {trial.trial_name} completed after {trial.iteration} iterations at "
@@ -299,6 +334,7 @@ class Runner:
             self._callbacks("on_trial_recover", trial=trial)
             return
         trial.error = error
+        self._write_state()
         self.search.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
         self._callbacks("on_trial_error", trial=trial)
         if self.verbose >= 1:
@@ -414,14 +450,42 @@ class Runner:
                 [json.dumps(t.to_state()), json.dumps({"num_failures": t.num_failures})] for t in self.trials
             ],
             "runner_data": {
+                "experiment_hex": self.experiment_hex,
                 "experiment_name": self.experiment_name,
                 "search_done": self.search_done,
                 "iteration": self.iteration,
             },
             "stats": {"start_time": time.time()},
         }
+        if hasattr(self.search, "remaining"):
+            # Ray's name; cloudpickle bytes despite the suffix, as Ray's are.
+            variants = self.state_file.replace("experiment_state-", "basic-variant-state-")
+            write_atomically(variants, cloudpickle.dumps(self.search.remaining()))
         write_atomically(self.state_file, json.dumps(state).encode())
         self.last_state_write = time.monotonic()
+
+
+def _load_error(trial: Trial):
+    try:
+        with open(os.path.join(trial.local_path, "error.pkl"), "rb") as f:
+            return cloudpickle.load(f)
+    except Exception:
+        return TuneError(f"trial {trial.trial_name} errored (see {trial.error_file})")
+
+
+def latest_state(experiment_path: str):
+    """The newest experiment state and the variants not started then, of the experiment at `experiment_path`."""
+    names = sorted(n for n in os.listdir(experiment_path) if n.startswith("experiment_state-") and n.endswith(".json"))
+    if not names:
+        raise ValueError(f"{experiment_path} has tuner.pkl but no experiment_state-*.json: nothing to restore")
+    with open(os.path.join(experiment_path, names[-1])) as f:
+        state = json.load(f)
+    variants = os.path.join(experiment_path, names[-1].replace("experiment_state-", "basic-variant-state-"))
+    remaining = None
+    if os.path.exists(variants):
+        with open(variants, "rb") as f:
+            remaining = cloudpickle.load(f)
+    return state, remaining
 
 
 def flatten_paths(config: dict) -> dict:

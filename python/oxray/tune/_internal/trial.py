@@ -32,6 +32,51 @@ class Trial:
         self.future = None
         self.run_started = 0.0
 
+    @classmethod
+    def from_state(cls, state: dict, experiment_path: str) -> "Trial":
+        """The trial as a restored experiment's state file and directory say; its results are read
+        back from its `result.json` (a line cut short by a kill is dropped)."""
+        import base64
+        import json
+
+        from oxray import cloudpickle
+
+        pickled = cloudpickle.loads(base64.b64decode(state["pickled"]))
+        trial = cls(
+            state["index"],
+            state["trial_id"],
+            state["trainable_name"],
+            pickled["config"],
+            pickled["evaluated_params"],
+            state["experiment_tag"],
+            state["resources"],
+        )
+        if state["trial_name"] != f"{trial.trainable_name}_{trial.trial_id}":
+            trial.custom_trial_name = state["trial_name"]
+        trial.local_path = os.path.join(experiment_path, state["relative_logdir"])
+        trial.status = state["status"]
+        trial.num_failures = state["num_failures"]
+        trial.error_file = state["error_file"]
+        results_file = os.path.join(trial.local_path, "result.json")
+        if os.path.exists(results_file):
+            with open(results_file) as f:
+                for line in f:
+                    try:
+                        trial.results.append(json.loads(line))
+                    except ValueError:
+                        break
+        # Its results may be ahead of the state file: they say what it reported last, and which
+        # checkpoints it has (those still on disk; num_to_keep removed the others).
+        trial.last_result = trial.results[-1] if trial.results else {}
+        for result in trial.results:
+            name = result.get("checkpoint_dir_name")
+            if name:
+                trial.checkpoint_index += 1
+                path = os.path.join(trial.local_path, name)
+                if os.path.isdir(path):
+                    trial.checkpoints.append((Checkpoint(path), {k: v for k, v in result.items() if k != "config"}))
+        return trial
+
     @property
     def path(self) -> Optional[str]:
         return self.local_path
@@ -59,10 +104,16 @@ class Trial:
         return self.trial_name
 
     def to_state(self) -> dict:
-        """What the experiment state file keeps of it."""
+        """What the experiment state file keeps of it (the config also pickled, for a restore)."""
+        import base64
+
+        from oxray import cloudpickle
         from oxray.tune.callback import _jsonable
 
+        pickled = cloudpickle.dumps({"config": self.config, "evaluated_params": self.evaluated_params})
         return {
+            "index": self.index,
+            "pickled": base64.b64encode(pickled).decode(),
             "trial_id": self.trial_id,
             "trainable_name": self.trainable_name,
             "trial_name": self.trial_name,

@@ -39,8 +39,20 @@ class BasicVariantGenerator:
         return True
 
     def start(self, space: dict, num_samples: int) -> None:
-        self._variants = generate_variants(space, num_samples, self._rng)
+        # Drawn up front, so that what is left can be saved with the experiment and restored.
+        self._variants = list(generate_variants(space, num_samples, self._rng))
+        self._next = 0
         self._space = space
+
+    def remaining(self) -> list:
+        """The variants not turned into trials yet, `points_to_evaluate` first (`(config, resolved)` or a point)."""
+        return [("point", p) for p in self.points_to_evaluate] + [("variant", v) for v in self._variants[self._next :]]
+
+    def restore_remaining(self, space: dict, remaining: list) -> None:
+        self._space = space
+        self.points_to_evaluate = [value for kind, value in remaining if kind == "point"]
+        self._variants = [value for kind, value in remaining if kind == "variant"]
+        self._next = 0
 
     def next_variant(self, trial_id: str):
         """`(config, resolved_vars)`, `None` when at the concurrency limit, or `Searcher.FINISHED`."""
@@ -51,9 +63,10 @@ class BasicVariantGenerator:
             config, resolved = next(generate_variants(_merge(self._space, point), 1, self._rng))
             self._live.add(trial_id)
             return config, resolved
-        variant = next(self._variants, None)
-        if variant is None:
+        if self._next >= len(self._variants):
             return Searcher.FINISHED
+        variant = self._variants[self._next]
+        self._next += 1
         self._live.add(trial_id)
         return variant
 
