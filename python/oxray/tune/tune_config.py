@@ -53,8 +53,8 @@ class TuneConfig:
             raise ValueError(
                 f"TuneConfig(time_budget_s={self.time_budget_s!r}): expected seconds above 0 or a timedelta"
             )
-        if self.reuse_actors:
-            raise NotImplementedError("TuneConfig(reuse_actors=True) is not supported by oxray yet")
+        if self.reuse_actors not in (None, True, False):
+            raise ValueError(f"TuneConfig(reuse_actors={self.reuse_actors!r}): expected None, True or False")
         if self.chdir_to_trial_dir != "DEPRECATED":
             raise DeprecationWarning(
                 "TuneConfig(chdir_to_trial_dir=...) is deprecated; set RAY_CHDIR_TO_TRIAL_DIR=0 to keep the cwd"

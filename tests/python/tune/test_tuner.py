@@ -218,3 +218,21 @@ def test_bad_experiments_fail_before_or_at_the_first_result(tmp_path, tuner_kwar
     kwargs = {"param_space": {"a": 1, "b": 0}, "run_config": run_config(tmp_path), **tuner_kwargs}
     with pytest.raises(ValueError, match=expected):
         tune.Tuner(kwargs.pop("trainable", climb), **kwargs).fit()
+
+
+def reports_pid(config):
+    tune.report({"x": config["x"]})
+
+
+def test_trials_reuse_idle_actors_unless_reuse_actors_is_false(tmp_path):
+    def pids(reuse, name):
+        results = tune.Tuner(
+            reports_pid,
+            param_space={"x": tune.grid_search(list(range(6)))},
+            tune_config=tune.TuneConfig(max_concurrent_trials=1, reuse_actors=reuse),
+            run_config=run_config(tmp_path, name=name),
+        ).fit()
+        return [r.metrics["pid"] for r in results]
+
+    assert len(set(pids(None, "default"))) == 1, "one trial at a time: every trial on the first actor"
+    assert len(set(pids(False, "fresh"))) == 6, "a fresh actor per trial"

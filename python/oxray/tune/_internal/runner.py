@@ -90,6 +90,9 @@ class Runner:
             _capacity(), max_concurrent, None if failures == -1 else failures, scheduler._engine_spec()
         )
         self.actor_class = ray.remote(TrialActor)
+        # Actors whose trial returned, by what they hold, for the next trial (TuneConfig.reuse_actors).
+        self.reuse_actors = tune_config.reuse_actors is not False
+        self.idle_actors: list = []
         self.raise_error = None
         self.last_state_write = 0.0
 
@@ -188,7 +191,7 @@ class Runner:
             custom = {k: v for k, v in trial.resources.items() if k not in ("CPU", "GPU")}
             if custom:
                 options["resources"] = custom
-        trial.actor = self.actor_class.options(**options).remote()
+        trial.actor = self.idle_actors.pop() if self.idle_actors else self.actor_class.options(**options).remote()
         info = {
             "trial_id": trial.trial_id,
             "trial_name": trial.trial_name,
@@ -300,8 +303,14 @@ class Runner:
             trial.checkpoints.remove(drop)
             shutil.rmtree(drop[0].path, ignore_errors=True)
 
-    def _finish(self, trial: Trial) -> None:
-        self._kill(trial)
+    def _finish(self, trial: Trial, returned: bool = False) -> None:
+        if returned and self.reuse_actors:
+            # Its trainable returned: the actor is idle, and every trial of the experiment holds the
+            # same resources, so the next one starts there without a new process.
+            self.idle_actors.append(trial.actor)
+            trial.actor, trial.future = None, None
+        else:
+            self._kill(trial)
         self.controller.on_ended(trial.index)
         trial.status = "TERMINATED"
         trial.last_result["done"] = True
@@ -375,6 +384,10 @@ class Runner:
             self._stop_all()
             self._write_state()
             raise
+        finally:
+            for actor in self.idle_actors:
+                ray.kill(actor)
+            self.idle_actors = []
         self._callbacks_end()
         self._write_state()
         if self.raise_error is not None:
@@ -414,6 +427,8 @@ class Runner:
 
     def _handle(self, trial: Trial, future) -> None:
         """One event of a trial's actor: a result, a Train run's demand, its end or its error."""
+        # Taken: the trial waits on nothing until `_resume` asks for its next event.
+        trial.future = None
         try:
             kind, value = ray.get(future)
         except Exception as e:  # the actor died under the trial
@@ -427,7 +442,7 @@ class Runner:
             for index in self.controller.on_train_demand(trial.index, demand):
                 self._resume(self.trials[index])
         elif kind == "done":
-            self._finish(trial)
+            self._finish(trial, returned=True)
         else:
             text, pickled = value
             try:

@@ -50,7 +50,8 @@ class _TrialSession:
 
 class TrialActor:
     def start(self, payload: dict) -> str:
-        """Starts the trainable; `payload` carries it (cloudpickled), its config and the trial's facts."""
+        """Starts the trainable; `payload` carries it (cloudpickled), its config and the trial's facts.
+        A reused actor starts its next trial here too, once the last one has returned."""
         self.info = payload["info"]
         self.config = payload["config"]
         self.iteration = payload["iteration"]
@@ -64,6 +65,7 @@ class TrialActor:
         self.acks = threading.Semaphore(0)
         self.awaiting_ack = False
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
+        os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
             os.chdir(self.info["trial_dir"])
         trainable = cloudpickle.loads(payload["trainable"])
