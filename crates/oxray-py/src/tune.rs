@@ -2,10 +2,12 @@
 //! trial controller (trial states, resources, retries, the schedulers'
 //! decisions) for the Python driver loop in `oxray/tune/_internal/runner.py`.
 //! Statuses cross as Ray's strings (`"PENDING"`, ...); a scheduler as a tuple
-//! (`("fifo",)` or `("asha", max_t, grace_period, reduction_factor, brackets,
-//! stop_last_trials)`).
+//! (`("fifo",)`, `("asha", max_t, grace_period, reduction_factor, brackets,
+//! stop_last_trials)` or `("median", grace_period, min_samples_required)`).
 
-use oxray_tune::{AshaSpec, Config, Controller, Decision, Resources, SchedulerSpec, TrialStatus, TuneError};
+use oxray_tune::{
+    AshaSpec, Config, Controller, Decision, MedianSpec, Resources, SchedulerSpec, TrialStatus, TuneError,
+};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Mutex;
@@ -29,9 +31,13 @@ fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
             ) = spec.extract()?;
             Ok(SchedulerSpec::Asha(AshaSpec { max_t, grace_period, reduction_factor, brackets, stop_last_trials }))
         }
-        other => {
-            Err(PyValueError::new_err(format!("scheduler {other:?} is not one the engine runs; expected fifo or asha")))
+        "median" => {
+            let (_, grace_period, min_samples_required): (String, f64, u32) = spec.extract()?;
+            Ok(SchedulerSpec::Median(MedianSpec { grace_period, min_samples_required }))
         }
+        other => Err(PyValueError::new_err(format!(
+            "scheduler {other:?} is not one the engine runs; expected fifo, asha or median"
+        ))),
     }
 }
 

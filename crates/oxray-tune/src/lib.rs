@@ -13,4 +13,4 @@ pub mod scheduler;
 pub use controller::{Action, Config, Controller, Decision, TrialStatus};
 pub use error::TuneError;
 pub use resources::Resources;
-pub use scheduler::{AshaSpec, SchedulerSpec};
+pub use scheduler::{AshaSpec, MedianSpec, SchedulerSpec};

@@ -1,5 +1,6 @@
-//! The schedulers' decisions on a trial's result: FIFO (never stops a trial)
-//! and asynchronous successive halving (ASHA, Ray's `AsyncHyperBandScheduler`).
+//! The schedulers' decisions on a trial's result: FIFO (never stops a trial),
+//! asynchronous successive halving (ASHA, Ray's `AsyncHyperBandScheduler`) and
+//! the median stopping rule (Ray's `MedianStoppingRule`).
 //! A result arrives as the trial's time (`time_attr`'s value) and its reward
 //! (the metric, negated for `mode="min"`), so larger is always better here.
 
@@ -10,6 +11,16 @@ use std::collections::BTreeMap;
 pub enum SchedulerSpec {
     Fifo,
     Asha(AshaSpec),
+    Median(MedianSpec),
+}
+
+/// `MedianStoppingRule`'s settings (Ray's defaults: grace period 60, 3 samples).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MedianSpec {
+    /// No trial stops before its time reaches this.
+    pub grace_period: f64,
+    /// How many other trials must have results by then for a median to count.
+    pub min_samples_required: u32,
 }
 
 /// `ASHAScheduler`'s settings (Ray's names and defaults: 100, 1, 4, 1, true).
@@ -56,6 +67,7 @@ pub enum Decision {
 pub(crate) enum Scheduler {
     Fifo,
     Asha(Asha),
+    Median(Median),
 }
 
 impl Scheduler {
@@ -65,6 +77,16 @@ impl Scheduler {
             SchedulerSpec::Asha(spec) => {
                 spec.check()?;
                 Scheduler::Asha(Asha::new(spec.clone()))
+            }
+            SchedulerSpec::Median(spec) => {
+                if !(spec.grace_period >= 0.0 && spec.grace_period.is_finite()) {
+                    return Err(crate::TuneError::BadSetting {
+                        what: "grace_period",
+                        value: spec.grace_period.to_string(),
+                        expected: "a number of 0 or more",
+                    });
+                }
+                Scheduler::Median(Median { spec: spec.clone(), results: BTreeMap::new() })
             }
         })
     }
@@ -79,6 +101,7 @@ impl Scheduler {
         match self {
             Scheduler::Fifo => Decision::Continue,
             Scheduler::Asha(asha) => asha.on_result(trial, time, reward),
+            Scheduler::Median(median) => median.on_result(trial, time, reward),
         }
     }
 }
@@ -159,6 +182,41 @@ impl Asha {
     }
 }
 
+/// The median stopping rule: past the grace period, a trial whose best reward is below the median
+/// of the other trials' mean rewards up to the same time stops.
+#[derive(Debug)]
+pub(crate) struct Median {
+    spec: MedianSpec,
+    /// Every trial's `(time, reward)` results, finished trials' included.
+    results: BTreeMap<u32, Vec<(f64, f64)>>,
+}
+
+impl Median {
+    fn on_result(&mut self, trial: u32, time: f64, reward: f64) -> Decision {
+        self.results.entry(trial).or_default().push((time, reward));
+        if time < self.spec.grace_period {
+            return Decision::Continue;
+        }
+        let means: Vec<f64> = self
+            .results
+            .iter()
+            .filter(|(other, _)| **other != trial)
+            .filter_map(|(_, results)| {
+                let upto: Vec<f64> = results.iter().filter(|(t, _)| *t <= time).map(|(_, r)| *r).collect();
+                (!upto.is_empty()).then(|| upto.iter().sum::<f64>() / upto.len() as f64)
+            })
+            .collect();
+        if means.len() < self.spec.min_samples_required as usize {
+            return Decision::Continue;
+        }
+        let best = self.results[&trial].iter().map(|(_, r)| *r).fold(f64::NEG_INFINITY, f64::max);
+        match percentile(means.into_iter(), 50.0) {
+            Some(median) if best < median => Decision::Stop,
+            _ => Decision::Continue,
+        }
+    }
+}
+
 /// numpy's `nanpercentile` with linear interpolation; `None` when there is no number.
 pub(crate) fn percentile(values: impl Iterator<Item = f64>, q: f64) -> Option<f64> {
     let mut sorted: Vec<f64> = values.filter(|v| !v.is_nan()).collect();
@@ -209,6 +267,24 @@ mod tests {
         // A later result between rungs decides nothing; reaching max_t stops.
         assert_eq!(a.on_result(1, 1.5, 0.0), Decision::Continue);
         assert_eq!(a.on_result(1, 10.0, 1.0), Decision::Stop);
+    }
+
+    #[test]
+    fn the_median_rule_stops_a_trial_whose_best_is_below_the_others_median_after_the_grace_period() {
+        let mut m =
+            Median { spec: MedianSpec { grace_period: 2.0, min_samples_required: 2 }, results: BTreeMap::new() };
+        for trial in 0..2 {
+            for t in 1..=3 {
+                assert_eq!(m.on_result(trial, t as f64, 10.0), Decision::Continue);
+            }
+        }
+        assert_eq!(m.on_result(2, 1.0, 1.0), Decision::Continue, "within the grace period");
+        assert_eq!(m.on_result(2, 2.0, 1.0), Decision::Stop, "best 1 is below the others' median mean of 10");
+        assert_eq!(m.on_result(3, 2.0, 12.0), Decision::Continue);
+        let mut few =
+            Median { spec: MedianSpec { grace_period: 0.0, min_samples_required: 3 }, results: BTreeMap::new() };
+        few.on_result(0, 1.0, 10.0);
+        assert_eq!(few.on_result(1, 1.0, 0.0), Decision::Continue, "one other trial is fewer than 3 samples");
     }
 
     #[test]

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from oxray import tune
-from oxray.tune.schedulers import ASHAScheduler
+from oxray.tune.schedulers import ASHAScheduler, MedianStoppingRule
 from oxray.tune.search import ConcurrencyLimiter, Searcher
 from oxray.tune.stopper import MaximumIterationStopper
 
@@ -87,6 +87,23 @@ def test_asha_stops_worse_trials_at_the_first_rung_and_lets_the_best_reach_max_t
     iterations = {r.config["q"]: r.metrics["training_iteration"] for r in results}
     assert iterations == {8: 9, 7: 1, 6: 1, 5: 1, 4: 1}
     assert results.num_terminated == 5
+
+
+def test_the_median_stopping_rule_stops_trials_below_the_others_median(tmp_path):
+    results = tune.Tuner(
+        quality,
+        param_space={"q": tune.grid_search([8, 7, 6, 5, 4])},
+        tune_config=tune.TuneConfig(
+            metric="loss",
+            mode="min",
+            max_concurrent_trials=1,
+            scheduler=MedianStoppingRule(time_attr="training_iteration", grace_period=1, min_samples_required=2),
+        ),
+        run_config=run_config(tmp_path),
+    ).fit()
+    iterations = {r.config["q"]: r.metrics["training_iteration"] for r in results}
+    # 8 and 7 run alone or beside one other (fewer than 2 samples); from 6 on, the best is below 7.5.
+    assert iterations == {8: 9, 7: 9, 6: 1, 5: 1, 4: 1}
 
 
 def test_stop_dicts_functions_and_stoppers_end_trials(tmp_path):

@@ -98,6 +98,47 @@ class AsyncHyperBandScheduler(TrialScheduler):
 ASHAScheduler = AsyncHyperBandScheduler
 
 
+class MedianStoppingRule(TrialScheduler):
+    """Past `grace_period` (of `time_attr`), a trial whose best result is worse than the median of
+    the other trials' mean results up to the same time stops (with at least `min_samples_required`
+    others to compare with)."""
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: Optional[str] = None,
+        mode: Optional[str] = None,
+        grace_period: float = 60.0,
+        min_samples_required: int = 3,
+        min_time_slice: int = 0,
+        hard_stop: bool = True,
+    ):
+        super().__init__(metric, mode)
+        if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or grace_period < 0:
+            raise ValueError(f"MedianStoppingRule(grace_period={grace_period!r}): expected a number of 0 or more")
+        if (
+            isinstance(min_samples_required, bool)
+            or not isinstance(min_samples_required, int)
+            or min_samples_required < 1
+        ):
+            raise ValueError(
+                f"MedianStoppingRule(min_samples_required={min_samples_required!r}): expected an integer >= 1"
+            )
+        if not hard_stop:
+            raise NotImplementedError(
+                "MedianStoppingRule(hard_stop=False) pauses trials, which oxray's Tune does not yet"
+            )
+        if min_time_slice:
+            raise NotImplementedError(
+                "MedianStoppingRule(min_time_slice=...) is about pausing, which oxray's Tune does not yet"
+            )
+        self.time_attr = time_attr
+        self.grace_period, self.min_samples_required = grace_period, min_samples_required
+
+    def _engine_spec(self) -> tuple:
+        return ("median", float(self.grace_period), self.min_samples_required)
+
+
 def _not_yet(name: str):
     class NotYet(TrialScheduler):
         def __init__(self, *args, **kwargs):
@@ -109,7 +150,6 @@ def _not_yet(name: str):
 
 HyperBandScheduler = _not_yet("HyperBandScheduler")
 HyperBandForBOHB = _not_yet("HyperBandForBOHB")
-MedianStoppingRule = _not_yet("MedianStoppingRule")
 PopulationBasedTraining = _not_yet("PopulationBasedTraining")
 PopulationBasedTrainingReplay = _not_yet("PopulationBasedTrainingReplay")
 PB2 = _not_yet("PB2")
