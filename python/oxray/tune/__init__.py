@@ -5,6 +5,7 @@ the schedulers' verdicts. See README, Tune, for what differs from Ray."""
 from oxray.train._checkpoint import Checkpoint
 from oxray.tune._internal.runner import TuneError
 from oxray.tune.callback import Callback
+from oxray.tune.class_trainable import Trainable
 from oxray.tune.result_grid import Result, ResultGrid
 from oxray.tune.search.sample import (
     choice,
@@ -23,7 +24,7 @@ from oxray.tune.search.sample import (
 )
 from oxray.tune.session import TuneContext, get_checkpoint, get_context, report
 from oxray.tune.stopper import Stopper
-from oxray.tune.trainable import PlacementGroupFactory, Trainable, with_parameters, with_resources
+from oxray.tune.trainable import PlacementGroupFactory, with_parameters, with_resources
 from oxray.tune.tune_config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
 from oxray.tune.tuner import Tuner
 

@@ -1,24 +1,12 @@
 """Wrapping a trainable: `with_parameters` (large objects through the object
 store, put once) and `with_resources` (what each trial's actor holds), and
-`PlacementGroupFactory`. The class API (`Trainable`) is declared for imports
-and refused by the Tuner until it is supported."""
+`PlacementGroupFactory`."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable, Optional
-
-
-class Trainable:
-    """Ray's class API (`setup`, `step`, `save_checkpoint`, `load_checkpoint`): not supported by
-    oxray's Tune yet; a Tuner given one raises, naming it."""
-
-    def __init__(self, config: Optional[dict] = None, **kwargs):
-        raise NotImplementedError(
-            f"{type(self).__name__}: class trainables (tune.Trainable) are not supported by oxray's Tune yet; "
-            "write the trainable as a function that calls tune.report()"
-        )
+from typing import Any, Callable
 
 
 class PlacementGroupFactory:
@@ -76,6 +64,9 @@ def with_resources(trainable: Callable, resources: Any) -> Callable:
     if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
         raise NotImplementedError("tune.with_resources(trainable, function of config) is not supported by oxray yet")
     normalized = normalize_resources(resources)
+    if inspect.isclass(trainable):
+        # A class trainable stays a class (the Tuner drives its methods).
+        return type(trainable.__name__, (trainable,), {"_oxray_tune_resources": normalized})
 
     @functools.wraps(trainable)
     def wrapped(config, **kwargs):

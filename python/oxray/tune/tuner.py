@@ -11,13 +11,14 @@ from typing import Any, Callable, Optional
 from oxray import cloudpickle
 from oxray.tune._internal.files import make_private_dirs, write_atomically
 from oxray.tune.callback import Callback, default_loggers
+from oxray.tune.class_trainable import Trainable, is_class_trainable, run_class_trainable
 from oxray.tune.result_grid import Result, ResultGrid
 from oxray.tune.schedulers import FIFOScheduler, TrialScheduler
 from oxray.tune.search.basic_variant import BasicVariantGenerator
 from oxray.tune.search.searcher import ConcurrencyLimiter, Searcher
 from oxray.tune.search.variant_generator import has_unresolved, is_grid
 from oxray.tune.stopper import as_stopper
-from oxray.tune.trainable import Trainable, trial_resources
+from oxray.tune.trainable import trial_resources
 from oxray.tune.tune_config import RunConfig, TuneConfig
 
 DEFAULT_STORAGE_PATH = "~/ray_results"
@@ -40,11 +41,19 @@ class Tuner:
     ):
         if trainable is None:
             raise ValueError("Tuner(trainable=None): expected a function trainable")
-        if inspect.isclass(trainable) and issubclass(trainable, Trainable):
-            Trainable.__init__(trainable)  # raises, naming the class API
+        if inspect.isclass(trainable) and not issubclass(trainable, Trainable):
+            raise TypeError(f"Tuner({trainable!r}): a class trainable must subclass tune.Trainable")
+        if (
+            is_class_trainable(trainable)
+            and trainable.default_resource_request.__func__ is not Trainable.default_resource_request.__func__
+        ):
+            raise NotImplementedError(
+                f"{trainable.__name__}.default_resource_request is not supported by oxray's Tune yet; use "
+                "tune.with_resources"
+            )
         if isinstance(trainable, str):
             raise NotImplementedError(f"Tuner({trainable!r}): registered trainables are not supported by oxray yet")
-        if not callable(trainable) or hasattr(trainable, "fit"):
+        if not callable(trainable) or (hasattr(trainable, "fit") and not is_class_trainable(trainable)):
             raise TypeError(
                 f"Tuner({trainable!r}): expected a function trainable; to tune a Trainer, call its fit() inside a "
                 "function (Ray Train v2's pattern)"
@@ -166,7 +175,7 @@ class Tuner:
         from oxray.tune._internal.runner import Runner
 
         runner = Runner(
-            trainable=self._trainable,
+            trainable=self._trial_body(),
             trainable_name=_trainable_name(self._trainable),
             search=search,
             scheduler=scheduler,
@@ -188,6 +197,27 @@ class Tuner:
             [_result_of(t) for t in trials], experiment_path, default_metric=metric, default_mode=mode
         )
         return self._results
+
+    def _trial_body(self):
+        """What a trial's actor runs: the function trainable, or a class trainable's driver."""
+        checkpoints = self._run_config.checkpoint_config
+        if not is_class_trainable(self._trainable):
+            if checkpoints.checkpoint_frequency or checkpoints.checkpoint_at_end:
+                raise ValueError(
+                    "CheckpointConfig(checkpoint_frequency=, checkpoint_at_end=) only apply to class trainables; a "
+                    "function trainable checkpoints by passing checkpoint= to tune.report()"
+                )
+            return self._trainable
+        cls = self._trainable
+        frequency = checkpoints.checkpoint_frequency
+        at_end = True if checkpoints.checkpoint_at_end is None else bool(checkpoints.checkpoint_at_end)
+
+        def class_trainable(config):
+            run_class_trainable(cls, config, frequency, at_end)
+
+        class_trainable.__name__ = cls.__name__
+        class_trainable._oxray_tune_resources = getattr(cls, "_oxray_tune_resources", None)
+        return class_trainable
 
     def _search_algorithm(self):
         config = self._tune_config

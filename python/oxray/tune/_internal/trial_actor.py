@@ -19,6 +19,15 @@ from oxray import cloudpickle
 from oxray.train._checkpoint import Checkpoint
 from oxray.tune import session as tune_session
 
+# How long a stopped trial's code gets to unwind (its `finally`, a class trainable's `cleanup()`,
+# a Train run shutting its workers down) before its placement groups are removed anyway.
+STOP_GRACE_S = 5.0
+
+
+class TrialStopped(BaseException):
+    """Raised in a trial's code at its next `tune.report` once Tune stops the trial, so that it
+    unwinds (a BaseException: a trainable's `except Exception` does not swallow it)."""
+
 
 def _node_ip() -> str:
     try:
@@ -45,7 +54,7 @@ class _TrialSession:
     def train_demand(self, demand: dict):
         """Waits until Tune lets this trial's Train run start its workers."""
         self.actor.results.put(("train_demand", demand))
-        self.actor.acks.acquire()
+        self.actor.wait_for_driver()
 
 
 class TrialActor:
@@ -62,6 +71,7 @@ class TrialActor:
         self.iterations_since_restore = 0
         self.results: queue.Queue = queue.Queue()
         self.owned_groups: list = []
+        self.stopping = False
         self.acks = threading.Semaphore(0)
         self.awaiting_ack = False
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
@@ -69,8 +79,8 @@ class TrialActor:
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
             os.chdir(self.info["trial_dir"])
         trainable = cloudpickle.loads(payload["trainable"])
-        thread = threading.Thread(target=self._run, args=(trainable,), name="tune-trial", daemon=True)
-        thread.start()
+        self.thread = threading.Thread(target=self._run, args=(trainable,), name="tune-trial", daemon=True)
+        self.thread.start()
         return socket.gethostname()
 
     def next_result(self):
@@ -82,12 +92,24 @@ class TrialActor:
         self.awaiting_ack = kind in ("result", "train_demand")
         return kind, value
 
+    def wait_for_driver(self) -> None:
+        """Blocks the trial's code until the driver has taken what it sent; raises `TrialStopped`
+        once Tune stops the trial."""
+        self.acks.acquire()
+        if self.stopping:
+            raise TrialStopped()
+
     def release(self) -> int:
-        """Removes the placement groups the trial's Train runs made (their workers with them), so a
-        trial Tune stops frees them at once (ray-project/ray#54305). Runs beside a waiting
-        `next_result` (the actor has two threads)."""
+        """Stops the trial's code at its next report (it unwinds: `finally`, `cleanup()`, a Train
+        run's shutdown), then removes the placement groups its Train runs made (their workers with
+        them), so a trial Tune stops frees them at once (ray-project/ray#54305). Runs beside a
+        waiting `next_result` (the actor has two threads)."""
         from oxray.util.placement_group import remove_placement_group
 
+        if getattr(self, "thread", None) is not None and self.thread.is_alive():
+            self.stopping = True
+            self.acks.release()
+            self.thread.join(STOP_GRACE_S)
         removed = 0
         for group in getattr(self, "owned_groups", []):
             try:
@@ -104,6 +126,9 @@ class TrialActor:
             # Ray's older style: a dict returned is the trial's last result.
             if isinstance(returned, dict):
                 self._report(returned, None)
+        except TrialStopped:
+            self.results.put(("stopped", None))
+            return
         except BaseException as e:  # the trial errs; the experiment goes on
             text = traceback.format_exc()
             try:
@@ -149,4 +174,4 @@ class TrialActor:
         self.last = now
         self.results.put(("result", result))
         # Until the driver has taken it: it may stop this trial now.
-        self.acks.acquire()
+        self.wait_for_driver()
