@@ -1,0 +1,7 @@
+"""`TuneBOHB`: refused by name until oxray supports it."""
+
+from oxray.tune.search._refused import refused
+
+TuneBOHB = refused("TuneBOHB", "hpbandster")
+
+__all__ = ["TuneBOHB"]
