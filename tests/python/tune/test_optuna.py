@@ -91,3 +91,71 @@ def test_the_other_searchers_ray_wraps_are_refused_by_name():
     for cls in (HyperOptSearch, NevergradSearch):
         with pytest.raises(NotImplementedError, match=f"{cls.__name__} .* is not supported by oxray"):
             cls(metric="loss", mode="min")
+
+
+def slow_objective(config):
+    import time as _time
+
+    _time.sleep(0.4)
+    tune.report({"loss": (config["x"] - 3) ** 2})
+
+
+OPTUNA_DRIVER = """
+import sys, time
+import oxray as ray
+from oxray import tune
+from oxray.tune.search.optuna import OptunaSearch
+
+
+def slow_objective(config):
+    time.sleep(0.4)
+    tune.report({"loss": (config["x"] - 3) ** 2})
+
+
+ray.init(num_cpus=2)
+tune.Tuner(
+    slow_objective,
+    param_space={"x": tune.uniform(-10, 10)},
+    tune_config=tune.TuneConfig(metric="loss", mode="min", search_alg=OptunaSearch(seed=3), num_samples=6,
+                                max_concurrent_trials=1),
+    run_config=tune.RunConfig(storage_path=sys.argv[1], name="killed", verbose=0),
+).fit()
+"""
+
+
+def test_a_restore_goes_on_with_the_studys_state(tmp_path):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from oxray_testutil import wait_until
+
+    script = tmp_path / "driver.py"
+    script.write_text(OPTUNA_DRIVER)
+    driver = subprocess.Popen([sys.executable, str(script), str(tmp_path)], start_new_session=True)
+    experiment = tmp_path / "killed"
+
+    def two_done():
+        states = sorted(experiment.glob("experiment_state-*.json")) if experiment.exists() else []
+        if not states:
+            return False
+        trials = [json.loads(t) for t, _ in json.loads(states[-1].read_text())["trial_data"]]
+        return sum(t["status"] == "TERMINATED" for t in trials) >= 2
+
+    try:
+        wait_until("two trials to finish", two_done, timeout=120)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert list(experiment.glob("searcher-state-*.pkl")), "the study was saved with the experiment"
+    restored = tune.Tuner.restore(str(experiment), trainable=slow_objective)
+    results = restored.fit()
+    assert len(results) == 6 and results.num_errors == 0
+    [state] = sorted(experiment.glob("searcher-state-*.pkl"))[-1:]
+    from oxray import cloudpickle
+
+    search = cloudpickle.loads(state.read_bytes()).searcher
+    completed = [t for t in search._study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(completed) == 6, "the restored study was told every trial, the first ones included"

@@ -123,7 +123,11 @@ class Runner:
             )
             assert index == trial.index, (index, trial.index)
             self.trials.append(trial)
-        if remaining is not None and hasattr(self.search, "restore_remaining"):
+        if isinstance(remaining, tuple) and remaining[0] == "searcher":
+            # The searcher as it was: it knows what it suggested and what it was told.
+            self.search = remaining[1]
+            self.search_done = state["runner_data"]["search_done"]
+        elif remaining is not None and hasattr(self.search, "restore_remaining"):
             self.search.restore_remaining(space, remaining)
             self.search_done = not remaining
         else:
@@ -476,6 +480,10 @@ class Runner:
             # Ray's name; cloudpickle bytes despite the suffix, as Ray's are.
             variants = self.state_file.replace("experiment_state-", "basic-variant-state-")
             write_atomically(variants, cloudpickle.dumps(self.search.remaining()))
+        else:
+            # A Searcher (Optuna's study and all) as Ray keeps it, for a restore to go on from.
+            searcher = self.state_file.replace("experiment_state-", "searcher-state-").replace(".json", ".pkl")
+            write_atomically(searcher, cloudpickle.dumps(self.search))
         write_atomically(self.state_file, json.dumps(state).encode())
         self.last_state_write = time.monotonic()
 
@@ -496,10 +504,16 @@ def latest_state(experiment_path: str):
     with open(os.path.join(experiment_path, names[-1])) as f:
         state = json.load(f)
     variants = os.path.join(experiment_path, names[-1].replace("experiment_state-", "basic-variant-state-"))
+    searcher = os.path.join(
+        experiment_path, names[-1].replace("experiment_state-", "searcher-state-").replace(".json", ".pkl")
+    )
     remaining = None
     if os.path.exists(variants):
         with open(variants, "rb") as f:
             remaining = cloudpickle.load(f)
+    elif os.path.exists(searcher):
+        with open(searcher, "rb") as f:
+            remaining = ("searcher", cloudpickle.load(f))
     return state, remaining
 
 
