@@ -5,6 +5,7 @@ default `~/ray_results` lands in the test's directory."""
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -87,11 +88,21 @@ def test_the_quickstart(tmp_path):
     trials = [json.loads((p / "result.json").read_text()) for p in experiment.iterdir() if p.is_dir()]
     assert sorted(t["config"]["a"] for t in trials) == [0.001, 0.01, 0.1, 1.0]
     assert best == min(trials, key=lambda t: t["score"])["config"], out[-2000:]
+    # Ray's output engine's blocks: the configuration, then status tables to the last.
+    assert "Configuration for experiment" in out and "BasicVariantGenerator" in out, out[:2000]
+    final = out[out.rindex("Trial status:") :]
+    assert final.startswith("Trial status: 4 TERMINATED"), final
+    assert re.search(r"Logical resource usage: 0\.0/\d+ CPUs", final), final
+    assert all(f"{t['trial_id']}" in final for t in trials), "a row per trial"
+    assert "Wrote the latest version of all result files and experiment state" in out
 
 
 def test_key_concepts_asha_and_a_stop_dict(tmp_path):
     out = run_script(tmp_path, KEY_CONCEPTS)
     assert "trials 8 errors 0" in out, out[-2000:]
     assert "best iterations 20" in out, out[-2000:]
+    final = out[out.rindex("Trial status:") :]
+    assert "Current best trial: " in final and " with score=" in final, final
+    assert "AsyncHyperBandScheduler" in out
     stopped = int(out.split("stopped early ")[1].split()[0])
     assert stopped >= 1, out[-2000:]

@@ -86,9 +86,13 @@ class Runner:
         )
         failures = run_config.failure_config.max_failures
         max_concurrent = tune_config.max_concurrent_trials or None
+        self.capacity = _capacity()
         self.controller = _native.TuneController(
-            _capacity(), max_concurrent, None if failures == -1 else failures, scheduler._engine_spec()
+            self.capacity, max_concurrent, None if failures == -1 else failures, scheduler._engine_spec()
         )
+        from oxray.tune._internal.output import Reporter
+
+        self.reporter = Reporter(self) if self.verbose >= 1 else None
         self.actor_class = ray.remote(TrialActor)
         # Actors whose trial returned, by what they hold, for the next trial (TuneConfig.reuse_actors).
         self.reuse_actors = tune_config.reuse_actors is not False
@@ -380,8 +384,8 @@ class Runner:
         deadline = None
         if self.tune_config.time_budget_s:
             deadline = time.monotonic() + float(self.tune_config.time_budget_s)
-        if self.verbose >= 1:
-            print(f"View detailed results here: {self.experiment_path}", flush=True)
+        if self.reporter is not None:
+            self.reporter.header(getattr(self.search, "total", None))
         try:
             self._loop(deadline)
         except BaseException:
@@ -394,6 +398,12 @@ class Runner:
             self.idle_actors = []
         self._callbacks_end()
         self._write_state()
+        if self.reporter is not None:
+            self.reporter.status()
+            print(
+                f"\nWrote the latest version of all result files and experiment state to '{self.experiment_path}'",
+                flush=True,
+            )
         if self.raise_error is not None:
             raise self.raise_error
         return self.trials
@@ -422,6 +432,8 @@ class Runner:
                 self._handle(running[future], future)
             self.iteration += 1
             self._callbacks("on_step_end")
+            if self.reporter is not None:
+                self.reporter.maybe_status()
             if deadline is not None and time.monotonic() >= deadline:
                 if self.verbose >= 1:
                     print("Reached the time budget (time_budget_s): stopping every trial", flush=True)

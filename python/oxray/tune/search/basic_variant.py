@@ -42,6 +42,7 @@ class BasicVariantGenerator:
         # Drawn up front, so that what is left can be saved with the experiment and restored.
         self._variants = list(generate_variants(space, num_samples, self._rng))
         self._next = 0
+        self.total = len(self._variants) + len(self.points_to_evaluate)
         self._space = space
 
     def remaining(self) -> list:
