@@ -816,8 +816,9 @@ class TuneController:
         """The waiting Train runs that may start their workers now (this trial's, when it fits)."""
     def schedule(self) -> list[tuple[str, int, bool]]:
         """`("start", trial, restore)`, or `("grant", trial, False)`: a waiting Train run may go."""
-    def on_result(self, trial: int, time: float, reward: float | None = None) -> bool:
-        """A result; `True` when the scheduler stops the trial."""
+    def on_result(self, trial: int, time: float, reward: float | None = None) -> tuple[str, int | None]:
+        """`("continue", None)`, `("stop", None)`, `("exploit", source)` or `("no_checkpoint", source)`."""
+    def on_exploit(self, trial: int) -> None: ...
     def on_checkpoint(self, trial: int) -> None: ...
     def on_ended(self, trial: int) -> None: ...
     def on_failed(self, trial: int) -> str:

@@ -3,10 +3,11 @@
 //! decisions) for the Python driver loop in `oxray/tune/_internal/runner.py`.
 //! Statuses cross as Ray's strings (`"PENDING"`, ...); a scheduler as a tuple
 //! (`("fifo",)`, `("asha", max_t, grace_period, reduction_factor, brackets,
-//! stop_last_trials)` or `("median", grace_period, min_samples_required)`).
+//! stop_last_trials)`, `("median", grace_period, min_samples_required)` or
+//! `("pbt", perturbation_interval, burn_in_period, quantile_fraction)`).
 
 use oxray_tune::{
-    AshaSpec, Config, Controller, Decision, MedianSpec, Resources, SchedulerSpec, TrialStatus, TuneError,
+    AshaSpec, Config, Controller, Decision, MedianSpec, PbtSpec, Resources, SchedulerSpec, TrialStatus, TuneError,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,8 +36,13 @@ fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
             let (_, grace_period, min_samples_required): (String, f64, u32) = spec.extract()?;
             Ok(SchedulerSpec::Median(MedianSpec { grace_period, min_samples_required }))
         }
+        "pbt" => {
+            let (_, perturbation_interval, burn_in_period, quantile_fraction): (String, f64, f64, f64) =
+                spec.extract()?;
+            Ok(SchedulerSpec::Pbt(PbtSpec { perturbation_interval, burn_in_period, quantile_fraction }))
+        }
         other => Err(PyValueError::new_err(format!(
-            "scheduler {other:?} is not one the engine runs; expected fifo, asha or median"
+            "scheduler {other:?} is not one the engine runs; expected fifo, asha, median or pbt"
         ))),
     }
 }
@@ -119,10 +125,21 @@ impl TuneController {
             .collect())
     }
 
-    /// A result; `True` when the scheduler stops the trial.
+    /// A result; the scheduler's decision: `("continue", None)`, `("stop", None)`, `("exploit",
+    /// source)` or `("no_checkpoint", source)` (PBT would clone `source`, which has no checkpoint).
     #[pyo3(signature = (trial, time, reward=None))]
-    fn on_result(&self, trial: u32, time: f64, reward: Option<f64>) -> PyResult<bool> {
-        Ok(self.lock()?.on_result(trial, time, reward).map_err(value_error)? == Decision::Stop)
+    fn on_result(&self, trial: u32, time: f64, reward: Option<f64>) -> PyResult<(&'static str, Option<u32>)> {
+        Ok(match self.lock()?.on_result(trial, time, reward).map_err(value_error)? {
+            Decision::Continue => ("continue", None),
+            Decision::Stop => ("stop", None),
+            Decision::Exploit { source } => ("exploit", Some(source)),
+            Decision::NoCheckpoint { source } => ("no_checkpoint", Some(source)),
+        })
+    }
+
+    /// PBT: the trial restarts from the checkpoint the driver copied into it.
+    fn on_exploit(&self, trial: u32) -> PyResult<()> {
+        self.lock()?.on_exploit(trial).map_err(value_error)
     }
 
     fn on_checkpoint(&self, trial: u32) -> PyResult<()> {

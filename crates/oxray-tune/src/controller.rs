@@ -214,10 +214,21 @@ impl Controller {
     /// reward (larger is better); what the scheduler says.
     pub fn on_result(&mut self, trial: u32, time: f64, reward: Option<f64>) -> Result<Decision, TuneError> {
         self.running(trial, "a result")?;
+        let trials = &self.trials;
+        let has_checkpoint = |t: u32| trials.get(t as usize).is_some_and(|t| t.has_checkpoint);
         Ok(match reward {
-            Some(reward) => self.scheduler.on_result(trial, time, reward),
+            Some(reward) => self.scheduler.on_result(trial, time, reward, has_checkpoint),
             None => Decision::Continue,
         })
+    }
+
+    /// PBT: the RUNNING trial is restarted from another's checkpoint (which the driver copied into
+    /// its own): it gives back what it holds and is PENDING, to start again from that checkpoint.
+    pub fn on_exploit(&mut self, trial: u32) -> Result<(), TuneError> {
+        self.running(trial, "an exploit")?;
+        self.trials[trial as usize].has_checkpoint = true;
+        self.release(trial, TrialStatus::Pending);
+        Ok(())
     }
 
     /// The trial saved a checkpoint: a retry restarts from it.

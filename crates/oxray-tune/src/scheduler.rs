@@ -12,6 +12,7 @@ pub enum SchedulerSpec {
     Fifo,
     Asha(AshaSpec),
     Median(MedianSpec),
+    Pbt(crate::pbt::PbtSpec),
 }
 
 /// `MedianStoppingRule`'s settings (Ray's defaults: grace period 60, 3 samples).
@@ -60,6 +61,15 @@ pub enum Decision {
     Continue,
     /// End the trial now (TERMINATED): early stopping, or it reached `max_t`.
     Stop,
+    /// PBT: restart the trial from `source`'s latest checkpoint with its config explored; the
+    /// driver explores it and reports [`crate::Controller::on_exploit`].
+    Exploit {
+        source: u32,
+    },
+    /// PBT would exploit `source`, which has no checkpoint yet: the trial goes on (say so).
+    NoCheckpoint {
+        source: u32,
+    },
 }
 
 /// A scheduler's state across the experiment.
@@ -68,6 +78,7 @@ pub(crate) enum Scheduler {
     Fifo,
     Asha(Asha),
     Median(Median),
+    Pbt(crate::pbt::Pbt),
 }
 
 impl Scheduler {
@@ -88,6 +99,10 @@ impl Scheduler {
                 }
                 Scheduler::Median(Median { spec: spec.clone(), results: BTreeMap::new() })
             }
+            SchedulerSpec::Pbt(spec) => {
+                spec.check()?;
+                Scheduler::Pbt(crate::pbt::Pbt::new(spec.clone()))
+            }
         })
     }
 
@@ -97,11 +112,23 @@ impl Scheduler {
         }
     }
 
-    pub(crate) fn on_result(&mut self, trial: u32, time: f64, reward: f64) -> Decision {
+    pub(crate) fn on_result(
+        &mut self,
+        trial: u32,
+        time: f64,
+        reward: f64,
+        has_checkpoint: impl Fn(u32) -> bool,
+    ) -> Decision {
+        use crate::pbt::PbtVerdict;
         match self {
             Scheduler::Fifo => Decision::Continue,
             Scheduler::Asha(asha) => asha.on_result(trial, time, reward),
             Scheduler::Median(median) => median.on_result(trial, time, reward),
+            Scheduler::Pbt(pbt) => match pbt.on_result(trial, time, reward, has_checkpoint) {
+                PbtVerdict::Continue => Decision::Continue,
+                PbtVerdict::Exploit { source } => Decision::Exploit { source },
+                PbtVerdict::NoCheckpoint { source } => Decision::NoCheckpoint { source },
+            },
         }
     }
 }

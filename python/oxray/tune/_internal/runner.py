@@ -18,7 +18,7 @@ import uuid
 import oxray as ray
 from oxray import _native, cloudpickle
 from oxray.train._checkpoint import Checkpoint
-from oxray.tune._internal.files import make_private_dirs, write_atomically
+from oxray.tune._internal.files import append_private, make_private_dirs, write_atomically
 from oxray.tune._internal.trial import Trial
 from oxray.tune._internal.trial_actor import TrialActor
 from oxray.tune.search.searcher import Searcher
@@ -258,7 +258,8 @@ class Runner:
                 f"the scheduler's time_attr {self.time_attr!r} is not in trial {trial.trial_name}'s result; "
                 f"it reports {sorted(result)}"
             )
-        stop = self.controller.on_result(trial.index, float(time_value), reward)
+        decision, source = self.controller.on_result(trial.index, float(time_value), reward)
+        stop = decision == "stop"
         flat = flatten(result)
         if isinstance(self.stopper, DictStopper):
             for key in self.stopper.missing(flat):
@@ -270,13 +271,57 @@ class Runner:
         stop = self.stopper(trial.trial_id, flat) or stop
         self.search.on_trial_result(trial.trial_id, result)
         self._callbacks("on_trial_result", trial=trial, result=result)
-        if stop:
+        if decision == "no_checkpoint" and not stop:
+            print(
+                f"[pbt]: no checkpoint for trial {self.trials[source]}. Skip exploit for Trial {trial}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if decision == "exploit" and not stop:
+            self._exploit(trial, self.trials[source])
+        elif stop:
             result["done"] = True
             self._finish(trial)
         else:
             self._resume(trial)
         if self.stopper.stop_all():
             self._stop_all()
+
+    def _exploit(self, trial: Trial, source: Trial) -> None:
+        """PBT: `trial` restarts from `source`'s latest checkpoint (copied into its own directory as its
+        next checkpoint) with `source`'s config explored; both are written to pbt_global.txt and
+        pbt_policy_<trial_id>.txt as Ray writes them."""
+        clone = source.checkpoint
+        name = f"checkpoint_{trial.checkpoint_index:06d}"
+        target = os.path.join(trial.local_path, name)
+        shutil.copytree(clone.path, target, dirs_exist_ok=True)
+        trial.checkpoint_index += 1
+        trial.checkpoints.append((Checkpoint(target), dict(source.checkpoints[-1][1])))
+        old_config = trial.config
+        new_config = self.scheduler._explore(source.config)
+        entry = [
+            trial.experiment_tag,
+            source.experiment_tag,
+            trial.iteration,
+            source.iteration,
+            old_config,
+            new_config,
+        ]
+        line = (json.dumps(entry, default=repr) + "\n").encode()
+        for file_name in ("pbt_global.txt", f"pbt_policy_{trial.trial_id}.txt"):
+            append_private(os.path.join(self.experiment_path, file_name), line)
+        if self.verbose >= 1:
+            print(
+                f"[PopulationBasedTraining] [Exploit] Cloning trial {source.trial_id} (score = "
+                f"{source.last_result.get(self.metric)}) into trial {trial.trial_id} (score = "
+                f"{trial.last_result.get(self.metric)})\n[PopulationBasedTraining] [Explore] Perturbed the "
+                f"hyperparameter config of trial {trial.trial_id}: {old_config} -> {new_config}",
+                flush=True,
+            )
+        trial.config = new_config
+        self._kill(trial)
+        self.controller.on_exploit(trial.index)
+        trial.status = "PENDING"
 
     def _check_metric(self, result: dict) -> None:
         if (

@@ -148,9 +148,120 @@ def _not_yet(name: str):
     return NotYet
 
 
+class PopulationBasedTraining(TrialScheduler):
+    """Asynchronous population based training: every `perturbation_interval` of `time_attr`, past
+    `burn_in_period`, a trial in the bottom `quantile_fraction` restarts from the latest checkpoint of
+    one in the top (exploit) with that trial's config explored: each of `hyperparam_mutations`
+    resampled with `resample_probability`, else a number scaled by one of `perturbation_factors` or a
+    list value moved to a neighbour; then `custom_explore_fn`. Trials must report checkpoints.
+    The engine decides who exploits whom; the exploring happens here."""
+
+    def __init__(
+        self,
+        time_attr: str = "time_total_s",
+        metric: Optional[str] = None,
+        mode: Optional[str] = None,
+        perturbation_interval: float = 60.0,
+        burn_in_period: float = 0.0,
+        hyperparam_mutations: Optional[dict] = None,
+        quantile_fraction: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: tuple = (1.2, 0.8),
+        custom_explore_fn=None,
+        log_config: bool = True,
+        require_attrs: bool = True,
+        synch: bool = False,
+    ):
+        super().__init__(metric, mode)
+        if not hyperparam_mutations and custom_explore_fn is None:
+            raise ValueError(
+                "PopulationBasedTraining needs hyperparam_mutations or custom_explore_fn: with neither, nothing "
+                "would be explored"
+            )
+        if hyperparam_mutations is not None and not isinstance(hyperparam_mutations, dict):
+            raise ValueError(f"PopulationBasedTraining(hyperparam_mutations={hyperparam_mutations!r}): expected a dict")
+        if not 0 <= quantile_fraction <= 0.5:
+            raise ValueError(f"PopulationBasedTraining(quantile_fraction={quantile_fraction!r}): expected 0 to 0.5")
+        if not 0 <= resample_probability <= 1:
+            raise ValueError(f"PopulationBasedTraining(resample_probability={resample_probability!r}): expected 0 to 1")
+        if (
+            isinstance(perturbation_interval, bool)
+            or not isinstance(perturbation_interval, (int, float))
+            or (perturbation_interval <= 0)
+        ):
+            raise ValueError(
+                f"PopulationBasedTraining(perturbation_interval={perturbation_interval!r}): expected a number above 0"
+            )
+        if len(perturbation_factors) != 2:
+            raise ValueError(
+                f"PopulationBasedTraining(perturbation_factors={perturbation_factors!r}): expected two factors"
+            )
+        if synch:
+            raise NotImplementedError("PopulationBasedTraining(synch=True) is not supported by oxray's Tune yet")
+        if not log_config:
+            raise NotImplementedError(
+                "PopulationBasedTraining(log_config=False) is not supported: oxray always writes pbt_global.txt"
+            )
+        self.time_attr = time_attr
+        self.perturbation_interval, self.burn_in_period = perturbation_interval, burn_in_period
+        self.hyperparam_mutations = dict(hyperparam_mutations or {})
+        self.quantile_fraction, self.resample_probability = quantile_fraction, resample_probability
+        self.perturbation_factors, self.custom_explore_fn = tuple(perturbation_factors), custom_explore_fn
+        self.require_attrs = require_attrs
+        import random
+
+        self._rng = random.Random()
+
+    def _engine_spec(self) -> tuple:
+        return ("pbt", float(self.perturbation_interval), float(self.burn_in_period), float(self.quantile_fraction))
+
+    def _explore(self, config: dict) -> dict:
+        import copy
+
+        new = copy.deepcopy(config)
+        _explore_into(new, self.hyperparam_mutations, self, self._rng)
+        if self.custom_explore_fn is not None:
+            explored = self.custom_explore_fn(new)
+            if not isinstance(explored, dict):
+                raise ValueError(f"custom_explore_fn returned {explored!r}; expected the explored config (a dict)")
+            new = explored
+        return new
+
+
+def _explore_into(config: dict, mutations: dict, pbt, rng) -> None:
+    from oxray.tune.search.sample import Categorical, Domain
+
+    for key, mutation in mutations.items():
+        if isinstance(mutation, dict):
+            config.setdefault(key, {})
+            _explore_into(config[key], mutation, pbt, rng)
+            continue
+        current = config.get(key)
+        resample = rng.random() < pbt.resample_probability
+        if isinstance(mutation, Categorical):
+            mutation = mutation.categories
+        if isinstance(mutation, (list, tuple)):
+            values = list(mutation)
+            if resample or current not in values:
+                config[key] = rng.choice(values)
+            else:
+                index = values.index(current) + rng.choice([-1, 1])
+                config[key] = values[min(max(index, 0), len(values) - 1)]
+        elif isinstance(mutation, Domain) or callable(mutation):
+            if resample or not isinstance(current, (int, float)) or isinstance(current, bool):
+                config[key] = mutation.sample(None, rng) if isinstance(mutation, Domain) else mutation()
+            else:
+                scaled = current * rng.choice(pbt.perturbation_factors)
+                config[key] = int(scaled) if isinstance(current, int) else scaled
+        else:
+            raise ValueError(
+                f"hyperparam_mutations[{key!r}] is {mutation!r}; expected a list of values, a tune search space "
+                "or a function"
+            )
+
+
 HyperBandScheduler = _not_yet("HyperBandScheduler")
 HyperBandForBOHB = _not_yet("HyperBandForBOHB")
-PopulationBasedTraining = _not_yet("PopulationBasedTraining")
 PopulationBasedTrainingReplay = _not_yet("PopulationBasedTrainingReplay")
 PB2 = _not_yet("PB2")
 ResourceChangingScheduler = _not_yet("ResourceChangingScheduler")
