@@ -6,7 +6,9 @@ from oxray.train._checkpoint import Checkpoint
 from oxray.tune._internal.runner import TuneError
 from oxray.tune.callback import Callback
 from oxray.tune.class_trainable import Trainable
+from oxray.tune.registry import register_env, register_trainable
 from oxray.tune.result_grid import Result, ResultGrid
+from oxray.tune.run import ExperimentAnalysis, create_scheduler, create_searcher, run
 from oxray.tune.search.sample import (
     choice,
     grid_search,
@@ -25,13 +27,21 @@ from oxray.tune.search.sample import (
 from oxray.tune.session import TuneContext, get_checkpoint, get_context, report
 from oxray.tune.stopper import Stopper
 from oxray.tune.trainable import PlacementGroupFactory, with_parameters, with_resources
-from oxray.tune.tune_config import CheckpointConfig, FailureConfig, RunConfig, TuneConfig
+from oxray.tune.tune_config import CheckpointConfig, FailureConfig, ResumeConfig, RunConfig, SyncConfig, TuneConfig
 from oxray.tune.tuner import Tuner
 
 __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentAnalysis",
+    "ResumeConfig",
+    "SyncConfig",
+    "create_scheduler",
+    "create_searcher",
+    "register_env",
+    "register_trainable",
+    "run",
     "FailureConfig",
     "PlacementGroupFactory",
     "Result",

@@ -107,6 +107,40 @@ class CheckpointConfig:
 
 
 @dataclass
+class SyncConfig:
+    """Ray's syncing of driver and trial files to storage. oxray's trials write to the experiment's
+    directory directly, so only the defaults are accepted (anything else is refused by name)."""
+
+    sync_period: int = 300
+    sync_timeout: int = 1800
+    sync_artifacts: bool = False
+    sync_artifacts_on_checkpoint: bool = True
+
+
+class ResumeType:
+    RESUME = "RESUME"
+    RESTART = "RESTART"
+    SKIP = "SKIP"
+
+
+@dataclass
+class ResumeConfig:
+    """What `Tuner.restore` does with finished, unfinished and errored trials (Ray's DeveloperAPI)."""
+
+    finished: str = ResumeType.SKIP
+    unfinished: str = ResumeType.RESUME
+    errored: str = ResumeType.SKIP
+
+    def __post_init__(self):
+        if self.finished != ResumeType.SKIP:
+            raise NotImplementedError(f"ResumeConfig(finished={self.finished!r}): finished trials are never rerun")
+        if self.unfinished not in (ResumeType.RESUME, ResumeType.SKIP):
+            raise ValueError(f"ResumeConfig(unfinished={self.unfinished!r}): expected RESUME or SKIP")
+        if self.errored not in (ResumeType.RESUME, ResumeType.RESTART, ResumeType.SKIP):
+            raise ValueError(f"ResumeConfig(errored={self.errored!r}): expected RESUME, RESTART or SKIP")
+
+
+@dataclass
 class RunConfig:
     name: Optional[str] = None
     storage_path: Optional[str] = None
@@ -140,7 +174,13 @@ class RunConfig:
                     "or shared (NFS) path for now; URIs are not supported yet"
                 )
         if self.sync_config is not None:
-            raise NotImplementedError("RunConfig(sync_config=...) is not supported by oxray's Tune yet")
+            if not isinstance(self.sync_config, SyncConfig):
+                raise ValueError(f"RunConfig(sync_config={self.sync_config!r}): expected a tune.SyncConfig")
+            if self.sync_config != SyncConfig():
+                raise NotImplementedError(
+                    f"RunConfig(sync_config={self.sync_config!r}): oxray writes trial results straight to the "
+                    "experiment's directory, so there is nothing to sync; only the default SyncConfig() is taken"
+                )
         if self.progress_reporter is not None:
             raise NotImplementedError("RunConfig(progress_reporter=...) is not supported by oxray's Tune yet")
         if self.log_to_file:

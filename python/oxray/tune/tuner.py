@@ -52,7 +52,9 @@ class Tuner:
                 "tune.with_resources"
             )
         if isinstance(trainable, str):
-            raise NotImplementedError(f"Tuner({trainable!r}): registered trainables are not supported by oxray yet")
+            from oxray.tune.registry import get_trainable
+
+            trainable = get_trainable(trainable)
         if not callable(trainable) or (hasattr(trainable, "fit") and not is_class_trainable(trainable)):
             raise TypeError(
                 f"Tuner({trainable!r}): expected a function trainable; to tune a Trainer, call its fit() inside a "
@@ -93,10 +95,12 @@ class Tuner:
     ) -> "Tuner":
         """The experiment at `path` (a killed driver's, or a finished one), to finish with `fit()`.
         The state is pickled: restore only what you trust."""
-        if storage_filesystem is not None or _resume_config is not None:
-            raise NotImplementedError(
-                "Tuner.restore(storage_filesystem=, _resume_config=) is not supported by oxray yet"
-            )
+        if storage_filesystem is not None:
+            raise NotImplementedError("Tuner.restore(storage_filesystem=...) is not supported by oxray yet")
+        if _resume_config is not None:
+            resume_unfinished = _resume_config.unfinished == "RESUME"
+            resume_errored = _resume_config.errored == "RESUME"
+            restart_errored = _resume_config.errored == "RESTART"
         path = os.path.abspath(os.path.expanduser(str(path)))
         if not cls.can_restore(path):
             raise ValueError(f"Tuner.restore({path!r}): there is no experiment there (no tuner.pkl)")
@@ -193,6 +197,7 @@ class Tuner:
             state, remaining = latest_state(experiment_path)
             runner.restore(state, remaining, self._param_space, self._restore)
         trials = runner.run()
+        self._trials = trials
         self._results = ResultGrid(
             [_result_of(t) for t in trials], experiment_path, default_metric=metric, default_mode=mode
         )

@@ -1,0 +1,199 @@
+"""Tune's older entry points, as Ray keeps them: `tune.run(...)` (a Tuner
+under the hood) returning an `ExperimentAnalysis`, and `create_scheduler` /
+`create_searcher` by name."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from oxray.tune.result_grid import ResultGrid
+
+
+class ExperimentAnalysis:
+    """Ray's legacy analysis of a finished experiment: the best trial, config, result and
+    checkpoint by a metric, and dataframes."""
+
+    def __init__(self, results: ResultGrid, trials: list, default_metric=None, default_mode=None):
+        self._results, self.trials = results, trials
+        self.default_metric, self.default_mode = default_metric, default_mode
+
+    @property
+    def experiment_path(self) -> str:
+        return self._results.experiment_path
+
+    def _metric_mode(self, metric, mode):
+        metric, mode = metric or self.default_metric, mode or self.default_mode
+        if not metric or not mode:
+            raise ValueError(
+                "ExperimentAnalysis needs a metric and a mode: pass them, or give tune.run(metric=, mode=)"
+            )
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode={mode!r}: expected 'min' or 'max'")
+        return metric, mode
+
+    def get_best_trial(self, metric: Optional[str] = None, mode: Optional[str] = None, scope: str = "last"):
+        metric, mode = self._metric_mode(metric, mode)
+        best = self._results.get_best_result(metric, mode, scope)
+        return next(t for t in self.trials if t.local_path == best.path)
+
+    def get_best_config(self, metric=None, mode=None, scope="last") -> dict:
+        return self.get_best_trial(metric, mode, scope).config
+
+    def get_last_checkpoint(self, trial=None, metric="training_iteration", mode="max"):
+        trial = trial or self.best_trial
+        return trial.checkpoint
+
+    @property
+    def best_trial(self):
+        return self.get_best_trial()
+
+    @property
+    def best_config(self) -> dict:
+        return self.best_trial.config
+
+    @property
+    def best_result(self) -> dict:
+        return self.best_trial.last_result
+
+    @property
+    def best_checkpoint(self):
+        return self.best_trial.checkpoint
+
+    @property
+    def best_logdir(self) -> str:
+        return self.best_trial.local_path
+
+    @property
+    def results(self) -> dict:
+        return {t.trial_id: t.last_result for t in self.trials}
+
+    @property
+    def results_df(self):
+        return self._results.get_dataframe()
+
+    def dataframe(self, metric: Optional[str] = None, mode: Optional[str] = None):
+        return self._results.get_dataframe(filter_metric=metric, filter_mode=mode)
+
+    @property
+    def trial_dataframes(self) -> dict:
+        return {r.path: r.metrics_dataframe for r in self._results}
+
+
+def run(
+    run_or_experiment,
+    name: Optional[str] = None,
+    metric: Optional[str] = None,
+    mode: Optional[str] = None,
+    stop: Any = None,
+    time_budget_s: Any = None,
+    config: Optional[dict] = None,
+    resources_per_trial: Any = None,
+    num_samples: int = 1,
+    storage_path: Optional[str] = None,
+    search_alg: Any = None,
+    scheduler: Any = None,
+    checkpoint_config: Any = None,
+    verbose: Any = None,
+    progress_reporter: Any = None,
+    log_to_file: Any = False,
+    trial_name_creator: Any = None,
+    trial_dirname_creator: Any = None,
+    max_failures: int = 0,
+    fail_fast: Any = False,
+    restore: Optional[str] = None,
+    resume: Any = None,
+    reuse_actors: Optional[bool] = None,
+    raise_on_failed_trial: bool = True,
+    callbacks: Optional[list] = None,
+    max_concurrent_trials: Optional[int] = None,
+    **kwargs,
+) -> ExperimentAnalysis:
+    """Ray's `tune.run`: a `Tuner` with these settings; an `ExperimentAnalysis` back. A failed trial
+    raises `TuneError` unless `raise_on_failed_trial=False`."""
+    from oxray.tune._internal.runner import TuneError
+    from oxray.tune.trainable import with_resources
+    from oxray.tune.tune_config import FailureConfig, RunConfig, TuneConfig
+    from oxray.tune.tuner import Tuner
+
+    if kwargs:
+        raise TypeError(f"tune.run() got arguments oxray does not take: {sorted(kwargs)}")
+    if restore is not None or resume not in (None, False):
+        raise NotImplementedError("tune.run(restore=, resume=): use Tuner.restore(path, trainable) instead")
+    trainable = run_or_experiment
+    if resources_per_trial is not None:
+        trainable = with_resources(trainable, resources_per_trial)
+    run_config = RunConfig(
+        name=name,
+        storage_path=storage_path,
+        stop=stop,
+        callbacks=callbacks,
+        verbose=verbose,
+        progress_reporter=progress_reporter,
+        log_to_file=log_to_file,
+        failure_config=FailureConfig(max_failures=max_failures, fail_fast=fail_fast),
+        checkpoint_config=checkpoint_config,
+    )
+    tune_config = TuneConfig(
+        metric=metric,
+        mode=mode,
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=num_samples,
+        max_concurrent_trials=max_concurrent_trials,
+        time_budget_s=time_budget_s,
+        reuse_actors=reuse_actors,
+        trial_name_creator=trial_name_creator,
+        trial_dirname_creator=trial_dirname_creator,
+    )
+    tuner = Tuner(trainable, param_space=config or {}, tune_config=tune_config, run_config=run_config)
+    results = tuner.fit()
+    trials = tuner._trials
+    errored = [t for t in trials if t.status == "ERROR"]
+    if errored and raise_on_failed_trial:
+        raise TuneError(f"Trials did not complete: {[t.trial_name for t in errored]}")
+    return ExperimentAnalysis(results, trials, default_metric=metric, default_mode=mode)
+
+
+def create_scheduler(scheduler: str, **kwargs):
+    """A scheduler by Ray's name (`fifo`, `async_hyperband`/`asynchyperband`, `median_stopping_rule`/
+    `medianstopping`, `pbt`, ...)."""
+    from oxray.tune import schedulers
+
+    names = {
+        "fifo": schedulers.FIFOScheduler,
+        "async_hyperband": schedulers.AsyncHyperBandScheduler,
+        "asynchyperband": schedulers.AsyncHyperBandScheduler,
+        "median_stopping_rule": schedulers.MedianStoppingRule,
+        "medianstopping": schedulers.MedianStoppingRule,
+        "hyperband": schedulers.HyperBandScheduler,
+        "hb_bohb": schedulers.HyperBandForBOHB,
+        "pbt": schedulers.PopulationBasedTraining,
+        "pbt_replay": schedulers.PopulationBasedTrainingReplay,
+        "pb2": schedulers.PB2,
+        "resource_changing": schedulers.ResourceChangingScheduler,
+    }
+    if scheduler not in names:
+        raise ValueError(f"create_scheduler({scheduler!r}): expected one of {sorted(names)}")
+    return names[scheduler](**kwargs)
+
+
+def create_searcher(search_alg: str, **kwargs):
+    """A search algorithm by Ray's name (`variant_generator`/`random`, `optuna`, ...)."""
+    import importlib
+
+    modules = {
+        "variant_generator": ("oxray.tune.search.basic_variant", "BasicVariantGenerator"),
+        "random": ("oxray.tune.search.basic_variant", "BasicVariantGenerator"),
+        "optuna": ("oxray.tune.search.optuna", "OptunaSearch"),
+        "hyperopt": ("oxray.tune.search.hyperopt", "HyperOptSearch"),
+        "ax": ("oxray.tune.search.ax", "AxSearch"),
+        "bayesopt": ("oxray.tune.search.bayesopt", "BayesOptSearch"),
+        "bohb": ("oxray.tune.search.bohb", "TuneBOHB"),
+        "nevergrad": ("oxray.tune.search.nevergrad", "NevergradSearch"),
+        "zoopt": ("oxray.tune.search.zoopt", "ZOOptSearch"),
+        "hebo": ("oxray.tune.search.hebo", "HEBOSearch"),
+    }
+    if search_alg not in modules:
+        raise ValueError(f"create_searcher({search_alg!r}): expected one of {sorted(modules)}")
+    module, cls = modules[search_alg]
+    return getattr(importlib.import_module(module), cls)(**kwargs)

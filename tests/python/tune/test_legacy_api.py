@@ -1,0 +1,68 @@
+"""Tune's older entry points, as Ray keeps them: `tune.run` and its
+`ExperimentAnalysis`, `register_trainable` names, `create_scheduler` /
+`create_searcher` by name, and the configs only taken at their defaults."""
+
+import pytest
+
+from oxray import tune
+from oxray.tune.schedulers import AsyncHyperBandScheduler
+
+pytestmark = pytest.mark.usefixtures("cluster")
+
+
+def parabola(config):
+    for step in range(3):
+        tune.report({"loss": (config["x"] - 2) ** 2 + step})
+
+
+def test_tune_run_returns_an_experiment_analysis(tmp_path):
+    analysis = tune.run(
+        parabola,
+        config={"x": tune.grid_search([0, 2, 5])},
+        metric="loss",
+        mode="min",
+        storage_path=str(tmp_path),
+        name="legacy",
+        verbose=0,
+    )
+    assert analysis.best_config == {"x": 2}
+    assert analysis.best_result["loss"] == 2 and analysis.best_result["training_iteration"] == 3
+    assert len(analysis.results_df) == 3 and len(analysis.trials) == 3
+    assert analysis.get_best_config(metric="loss", mode="max") == {"x": 5}
+    assert analysis.experiment_path == str(tmp_path / "legacy")
+    assert len(analysis.dataframe(metric="loss", mode="min")) == 3
+
+
+def test_a_failed_trial_raises_from_tune_run_unless_told_not_to(tmp_path):
+    def fails(config):
+        raise ValueError("no")
+
+    with pytest.raises(tune.TuneError, match="Trials did not complete"):
+        tune.run(fails, storage_path=str(tmp_path), verbose=0)
+    analysis = tune.run(fails, storage_path=str(tmp_path), verbose=0, raise_on_failed_trial=False)
+    assert analysis.trials[0].status == "ERROR"
+    with pytest.raises(TypeError, match="local_dir"):
+        tune.run(parabola, local_dir=str(tmp_path))
+
+
+def test_a_registered_trainable_runs_by_name(tmp_path):
+    tune.register_trainable("my_parabola", parabola)
+    results = tune.Tuner(
+        "my_parabola", param_space={"x": 1}, run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0)
+    ).fit()
+    assert results[0].metrics["loss"] == 3
+    with pytest.raises(ValueError, match="no trainable is registered as 'unknown'"):
+        tune.Tuner("unknown")
+
+
+def test_schedulers_and_searchers_by_name_and_configs_at_their_defaults():
+    scheduler = tune.create_scheduler("async_hyperband", metric="loss", mode="min", max_t=9)
+    assert isinstance(scheduler, AsyncHyperBandScheduler) and scheduler.max_t == 9
+    assert type(tune.create_searcher("optuna", metric="loss", mode="min")).__name__ == "OptunaSearch"
+    with pytest.raises(ValueError, match="expected one of"):
+        tune.create_scheduler("nope")
+    tune.RunConfig(sync_config=tune.SyncConfig())
+    with pytest.raises(NotImplementedError, match="nothing to sync"):
+        tune.RunConfig(sync_config=tune.SyncConfig(sync_period=10))
+    with pytest.raises(NotImplementedError, match="never rerun"):
+        tune.ResumeConfig(finished="RESUME")
