@@ -14,6 +14,9 @@ Figures (2 CPUs, each side in its own subprocess, cluster started before the clo
 - Tune + Train: two trials, each a TorchTrainer of one worker; seconds from the trial
   function's start to its Train worker's loop start (mean). Ray needs
   max_concurrent_trials=1 on 2 CPUs (else its trials hold the CPUs their workers wait for).
+- OptunaSearch: seconds per trial of `--optuna-trials` trials of a trivial objective under
+  OptunaSearch (TPE, seeded), against Optuna's own `study.optimize` on the same objective
+  (in this process, no cluster). Ray runs --ray-trials of them.
 See bench/README.md (Tune).
 """
 
@@ -77,6 +80,26 @@ def train_driver(config):
     # Recorded by the driver from the forwarded report.
     with open(os.path.join(config["storage"], f"start-{tune.get_context().get_trial_id()}"), "w") as f:
         f.write(str(trial_start))
+
+
+def quadratic(config):
+    import importlib
+
+    tune = importlib.import_module(config.pop("framework") + ".tune")
+    tune.report({"loss": (config["x"] - 2) ** 2 + (config["y"] + 1) ** 2})
+
+
+def optuna_alone_s_per_trial(trials: int) -> float:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=0))
+    start = time.perf_counter()
+    study.optimize(
+        lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2 + (t.suggest_float("y", -10, 10) + 1) ** 2,
+        n_trials=trials,
+    )
+    return (time.perf_counter() - start) / trials
 
 
 def pss_mib(pid: int) -> float:
@@ -157,6 +180,25 @@ def side(framework: str, trials: int) -> dict:
     open(os.path.join(wait_dir, "go"), "w").close()
     done.wait(120)
 
+    # OptunaSearch: seconds per trial.
+    try:
+        optuna_search = importlib.import_module(framework + ".tune.search.optuna").OptunaSearch
+    except ImportError:
+        optuna_search = None
+    if optuna_search is not None:
+        optuna_trials = 100 if framework == "oxray" else max(5, trials // 2)
+        start = time.perf_counter()
+        tune.Tuner(
+            quadratic,
+            param_space={"framework": framework, "x": tune.uniform(-10, 10), "y": tune.uniform(-10, 10)},
+            tune_config=tune.TuneConfig(
+                metric="loss", mode="min", search_alg=optuna_search(seed=0), num_samples=optuna_trials
+            ),
+            run_config=tune.RunConfig(storage_path=storage, name="optuna", verbose=0),
+        ).fit()
+        out["optuna_s_per_trial"] = (time.perf_counter() - start) / optuna_trials
+        out["optuna_trials"] = optuna_trials
+
     # Tune + Train: trial start to its Train worker's start.
     try:
         import torch  # noqa: F401
@@ -190,6 +232,10 @@ def main():
         print("RESULT " + json.dumps(side(args.side, trials)), flush=True)
         return
     figures = {}
+    try:
+        alone = optuna_alone_s_per_trial(100)
+    except ImportError:
+        alone = None
     for name in ("oxray", "ray"):
         cmd = [
             sys.executable,
@@ -222,6 +268,13 @@ def main():
         ratio = o / r if better == "higher" else r / o
         print(f"| {label} | {fmt.format(o)} | {fmt.format(r)} | {ratio:.1f}x |")
     print(f"(oxray ran {figures['oxray']['trivial_trials']} trivial trials, Ray {figures['ray']['trivial_trials']})")
+    if alone is not None and "optuna_s_per_trial" in figures["oxray"]:
+        o, r = figures["oxray"]["optuna_s_per_trial"], figures["ray"].get("optuna_s_per_trial")
+        print(
+            f"OptunaSearch, s per trial: oxray {o:.4f} ({o / alone:.1f}x Optuna alone), "
+            + (f"Ray {r:.4f} ({r / alone:.1f}x Optuna alone), " if r else "")
+            + f"Optuna alone {alone:.4f} (100 trials each; Ray ran {figures['ray'].get('optuna_trials')})"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import os
 
 from oxray import cloudpickle
-from oxray.tune._internal.files import append_private, write_atomically
+from oxray.tune._internal.files import append_private, write_private
 
 
 class Callback:
@@ -118,8 +118,9 @@ class JsonLoggerCallback(LoggerCallback):
     def log_trial_start(self, trial):
         params = os.path.join(trial.local_path, "params.json")
         if not os.path.exists(params):
-            write_atomically(params, json.dumps(_jsonable(trial.config), indent=2, sort_keys=True).encode())
-            write_atomically(os.path.join(trial.local_path, "params.pkl"), cloudpickle.dumps(trial.config))
+            # Written once, before any result; a restore reads the config from the experiment state.
+            write_private(params, json.dumps(_jsonable(trial.config), indent=2, sort_keys=True).encode())
+            write_private(os.path.join(trial.local_path, "params.pkl"), cloudpickle.dumps(trial.config))
 
     def log_trial_result(self, iteration, trial, result):
         line = json.dumps(_jsonable(result)) + "\n"

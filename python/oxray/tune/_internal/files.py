@@ -35,6 +35,13 @@ def write_atomically(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def write_private(path: str, data: bytes) -> None:
+    """A file only the user can read, written in place (no state: nothing reads it back to resume)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 def append_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     with os.fdopen(fd, "ab") as f:

@@ -31,6 +31,7 @@ class Trial:
         self.actor = None
         self.future = None
         self.run_started = 0.0
+        self._pickled = None
 
     @classmethod
     def from_state(cls, state: dict, experiment_path: str) -> "Trial":
@@ -110,14 +111,17 @@ class Trial:
         from oxray import cloudpickle
         from oxray.tune.callback import _jsonable
 
-        pickled = cloudpickle.dumps({"config": self.config, "evaluated_params": self.evaluated_params})
+        # Pickled once per config (a PBT exploit changes it): the state is written at every trial's end.
+        if self._pickled is None or self._pickled[0] is not self.config:
+            blob = cloudpickle.dumps({"config": self.config, "evaluated_params": self.evaluated_params})
+            self._pickled = (self.config, base64.b64encode(blob).decode(), _jsonable(self.config))
         return {
             "index": self.index,
-            "pickled": base64.b64encode(pickled).decode(),
+            "pickled": self._pickled[1],
             "trial_id": self.trial_id,
             "trainable_name": self.trainable_name,
             "trial_name": self.trial_name,
-            "config": _jsonable(self.config),
+            "config": self._pickled[2],
             "evaluated_params": _jsonable({"/".join(map(str, k)): v for k, v in self.evaluated_params.items()}),
             "experiment_tag": self.experiment_tag,
             "status": self.status,
