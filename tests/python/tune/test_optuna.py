@@ -85,10 +85,10 @@ def test_spaces_optuna_cannot_take_are_refused_by_name(tmp_path, param_space, ex
 
 
 def test_the_other_searchers_ray_wraps_are_refused_by_name():
-    from oxray.tune.search.hyperopt import HyperOptSearch
+    from oxray.tune.search.ax import AxSearch
     from oxray.tune.search.nevergrad import NevergradSearch
 
-    for cls in (HyperOptSearch, NevergradSearch):
+    for cls in (AxSearch, NevergradSearch):
         with pytest.raises(NotImplementedError, match=f"{cls.__name__} .* is not supported by oxray"):
             cls(metric="loss", mode="min")
 
