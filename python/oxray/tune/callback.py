@@ -1,6 +1,7 @@
 """Tune's callbacks: `Callback` hooks the driver loop calls, `LoggerCallback`,
 and the loggers on by default, as in Ray: `JsonLoggerCallback` (params.json,
-params.pkl, result.json) and `CSVLoggerCallback` (progress.csv).
+params.pkl, result.json), `CSVLoggerCallback` (progress.csv) and
+`TBXLoggerCallback` (TensorBoard event files, when tensorboardX is installed).
 `TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1` turns the defaults off."""
 
 from __future__ import annotations
@@ -157,11 +158,55 @@ class CSVLoggerCallback(LoggerCallback):
 
 
 class TBXLoggerCallback(LoggerCallback):
+    """TensorBoard event files in each trial's directory (`events.out.tfevents.<epoch>.<host>`):
+    every numeric metric, flattened with `/`, as a scalar under `ray/tune/`, at its
+    `training_iteration`; through `tensorboardX`."""
+
     def __init__(self):
-        raise NotImplementedError("TBXLoggerCallback is not supported by oxray's Tune yet")
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as e:
+            raise ImportError("TBXLoggerCallback needs the tensorboardX package: pip install tensorboardX") from e
+        self._writer_class = SummaryWriter
+        self._writers: dict = {}
+
+    def log_trial_start(self, trial):
+        if trial.trial_id not in self._writers:
+            writer = self._writer_class(logdir=trial.local_path, flush_secs=30)
+            # tensorboardX creates it with the umask's mode; the trial's files are the user's only (the
+            # directory is already 0700).
+            for name in os.listdir(trial.local_path):
+                if name.startswith("events.out.tfevents."):
+                    os.chmod(os.path.join(trial.local_path, name), 0o600)
+            self._writers[trial.trial_id] = writer
+
+    def log_trial_restore(self, trial):
+        self.log_trial_start(trial)
+
+    def log_trial_result(self, iteration, trial, result):
+        from oxray.tune.search.variant_generator import flatten
+
+        self.log_trial_start(trial)
+        writer = self._writers[trial.trial_id]
+        step = result.get("training_iteration", iteration)
+        for key, value in flatten({k: v for k, v in result.items() if k != "config"}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
+        writer.flush()
+
+    def log_trial_end(self, trial, failed=False):
+        writer = self._writers.pop(trial.trial_id, None)
+        if writer is not None:
+            writer.close()
 
 
 def default_loggers() -> list:
+    """Ray's defaults: JSON and CSV, and TensorBoard when tensorboardX is installed."""
     if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") == "1":
         return []
-    return [JsonLoggerCallback(), CSVLoggerCallback()]
+    loggers = [JsonLoggerCallback(), CSVLoggerCallback()]
+    try:
+        loggers.append(TBXLoggerCallback())
+    except ImportError:
+        pass
+    return loggers
