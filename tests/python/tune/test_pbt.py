@@ -18,6 +18,10 @@ pytestmark = pytest.mark.usefixtures("cluster")
 
 
 def accumulate(config):
+    # Both trials start their loops together, so each meets the other at its perturbations.
+    open(os.path.join(config["barrier"], str(config["lr"])), "w").close()
+    while len(os.listdir(config["barrier"])) < 2:
+        time.sleep(0.02)
     total = 0.0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -33,6 +37,8 @@ def accumulate(config):
 
 
 def test_the_worse_trial_exploits_the_better_ones_checkpoint_and_explores_its_config(tmp_path):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     pbt = PopulationBasedTraining(
         time_attr="training_iteration",
         metric="total",
@@ -44,7 +50,7 @@ def test_the_worse_trial_exploits_the_better_ones_checkpoint_and_explores_its_co
     )
     results = tune.Tuner(
         accumulate,
-        param_space={"lr": tune.grid_search([0.01, 3.0])},
+        param_space={"lr": tune.grid_search([0.01, 3.0]), "barrier": str(barrier)},
         tune_config=tune.TuneConfig(scheduler=pbt),
         run_config=tune.RunConfig(storage_path=str(tmp_path), name="pbt", verbose=0, stop={"training_iteration": 24}),
     ).fit()
