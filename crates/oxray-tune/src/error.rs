@@ -20,3 +20,10 @@ pub enum TuneError {
     #[error("trial {trial} is {status:?}; {event} expects a RUNNING trial")]
     NotRunning { trial: u32, status: crate::TrialStatus, event: &'static str },
 }
+
+impl TuneError {
+    /// `BadSetting` for a numeric setting `what` whose `value` is not `expected`.
+    pub(crate) fn bad_setting<T>(what: &'static str, value: f64, expected: &'static str) -> Result<T, TuneError> {
+        Err(TuneError::BadSetting { what, value: value.to_string(), expected })
+    }
+}

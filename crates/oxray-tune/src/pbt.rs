@@ -17,8 +17,7 @@ pub struct PbtSpec {
 
 impl PbtSpec {
     pub fn check(&self) -> Result<(), crate::TuneError> {
-        let bad =
-            |what, value: f64, expected| Err(crate::TuneError::BadSetting { what, value: value.to_string(), expected });
+        let bad = crate::TuneError::bad_setting;
         if !(self.perturbation_interval > 0.0 && self.perturbation_interval.is_finite()) {
             return bad("perturbation_interval", self.perturbation_interval, "a number above 0");
         }

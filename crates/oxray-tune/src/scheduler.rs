@@ -37,8 +37,7 @@ pub struct AshaSpec {
 impl AshaSpec {
     /// `Err` names the setting that cannot work.
     pub fn check(&self) -> Result<(), crate::TuneError> {
-        let bad =
-            |what, value: f64, expected| Err(crate::TuneError::BadSetting { what, value: value.to_string(), expected });
+        let bad = crate::TuneError::bad_setting;
         if !(self.grace_period > 0.0 && self.grace_period.is_finite()) {
             return bad("grace_period", self.grace_period, "a number above 0");
         }
@@ -91,11 +90,7 @@ impl Scheduler {
             }
             SchedulerSpec::Median(spec) => {
                 if !(spec.grace_period >= 0.0 && spec.grace_period.is_finite()) {
-                    return Err(crate::TuneError::BadSetting {
-                        what: "grace_period",
-                        value: spec.grace_period.to_string(),
-                        expected: "a number of 0 or more",
-                    });
+                    return crate::TuneError::bad_setting("grace_period", spec.grace_period, "a number of 0 or more");
                 }
                 Scheduler::Median(Median { spec: spec.clone(), results: BTreeMap::new() })
             }

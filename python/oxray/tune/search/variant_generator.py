@@ -118,3 +118,15 @@ def flatten(config: dict, prefix: str = "", delimiter: str = "/") -> dict:
         else:
             flat[name] = value
     return flat
+
+
+def unflatten(flat: dict, delimiter: str = "/") -> dict:
+    """`flatten`'s inverse: `/`-joined keys back into nested dicts."""
+    nested: dict = {}
+    for key, value in flat.items():
+        parts = key.split(delimiter)
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return nested

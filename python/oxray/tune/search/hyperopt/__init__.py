@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from oxray.tune.search.sample import Categorical, Float, Function, Integer, Normal
 from oxray.tune.search.searcher import Searcher
-from oxray.tune.search.variant_generator import flatten, is_grid
+from oxray.tune.search.variant_generator import flatten, is_grid, unflatten
 
 
 def _hyperopt():
@@ -49,17 +49,6 @@ def _expression(hp, path: str, domain):
     if isinstance(domain, Function):
         raise ValueError(f"HyperOptSearch cannot take sample_from at {path!r}; give it HyperOpt's own space")
     raise ValueError(f"HyperOptSearch cannot take {domain!r} at {path!r}")
-
-
-def _nest(flat: dict) -> dict:
-    nested: dict = {}
-    for key, value in flat.items():
-        parts = key.split("/")
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return nested
 
 
 class HyperOptSearch(Searcher):
@@ -130,7 +119,7 @@ class HyperOptSearch(Searcher):
             point = flatten(self._points.pop(0))
             config = {**{k: v for k, v in self._expressions.items() if not _is_expression(v)}, **point}
             self._live[trial_id] = None
-            return _nest(config)
+            return unflatten(config)
         ids = self._trials.new_trial_ids(1)
         self._trials.refresh()
         docs = self._algorithm(ids, self._domain, self._trials, int(self._rng.integers(2**31 - 1)))
@@ -140,7 +129,7 @@ class HyperOptSearch(Searcher):
         values = {k: v[0] for k, v in doc["misc"]["vals"].items() if v}
         config = hyperopt.space_eval(self._expressions, values)
         self._live[trial_id] = doc["tid"]
-        return _nest(config)
+        return unflatten(config)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         tid = self._live.pop(trial_id, None)

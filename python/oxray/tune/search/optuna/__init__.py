@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Union
 
 from oxray.tune.search.sample import Categorical, Float, Function, Integer, Normal
 from oxray.tune.search.searcher import Searcher
-from oxray.tune.search.variant_generator import flatten, is_grid
+from oxray.tune.search.variant_generator import flatten, is_grid, unflatten
 
 
 def _optuna():
@@ -39,17 +39,6 @@ def _distribution(optuna, path: str, domain):
             "use uniform, loguniform, randint or choice, or a define-by-run space"
         )
     raise ValueError(f"OptunaSearch cannot take {domain!r} at {path!r}")
-
-
-def _unflatten(flat: dict) -> dict:
-    nested: dict = {}
-    for key, value in flat.items():
-        parts = key.split("/")
-        node = nested
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = value
-    return nested
 
 
 class OptunaSearch(Searcher):
@@ -167,7 +156,7 @@ class OptunaSearch(Searcher):
                 )
             flat = {**ot.params, **(returned or {})}
         self._live[trial_id] = ot
-        return _unflatten(flat)
+        return unflatten(flat)
 
     def on_trial_complete(self, trial_id: str, result: Optional[dict] = None, error: bool = False) -> None:
         ot = self._live.pop(trial_id, None)
