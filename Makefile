@@ -98,7 +98,7 @@ test: lint rust-test py-test
 
 # The dashboard's pages, as the browser tests see them, into docs/screenshots/.
 screenshots: develop
-	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py tests/python/dashboard/test_logs.py tests/python/dashboard/test_profile.py tests/python/dashboard/test_datasets_page.py $(PYTEST_ARGS) -q
+	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py tests/python/dashboard/test_logs.py tests/python/dashboard/test_profile.py tests/python/dashboard/test_datasets_page.py tests/python/dashboard/test_tune_dashboard.py $(PYTEST_ARGS) -q
 
 bench: venv release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"

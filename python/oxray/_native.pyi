@@ -486,9 +486,11 @@ class Client:
         """By id, or else by name in the namespace."""
     def list_placement_groups(self) -> list[PlacementGroupInfo]: ...
 
-    # Train and Data
+    # Train, Tune and Data
     def update_train_run(self, run_id: str, run_json: str, new_reports_json: list[str]) -> None:
         """Sends a Train run's whole state and its new reports (JSON) to the head."""
+    def update_experiment(self, experiment_id: str, experiment_json: str, new_results_json: list[str]) -> None:
+        """Sends a Tune experiment's state and its trials' new results to the head."""
     def update_dataset(self, dataset_id: str, dataset_json: str) -> None:
         """Sends a Data execution's figures (JSON) to the head."""
 

@@ -304,6 +304,25 @@ async fn cluster_metrics(State(sources): Sources) -> Response {
             let help = "Train runs by status (the last ended ones)";
             out.add("oxray_train_runs", "gauge", help, &[("Status", status.as_str())], *count as f64);
         }
+        let mut experiments: BTreeMap<String, usize> =
+            ["RUNNING", "FINISHED", "ERRORED", "ABORTED"].iter().map(|s| (s.to_string(), 0)).collect();
+        for experiment in cluster.experiments() {
+            let status = experiment["status"].as_str().unwrap_or("").to_string();
+            if status == "RUNNING" {
+                let name = experiment["name"].as_str().unwrap_or("");
+                let id = experiment["id"].as_str().unwrap_or("");
+                for (state, count) in crate::dashboard::trials_by_status(&experiment) {
+                    let help = "trials of a running Tune experiment by state";
+                    let labels = [("Experiment", name), ("ExperimentId", id), ("State", state.as_str())];
+                    out.add("oxray_tune_trials", "gauge", help, &labels, count as f64);
+                }
+            }
+            *experiments.entry(status).or_insert(0) += 1;
+        }
+        for (status, count) in &experiments {
+            let help = "Tune experiments by status (the last ended ones)";
+            out.add("oxray_tune_experiments", "gauge", help, &[("Status", status.as_str())], *count as f64);
+        }
         let mut datasets: BTreeMap<String, usize> =
             ["RUNNING", "FINISHED", "FAILED"].iter().map(|s| (s.to_string(), 0)).collect();
         for dataset in cluster.datasets() {

@@ -66,6 +66,12 @@ impl ClusterState for ManyActors {
     fn train_run(&self, _id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)> {
         None
     }
+    fn experiments(&self) -> Vec<serde_json::Value> {
+        Vec::new()
+    }
+    fn experiment(&self, _id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)> {
+        None
+    }
     fn datasets(&self) -> Vec<serde_json::Value> {
         Vec::new()
     }

@@ -12,6 +12,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/app.js")),
     ("charts.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/charts.js")),
     ("train.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/train.js")),
+    ("tune.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/tune.js")),
     ("vendor/htmx.min.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/vendor/htmx.min.js")),
     (
         "vendor/uPlot.iife.min.js",

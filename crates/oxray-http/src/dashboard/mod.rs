@@ -20,8 +20,10 @@ mod profile;
 mod render;
 mod tasks;
 mod train;
+mod tune;
 
 pub(crate) use login::login_instead;
+pub(crate) use tune::trials_by_status;
 
 use crate::HttpConfig;
 use crate::auth::Guard;
@@ -50,6 +52,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, guard: Arc<Guard>, sources: StateS
         .merge(tasks::routes())
         .merge(charts::routes())
         .merge(train::routes())
+        .merge(tune::routes())
         .merge(logs::routes())
         .merge(profile::routes())
         .merge(datasets::routes())
@@ -97,6 +100,7 @@ mod tests {
             ("/actors?q=x", "/ui/actors?q=x"),
             ("/tasks", "/ui/tasks"),
             ("/train", "/ui/train"),
+            ("/tune", "/ui/tune"),
             ("/datasets", "/ui/datasets"),
         ] {
             let whole = get(&app, page, false).await;

@@ -21,6 +21,7 @@ pub(super) const NAV: &[(&str, &str)] = &[
     ("/actors", "Actors"),
     ("/tasks", "Tasks"),
     ("/train", "Train"),
+    ("/tune", "Tune"),
     ("/datasets", "Datasets"),
     ("/charts", "Metrics"),
     ("/logs", "Logs"),

@@ -195,6 +195,10 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn train_runs(&self) -> Vec<serde_json::Value>;
     /// One run's state and its kept reports, oldest first.
     fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
+    /// Every Tune experiment's state, oldest first.
+    fn experiments(&self) -> Vec<serde_json::Value>;
+    /// One experiment's state and its kept trial results, oldest first.
+    fn experiment(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
     /// Every Data execution's figures, oldest first.
     fn datasets(&self) -> Vec<serde_json::Value>;
     /// Node `node_id`'s (hex) log files; `Err` says why they could not be listed.

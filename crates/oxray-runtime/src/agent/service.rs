@@ -12,12 +12,13 @@ use oxray_proto::worker_service_server::WorkerService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, AgentTableSizes, Assignment, CancelRequest, ClusterInfoReply,
     CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DatasetUpdate, DriverHello,
-    DriverRecord, DriverSessionEvent, DriverSessionReply, Empty, FunctionBlob, FunctionId, GetNamedActorReply,
-    GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply, ListPlacementGroupsReply, LogBatch,
-    ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest,
-    PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest, ReserveBundlesRequest, SubmitBatchRequest,
-    SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest,
-    WaitObjectsReply, WaitObjectsRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
+    DriverRecord, DriverSessionEvent, DriverSessionReply, Empty, ExperimentUpdate, FunctionBlob, FunctionId,
+    GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply,
+    ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
+    PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
+    ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest,
+    TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
+    driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -479,6 +480,11 @@ impl DriverService for AgentService {
     async fn update_dataset(&self, request: Request<DatasetUpdate>) -> Result<Response<Empty>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
         head.update_dataset(request.into_inner()).await
+    }
+
+    async fn update_experiment(&self, request: Request<ExperimentUpdate>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.update_experiment(request.into_inner()).await
     }
 }
 

@@ -320,6 +320,14 @@ impl ClusterState for HeadClusterState {
         self.0.train_runs().run(id)
     }
 
+    fn experiments(&self) -> Vec<serde_json::Value> {
+        self.0.experiments().runs().into_iter().map(|run| run.state).collect()
+    }
+
+    fn experiment(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)> {
+        self.0.experiments().run(id)
+    }
+
     fn node_series(&self, since_ms: u64) -> Vec<NodeSeries> {
         self.0
             .node_samples(since_ms)

@@ -16,7 +16,7 @@
 //! What the head serves beside its tables sits here too: its redb tables
 //! (`store`), placement-group planning (`placement`), what the Jobs API needs of
 //! the head (`job_resources`), the State API's rows (`cluster_state`), Train runs
-//! (`train_runs`) and Data executions (`datasets`).
+//! and Tune experiments (`reported_runs`) and Data executions (`datasets`).
 
 use crate::client::{AgentChannels, NodeJobClient, NodeStateClient};
 use crate::ids::{ActorId, NodeId};
@@ -38,8 +38,8 @@ pub mod cluster_state;
 pub mod datasets;
 pub mod job_resources;
 pub mod placement;
+pub mod reported_runs;
 pub mod store;
-pub mod train_runs;
 
 pub use actors::dead_actor_limit;
 pub use error::HeadError;
@@ -50,8 +50,8 @@ use datasets::Datasets;
 use drivers::DriverTable;
 use groups::GroupTable;
 use nodes::{MetricsWindow, NodeTable};
+use reported_runs::{ReportedRuns, RunKind};
 use store::HeadStore;
-use train_runs::{TrainRuns, runs_kept as train_runs_kept};
 
 /// How many dead actors, removed placement groups and dead nodes the head keeps
 /// (each) for listings; older ones are forgotten, in memory and in redb, so the
@@ -102,7 +102,9 @@ pub struct Head {
     /// How long each node's samples are kept (`OXRAY_METRICS_WINDOW_S`).
     metrics_window: MetricsWindow,
     /// The cluster's Train runs, as their controllers report them.
-    train_runs: Arc<TrainRuns>,
+    train_runs: Arc<ReportedRuns>,
+    /// The cluster's Tune experiments, as their drivers report them.
+    experiments: Arc<ReportedRuns>,
     /// The cluster's Data executions, as the processes running them report them.
     datasets: Arc<Datasets>,
 }
@@ -124,7 +126,8 @@ impl Default for Head {
             changes: Arc::default(),
             drivers: Arc::default(),
             metrics_window: MetricsWindow::default(),
-            train_runs: Arc::new(TrainRuns::new(None, train_runs_kept()).expect("no store: nothing to load")),
+            train_runs: Arc::new(ReportedRuns::new(RunKind::Train, None).expect("no store: nothing to load")),
+            experiments: Arc::new(ReportedRuns::new(RunKind::Experiment, None).expect("no store: nothing to load")),
             datasets: Arc::new(Datasets::new(history.0)),
         }
     }
@@ -154,8 +157,9 @@ impl Head {
             }
         }
         let store = Arc::new(store);
-        let train_runs = Arc::new(TrainRuns::new(Some(store.clone()), train_runs_kept())?);
-        let head = Head { store: Some(store), train_runs, ..head };
+        let train_runs = Arc::new(ReportedRuns::new(RunKind::Train, Some(store.clone()))?);
+        let experiments = Arc::new(ReportedRuns::new(RunKind::Experiment, Some(store.clone()))?);
+        let head = Head { store: Some(store), train_runs, experiments, ..head };
         let forgotten_nodes = head.nodes.lock().prune_dead(head.history);
         head.forget(forgotten_nodes, forgotten_actors);
         Ok(head)
@@ -205,8 +209,13 @@ impl Head {
     }
 
     /// The cluster's Train runs.
-    pub fn train_runs(&self) -> &TrainRuns {
+    pub fn train_runs(&self) -> &ReportedRuns {
         &self.train_runs
+    }
+
+    /// The cluster's Tune experiments.
+    pub fn experiments(&self) -> &ReportedRuns {
+        &self.experiments
     }
 
     /// The cluster's Data executions.

@@ -6,10 +6,10 @@ use super::{Head, HeadError};
 use crate::ids::{ActorId, PlacementGroupId};
 use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
-    ActorInfo, ActorRequest, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty, GetNamedActorReply,
-    GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply, PlacementGroupInfo,
-    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply, RegisterActorRequest,
-    RegisterNodeRequest, TrainRunUpdate,
+    ActorInfo, ActorRequest, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty, ExperimentUpdate,
+    GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply,
+    PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply,
+    RegisterActorRequest, RegisterNodeRequest, TrainRunUpdate,
 };
 use tonic::{Request, Response, Status};
 
@@ -116,6 +116,15 @@ impl HeadService for Head {
         let update = request.into_inner();
         self.train_runs
             .update(&update.run_id, &update.run_json, &update.new_reports_json)
+            .await
+            .map_err(Status::invalid_argument)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn update_experiment(&self, request: Request<ExperimentUpdate>) -> Result<Response<Empty>, Status> {
+        let update = request.into_inner();
+        self.experiments
+            .update(&update.experiment_id, &update.experiment_json, &update.new_results_json)
             .await
             .map_err(Status::invalid_argument)?;
         Ok(Response::new(Empty {}))

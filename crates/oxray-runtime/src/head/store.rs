@@ -1,6 +1,6 @@
 //! The head's durable state in redb: node and actor records (protobuf-encoded),
-//! and Train runs with their reports (JSON), written through on every change
-//! and loaded when the head starts again.
+//! and Train runs and Tune experiments with their reports (JSON), written
+//! through on every change and loaded when the head starts again.
 
 #[cfg(test)]
 use oxray_proto::ActorState;
@@ -11,12 +11,23 @@ use std::path::Path;
 
 const NODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("nodes");
 const ACTORS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("actors");
-/// Run id -> the run's JSON.
-const TRAIN_RUNS: TableDefinition<&str, &[u8]> = TableDefinition::new("train_runs");
-/// (run id, report number) -> the report's JSON.
-const TRAIN_REPORTS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("train_reports");
 
-/// A Train run as stored: its JSON and its kept reports (number, JSON), oldest first.
+/// The two tables of one kind of reported run: id -> the run's JSON, and
+/// (id, report number) -> the report's JSON.
+#[derive(Clone, Copy)]
+pub struct RunTables {
+    runs: TableDefinition<'static, &'static str, &'static [u8]>,
+    reports: TableDefinition<'static, (&'static str, u64), &'static [u8]>,
+}
+
+/// Train runs and their reports.
+pub const TRAIN_RUNS: RunTables =
+    RunTables { runs: TableDefinition::new("train_runs"), reports: TableDefinition::new("train_reports") };
+/// Tune experiments and their trials' results.
+pub const EXPERIMENTS: RunTables =
+    RunTables { runs: TableDefinition::new("experiments"), reports: TableDefinition::new("experiment_results") };
+
+/// A run as stored: its JSON and its kept reports (number, JSON), oldest first.
 pub type StoredRun = (String, Vec<u8>, Vec<(u64, Vec<u8>)>);
 
 pub struct HeadStore {
@@ -125,8 +136,9 @@ impl HeadStore {
     }
 
     /// Writes a run's JSON and its new reports, and deletes its reports numbered below `keep_from`.
-    pub fn put_train_run(
+    pub fn put_run(
         &self,
+        tables: RunTables,
         id: &str,
         run: &[u8],
         reports: &[(u64, Vec<u8>)],
@@ -134,8 +146,8 @@ impl HeadStore {
     ) -> Result<(), StoreError> {
         let txn = self.db.begin_write().map_err(db)?;
         {
-            txn.open_table(TRAIN_RUNS).map_err(db)?.insert(id, run).map_err(db)?;
-            let mut t = txn.open_table(TRAIN_REPORTS).map_err(db)?;
+            txn.open_table(tables.runs).map_err(db)?.insert(id, run).map_err(db)?;
+            let mut t = txn.open_table(tables.reports).map_err(db)?;
             for (n, report) in reports {
                 t.insert((id, *n), report.as_slice()).map_err(db)?;
             }
@@ -145,14 +157,14 @@ impl HeadStore {
     }
 
     /// Deletes forgotten runs and their reports.
-    pub fn remove_train_runs(&self, ids: &[String]) -> Result<(), StoreError> {
+    pub fn remove_runs(&self, tables: RunTables, ids: &[String]) -> Result<(), StoreError> {
         if ids.is_empty() {
             return Ok(());
         }
         let txn = self.db.begin_write().map_err(db)?;
         {
-            let mut runs = txn.open_table(TRAIN_RUNS).map_err(db)?;
-            let mut reports = txn.open_table(TRAIN_REPORTS).map_err(db)?;
+            let mut runs = txn.open_table(tables.runs).map_err(db)?;
+            let mut reports = txn.open_table(tables.reports).map_err(db)?;
             for id in ids {
                 runs.remove(id.as_str()).map_err(db)?;
                 reports.retain_in((id.as_str(), 0)..=(id.as_str(), u64::MAX), |_, _| false).map_err(db)?;
@@ -162,14 +174,14 @@ impl HeadStore {
     }
 
     /// Every stored run with its reports.
-    pub fn train_runs(&self) -> Result<Vec<StoredRun>, StoreError> {
+    pub fn runs(&self, tables: RunTables) -> Result<Vec<StoredRun>, StoreError> {
         let txn = self.db.begin_read().map_err(db)?;
-        let runs = match txn.open_table(TRAIN_RUNS) {
+        let runs = match txn.open_table(tables.runs) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
             Err(e) => return Err(db(e)),
         };
-        let reports = match txn.open_table(TRAIN_REPORTS) {
+        let reports = match txn.open_table(tables.reports) {
             Ok(t) => Some(t),
             Err(redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(db(e)),
@@ -234,22 +246,25 @@ mod tests {
     }
 
     #[test]
-    fn train_runs_keep_their_newest_reports_across_reopening() {
+    fn runs_keep_their_newest_reports_across_reopening_each_kind_in_its_tables() {
         let dir = std::env::temp_dir().join(format!("oxray-head-store-{}", rand::random::<u64>()));
         {
             let store = HeadStore::open(&dir).unwrap();
             let reports: Vec<(u64, Vec<u8>)> = (0..5).map(|n| (n, format!("{{\"n\":{n}}}").into_bytes())).collect();
-            store.put_train_run("run-a", b"{}", &reports, 0).unwrap();
-            store.put_train_run("run-a", b"{\"status\":\"FINISHED\"}", &[(5, b"{}".to_vec())], 3).unwrap();
-            store.put_train_run("run-b", b"{}", &[], 0).unwrap();
-            store.remove_train_runs(&["run-b".to_string()]).unwrap();
+            store.put_run(TRAIN_RUNS, "run-a", b"{}", &reports, 0).unwrap();
+            store.put_run(TRAIN_RUNS, "run-a", b"{\"status\":\"FINISHED\"}", &[(5, b"{}".to_vec())], 3).unwrap();
+            store.put_run(TRAIN_RUNS, "run-b", b"{}", &[], 0).unwrap();
+            store.remove_runs(TRAIN_RUNS, &["run-b".to_string()]).unwrap();
+            store.put_run(EXPERIMENTS, "exp-a", b"{}", &reports[..1], 0).unwrap();
         }
         let store = HeadStore::open(&dir).unwrap();
-        let runs = store.train_runs().unwrap();
+        let runs = store.runs(TRAIN_RUNS).unwrap();
         assert_eq!(runs.len(), 1);
         let (id, run, reports) = &runs[0];
         assert_eq!((id.as_str(), run.as_slice()), ("run-a", b"{\"status\":\"FINISHED\"}".as_slice()));
         assert_eq!(reports.iter().map(|(n, _)| *n).collect::<Vec<_>>(), vec![3, 4, 5]);
+        let experiments = store.runs(EXPERIMENTS).unwrap();
+        assert_eq!(experiments.iter().map(|(id, _, r)| (id.as_str(), r.len())).collect::<Vec<_>>(), vec![("exp-a", 1)]);
         let _ = std::fs::remove_dir_all(dir);
     }
 

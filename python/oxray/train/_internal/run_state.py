@@ -41,6 +41,12 @@ class RunReporter:
             "checkpoints": [],
             "reports": 0,
         }
+        from oxray.tune import session as tune_session
+
+        if tune_session._session is not None:
+            # A Tune trial's run: the experiment's page links its trial here.
+            info = tune_session._session.info
+            self.state["tune"] = {"experiment_id": info.get("experiment_id"), "trial_id": info["trial_id"]}
         self._new_reports: list = []
         self._warned = False
         self.flush()

@@ -80,6 +80,9 @@ class Runner:
         self.search_done = False
         self.iteration = 0
         self.experiment_hex = uuid.uuid4().hex[:5]
+        # The head's key for it (the dashboard's Tune pages); a restore keeps it.
+        self.experiment_id = uuid.uuid4().hex
+        self.dashboard = None
         self.verbose = 1 if run_config.verbose is None else run_config.verbose
         self.state_file = os.path.join(
             experiment_path, f"experiment_state-{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
@@ -105,6 +108,7 @@ class Runner:
         are; unfinished ones resume from their latest checkpoint (`resume["unfinished"]`, else they
         end TERMINATED); errored ones stay, resume (`resume_errored`) or start over (`restart_errored`)."""
         self.experiment_hex = state["runner_data"]["experiment_hex"]
+        self.experiment_id = state["runner_data"].get("experiment_id", self.experiment_id)
         for trial_json, _ in state["trial_data"]:
             trial = Trial.from_state(json.loads(trial_json), self.experiment_path)
             status = trial.status
@@ -205,6 +209,7 @@ class Runner:
             "trial_name": trial.trial_name,
             "trial_dir": trial.local_path,
             "experiment_name": self.experiment_name,
+            "experiment_id": self.experiment_id,
             "resources": trial.resources,
         }
         checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
@@ -244,6 +249,7 @@ class Runner:
 
     def _on_result(self, trial: Trial, result: dict) -> None:
         self._check_metric(result)
+        self.dashboard.result(trial, result)
         trial.results.append(result)
         trial.last_result = result
         if result.get("checkpoint_dir_name"):
@@ -425,7 +431,11 @@ class Runner:
     # The loop.
 
     def run(self) -> list:
+        from oxray.tune._internal.dashboard_report import ExperimentReport
+
         make_private_dirs(self.experiment_path)
+        self.dashboard = ExperimentReport(self, self.experiment_id)
+        self.dashboard.send()
         deadline = None
         if self.tune_config.time_budget_s:
             deadline = time.monotonic() + float(self.tune_config.time_budget_s)
@@ -433,9 +443,10 @@ class Runner:
             self.reporter.header(getattr(self.search, "total", None))
         try:
             self._loop(deadline)
-        except BaseException:
+        except BaseException as e:
             self._stop_all()
             self._write_state()
+            self.dashboard.ended("ERRORED" if isinstance(e, Exception) else "ABORTED", f"{type(e).__name__}: {e}")
             raise
         finally:
             for actor in self.idle_actors:
@@ -443,6 +454,10 @@ class Runner:
             self.idle_actors = []
         self._callbacks_end()
         self._write_state()
+        if self.raise_error is None:
+            self.dashboard.ended("FINISHED")
+        else:
+            self.dashboard.ended("ERRORED", f"{type(self.raise_error).__name__}: {self.raise_error}")
         if self.reporter is not None:
             self.reporter.status()
             print(
@@ -472,6 +487,9 @@ class Runner:
                         "(a ConcurrencyLimiter or searcher returning None with nothing live)"
                     )
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            report_due = self.dashboard.due_in()
+            if report_due is not None:
+                timeout = report_due if timeout is None else min(timeout, report_due)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
             for future in ready:
                 self._handle(running[future], future)
@@ -479,6 +497,7 @@ class Runner:
             self._callbacks("on_step_end")
             if self.reporter is not None:
                 self.reporter.maybe_status()
+            self.dashboard.maybe_send()
             if deadline is not None and time.monotonic() >= deadline:
                 if self.verbose >= 1:
                     print("Reached the time budget (time_budget_s): stopping every trial", flush=True)
@@ -527,6 +546,7 @@ class Runner:
             ],
             "runner_data": {
                 "experiment_hex": self.experiment_hex,
+                "experiment_id": self.experiment_id,
                 "experiment_name": self.experiment_name,
                 "search_done": self.search_done,
                 "iteration": self.iteration,

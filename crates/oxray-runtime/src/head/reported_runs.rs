@@ -1,32 +1,65 @@
-//! Train runs as their controllers report them (`UpdateTrainRun`): each run's
-//! state (Ray's `TrainRun` JSON: status, attempts with their workers and
-//! errors, checkpoints) and its last reports, for the dashboard and Ray's
-//! `/api/train/v2/runs/v1`. Bounded: the last `OXRAY_TRAIN_REPORTS_KEPT`
-//! reports of a run (10,000), and the last `OXRAY_TRAIN_RUNS_KEPT` finished
-//! runs (100); written through to redb on a head with a state directory.
+//! Runs that report to the head as they go: Train runs from their controllers
+//! (`UpdateTrainRun`: Ray's `TrainRun` JSON with attempts, workers, errors and
+//! checkpoints, and each report's metrics) and Tune experiments from their
+//! drivers (`UpdateExperiment`: the trials with their configs and statuses, and
+//! each trial result's metrics), for the dashboard, Ray's
+//! `/api/train/v2/runs/v1` and `/metrics`. Bounded per kind: the last reports
+//! of a run (`OXRAY_TRAIN_REPORTS_KEPT`, 10,000; `OXRAY_TUNE_RESULTS_KEPT`,
+//! 20,000) and the last finished runs (`OXRAY_TRAIN_RUNS_KEPT`,
+//! `OXRAY_TUNE_EXPERIMENTS_KEPT`: 100); written through to redb on a head with
+//! a state directory.
 
-use super::store::{HeadStore, StoreError};
+use super::store::{EXPERIMENTS, HeadStore, RunTables, StoreError, TRAIN_RUNS};
 use parking_lot::Mutex;
 use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-const DEFAULT_REPORTS_KEPT: usize = 10_000;
-const DEFAULT_RUNS_KEPT: usize = 100;
-
-fn reports_kept() -> usize {
-    std::env::var("OXRAY_TRAIN_REPORTS_KEPT")
-        .ok()
-        .and_then(|raw| raw.trim().parse().ok())
-        .unwrap_or(DEFAULT_REPORTS_KEPT)
+/// Which runs a table holds: where they are stored, what they are called and how many are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    Train,
+    Experiment,
 }
 
-/// `OXRAY_TRAIN_RUNS_KEPT`, else 100 finished runs.
-pub fn runs_kept() -> usize {
-    std::env::var("OXRAY_TRAIN_RUNS_KEPT").ok().and_then(|raw| raw.trim().parse().ok()).unwrap_or(DEFAULT_RUNS_KEPT)
+impl RunKind {
+    fn tables(self) -> RunTables {
+        match self {
+            RunKind::Train => TRAIN_RUNS,
+            RunKind::Experiment => EXPERIMENTS,
+        }
+    }
+
+    /// What an error calls one run.
+    fn noun(self) -> &'static str {
+        match self {
+            RunKind::Train => "Train run",
+            RunKind::Experiment => "Tune experiment",
+        }
+    }
+
+    fn setting(name: &str, default: usize) -> usize {
+        std::env::var(name).ok().and_then(|raw| raw.trim().parse().ok()).unwrap_or(default)
+    }
+
+    /// Reports kept per run, oldest dropped first.
+    fn reports_kept(self) -> usize {
+        match self {
+            RunKind::Train => Self::setting("OXRAY_TRAIN_REPORTS_KEPT", 10_000),
+            RunKind::Experiment => Self::setting("OXRAY_TUNE_RESULTS_KEPT", 20_000),
+        }
+    }
+
+    /// Finished runs kept, oldest forgotten first.
+    pub fn runs_kept(self) -> usize {
+        match self {
+            RunKind::Train => Self::setting("OXRAY_TRAIN_RUNS_KEPT", 100),
+            RunKind::Experiment => Self::setting("OXRAY_TUNE_EXPERIMENTS_KEPT", 100),
+        }
+    }
 }
 
-/// A run's state says it ended.
+/// A run's state says it ended (both kinds end FINISHED, ERRORED or ABORTED).
 fn finished(run: &Value) -> bool {
     matches!(run["status"].as_str(), Some("FINISHED" | "ERRORED" | "ABORTED"))
 }
@@ -38,8 +71,9 @@ struct Run {
     next_report: u64,
 }
 
-/// What the head knows of the cluster's Train runs.
-pub struct TrainRuns {
+/// What the head knows of the cluster's runs of one kind.
+pub struct ReportedRuns {
+    kind: RunKind,
     table: Mutex<Table>,
     store: Option<Arc<HeadStore>>,
     runs_kept: usize,
@@ -59,18 +93,22 @@ pub struct RunSummary {
     pub reports: u64,
 }
 
-impl TrainRuns {
-    /// Keeps `runs_kept` finished runs and `OXRAY_TRAIN_REPORTS_KEPT` reports per run, loading
-    /// what `store` holds.
-    pub fn new(store: Option<Arc<HeadStore>>, runs_kept: usize) -> Result<Self, StoreError> {
-        Self::with_limits(store, runs_kept, reports_kept())
+impl ReportedRuns {
+    /// Keeps the kind's numbers of finished runs and of reports per run, loading what `store` holds.
+    pub fn new(kind: RunKind, store: Option<Arc<HeadStore>>) -> Result<Self, StoreError> {
+        Self::with_limits(kind, store, kind.runs_kept(), kind.reports_kept())
     }
 
-    fn with_limits(store: Option<Arc<HeadStore>>, runs_kept: usize, reports_kept: usize) -> Result<Self, StoreError> {
-        let runs = TrainRuns { table: Mutex::default(), store, runs_kept, reports_kept };
+    fn with_limits(
+        kind: RunKind,
+        store: Option<Arc<HeadStore>>,
+        runs_kept: usize,
+        reports_kept: usize,
+    ) -> Result<Self, StoreError> {
+        let runs = ReportedRuns { kind, table: Mutex::default(), store, runs_kept, reports_kept };
         if let Some(store) = &runs.store {
             let mut table = runs.table.lock();
-            for (id, state, reports) in store.train_runs()? {
+            for (id, state, reports) in store.runs(kind.tables())? {
                 let Ok(state) = serde_json::from_slice::<Value>(&state) else { continue };
                 let reports: VecDeque<(u64, Value)> =
                     reports.into_iter().filter_map(|(n, r)| serde_json::from_slice(&r).ok().map(|r| (n, r))).collect();
@@ -88,20 +126,21 @@ impl TrainRuns {
         Ok(runs)
     }
 
-    /// Takes a controller's update: the run's whole state and its new reports.
-    /// `Err` names what is wrong with it.
+    /// Takes an update: the run's whole state and its new reports. `Err` names what is wrong with it.
     pub async fn update(&self, id: &str, state: &str, new_reports: &[String]) -> Result<(), String> {
+        let noun = self.kind.noun();
         if id.is_empty() {
-            return Err("a Train run update needs the run's id".into());
+            return Err(format!("a {noun} update needs the {noun}'s id"));
         }
-        let state: Value = serde_json::from_str(state).map_err(|e| format!("run {id}: its state is not JSON: {e}"))?;
+        let state: Value =
+            serde_json::from_str(state).map_err(|e| format!("{noun} {id}: its state is not JSON: {e}"))?;
         if !state.is_object() {
-            return Err(format!("run {id}: its state must be a JSON object"));
+            return Err(format!("{noun} {id}: its state must be a JSON object"));
         }
         let mut parsed = Vec::with_capacity(new_reports.len());
         for report in new_reports {
             parsed.push(
-                serde_json::from_str::<Value>(report).map_err(|e| format!("run {id}: a report is not JSON: {e}"))?,
+                serde_json::from_str::<Value>(report).map_err(|e| format!("{noun} {id}: a report is not JSON: {e}"))?,
             );
         }
         let (state_bytes, report_bytes, keep_from, forgotten) = {
@@ -130,9 +169,10 @@ impl TrainRuns {
         };
         if let Some(store) = self.store.clone() {
             let id = id.to_string();
+            let tables = self.kind.tables();
             let write = move || -> Result<(), StoreError> {
-                store.put_train_run(&id, &state_bytes, &report_bytes, keep_from)?;
-                store.remove_train_runs(&forgotten)
+                store.put_run(tables, &id, &state_bytes, &report_bytes, keep_from)?;
+                store.remove_runs(tables, &forgotten)
             };
             match tokio::task::spawn_blocking(write).await {
                 Ok(Ok(())) => {}
@@ -190,7 +230,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("oxray-train-runs-{}", rand::random::<u64>()));
         {
             let store = Arc::new(HeadStore::open(&dir).unwrap());
-            let runs = TrainRuns::with_limits(Some(store), 2, 3).unwrap();
+            let runs = ReportedRuns::with_limits(RunKind::Train, Some(store), 2, 3).unwrap();
             runs.update("a", &json!({"status": "RUNNING", "start_time_ns": 1}).to_string(), &reports(0..2))
                 .await
                 .unwrap();
@@ -210,9 +250,24 @@ mod tests {
             assert!(runs.update("x", "not json", &[]).await.unwrap_err().contains("not JSON"));
             assert!(runs.update("x", "[1]", &[]).await.unwrap_err().contains("JSON object"));
         }
-        let runs = TrainRuns::with_limits(Some(Arc::new(HeadStore::open(&dir).unwrap())), 2, 3).unwrap();
+        let runs =
+            ReportedRuns::with_limits(RunKind::Train, Some(Arc::new(HeadStore::open(&dir).unwrap())), 2, 3).unwrap();
         let loaded: Vec<u64> = runs.runs().iter().map(|r| r.state["start_time_ns"].as_u64().unwrap()).collect();
         assert_eq!(loaded, vec![2, 3, 4], "runs come back oldest first, the forgotten one gone");
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[tokio::test]
+    async fn experiments_are_kept_like_train_runs_and_errors_name_them() {
+        let experiments = ReportedRuns::with_limits(RunKind::Experiment, None, 1, 2).unwrap();
+        let results: Vec<String> = (0..3).map(|i| json!({"trial_id": "t", "iteration": i}).to_string()).collect();
+        experiments.update("e1", &json!({"status": "FINISHED"}).to_string(), &results).await.unwrap();
+        experiments.update("e2", &json!({"status": "ABORTED"}).to_string(), &[]).await.unwrap();
+        assert!(experiments.run("e1").is_none(), "one finished experiment kept: the older goes");
+        let (_, kept) = experiments.run("e2").unwrap();
+        assert!(kept.is_empty());
+        let error = experiments.update("", "{}", &[]).await.unwrap_err();
+        assert_eq!(error, "a Tune experiment update needs the Tune experiment's id");
+        assert!(experiments.update("e3", "{}", &["{".into()]).await.unwrap_err().starts_with("Tune experiment e3:"));
     }
 }
