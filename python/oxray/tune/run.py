@@ -34,7 +34,7 @@ class ExperimentAnalysis:
     def get_best_trial(self, metric: Optional[str] = None, mode: Optional[str] = None, scope: str = "last"):
         metric, mode = self._metric_mode(metric, mode)
         best = self._results.get_best_result(metric, mode, scope)
-        return next(t for t in self.trials if t.local_path == best.path)
+        return next(t for t in self.trials if t.path == best.path)
 
     def get_best_config(self, metric=None, mode=None, scope="last") -> dict:
         return self.get_best_trial(metric, mode, scope).config
@@ -61,7 +61,7 @@ class ExperimentAnalysis:
 
     @property
     def best_logdir(self) -> str:
-        return self.best_trial.local_path
+        return self.best_trial.path
 
     @property
     def results(self) -> dict:

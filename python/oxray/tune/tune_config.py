@@ -108,8 +108,9 @@ class CheckpointConfig:
 
 @dataclass
 class SyncConfig:
-    """Ray's syncing of driver and trial files to storage. oxray's trials write to the experiment's
-    directory directly, so only the defaults are accepted (anything else is refused by name)."""
+    """Ray's syncing of driver and trial files to storage. oxray uploads a remote experiment's driver
+    files at every state write (every 10 s and at each trial's end) and its trials upload their
+    checkpoints themselves, so only the defaults are accepted (anything else is refused by name)."""
 
     sync_period: int = 300
     sync_timeout: int = 1800
@@ -163,23 +164,24 @@ class RunConfig:
             raise ValueError(
                 f"RunConfig(checkpoint_config={self.checkpoint_config!r}): expected a tune.CheckpointConfig"
             )
-        if self.storage_filesystem is not None:
-            raise NotImplementedError("RunConfig(storage_filesystem=...) is not supported by oxray's Tune yet")
         if self.storage_path is not None:
             if not isinstance(self.storage_path, (str, os.PathLike)):
-                raise ValueError(f"RunConfig(storage_path={self.storage_path!r}): expected a local path")
-            if "://" in str(self.storage_path):
+                raise ValueError(
+                    f"RunConfig(storage_path={self.storage_path!r}): expected a local path or an s3:// URI"
+                )
+            scheme = str(self.storage_path).partition("://")[0] if "://" in str(self.storage_path) else ""
+            if scheme not in ("", "s3", "file"):
                 raise NotImplementedError(
                     f"RunConfig(storage_path={self.storage_path!r}): oxray's Tune keeps experiments on a local "
-                    "or shared (NFS) path for now; URIs are not supported yet"
+                    "or shared (NFS) path or on s3:// only"
                 )
         if self.sync_config is not None:
             if not isinstance(self.sync_config, SyncConfig):
                 raise ValueError(f"RunConfig(sync_config={self.sync_config!r}): expected a tune.SyncConfig")
             if self.sync_config != SyncConfig():
                 raise NotImplementedError(
-                    f"RunConfig(sync_config={self.sync_config!r}): oxray writes trial results straight to the "
-                    "experiment's directory, so there is nothing to sync; only the default SyncConfig() is taken"
+                    f"RunConfig(sync_config={self.sync_config!r}): oxray uploads a remote experiment's files at "
+                    "every state write and trials upload their own checkpoints; only the default SyncConfig() is taken"
                 )
         if self.progress_reporter is not None:
             raise NotImplementedError("RunConfig(progress_reporter=...) is not supported by oxray's Tune yet")

@@ -9,7 +9,9 @@ import os
 from typing import Any, Callable, Optional
 
 from oxray import cloudpickle
-from oxray.tune._internal.files import make_private_dirs, write_atomically
+from oxray.train._internal.storage import is_remote, resolve
+from oxray.tune._internal.experiment_storage import ExperimentStorage
+from oxray.tune._internal.files import write_atomically
 from oxray.tune.callback import Callback, default_loggers
 from oxray.tune.class_trainable import Trainable, is_class_trainable, run_class_trainable
 from oxray.tune.result_grid import Result, ResultGrid
@@ -22,6 +24,19 @@ from oxray.tune.trainable import trial_resources
 from oxray.tune.tune_config import RunConfig, TuneConfig
 
 DEFAULT_STORAGE_PATH = "~/ray_results"
+
+
+def _experiment_uri(path, filesystem, what: str) -> str:
+    """A storage or experiment path as oxray opens it: a local one absolute, an s3:// one as it is
+    (with pyarrow's S3 options, from a `?query` or an `S3FileSystem`, kept for later opens)."""
+    root = resolve(path, filesystem, what)
+    if is_remote(root):
+        if not root.startswith("s3://"):
+            raise NotImplementedError(
+                f"{what}: {root!r}: oxray's Tune keeps experiments on a local or shared (NFS) path or on s3:// only"
+            )
+        return root.rstrip("/")
+    return os.path.abspath(os.path.expanduser(root.removeprefix("file://")))
 
 
 def _trainable_name(trainable) -> str:
@@ -95,18 +110,20 @@ class Tuner:
     ) -> "Tuner":
         """The experiment at `path` (a killed driver's, or a finished one), to finish with `fit()`.
         The state is pickled: restore only what you trust."""
-        if storage_filesystem is not None:
-            raise NotImplementedError("Tuner.restore(storage_filesystem=...) is not supported by oxray yet")
         if _resume_config is not None:
             resume_unfinished = _resume_config.unfinished == "RESUME"
             resume_errored = _resume_config.errored == "RESUME"
             restart_errored = _resume_config.errored == "RESTART"
-        path = os.path.abspath(os.path.expanduser(str(path)))
+        path = _experiment_uri(path, storage_filesystem, "Tuner.restore(path=...)")
         if not cls.can_restore(path):
             raise ValueError(f"Tuner.restore({path!r}): there is no experiment there (no tuner.pkl)")
         if resume_errored and restart_errored:
             raise ValueError("Tuner.restore(): resume_errored and restart_errored are exclusive; pick one")
-        with open(os.path.join(path, "tuner.pkl"), "rb") as f:
+        parent, _, name = path.rstrip("/").rpartition("/")
+        storage = ExperimentStorage(parent, name)
+        if storage.remote:
+            storage.download()
+        with open(os.path.join(storage.local_path, "tuner.pkl"), "rb") as f:
             saved = cloudpickle.load(f)
         if param_space is not None and set(param_space) != set(saved["param_space"]):
             raise ValueError(
@@ -120,7 +137,7 @@ class Tuner:
             run_config=saved["run_config"],
         )
         tuner._restore = {
-            "path": path,
+            "storage": storage,
             "unfinished": bool(resume_unfinished),
             "resume_errored": bool(resume_errored),
             "restart_errored": bool(restart_errored),
@@ -129,8 +146,12 @@ class Tuner:
 
     @classmethod
     def can_restore(cls, path: str, storage_filesystem=None) -> bool:
-        """Whether `path` holds an experiment (its `tuner.pkl`)."""
-        return os.path.isfile(os.path.join(os.path.expanduser(str(path)), "tuner.pkl"))
+        """Whether `path` (local, or s3:// as `RunConfig(storage_path=)` takes it) holds an experiment
+        (its `tuner.pkl`)."""
+        path = _experiment_uri(path, storage_filesystem, "Tuner.can_restore(path=...)")
+        if is_remote(path):
+            return ExperimentStorage.exists(path)
+        return os.path.isfile(os.path.join(path, "tuner.pkl"))
 
     def get_results(self) -> ResultGrid:
         if self._results is None:
@@ -159,14 +180,16 @@ class Tuner:
         name = run.name or f"{_trainable_name(self._trainable)}_{datetime.datetime.now():%Y-%m-%d_%H-%M-%S}"
         if os.environ.get("TUNE_DISABLE_DATED_SUBDIR") == "1" and run.name is None:
             name = _trainable_name(self._trainable)
-        root = os.path.abspath(os.path.expanduser(str(run.storage_path or DEFAULT_STORAGE_PATH)))
-        experiment_path = os.path.join(root, name)
         if self._restore is not None:
-            experiment_path = self._restore["path"]
-            name = os.path.basename(experiment_path)
-        make_private_dirs(experiment_path)
-        os.close(os.open(os.path.join(experiment_path, ".validate_storage_marker"), os.O_CREAT | os.O_WRONLY, 0o600))
-        self._write_tuner_pkl(experiment_path)
+            storage = self._restore["storage"]
+            name = storage.name
+        else:
+            root = _experiment_uri(
+                run.storage_path or DEFAULT_STORAGE_PATH, run.storage_filesystem, "RunConfig(storage_path=...)"
+            )
+            storage = ExperimentStorage(root, name)
+        storage.prepare()
+        self._write_tuner_pkl(storage.local_path)
         callbacks = list(run.callbacks or [])
         for callback in callbacks:
             if not isinstance(callback, Callback):
@@ -185,7 +208,7 @@ class Tuner:
             scheduler=scheduler,
             stopper=stopper,
             callbacks=callbacks,
-            experiment_path=experiment_path,
+            storage=storage,
             experiment_name=name,
             tune_config=config,
             run_config=run,
@@ -194,12 +217,12 @@ class Tuner:
         if self._restore is not None:
             from oxray.tune._internal.runner import latest_state
 
-            state, remaining = latest_state(experiment_path)
+            state, remaining = latest_state(storage.local_path)
             runner.restore(state, remaining, self._param_space, self._restore)
         trials = runner.run()
         self._trials = trials
         self._results = ResultGrid(
-            [_result_of(t) for t in trials], experiment_path, default_metric=metric, default_mode=mode
+            [_result_of(t) for t in trials], storage.experiment_path, default_metric=metric, default_mode=mode
         )
         return self._results
 
@@ -304,7 +327,7 @@ def _result_of(trial) -> Result:
         metrics=trial.last_result or None,
         checkpoint=trial.checkpoint,
         error=trial.error,
-        path=trial.local_path,
+        path=trial.path,
         best_checkpoints=list(trial.checkpoints),
         _metrics_history=list(trial.results),
     )

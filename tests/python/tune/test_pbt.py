@@ -30,10 +30,11 @@ def accumulate(config):
     while True:
         time.sleep(0.05)
         total += config["lr"]
-        d = tempfile.mkdtemp()
-        with open(os.path.join(d, "total"), "w") as f:
-            f.write(str(total))
-        tune.report({"total": total, "lr": config["lr"]}, checkpoint=tune.Checkpoint.from_directory(d))
+        # Tune copies the checkpoint into the trial's directory: the temporary one can go (Ray's docs' way).
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "total"), "w") as f:
+                f.write(str(total))
+            tune.report({"total": total, "lr": config["lr"]}, checkpoint=tune.Checkpoint.from_directory(d))
 
 
 def test_the_worse_trial_exploits_the_better_ones_checkpoint_and_explores_its_config(tmp_path):

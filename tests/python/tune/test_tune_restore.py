@@ -29,10 +29,10 @@ def paced(config):
             start = int(open(os.path.join(d, "step")).read())
     for step in range(start + 1, 6):
         time.sleep(config["pace"])
-        d = tempfile.mkdtemp()
-        with open(os.path.join(d, "step"), "w") as f:
-            f.write(str(step))
-        tune.report({"step": step, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(d))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "step"), "w") as f:
+                f.write(str(step))
+            tune.report({"step": step, "resumed_from": start}, checkpoint=tune.Checkpoint.from_directory(d))
 
 
 DRIVER = f"""

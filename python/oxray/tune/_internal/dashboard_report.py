@@ -65,7 +65,7 @@ class ExperimentReport:
         self.state = {
             "id": experiment_id,
             "name": runner.experiment_name,
-            "path": runner.experiment_path,
+            "path": runner.storage.experiment_path,
             "job_id": oxray.get_runtime_context().get_job_id(),
             "status": "RUNNING",
             "status_detail": "",
@@ -123,7 +123,7 @@ class ExperimentReport:
                 "iterations": t.iteration,
                 "last_result": _metrics(t.last_result),
                 "error": _error(t),
-                "path": t.local_path,
+                "path": t.path,
             }
             for t in self.runner.trials
         ]

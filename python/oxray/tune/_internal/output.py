@@ -61,7 +61,7 @@ class Reporter:
             ["Number of trials", str(total) if total else "?"],
         ]
         self.print(_box(rows, ["Configuration for experiment", runner.experiment_name]))
-        self.print(f"\nView detailed results here: {runner.experiment_path}")
+        self.print(f"\nView detailed results here: {runner.storage.experiment_path}")
 
     def maybe_status(self) -> None:
         if time.monotonic() - self.last >= self.period:

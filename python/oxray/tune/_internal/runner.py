@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 import sys
 import time
 import uuid
@@ -18,6 +17,7 @@ import uuid
 import oxray as ray
 from oxray import _native, cloudpickle
 from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.storage import join
 from oxray.tune._internal.files import append_private, make_private_dirs, write_atomically
 from oxray.tune._internal.trial import Trial
 from oxray.tune._internal.trial_actor import TrialActor
@@ -55,7 +55,7 @@ class Runner:
         scheduler,
         stopper,
         callbacks,
-        experiment_path,
+        storage,
         experiment_name,
         tune_config,
         run_config,
@@ -67,7 +67,9 @@ class Runner:
         self.scheduler = scheduler
         self.stopper = stopper
         self.callbacks = callbacks
-        self.experiment_path = experiment_path
+        self.storage = storage
+        # The driver's own files: the experiment's directory, or the staging one of a remote experiment.
+        self.experiment_path = storage.local_path
         self.experiment_name = experiment_name
         self.tune_config = tune_config
         self.run_config = run_config
@@ -85,7 +87,7 @@ class Runner:
         self.dashboard = None
         self.verbose = 1 if run_config.verbose is None else run_config.verbose
         self.state_file = os.path.join(
-            experiment_path, f"experiment_state-{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
+            self.experiment_path, f"experiment_state-{datetime.datetime.now().strftime('%Y-%m-%d_%H-%M-%S')}.json"
         )
         failures = run_config.failure_config.max_failures
         max_concurrent = tune_config.max_concurrent_trials or None
@@ -110,7 +112,7 @@ class Runner:
         self.experiment_hex = state["runner_data"]["experiment_hex"]
         self.experiment_id = state["runner_data"].get("experiment_id", self.experiment_id)
         for trial_json, _ in state["trial_data"]:
-            trial = Trial.from_state(json.loads(trial_json), self.experiment_path)
+            trial = Trial.from_state(json.loads(trial_json), self.storage)
             status = trial.status
             if status in ("RUNNING", "PENDING", "PAUSED"):
                 status = "PENDING" if resume["unfinished"] else "TERMINATED"
@@ -167,7 +169,9 @@ class Runner:
             trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, self.resources)
             if self.tune_config.trial_name_creator:
                 trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
-            trial.local_path = os.path.join(self.experiment_path, self._dir_name(trial))
+            dir_name = self._dir_name(trial)
+            trial.local_path = os.path.join(self.experiment_path, dir_name)
+            trial.fs_path = self.storage.trial_path(dir_name)
             added = self.controller.add_trial(self.resources, self.learns_demand)
             assert added == index, (added, index)
             self.trials.append(trial)
@@ -211,6 +215,8 @@ class Runner:
             "experiment_name": self.experiment_name,
             "experiment_id": self.experiment_id,
             "resources": trial.resources,
+            # Where its checkpoints go from its own node (a remote experiment's), else None.
+            "trial_uri": trial.fs_path if self.storage.remote else None,
         }
         checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
         payload = {
@@ -299,8 +305,8 @@ class Runner:
         pbt_policy_<trial_id>.txt as Ray writes them."""
         clone = source.checkpoint
         name = f"checkpoint_{trial.checkpoint_index:06d}"
-        target = os.path.join(trial.local_path, name)
-        shutil.copytree(clone.path, target, dirs_exist_ok=True)
+        target = join(trial.fs_path, name)
+        self.storage.copy_checkpoint(clone.path, target)
         trial.checkpoint_index += 1
         trial.checkpoints.append((Checkpoint(target), dict(source.checkpoints[-1][1])))
         old_config = trial.config
@@ -343,8 +349,7 @@ class Runner:
             )
 
     def _keep_checkpoint(self, trial: Trial, result: dict) -> None:
-        path = os.path.join(trial.local_path, result["checkpoint_dir_name"])
-        checkpoint = Checkpoint(path)
+        checkpoint = Checkpoint(join(trial.fs_path, result["checkpoint_dir_name"]))
         trial.checkpoint_index += 1
         metrics = {k: v for k, v in result.items() if k != "config"}
         trial.checkpoints.append((checkpoint, metrics))
@@ -360,7 +365,7 @@ class Runner:
                 older.sort(key=lambda cm: sign * float(cm[1].get(attribute, float("-inf") * sign)))
             drop = older[0]
             trial.checkpoints.remove(drop)
-            shutil.rmtree(drop[0].path, ignore_errors=True)
+            self.storage.delete_checkpoint(drop[0].path)
 
     def _finish(self, trial: Trial, returned: bool = False) -> None:
         if returned and self.reuse_actors:
@@ -460,10 +465,8 @@ class Runner:
             self.dashboard.ended("ERRORED", f"{type(self.raise_error).__name__}: {self.raise_error}")
         if self.reporter is not None:
             self.reporter.status()
-            print(
-                f"\nWrote the latest version of all result files and experiment state to '{self.experiment_path}'",
-                flush=True,
-            )
+            where = self.storage.experiment_path
+            print(f"\nWrote the latest version of all result files and experiment state to '{where}'", flush=True)
         if self.raise_error is not None:
             raise self.raise_error
         return self.trials
@@ -562,6 +565,7 @@ class Runner:
             searcher = self.state_file.replace("experiment_state-", "searcher-state-").replace(".json", ".pkl")
             write_atomically(searcher, cloudpickle.dumps(self.search))
         write_atomically(self.state_file, json.dumps(state).encode())
+        self.storage.sync_up()
         self.last_state_write = time.monotonic()
 
 

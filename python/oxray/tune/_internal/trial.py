@@ -20,7 +20,10 @@ class Trial:
         self.resources = resources
         self.status = "PENDING"
         self.custom_trial_name: Optional[str] = None
+        # The driver's copy of its directory, and where its files end up (the same unless the
+        # experiment is remote: then its s3:// prefix, where its checkpoints are too).
         self.local_path: Optional[str] = None
+        self.fs_path: Optional[str] = None
         self.last_result: dict = {}
         self.results: list = []
         self.checkpoints: list = []  # (Checkpoint, metrics), oldest first
@@ -34,7 +37,7 @@ class Trial:
         self._pickled = None
 
     @classmethod
-    def from_state(cls, state: dict, experiment_path: str) -> "Trial":
+    def from_state(cls, state: dict, storage) -> "Trial":
         """The trial as a restored experiment's state file and directory say; its results are read
         back from its `result.json` (a line cut short by a kill is dropped)."""
         import base64
@@ -54,7 +57,8 @@ class Trial:
         )
         if state["trial_name"] != f"{trial.trainable_name}_{trial.trial_id}":
             trial.custom_trial_name = state["trial_name"]
-        trial.local_path = os.path.join(experiment_path, state["relative_logdir"])
+        trial.local_path = os.path.join(storage.local_path, state["relative_logdir"])
+        trial.fs_path = storage.trial_path(state["relative_logdir"])
         trial.status = state["status"]
         trial.num_failures = state["num_failures"]
         trial.error_file = state["error_file"]
@@ -73,14 +77,15 @@ class Trial:
             name = result.get("checkpoint_dir_name")
             if name:
                 trial.checkpoint_index += 1
-                path = os.path.join(trial.local_path, name)
-                if os.path.isdir(path):
+                path = storage.checkpoint_path(state["relative_logdir"], name)
+                if storage.checkpoint_exists(path):
                     trial.checkpoints.append((Checkpoint(path), {k: v for k, v in result.items() if k != "config"}))
         return trial
 
     @property
     def path(self) -> Optional[str]:
-        return self.local_path
+        """Ray's `Trial.path`: where its files end up."""
+        return self.fs_path or self.local_path
 
     @property
     def iteration(self) -> int:

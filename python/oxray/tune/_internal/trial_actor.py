@@ -17,7 +17,9 @@ import traceback
 
 from oxray import cloudpickle
 from oxray.train._checkpoint import Checkpoint
+from oxray.train._internal.storage import join, open_storage
 from oxray.tune import session as tune_session
+from oxray.tune._internal.files import make_private_dirs
 
 # How long a stopped trial's code gets to unwind (its `finally`, a class trainable's `cleanup()`,
 # a Train run shutting its workers down) before its placement groups are removed anyway.
@@ -76,6 +78,8 @@ class TrialActor:
         self.awaiting_ack = False
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
+        # On another node than the driver's, its directory is made here.
+        make_private_dirs(self.info["trial_dir"])
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
             os.chdir(self.info["trial_dir"])
         trainable = cloudpickle.loads(payload["trainable"])
@@ -141,16 +145,28 @@ class TrialActor:
             tune_session._session = None
         self.results.put(("done", None))
 
+    def _persist(self, checkpoint, dir_name: str) -> Checkpoint:
+        """Copies a reported checkpoint into the trial's directory, or uploads it to a remote
+        experiment's bucket from this node; the copy Tune keeps."""
+        trial_uri = self.info.get("trial_uri")
+        if trial_uri:
+            target = join(trial_uri, dir_name)
+            if checkpoint.path != target:
+                with checkpoint.as_directory() as local:
+                    open_storage(trial_uri).upload_dir(local, dir_name)
+            return Checkpoint(target)
+        target = os.path.join(self.info["trial_dir"], dir_name)
+        source = checkpoint.to_directory() if checkpoint._is_remote else checkpoint.path
+        if os.path.abspath(source) != os.path.abspath(target):
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        return Checkpoint(target)
+
     def _report(self, metrics: dict, checkpoint):
         checkpoint_dir_name = None
         if checkpoint is not None:
             checkpoint_dir_name = f"checkpoint_{self.checkpoint_index:06d}"
-            target = os.path.join(self.info["trial_dir"], checkpoint_dir_name)
-            source = checkpoint.to_directory() if checkpoint._is_remote else checkpoint.path
-            if os.path.abspath(source) != os.path.abspath(target):
-                shutil.copytree(source, target, dirs_exist_ok=True)
+            self.latest_checkpoint = self._persist(checkpoint, checkpoint_dir_name)
             self.checkpoint_index += 1
-            self.latest_checkpoint = Checkpoint(target)
         now = time.time()
         self.iteration += 1
         self.iterations_since_restore += 1
