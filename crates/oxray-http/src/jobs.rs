@@ -55,7 +55,7 @@ pub(crate) fn routes(jobs: Arc<JobManager>) -> Router {
 type Jobs = State<JobsState>;
 
 async fn submit(State(jobs): Jobs, body: Bytes) -> Result<Response, HttpError> {
-    let request = parse_submit(&body).map_err(JobError::BadRequest)?;
+    let request = parse_submit(&body).map_err(JobError::Submit)?;
     let id = jobs.jobs.submit(request)?;
     Ok(axum::Json(json!({"job_id": id, "submission_id": id})).into_response())
 }
@@ -154,11 +154,11 @@ async fn delete(State(jobs): Jobs, Path(id): Path<String>) -> Result<Response, H
 }
 
 async fn has_package(State(jobs): Jobs, Path((protocol, name)): Path<(String, String)>) -> Result<Response, HttpError> {
-    let key = package_key(&protocol, &name).map_err(JobError::BadRequest)?;
+    let key = package_key(&protocol, &name).map_err(JobError::Package)?;
     if jobs.has_package(&key) {
         Ok(StatusCode::OK.into_response())
     } else {
-        Err(JobError::NotFound(format!("Package {protocol}://{name} does not exist")).into())
+        Err(HttpError::PackageNotFound { protocol, name })
     }
 }
 
@@ -167,10 +167,8 @@ async fn put_package(
     Path((protocol, name)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, HttpError> {
-    let key = package_key(&protocol, &name).map_err(JobError::BadRequest)?;
-    tokio::task::spawn_blocking(move || jobs.store_package(&key, &body))
-        .await
-        .map_err(|e| JobError::Internal(e.to_string()))??;
+    let key = package_key(&protocol, &name).map_err(JobError::Package)?;
+    tokio::task::spawn_blocking(move || jobs.store_package(&key, &body)).await??;
     Ok(StatusCode::OK.into_response())
 }
 

@@ -19,7 +19,7 @@ pub use auth::token_matches;
 pub use error::HttpError;
 pub use metrics::{GpuSample, MetricsServer, NodeMetricsSource, NodeSample, NodeSeries};
 pub use oxray_jobs::BoxFuture;
-pub use serve::{ConnectionLimits, HttpsIdentity};
+pub use serve::{ConnectionLimits, HttpsError, HttpsIdentity};
 pub use state::rows::{
     ActorRow, ClusterState, LogChunk, LogFileRow, LogSearch, NodeQueryError, NodeRow, PlacementGroupRow, Profile,
     TaskListing, TaskRow,
@@ -31,11 +31,6 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-/// Milliseconds since the epoch (0 for a clock before it).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
 
 /// What the routes need to know about the cluster.
 #[derive(Clone, Debug)]

@@ -14,6 +14,21 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
 
+/// Why a certificate and key cannot serve HTTPS.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpsError {
+    #[error("the HTTPS certificate is not valid PEM: {0}")]
+    CertificatePem(#[source] rustls_pki_types::pem::Error),
+    #[error("the HTTPS certificate file holds no certificate")]
+    NoCertificate,
+    #[error("the HTTPS key is not a valid PEM key: {0}")]
+    KeyPem(#[source] rustls_pki_types::pem::Error),
+    #[error("cannot set up HTTPS: {0}")]
+    Setup(#[source] rustls::Error),
+    #[error("the HTTPS certificate and key do not go together: {0}")]
+    Mismatch(#[source] rustls::Error),
+}
+
 /// The certificate and key the server speaks HTTPS with: the cluster's own (`--tls-*`).
 #[derive(Clone)]
 pub struct HttpsIdentity {
@@ -28,24 +43,22 @@ impl std::fmt::Debug for HttpsIdentity {
 
 impl HttpsIdentity {
     /// From PEM bytes: a certificate chain and its private key. `Err` names what is wrong.
-    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, String> {
+    pub fn from_pem(cert: &[u8], key: &[u8]) -> Result<Self, HttpsError> {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("the HTTPS certificate is not valid PEM: {e}"))?;
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(HttpsError::CertificatePem)?;
         if chain.is_empty() {
-            return Err("the HTTPS certificate file holds no certificate".into());
+            return Err(HttpsError::NoCertificate);
         }
-        let key =
-            PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("the HTTPS key is not a valid PEM key: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(HttpsError::KeyPem)?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot set up HTTPS: {e}"))?
+            .map_err(HttpsError::Setup)?
             .with_no_client_auth()
             .with_single_cert(chain, key)
-            .map_err(|e| format!("the HTTPS certificate and key do not go together: {e}"))?;
+            .map_err(HttpsError::Mismatch)?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(HttpsIdentity { config: Arc::new(config) })
     }

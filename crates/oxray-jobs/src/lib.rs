@@ -22,10 +22,9 @@ mod store;
 
 pub use drivers::{DriverRow, DriverTable};
 pub use manager::{JobError, JobManager, JobsConfig};
-pub use remote::{RemoteEvent, RemoteJobs, RemoteRun};
+pub use packages::PackageError;
+pub use record::SubmitError;
+pub use remote::{RemoteError, RemoteEvent, RemoteJobs, RemoteRun};
 pub use resources::{BoxFuture, EntrypointResources, HeldOn, HoldError};
-
-/// Milliseconds since the epoch (0 for a clock before it).
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+pub use runtime_env::RuntimeEnvError;
+pub use store::StoreError;

@@ -9,13 +9,17 @@
 //! after [`STOP_GRACE`].
 
 use crate::entrypoint::{JOB_ID_VAR, JOB_STORE_VAR, STOP_GRACE, wait_for_exit};
-use crate::record::{JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitRequest};
+use crate::packages::PackageError;
+use crate::record::{
+    JobRecord, JobStatus, MSG_PENDING, MSG_RUNNING, MSG_STOPPED, MSG_SUCCEEDED, SubmitError, SubmitRequest,
+};
 use crate::resources::{EntrypointResources, HeldOn, HoldError};
-use crate::store::JobStore;
+use crate::runtime_env::RuntimeEnvError;
+use crate::store::{JobStore, StoreError};
 use crate::{drivers, entrypoint, packages, record, remote, runtime_env};
 use oxray_object_store::process_start_ticks;
 use oxray_rest::JobDetails;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,18 +90,46 @@ pub struct JobManager {
     shutting_down: std::sync::atomic::AtomicBool,
 }
 
-/// Why a job request failed, with the HTTP status Ray answers.
+/// Why a job request failed. `oxray-http`'s `error.rs` gives each variant the status Ray answers:
+/// the request's own faults a 400, an unknown job a 404, the rest a 500.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    /// The request names something invalid (Ray answers 400).
-    #[error("{0}")]
-    BadRequest(String),
-    /// No such job (404).
-    #[error("{0}")]
-    NotFound(String),
-    /// The store or a file failed (500).
-    #[error("{0}")]
-    Internal(String),
+    /// The submit body was refused.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+    /// An upload's name or archive was refused.
+    #[error(transparent)]
+    Package(#[from] PackageError),
+    /// The id names a driver started by hand, not a submission.
+    #[error(
+        "Job {id} is a DRIVER job (a driver started by hand, not submitted through the Jobs API): it has no logs, \
+         stop or delete here"
+    )]
+    DriverJob { id: String },
+    /// The job asks for entrypoint resources and nothing here can hold them.
+    #[error("entrypoint resources {resources:?} cannot be reserved: this server has no scheduler to hold them")]
+    NoScheduler { resources: BTreeMap<String, f64> },
+    /// No such job.
+    #[error("Job {id} does not exist")]
+    NotFound { id: String },
+    /// A job with the submitted id is kept already (Ray's head answers it as a 500).
+    #[error(
+        "Request failed with status code 400: Job with submission_id {id} already exists. Please use a different \
+         submission_id."
+    )]
+    AlreadyExists { id: String },
+    /// Only a finished job can be deleted (Ray's head answers it as a 500).
+    #[error("Attempted to delete job with id '{id}', but it is in a non-terminal state {}.", .status.as_str())]
+    NotTerminal { id: String, status: JobStatus },
+    /// The job store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A directory the jobs are kept in could not be made.
+    #[error("cannot create {}: {source}", .path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    /// An upload that checked out could not be written.
+    #[error("cannot store the package: {0}")]
+    StorePackage(#[source] std::io::Error),
 }
 
 impl JobManager {
@@ -108,10 +140,10 @@ impl JobManager {
     /// (its stray processes killed, so nothing runs unsupervised).
     #[tracing::instrument(skip_all, fields(data_dir = %config.data_dir.display()))]
     pub fn open(config: JobsConfig) -> Result<Arc<Self>, JobError> {
-        let store = JobStore::open(&config.data_dir).map_err(JobError::Internal)?;
+        let store = JobStore::open(&config.data_dir)?;
         for dir in [config.data_dir.join("job_logs"), config.data_dir.join("packages")] {
             oxray_object_store::create_private_dir_all(&dir)
-                .map_err(|e| JobError::Internal(format!("cannot create {}: {e}", dir.display())))?;
+                .map_err(|source| JobError::CreateDir { path: dir.clone(), source })?;
         }
         let manager = Arc::new(Self {
             config,
@@ -120,7 +152,7 @@ impl JobManager {
             ended: tokio::sync::Notify::new(),
             shutting_down: std::sync::atomic::AtomicBool::new(false),
         });
-        for mut record in manager.store.all().map_err(JobError::Internal)? {
+        for mut record in manager.store.all()? {
             if record.status.is_terminal() {
                 continue;
             }
@@ -134,7 +166,7 @@ impl JobManager {
                 manager.adopt(record, pid, start);
             } else if let Some(code) = manager.read_exit_code(&record.submission_id) {
                 manager.record_exit(&mut record, Some(code), false);
-                manager.store.put(&record).map_err(JobError::Internal)?;
+                manager.store.put(&record)?;
             } else {
                 // Also what left its group: every process carrying the job's id in its environment.
                 for pid in processes_of_job(&manager.config.data_dir, &record.submission_id) {
@@ -148,7 +180,7 @@ impl JobManager {
                         .into(),
                     Some("JOB_SUPERVISOR_ACTOR_DIED"),
                 );
-                manager.store.put(&record).map_err(JobError::Internal)?;
+                manager.store.put(&record)?;
             }
         }
         Ok(manager)
@@ -179,16 +211,13 @@ impl JobManager {
     /// A submission's record, by its submission id or its driver's JobID; a
     /// driver started by hand is a 400 (it has no logs, stop or delete here).
     pub fn get(&self, id: &str) -> Result<JobRecord, JobError> {
-        if let Some(record) = self.store.get(id).map_err(JobError::Internal)? {
+        if let Some(record) = self.store.get(id)? {
             return Ok(record);
         }
         match self.drivers().into_iter().find(|d| d.job_id == id) {
             Some(drivers::DriverRow { submission_id: Some(submission), .. }) => self.get(&submission),
-            Some(_) => Err(JobError::BadRequest(format!(
-                "Job {id} is a DRIVER job (a driver started by hand, not submitted through the Jobs API): \
-                 it has no logs, stop or delete here"
-            ))),
-            None => Err(JobError::NotFound(format!("Job {id} does not exist"))),
+            Some(_) => Err(JobError::DriverJob { id: id.to_string() }),
+            None => Err(JobError::NotFound { id: id.to_string() }),
         }
     }
 
@@ -196,7 +225,7 @@ impl JobManager {
     pub fn details(&self, id: &str, redact: bool) -> Result<JobDetails, JobError> {
         let drivers = self.drivers();
         if let Some(driver) = drivers.iter().find(|d| d.job_id == id && d.submission_id.is_none())
-            && self.store.get(id).map_err(JobError::Internal)?.is_none()
+            && self.store.get(id)?.is_none()
         {
             return Ok(driver.details());
         }
@@ -207,13 +236,8 @@ impl JobManager {
     /// Every submission (with its driver's ids), then every driver started by hand.
     pub fn list(&self, redact: bool) -> Result<Vec<JobDetails>, JobError> {
         let drivers = self.drivers();
-        let mut all: Vec<JobDetails> = self
-            .store
-            .all()
-            .map_err(JobError::Internal)?
-            .iter()
-            .map(|record| linked(record, &drivers, redact))
-            .collect();
+        let mut all: Vec<JobDetails> =
+            self.store.all()?.iter().map(|record| linked(record, &drivers, redact)).collect();
         all.extend(drivers.iter().filter(|d| d.submission_id.is_none()).map(drivers::DriverRow::details));
         Ok(all)
     }
@@ -229,10 +253,7 @@ impl JobManager {
     pub fn submit(self: &Arc<Self>, request: SubmitRequest) -> Result<String, JobError> {
         let id = request.submission_id.clone().unwrap_or_else(record::new_submission_id);
         if !request.resources.is_empty() && self.config.resources.is_none() {
-            return Err(JobError::BadRequest(format!(
-                "entrypoint resources {:?} cannot be reserved: this server has no scheduler to hold them",
-                request.resources
-            )));
+            return Err(JobError::NoScheduler { resources: request.resources });
         }
         let record = JobRecord {
             submission_id: id.clone(),
@@ -240,7 +261,7 @@ impl JobManager {
             status: JobStatus::Pending,
             message: MSG_PENDING.into(),
             error_type: None,
-            start_time: crate::now_ms(),
+            start_time: oxray_rest::now_ms(),
             end_time: None,
             metadata: request.metadata,
             runtime_env: request.runtime_env,
@@ -252,12 +273,9 @@ impl JobManager {
             pid: None,
             pid_start: None,
         };
-        if !self.store.insert_new(&record).map_err(JobError::Internal)? {
+        if !self.store.insert_new(&record)? {
             // Ray's agent refuses it with 400 and its head passes that on as a 500.
-            return Err(JobError::Internal(format!(
-                "Request failed with status code 400: Job with submission_id {id} already exists. \
-                 Please use a different submission_id."
-            )));
+            return Err(JobError::AlreadyExists { id });
         }
         // A deleted job's log stays (as in Ray); a new job under its id starts a log of its own.
         for stale in [self.log_path(&id), self.exit_path(&id)] {
@@ -346,14 +364,17 @@ impl JobManager {
 
     /// The uploaded packages a runtime_env names (`gcs://` working_dir and
     /// py_modules), for a node that runs the job.
-    fn packages_for(&self, env: &serde_json::Map<String, serde_json::Value>) -> Result<Vec<(String, Vec<u8>)>, String> {
+    fn packages_for(
+        &self,
+        env: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Vec<(String, Vec<u8>)>, RuntimeEnvError> {
         let modules = env.get("py_modules").and_then(|m| m.as_array()).into_iter().flatten();
         let uris = env.get("working_dir").into_iter().chain(modules).filter_map(|v| v.as_str());
         let mut packages = Vec::new();
         for uri in uris.filter(|uri| uri.starts_with("gcs://")) {
             let path = packages::package_path(&self.packages_dir(), uri)?;
             let data = std::fs::read(&path)
-                .map_err(|e| format!("package {uri} was never uploaded (PUT /api/packages/gcs/<name> first): {e}"))?;
+                .map_err(|source| RuntimeEnvError::PackageUnreadable { uri: uri.to_string(), source })?;
             packages.push((uri.to_string(), data));
         }
         Ok(packages)
@@ -578,9 +599,11 @@ impl JobManager {
         let prepared = {
             let manager = self.clone();
             let record = record.clone();
+            // A setup thread that panicked fails the job like a failed setup, its panic as the reason.
             tokio::task::spawn_blocking(move || manager.prepare(&record, &control))
                 .await
-                .unwrap_or_else(|e| Err(e.to_string()))
+                .map_err(|e| e.to_string())
+                .and_then(|prepared| prepared.map_err(|e| e.to_string()))
         };
         watcher.abort();
         let (prepared, log) = match prepared {
@@ -667,12 +690,12 @@ impl JobManager {
         &self,
         record: &JobRecord,
         control: &runtime_env::SetupControl,
-    ) -> Result<(runtime_env::Prepared, std::fs::File), String> {
+    ) -> Result<(runtime_env::Prepared, std::fs::File), RuntimeEnvError> {
         let log = oxray_object_store::private_file_options()
             .create(true)
             .append(true)
             .open(self.log_path(&record.submission_id))
-            .map_err(|e| format!("cannot create the job's log: {e}"))?;
+            .map_err(RuntimeEnvError::Log)?;
         let prepared = runtime_env::Preparer {
             packages_dir: &self.packages_dir(),
             session_dir: &self.config.session_dir,
@@ -747,12 +770,9 @@ impl JobManager {
     pub fn delete(&self, id: &str) -> Result<(), JobError> {
         let record = self.get(id)?;
         if !record.status.is_terminal() {
-            return Err(JobError::Internal(format!(
-                "Attempted to delete job with id '{id}', but it is in a non-terminal state {}.",
-                record.status.as_str()
-            )));
+            return Err(JobError::NotTerminal { id: id.to_string(), status: record.status });
         }
-        self.store.remove(&record.submission_id).map_err(JobError::Internal)?;
+        self.store.remove(&record.submission_id)?;
         Ok(())
     }
 
@@ -769,15 +789,15 @@ impl JobManager {
 
     /// Stores an upload once it checks out (`Err` is the 400's reason).
     pub fn store_package(&self, key: &str, data: &[u8]) -> Result<(), JobError> {
-        packages::check_zip(data).map_err(JobError::BadRequest)?;
-        self.write_package(key, data).map_err(JobError::Internal)
+        packages::check_zip(data)?;
+        self.write_package(key, data).map_err(JobError::StorePackage)
     }
 
-    fn write_package(&self, key: &str, data: &[u8]) -> Result<(), String> {
+    fn write_package(&self, key: &str, data: &[u8]) -> std::io::Result<()> {
         let dir = self.packages_dir();
         let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
-        oxray_object_store::write_private_file(&tmp, data).map_err(|e| format!("cannot store the package: {e}"))?;
-        std::fs::rename(&tmp, dir.join(key)).map_err(|e| format!("cannot store the package: {e}"))
+        oxray_object_store::write_private_file(&tmp, data)?;
+        std::fs::rename(&tmp, dir.join(key))
     }
 
     pub fn has_package(&self, key: &str) -> bool {

@@ -30,16 +30,31 @@ pub enum RemoteEvent {
     Exited(Option<i32>),
 }
 
+/// Why a node's agent could not be asked to run or stop a job; the head's log and the job's
+/// message quote it.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error("node id {node_id:?} is not hex")]
+    BadNodeId { node_id: String },
+    /// No channel to the node's agent: `reason` is the cluster's word for why (not part of
+    /// it, not reachable). The runtime's channel errors are its own types, so it comes as text.
+    #[error("{reason}")]
+    Unreachable { reason: String },
+    /// The agent answered the call with an error: its message (a gRPC status' text).
+    #[error("{message}")]
+    Call { message: String },
+}
+
 pub trait RemoteJobs: Send + Sync + std::fmt::Debug {
     /// Starts (or re-attaches to) a job on node `node_id` (hex).
     fn run<'a>(
         &'a self,
         node_id: &'a str,
         run: RemoteRun,
-    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, String>>;
+    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, RemoteError>>;
 
     /// Stops run `run_id` on node `node_id`: `Ok(false)` when it runs there no more.
-    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, String>>;
+    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, RemoteError>>;
 
     /// Whether the cluster still counts node `node_id` (hex) alive: a job's stream that broke is
     /// re-attached while it does, and the job fails only once the node is declared dead.

@@ -4,7 +4,7 @@
 
 use crate::record::JobRecord;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const JOBS: TableDefinition<&str, &str> = TableDefinition::new("jobs");
 
@@ -12,34 +12,51 @@ pub(crate) struct JobStore {
     db: Database,
 }
 
-fn db_error(e: impl Into<redb::Error>) -> String {
-    format!("the job store failed: {}", e.into())
+/// Why the job store could not be opened, read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot create {}: {source}", .path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error(
+        "the job store {} is in use by another head: stop it (`oxray stop`) or use another --state-dir",
+        .path.display()
+    )]
+    InUse { path: PathBuf },
+    #[error("cannot open the job store {}: {source}", .path.display())]
+    Open { path: PathBuf, source: redb::DatabaseError },
+    #[error("the job store failed: {0}")]
+    Db(#[from] redb::Error),
+    #[error("the record of job {id} is corrupt")]
+    Corrupt { id: String },
+}
+
+/// Every redb error type converts into `redb::Error`, but `?` applies one conversion only.
+fn db_error(e: impl Into<redb::Error>) -> StoreError {
+    StoreError::Db(e.into())
 }
 
 impl JobStore {
     /// Opens (or creates, 0600) `<dir>/jobs.redb`.
-    pub(crate) fn open(dir: &Path) -> Result<Self, String> {
+    pub(crate) fn open(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join("jobs.redb");
-        let shown = path.display().to_string();
-        oxray_object_store::create_private_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        oxray_object_store::create_private_dir_all(dir)
+            .map_err(|source| StoreError::Create { path: dir.to_path_buf(), source })?;
         oxray_object_store::private_file_options()
             .write(true)
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(|e| format!("cannot create {shown}: {e}"))?;
+            .map_err(|source| StoreError::Create { path: path.clone(), source })?;
         // A small page cache: the records are read from disk on request, so memory stays flat
         // however many jobs are kept.
-        let db = Database::builder().set_cache_size(4 << 20).create(&path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => format!(
-                "the job store {shown} is in use by another head: stop it (`oxray stop`) or use another --state-dir"
-            ),
-            e => format!("cannot open the job store {shown}: {e}"),
+        let db = Database::builder().set_cache_size(4 << 20).create(&path).map_err(|source| match source {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::InUse { path: path.clone() },
+            source => StoreError::Open { path: path.clone(), source },
         })?;
         Ok(Self { db })
     }
 
-    pub(crate) fn put(&self, record: &JobRecord) -> Result<(), String> {
+    pub(crate) fn put(&self, record: &JobRecord) -> Result<(), StoreError> {
         let txn = self.db.begin_write().map_err(db_error)?;
         {
             let mut table = txn.open_table(JOBS).map_err(db_error)?;
@@ -50,7 +67,7 @@ impl JobStore {
 
     /// Writes `record` unless a job with its id is kept already, in one transaction (two
     /// submits with one id cannot both pass the check); whether it was written.
-    pub(crate) fn insert_new(&self, record: &JobRecord) -> Result<bool, String> {
+    pub(crate) fn insert_new(&self, record: &JobRecord) -> Result<bool, StoreError> {
         let txn = self.db.begin_write().map_err(db_error)?;
         {
             let mut table = txn.open_table(JOBS).map_err(db_error)?;
@@ -63,7 +80,7 @@ impl JobStore {
         Ok(true)
     }
 
-    pub(crate) fn get(&self, id: &str) -> Result<Option<JobRecord>, String> {
+    pub(crate) fn get(&self, id: &str) -> Result<Option<JobRecord>, StoreError> {
         let txn = self.db.begin_read().map_err(db_error)?;
         let table = match txn.open_table(JOBS) {
             Ok(t) => t,
@@ -71,11 +88,11 @@ impl JobStore {
             Err(e) => return Err(db_error(e)),
         };
         let Some(value) = table.get(id).map_err(db_error)? else { return Ok(None) };
-        JobRecord::from_stored(value.value()).map(Some).ok_or_else(|| format!("the record of job {id} is corrupt"))
+        JobRecord::from_stored(value.value()).map(Some).ok_or_else(|| StoreError::Corrupt { id: id.to_string() })
     }
 
     /// Every record, oldest submission first.
-    pub(crate) fn all(&self) -> Result<Vec<JobRecord>, String> {
+    pub(crate) fn all(&self) -> Result<Vec<JobRecord>, StoreError> {
         let txn = self.db.begin_read().map_err(db_error)?;
         let table = match txn.open_table(JOBS) {
             Ok(t) => t,
@@ -86,14 +103,14 @@ impl JobStore {
         for row in table.iter().map_err(db_error)? {
             let (key, value) = row.map_err(db_error)?;
             let record = JobRecord::from_stored(value.value())
-                .ok_or_else(|| format!("the record of job {} is corrupt", key.value()))?;
+                .ok_or_else(|| StoreError::Corrupt { id: key.value().to_string() })?;
             out.push(record);
         }
         out.sort_by_key(|r| r.start_time);
         Ok(out)
     }
 
-    pub(crate) fn remove(&self, id: &str) -> Result<bool, String> {
+    pub(crate) fn remove(&self, id: &str) -> Result<bool, StoreError> {
         let txn = self.db.begin_write().map_err(db_error)?;
         let removed = {
             let mut table = txn.open_table(JOBS).map_err(db_error)?;

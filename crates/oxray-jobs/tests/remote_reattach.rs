@@ -4,7 +4,8 @@
 
 use oxray_jobs::record::{JobStatus, parse_submit};
 use oxray_jobs::{
-    BoxFuture, EntrypointResources, HeldOn, HoldError, JobManager, JobsConfig, RemoteEvent, RemoteJobs, RemoteRun,
+    BoxFuture, EntrypointResources, HeldOn, HoldError, JobManager, JobsConfig, RemoteError, RemoteEvent, RemoteJobs,
+    RemoteRun,
 };
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
@@ -38,19 +39,24 @@ struct ScriptedNode {
 }
 
 impl RemoteJobs for ScriptedNode {
-    fn run<'a>(&'a self, _: &'a str, run: RemoteRun) -> BoxFuture<'a, Result<mpsc::Receiver<RemoteEvent>, String>> {
+    fn run<'a>(
+        &'a self,
+        _: &'a str,
+        run: RemoteRun,
+    ) -> BoxFuture<'a, Result<mpsc::Receiver<RemoteEvent>, RemoteError>> {
         Box::pin(async move {
             self.runs.lock().push(run.attach_from);
             self.run_ids.lock().push(run.run_id.clone());
-            let script = self.scripts.lock().pop_front().ok_or("the node knows no such job")?;
+            let refused = |message: String| RemoteError::Call { message };
+            let script = self.scripts.lock().pop_front().ok_or_else(|| refused("the node knows no such job".into()))?;
             let (tx, rx) = mpsc::channel(16);
             for event in script {
-                tx.send(event).await.map_err(|e| e.to_string())?;
+                tx.send(event).await.map_err(|e| refused(e.to_string()))?;
             }
             Ok(rx) // `tx` dropped: the stream ends after the script
         })
     }
-    fn stop<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+    fn stop<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<bool, RemoteError>> {
         Box::pin(async { Ok(true) })
     }
     fn node_alive<'a>(&'a self, _: &'a str) -> BoxFuture<'a, bool> {

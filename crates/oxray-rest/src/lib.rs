@@ -4,8 +4,10 @@
 //! Kubernetes operator), so a field renamed on one side fails to compile on the
 //! other instead of reading as empty. The field names are Ray 2.60's.
 
+pub mod clock;
 pub mod cluster_status;
 pub mod jobs;
 
+pub use clock::now_ms;
 pub use cluster_status::{ClusterStatusReply, LoadMetricsReport, NodeLoad, PlacementGroupDemand};
 pub use jobs::{DriverInfo, JobDetails, JobStatus, JobType};

@@ -109,7 +109,7 @@ pub enum ClusterError {
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
     #[error("the head's HTTPS server cannot use OXRAY_TLS_CERT and OXRAY_TLS_KEY (--tls-cert, --tls-key): {0}")]
-    Https(String),
+    Https(#[source] oxray_http::HttpsError),
     #[error(
         "cannot serve TLS: {0}. Check that OXRAY_TLS_CERT and OXRAY_TLS_KEY are a matching PEM certificate and key"
     )]

@@ -6,6 +6,7 @@
 
 use super::Dashboard;
 use super::render::{ok, short_id};
+use crate::state::rows::NodeQueryError;
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -39,20 +40,34 @@ fn bad(message: String) -> Response {
     (StatusCode::BAD_REQUEST, axum::Json(json!({"result": false, "msg": message, "data": {}}))).into_response()
 }
 
+/// Why a log could not be found: which node, or which worker's file. Finding the node fails
+/// with a 400 (Ray's JSON reply), finding a worker's file with a 404 (text).
+#[derive(Debug, thiserror::Error)]
+enum LogError {
+    #[error("Both node id and node ip are not provided. Please provide at least one of them.")]
+    NoNode,
+    #[error("Cannot find matching node_id for a given node ip {ip}")]
+    NoNodeAt { ip: String },
+    #[error("no cluster")]
+    NoCluster,
+    #[error(transparent)]
+    Listing(#[from] NodeQueryError),
+    #[error("no log of a worker with pid {pid} on node {node}")]
+    NoWorkerLog { pid: u32, node: String },
+}
+
 /// A node's id from `node_id` or `node_ip` (the first live node with that address).
-fn node_of(dash: &Dashboard, node_id: Option<&str>, node_ip: Option<&str>) -> Result<String, String> {
+fn node_of(dash: &Dashboard, node_id: Option<&str>, node_ip: Option<&str>) -> Result<String, LogError> {
     if let Some(id) = node_id.filter(|id| !id.is_empty()) {
         return Ok(id.to_string());
     }
-    let ip = node_ip
-        .filter(|ip| !ip.is_empty())
-        .ok_or("Both node id and node ip are not provided. Please provide at least one of them.")?;
+    let ip = node_ip.filter(|ip| !ip.is_empty()).ok_or(LogError::NoNode)?;
     let nodes = dash.sources.cluster.as_ref().map(|c| c.nodes()).unwrap_or_default();
     nodes
         .into_iter()
         .find(|n| n.node_ip == ip && n.state == "ALIVE")
         .map(|n| n.node_id)
-        .ok_or_else(|| format!("Cannot find matching node_id for a given node ip {ip}"))
+        .ok_or_else(|| LogError::NoNodeAt { ip: ip.to_string() })
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -79,7 +94,7 @@ async fn ray_list(State(dash): State<Dashboard>, Query(q): Query<ListQuery>) -> 
     let Some(cluster) = &dash.sources.cluster else { return bad("this server has no cluster to list logs of".into()) };
     let node = match node_of(&dash, q.node_id.as_deref(), q.node_ip.as_deref()) {
         Ok(node) => node,
-        Err(e) => return bad(e),
+        Err(e) => return bad(e.to_string()),
     };
     let pattern = q.glob.as_deref().unwrap_or("*");
     let pattern = match glob::Pattern::new(pattern) {
@@ -132,17 +147,16 @@ fn last_lines(data: &[u8], lines: i64) -> &[u8] {
 }
 
 /// The log file of worker `pid` on node `node`.
-async fn worker_log(dash: &Dashboard, node: &str, pid: u32) -> Result<String, String> {
-    let cluster = dash.sources.cluster.as_ref().ok_or("no cluster")?;
+async fn worker_log(dash: &Dashboard, node: &str, pid: u32) -> Result<String, LogError> {
+    let cluster = dash.sources.cluster.as_ref().ok_or(LogError::NoCluster)?;
     let suffix = format!("-{pid}.log");
     cluster
         .list_logs(node)
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .into_iter()
         .find(|f| f.name.starts_with("logs/worker-") && f.name.ends_with(&suffix))
         .map(|f| f.name)
-        .ok_or_else(|| format!("no log of a worker with pid {pid} on node {node}"))
+        .ok_or_else(|| LogError::NoWorkerLog { pid, node: node.to_string() })
 }
 
 async fn ray_get(
@@ -170,7 +184,7 @@ async fn ray_get(
                 let tail = oxray_jobs::logs::read_tail(&path, TAIL_READ);
                 text_reply(last_lines(&tail, lines).to_vec())
             }
-            Err(e) => (StatusCode::NOT_FOUND, format!("{e:?}")).into_response(),
+            Err(e) => (StatusCode::NOT_FOUND, e.to_string()).into_response(),
         };
     }
     let Some(cluster) = &dash.sources.cluster else { return bad("this server has no cluster".into()) };
@@ -184,13 +198,13 @@ async fn ray_get(
     }
     let node = match node_of(&dash, node_id.as_deref(), q.node_ip.as_deref()) {
         Ok(node) => node,
-        Err(e) => return bad(e),
+        Err(e) => return bad(e.to_string()),
     };
     let name = match (q.filename, pid) {
         (Some(name), _) => name,
         (None, Some(pid)) => match worker_log(&dash, &node, pid).await {
             Ok(name) => name,
-            Err(e) => return (StatusCode::NOT_FOUND, e).into_response(),
+            Err(e) => return (StatusCode::NOT_FOUND, e.to_string()).into_response(),
         },
         (None, None) => return bad("name a log: filename, pid, actor_id or submission_id".into()),
     };
@@ -324,7 +338,7 @@ async fn worker_page(State(dash): State<Dashboard>, Query(query): Query<WorkerQu
             let short = short_id(&query.node_id);
             ok(&ViewPage { title: "Log", here: "/logs", node_id: query.node_id, short, name, q: String::new() })
         }
-        Err(e) => (StatusCode::NOT_FOUND, e).into_response(),
+        Err(e) => (StatusCode::NOT_FOUND, e.to_string()).into_response(),
     }
 }
 

@@ -30,19 +30,26 @@ struct ProfileQuery {
     name: String,
 }
 
+/// A `kind` that names no profile (a 400).
+#[derive(Debug, thiserror::Error)]
+#[error("kind={kind:?}: expected dump or flamegraph")]
+struct UnknownKind {
+    kind: String,
+}
+
 impl ProfileQuery {
-    fn what(&self) -> Result<Profile, String> {
+    fn what(&self) -> Result<Profile, UnknownKind> {
         match self.kind.as_str() {
             "" | "dump" => Ok(Profile::Dump),
             "flamegraph" => Ok(Profile::FlameGraph { seconds: self.duration.unwrap_or(DEFAULT_SECONDS) }),
-            other => Err(format!("kind={other:?}: expected dump or flamegraph")),
+            other => Err(UnknownKind { kind: other.to_string() }),
         }
     }
 }
 
 /// The profile asked for, or the status and text of why not.
 async fn take(dash: &Dashboard, query: &ProfileQuery) -> Result<(Profile, Vec<u8>), (StatusCode, String)> {
-    let what = query.what().map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+    let what = query.what().map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
     let cluster =
         dash.sources.cluster.as_ref().ok_or((StatusCode::BAD_REQUEST, "this server has no cluster".to_string()))?;
     let profile = cluster.profile(&query.node_id, query.pid, what).await.map_err(|e| (e.status(), e.to_string()))?;

@@ -43,7 +43,7 @@ fn duration(experiment: &Value) -> String {
     if start == 0 {
         return String::new();
     }
-    let end = if end == 0 { crate::now_ms() } else { end };
+    let end = if end == 0 { oxray_rest::now_ms() } else { end };
     let secs = end.saturating_sub(start) / 1000;
     if secs >= 3600 {
         format!("{}h {:02}m", secs / 3600, secs / 60 % 60)

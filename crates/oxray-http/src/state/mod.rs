@@ -16,7 +16,7 @@ use axum::routing::get;
 use oxray_jobs::JobManager;
 use oxray_rest::cluster_status::{ClusterStatus, ClusterStatusData};
 use oxray_rest::{ClusterStatusReply, LoadMetricsReport};
-use query::{ListOptions, MAX_LIMIT, Schema};
+use query::{ListOptions, MAX_LIMIT, QueryError, Schema};
 use rows::ClusterState;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -50,8 +50,9 @@ fn reply(status: StatusCode, msg: &str, result: Value) -> Response {
     (status, axum::Json(json!({"result": status.is_success(), "msg": msg, "data": data}))).into_response()
 }
 
-fn bad_request(msg: String) -> Response {
-    reply(StatusCode::BAD_REQUEST, &msg, Value::Null)
+/// The one place a refused query becomes a reply: a 400 whose `msg` says why.
+fn bad_request(refused: QueryError) -> Response {
+    reply(StatusCode::BAD_REQUEST, &refused.to_string(), Value::Null)
 }
 
 fn unavailable(what: &str) -> Response {
@@ -94,7 +95,7 @@ fn to_values<T: serde::Serialize>(rows: Vec<T>) -> Vec<Value> {
 }
 
 /// Parses the options and checks the filters against `schema`.
-fn options(schema: &Schema, query: Option<String>) -> Result<ListOptions, String> {
+fn options(schema: &Schema, query: Option<String>) -> Result<ListOptions, QueryError> {
     let options = ListOptions::parse(query.as_deref())?;
     schema.check(&options)?;
     Ok(options)
@@ -130,7 +131,7 @@ async fn cluster_status(State(sources): Sources, RawQuery(query): RawQuery) -> R
         data: ClusterStatusData {
             autoscaling_status: formatted.then(|| format_cluster_status(&report)),
             autoscaling_error: None,
-            cluster_status: ClusterStatus { load_metrics_report: report, time: crate::now_ms() as f64 / 1000.0 },
+            cluster_status: ClusterStatus { load_metrics_report: report, time: oxray_rest::now_ms() as f64 / 1000.0 },
         },
     };
     axum::Json(reply).into_response()
@@ -187,7 +188,7 @@ async fn jobs(State(sources): Sources, RawQuery(query): RawQuery, headers: Heade
             let total = rows.len();
             list_reply(&query::JOBS, to_values(rows), total, &options, String::new())
         }
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e:?}"), Value::Null),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), Value::Null),
     }
 }
 
@@ -231,11 +232,7 @@ async fn summarize_tasks(State(sources): Sources, RawQuery(query): RawQuery) -> 
     let by_name = match options.summary_by.as_deref().unwrap_or("func_name") {
         "func_name" => false,
         "task_name" => true,
-        other => {
-            return bad_request(format!(
-                "summary_by={other:?}: expected \"func_name\" or \"task_name\" (\"lineage\" is not supported)"
-            ));
-        }
+        other => return bad_request(QueryError::SummaryBy { by: other.to_string() }),
     };
     options.limit = MAX_LIMIT;
     let (rows, total, warning) = read_tasks(cluster.as_ref()).await;

@@ -129,6 +129,30 @@ pub(crate) const TASKS: Schema = Schema {
     ],
 };
 
+/// Why a State API request's options are refused (a 400, its text the reply's `msg`,
+/// in Ray's words where Ray has them).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QueryError {
+    #[error("limit={value:?}: expected a whole number of rows (1 to {MAX_LIMIT})")]
+    Limit { value: String },
+    #[error("Given limit {limit} exceeds the supported limit {MAX_LIMIT}. Use a lower limit.")]
+    LimitTooHigh { limit: usize },
+    #[error("detail={value:?}: expected true or false")]
+    Detail { value: String },
+    #[error("unknown query parameter {name:?} for the State API")]
+    UnknownParameter { name: String },
+    #[error("filter_keys ({keys}), filter_predicates ({predicates}) and filter_values ({values}) must come in threes")]
+    FilterCounts { keys: usize, predicates: usize, values: usize },
+    #[error("Unsupported filter predicate {predicate} is given. Available predicates: =, !=")]
+    Predicate { predicate: String },
+    #[error(
+        "The given filter column {column} is not supported for {resource}. Supported filter columns: {supported:?}"
+    )]
+    FilterColumn { column: String, resource: &'static str, supported: Vec<&'static str> },
+    #[error("summary_by={by:?}: expected \"func_name\" or \"task_name\" (\"lineage\" is not supported)")]
+    SummaryBy { by: String },
+}
+
 /// `=` or `!=`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum Predicate {
@@ -164,25 +188,19 @@ fn truthy(value: &str) -> Option<bool> {
 
 impl ListOptions {
     /// Parses a request's query string; `Err` says which value is wrong and what was expected.
-    pub(crate) fn parse(query: Option<&str>) -> Result<Self, String> {
+    pub(crate) fn parse(query: Option<&str>) -> Result<Self, QueryError> {
         let mut options = ListOptions { limit: DEFAULT_LIMIT, detail: false, filters: Vec::new(), summary_by: None };
         let (mut keys, mut predicates, mut values) = (Vec::new(), Vec::new(), Vec::new());
         for (key, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             match key.as_ref() {
                 "limit" => {
-                    options.limit = value
-                        .parse()
-                        .map_err(|_| format!("limit={value:?}: expected a whole number of rows (1 to {MAX_LIMIT})"))?;
+                    options.limit = value.parse().map_err(|_| QueryError::Limit { value: value.to_string() })?;
                     if options.limit > MAX_LIMIT {
-                        return Err(format!(
-                            "Given limit {} exceeds the supported limit {MAX_LIMIT}. Use a lower limit.",
-                            options.limit
-                        ));
+                        return Err(QueryError::LimitTooHigh { limit: options.limit });
                     }
                 }
                 "detail" => {
-                    options.detail =
-                        truthy(&value).ok_or_else(|| format!("detail={value:?}: expected true or false"))?
+                    options.detail = truthy(&value).ok_or_else(|| QueryError::Detail { value: value.to_string() })?
                 }
                 "filter_keys" => keys.push(value.into_owned()),
                 "filter_predicates" => predicates.push(value.into_owned()),
@@ -190,24 +208,21 @@ impl ListOptions {
                 "summary_by" => options.summary_by = Some(value.into_owned()),
                 // Ray's clients also send these; the head answers from memory at once.
                 "timeout" | "exclude_driver" | "server_timeout_multiplier" => {}
-                other => return Err(format!("unknown query parameter {other:?} for the State API")),
+                other => return Err(QueryError::UnknownParameter { name: other.to_string() }),
             }
         }
         if keys.len() != predicates.len() || keys.len() != values.len() {
-            return Err(format!(
-                "filter_keys ({}), filter_predicates ({}) and filter_values ({}) must come in threes",
-                keys.len(),
-                predicates.len(),
-                values.len()
-            ));
+            return Err(QueryError::FilterCounts {
+                keys: keys.len(),
+                predicates: predicates.len(),
+                values: values.len(),
+            });
         }
         for ((column, predicate), value) in keys.into_iter().zip(predicates).zip(values) {
             let predicate = match predicate.as_str() {
                 "=" => Predicate::Equal,
                 "!=" => Predicate::NotEqual,
-                other => {
-                    return Err(format!("Unsupported filter predicate {other} is given. Available predicates: =, !="));
-                }
+                _ => return Err(QueryError::Predicate { predicate }),
             };
             options.filters.push(Filter { column: column.to_lowercase(), predicate, value });
         }
@@ -233,14 +248,15 @@ impl Schema {
     }
 
     /// Checks that every filter names a column this resource filters on.
-    pub(crate) fn check(&self, options: &ListOptions) -> Result<(), String> {
+    pub(crate) fn check(&self, options: &ListOptions) -> Result<(), QueryError> {
         let filterable = self.filterable();
         for filter in &options.filters {
             if !filterable.contains(&filter.column.as_str()) {
-                return Err(format!(
-                    "The given filter column {} is not supported for {}. Supported filter columns: {filterable:?}",
-                    filter.column, self.name
-                ));
+                return Err(QueryError::FilterColumn {
+                    column: filter.column.clone(),
+                    resource: self.name,
+                    supported: filterable,
+                });
             }
         }
         Ok(())
@@ -289,11 +305,17 @@ mod tests {
             options.filters,
             vec![Filter { column: "state".into(), predicate: Predicate::Equal, value: "ALIVE".into() }]
         );
-        assert!(ListOptions::parse(Some("limit=10001")).unwrap_err().contains("exceeds the supported limit"));
-        assert!(ListOptions::parse(Some("limit=x")).unwrap_err().contains("limit=\"x\""));
+        assert_eq!(
+            ListOptions::parse(Some("limit=10001")).unwrap_err().to_string(),
+            "Given limit 10001 exceeds the supported limit 10000. Use a lower limit."
+        );
+        assert_eq!(
+            ListOptions::parse(Some("limit=x")).unwrap_err().to_string(),
+            "limit=\"x\": expected a whole number of rows (1 to 10000)"
+        );
         assert!(ListOptions::parse(Some("filter_keys=a&filter_predicates=%3E&filter_values=1")).is_err());
-        assert!(ListOptions::parse(Some("filter_keys=a")).unwrap_err().contains("in threes"));
-        assert!(ListOptions::parse(Some("bogus=1")).unwrap_err().contains("bogus"));
+        assert!(ListOptions::parse(Some("filter_keys=a")).unwrap_err().to_string().contains("in threes"));
+        assert!(ListOptions::parse(Some("bogus=1")).unwrap_err().to_string().contains("bogus"));
     }
 
     #[test]
@@ -316,6 +338,6 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0]["start_time_ms"], 6);
         let unknown = ListOptions::parse(Some("filter_keys=labels&filter_predicates=%3D&filter_values=x")).unwrap();
-        assert!(NODES.check(&unknown).unwrap_err().contains("not supported"));
+        assert!(NODES.check(&unknown).unwrap_err().to_string().contains("not supported"));
     }
 }

@@ -190,7 +190,7 @@ impl AgentService {
                 move || -> Result<_, String> {
                     for package in &packages {
                         let name = package.uri.strip_prefix("gcs://").unwrap_or(&package.uri);
-                        let key = oxray_jobs::runtime_env::package_file_name(name)?;
+                        let key = oxray_jobs::runtime_env::package_file_name(name).map_err(|e| e.to_string())?;
                         oxray_object_store::write_private_file(&packages_dir.join(key), &package.data)
                             .map_err(|e| job_error(&format!("cannot store package {}", package.uri), e))?;
                     }
@@ -208,7 +208,8 @@ impl AgentService {
                         log: &log,
                         control: &control,
                     }
-                    .prepare(&runtime_env)?;
+                    .prepare(&runtime_env)
+                    .map_err(|e| e.to_string())?;
                     Ok((prepared, log))
                 }
             })

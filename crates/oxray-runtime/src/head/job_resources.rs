@@ -9,7 +9,8 @@ use super::{Head, NODE_TIMEOUT};
 use crate::client::NodeJobClient;
 use crate::ids::{NodeId, PlacementGroupId};
 use oxray_jobs::{
-    BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteEvent, RemoteJobs, RemoteRun,
+    BoxFuture, DriverRow, DriverTable, EntrypointResources, HeldOn, HoldError, RemoteError, RemoteEvent, RemoteJobs,
+    RemoteRun,
 };
 use oxray_proto::{
     Bundle, JobEvent, Package, PlacementGroupSpec, PlacementGroupState, PlacementStrategy, RunJobRequest,
@@ -212,10 +213,15 @@ impl HeadRemoteJobs {
         Self { head, head_address }
     }
 
-    async fn client(&self, node_id: &str) -> Result<NodeJobClient, String> {
-        let node = hex::decode(node_id).map_err(|_| format!("node id {node_id:?} is not hex"))?;
-        self.head.node_jobs(&node).await
+    async fn client(&self, node_id: &str) -> Result<NodeJobClient, RemoteError> {
+        let node = hex::decode(node_id).map_err(|_| RemoteError::BadNodeId { node_id: node_id.to_string() })?;
+        self.head.node_jobs(&node).await.map_err(|reason| RemoteError::Unreachable { reason })
     }
+}
+
+/// An agent's refusal, as its status' message (what the job's record quotes).
+fn call_error(status: tonic::Status) -> RemoteError {
+    RemoteError::Call { message: status.message().to_string() }
 }
 
 impl RemoteJobs for HeadRemoteJobs {
@@ -223,7 +229,7 @@ impl RemoteJobs for HeadRemoteJobs {
         &'a self,
         node_id: &'a str,
         run: RemoteRun,
-    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, String>> {
+    ) -> BoxFuture<'a, Result<tokio::sync::mpsc::Receiver<RemoteEvent>, RemoteError>> {
         Box::pin(async move {
             let mut client = self.client(node_id).await?;
             let request = RunJobRequest {
@@ -237,7 +243,7 @@ impl RemoteJobs for HeadRemoteJobs {
                 offset: run.attach_from.unwrap_or(0),
                 head_address: self.head_address.clone(),
             };
-            let mut stream = client.run_job(request).await.map_err(|e| e.message().to_string())?.into_inner();
+            let mut stream = client.run_job(request).await.map_err(call_error)?.into_inner();
             let (tx, rx) = tokio::sync::mpsc::channel(16);
             tokio::spawn(async move {
                 // Ends (closing `tx`) when the node ends the stream or is lost.
@@ -259,13 +265,10 @@ impl RemoteJobs for HeadRemoteJobs {
         })
     }
 
-    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, String>> {
+    fn stop<'a>(&'a self, node_id: &'a str, run_id: &'a str) -> BoxFuture<'a, Result<bool, RemoteError>> {
         Box::pin(async move {
             let mut client = self.client(node_id).await?;
-            let reply = client
-                .stop_job(StopJobRequest { run_id: run_id.to_string() })
-                .await
-                .map_err(|e| e.message().to_string())?;
+            let reply = client.stop_job(StopJobRequest { run_id: run_id.to_string() }).await.map_err(call_error)?;
             Ok(reply.into_inner().stopped)
         })
     }
