@@ -819,10 +819,13 @@ class TuneController:
     def schedule(self) -> list[tuple[str, int, bool]]:
         """`("start", trial, restore)`, or `("grant", trial, False)`: a waiting Train run may go."""
     def on_result(self, trial: int, time: float, reward: float | None = None) -> tuple[str, int | None]:
-        """`("continue", None)`, `("stop", None)`, `("exploit", source)` or `("no_checkpoint", source)`."""
+        """`("continue", None)`, `("stop", None)`, `("pause", None)` (it is PAUSED: stop its run),
+        `("exploit", source)` or `("no_checkpoint", source)`."""
     def on_exploit(self, trial: int) -> None: ...
     def on_checkpoint(self, trial: int) -> None: ...
     def on_ended(self, trial: int) -> None: ...
+    def take_changes(self) -> list[tuple[int, str]]:
+        """Paused trials the scheduler ended since the last call, with their new status."""
     def on_failed(self, trial: int) -> str:
         """`"PENDING"` (retried) or `"ERROR"`."""
     def stop_all(self) -> list[int]: ...

@@ -7,7 +7,8 @@
 //! `("pbt", perturbation_interval, burn_in_period, quantile_fraction)`).
 
 use oxray_tune::{
-    AshaSpec, Config, Controller, Decision, MedianSpec, PbtSpec, Resources, SchedulerSpec, TrialStatus, TuneError,
+    AshaSpec, Config, Controller, Decision, HyperBandSpec, MedianSpec, PbtSpec, Resources, SchedulerSpec, TrialStatus,
+    TuneError,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -41,8 +42,12 @@ fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
                 spec.extract()?;
             Ok(SchedulerSpec::Pbt(PbtSpec { perturbation_interval, burn_in_period, quantile_fraction }))
         }
+        "hyperband" => {
+            let (_, max_t, reduction_factor, stop_last_trials): (String, f64, f64, bool) = spec.extract()?;
+            Ok(SchedulerSpec::HyperBand(HyperBandSpec { max_t, reduction_factor, stop_last_trials }))
+        }
         other => Err(PyValueError::new_err(format!(
-            "scheduler {other:?} is not one the engine runs; expected fifo, asha, median or pbt"
+            "scheduler {other:?} is not one the engine runs; expected fifo, asha, median, pbt or hyperband"
         ))),
     }
 }
@@ -125,13 +130,15 @@ impl TuneController {
             .collect())
     }
 
-    /// A result; the scheduler's decision: `("continue", None)`, `("stop", None)`, `("exploit",
-    /// source)` or `("no_checkpoint", source)` (PBT would clone `source`, which has no checkpoint).
+    /// A result; the scheduler's decision: `("continue", None)`, `("stop", None)`, `("pause", None)`
+    /// (the trial is PAUSED: stop its run), `("exploit", source)` or `("no_checkpoint", source)`
+    /// (PBT would clone `source`, which has no checkpoint).
     #[pyo3(signature = (trial, time, reward=None))]
     fn on_result(&self, trial: u32, time: f64, reward: Option<f64>) -> PyResult<(&'static str, Option<u32>)> {
         Ok(match self.lock()?.on_result(trial, time, reward).map_err(value_error)? {
             Decision::Continue => ("continue", None),
             Decision::Stop => ("stop", None),
+            Decision::Pause => ("pause", None),
             Decision::Exploit { source } => ("exploit", Some(source)),
             Decision::NoCheckpoint { source } => ("no_checkpoint", Some(source)),
         })
@@ -148,6 +155,11 @@ impl TuneController {
 
     fn on_ended(&self, trial: u32) -> PyResult<()> {
         self.lock()?.on_ended(trial).map_err(value_error)
+    }
+
+    /// Paused trials the scheduler ended since the last call, with their new status.
+    fn take_changes(&self) -> PyResult<Vec<(u32, &'static str)>> {
+        Ok(self.lock()?.take_changes().into_iter().map(|(trial, status)| (trial, status.as_str())).collect())
     }
 
     /// The trial failed; its new status (`"PENDING"` for a retry, or `"ERROR"`).

@@ -5,7 +5,12 @@
 //! A trial is PENDING until [`Controller::schedule`] starts it (its resources
 //! fit in what is free, and fewer than `max_concurrent` run), RUNNING until it
 //! ends (TERMINATED) or fails: a failure sends it back to PENDING, restarted
-//! from its latest checkpoint, until `max_failures` is spent (ERROR).
+//! from its latest checkpoint, until `max_failures` is spent (ERROR). A
+//! scheduler may pause a RUNNING trial (PAUSED: it holds nothing); it starts
+//! again from its latest checkpoint once the scheduler lets it (HyperBand's
+//! next stage), or at once when resources free up (PBT, least progress first).
+//! A scheduler may also stop a paused trial: the driver learns of it from
+//! [`Controller::take_changes`].
 
 use crate::error::TuneError;
 use crate::resources::{self, Resources};
@@ -70,6 +75,10 @@ struct Trial {
     waiting: bool,
     failures: u32,
     has_checkpoint: bool,
+    /// A PAUSED trial the scheduler lets go on: [`Controller::schedule`] may start it.
+    resumable: bool,
+    /// Its time (`time_attr`) at its last result.
+    progress: f64,
 }
 
 #[derive(Debug)]
@@ -80,6 +89,8 @@ pub struct Controller {
     scheduler: Scheduler,
     /// What the last Train run started in a trial holds: the estimate for trials not started yet.
     learned_demand: Option<Resources>,
+    /// Trials the scheduler ended while they were paused, for the driver.
+    changes: Vec<(u32, TrialStatus)>,
 }
 
 impl Controller {
@@ -93,7 +104,14 @@ impl Controller {
             });
         }
         let scheduler = Scheduler::new(&config.scheduler)?;
-        Ok(Controller { config, trials: Vec::new(), in_use: Resources::new(), scheduler, learned_demand: None })
+        Ok(Controller {
+            config,
+            trials: Vec::new(),
+            in_use: Resources::new(),
+            scheduler,
+            learned_demand: None,
+            changes: Vec::new(),
+        })
     }
 
     /// A new PENDING trial asking for `resources`; its index. `Err` when it could never run here.
@@ -116,6 +134,8 @@ impl Controller {
             waiting: false,
             failures: 0,
             has_checkpoint: false,
+            resumable: false,
+            progress: 0.0,
         });
         self.scheduler.on_trial_added(trial);
         Ok(trial)
@@ -185,18 +205,21 @@ impl Controller {
         granted
     }
 
-    /// Lets waiting Train runs go, then starts the PENDING trials that fit, oldest first (a smaller
-    /// one may pass a larger one that does not fit yet).
+    /// Lets waiting Train runs go, then starts the PENDING trials and the resumable PAUSED ones that
+    /// fit, oldest first (by least progress first under PBT; a smaller one may pass a larger one that
+    /// does not fit yet).
     pub fn schedule(&mut self) -> Vec<Action> {
         let mut actions: Vec<Action> = self.grant_waiting().into_iter().map(|trial| Action::Grant { trial }).collect();
         let mut running = self.count(TrialStatus::Running) as u32;
-        for (index, trial) in self.trials.iter_mut().enumerate() {
+        let mut candidates: Vec<usize> = (0..self.trials.len()).filter(|i| self.trials[*i].may_start()).collect();
+        if self.scheduler.resumes_least_progress_first() {
+            candidates.sort_by(|a, b| self.trials[*a].progress.total_cmp(&self.trials[*b].progress).then(a.cmp(b)));
+        }
+        for index in candidates {
             if self.config.max_concurrent.is_some_and(|limit| running >= limit) {
                 break;
             }
-            if trial.status != TrialStatus::Pending {
-                continue;
-            }
+            let trial = &mut self.trials[index];
             let mut free = self.config.capacity.clone();
             resources::subtract(&mut free, &self.in_use);
             if !resources::fits(&trial.resources, &free) {
@@ -204,6 +227,7 @@ impl Controller {
             }
             resources::add(&mut self.in_use, &trial.resources);
             trial.status = TrialStatus::Running;
+            trial.resumable = false;
             running += 1;
             actions.push(Action::Start { trial: index as u32, restore: trial.has_checkpoint });
         }
@@ -211,15 +235,50 @@ impl Controller {
     }
 
     /// A result of a RUNNING trial at `time` (its `time_attr`), with the scheduler's metric as a
-    /// reward (larger is better); what the scheduler says.
+    /// reward (larger is better); what the scheduler says. On [`Decision::Pause`] the trial is
+    /// PAUSED already: the driver stops its run.
     pub fn on_result(&mut self, trial: u32, time: f64, reward: Option<f64>) -> Result<Decision, TuneError> {
         self.running(trial, "a result")?;
+        self.trials[trial as usize].progress = time;
+        let Some(reward) = reward else { return Ok(Decision::Continue) };
         let trials = &self.trials;
         let has_checkpoint = |t: u32| trials.get(t as usize).is_some_and(|t| t.has_checkpoint);
-        Ok(match reward {
-            Some(reward) => self.scheduler.on_result(trial, time, reward, has_checkpoint),
-            None => Decision::Continue,
-        })
+        let others_wait = trials.iter().enumerate().any(|(i, t)| i as u32 != trial && t.may_start());
+        let outcome = self.scheduler.on_result(trial, time, reward, has_checkpoint, others_wait);
+        let decision = outcome.decision.unwrap_or(Decision::Continue);
+        if decision == Decision::Pause {
+            // PBT's pause makes room for others, and it may come back as soon as there is room.
+            self.trials[trial as usize].resumable = self.scheduler.resumes_least_progress_first();
+            self.release(trial, TrialStatus::Paused);
+        }
+        self.apply(outcome);
+        Ok(decision)
+    }
+
+    /// Carries out what the scheduler did to paused trials besides the one it answered.
+    fn apply(&mut self, outcome: crate::scheduler::Outcome) {
+        for trial in outcome.unpause {
+            if let Some(t) = self.trials.get_mut(trial as usize)
+                && t.status == TrialStatus::Paused
+            {
+                t.resumable = true;
+            }
+        }
+        for trial in outcome.stop {
+            if let Some(t) = self.trials.get_mut(trial as usize)
+                && matches!(t.status, TrialStatus::Paused | TrialStatus::Pending)
+            {
+                t.status = TrialStatus::Terminated;
+                t.resumable = false;
+                self.changes.push((trial, TrialStatus::Terminated));
+            }
+        }
+    }
+
+    /// The trials the scheduler ended without the driver (paused ones it stopped), with their new
+    /// status, since the last call.
+    pub fn take_changes(&mut self) -> Vec<(u32, TrialStatus)> {
+        std::mem::take(&mut self.changes)
     }
 
     /// PBT: the RUNNING trial is restarted from another's checkpoint (which the driver copied into
@@ -238,10 +297,22 @@ impl Controller {
         Ok(())
     }
 
-    /// The trial's run ended (it returned, a stop condition or the scheduler stopped it): TERMINATED.
+    /// The trial's run ended (it returned, a stop condition or the scheduler stopped it), or a
+    /// stop condition ended it while paused: TERMINATED.
     pub fn on_ended(&mut self, trial: u32) -> Result<(), TuneError> {
-        self.running(trial, "an end")?;
-        self.release(trial, TrialStatus::Terminated);
+        match self.status(trial)? {
+            TrialStatus::Paused => {
+                let t = &mut self.trials[trial as usize];
+                t.status = TrialStatus::Terminated;
+                t.resumable = false;
+            }
+            _ => {
+                self.running(trial, "an end")?;
+                self.release(trial, TrialStatus::Terminated);
+            }
+        }
+        let outcome = self.scheduler.on_removed(trial);
+        self.apply(outcome);
         Ok(())
     }
 
@@ -256,6 +327,10 @@ impl Controller {
         let retry = self.config.max_failures.is_none_or(|most| failures <= most);
         let status = if retry { TrialStatus::Pending } else { TrialStatus::Error };
         self.release(trial, status);
+        if status == TrialStatus::Error {
+            let outcome = self.scheduler.on_removed(trial);
+            self.apply(outcome);
+        }
         Ok(status)
     }
 
@@ -313,6 +388,13 @@ impl Controller {
         }
         t.waiting = false;
         t.status = status;
+    }
+}
+
+impl Trial {
+    /// PENDING, or PAUSED and let go on.
+    fn may_start(&self) -> bool {
+        self.status == TrialStatus::Pending || (self.status == TrialStatus::Paused && self.resumable)
     }
 }
 

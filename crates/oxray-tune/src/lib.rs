@@ -7,12 +7,14 @@
 
 pub mod controller;
 pub mod error;
+pub mod hyperband;
 pub mod pbt;
 pub mod resources;
 pub mod scheduler;
 
 pub use controller::{Action, Config, Controller, Decision, TrialStatus};
 pub use error::TuneError;
+pub use hyperband::HyperBandSpec;
 pub use pbt::{PbtSpec, PbtVerdict};
 pub use resources::Resources;
 pub use scheduler::{AshaSpec, MedianSpec, SchedulerSpec};

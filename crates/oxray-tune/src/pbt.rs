@@ -34,15 +34,14 @@ impl PbtSpec {
 /// What PBT says about a trial at a result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PbtVerdict {
+    /// Not at a perturbation interval (or within the burn-in).
     Continue,
+    /// At an interval, and not in the bottom quantile: it goes on (or pauses for waiting trials).
+    Perturbed,
     /// Restart from `source`'s latest checkpoint, its config explored.
-    Exploit {
-        source: u32,
-    },
+    Exploit { source: u32 },
     /// It would exploit `source`, which has no checkpoint yet: skipped (Ray logs it).
-    NoCheckpoint {
-        source: u32,
-    },
+    NoCheckpoint { source: u32 },
 }
 
 #[derive(Debug)]
@@ -80,7 +79,7 @@ impl Pbt {
         }
         let (lower, upper) = self.quantiles();
         if !lower.contains(&trial) || upper.is_empty() {
-            return PbtVerdict::Continue;
+            return PbtVerdict::Perturbed;
         }
         let source = upper[self.turn % upper.len()];
         self.turn += 1;
@@ -121,7 +120,7 @@ mod tests {
         }
         // At time 4, trial 0 is the worst of four: it exploits the best, trial 2.
         assert_eq!(p.on_result(0, 4.0, 1.0, all), PbtVerdict::Exploit { source: 2 });
-        assert_eq!(p.on_result(2, 4.0, 9.0, all), PbtVerdict::Continue, "the best goes on");
+        assert_eq!(p.on_result(2, 4.0, 9.0, all), PbtVerdict::Perturbed, "the best goes on");
         assert_eq!(p.on_result(0, 5.0, 1.0, all), PbtVerdict::Continue, "within its interval again");
         assert_eq!(p.on_result(0, 6.0, 0.5, |t| t != 2), PbtVerdict::NoCheckpoint { source: 2 });
     }
@@ -134,6 +133,6 @@ mod tests {
         assert_eq!(p.on_result(0, 2.0, 1.0, |_| true), PbtVerdict::Continue, "burn-in");
         assert_eq!(p.on_result(0, 11.0, 1.0, |_| true), PbtVerdict::Exploit { source: 1 });
         let mut alone = pbt(1.0, 0.0, 0.5);
-        assert_eq!(alone.on_result(0, 5.0, 1.0, |_| true), PbtVerdict::Continue);
+        assert_eq!(alone.on_result(0, 5.0, 1.0, |_| true), PbtVerdict::Perturbed);
     }
 }

@@ -1,9 +1,11 @@
 //! The schedulers' decisions on a trial's result: FIFO (never stops a trial),
-//! asynchronous successive halving (ASHA, Ray's `AsyncHyperBandScheduler`) and
-//! the median stopping rule (Ray's `MedianStoppingRule`).
+//! asynchronous successive halving (ASHA, Ray's `AsyncHyperBandScheduler`),
+//! the median stopping rule (Ray's `MedianStoppingRule`), and, in their own
+//! modules, synchronous HyperBand (`hyperband.rs`) and PBT (`pbt.rs`).
 //! A result arrives as the trial's time (`time_attr`'s value) and its reward
 //! (the metric, negated for `mode="min"`), so larger is always better here.
 
+pub(crate) use crate::hyperband::Outcome;
 use std::collections::BTreeMap;
 
 /// Which scheduler an experiment runs, with its settings.
@@ -13,6 +15,7 @@ pub enum SchedulerSpec {
     Asha(AshaSpec),
     Median(MedianSpec),
     Pbt(crate::pbt::PbtSpec),
+    HyperBand(crate::hyperband::HyperBandSpec),
 }
 
 /// `MedianStoppingRule`'s settings (Ray's defaults: grace period 60, 3 samples).
@@ -60,6 +63,10 @@ pub enum Decision {
     Continue,
     /// End the trial now (TERMINATED): early stopping, or it reached `max_t`.
     Stop,
+    /// Stop the trial's run for now (PAUSED): it gives back what it holds and restarts from its
+    /// latest checkpoint when the scheduler lets it go on (HyperBand's milestone; PBT letting
+    /// waiting trials run).
+    Pause,
     /// PBT: restart the trial from `source`'s latest checkpoint with its config explored; the
     /// driver explores it and reports [`crate::Controller::on_exploit`].
     Exploit {
@@ -78,6 +85,7 @@ pub(crate) enum Scheduler {
     Asha(Asha),
     Median(Median),
     Pbt(crate::pbt::Pbt),
+    HyperBand(crate::hyperband::HyperBand),
 }
 
 impl Scheduler {
@@ -98,33 +106,59 @@ impl Scheduler {
                 spec.check()?;
                 Scheduler::Pbt(crate::pbt::Pbt::new(spec.clone()))
             }
+            SchedulerSpec::HyperBand(spec) => {
+                spec.check()?;
+                Scheduler::HyperBand(crate::hyperband::HyperBand::new(spec.clone()))
+            }
         })
     }
 
     pub(crate) fn on_trial_added(&mut self, trial: u32) {
-        if let Scheduler::Asha(asha) = self {
-            asha.assign(trial);
+        match self {
+            Scheduler::Asha(asha) => asha.assign(trial),
+            Scheduler::HyperBand(hyperband) => hyperband.add(trial),
+            _ => {}
         }
     }
 
+    /// Whether paused trials resume by least progress first (PBT's fair share of time).
+    pub(crate) fn resumes_least_progress_first(&self) -> bool {
+        matches!(self, Scheduler::Pbt(_))
+    }
+
+    /// The trial left the experiment (ended, or errored for good); what that does to paused trials.
+    pub(crate) fn on_removed(&mut self, trial: u32) -> Outcome {
+        match self {
+            Scheduler::HyperBand(hyperband) => hyperband.on_removed(trial),
+            _ => Outcome::default(),
+        }
+    }
+
+    /// `others_wait`: some other trial is waiting to run (PBT then pauses this one at its
+    /// perturbation, as Ray's does, so trials beyond the free slots get their share of time).
     pub(crate) fn on_result(
         &mut self,
         trial: u32,
         time: f64,
         reward: f64,
         has_checkpoint: impl Fn(u32) -> bool,
-    ) -> Decision {
+        others_wait: bool,
+    ) -> Outcome {
         use crate::pbt::PbtVerdict;
-        match self {
+        let decision = match self {
             Scheduler::Fifo => Decision::Continue,
             Scheduler::Asha(asha) => asha.on_result(trial, time, reward),
             Scheduler::Median(median) => median.on_result(trial, time, reward),
             Scheduler::Pbt(pbt) => match pbt.on_result(trial, time, reward, has_checkpoint) {
                 PbtVerdict::Continue => Decision::Continue,
+                PbtVerdict::Perturbed if others_wait => Decision::Pause,
+                PbtVerdict::Perturbed => Decision::Continue,
                 PbtVerdict::Exploit { source } => Decision::Exploit { source },
                 PbtVerdict::NoCheckpoint { source } => Decision::NoCheckpoint { source },
             },
-        }
+            Scheduler::HyperBand(hyperband) => return hyperband.on_result(trial, time, reward),
+        };
+        Outcome { decision: Some(decision), ..Outcome::default() }
     }
 }
 

@@ -62,7 +62,7 @@ def test_schedulers_and_searchers_by_name_and_configs_at_their_defaults():
     with pytest.raises(ValueError, match="expected one of"):
         tune.create_scheduler("nope")
     tune.RunConfig(sync_config=tune.SyncConfig())
-    with pytest.raises(NotImplementedError, match="nothing to sync"):
+    with pytest.raises(NotImplementedError, match="only the default SyncConfig"):
         tune.RunConfig(sync_config=tune.SyncConfig(sync_period=10))
     with pytest.raises(NotImplementedError, match="never rerun"):
         tune.ResumeConfig(finished="RESUME")

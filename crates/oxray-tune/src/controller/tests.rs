@@ -165,3 +165,68 @@ fn a_restored_experiment_keeps_finished_trials_and_resumes_the_rest_from_checkpo
     assert_eq!(c.status(1).unwrap(), TrialStatus::Error);
     assert_eq!(c.failures(1).unwrap(), 1);
 }
+
+fn with_scheduler(capacity: f64, scheduler: SchedulerSpec) -> Controller {
+    Controller::new(Config { capacity: cpus(capacity), max_concurrent: None, max_failures: Some(0), scheduler })
+        .unwrap()
+}
+
+#[test]
+fn hyperband_pauses_trials_beyond_the_free_slots_then_resumes_the_best_and_stops_the_rest() {
+    // max_t 3, eta 3: s_max_1 = 2; the first bracket (s=0) takes 2 trials to 3, the second (s=1)
+    // takes ceil(2/2 * 3) = 3 trials to a milestone of 1, then the best one runs to 3.
+    let spec = crate::HyperBandSpec { max_t: 3.0, reduction_factor: 3.0, stop_last_trials: true };
+    let mut c = with_scheduler(1.0, SchedulerSpec::HyperBand(spec));
+    for _ in 0..5 {
+        c.add_trial(cpus(1.0), false).unwrap();
+    }
+    // A bracket waits for all its trials at a milestone, its last one too.
+    for (trial, at_three) in [(0, Decision::Pause), (1, Decision::Stop)] {
+        assert_eq!(started(&c.schedule()), [trial]);
+        for time in 1..3 {
+            assert_eq!(c.on_result(trial, time as f64, Some(0.0)).unwrap(), Decision::Continue);
+        }
+        assert_eq!(c.on_result(trial, 3.0, Some(0.0)).unwrap(), at_three, "trial {trial} at the milestone");
+    }
+    c.on_ended(1).unwrap();
+    assert_eq!(c.take_changes(), [(0, TrialStatus::Terminated)], "the last milestone ends the paused one too");
+    // One CPU for the three trials of the second bracket: each pauses at 1, freeing it.
+    for (trial, reward) in [(2, 0.5), (3, 0.9)] {
+        assert_eq!(started(&c.schedule()), [trial]);
+        assert_eq!(c.on_result(trial, 1.0, Some(reward)).unwrap(), Decision::Pause);
+        assert_eq!(c.status(trial).unwrap(), TrialStatus::Paused);
+        assert_eq!(c.in_use().get("CPU").copied().unwrap_or(0.0), 0.0, "a paused trial holds nothing");
+    }
+    assert_eq!(started(&c.schedule()), [4]);
+    // The last to reach the milestone completes the stage: trial 3 is the best and goes on.
+    assert_eq!(c.on_result(4, 1.0, Some(0.1)).unwrap(), Decision::Stop);
+    c.on_ended(4).unwrap();
+    assert_eq!(c.take_changes(), [(2, TrialStatus::Terminated)], "the paused worse one is stopped");
+    assert_eq!(c.schedule(), [Action::Start { trial: 3, restore: false }], "the best resumes");
+    assert_eq!(c.on_result(3, 2.0, Some(1.0)).unwrap(), Decision::Continue);
+    assert_eq!(c.on_result(3, 3.0, Some(1.0)).unwrap(), Decision::Stop);
+    c.on_ended(3).unwrap();
+    assert!(c.all_finished() && c.take_changes().is_empty());
+}
+
+#[test]
+fn pbt_pauses_at_its_interval_while_others_wait_and_resumes_the_least_progressed_first() {
+    let spec = crate::PbtSpec { perturbation_interval: 2.0, burn_in_period: 0.0, quantile_fraction: 0.25 };
+    let mut c = with_scheduler(1.0, SchedulerSpec::Pbt(spec));
+    for _ in 0..2 {
+        c.add_trial(cpus(1.0), false).unwrap();
+    }
+    assert_eq!(started(&c.schedule()), [0]);
+    assert_eq!(c.on_result(0, 1.0, Some(1.0)).unwrap(), Decision::Continue, "within its interval");
+    c.on_checkpoint(0).unwrap();
+    assert_eq!(c.on_result(0, 2.0, Some(1.0)).unwrap(), Decision::Pause, "trial 1 waits for the CPU");
+    assert_eq!(c.schedule(), [Action::Start { trial: 1, restore: false }]);
+    assert_eq!(c.on_result(1, 1.0, Some(5.0)).unwrap(), Decision::Continue);
+    assert_eq!(c.on_result(1, 2.0, Some(5.0)).unwrap(), Decision::Pause, "trial 0 waits now");
+    // Both at time 2: the older goes first, from its checkpoint.
+    assert_eq!(c.schedule(), [Action::Start { trial: 0, restore: true }]);
+    assert_eq!(c.status(1).unwrap(), TrialStatus::Paused);
+    c.on_ended(0).unwrap();
+    assert_eq!(started(&c.schedule()), [1]);
+    assert_eq!(c.on_result(1, 4.0, Some(5.0)).unwrap(), Decision::Continue, "no one waits: it goes on");
+}

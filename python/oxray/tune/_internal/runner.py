@@ -104,6 +104,7 @@ class Runner:
         self.idle_actors: list = []
         self.raise_error = None
         self.last_state_write = 0.0
+        self.paused_without_checkpoint = False
 
     def restore(self, state: dict, remaining, space: dict, resume: dict) -> None:
         """Takes over an experiment a killed (or finished) driver left: finished trials stay as they
@@ -294,6 +295,8 @@ class Runner:
         elif stop:
             result["done"] = True
             self._finish(trial)
+        elif decision == "pause":
+            self._pause(trial)
         else:
             self._resume(trial)
         if self.stopper.stop_all():
@@ -367,6 +370,25 @@ class Runner:
             trial.checkpoints.remove(drop)
             self.storage.delete_checkpoint(drop[0].path)
 
+    def _pause(self, trial: Trial) -> None:
+        """The scheduler paused the trial (the controller holds it PAUSED): its run stops, and it
+        restarts from its latest checkpoint when the scheduler lets it go on."""
+        self._kill(trial)
+        trial.status = "PAUSED"
+        if trial.checkpoint is None and not self.paused_without_checkpoint:
+            self.paused_without_checkpoint = True
+            print(
+                f"WARNING: trial {trial.trial_name} is paused by the scheduler without a checkpoint: when it goes "
+                "on it starts over. Report checkpoints (tune.report(..., checkpoint=...)) to resume where it paused.",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _apply_changes(self) -> None:
+        """Ends the paused trials the scheduler stopped (HyperBand's halving)."""
+        for index, _ in self.controller.take_changes():
+            self._completed(self.trials[index])
+
     def _finish(self, trial: Trial, returned: bool = False) -> None:
         if returned and self.reuse_actors:
             # Its trainable returned: the actor is idle, and every trial of the experiment holds the
@@ -376,6 +398,9 @@ class Runner:
         else:
             self._kill(trial)
         self.controller.on_ended(trial.index)
+        self._completed(trial)
+
+    def _completed(self, trial: Trial) -> None:
         trial.status = "TERMINATED"
         trial.last_result["done"] = True
         self.search.on_trial_complete(trial.trial_id, result=trial.last_result, error=False)
@@ -496,6 +521,7 @@ class Runner:
             ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
             for future in ready:
                 self._handle(running[future], future)
+                self._apply_changes()
             self.iteration += 1
             self._callbacks("on_step_end")
             if self.reporter is not None:

@@ -98,6 +98,37 @@ class AsyncHyperBandScheduler(TrialScheduler):
 ASHAScheduler = AsyncHyperBandScheduler
 
 
+class HyperBandScheduler(TrialScheduler):
+    """Synchronous HyperBand: trials are dealt into brackets; a trial pauses at its bracket's
+    milestone (a multiple of `time_attr`) until the whole bracket is there, then the best
+    `1/reduction_factor` go on to the next milestone and the rest stop. A paused trial restarts
+    from its latest checkpoint (a function trainable that never checkpoints starts over)."""
+
+    def __init__(
+        self,
+        time_attr: str = "training_iteration",
+        metric: Optional[str] = None,
+        mode: Optional[str] = None,
+        max_t: float = 81,
+        reduction_factor: float = 3,
+        stop_last_trials: bool = True,
+    ):
+        super().__init__(metric, mode)
+        for name, value in (("max_t", max_t), ("reduction_factor", reduction_factor)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"HyperBandScheduler({name}={value!r}): expected a number")
+        if max_t < 1:
+            raise ValueError(f"HyperBandScheduler(max_t={max_t!r}): expected a number of 1 or more")
+        if reduction_factor <= 1:
+            raise ValueError(f"HyperBandScheduler(reduction_factor={reduction_factor!r}): expected a number above 1")
+        self.time_attr = time_attr
+        self.max_t, self.reduction_factor = max_t, reduction_factor
+        self.stop_last_trials = bool(stop_last_trials)
+
+    def _engine_spec(self) -> tuple:
+        return ("hyperband", float(self.max_t), float(self.reduction_factor), self.stop_last_trials)
+
+
 class MedianStoppingRule(TrialScheduler):
     """Past `grace_period` (of `time_attr`), a trial whose best result is worse than the median of
     the other trials' mean results up to the same time stops (with at least `min_samples_required`
@@ -260,7 +291,6 @@ def _explore_into(config: dict, mutations: dict, pbt, rng) -> None:
             )
 
 
-HyperBandScheduler = _not_yet("HyperBandScheduler")
 HyperBandForBOHB = _not_yet("HyperBandForBOHB")
 PopulationBasedTrainingReplay = _not_yet("PopulationBasedTrainingReplay")
 PB2 = _not_yet("PB2")
