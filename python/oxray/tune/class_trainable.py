@@ -117,11 +117,39 @@ def is_class_trainable(trainable) -> bool:
     return isinstance(trainable, type) and issubclass(trainable, Trainable)
 
 
+# The instance a trial left on this actor, for the next trial's `reset_config` (reuse_actors).
+_kept: dict = {}
+
+
+def cleanup_kept() -> None:
+    """`cleanup()` of every kept instance (the actor is going)."""
+    while _kept:
+        _, trainable = _kept.popitem()
+        trainable.cleanup()
+
+
+def _instance(cls, config: dict):
+    """The instance a trial here left, when `reset_config` takes the new config (Ray's reuse);
+    else a new one, the old one cleaned up."""
+    from oxray.tune import session
+
+    kept = _kept.pop(cls, None)
+    cleanup_kept()
+    if kept is not None:
+        if kept.reset_config(dict(config)) is True:
+            kept.config = dict(config)
+            kept._iteration = 0
+            kept._info = session._session.info
+            return kept
+        kept.cleanup()
+    return cls(config)
+
+
 def run_class_trainable(cls, config: dict, checkpoint_frequency: int, checkpoint_at_end: bool) -> None:
     """The trial's body for a class trainable."""
     from oxray.tune import session
 
-    trainable = cls(config)
+    trainable = _instance(cls, config)
     try:
         checkpoint = session.get_checkpoint()
         if checkpoint is not None:
@@ -146,4 +174,7 @@ def run_class_trainable(cls, config: dict, checkpoint_frequency: int, checkpoint
             if done:
                 return
     finally:
-        trainable.cleanup()
+        if session._session.actor.keep_instance:
+            _kept[cls] = trainable
+        else:
+            trainable.cleanup()

@@ -97,3 +97,46 @@ def test_checkpoint_frequency_is_refused_for_a_function_trainable(tmp_path):
         tune.Tuner(
             fn, run_config=run_config(tmp_path, checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2))
         ).fit()
+
+
+class Resettable(tune.Trainable):
+    """Logs its setups, resets and cleanups with its process id."""
+
+    def setup(self, config):
+        self.log(f"setup {config['x']}")
+
+    def step(self):
+        return {"x": self.config["x"]}
+
+    def reset_config(self, new_config):
+        self.log(f"reset {new_config['x']}")
+        return new_config.get("resettable", True)
+
+    def cleanup(self):
+        self.log("cleanup")
+
+    def log(self, line):
+        with open(os.path.join(self.config["marks"], "log"), "a") as f:
+            f.write(f"{os.getpid()} {line}\n")
+
+
+@pytest.mark.parametrize("resettable", [True, False])
+def test_stopped_trials_actor_takes_the_next_trial_through_reset_config(tmp_path, resettable):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    results = tune.Tuner(
+        Resettable,
+        param_space={"x": tune.grid_search([1, 2, 3]), "marks": str(marks), "resettable": resettable},
+        tune_config=tune.TuneConfig(max_concurrent_trials=1),
+        run_config=run_config(tmp_path, stop={"training_iteration": 2}),
+    ).fit()
+    assert [r.metrics["training_iteration"] for r in results] == [2, 2, 2]
+    lines = (marks / "log").read_text().splitlines()
+    assert len({line.split()[0] for line in lines}) == 1, f"one actor took every trial: {lines}"
+    events = [line.split(" ", 1)[1] for line in lines]
+    if resettable:
+        # Ray's reuse: one setup, then reset_config for each next trial; cleanup once, when the actor goes.
+        assert events == ["setup 1", "reset 2", "reset 3", "cleanup"]
+    else:
+        # reset_config said no: the old instance is cleaned up and a new one set up.
+        assert events == ["setup 1", "reset 2", "cleanup", "setup 2", "reset 3", "cleanup", "setup 3", "cleanup"]

@@ -228,6 +228,7 @@ class Runner:
             "time_total": trial.time_total if restore else 0.0,
             "checkpoint_index": trial.checkpoint_index,
             "checkpoint": checkpoint,
+            "reuse": self.reuse_actors,
         }
         trial.actor.start.remote(payload)
         trial.future = trial.actor.next_result.remote()
@@ -241,16 +242,23 @@ class Runner:
         """Lets the trial go on past what it waits on (a result taken, a Train run's demand granted)."""
         trial.future = trial.actor.next_result.remote()
 
-    def _kill(self, trial: Trial) -> None:
+    def _kill(self, trial: Trial, reuse: bool = False) -> None:
+        """Stops the trial's run. With `reuse` (a stop or pause after a result, under reuse_actors),
+        an actor whose trial code has ended takes the next trial instead of a new process."""
+        reuse = reuse and self.reuse_actors and trial.future is None
         if trial.actor is not None:
+            ended = False
             try:
-                ray.get(trial.actor.release.remote(), timeout=RELEASE_TIMEOUT_S)
+                ended = ray.get(trial.actor.release.remote(reuse), timeout=RELEASE_TIMEOUT_S)
             except Exception:  # the actor is gone already, and its groups with the job's end
                 pass
-            try:
-                ray.kill(trial.actor)
-            except Exception:  # already gone
-                pass
+            if reuse and ended:
+                self.idle_actors.append(trial.actor)
+            else:
+                try:
+                    ray.kill(trial.actor)
+                except Exception:  # already gone
+                    pass
         trial.actor = None
         trial.future = None
 
@@ -334,7 +342,7 @@ class Runner:
                 flush=True,
             )
         trial.config = new_config
-        self._kill(trial)
+        self._kill(trial, reuse=True)
         self.controller.on_exploit(trial.index)
         trial.status = "PENDING"
 
@@ -370,10 +378,22 @@ class Runner:
             trial.checkpoints.remove(drop)
             self.storage.delete_checkpoint(drop[0].path)
 
+    def _retire_idle_actors(self) -> None:
+        """The experiment is over: the idle actors' kept class trainables get their `cleanup()`,
+        then the actors go."""
+        if self.idle_actors:
+            try:
+                ray.get([actor.shutdown.remote() for actor in self.idle_actors], timeout=RELEASE_TIMEOUT_S)
+            except Exception as e:  # noqa: BLE001 - a cleanup that failed is reported, the actors go anyway
+                print(f"WARNING: a class trainable's cleanup() failed: {e}", file=sys.stderr, flush=True)
+        for actor in self.idle_actors:
+            ray.kill(actor)
+        self.idle_actors = []
+
     def _pause(self, trial: Trial) -> None:
         """The scheduler paused the trial (the controller holds it PAUSED): its run stops, and it
         restarts from its latest checkpoint when the scheduler lets it go on."""
-        self._kill(trial)
+        self._kill(trial, reuse=True)
         trial.status = "PAUSED"
         if trial.checkpoint is None and not self.paused_without_checkpoint:
             self.paused_without_checkpoint = True
@@ -396,7 +416,7 @@ class Runner:
             self.idle_actors.append(trial.actor)
             trial.actor, trial.future = None, None
         else:
-            self._kill(trial)
+            self._kill(trial, reuse=True)
         self.controller.on_ended(trial.index)
         self._completed(trial)
 
@@ -479,9 +499,7 @@ class Runner:
             self.dashboard.ended("ERRORED" if isinstance(e, Exception) else "ABORTED", f"{type(e).__name__}: {e}")
             raise
         finally:
-            for actor in self.idle_actors:
-                ray.kill(actor)
-            self.idle_actors = []
+            self._retire_idle_actors()
         self._callbacks_end()
         self._write_state()
         if self.raise_error is None:

@@ -76,6 +76,8 @@ class TrialActor:
         self.stopping = False
         self.acks = threading.Semaphore(0)
         self.awaiting_ack = False
+        # A class trainable's instance stays for the next trial on this actor (reuse_actors).
+        self.keep_instance = payload.get("reuse", False)
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
         # On another node than the driver's, its directory is made here.
@@ -103,25 +105,33 @@ class TrialActor:
         if self.stopping:
             raise TrialStopped()
 
-    def release(self) -> int:
-        """Stops the trial's code at its next report (it unwinds: `finally`, `cleanup()`, a Train
-        run's shutdown), then removes the placement groups its Train runs made (their workers with
-        them), so a trial Tune stops frees them at once (ray-project/ray#54305). Runs beside a
-        waiting `next_result` (the actor has two threads)."""
+    def release(self, keep: bool = False) -> bool:
+        """Stops the trial's code at its next report (it unwinds: `finally`, a Train run's
+        shutdown, and `cleanup()` unless `keep`: a class trainable's instance is then kept for the
+        next trial here, `reset_config`), then removes the placement groups its Train runs made
+        (their workers with them), so a trial Tune stops frees them at once (ray-project/ray#54305).
+        Runs beside a waiting `next_result` (the actor has two threads). Whether the trial's code
+        has ended, so the actor may take another trial."""
         from oxray.util.placement_group import remove_placement_group
 
+        self.keep_instance = keep
         if getattr(self, "thread", None) is not None and self.thread.is_alive():
             self.stopping = True
             self.acks.release()
             self.thread.join(STOP_GRACE_S)
-        removed = 0
         for group in getattr(self, "owned_groups", []):
             try:
                 remove_placement_group(group)
-                removed += 1
             except Exception:  # already removed by the run itself
                 pass
-        return removed
+        self.owned_groups = []
+        return getattr(self, "thread", None) is None or not self.thread.is_alive()
+
+    def shutdown(self) -> None:
+        """Before the actor goes: `cleanup()` of the class trainables kept for reuse."""
+        from oxray.tune.class_trainable import cleanup_kept
+
+        cleanup_kept()
 
     def _run(self, trainable):
         tune_session._session = _TrialSession(self)
