@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 
 class PlacementGroupFactory:
-    """The bundles a trial reserves. oxray runs a trial in one actor: one bundle is supported."""
+    """The bundles a trial reserves: its actor runs in the first, and the tasks and actors it starts
+    are placed in the group (the rest of the bundles), as in Ray."""
 
     def __init__(self, bundles: list, strategy: str = "PACK", *args, **kwargs):
         if not isinstance(bundles, list) or not bundles or not all(isinstance(b, dict) for b in bundles):
@@ -18,11 +19,6 @@ class PlacementGroupFactory:
         if strategy not in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"):
             raise ValueError(
                 f"PlacementGroupFactory(strategy={strategy!r}): expected PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"
-            )
-        if len(bundles) > 1:
-            raise NotImplementedError(
-                "PlacementGroupFactory with more than one bundle is not supported by oxray's Tune yet: a trial "
-                "runs in one actor, so give one bundle (a Ray Train run inside reserves its own workers)"
             )
         self.bundles = [dict(b) for b in bundles]
         self.strategy = strategy
@@ -59,20 +55,32 @@ def normalize_resources(resources: Any) -> dict:
     return out
 
 
+def placement_of(resources: Any):
+    """`(bundles, strategy)` of a PlacementGroupFactory of more than one bundle (the trial then runs in
+    a placement group of its own), else None."""
+    if not isinstance(resources, PlacementGroupFactory) or len(resources.bundles) == 1:
+        return None
+    bundles = [normalize_resources(bundle) for bundle in resources.bundles]
+    return bundles, resources.strategy
+
+
 def with_resources(trainable: Callable, resources: Any) -> Callable:
     """`trainable` whose trials each hold `resources`."""
     if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
         raise NotImplementedError("tune.with_resources(trainable, function of config) is not supported by oxray yet")
     normalized = normalize_resources(resources)
+    placement = placement_of(resources)
     if inspect.isclass(trainable):
         # A class trainable stays a class (the Tuner drives its methods).
-        return type(trainable.__name__, (trainable,), {"_oxray_tune_resources": normalized})
+        attributes = {"_oxray_tune_resources": normalized, "_oxray_tune_placement": placement}
+        return type(trainable.__name__, (trainable,), attributes)
 
     @functools.wraps(trainable)
     def wrapped(config, **kwargs):
         return trainable(config, **kwargs)
 
     wrapped._oxray_tune_resources = normalized
+    wrapped._oxray_tune_placement = placement
     return wrapped
 
 
@@ -97,10 +105,18 @@ def with_parameters(trainable: Callable, **kwargs) -> Callable:
     return wrapped
 
 
-def trial_resources(trainable: Callable) -> tuple:
-    """`(resources, learns_demand)`: what each trial holds, and whether that is Tune's default
-    (`{"CPU": 1}`), counted by Tune only and replaced by its Train run's workers once one starts."""
+def trial_resources(trainable: Callable, config: dict) -> tuple:
+    """`(resources, learns_demand, placement)` of a trial with `config`: what it holds (from
+    `with_resources`, else a class trainable's `default_resource_request(config)`), whether that is
+    Tune's default (`{"CPU": 1}`, counted by Tune only and replaced by its Train run's workers once
+    one starts), and its placement group's `(bundles, strategy)` when it asks for several bundles."""
     declared = getattr(trainable, "_oxray_tune_resources", None)
     if declared is not None:
-        return dict(declared), False
-    return {"CPU": 1.0}, True
+        return dict(declared), False, getattr(trainable, "_oxray_tune_placement", None)
+    from oxray.tune.class_trainable import Trainable
+
+    if inspect.isclass(trainable) and issubclass(trainable, Trainable):
+        request = trainable.default_resource_request(config)
+        if request is not None:
+            return normalize_resources(request), False, placement_of(request)
+    return {"CPU": 1.0}, True, None

@@ -4,6 +4,7 @@ results in an experiment directory laid out as Ray's."""
 from __future__ import annotations
 
 import datetime
+import functools
 import inspect
 import os
 from typing import Any, Callable, Optional
@@ -58,14 +59,6 @@ class Tuner:
             raise ValueError("Tuner(trainable=None): expected a function trainable")
         if inspect.isclass(trainable) and not issubclass(trainable, Trainable):
             raise TypeError(f"Tuner({trainable!r}): a class trainable must subclass tune.Trainable")
-        if (
-            is_class_trainable(trainable)
-            and trainable.default_resource_request.__func__ is not Trainable.default_resource_request.__func__
-        ):
-            raise NotImplementedError(
-                f"{trainable.__name__}.default_resource_request is not supported by oxray's Tune yet; use "
-                "tune.with_resources"
-            )
         if isinstance(trainable, str):
             from oxray.tune.registry import get_trainable
 
@@ -212,7 +205,7 @@ class Tuner:
             experiment_name=name,
             tune_config=config,
             run_config=run,
-            resources=trial_resources(self._trainable),
+            resources=functools.partial(trial_resources, self._trainable),
         )
         if self._restore is not None:
             from oxray.tune._internal.runner import latest_state

@@ -253,3 +253,45 @@ def test_trials_reuse_idle_actors_unless_reuse_actors_is_false(tmp_path):
 
     assert len(set(pids(None, "default"))) == 1, "one trial at a time: every trial on the first actor"
     assert len(set(pids(False, "fresh"))) == 6, "a fresh actor per trial"
+
+
+def test_a_placement_group_factory_of_several_bundles_holds_the_trials_child_tasks(tmp_path):
+    import oxray as ray
+    from oxray.util.placement_group import get_current_placement_group
+
+    @ray.remote(num_cpus=1)
+    def child():
+        return get_current_placement_group() is not None
+
+    def spawns(config):
+        group = get_current_placement_group()
+        inside = ray.get([child.remote() for _ in range(2)])
+        tune.report({"in_group": group is not None, "children_in_group": inside, "k": config["k"]})
+
+    # Each trial: 0 CPUs for its actor and one for its child, so two trials fit on 2 CPUs at once.
+    trainable = tune.with_resources(spawns, tune.PlacementGroupFactory([{"CPU": 0}, {"CPU": 1}]))
+    results = tune.Tuner(trainable, param_space={"k": tune.grid_search([1, 2])}, run_config=run_config(tmp_path)).fit()
+    assert results.num_errors == 0, [r.error for r in results]
+    assert all(r.metrics["in_group"] and r.metrics["children_in_group"] == [True, True] for r in results)
+    from oxray.util.placement_group import placement_group_table
+    from oxray_testutil import wait_until
+
+    wait_until(
+        "the trials' placement groups to be removed",
+        lambda: all(g["state"] == "REMOVED" for g in placement_group_table().values()),
+        timeout=30,
+    )
+
+
+class Sized(tune.Trainable):
+    @classmethod
+    def default_resource_request(cls, config):
+        return {"cpu": config["cpus"]}
+
+    def step(self):
+        return {"cpus": self.trial_resources, "done": True}
+
+
+def test_a_class_trainables_default_resource_request_sets_each_trials_resources(tmp_path):
+    results = tune.Tuner(Sized, param_space={"cpus": tune.grid_search([1, 2])}, run_config=run_config(tmp_path)).fit()
+    assert sorted(r.metrics["cpus"]["CPU"] for r in results) == [1.0, 2.0]

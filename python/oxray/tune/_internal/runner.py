@@ -73,7 +73,8 @@ class Runner:
         self.experiment_name = experiment_name
         self.tune_config = tune_config
         self.run_config = run_config
-        self.resources, self.learns_demand = resources
+        # config -> (resources, learns_demand, placement) of a trial.
+        self.resources_of = resources
         self.metric = tune_config.metric
         self.mode = tune_config.mode
         self.time_attr = getattr(scheduler, "time_attr", "training_iteration")
@@ -99,7 +100,7 @@ class Runner:
 
         self.reporter = Reporter(self) if self.verbose >= 1 else None
         self.actor_class = ray.remote(TrialActor)
-        # Actors whose trial returned, by what they hold, for the next trial (TuneConfig.reuse_actors).
+        # (what it holds, actor) of actors whose trial ended, for the next trial (TuneConfig.reuse_actors).
         self.reuse_actors = tune_config.reuse_actors is not False
         self.idle_actors: list = []
         self.raise_error = None
@@ -114,6 +115,7 @@ class Runner:
         self.experiment_id = state["runner_data"].get("experiment_id", self.experiment_id)
         for trial_json, _ in state["trial_data"]:
             trial = Trial.from_state(json.loads(trial_json), self.storage)
+            trial.resources, trial.learns_demand, trial.placement = self.resources_of(trial.config)
             status = trial.status
             if status in ("RUNNING", "PENDING", "PAUSED"):
                 status = "PENDING" if resume["unfinished"] else "TERMINATED"
@@ -126,8 +128,8 @@ class Runner:
                 trial.error = _load_error(trial)
             trial.status = status
             index = self.controller.add_restored_trial(
-                self.resources,
-                self.learns_demand,
+                trial.resources,
+                trial.learns_demand,
                 status,
                 bool(trial.checkpoints),
                 0 if status == "PENDING" else trial.num_failures,
@@ -167,13 +169,15 @@ class Runner:
                 return
             config, resolved = suggested
             tag = f"{index}_{format_vars(resolved)}" if resolved else str(index)
-            trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, self.resources)
+            resources, learns_demand, placement = self.resources_of(config)
+            trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, resources)
+            trial.learns_demand, trial.placement = learns_demand, placement
             if self.tune_config.trial_name_creator:
                 trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
             dir_name = self._dir_name(trial)
             trial.local_path = os.path.join(self.experiment_path, dir_name)
             trial.fs_path = self.storage.trial_path(dir_name)
-            added = self.controller.add_trial(self.resources, self.learns_demand)
+            added = self.controller.add_trial(resources, learns_demand)
             assert added == index, (added, index)
             self.trials.append(trial)
 
@@ -195,20 +199,18 @@ class Runner:
     def _start(self, trial: Trial, restore: bool) -> None:
         make_private_dirs(trial.local_path)
         trial.status = "RUNNING"
-        if self.learns_demand:
+        if trial.learns_demand:
             # Tune's default CPU is counted by the controller only, so that a Train run the trial
             # starts can use it for its workers.
             options = {"num_cpus": 0, "max_concurrency": 2}
         else:
-            options = {
-                "num_cpus": trial.resources.get("CPU", 0.0),
-                "num_gpus": trial.resources.get("GPU", 0.0),
-                "max_concurrency": 2,
-            }
-            custom = {k: v for k, v in trial.resources.items() if k not in ("CPU", "GPU")}
+            # A trial of several bundles runs in the first; the tasks and actors it starts fill the rest.
+            held = trial.placement[0][0] if trial.placement else trial.resources
+            options = {"num_cpus": held.get("CPU", 0.0), "num_gpus": held.get("GPU", 0.0), "max_concurrency": 2}
+            custom = {k: v for k, v in held.items() if k not in ("CPU", "GPU")}
             if custom:
                 options["resources"] = custom
-        trial.actor = self.idle_actors.pop() if self.idle_actors else self.actor_class.options(**options).remote()
+        trial.actor = self._actor_for(trial, options)
         info = {
             "trial_id": trial.trial_id,
             "trial_name": trial.trial_name,
@@ -238,6 +240,34 @@ class Runner:
         if self.verbose >= 1 and not restore:
             print(f"Trial {trial.trial_name} started with configuration: {_short(trial.config)}", flush=True)
 
+    def _actor_for(self, trial: Trial, options: dict):
+        """An idle actor holding the same, else a new one (in a placement group of the trial's own
+        when it asks for several bundles)."""
+        if trial.placement:
+            from oxray.util.placement_group import placement_group
+            from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            bundles, strategy = trial.placement
+            # An empty first bundle (Ray's "head bundle is empty"): the group is the other bundles,
+            # and the actor, holding nothing, may sit in any of them.
+            head_empty = not bundles[0]
+            trial.group = placement_group(bundles[1:] if head_empty else bundles, strategy=strategy)
+            strategy = PlacementGroupSchedulingStrategy(
+                trial.group,
+                placement_group_bundle_index=-1 if head_empty else 0,
+                placement_group_capture_child_tasks=True,
+            )
+            return self.actor_class.options(**options, scheduling_strategy=strategy).remote()
+        key = repr(sorted(options.items()))
+        trial.actor_key = key
+        for index, (held, actor) in enumerate(self.idle_actors):
+            if held == key:
+                del self.idle_actors[index]
+                return actor
+        # Idle actors hold resources the controller counts as free: none fits, so they go.
+        self._retire_idle_actors()
+        return self.actor_class.options(**options).remote()
+
     def _resume(self, trial: Trial) -> None:
         """Lets the trial go on past what it waits on (a result taken, a Train run's demand granted)."""
         trial.future = trial.actor.next_result.remote()
@@ -245,7 +275,7 @@ class Runner:
     def _kill(self, trial: Trial, reuse: bool = False) -> None:
         """Stops the trial's run. With `reuse` (a stop or pause after a result, under reuse_actors),
         an actor whose trial code has ended takes the next trial instead of a new process."""
-        reuse = reuse and self.reuse_actors and trial.future is None
+        reuse = reuse and self.reuse_actors and trial.future is None and trial.group is None
         if trial.actor is not None:
             ended = False
             try:
@@ -253,12 +283,20 @@ class Runner:
             except Exception:  # the actor is gone already, and its groups with the job's end
                 pass
             if reuse and ended:
-                self.idle_actors.append(trial.actor)
+                self.idle_actors.append((trial.actor_key, trial.actor))
             else:
                 try:
                     ray.kill(trial.actor)
                 except Exception:  # already gone
                     pass
+        if trial.group is not None:
+            from oxray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(trial.group)
+            except Exception:  # already removed
+                pass
+            trial.group = None
         trial.actor = None
         trial.future = None
 
@@ -379,14 +417,14 @@ class Runner:
             self.storage.delete_checkpoint(drop[0].path)
 
     def _retire_idle_actors(self) -> None:
-        """The experiment is over: the idle actors' kept class trainables get their `cleanup()`,
-        then the actors go."""
+        """The idle actors' kept class trainables get their `cleanup()`, then the actors go (the
+        experiment is over, or a trial holding something else needs their resources)."""
         if self.idle_actors:
             try:
-                ray.get([actor.shutdown.remote() for actor in self.idle_actors], timeout=RELEASE_TIMEOUT_S)
+                ray.get([actor.shutdown.remote() for _, actor in self.idle_actors], timeout=RELEASE_TIMEOUT_S)
             except Exception as e:  # noqa: BLE001 - a cleanup that failed is reported, the actors go anyway
                 print(f"WARNING: a class trainable's cleanup() failed: {e}", file=sys.stderr, flush=True)
-        for actor in self.idle_actors:
+        for _, actor in self.idle_actors:
             ray.kill(actor)
         self.idle_actors = []
 
@@ -410,10 +448,9 @@ class Runner:
             self._completed(self.trials[index])
 
     def _finish(self, trial: Trial, returned: bool = False) -> None:
-        if returned and self.reuse_actors:
-            # Its trainable returned: the actor is idle, and every trial of the experiment holds the
-            # same resources, so the next one starts there without a new process.
-            self.idle_actors.append(trial.actor)
+        if returned and self.reuse_actors and trial.group is None:
+            # Its trainable returned: the actor is idle, for the next trial that holds the same.
+            self.idle_actors.append((trial.actor_key, trial.actor))
             trial.actor, trial.future = None, None
         else:
             self._kill(trial, reuse=True)

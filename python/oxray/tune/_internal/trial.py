@@ -32,7 +32,13 @@ class Trial:
         self.error = None
         self.error_file: Optional[str] = None
         self.actor = None
+        self.actor_key: Optional[str] = None
         self.future = None
+        # Whether its resources are Tune's default, its placement group's (bundles, strategy) when it
+        # asks for several bundles, and that group while it runs.
+        self.learns_demand = False
+        self.placement = None
+        self.group = None
         self.run_started = 0.0
         self._pickled = None
 

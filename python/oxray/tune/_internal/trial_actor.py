@@ -6,6 +6,7 @@ process, host and clocks are."""
 
 from __future__ import annotations
 
+import contextvars
 import datetime
 import os
 import queue
@@ -85,7 +86,10 @@ class TrialActor:
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
             os.chdir(self.info["trial_dir"])
         trainable = cloudpickle.loads(payload["trainable"])
-        self.thread = threading.Thread(target=self._run, args=(trainable,), name="tune-trial", daemon=True)
+        # The trial's thread runs in this call's task context: what it submits is placed as the actor's
+        # work is (its placement group, child tasks captured), and belongs to the same job.
+        context = contextvars.copy_context()
+        self.thread = threading.Thread(target=context.run, args=(self._run, trainable), name="tune-trial", daemon=True)
         self.thread.start()
         return socket.gethostname()
 
