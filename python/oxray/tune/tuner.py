@@ -246,8 +246,6 @@ class Tuner:
         if search is None:
             search = BasicVariantGenerator()
         if isinstance(search, BasicVariantGenerator):
-            if config.num_samples == -1:
-                raise NotImplementedError("TuneConfig(num_samples=-1) is not supported by oxray's Tune yet")
             search.set_search_properties(config.metric, config.mode, self._param_space)
             search.start(self._param_space, config.num_samples)
             if config.max_concurrent_trials:

@@ -295,3 +295,35 @@ class Sized(tune.Trainable):
 def test_a_class_trainables_default_resource_request_sets_each_trials_resources(tmp_path):
     results = tune.Tuner(Sized, param_space={"cpus": tune.grid_search([1, 2])}, run_config=run_config(tmp_path)).fit()
     assert sorted(r.metrics["cpus"]["CPU"] for r in results) == [1.0, 2.0]
+
+
+class AfterTrials(tune.Stopper):
+    """Ends the experiment once `count` trials have reported."""
+
+    def __init__(self, count):
+        self.count, self.seen = count, set()
+
+    def __call__(self, trial_id, result):
+        self.seen.add(trial_id)
+        return False
+
+    def stop_all(self):
+        return len(self.seen) >= self.count
+
+
+def test_num_samples_minus_one_samples_until_a_stopper_ends_the_experiment(tmp_path):
+    def once(config):
+        tune.report({"x": config["x"], "grid": config["grid"]})
+
+    results = tune.Tuner(
+        once,
+        param_space={"x": tune.uniform(0, 1), "grid": tune.grid_search(["a", "b"])},
+        tune_config=tune.TuneConfig(num_samples=-1, max_concurrent_trials=1),
+        run_config=run_config(tmp_path, stop=AfterTrials(7)),
+    ).fit()
+    # Passes over the grid, each config sampled afresh, until the stopper ends it.
+    assert len(results) >= 7 and results.num_errors == 0
+    ran = [r for r in results if r.metrics]
+    assert len(ran) >= 7, "trials added but not started when the stopper ended it never run"
+    assert [r.config["grid"] for r in ran][:6] == ["a", "b"] * 3
+    assert len({r.config["x"] for r in ran}) == len(ran)

@@ -40,9 +40,11 @@ class BasicVariantGenerator:
 
     def start(self, space: dict, num_samples: int) -> None:
         # Drawn up front, so that what is left can be saved with the experiment and restored.
-        self._variants = list(generate_variants(space, num_samples, self._rng))
+        # num_samples=-1 (Ray's "no limit"): a pass over the grid at a time, for as long as asked.
+        self.endless = num_samples == -1
+        self._variants = list(generate_variants(space, 1 if self.endless else num_samples, self._rng))
         self._next = 0
-        self.total = len(self._variants) + len(self.points_to_evaluate)
+        self.total = None if self.endless else len(self._variants) + len(self.points_to_evaluate)
         self._space = space
 
     def remaining(self) -> list:
@@ -65,7 +67,10 @@ class BasicVariantGenerator:
             self._live.add(trial_id)
             return config, resolved
         if self._next >= len(self._variants):
-            return Searcher.FINISHED
+            if not self.endless:
+                return Searcher.FINISHED
+            self._variants = self._variants[self._next :] + list(generate_variants(self._space, 1, self._rng))
+            self._next = 0
         variant = self._variants[self._next]
         self._next += 1
         self._live.add(trial_id)
