@@ -10,9 +10,15 @@ import csv
 import io
 import json
 import os
+import queue
+import sys
+import threading
+import time
 
 from oxray import cloudpickle
 from oxray.tune._internal.files import append_private, write_private
+
+TBX_FLUSH_PERIOD_S = 1.0
 
 
 class Callback:
@@ -160,25 +166,30 @@ class CSVLoggerCallback(LoggerCallback):
 class TBXLoggerCallback(LoggerCallback):
     """TensorBoard event files in each trial's directory (`events.out.tfevents.<epoch>.<host>`):
     every numeric metric, flattened with `/`, as a scalar under `ray/tune/`, at its
-    `training_iteration`; through `tensorboardX`."""
+    `training_iteration`; through `tensorboardX`. The writing happens on a thread of its own:
+    importing tensorboardX imports torch when it is installed (seconds), and each flush is an
+    fsync, so the driver loop never waits on either. The experiment's end waits for the thread."""
 
     def __init__(self):
-        try:
-            from tensorboardX import SummaryWriter
-        except ImportError as e:
-            raise ImportError("TBXLoggerCallback needs the tensorboardX package: pip install tensorboardX") from e
-        self._writer_class = SummaryWriter
-        self._writers: dict = {}
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboardX") is None:
+            raise ImportError("TBXLoggerCallback needs the tensorboardX package: pip install tensorboardX")
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = None
+        self._failed = False
+        self._started: set = set()
+
+    def _submit(self, *work) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_events, name="tune-tbx", daemon=True)
+            self._thread.start()
+        self._queue.put(work)
 
     def log_trial_start(self, trial):
-        if trial.trial_id not in self._writers:
-            writer = self._writer_class(logdir=trial.local_path, flush_secs=30)
-            # tensorboardX creates it with the umask's mode; the trial's files are the user's only (the
-            # directory is already 0700).
-            for name in os.listdir(trial.local_path):
-                if name.startswith("events.out.tfevents."):
-                    os.chmod(os.path.join(trial.local_path, name), 0o600)
-            self._writers[trial.trial_id] = writer
+        if trial.trial_id not in self._started:
+            self._started.add(trial.trial_id)
+            self._submit("start", trial.trial_id, trial.local_path)
 
     def log_trial_restore(self, trial):
         self.log_trial_start(trial)
@@ -187,17 +198,69 @@ class TBXLoggerCallback(LoggerCallback):
         from oxray.tune.search.variant_generator import flatten
 
         self.log_trial_start(trial)
-        writer = self._writers[trial.trial_id]
         step = result.get("training_iteration", iteration)
-        for key, value in flatten({k: v for k, v in result.items() if k != "config"}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
-        writer.flush()
+        scalars = [
+            (f"ray/tune/{key}", value)
+            for key, value in flatten({k: v for k, v in result.items() if k != "config"}).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+        ]
+        self._submit("result", trial.trial_id, scalars, step)
 
     def log_trial_end(self, trial, failed=False):
-        writer = self._writers.pop(trial.trial_id, None)
-        if writer is not None:
-            writer.close()
+        if trial.trial_id in self._started:
+            self._started.discard(trial.trial_id)
+            self._submit("end", trial.trial_id)
+
+    def on_experiment_end(self, trials, **info):
+        if self._thread is not None:
+            self._queue.put(("stop",))
+            self._thread.join()
+            self._thread = None
+
+    def _write_events(self) -> None:
+        writers: dict = {}
+        flushed: dict = {}
+        while True:
+            kind, *args = self._queue.get()
+            if kind == "stop":
+                for writer in writers.values():
+                    writer.close()
+                return
+            try:
+                self._handle(kind, args, writers, flushed)
+            except Exception as e:  # noqa: BLE001 - TensorBoard files must never stop the experiment
+                if not self._failed:
+                    self._failed = True
+                    print(f"WARNING: TBXLoggerCallback could not write events: {e!r}", file=sys.stderr, flush=True)
+
+    def _handle(self, kind: str, args: list, writers: dict, flushed: dict) -> None:
+        if kind == "start":
+            trial_id, path = args
+            from tensorboardX import SummaryWriter
+
+            writers[trial_id] = SummaryWriter(logdir=path, flush_secs=30)
+            # tensorboardX creates it with the umask's mode; the trial's files are the user's only (the
+            # directory is already 0700).
+            for name in os.listdir(path):
+                if name.startswith("events.out.tfevents."):
+                    os.chmod(os.path.join(path, name), 0o600)
+        elif kind == "result":
+            trial_id, scalars, step = args
+            writer = writers[trial_id]
+            for tag, value in scalars:
+                writer.add_scalar(tag, value, global_step=step)
+            # TensorBoard sees a result within a second; a trial of many quick results pays for one
+            # flush (an fsync) a second, not one each; its end flushes the rest (close).
+            now = time.monotonic()
+            if now - flushed.get(trial_id, 0.0) >= TBX_FLUSH_PERIOD_S:
+                writer.flush()
+                flushed[trial_id] = now
+        elif kind == "end":
+            (trial_id,) = args
+            flushed.pop(trial_id, None)
+            writer = writers.pop(trial_id, None)
+            if writer is not None:
+                writer.close()
 
 
 def default_loggers() -> list:

@@ -626,7 +626,7 @@ class Runner:
     def _write_state(self) -> None:
         state = {
             "trial_data": [
-                [json.dumps(t.to_state()), json.dumps({"num_failures": t.num_failures})] for t in self.trials
+                [t.state_json(), json.dumps({"num_failures": t.num_failures})] for t in self.trials
             ],
             "runner_data": {
                 "experiment_hex": self.experiment_hex,

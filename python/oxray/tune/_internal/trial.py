@@ -41,6 +41,7 @@ class Trial:
         self.group = None
         self.run_started = 0.0
         self._pickled = None
+        self._state_json = None
 
     @classmethod
     def from_state(cls, state: dict, storage) -> "Trial":
@@ -114,6 +115,27 @@ class Trial:
 
     def __repr__(self):
         return self.trial_name
+
+    def state_json(self) -> str:
+        """`to_state()` as JSON, made again only when the trial changed: the experiment state is
+        written at every trial's end, and most trials have not changed since the last write."""
+        import json
+
+        key = (
+            self.status,
+            len(self.results),
+            id(self.last_result),
+            self.last_result.get("done"),
+            self.num_failures,
+            self.checkpoint_index,
+            len(self.checkpoints),
+            self.error_file,
+            id(self.config),
+            self.custom_trial_name,
+        )
+        if self._state_json is None or self._state_json[0] != key:
+            self._state_json = (key, json.dumps(self.to_state()))
+        return self._state_json[1]
 
     def to_state(self) -> dict:
         """What the experiment state file keeps of it (the config also pickled, for a restore)."""
