@@ -625,9 +625,7 @@ class Runner:
 
     def _write_state(self) -> None:
         state = {
-            "trial_data": [
-                [t.state_json(), json.dumps({"num_failures": t.num_failures})] for t in self.trials
-            ],
+            "trial_data": [[t.state_json(), json.dumps({"num_failures": t.num_failures})] for t in self.trials],
             "runner_data": {
                 "experiment_hex": self.experiment_hex,
                 "experiment_id": self.experiment_id,
