@@ -110,6 +110,36 @@ impl Search {
     }
 }
 
+/// A JSON value as a table cell shows it: a string bare, null empty, anything else as JSON.
+pub(super) fn cell(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Nanoseconds since the epoch (a JSON number) as milliseconds; 0 when absent.
+pub(super) fn ns_as_ms(v: &serde_json::Value) -> u64 {
+    v.as_u64().map(|ns| ns / 1_000_000).unwrap_or(0)
+}
+
+/// How long a record with `start_time_ns` and `end_time_ns` (a Train run, an attempt, an
+/// experiment) ran, or has run so far while it has no end: `3m 05s`, `2h 07m`.
+pub(super) fn run_duration(v: &serde_json::Value) -> String {
+    let (start, end) = (ns_as_ms(&v["start_time_ns"]), ns_as_ms(&v["end_time_ns"]));
+    if start == 0 {
+        return String::new();
+    }
+    let end = if end == 0 { oxray_rest::now_ms() } else { end };
+    let secs = end.saturating_sub(start) / 1000;
+    if secs >= 3600 {
+        format!("{}h {:02}m", secs / 3600, secs / 60 % 60)
+    } else {
+        format!("{}m {:02}s", secs / 60, secs % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! runs' state as their controllers report it to the head.
 
 use super::Dashboard;
-use super::render::{Render, ok, page_and_fragment, short_id};
+use super::render::{Render, cell, ns_as_ms, ok, page_and_fragment, run_duration, short_id};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -21,29 +21,7 @@ pub(super) fn routes() -> Router<Dashboard> {
 }
 
 fn text(v: &Value, key: &str) -> String {
-    match &v[key] {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-fn ms(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().map(|ns| ns / 1_000_000).unwrap_or(0)
-}
-
-fn duration(v: &Value) -> String {
-    let (start, end) = (ms(v, "start_time_ns"), ms(v, "end_time_ns"));
-    if start == 0 {
-        return String::new();
-    }
-    let end = if end == 0 { oxray_rest::now_ms() } else { end };
-    let secs = end.saturating_sub(start) / 1000;
-    if secs >= 3600 {
-        format!("{}h {:02}m", secs / 3600, secs / 60 % 60)
-    } else {
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    }
+    cell(&v[key])
 }
 
 /// One run: a row of the runs' table, and the head of its page.
@@ -69,8 +47,8 @@ impl RunRow {
             job_id: text(run, "job_id"),
             attempts: run["attempts"].as_array().map(Vec::len).unwrap_or(0),
             reports: run["reports"].as_u64().unwrap_or(0),
-            start_ms: ms(run, "start_time_ns"),
-            duration: duration(run),
+            start_ms: ns_as_ms(&run["start_time_ns"]),
+            duration: run_duration(run),
         }
     }
 }
@@ -105,8 +83,8 @@ impl AttemptRow {
             id: text(attempt, "attempt_id"),
             status: text(attempt, "status"),
             detail: text(attempt, "status_detail"),
-            start_ms: ms(attempt, "start_time_ns"),
-            duration: duration(attempt),
+            start_ms: ns_as_ms(&attempt["start_time_ns"]),
+            duration: run_duration(attempt),
             workers: workers
                 .iter()
                 .map(|w| {

@@ -5,7 +5,7 @@
 //! metric's curve per trial. Fed by each experiment's driver (`UpdateExperiment`).
 
 use super::Dashboard;
-use super::render::{Render, ok, page_and_fragment};
+use super::render::{Render, cell, ns_as_ms, ok, page_and_fragment, run_duration};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, State};
@@ -26,38 +26,12 @@ pub(super) fn routes() -> Router<Dashboard> {
 /// The trial statuses in the order a summary lists them.
 pub(crate) const TRIAL_STATUSES: [&str; 5] = ["PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"];
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-fn ms(v: &Value) -> u64 {
-    v.as_u64().map(|ns| ns / 1_000_000).unwrap_or(0)
-}
-
-fn duration(experiment: &Value) -> String {
-    let (start, end) = (ms(&experiment["start_time_ns"]), ms(&experiment["end_time_ns"]));
-    if start == 0 {
-        return String::new();
-    }
-    let end = if end == 0 { oxray_rest::now_ms() } else { end };
-    let secs = end.saturating_sub(start) / 1000;
-    if secs >= 3600 {
-        format!("{}h {:02}m", secs / 3600, secs / 60 % 60)
-    } else {
-        format!("{}m {:02}s", secs / 60, secs % 60)
-    }
-}
-
 /// A metric's value as the tables show it.
 fn figure(v: &Value) -> String {
     match v.as_f64() {
         Some(x) if x.fract() == 0.0 && x.abs() < 1e15 => format!("{x:.0}"),
         Some(x) => format!("{x:.4}"),
-        None => text(v),
+        None => cell(v),
     }
 }
 
@@ -65,14 +39,14 @@ fn figure(v: &Value) -> String {
 pub(crate) fn trials_by_status(experiment: &Value) -> BTreeMap<String, usize> {
     let mut counts: BTreeMap<String, usize> = TRIAL_STATUSES.iter().map(|s| (s.to_string(), 0)).collect();
     for trial in experiment["trials"].as_array().into_iter().flatten() {
-        *counts.entry(text(&trial["status"])).or_insert(0) += 1;
+        *counts.entry(cell(&trial["status"])).or_insert(0) += 1;
     }
     counts
 }
 
 /// The best last value of the experiment's metric among its trials, by its mode.
 fn best(experiment: &Value) -> String {
-    let metric = text(&experiment["metric"]);
+    let metric = cell(&experiment["metric"]);
     if metric.is_empty() {
         return String::new();
     }
@@ -108,22 +82,22 @@ impl ExperimentRow {
         let counts = trials_by_status(experiment);
         let summary: Vec<String> =
             counts.iter().filter(|(_, n)| **n > 0).map(|(status, n)| format!("{n} {status}")).collect();
-        let metric = match (text(&experiment["metric"]), text(&experiment["mode"])) {
+        let metric = match (cell(&experiment["metric"]), cell(&experiment["mode"])) {
             (metric, _) if metric.is_empty() => String::new(),
             (metric, mode) => format!("{metric} ({mode})"),
         };
         Self {
-            id: text(&experiment["id"]),
-            name: text(&experiment["name"]),
-            status: text(&experiment["status"]),
-            detail: text(&experiment["status_detail"]),
-            job_id: text(&experiment["job_id"]),
+            id: cell(&experiment["id"]),
+            name: cell(&experiment["name"]),
+            status: cell(&experiment["status"]),
+            detail: cell(&experiment["status_detail"]),
+            job_id: cell(&experiment["job_id"]),
             trials: counts.values().sum(),
             summary: summary.join(", "),
             metric,
             best: best(experiment),
-            start_ms: ms(&experiment["start_time_ns"]),
-            duration: duration(experiment),
+            start_ms: ns_as_ms(&experiment["start_time_ns"]),
+            duration: run_duration(experiment),
         }
     }
 }
@@ -167,43 +141,43 @@ impl ExperimentDetails {
             .collect::<BTreeSet<String>>()
             .into_iter()
             .collect();
-        let id = text(&experiment["id"]);
-        let metric = text(&experiment["metric"]);
+        let id = cell(&experiment["id"]);
+        let metric = cell(&experiment["metric"]);
         let rows = trials
             .iter()
             .map(|trial| {
-                let trial_id = text(&trial["trial_id"]);
+                let trial_id = cell(&trial["trial_id"]);
                 let train_runs = train_runs
                     .iter()
                     .filter(|run| {
-                        text(&run["tune"]["experiment_id"]) == id && text(&run["tune"]["trial_id"]) == trial_id
+                        cell(&run["tune"]["experiment_id"]) == id && cell(&run["tune"]["trial_id"]) == trial_id
                     })
                     .map(|run| TrainLink {
-                        id: text(&run["id"]),
-                        name: text(&run["name"]),
-                        status: text(&run["status"]),
+                        id: cell(&run["id"]),
+                        name: cell(&run["name"]),
+                        status: cell(&run["status"]),
                     })
                     .collect();
                 TrialRow {
-                    name: text(&trial["trial_name"]),
-                    status: text(&trial["status"]),
-                    params: params.iter().map(|p| text(&trial["config"][p.as_str()])).collect(),
-                    iterations: text(&trial["iterations"]),
+                    name: cell(&trial["trial_name"]),
+                    status: cell(&trial["status"]),
+                    params: params.iter().map(|p| cell(&trial["config"][p.as_str()])).collect(),
+                    iterations: cell(&trial["iterations"]),
                     metric: if metric.is_empty() {
                         String::new()
                     } else {
                         figure(&trial["last_result"][metric.as_str()])
                     },
                     train_runs,
-                    error: text(&trial["error"]),
+                    error: cell(&trial["error"]),
                 }
             })
             .collect();
         Self {
             experiment: ExperimentRow::new(experiment),
-            path: text(&experiment["path"]),
-            scheduler: text(&experiment["scheduler"]),
-            search_alg: text(&experiment["search_alg"]),
+            path: cell(&experiment["path"]),
+            scheduler: cell(&experiment["scheduler"]),
+            search_alg: cell(&experiment["search_alg"]),
             params,
             trials: rows,
         }

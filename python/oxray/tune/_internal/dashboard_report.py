@@ -26,10 +26,10 @@ MAX_UNSENT = 20_000
 _NOT_METRICS = ("pid", "timestamp", "done", "trial_id")
 
 
-def _metrics(result: dict) -> dict:
-    """A result's finite numbers, nested keys `/`-joined, its config left out."""
+def _metrics(flat: dict) -> dict:
+    """A flattened result's finite numbers, its config left out."""
     out = {}
-    for key, value in flatten(result).items():
+    for key, value in flat.items():
         if key.startswith("config/") or key in _NOT_METRICS or isinstance(value, bool):
             continue
         if isinstance(value, (int, float)) and math.isfinite(value):
@@ -78,19 +78,30 @@ class ExperimentReport:
             "trials": [],
         }
         self._new_results: list = []
+        self._last_metrics: dict = {}
         self._last_sent = 0.0
         self._unsent = False
         self._warned = False
 
-    def result(self, trial, result: dict) -> None:
+    def result(self, trial, result: dict, flat: dict) -> None:
+        """A trial's result, and the same flattened (the driver loop flattens it once)."""
+        metrics = _metrics(flat)
+        self._last_metrics[trial.trial_id] = metrics
         self._new_results.append(
             {
                 "trial_id": trial.trial_id,
                 "iteration": result.get("training_iteration"),
                 "time_ms": int(time.time() * 1000),
-                "metrics": _metrics(result),
+                "metrics": metrics,
             }
         )
+
+    def _last(self, trial) -> dict:
+        """The metrics of the trial's last result, kept from `result` (a restored trial's, once)."""
+        metrics = self._last_metrics.get(trial.trial_id)
+        if metrics is None:
+            metrics = self._last_metrics[trial.trial_id] = _metrics(flatten(trial.last_result))
+        return metrics
 
     def maybe_send(self) -> None:
         """Sends what changed, or leaves it for `due_in` when the last send was under a period ago."""
@@ -121,7 +132,7 @@ class ExperimentReport:
                 "status": t.status,
                 "config": _params(t),
                 "iterations": t.iteration,
-                "last_result": _metrics(t.last_result),
+                "last_result": self._last(t),
                 "error": _error(t),
                 "path": t.path,
             }

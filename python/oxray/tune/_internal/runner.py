@@ -302,7 +302,8 @@ class Runner:
 
     def _on_result(self, trial: Trial, result: dict) -> None:
         self._check_metric(result)
-        self.dashboard.result(trial, result)
+        flat = flatten(result)
+        self.dashboard.result(trial, result, flat)
         trial.results.append(result)
         trial.last_result = result
         if result.get("checkpoint_dir_name"):
@@ -319,7 +320,6 @@ class Runner:
             )
         decision, source = self.controller.on_result(trial.index, float(time_value), reward)
         stop = decision == "stop"
-        flat = flatten(result)
         if isinstance(self.stopper, DictStopper):
             for key in self.stopper.missing(flat):
                 print(
