@@ -33,8 +33,8 @@ $(VENV)/.test-deps: pyproject.toml $(VENV)/.demo-deps
 	$(PIP) install --quiet "schemathesis>=4,<5"
 	# The dashboard's browser tests: Playwright drives Debian's Chromium (browsers cannot be downloaded).
 	$(PIP) install --quiet "playwright>=1.50,<2"
-	# Tune's OptunaSearch and HyperOptSearch are tested over real Optuna and HyperOpt, its
-	# TensorBoard logger with tensorboardX.
+	# Tune's OptunaSearch and HyperOptSearch are tested over real Optuna and HyperOpt; its
+	# TensorBoard event files are read back with tensorboardX's protos.
 	$(PIP) install --quiet "optuna>=4,<6" "hyperopt>=0.2.7" "tensorboardX>=2.6"
 	# The dashboard's live profiling runs py-spy on the workers' node.
 	$(PIP) install --quiet "py-spy>=0.4"

@@ -798,6 +798,19 @@ class OperatorFigures:
     def cpu_s(self) -> float: ...
 
 @final
+class TensorBoardEventFile:
+    """One trial's TensorBoard event file (`oxray-io`): TFRecord-framed Event
+    protos, created 0600 (the path must not exist) with its version event."""
+
+    def __new__(cls, path: str) -> TensorBoardEventFile: ...
+    @property
+    def path(self) -> str: ...
+    def add_scalars(self, step: int, scalars: list[tuple[str, float]]) -> None: ...
+    def flush(self) -> None: ...
+    def close(self) -> None:
+        """Flushes and syncs; later writes raise."""
+
+@final
 class TuneController:
     """Tune's trial controller (`oxray-tune`): trial statuses, the resources
     running trials hold, retries and the scheduler's decisions. No I/O: the

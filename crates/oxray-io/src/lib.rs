@@ -1,6 +1,9 @@
 //! Where a training run keeps its checkpoints and snapshot: a local (or NFS)
 //! directory, or an S3 prefix through `object_store`. Paths given to the
 //! methods are relative to the run storage root and use `/` separators.
+//! TensorBoard's event files are written by [`tensorboard`].
+
+pub mod tensorboard;
 
 use futures::StreamExt;
 use object_store::aws::AmazonS3Builder;

@@ -5,13 +5,16 @@
 //! (`("fifo",)`, `("asha", max_t, grace_period, reduction_factor, brackets,
 //! stop_last_trials)`, `("median", grace_period, min_samples_required)` or
 //! `("pbt", perturbation_interval, burn_in_period, quantile_fraction)`).
+//! `TensorBoardEventFile` writes a trial's TensorBoard events through `oxray-io`.
 
+use oxray_io::tensorboard::EventFileWriter;
 use oxray_tune::{
     AshaSpec, Config, Controller, Decision, HyperBandSpec, MedianSpec, PbtSpec, Resources, SchedulerSpec, TrialStatus,
     TuneError,
 };
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 fn value_error(e: TuneError) -> PyErr {
@@ -194,6 +197,61 @@ impl TuneController {
     }
 }
 
+/// One trial's TensorBoard event file, for `TBXLoggerCallback`: `oxray-io`'s writer, so the driver
+/// needs neither tensorboardX nor torch to write it.
+#[pyclass]
+pub(crate) struct TensorBoardEventFile {
+    path: PathBuf,
+    writer: Option<EventFileWriter>,
+}
+
+impl TensorBoardEventFile {
+    fn io_error(&self, op: &str, e: std::io::Error) -> PyErr {
+        PyOSError::new_err(format!("{op} TensorBoard event file {}: {e}", self.path.display()))
+    }
+
+    fn writer(&mut self) -> PyResult<&mut EventFileWriter> {
+        let path = self.path.display().to_string();
+        self.writer.as_mut().ok_or_else(|| PyRuntimeError::new_err(format!("TensorBoard event file {path} is closed")))
+    }
+}
+
+#[pymethods]
+impl TensorBoardEventFile {
+    /// Creates the file (0600; it must not exist) and writes its version event.
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        let writer = EventFileWriter::create(&path)
+            .map_err(|e| PyOSError::new_err(format!("creating TensorBoard event file {}: {e}", path.display())))?;
+        Ok(Self { path, writer: Some(writer) })
+    }
+
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// One event holding these (tag, value) scalars at `step`; buffered until `flush`.
+    fn add_scalars(&mut self, step: i64, scalars: Vec<(String, f64)>) -> PyResult<()> {
+        let result = self.writer()?.add_scalars(step, &scalars);
+        result.map_err(|e| self.io_error("writing", e))
+    }
+
+    fn flush(&mut self) -> PyResult<()> {
+        let result = self.writer()?.flush();
+        result.map_err(|e| self.io_error("flushing", e))
+    }
+
+    /// Flushes and syncs the file; later calls but `close` raise.
+    fn close(&mut self) -> PyResult<()> {
+        match self.writer.take() {
+            Some(writer) => writer.close().map_err(|e| self.io_error("closing", e)),
+            None => Ok(()),
+        }
+    }
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<TuneController>()
+    m.add_class::<TuneController>()?;
+    m.add_class::<TensorBoardEventFile>()
 }

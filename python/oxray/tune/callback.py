@@ -1,7 +1,7 @@
 """Tune's callbacks: `Callback` hooks the driver loop calls, `LoggerCallback`,
 and the loggers on by default, as in Ray: `JsonLoggerCallback` (params.json,
 params.pkl, result.json), `CSVLoggerCallback` (progress.csv) and
-`TBXLoggerCallback` (TensorBoard event files, when tensorboardX is installed).
+`TBXLoggerCallback` (TensorBoard event files, written without tensorboardX).
 `TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1` turns the defaults off."""
 
 from __future__ import annotations
@@ -10,15 +10,12 @@ import csv
 import io
 import json
 import os
-import queue
+import socket
 import sys
-import threading
 import time
 
 from oxray import cloudpickle
 from oxray.tune._internal.files import append_private, write_private
-
-TBX_FLUSH_PERIOD_S = 1.0
 
 
 class Callback:
@@ -164,32 +161,30 @@ class CSVLoggerCallback(LoggerCallback):
 
 
 class TBXLoggerCallback(LoggerCallback):
-    """TensorBoard event files in each trial's directory (`events.out.tfevents.<epoch>.<host>`):
-    every numeric metric, flattened with `/`, as a scalar under `ray/tune/`, at its
-    `training_iteration`; through `tensorboardX`. The writing happens on a thread of its own:
-    importing tensorboardX imports torch when it is installed (seconds), and each flush is an
-    fsync, so the driver loop never waits on either. The experiment's end waits for the thread."""
+    """TensorBoard event files in each trial's directory
+    (`events.out.tfevents.<epoch>.<host>.<pid>.<n>`): every numeric metric, flattened with `/`,
+    as a scalar under `ray/tune/`, at its `training_iteration`. oxray writes them itself
+    (`_native.TensorBoardEventFile`), so unlike Ray it needs no tensorboardX and never imports
+    torch into the driver. Each result is handed to the OS at once; a trial's end syncs its file."""
 
     def __init__(self):
-        import importlib.util
-
-        if importlib.util.find_spec("tensorboardX") is None:
-            raise ImportError("TBXLoggerCallback needs the tensorboardX package: pip install tensorboardX")
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = None
-        self._failed = False
-        self._started: set = set()
-
-    def _submit(self, *work) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._write_events, name="tune-tbx", daemon=True)
-            self._thread.start()
-        self._queue.put(work)
+        self._files: dict = {}
+        self._count = 0
+        self._warned = False
 
     def log_trial_start(self, trial):
-        if trial.trial_id not in self._started:
-            self._started.add(trial.trial_id)
-            self._submit("start", trial.trial_id, trial.local_path)
+        if trial.trial_id in self._files:
+            return
+        from oxray._native import TensorBoardEventFile
+
+        self._count += 1
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{self._count}"
+        path = os.path.join(trial.local_path, name)
+
+        def create():
+            self._files[trial.trial_id] = TensorBoardEventFile(path)
+
+        self._guarded(create)
 
     def log_trial_restore(self, trial):
         self.log_trial_start(trial)
@@ -198,78 +193,42 @@ class TBXLoggerCallback(LoggerCallback):
         from oxray.tune.search.variant_generator import flatten
 
         self.log_trial_start(trial)
+        events = self._files.get(trial.trial_id)
+        if events is None:
+            return
         step = result.get("training_iteration", iteration)
         scalars = [
-            (f"ray/tune/{key}", value)
+            (f"ray/tune/{key}", float(value))
             for key, value in flatten({k: v for k, v in result.items() if k != "config"}).items()
             if isinstance(value, (int, float)) and not isinstance(value, bool)
         ]
-        self._submit("result", trial.trial_id, scalars, step)
+
+        def write():
+            events.add_scalars(int(step), scalars)
+            events.flush()
+
+        self._guarded(write)
 
     def log_trial_end(self, trial, failed=False):
-        if trial.trial_id in self._started:
-            self._started.discard(trial.trial_id)
-            self._submit("end", trial.trial_id)
+        events = self._files.pop(trial.trial_id, None)
+        if events is not None:
+            self._guarded(events.close)
 
     def on_experiment_end(self, trials, **info):
-        if self._thread is not None:
-            self._queue.put(("stop",))
-            self._thread.join()
-            self._thread = None
+        for trial_id in list(self._files):
+            self._guarded(self._files.pop(trial_id).close)
 
-    def _write_events(self) -> None:
-        writers: dict = {}
-        flushed: dict = {}
-        while True:
-            kind, *args = self._queue.get()
-            if kind == "stop":
-                for writer in writers.values():
-                    writer.close()
-                return
-            try:
-                self._handle(kind, args, writers, flushed)
-            except Exception as e:  # noqa: BLE001 - TensorBoard files must never stop the experiment
-                if not self._failed:
-                    self._failed = True
-                    print(f"WARNING: TBXLoggerCallback could not write events: {e!r}", file=sys.stderr, flush=True)
-
-    def _handle(self, kind: str, args: list, writers: dict, flushed: dict) -> None:
-        if kind == "start":
-            trial_id, path = args
-            from tensorboardX import SummaryWriter
-
-            writers[trial_id] = SummaryWriter(logdir=path, flush_secs=30)
-            # tensorboardX creates it with the umask's mode; the trial's files are the user's only (the
-            # directory is already 0700).
-            for name in os.listdir(path):
-                if name.startswith("events.out.tfevents."):
-                    os.chmod(os.path.join(path, name), 0o600)
-        elif kind == "result":
-            trial_id, scalars, step = args
-            writer = writers[trial_id]
-            for tag, value in scalars:
-                writer.add_scalar(tag, value, global_step=step)
-            # TensorBoard sees a result within a second; a trial of many quick results pays for one
-            # flush (an fsync) a second, not one each; its end flushes the rest (close).
-            now = time.monotonic()
-            if now - flushed.get(trial_id, 0.0) >= TBX_FLUSH_PERIOD_S:
-                writer.flush()
-                flushed[trial_id] = now
-        elif kind == "end":
-            (trial_id,) = args
-            flushed.pop(trial_id, None)
-            writer = writers.pop(trial_id, None)
-            if writer is not None:
-                writer.close()
+    def _guarded(self, write) -> None:
+        try:
+            write()
+        except OSError as e:  # TensorBoard files must never stop the experiment
+            if not self._warned:
+                self._warned = True
+                print(f"WARNING: TBXLoggerCallback could not write events: {e}", file=sys.stderr, flush=True)
 
 
 def default_loggers() -> list:
-    """Ray's defaults: JSON and CSV, and TensorBoard when tensorboardX is installed."""
+    """Ray's defaults: JSON, CSV and TensorBoard (Ray writes the last only when tensorboardX is installed)."""
     if os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "0") == "1":
         return []
-    loggers = [JsonLoggerCallback(), CSVLoggerCallback()]
-    try:
-        loggers.append(TBXLoggerCallback())
-    except ImportError:
-        pass
-    return loggers
+    return [JsonLoggerCallback(), CSVLoggerCallback(), TBXLoggerCallback()]
