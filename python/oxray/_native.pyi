@@ -808,7 +808,7 @@ class TensorBoardEventFile:
     def add_scalars(self, step: int, scalars: list[tuple[str, float]]) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None:
-        """Flushes and syncs; later writes raise."""
+        """Flushes; later writes raise."""
 
 @final
 class TuneController:

@@ -67,8 +67,9 @@ fn wall_time_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// One event file, created private to the user (0600). Records are buffered; `flush` hands them to
-/// the OS, `close` also syncs them to the disk.
+/// One event file, created private to the user (0600). Records are buffered until `flush` or `close`
+/// hands them to the OS. Nothing syncs them to the disk: TensorBoard's files are a view, not state a
+/// restore reads, and a sync per trial would cost an experiment of quick trials more than the rest.
 pub struct EventFileWriter {
     path: PathBuf,
     out: BufWriter<std::fs::File>,
@@ -105,10 +106,8 @@ impl EventFileWriter {
         self.out.flush()
     }
 
-    /// Flushes and syncs the file to the disk.
     pub fn close(mut self) -> std::io::Result<()> {
-        self.out.flush()?;
-        self.out.get_ref().sync_all()
+        self.out.flush()
     }
 
     fn write_event(&mut self, event: &Event) -> std::io::Result<()> {

@@ -2,7 +2,7 @@
 //! trial controller (trial states, resources, retries, the schedulers'
 //! decisions) for the Python driver loop in `oxray/tune/_internal/runner.py`.
 //! Statuses cross as Ray's strings (`"PENDING"`, ...); a scheduler as a tuple
-//! (`("fifo",)`, `("asha", max_t, grace_period, reduction_factor, brackets,
+//! (`("fifo",)`, `("driver",)` for a `TrialScheduler` of the user's own, `("asha", max_t, grace_period, reduction_factor, brackets,
 //! stop_last_trials)`, `("median", grace_period, min_samples_required)` or
 //! `("pbt", perturbation_interval, burn_in_period, quantile_fraction)`).
 //! `TensorBoardEventFile` writes a trial's TensorBoard events through `oxray-io`.
@@ -25,6 +25,7 @@ fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
     let kind: String = spec.get_item(0)?.extract()?;
     match kind.as_str() {
         "fifo" => Ok(SchedulerSpec::Fifo),
+        "driver" => Ok(SchedulerSpec::Driver),
         "asha" => {
             let (_, max_t, grace_period, reduction_factor, brackets, stop_last_trials): (
                 String,
@@ -52,6 +53,13 @@ fn scheduler_from(spec: &Bound<'_, PyAny>) -> PyResult<SchedulerSpec> {
         other => Err(PyValueError::new_err(format!(
             "scheduler {other:?} is not one the engine runs; expected fifo, asha, median, pbt or hyperband"
         ))),
+    }
+}
+
+fn action_tuple(action: oxray_tune::Action) -> (&'static str, u32, bool) {
+    match action {
+        oxray_tune::Action::Start { trial, restore } => ("start", trial, restore),
+        oxray_tune::Action::Grant { trial } => ("grant", trial, false),
     }
 }
 
@@ -122,15 +130,7 @@ impl TuneController {
 
     /// What to do now: `("start", trial, restore)`, or `("grant", trial, False)`: a waiting Train run may go.
     fn schedule(&self) -> PyResult<Vec<(&'static str, u32, bool)>> {
-        Ok(self
-            .lock()?
-            .schedule()
-            .into_iter()
-            .map(|action| match action {
-                oxray_tune::Action::Start { trial, restore } => ("start", trial, restore),
-                oxray_tune::Action::Grant { trial } => ("grant", trial, false),
-            })
-            .collect())
+        Ok(self.lock()?.schedule().into_iter().map(action_tuple).collect())
     }
 
     /// A result; the scheduler's decision: `("continue", None)`, `("stop", None)`, `("pause", None)`
@@ -148,6 +148,20 @@ impl TuneController {
     }
 
     /// PBT: the trial restarts from the checkpoint the driver copied into it.
+    /// `("start", trial, restore)` when the chosen PENDING or PAUSED trial fits now, else None.
+    fn start_chosen(&self, trial: u32) -> PyResult<Option<(&'static str, u32, bool)>> {
+        let action = self.lock()?.start_chosen(trial).map_err(value_error)?;
+        Ok(action.map(action_tuple))
+    }
+
+    fn has_room_for(&self, trial: u32) -> PyResult<bool> {
+        self.lock()?.has_room_for(trial).map_err(value_error)
+    }
+
+    fn pause(&self, trial: u32) -> PyResult<()> {
+        self.lock()?.pause(trial).map_err(value_error)
+    }
+
     fn on_exploit(&self, trial: u32) -> PyResult<()> {
         self.lock()?.on_exploit(trial).map_err(value_error)
     }
@@ -242,7 +256,7 @@ impl TensorBoardEventFile {
         result.map_err(|e| self.io_error("flushing", e))
     }
 
-    /// Flushes and syncs the file; later calls but `close` raise.
+    /// Flushes the file; later calls but `close` raise.
     fn close(&mut self) -> PyResult<()> {
         match self.writer.take() {
             Some(writer) => writer.close().map_err(|e| self.io_error("closing", e)),

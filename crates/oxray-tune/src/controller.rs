@@ -208,8 +208,13 @@ impl Controller {
     /// Lets waiting Train runs go, then starts the PENDING trials and the resumable PAUSED ones that
     /// fit, oldest first (by least progress first under PBT; a smaller one may pass a larger one that
     /// does not fit yet).
+    /// Under a driver's scheduler ([`SchedulerSpec::Driver`]) only the grants: the driver starts trials
+    /// with [`Controller::start_chosen`].
     pub fn schedule(&mut self) -> Vec<Action> {
         let mut actions: Vec<Action> = self.grant_waiting().into_iter().map(|trial| Action::Grant { trial }).collect();
+        if self.scheduler.driver_chooses() {
+            return actions;
+        }
         let mut running = self.count(TrialStatus::Running) as u32;
         let mut candidates: Vec<usize> = (0..self.trials.len()).filter(|i| self.trials[*i].may_start()).collect();
         if self.scheduler.resumes_least_progress_first() {
@@ -232,6 +237,45 @@ impl Controller {
             actions.push(Action::Start { trial: index as u32, restore: trial.has_checkpoint });
         }
         actions
+    }
+
+    /// Starts the PENDING or PAUSED trial the driver's scheduler chose, when it fits in what is free
+    /// and fewer than `max_concurrent` trials run; `None` when it must wait.
+    pub fn start_chosen(&mut self, trial: u32) -> Result<Option<Action>, TuneError> {
+        let status = self.status(trial)?;
+        if !matches!(status, TrialStatus::Pending | TrialStatus::Paused) {
+            return Err(TuneError::NotStartable { trial, status });
+        }
+        if !self.has_room_for(trial)? {
+            return Ok(None);
+        }
+        let t = &mut self.trials[trial as usize];
+        resources::add(&mut self.in_use, &t.resources);
+        t.status = TrialStatus::Running;
+        t.resumable = false;
+        Ok(Some(Action::Start { trial, restore: t.has_checkpoint }))
+    }
+
+    /// Whether the trial could start now: its resources fit in what is free, and fewer than
+    /// `max_concurrent` trials run (Ray's `has_resources_for_trial`).
+    pub fn has_room_for(&self, trial: u32) -> Result<bool, TuneError> {
+        let t = self.trials.get(trial as usize).ok_or(TuneError::UnknownTrial(trial))?;
+        let running = self.count(TrialStatus::Running) as u32;
+        if self.config.max_concurrent.is_some_and(|limit| running >= limit) {
+            return Ok(false);
+        }
+        let mut free = self.config.capacity.clone();
+        resources::subtract(&mut free, &self.in_use);
+        Ok(resources::fits(&t.resources, &free))
+    }
+
+    /// The driver's scheduler paused the RUNNING trial: it gives back what it holds and waits, PAUSED,
+    /// until the scheduler chooses it again.
+    pub fn pause(&mut self, trial: u32) -> Result<(), TuneError> {
+        self.running(trial, "a pause")?;
+        self.trials[trial as usize].resumable = false;
+        self.release(trial, TrialStatus::Paused);
+        Ok(())
     }
 
     /// A result of a RUNNING trial at `time` (its `time_attr`), with the scheduler's metric as a
@@ -298,10 +342,10 @@ impl Controller {
     }
 
     /// The trial's run ended (it returned, a stop condition or the scheduler stopped it), or a
-    /// stop condition ended it while paused: TERMINATED.
+    /// stop condition or the driver's scheduler ended it while paused or pending: TERMINATED.
     pub fn on_ended(&mut self, trial: u32) -> Result<(), TuneError> {
         match self.status(trial)? {
-            TrialStatus::Paused => {
+            TrialStatus::Paused | TrialStatus::Pending => {
                 let t = &mut self.trials[trial as usize];
                 t.status = TrialStatus::Terminated;
                 t.resumable = false;

@@ -19,6 +19,8 @@ pub enum TuneError {
     UnknownTrial(u32),
     #[error("trial {trial} is {status:?}; {event} expects a RUNNING trial")]
     NotRunning { trial: u32, status: crate::TrialStatus, event: &'static str },
+    #[error("trial {trial} is {status:?}; only a PENDING or PAUSED trial can be started (choose_trial_to_run)")]
+    NotStartable { trial: u32, status: crate::TrialStatus },
 }
 
 impl TuneError {

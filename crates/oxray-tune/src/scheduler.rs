@@ -12,6 +12,10 @@ use std::collections::BTreeMap;
 #[derive(Clone, Debug, PartialEq)]
 pub enum SchedulerSpec {
     Fifo,
+    /// A `TrialScheduler` of the user's own, in the driver: it decides on results and chooses which
+    /// trial runs next; the controller makes no decision and starts only the trials the driver names
+    /// ([`crate::Controller::start_chosen`]).
+    Driver,
     Asha(AshaSpec),
     Median(MedianSpec),
     Pbt(crate::pbt::PbtSpec),
@@ -82,6 +86,7 @@ pub enum Decision {
 #[derive(Debug)]
 pub(crate) enum Scheduler {
     Fifo,
+    Driver,
     Asha(Asha),
     Median(Median),
     Pbt(crate::pbt::Pbt),
@@ -92,6 +97,7 @@ impl Scheduler {
     pub(crate) fn new(spec: &SchedulerSpec) -> Result<Self, crate::TuneError> {
         Ok(match spec {
             SchedulerSpec::Fifo => Scheduler::Fifo,
+            SchedulerSpec::Driver => Scheduler::Driver,
             SchedulerSpec::Asha(spec) => {
                 spec.check()?;
                 Scheduler::Asha(Asha::new(spec.clone()))
@@ -121,6 +127,11 @@ impl Scheduler {
         }
     }
 
+    /// Whether the driver chooses which trial starts next ([`SchedulerSpec::Driver`]).
+    pub(crate) fn driver_chooses(&self) -> bool {
+        matches!(self, Scheduler::Driver)
+    }
+
     /// Whether paused trials resume by least progress first (PBT's fair share of time).
     pub(crate) fn resumes_least_progress_first(&self) -> bool {
         matches!(self, Scheduler::Pbt(_))
@@ -146,7 +157,7 @@ impl Scheduler {
     ) -> Outcome {
         use crate::pbt::PbtVerdict;
         let decision = match self {
-            Scheduler::Fifo => Decision::Continue,
+            Scheduler::Fifo | Scheduler::Driver => Decision::Continue,
             Scheduler::Asha(asha) => asha.on_result(trial, time, reward),
             Scheduler::Median(median) => median.on_result(trial, time, reward),
             Scheduler::Pbt(pbt) => match pbt.on_result(trial, time, reward, has_checkpoint) {

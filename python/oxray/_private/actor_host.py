@@ -8,7 +8,6 @@ loop (each concurrency group's on a loop of its own). An actor ends on purpose h
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import inspect
 import os
@@ -16,6 +15,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from oxray import _native
 from oxray._private.actor import (
@@ -28,6 +28,9 @@ from oxray._private.actor import (
 )
 from oxray._private.state import CURRENT, STATE
 from oxray._private.task_environment import Placement, UserCode, qualified_name
+
+if TYPE_CHECKING:
+    import asyncio
 
 # Ray's concurrency group that every actor has, beside those it declares.
 SYSTEM_CONCURRENCY_GROUP = "_ray_system"
@@ -118,6 +121,8 @@ class ActorHost:
     def call(self, a, args, kwargs):
         """Call `a`'s result, unless it was cancelled before it started."""
         if a.cancelled_before_start or self.cancelled_before_start(a.task_id):
+            import asyncio
+
             raise asyncio.CancelledError(f"{a.name} was cancelled before it started")
         return self.call_method(a.method_name, args, kwargs)
 
@@ -145,6 +150,8 @@ class ActorHost:
         returns), with this task's context: ids, name and resources."""
         if self.event_loop is None:
             return call()
+        import asyncio  # loaded already: the actor has an event loop
+
         fields = CURRENT.fields()
         task_id = CURRENT.task_id
 
@@ -297,6 +304,9 @@ def _method_of(actor, name: str):
 
 
 def _start_event_loop(thread_name: str) -> asyncio.AbstractEventLoop:
+    # Imported by the async actors that need it: a worker's start skips asyncio's ~50 ms import.
+    import asyncio
+
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name=thread_name, daemon=True).start()
     return loop

@@ -17,7 +17,6 @@ ends (the end lists them), not one by one.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import inspect
 import time
@@ -79,6 +78,8 @@ def yielded_values(gen, event_loop, context_fields):
         except StopAsyncIteration:
             return done
 
+    import asyncio  # here, not at import: a worker that never streams an async generator skips it
+
     own_loop = asyncio.new_event_loop() if event_loop is None else None
     try:
         while True:
@@ -118,6 +119,8 @@ class ObjectRefGenerator:
         return self
 
     async def __anext__(self) -> ObjectRef:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         # StopIteration cannot cross a future: the end comes back as None.
         ref = await loop.run_in_executor(None, self._next_or_none)

@@ -10,9 +10,10 @@ import os
 import secrets
 import stat
 import tempfile
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
 
 
 class InsecurePathError(PermissionError):
@@ -136,6 +137,8 @@ def read_token_file(path: Optional[str]) -> Optional[str]:
 def process_create_time(pid: int) -> Optional[float]:
     """When process `pid` started (None when there is none): with the pid it names
     one process, even once the pid is reused."""
+    import psutil  # here: a worker's start never needs it (~20 ms of import)
+
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
@@ -146,6 +149,8 @@ def same_process(pid: int, create_time: Optional[float]) -> Optional[psutil.Proc
     """The running process `pid` if it is the one that started at `create_time`."""
     if create_time is None:
         return None
+    import psutil
+
     try:
         proc = psutil.Process(int(pid))
         if abs(proc.create_time() - float(create_time)) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:

@@ -6,7 +6,6 @@ an actor's creation and calls go to the worker's actor host (`actor_host.ActorHo
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import inspect
 import os
@@ -259,7 +258,7 @@ class Worker:
         the agent confirmed the cancel), or an async actor call's CancelledError."""
         if a.kind == TaskKind.NORMAL:
             return isinstance(e, KeyboardInterrupt)
-        if a.kind == TaskKind.ACTOR_TASK and isinstance(e, (asyncio.CancelledError, concurrent.futures.CancelledError)):
+        if a.kind == TaskKind.ACTOR_TASK and _is_cancellation(e):
             return self.actors.was_cancelled(a.task_id)
         return False
 
@@ -480,3 +479,11 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def _is_cancellation(e: BaseException) -> bool:
+    """A cancelled call's error; asyncio's only when something (an async actor) has imported it."""
+    asyncio = sys.modules.get("asyncio")
+    return isinstance(e, concurrent.futures.CancelledError) or (
+        asyncio is not None and isinstance(e, asyncio.CancelledError)
+    )

@@ -165,7 +165,7 @@ class TBXLoggerCallback(LoggerCallback):
     (`events.out.tfevents.<epoch>.<host>.<pid>.<n>`): every numeric metric, flattened with `/`,
     as a scalar under `ray/tune/`, at its `training_iteration`. oxray writes them itself
     (`_native.TensorBoardEventFile`), so unlike Ray it needs no tensorboardX and never imports
-    torch into the driver. Each result is handed to the OS at once; a trial's end syncs its file."""
+    torch into the driver. Each result is handed to the OS at once."""
 
     def __init__(self):
         self._files: dict = {}

@@ -16,7 +16,7 @@ from oxray.tune._internal.files import write_atomically
 from oxray.tune.callback import Callback, default_loggers
 from oxray.tune.class_trainable import Trainable, is_class_trainable, run_class_trainable
 from oxray.tune.result_grid import Result, ResultGrid
-from oxray.tune.schedulers import FIFOScheduler, TrialScheduler
+from oxray.tune.schedulers import FIFOScheduler, TrialScheduler, engine_spec
 from oxray.tune.search.basic_variant import BasicVariantGenerator
 from oxray.tune.search.searcher import ConcurrencyLimiter, Searcher
 from oxray.tune.search.variant_generator import has_unresolved, is_grid
@@ -164,7 +164,7 @@ class Tuner:
         scheduler.set_search_properties(config.metric, config.mode)
         metric = getattr(scheduler, "metric", None) or config.metric
         mode = getattr(scheduler, "_mode", None) or config.mode
-        if scheduler._engine_spec()[0] != "fifo" and (metric is None or mode is None):
+        if engine_spec(scheduler)[0] not in ("fifo", "driver") and (metric is None or mode is None):
             raise ValueError(
                 f"{type(scheduler).__name__} needs a metric and a mode: set TuneConfig(metric=..., mode=...) or "
                 "pass them to the scheduler"

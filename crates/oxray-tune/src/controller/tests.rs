@@ -230,3 +230,36 @@ fn pbt_pauses_at_its_interval_while_others_wait_and_resumes_the_least_progressed
     assert_eq!(started(&c.schedule()), [1]);
     assert_eq!(c.on_result(1, 4.0, Some(5.0)).unwrap(), Decision::Continue, "no one waits: it goes on");
 }
+
+#[test]
+fn under_a_drivers_scheduler_only_the_trials_it_chooses_start_and_pauses_wait_for_it() {
+    let mut c = Controller::new(Config {
+        capacity: cpus(2.0),
+        max_concurrent: None,
+        max_failures: Some(0),
+        scheduler: SchedulerSpec::Driver,
+    })
+    .unwrap();
+    for _ in 0..3 {
+        c.add_trial(cpus(1.0), false).unwrap();
+    }
+    assert_eq!(c.schedule(), [], "the driver chooses");
+    assert_eq!(c.start_chosen(2).unwrap(), Some(Action::Start { trial: 2, restore: false }));
+    assert_eq!(c.on_result(2, 1.0, Some(1.0)).unwrap(), Decision::Continue, "the driver decides");
+    assert_eq!(c.start_chosen(0).unwrap(), Some(Action::Start { trial: 0, restore: false }));
+    assert!(!c.has_room_for(1).unwrap());
+    assert_eq!(c.start_chosen(1).unwrap(), None, "no room for a third");
+    assert!(matches!(c.start_chosen(0), Err(TuneError::NotStartable { trial: 0, .. })));
+
+    c.on_checkpoint(2).unwrap();
+    c.pause(2).unwrap();
+    assert_eq!(c.status(2).unwrap(), TrialStatus::Paused);
+    assert_eq!(c.in_use(), &cpus(1.0));
+    assert_eq!(c.schedule(), [], "a paused trial waits to be chosen");
+    c.on_ended(1).unwrap();
+    assert_eq!(c.status(1).unwrap(), TrialStatus::Terminated, "a pending trial the scheduler stopped");
+    assert_eq!(c.start_chosen(2).unwrap(), Some(Action::Start { trial: 2, restore: true }));
+    c.on_ended(0).unwrap();
+    c.on_ended(2).unwrap();
+    assert!(c.all_finished());
+}

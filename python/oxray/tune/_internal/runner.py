@@ -19,8 +19,10 @@ from oxray import _native, cloudpickle
 from oxray.train._checkpoint import Checkpoint
 from oxray.train._internal.storage import join
 from oxray.tune._internal.files import append_private, make_private_dirs, write_atomically
+from oxray.tune._internal.scheduler_view import SchedulerView
 from oxray.tune._internal.trial import Trial
 from oxray.tune._internal.trial_actor import TrialActor
+from oxray.tune.schedulers import TrialScheduler, engine_spec
 from oxray.tune.search.searcher import Searcher
 from oxray.tune.search.variant_generator import flatten, format_vars
 from oxray.tune.stopper import DictStopper
@@ -28,6 +30,11 @@ from oxray.tune.stopper import DictStopper
 # Kept out of a trial's share of the cluster: what the engine accounts per node, not per trial.
 _NOT_TRIAL_RESOURCES = ("memory", "object_store_memory")
 STATE_PERIOD_S = 10.0
+# A trial's end is written to the experiment state within this gap, or within 20 times the last write's
+# duration when that is longer: an experiment of many quick trials writes a few times a second (the
+# searcher's pickle grows with its trials), not once per trial, and spends at most ~5% on its state.
+STATE_MIN_GAP_S = 0.1
+STATE_WRITE_COST_SHARE = 20
 # How long a stopped trial's actor gets to remove its Train runs' placement groups.
 RELEASE_TIMEOUT_S = 10.0
 MAX_LEN_IDENTIFIER = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))
@@ -78,7 +85,11 @@ class Runner:
         self.metric = tune_config.metric
         self.mode = tune_config.mode
         self.time_attr = getattr(scheduler, "time_attr", "training_iteration")
-        self.needs_metric = scheduler._engine_spec()[0] != "fifo"
+        spec = engine_spec(scheduler)
+        # A TrialScheduler of the user's own decides through its hooks, here in the driver.
+        self.driver_scheduler = scheduler if spec == ("driver",) else None
+        self.scheduler_view = SchedulerView(self)
+        self.needs_metric = spec[0] not in ("fifo", "driver")
         self.trials: list = []
         self.search_done = False
         self.iteration = 0
@@ -94,7 +105,7 @@ class Runner:
         max_concurrent = tune_config.max_concurrent_trials or None
         self.capacity = _capacity()
         self.controller = _native.TuneController(
-            self.capacity, max_concurrent, None if failures == -1 else failures, scheduler._engine_spec()
+            self.capacity, max_concurrent, None if failures == -1 else failures, spec
         )
         from oxray.tune._internal.output import Reporter
 
@@ -105,6 +116,8 @@ class Runner:
         self.idle_actors: list = []
         self.raise_error = None
         self.last_state_write = 0.0
+        self.state_write_gap = STATE_MIN_GAP_S
+        self.state_dirty = False
         self.paused_without_checkpoint = False
 
     def restore(self, state: dict, remaining, space: dict, resume: dict) -> None:
@@ -136,6 +149,8 @@ class Runner:
             )
             assert index == trial.index, (index, trial.index)
             self.trials.append(trial)
+            if self.driver_scheduler is not None and status == "PENDING":
+                self.driver_scheduler.on_trial_add(self.scheduler_view, trial)
         if isinstance(remaining, tuple) and remaining[0] == "searcher":
             # The searcher as it was: it knows what it suggested and what it was told.
             self.search = remaining[1]
@@ -180,6 +195,8 @@ class Runner:
             added = self.controller.add_trial(resources, learns_demand)
             assert added == index, (added, index)
             self.trials.append(trial)
+            if self.driver_scheduler is not None:
+                self.driver_scheduler.on_trial_add(self.scheduler_view, trial)
 
     def _dir_name(self, trial: Trial) -> str:
         if self.tune_config.trial_dirname_creator:
@@ -308,6 +325,27 @@ class Runner:
         trial.last_result = result
         if result.get("checkpoint_dir_name"):
             self._keep_checkpoint(trial, result)
+        decision, source = self._engine_decision(trial, result)
+        stop = decision == "stop"
+        if isinstance(self.stopper, DictStopper):
+            for key in self.stopper.missing(flat):
+                print(
+                    f"WARNING: the stop criterion {key!r} is not in trial {trial.trial_name}'s results "
+                    f"(it reports {sorted(flat)})",
+                    file=sys.stderr,
+                )
+        stop = self.stopper(trial.trial_id, flat) or stop
+        if self.driver_scheduler is not None and not stop:
+            stop, decision = self._driver_verdict(trial, flat, decision)
+        self.search.on_trial_result(trial.trial_id, result)
+        self._callbacks("on_trial_result", trial=trial, result=result)
+        # Unless the scheduler's hook paused or stopped it itself.
+        if trial.status == "RUNNING":
+            self._carry_out(trial, result, decision, source, stop)
+        if self.stopper.stop_all():
+            self._stop_all()
+
+    def _engine_decision(self, trial: Trial, result: dict) -> tuple:
         reward = None
         if self.needs_metric:
             value = result[self.metric]
@@ -318,18 +356,10 @@ class Runner:
                 f"the scheduler's time_attr {self.time_attr!r} is not in trial {trial.trial_name}'s result; "
                 f"it reports {sorted(result)}"
             )
-        decision, source = self.controller.on_result(trial.index, float(time_value), reward)
-        stop = decision == "stop"
-        if isinstance(self.stopper, DictStopper):
-            for key in self.stopper.missing(flat):
-                print(
-                    f"WARNING: the stop criterion {key!r} is not in trial {trial.trial_name}'s results "
-                    f"(it reports {sorted(flat)})",
-                    file=sys.stderr,
-                )
-        stop = self.stopper(trial.trial_id, flat) or stop
-        self.search.on_trial_result(trial.trial_id, result)
-        self._callbacks("on_trial_result", trial=trial, result=result)
+        return self.controller.on_result(trial.index, float(time_value), reward)
+
+    def _carry_out(self, trial: Trial, result: dict, decision: str, source, stop: bool) -> None:
+        """What the result decided for the trial: stop, pause, exploit another's checkpoint, or go on."""
         if decision == "no_checkpoint" and not stop:
             print(
                 f"[pbt]: no checkpoint for trial {self.trials[source]}. Skip exploit for Trial {trial}",
@@ -345,8 +375,6 @@ class Runner:
             self._pause(trial)
         else:
             self._resume(trial)
-        if self.stopper.stop_all():
-            self._stop_all()
 
     def _exploit(self, trial: Trial, source: Trial) -> None:
         """PBT: `trial` restarts from `source`'s latest checkpoint (copied into its own directory as its
@@ -460,10 +488,11 @@ class Runner:
     def _completed(self, trial: Trial) -> None:
         trial.status = "TERMINATED"
         trial.last_result["done"] = True
+        if self.driver_scheduler is not None:
+            self.driver_scheduler.on_trial_complete(self.scheduler_view, trial, flatten(trial.last_result))
         self.search.on_trial_complete(trial.trial_id, result=trial.last_result, error=False)
         self._callbacks("on_trial_complete", trial=trial)
-        # A restore after a kill must find it finished, not run it again.
-        self._write_state()
+        self._state_changed()
         if self.verbose >= 1:
             print(
                 f"Trial {trial.trial_name} completed after {trial.iteration} iterations at "
@@ -489,7 +518,9 @@ class Runner:
             self._callbacks("on_trial_recover", trial=trial)
             return
         trial.error = error
-        self._write_state()
+        self._state_changed()
+        if self.driver_scheduler is not None:
+            self.driver_scheduler.on_trial_error(self.scheduler_view, trial)
         self.search.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=True)
         self._callbacks("on_trial_error", trial=trial)
         if self.verbose >= 1:
@@ -505,14 +536,78 @@ class Runner:
             if fail_fast == "raise":
                 self.raise_error = error
 
+    # A TrialScheduler of the user's own.
+
+    def _start_chosen(self) -> None:
+        """Starts what the scheduler's `choose_trial_to_run` returns, while it returns a trial that fits."""
+        while True:
+            chosen = self.driver_scheduler.choose_trial_to_run(self.scheduler_view)
+            if chosen is None:
+                return
+            if not isinstance(chosen, Trial) or self.trials[chosen.index] is not chosen:
+                raise ValueError(
+                    f"{type(self.driver_scheduler).__name__}.choose_trial_to_run returned {chosen!r}; expected "
+                    "one of the experiment's trials (tune_controller.get_trials()) or None"
+                )
+            try:
+                action = self.controller.start_chosen(chosen.index)
+            except ValueError as e:
+                name = type(self.driver_scheduler).__name__
+                raise ValueError(f"{name}.choose_trial_to_run chose {chosen}: {e}") from None
+            if action is None:
+                return
+            _, index, restore = action
+            self._start(self.trials[index], restore)
+
+    def _driver_verdict(self, trial: Trial, flat: dict, decision: str) -> tuple:
+        """(stop, decision) after the scheduler's `on_trial_result`; a PAUSE pauses it in the engine."""
+        verdict = self.driver_scheduler.on_trial_result(self.scheduler_view, trial, flat)
+        if verdict not in (TrialScheduler.CONTINUE, TrialScheduler.PAUSE, TrialScheduler.STOP, TrialScheduler.NOOP):
+            raise ValueError(
+                f"{type(self.driver_scheduler).__name__}.on_trial_result returned {verdict!r}; expected "
+                "TrialScheduler.CONTINUE, PAUSE, STOP or NOOP"
+            )
+        if trial.status != "RUNNING":  # the hook paused or stopped it itself
+            return False, decision
+        if verdict == TrialScheduler.PAUSE:
+            self.controller.pause(trial.index)
+            return False, "pause"
+        return verdict == TrialScheduler.STOP, decision
+
+    def pause_for_scheduler(self, trial: Trial) -> None:
+        if trial.status != "RUNNING":
+            raise ValueError(f"pause_trial({trial}): the trial is {trial.status}; only a RUNNING trial pauses")
+        self.controller.pause(trial.index)
+        self._pause(trial)
+
+    def stop_for_scheduler(self, trial: Trial) -> None:
+        if trial.status in ("TERMINATED", "ERROR"):
+            return
+        if trial.status == "RUNNING":
+            trial.last_result["done"] = True
+            self._finish(trial)
+            return
+        self.controller.on_ended(trial.index)
+        trial.status = "TERMINATED"
+        self.driver_scheduler.on_trial_remove(self.scheduler_view, trial)
+        self.search.on_trial_complete(trial.trial_id, result=trial.last_result or None, error=False)
+        self._callbacks("on_trial_complete", trial=trial)
+        self._state_changed()
+
     def _stop_all(self) -> None:
+        waiting = [t for t in self.trials if t.status in ("PENDING", "PAUSED")]
         for index in self.controller.stop_all():
             trial = self.trials[index]
             self._kill(trial)
             trial.last_result["done"] = True
+            if self.driver_scheduler is not None:
+                self.driver_scheduler.on_trial_complete(self.scheduler_view, trial, flatten(trial.last_result))
             self._callbacks("on_trial_complete", trial=trial)
         for trial in self.trials:
             trial.status = self.controller.status(trial.index)
+        if self.driver_scheduler is not None:
+            for trial in waiting:
+                self.driver_scheduler.on_trial_remove(self.scheduler_view, trial)
         self.search_done = True
 
     # The loop.
@@ -560,19 +655,27 @@ class Runner:
                     self._start(self.trials[index], restore)
                 else:
                     self._resume(self.trials[index])
+            if self.driver_scheduler is not None:
+                self._start_chosen()
             running = {t.future: t for t in self.trials if t.future is not None}
             if not running:
                 if self.search_done and self.controller.all_finished():
                     return
+                waiting = self.controller.count("PENDING") + self.controller.count("PAUSED")
+                if self.driver_scheduler is not None and waiting:
+                    raise TuneError(
+                        f"{type(self.driver_scheduler).__name__}.choose_trial_to_run returned None while no trial "
+                        f"runs and {waiting} wait (PENDING or PAUSED); the experiment would wait for ever"
+                    )
                 if self.controller.count("PENDING") == 0:
                     raise TuneError(
                         "the search algorithm suggests no trial while none runs; it would wait for ever "
                         "(a ConcurrencyLimiter or searcher returning None with nothing live)"
                     )
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            report_due = self.dashboard.due_in()
-            if report_due is not None:
-                timeout = report_due if timeout is None else min(timeout, report_due)
+            for due in (self.dashboard.due_in(), self._state_due_in()):
+                if due is not None:
+                    timeout = due if timeout is None else min(timeout, due)
             ready, _ = ray.wait(list(running), num_returns=1, timeout=timeout)
             for future in ready:
                 self._handle(running[future], future)
@@ -586,8 +689,7 @@ class Runner:
                 if self.verbose >= 1:
                     print("Reached the time budget (time_budget_s): stopping every trial", flush=True)
                 self._stop_all()
-            if time.monotonic() - self.last_state_write > STATE_PERIOD_S:
-                self._write_state()
+            self._maybe_write_state()
 
     def _handle(self, trial: Trial, future) -> None:
         """One event of a trial's actor: a result, a Train run's demand, its end or its error."""
@@ -623,7 +725,23 @@ class Runner:
         for callback in self.callbacks:
             callback.on_experiment_end(trials=self.trials)
 
+    def _state_changed(self) -> None:
+        """A trial ended: a restore after a kill must find it ended, not run it again. Written now when
+        the last write is `state_write_gap` old, else when the loop next wakes (its wait ends then)."""
+        self.state_dirty = True
+        self._maybe_write_state()
+
+    def _state_due_in(self):
+        if not self.state_dirty:
+            return None
+        return max(0.0, self.last_state_write + self.state_write_gap - time.monotonic())
+
+    def _maybe_write_state(self) -> None:
+        if time.monotonic() - self.last_state_write >= (self.state_write_gap if self.state_dirty else STATE_PERIOD_S):
+            self._write_state()
+
     def _write_state(self) -> None:
+        started = time.monotonic()
         state = {
             "trial_data": [[t.state_json(), json.dumps({"num_failures": t.num_failures})] for t in self.trials],
             "runner_data": {
@@ -646,6 +764,9 @@ class Runner:
         write_atomically(self.state_file, json.dumps(state).encode())
         self.storage.sync_up()
         self.last_state_write = time.monotonic()
+        self.state_dirty = False
+        took = self.last_state_write - started
+        self.state_write_gap = min(STATE_PERIOD_S, max(STATE_MIN_GAP_S, STATE_WRITE_COST_SHARE * took))
 
 
 def _load_error(trial: Trial):

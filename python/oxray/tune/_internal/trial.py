@@ -10,6 +10,13 @@ from oxray.train._checkpoint import Checkpoint
 
 
 class Trial:
+    # Ray's statuses, as schedulers of the user's own compare them (`trial.status == Trial.PAUSED`).
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+
     def __init__(self, index, trial_id, trainable_name, config, evaluated_params, experiment_tag, resources):
         self.index = index
         self.trial_id = trial_id

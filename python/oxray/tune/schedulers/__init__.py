@@ -1,6 +1,9 @@
 """`oxray.tune.schedulers`: which trials run on, stop early or pause. The
-decisions are made in the engine's trial controller (`oxray-tune`); these
-classes carry the settings, with Ray's names and defaults."""
+built-in schedulers' decisions are made in the engine's trial controller
+(`oxray-tune`); these classes carry the settings, with Ray's names and
+defaults. A `TrialScheduler` (or `FIFOScheduler`) subclass of the user's own
+decides in the driver through Ray's hooks (`on_trial_result`,
+`choose_trial_to_run`, ...), and the engine starts only what it chooses."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ from typing import Optional
 
 
 class TrialScheduler:
-    """Ray's base of schedulers. oxray's schedulers decide in the engine; a subclass of
-    your own is refused when the Tuner starts (not yet supported)."""
+    """Ray's base of schedulers. A subclass of your own implements Ray's hooks, which the driver
+    loop calls with a view of the experiment (`get_trials()`, `get_live_trials()`,
+    `has_resources_for_trial(trial)`, `pause_trial(trial)`, `stop_trial(trial)`) as Ray's
+    `TuneController`. oxray's own schedulers decide in the engine instead."""
 
     CONTINUE = "CONTINUE"
     PAUSE = "PAUSE"
@@ -31,11 +36,79 @@ class TrialScheduler:
             self._mode = mode
         return True
 
+    @property
+    def supports_buffered_results(self) -> bool:
+        return True
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        raise _unimplemented(self, "on_trial_add")
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        raise _unimplemented(self, "on_trial_error")
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        """`CONTINUE`, `PAUSE` or `STOP` (`NOOP`: the scheduler paused or stopped it itself)."""
+        raise _unimplemented(self, "on_trial_result")
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        raise _unimplemented(self, "on_trial_complete")
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        raise _unimplemented(self, "on_trial_remove")
+
+    def choose_trial_to_run(self, tune_controller):
+        """The PENDING or PAUSED trial to start next, or None."""
+        raise _unimplemented(self, "choose_trial_to_run")
+
+    def debug_string(self) -> str:
+        raise _unimplemented(self, "debug_string")
+
+    def save(self, checkpoint_path: str):
+        raise _unimplemented(self, "save")
+
+    def restore(self, checkpoint_path: str):
+        raise _unimplemented(self, "restore")
+
     def _engine_spec(self) -> tuple:
+        # A scheduler of the user's own: its hooks decide, in the driver.
+        return ("driver",)
+
+
+def _unimplemented(scheduler, hook: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{type(scheduler).__name__}.{hook}: a TrialScheduler subclass implements every hook, as in Ray "
+        "(or subclass FIFOScheduler, which has them all)"
+    )
+
+
+_HOOKS = (
+    "on_trial_add",
+    "on_trial_error",
+    "on_trial_result",
+    "on_trial_complete",
+    "on_trial_remove",
+    "choose_trial_to_run",
+)
+
+
+def engine_spec(scheduler: TrialScheduler) -> tuple:
+    """What the engine runs for `scheduler`: its own decisions for oxray's schedulers, `("driver",)`
+    (the hooks decide) for a subclass of `TrialScheduler` or `FIFOScheduler` that implements them.
+    A subclass of another built-in that overrides a hook is refused by name: the engine makes that
+    scheduler's decisions, so the override would never run."""
+    cls = type(scheduler)
+    owner = next(c for c in cls.__mro__ if "_engine_spec" in c.__dict__)
+    if owner is FIFOScheduler:
+        own_hooks = any(getattr(cls, hook) is not getattr(FIFOScheduler, hook) for hook in _HOOKS)
+        return ("driver",) if own_hooks else ("fifo",)
+    overridden = [hook for hook in _HOOKS if getattr(cls, hook) is not getattr(owner, hook)]
+    if owner is not TrialScheduler and overridden:
         raise NotImplementedError(
-            f"{type(self).__name__}: custom TrialScheduler subclasses are not supported by oxray yet; use "
-            "FIFOScheduler or ASHAScheduler"
+            f"{cls.__name__} overrides {', '.join(overridden)} of {owner.__name__}, whose decisions oxray makes "
+            "in its engine, so the override would never run; subclass TrialScheduler or FIFOScheduler to decide "
+            "in Python"
         )
+    return scheduler._engine_spec()
 
 
 def _check_mode(mode):
@@ -44,10 +117,36 @@ def _check_mode(mode):
 
 
 class FIFOScheduler(TrialScheduler):
-    """Runs every trial to its end, in the order they were added."""
+    """Runs every trial to its end, in the order they were added. Its hooks are Ray's, for
+    subclasses that override some of them; FIFOScheduler itself runs in the engine."""
 
     def __init__(self):
         super().__init__()
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        pass
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        pass
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        return TrialScheduler.CONTINUE
+
+    def on_trial_complete(self, tune_controller, trial, result: dict) -> None:
+        pass
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        pass
+
+    def choose_trial_to_run(self, tune_controller):
+        for status in ("PENDING", "PAUSED"):
+            for trial in tune_controller.get_trials():
+                if trial.status == status and tune_controller.has_resources_for_trial(trial):
+                    return trial
+        return None
+
+    def debug_string(self) -> str:
+        return "Using FIFO scheduling algorithm."
 
     def _engine_spec(self) -> tuple:
         return ("fifo",)
