@@ -1,5 +1,7 @@
-"""Importing oxray or oxray.train does not import torch; only oxray.train.torch
-does. Each check runs in a fresh interpreter, where nothing imported torch yet."""
+"""Importing oxray, oxray.train or building a TorchTrainer does not import torch
+(seconds of import a driver or a Tune trial would wait on); the loop helpers of
+oxray.train.torch do. Each check runs in a fresh interpreter, where nothing
+imported torch yet."""
 
 import os
 import subprocess
@@ -24,15 +26,17 @@ def torch_imported_after(code):
         "import oxray.train",
         "from oxray.train import RunConfig, ScalingConfig, TrainingFailedError, UserCallback",
         "import oxray as ray; ray.train.ScalingConfig(num_workers=2)",
+        "import oxray as ray; ray.train.torch.TorchTrainer(lambda: None, scaling_config=ray.train.ScalingConfig())",
     ],
 )
 def test_oxray_and_oxray_train_do_not_import_torch(code):
     assert not torch_imported_after(code)
 
 
-def test_ray_train_torch_loads_torch_on_first_use():
+def test_ray_train_torchs_loop_helpers_load_torch_on_first_use():
     pytest.importorskip("torch")
-    assert torch_imported_after("import oxray as ray; ray.train.torch.TorchTrainer")
+    assert torch_imported_after("import oxray as ray; ray.train.torch.prepare_model")
+    assert torch_imported_after("from oxray.train.torch import get_device")
 
 
 def test_a_torch_trainer_without_datasets_runs_without_pyarrow_or_pandas(tmp_path):
