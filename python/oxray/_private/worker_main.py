@@ -92,6 +92,14 @@ def _user_frames(stack):
     return traceback.StackSummary.from_list(kept)
 
 
+def _is_cancellation(e: BaseException) -> bool:
+    """A cancelled call's error; asyncio's only when something (an async actor) has imported it."""
+    asyncio = sys.modules.get("asyncio")
+    return isinstance(e, concurrent.futures.CancelledError) or (
+        asyncio is not None and isinstance(e, asyncio.CancelledError)
+    )
+
+
 class Worker:
     def __init__(self, client):
         self.client = client
@@ -479,11 +487,3 @@ def main():
 
 if __name__ == "__main__":
     main()
-
-
-def _is_cancellation(e: BaseException) -> bool:
-    """A cancelled call's error; asyncio's only when something (an async actor) has imported it."""
-    asyncio = sys.modules.get("asyncio")
-    return isinstance(e, concurrent.futures.CancelledError) or (
-        asyncio is not None and isinstance(e, asyncio.CancelledError)
-    )
