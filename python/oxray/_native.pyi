@@ -58,6 +58,7 @@ __all__ = [
     "DataAction",
     "DataExecutor",
     "OperatorFigures",
+    "TensorBoardEventFile",
     "TuneController",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
@@ -834,6 +835,12 @@ class TuneController:
     def on_result(self, trial: int, time: float, reward: float | None = None) -> tuple[str, int | None]:
         """`("continue", None)`, `("stop", None)`, `("pause", None)` (it is PAUSED: stop its run),
         `("exploit", source)` or `("no_checkpoint", source)`."""
+    def start_chosen(self, trial: int) -> tuple[str, int, bool] | None:
+        """A driver's scheduler chose this PENDING or PAUSED trial: `("start", trial, restore)` when it
+        fits now, else None."""
+    def has_room_for(self, trial: int) -> bool: ...
+    def pause(self, trial: int) -> None:
+        """A driver's scheduler paused this RUNNING trial: PAUSED until it is chosen again."""
     def on_exploit(self, trial: int) -> None: ...
     def on_checkpoint(self, trial: int) -> None: ...
     def on_ended(self, trial: int) -> None: ...
