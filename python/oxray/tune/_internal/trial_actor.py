@@ -85,7 +85,11 @@ class TrialActor:
         make_private_dirs(self.info["trial_dir"])
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
             os.chdir(self.info["trial_dir"])
-        trainable = cloudpickle.loads(payload["trainable"])
+        # A reused actor's next trial of the same trainable takes the one already loaded.
+        if payload["trainable"] != getattr(self, "trainable_bytes", None):
+            self.trainable = cloudpickle.loads(payload["trainable"])
+            self.trainable_bytes = payload["trainable"]
+        trainable = self.trainable
         # The trial's thread runs in this call's task context: what it submits is placed as the actor's
         # work is (its placement group, child tasks captured), and belongs to the same job.
         context = contextvars.copy_context()

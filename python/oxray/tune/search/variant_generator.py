@@ -88,8 +88,12 @@ def generate_variants(space: dict, num_samples: int, rng: random.Random) -> Iter
 
 
 def _plain(space: Any) -> Any:
-    """The space with domains kept as placeholders (replaced while resolving)."""
-    if isinstance(space, dict) and not is_grid(space):
+    """The space with domains kept as placeholders (replaced while resolving). A grid's place is
+    left empty: its value is set right after, and copying its whole list into every variant would
+    cost a grid of n values n copies of n."""
+    if is_grid(space):
+        return None
+    if isinstance(space, dict):
         return {k: _plain(v) for k, v in space.items()}
     if isinstance(space, list):
         return [_plain(v) for v in space]
