@@ -10,12 +10,33 @@ from oxray.tune.result_grid import ResultGrid
 
 
 class ExperimentAnalysis:
-    """Ray's legacy analysis of a finished experiment: the best trial, config, result and
-    checkpoint by a metric, and dataframes."""
+    """Ray's legacy analysis of an experiment: the best trial, config, result and checkpoint by a
+    metric, and dataframes. `ExperimentAnalysis(path)` reads a local experiment directory as its
+    last state file left it (a finished experiment, or one a killed driver left)."""
 
-    def __init__(self, results: ResultGrid, trials: list, default_metric=None, default_mode=None):
-        self._results, self.trials = results, trials
+    def __init__(
+        self,
+        experiment_checkpoint_path,
+        storage_filesystem=None,
+        trials: Optional[list] = None,
+        default_metric: Optional[str] = None,
+        default_mode: Optional[str] = None,
+    ):
+        if storage_filesystem is not None:
+            raise NotImplementedError(
+                "ExperimentAnalysis(storage_filesystem=...) is not supported by oxray; pass a local experiment path"
+            )
+        self._results, read = _read_experiment(experiment_checkpoint_path, default_metric, default_mode)
+        self.trials = trials if trials is not None else read
         self.default_metric, self.default_mode = default_metric, default_mode
+
+    @classmethod
+    def _of(cls, results: ResultGrid, trials: list, default_metric=None, default_mode=None) -> "ExperimentAnalysis":
+        """The analysis of an experiment this process just ran (`tune.run`)."""
+        analysis = cls.__new__(cls)
+        analysis._results, analysis.trials = results, trials
+        analysis.default_metric, analysis.default_mode = default_metric, default_mode
+        return analysis
 
     @property
     def experiment_path(self) -> str:
@@ -151,7 +172,7 @@ def run(
     errored = [t for t in trials if t.status == "ERROR"]
     if errored and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {[t.trial_name for t in errored]}")
-    return ExperimentAnalysis(results, trials, default_metric=metric, default_mode=mode)
+    return ExperimentAnalysis._of(results, trials, default_metric=metric, default_mode=mode)
 
 
 def create_scheduler(scheduler: str, **kwargs):
@@ -197,3 +218,26 @@ def create_searcher(search_alg: str, **kwargs):
         raise ValueError(f"create_searcher({search_alg!r}): expected one of {sorted(modules)}")
     module, cls = modules[search_alg]
     return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+def _read_experiment(path, metric: Optional[str], mode: Optional[str]) -> tuple:
+    """`(ResultGrid, trials)` of the local experiment directory `path`, from its newest state file."""
+    import json
+    import os
+
+    from oxray.tune._internal.experiment_storage import ExperimentStorage
+    from oxray.tune._internal.runner import _load_error, latest_state
+    from oxray.tune._internal.trial import Trial
+    from oxray.tune.tuner import _result_of
+
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    if "://" in str(path) or not os.path.isdir(path):
+        raise ValueError(f"ExperimentAnalysis({path!r}): expected the directory of a local experiment")
+    storage = ExperimentStorage(os.path.dirname(path), os.path.basename(path))
+    state, _ = latest_state(path)
+    trials = [Trial.from_state(json.loads(trial_json), storage) for trial_json, _ in state["trial_data"]]
+    for trial in trials:
+        if trial.status == "ERROR":
+            trial.error = _load_error(trial)
+    results = ResultGrid([_result_of(t) for t in trials], path, default_metric=metric, default_mode=mode)
+    return results, trials

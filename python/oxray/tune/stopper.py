@@ -43,16 +43,13 @@ class FunctionStopper(Stopper):
 
 
 class DictStopper(Stopper):
-    """Ray's `stop={"key": threshold}`: a trial stops once any key reaches its threshold."""
+    """Ray's `stop={"key": threshold}`: a trial stops once any key reaches its threshold. Nested
+    criteria (`{"a": {"b": 6}}`) apply to the nested result key, flattened with `/` as results are."""
 
     def __init__(self, criteria: Mapping):
-        for key, value in criteria.items():
-            if isinstance(value, Mapping):
-                raise ValueError(
-                    f"stop={{{key!r}: {value!r}}}: nested criteria are not supported; use '/'-joined keys "
-                    f"such as '{key}/...'"
-                )
-        self.criteria = dict(criteria)
+        from oxray.tune.search.variant_generator import flatten
+
+        self.criteria = flatten(dict(criteria))
         self.warned: set = set()
 
     def __call__(self, trial_id, result):

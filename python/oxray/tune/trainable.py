@@ -64,23 +64,35 @@ def placement_of(resources: Any):
     return bundles, resources.strategy
 
 
+# What `with_resources` attaches to a trainable (and `with_parameters` carries over).
+_RESOURCE_ATTRIBUTES = ("_oxray_tune_resources", "_oxray_tune_placement", "_oxray_tune_resources_of")
+
+
 def with_resources(trainable: Callable, resources: Any) -> Callable:
-    """`trainable` whose trials each hold `resources`."""
+    """`trainable` whose trials each hold `resources`: a dict, a `PlacementGroupFactory`, or a
+    function of the trial's config returning either (called for each trial as it is added)."""
     if callable(resources) and not isinstance(resources, (dict, PlacementGroupFactory)):
-        raise NotImplementedError("tune.with_resources(trainable, function of config) is not supported by oxray yet")
-    normalized = normalize_resources(resources)
-    placement = placement_of(resources)
+        attributes = {
+            "_oxray_tune_resources": None,
+            "_oxray_tune_placement": None,
+            "_oxray_tune_resources_of": resources,
+        }
+    else:
+        attributes = {
+            "_oxray_tune_resources": normalize_resources(resources),
+            "_oxray_tune_placement": placement_of(resources),
+            "_oxray_tune_resources_of": None,
+        }
     if inspect.isclass(trainable):
         # A class trainable stays a class (the Tuner drives its methods).
-        attributes = {"_oxray_tune_resources": normalized, "_oxray_tune_placement": placement}
         return type(trainable.__name__, (trainable,), attributes)
 
     @functools.wraps(trainable)
     def wrapped(config, **kwargs):
         return trainable(config, **kwargs)
 
-    wrapped._oxray_tune_resources = normalized
-    wrapped._oxray_tune_placement = placement
+    for name, value in attributes.items():
+        setattr(wrapped, name, value)
     return wrapped
 
 
@@ -92,7 +104,6 @@ def with_parameters(trainable: Callable, **kwargs) -> Callable:
     import oxray
 
     refs = {name: oxray.put(value) for name, value in kwargs.items()}
-    resources = getattr(trainable, "_oxray_tune_resources", None)
 
     @functools.wraps(trainable)
     def wrapped(config):
@@ -100,8 +111,9 @@ def with_parameters(trainable: Callable, **kwargs) -> Callable:
 
         return trainable(config, **{name: ray.get(ref) for name, ref in refs.items()})
 
-    if resources is not None:
-        wrapped._oxray_tune_resources = resources
+    for name in _RESOURCE_ATTRIBUTES:
+        if getattr(trainable, name, None) is not None:
+            setattr(wrapped, name, getattr(trainable, name))
     return wrapped
 
 
@@ -110,6 +122,15 @@ def trial_resources(trainable: Callable, config: dict) -> tuple:
     `with_resources`, else a class trainable's `default_resource_request(config)`), whether that is
     Tune's default (`{"CPU": 1}`, counted by Tune only and replaced by its Train run's workers once
     one starts), and its placement group's `(bundles, strategy)` when it asks for several bundles."""
+    resources_of = getattr(trainable, "_oxray_tune_resources_of", None)
+    if resources_of is not None:
+        request = resources_of(config)
+        if not isinstance(request, (dict, PlacementGroupFactory)):
+            raise ValueError(
+                f"the function given to tune.with_resources returned {request!r} for config {config!r}; expected "
+                "a dict of resources or a PlacementGroupFactory"
+            )
+        return normalize_resources(request), False, placement_of(request)
     declared = getattr(trainable, "_oxray_tune_resources", None)
     if declared is not None:
         return dict(declared), False, getattr(trainable, "_oxray_tune_placement", None)

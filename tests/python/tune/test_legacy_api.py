@@ -32,6 +32,16 @@ def test_tune_run_returns_an_experiment_analysis(tmp_path):
     assert analysis.experiment_path == str(tmp_path / "legacy")
     assert len(analysis.dataframe(metric="loss", mode="min")) == 3
 
+    # Read back from the directory alone, as Ray's ExperimentAnalysis(path) does.
+    from oxray.tune.analysis import ExperimentAnalysis
+
+    read = ExperimentAnalysis(str(tmp_path / "legacy"), default_metric="loss", default_mode="min")
+    assert read.best_config == {"x": 2}
+    assert sorted(t.last_result["training_iteration"] for t in read.trials) == [3, 3, 3]
+    assert len(read.results_df) == 3
+    with pytest.raises(ValueError, match="expected the directory of a local experiment"):
+        ExperimentAnalysis(str(tmp_path / "nowhere"))
+
 
 def test_a_failed_trial_raises_from_tune_run_unless_told_not_to(tmp_path):
     def fails(config):

@@ -125,6 +125,19 @@ def test_stop_dicts_functions_and_stoppers_end_trials(tmp_path):
     assert {r.metrics["step"] for r in run(MaximumIterationStopper(4), "stopper")} == {4}
 
 
+def test_a_nested_stop_dict_applies_to_the_nested_result_key(tmp_path):
+    def nested(config):
+        for step in range(1, 100):
+            tune.report({"outer": {"inner": step * config["k"]}})
+
+    results = tune.Tuner(
+        nested,
+        param_space={"k": tune.grid_search([1, 2])},
+        run_config=run_config(tmp_path, stop={"outer": {"inner": 6}}),
+    ).fit()
+    assert {r.config["k"]: r.metrics["training_iteration"] for r in results} == {1: 6, 2: 3}
+
+
 def test_a_trainable_that_raises_is_an_errored_trial_and_the_rest_goes_on(tmp_path):
     def fragile(config):
         tune.report({"x": config["x"]})
@@ -180,6 +193,21 @@ def test_with_parameters_ships_a_large_object_once_and_with_resources_sets_what_
     results = tune.Tuner(trainable, param_space={"k": tune.grid_search([1, 2])}, run_config=run_config(tmp_path)).fit()
     assert sorted(r.metrics["total"] for r in results) == [int(data.sum()), 2 * int(data.sum())]
     assert results[0].metrics["cpus"] == {"CPU": 2.0}
+
+
+def test_with_resources_takes_a_function_of_each_trials_config(tmp_path):
+    def reports_resources(config):
+        tune.report({"cpus": tune.get_context().get_trial_resources()})
+
+    trainable = tune.with_resources(reports_resources, lambda config: {"cpu": config["cpus"]})
+    results = tune.Tuner(
+        trainable, param_space={"cpus": tune.grid_search([1, 2])}, run_config=run_config(tmp_path, name="fn")
+    ).fit()
+    assert sorted(r.metrics["cpus"]["CPU"] for r in results) == [1.0, 2.0]
+
+    returns_nonsense = tune.with_resources(reports_resources, lambda config: "two")
+    with pytest.raises(ValueError, match="returned 'two' for config"):
+        tune.Tuner(returns_nonsense, param_space={"cpus": 1}, run_config=run_config(tmp_path, name="bad")).fit()
 
 
 def test_report_outside_a_trial_raises():

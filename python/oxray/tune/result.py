@@ -1,0 +1,25 @@
+"""`oxray.tune.result`: the names of the keys Tune fills in each result, as Ray's
+module names them (`tune.result.TRAINING_ITERATION`, ...)."""
+
+DONE = "done"
+SHOULD_CHECKPOINT = "should_checkpoint"
+TRAINING_ITERATION = "training_iteration"
+TIME_THIS_ITER_S = "time_this_iter_s"
+TIME_TOTAL_S = "time_total_s"
+TIMESTAMP = "timestamp"
+TRIAL_ID = "trial_id"
+EXPERIMENT_TAG = "experiment_tag"
+HOSTNAME = "hostname"
+NODE_IP = "node_ip"
+PID = "pid"
+CONFIG_PREFIX = "config"
+# Ray's name for the metric key its older scripts and tests report.
+DEFAULT_METRIC = "_metric"
+# Names of common metrics, kept for the scripts that import them.
+EPISODE_REWARD_MEAN = "episode_reward_mean"
+MEAN_LOSS = "mean_loss"
+MEAN_ACCURACY = "mean_accuracy"
+EPISODES_THIS_ITER = "episodes_this_iter"
+EPISODES_TOTAL = "episodes_total"
+TIMESTEPS_THIS_ITER = "timesteps_this_iter"
+TIMESTEPS_TOTAL = "timesteps_total"
