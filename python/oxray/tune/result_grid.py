@@ -67,7 +67,20 @@ _SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
 
 
 class ResultGrid:
-    def __init__(self, results: list, experiment_path: str, default_metric=None, default_mode=None):
+    def __init__(self, results, experiment_path: Optional[str] = None, default_metric=None, default_mode=None):
+        from oxray.tune.run import ExperimentAnalysis
+
+        if isinstance(results, ExperimentAnalysis):
+            # Ray's constructor: ResultGrid(experiment_analysis).
+            analysis = results
+            results = analysis._results._results
+            experiment_path = experiment_path or analysis.experiment_path
+            default_metric = default_metric or analysis.default_metric
+            default_mode = default_mode or analysis.default_mode
+        if experiment_path is None:
+            raise TypeError(
+                "ResultGrid(results, experiment_path): give the experiment's path, or an ExperimentAnalysis"
+            )
         self._results = list(results)
         self._experiment_path = experiment_path
         self._metric, self._mode = default_metric, default_mode

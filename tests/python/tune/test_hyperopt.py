@@ -55,3 +55,17 @@ def test_spaces_hyperopt_cannot_take_are_refused_by_name(tmp_path, param_space, 
             tune_config=tune.TuneConfig(metric="score", mode="max", search_alg=HyperOptSearch()),
             run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
         ).fit()
+
+
+def test_convert_search_space_gives_hp_expressions_nested_as_the_space(tmp_path):
+    space = {"x": tune.uniform(-10, 10), "nested": {"k": tune.choice([1, 2])}, "constant": 1}
+    converted = HyperOptSearch.convert_search_space(space)
+    assert set(converted) == {"x", "nested"} and set(converted["nested"]) == {"k"}
+    search = HyperOptSearch(space=converted, metric="loss", mode="min", random_state_seed=1)
+    results = tune.Tuner(
+        lambda config: tune.report({"loss": config["x"] ** 2 + config["nested"]["k"]}),
+        tune_config=tune.TuneConfig(search_alg=search, num_samples=3),
+        run_config=tune.RunConfig(storage_path=str(tmp_path), verbose=0),
+    ).fit()
+    assert results.num_errors == 0
+    assert all(-10 <= r.config["x"] <= 10 and r.config["nested"]["k"] in (1, 2) for r in results)

@@ -39,6 +39,10 @@ def test_tune_run_returns_an_experiment_analysis(tmp_path):
     assert read.best_config == {"x": 2}
     assert sorted(t.last_result["training_iteration"] for t in read.trials) == [3, 3, 3]
     assert len(read.results_df) == 3
+    from oxray.tune import ResultGrid
+
+    grid = ResultGrid(read)
+    assert len(grid) == 3 and grid.get_best_result().config == {"x": 2}
     with pytest.raises(ValueError, match="expected the directory of a local experiment"):
         ExperimentAnalysis(str(tmp_path / "nowhere"))
 

@@ -43,6 +43,24 @@ def test_tunes_space_becomes_optunas_and_every_result_reaches_the_study(tmp_path
     assert search._study.best_value == results.get_best_result().metrics["loss"] == 0.0
 
 
+def test_convert_search_space_gives_optuna_distributions_by_path(tmp_path):
+    space = {"x": tune.uniform(-10, 10), "nested": {"k": tune.randint(0, 3)}, "constant": 1}
+    converted = OptunaSearch.convert_search_space(space)
+    assert converted == {
+        "x": optuna.distributions.FloatDistribution(-10, 10),
+        "nested/k": optuna.distributions.IntDistribution(0, 2),
+    }
+    search = OptunaSearch(space=converted, metric="loss", mode="min", seed=1)
+    results = tune.Tuner(
+        lambda config: tune.report({"loss": config["x"] ** 2 + config["nested"]["k"]}),
+        tune_config=tune.TuneConfig(search_alg=search, num_samples=3),
+        run_config=run_config(tmp_path, "converted"),
+    ).fit()
+    assert results.num_errors == 0 and all(r.config["nested"]["k"] in (0, 1, 2) for r in results)
+    with pytest.raises(ValueError, match="OptunaSearch cannot convert grid_search at 'g'"):
+        OptunaSearch.convert_search_space({"g": tune.grid_search([1, 2])})
+
+
 def test_a_define_by_run_space_and_a_multi_objective_search(tmp_path):
     def space(trial):
         kind = trial.suggest_categorical("kind", ["a", "b"])

@@ -31,6 +31,18 @@ def _walk(space: Any, path: Path = ()) -> Iterator[tuple[Path, Any]]:
         yield path, space
 
 
+def domains_of(space: dict, searcher: str) -> Iterator[tuple[str, Any]]:
+    """`('/'-joined path, domain)` of each search-space leaf of `space`, for a searcher's
+    `convert_search_space` (constants are left out, as Ray leaves them); a grid is refused, naming
+    `searcher`."""
+    for path, value in _walk(space):
+        name = "/".join(str(p) for p in path)
+        if is_grid(value):
+            raise ValueError(f"{searcher} cannot convert grid_search at {name!r}; grid search needs the default search")
+        if isinstance(value, Domain):
+            yield name, value
+
+
 def _set(config: Any, path: Path, value: Any) -> None:
     for key in path[:-1]:
         config = config[key]

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from oxray.tune.search.sample import Categorical, Float, Function, Integer, Normal
 from oxray.tune.search.searcher import Searcher
-from oxray.tune.search.variant_generator import flatten, is_grid, unflatten
+from oxray.tune.search.variant_generator import domains_of, flatten, is_grid, unflatten
 
 
 def _hyperopt():
@@ -89,6 +89,13 @@ class HyperOptSearch(Searcher):
         if self._space is None and config:
             self._space = config
         return True
+
+    @staticmethod
+    def convert_search_space(spec: dict) -> dict:
+        """Tune's search space as HyperOpt `hp.*` expressions, nested as `spec` is, as Ray's: what
+        `HyperOptSearch(space=...)` takes."""
+        hp = _hyperopt().hp
+        return unflatten({path: _expression(hp, path, domain) for path, domain in domains_of(spec, "HyperOptSearch")})
 
     def _setup(self) -> None:
         if self._domain is not None:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Union
 
 from oxray.tune.search.sample import Categorical, Float, Function, Integer, Normal
 from oxray.tune.search.searcher import Searcher
-from oxray.tune.search.variant_generator import flatten, is_grid, unflatten
+from oxray.tune.search.variant_generator import domains_of, flatten, is_grid, unflatten
 
 
 def _optuna():
@@ -96,6 +96,13 @@ class OptunaSearch(Searcher):
         if self._space is None and config:
             self._space = config
         return True
+
+    @staticmethod
+    def convert_search_space(spec: dict) -> dict:
+        """Tune's search space as Optuna distributions keyed by '/'-joined paths, as Ray's: what
+        `OptunaSearch(space=...)` takes."""
+        optuna = _optuna()
+        return {path: _distribution(optuna, path, domain) for path, domain in domains_of(spec, "OptunaSearch")}
 
     def _setup(self) -> None:
         if self._study is not None:
