@@ -12,7 +12,7 @@ from oxray.tune.search.variant_generator import format_vars, generate_variants
 
 def draws(domain, n=2000, seed=0):
     rng = random.Random(seed)
-    return [domain.sample(None, rng) for _ in range(n)]
+    return [domain.sample(rng=rng) for _ in range(n)]
 
 
 def test_each_domain_keeps_to_rays_bounds():
@@ -73,3 +73,29 @@ def test_sample_from_sees_the_resolved_config_and_tags_name_what_varied():
 def test_bad_bounds_are_refused_by_name(make, expected):
     with pytest.raises(ValueError, match=expected):
         make()
+
+
+def test_rays_builder_style_domains_and_sample_sizes():
+    from oxray.tune.search.sample import Categorical, Float, Integer
+
+    bounded = Float(-4.2, 8.3)
+    samples = bounded.uniform().sample(size=1000, random_state=0)
+    assert len(samples) == 1000 and all(-4.2 <= s <= 8.3 for s in samples)
+    with pytest.raises(ValueError, match="normal sampling takes no bounds"):
+        bounded.normal()
+    with pytest.raises(ValueError, match="a domain takes one sampler"):
+        Float(1, 2).uniform().loguniform()
+    with pytest.raises(ValueError, match="needs finite bounds"):
+        Float(None, None).uniform()
+    logs = Float(1e-4, 1e-1).loguniform().sample(size=500, random_state=1)
+    assert all(1e-4 <= s <= 1e-1 for s in logs) and min(logs) < 1e-3
+    normals = Float(None, None).normal(5, 0.1).sample(size=200, random_state=2)
+    assert 4.9 < sum(normals) / 200 < 5.1
+    assert set(Float(0, 10).uniform().quantized(5).sample(size=100, random_state=3)) <= {0.0, 5.0, 10.0}
+    assert set(Integer(-3, 12).uniform().sample(size=500, random_state=4)) == set(range(-3, 12))
+    assert Categorical(["a"]).uniform().sample() == "a"
+    assert tune.sample_from(lambda: 7).sample() == 7, "a function of no arguments is called without the spec"
+    with pytest.raises(ValueError, match="lower is None"):
+        tune.uniform(None, 1)
+    with pytest.raises(ValueError, match=r"sample\(size=0\)"):
+        tune.choice([1]).sample(size=0)

@@ -379,7 +379,7 @@ def _explore_into(config: dict, mutations: dict, pbt, rng) -> None:
                 config[key] = values[min(max(index, 0), len(values) - 1)]
         elif isinstance(mutation, Domain) or callable(mutation):
             if resample or not isinstance(current, (int, float)) or isinstance(current, bool):
-                config[key] = mutation.sample(None, rng) if isinstance(mutation, Domain) else mutation()
+                config[key] = mutation.sample(rng=rng) if isinstance(mutation, Domain) else mutation()
             else:
                 scaled = current * rng.choice(pbt.perturbation_factors)
                 config[key] = int(scaled) if isinstance(current, int) else scaled

@@ -1,19 +1,56 @@
 """Search-space domains, as Ray Tune names them: each samples a value for one
 key of `param_space`. Bounds follow Ray: `randint`'s upper bound is exclusive,
-`quniform`'s inclusive, `qrandint`'s inclusive except when q is 1."""
+`quniform`'s inclusive, `qrandint`'s inclusive except when q is 1. Ray's
+builder style works too: `Float(1e-4, 1e-1).loguniform()`, `Integer(0, 10).uniform()`,
+`Float(None, None).normal(0, 1)`, `.quantized(q)`, each domain taking one sampler."""
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 import random
 from typing import Any, Callable, Sequence
 
 
-class Domain:
-    """A value to sample; `sample(spec, rng)` draws one."""
+def _rng_of(random_state: Any) -> Any:
+    """A `random.Random` for Ray's `random_state` (a seed, numpy's Generator or RandomState)."""
+    if random_state is None or isinstance(random_state, random.Random):
+        return random_state or random
+    if isinstance(random_state, int):
+        return random.Random(random_state)
+    if hasattr(random_state, "integers"):
+        return random.Random(int(random_state.integers(2**32)))
+    if hasattr(random_state, "randint"):
+        return random.Random(int(random_state.randint(2**31)))
+    raise ValueError(f"random_state={random_state!r}: expected a seed, random.Random or a numpy generator")
 
-    def sample(self, spec: Any = None, rng: random.Random | None = None) -> Any:
+
+class Domain:
+    """A value to sample. `sample(config=None, size=1, random_state=None)` as Ray's: one value, or a
+    list of `size`; the engine passes its own `rng=`."""
+
+    # Set once a builder method (`uniform()`, `loguniform()`, ...) chose how to sample.
+    _sampler: str | None = None
+
+    def sample(self, config: Any = None, size: int = 1, random_state: Any = None, *, rng: Any = None) -> Any:
+        rng = rng or _rng_of(random_state)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"sample(size={size!r}): expected an integer of 1 or more")
+        if size == 1:
+            return self._draw(config, rng)
+        return [self._draw(config, rng) for _ in range(size)]
+
+    def _draw(self, config: Any, rng: Any) -> Any:
         raise NotImplementedError
+
+    def _with_sampler(self, name: str, **changes) -> "Domain":
+        if self._sampler is not None:
+            raise ValueError(f"{self!r} samples {self._sampler} already; a domain takes one sampler, not {name} too")
+        new = copy.copy(self)
+        new.__dict__.update(changes)
+        new._sampler = name
+        return new
 
     def is_grid(self) -> bool:
         return False
@@ -30,8 +67,10 @@ def _quantize(value: float, q: float) -> float:
 
 
 class Float(Domain):
-    def __init__(self, lower: float, upper: float, *, log: bool = False, q: float | None = None):
-        self.lower, self.upper = _number("lower", lower), _number("upper", upper)
+    def __init__(self, lower: float | None, upper: float | None, *, log: bool = False, q: float | None = None):
+        # None is an open bound (Ray's `Float(None, None).normal()`); uniform sampling needs both.
+        self.lower = -math.inf if lower is None else _number("lower", lower)
+        self.upper = math.inf if upper is None else _number("upper", upper)
         if self.lower >= self.upper:
             raise ValueError(f"the lower bound {lower!r} is not below the upper bound {upper!r}")
         if log and self.lower <= 0:
@@ -40,8 +79,38 @@ class Float(Domain):
             raise ValueError(f"q is {q!r}; expected a number above 0")
         self.log, self.q = log, q
 
-    def sample(self, spec=None, rng=None):
-        rng = rng or random
+    def _bounded(self, sampler: str) -> None:
+        if not (math.isfinite(self.lower) and math.isfinite(self.upper)):
+            raise ValueError(f"{sampler} sampling needs finite bounds; this Float has {self.lower} and {self.upper}")
+
+    def uniform(self) -> "Float":
+        self._bounded("uniform")
+        return self._with_sampler("uniform", log=False)
+
+    def loguniform(self, base: float = 10) -> "Float":
+        self._bounded("loguniform")
+        if self.lower <= 0:
+            raise ValueError(f"a log-uniform space needs a lower bound above 0; got {self.lower!r}")
+        return self._with_sampler("loguniform", log=True)
+
+    def normal(self, mean: float = 0.0, sd: float = 1.0) -> "Normal":
+        if math.isfinite(self.lower) or math.isfinite(self.upper):
+            raise ValueError(f"normal sampling takes no bounds; use Float(None, None).normal({mean}, {sd})")
+        if self._sampler is not None:
+            raise ValueError(f"{self!r} samples {self._sampler} already; a domain takes one sampler, not normal too")
+        normal = Normal(mean, sd, self.q)
+        normal._sampler = "normal"
+        return normal
+
+    def quantized(self, q: float) -> "Float":
+        if _number("q", q) <= 0:
+            raise ValueError(f"q is {q!r}; expected a number above 0")
+        new = copy.copy(self)
+        new.q = q
+        return new
+
+    def _draw(self, config, rng):
+        self._bounded("uniform")
         if self.log:
             value = math.exp(rng.uniform(math.log(self.lower), math.log(self.upper)))
         else:
@@ -68,8 +137,22 @@ class Integer(Domain):
             raise ValueError(f"a log-uniform integer space needs a lower bound above 0; got {lower!r}")
         self.lower, self.upper, self.log, self.q = lower, upper, log, q
 
-    def sample(self, spec=None, rng=None):
-        rng = rng or random
+    def uniform(self) -> "Integer":
+        return self._with_sampler("uniform", log=False)
+
+    def loguniform(self, base: float = 10) -> "Integer":
+        if self.lower <= 0:
+            raise ValueError(f"a log-uniform integer space needs a lower bound above 0; got {self.lower!r}")
+        return self._with_sampler("loguniform", log=True)
+
+    def quantized(self, q: int) -> "Integer":
+        if isinstance(q, bool) or not isinstance(q, int) or q < 1:
+            raise ValueError(f"q is {q!r}; expected an integer of 1 or more")
+        new = copy.copy(self)
+        new.q = q
+        return new
+
+    def _draw(self, config, rng):
         # Ray: the upper bound is exclusive for q == 1, inclusive for a larger q.
         top = self.upper if self.q > 1 else self.upper - 1
         if self.log:
@@ -95,8 +178,8 @@ class Normal(Domain):
             raise ValueError(f"q is {q!r}; expected a number above 0")
         self.q = q
 
-    def sample(self, spec=None, rng=None):
-        value = (rng or random).gauss(self.mean, self.sd)
+    def _draw(self, config, rng):
+        value = rng.gauss(self.mean, self.sd)
         return float(_quantize(value, self.q)) if self.q is not None else float(value)
 
     def __repr__(self):
@@ -109,42 +192,54 @@ class Categorical(Domain):
             raise ValueError(f"choice({categories!r}): expected a non-empty list of values")
         self.categories = list(categories)
 
-    def sample(self, spec=None, rng=None):
-        return (rng or random).choice(self.categories)
+    def uniform(self) -> "Categorical":
+        return self._with_sampler("uniform")
+
+    def _draw(self, config, rng):
+        return rng.choice(self.categories)
 
     def __repr__(self):
         return f"choice({self.categories!r})"
 
 
 class Function(Domain):
-    """`sample_from(func)`: `func(spec)` gets the config resolved so far as `spec.config`."""
+    """`sample_from(func)`: `func(spec)` gets the config resolved so far as `spec.config`; a function
+    of no arguments is called without it, as in Ray."""
 
     def __init__(self, func: Callable):
         if not callable(func):
             raise ValueError(f"sample_from({func!r}): expected a function of the spec")
         self.func = func
+        try:
+            self._takes_spec = bool(inspect.signature(func).parameters)
+        except (TypeError, ValueError):  # a builtin without a signature
+            self._takes_spec = True
 
-    def sample(self, spec=None, rng=None):
-        return self.func(spec)
+    def _draw(self, config, rng):
+        return self.func(config) if self._takes_spec else self.func()
 
     def __repr__(self):
         return f"sample_from({getattr(self.func, '__name__', self.func)!r})"
 
 
+def _finite(lower: Any, upper: Any) -> tuple:
+    return _number("lower", lower), _number("upper", upper)
+
+
 def uniform(lower: float, upper: float) -> Float:
-    return Float(lower, upper)
+    return Float(*_finite(lower, upper))
 
 
 def quniform(lower: float, upper: float, q: float) -> Float:
-    return Float(lower, upper, q=q)
+    return Float(*_finite(lower, upper), q=q)
 
 
 def loguniform(lower: float, upper: float, base: float | None = None) -> Float:
-    return Float(lower, upper, log=True)
+    return Float(*_finite(lower, upper), log=True)
 
 
 def qloguniform(lower: float, upper: float, q: float, base: float | None = None) -> Float:
-    return Float(lower, upper, log=True, q=q)
+    return Float(*_finite(lower, upper), log=True, q=q)
 
 
 def randint(lower: int, upper: int) -> Integer:

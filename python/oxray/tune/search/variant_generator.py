@@ -89,11 +89,11 @@ def generate_variants(space: dict, num_samples: int, rng: random.Random) -> Iter
                 _set(config, path, copy.deepcopy(value))
                 resolved[path] = value
             for path, domain in domains:
-                value = domain.sample(None, rng)
+                value = domain.sample(rng=rng)
                 _set(config, path, value)
                 resolved[path] = value
             for path, function in functions:
-                value = function.sample(_Spec(config=config), rng)
+                value = function.sample(_Spec(config=config), rng=rng)
                 _set(config, path, value)
                 resolved[path] = value
             yield config, resolved
