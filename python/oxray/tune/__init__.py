@@ -6,9 +6,10 @@ from oxray.train._checkpoint import Checkpoint
 from oxray.tune._internal.runner import TuneError
 from oxray.tune.callback import Callback
 from oxray.tune.class_trainable import Trainable
+from oxray.tune.experiment import Experiment
 from oxray.tune.registry import register_env, register_trainable
 from oxray.tune.result_grid import Result, ResultGrid
-from oxray.tune.run import ExperimentAnalysis, create_scheduler, create_searcher, run
+from oxray.tune.run import ExperimentAnalysis, create_scheduler, create_searcher, run, run_experiments
 from oxray.tune.search.sample import (
     choice,
     grid_search,
@@ -34,6 +35,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "Experiment",
     "ExperimentAnalysis",
     "ResumeConfig",
     "SyncConfig",
@@ -42,6 +44,7 @@ __all__ = [
     "register_env",
     "register_trainable",
     "run",
+    "run_experiments",
     "FailureConfig",
     "PlacementGroupFactory",
     "Result",

@@ -132,10 +132,31 @@ def run(
     """Ray's `tune.run`: a `Tuner` with these settings; an `ExperimentAnalysis` back. A failed trial
     raises `TuneError` unless `raise_on_failed_trial=False`."""
     from oxray.tune._internal.runner import TuneError
+    from oxray.tune.experiment import Experiment
     from oxray.tune.trainable import with_resources
     from oxray.tune.tune_config import FailureConfig, RunConfig, TuneConfig
     from oxray.tune.tuner import Tuner
 
+    if isinstance(run_or_experiment, Experiment):
+        settings = run_or_experiment.run_settings()
+        return run(
+            run_or_experiment.run,
+            metric=metric,
+            mode=mode,
+            search_alg=search_alg,
+            scheduler=scheduler,
+            verbose=verbose,
+            progress_reporter=progress_reporter,
+            fail_fast=fail_fast,
+            restore=restore,
+            resume=resume,
+            reuse_actors=reuse_actors,
+            raise_on_failed_trial=raise_on_failed_trial,
+            callbacks=callbacks,
+            max_concurrent_trials=max_concurrent_trials,
+            **settings,
+            **kwargs,
+        )
     if kwargs:
         raise TypeError(f"tune.run() got arguments oxray does not take: {sorted(kwargs)}")
     if restore is not None or resume not in (None, False):
@@ -173,6 +194,53 @@ def run(
     if errored and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {[t.trial_name for t in errored]}")
     return ExperimentAnalysis._of(results, trials, default_metric=metric, default_mode=mode)
+
+
+def run_experiments(
+    experiments,
+    scheduler: Any = None,
+    server_port: Optional[int] = None,
+    verbose: Any = 2,
+    progress_reporter: Any = None,
+    resume: Any = None,
+    reuse_actors: Optional[bool] = None,
+    raise_on_failed_trial: bool = True,
+    concurrent: bool = True,
+    callbacks: Optional[list] = None,
+) -> list:
+    """Ray's `tune.run_experiments`: runs each `Experiment` (or `{name: spec}` entry) through `tune.run`
+    and returns all their trials. oxray runs several experiments one after another, so it takes
+    several only with `concurrent=False`."""
+    from oxray.tune.experiment import Experiment
+
+    if server_port is not None:
+        raise NotImplementedError("run_experiments(server_port=...): oxray has no Tune server")
+    if isinstance(experiments, Experiment):
+        experiments = [experiments]
+    elif isinstance(experiments, dict):
+        experiments = [Experiment.from_json(name, spec) for name, spec in experiments.items()]
+    elif not isinstance(experiments, (list, tuple)) or not all(isinstance(e, Experiment) for e in experiments):
+        raise ValueError(
+            f"run_experiments({experiments!r}): expected an Experiment, a list of them, or a dict of name to spec"
+        )
+    if len(experiments) > 1 and concurrent:
+        raise NotImplementedError(
+            "run_experiments with several experiments runs them one after another in oxray; pass concurrent=False"
+        )
+    trials = []
+    for experiment in experiments:
+        analysis = run(
+            experiment,
+            scheduler=scheduler,
+            verbose=verbose,
+            progress_reporter=progress_reporter,
+            resume=resume,
+            reuse_actors=reuse_actors,
+            raise_on_failed_trial=raise_on_failed_trial,
+            callbacks=callbacks,
+        )
+        trials.extend(analysis.trials)
+    return trials
 
 
 def create_scheduler(scheduler: str, **kwargs):

@@ -47,6 +47,34 @@ def test_tune_run_returns_an_experiment_analysis(tmp_path):
         ExperimentAnalysis(str(tmp_path / "nowhere"))
 
 
+def test_run_experiments_takes_experiments_and_their_dict_form(tmp_path):
+    experiment = tune.Experiment(
+        "as_object",
+        parabola,
+        config={"x": tune.grid_search([1, 2])},
+        stop={"training_iteration": 2},
+        storage_path=str(tmp_path),
+    )
+    trials = tune.run_experiments(experiment, verbose=0)
+    assert sorted(t.config["x"] for t in trials) == [1, 2]
+    assert all(t.last_result["training_iteration"] == 2 for t in trials)
+    assert (tmp_path / "as_object").is_dir()
+
+    spec = {"as_dict": {"run": parabola, "config": {"x": 3}, "num_samples": 2, "storage_path": str(tmp_path)}}
+    trials = tune.run_experiments(spec, verbose=0)
+    assert [t.config["x"] for t in trials] == [3, 3] and all(t.status == "TERMINATED" for t in trials)
+
+    analysis = tune.run(tune.Experiment("through_run", parabola, config={"x": 2}, storage_path=str(tmp_path)))
+    assert analysis.trials[0].last_result["loss"] == 2
+
+    with pytest.raises(NotImplementedError, match="pass concurrent=False"):
+        tune.run_experiments([experiment, experiment])
+    with pytest.raises(TypeError, match=r"keys Experiment does not take: \['local_dir'\]"):
+        tune.run_experiments({"bad": {"run": parabola, "local_dir": str(tmp_path)}})
+    with pytest.raises(ValueError, match="expected a dict with a 'run' key"):
+        tune.run_experiments({"bad": {"config": {}}})
+
+
 def test_a_failed_trial_raises_from_tune_run_unless_told_not_to(tmp_path):
     def fails(config):
         raise ValueError("no")
