@@ -99,11 +99,17 @@ def with_resources(trainable: Callable, resources: Any) -> Callable:
 def with_parameters(trainable: Callable, **kwargs) -> Callable:
     """`trainable(config, **kwargs)` with each value put in the object store once and fetched in
     the trial, instead of being pickled into every trial."""
-    if inspect.isclass(trainable):
-        raise NotImplementedError("tune.with_parameters on a class trainable is not supported by oxray yet")
     import oxray
 
     refs = {name: oxray.put(value) for name, value in kwargs.items()}
+    if inspect.isclass(trainable):
+        # A class trainable gets them in `setup(config, **kwargs)`, as in Ray.
+        def setup(self, config):
+            import oxray as ray
+
+            return trainable.setup(self, config, **{name: ray.get(ref) for name, ref in refs.items()})
+
+        return type(trainable.__name__, (trainable,), {"setup": setup, "__qualname__": trainable.__qualname__})
 
     @functools.wraps(trainable)
     def wrapped(config):

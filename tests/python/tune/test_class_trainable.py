@@ -59,6 +59,23 @@ def test_steps_checkpoints_and_cleanup(tmp_path):
     assert os.path.basename(results[0].path).startswith("Counter_")
 
 
+class Weighted(tune.Trainable):
+    def setup(self, config, weights=None, offset=0):
+        self.total = int(weights.sum()) * config["k"] + offset
+
+    def step(self):
+        return {"total": self.total, "done": True}
+
+
+def test_with_parameters_hands_a_class_trainable_its_objects_in_setup(tmp_path):
+    import numpy as np
+
+    weights = np.arange(100_000, dtype=np.int64)
+    trainable = tune.with_resources(tune.with_parameters(Weighted, weights=weights, offset=1), {"cpu": 1})
+    results = tune.Tuner(trainable, param_space={"k": tune.grid_search([1, 2])}, run_config=run_config(tmp_path)).fit()
+    assert sorted(r.metrics["total"] for r in results) == [int(weights.sum()) + 1, 2 * int(weights.sum()) + 1]
+
+
 def test_a_retry_restores_the_latest_checkpoint(tmp_path):
     marks = tmp_path / "marks"
     marks.mkdir()
