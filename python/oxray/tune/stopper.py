@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import inspect
 import math
 import time
 from typing import Callable, Mapping
@@ -33,6 +34,14 @@ class FunctionStopper(Stopper):
     def __init__(self, function: Callable):
         if not callable(function):
             raise ValueError(f"stop={function!r}: expected a dict, a Stopper or a function(trial_id, result)")
+        try:
+            inspect.signature(function).bind("trial_id", {})
+        except TypeError:
+            raise ValueError(
+                f"stop={function!r}: a stop function takes (trial_id, result); this one cannot be called so"
+            ) from None
+        except ValueError:  # a builtin without a signature: called as it is
+            pass
         self._function = function
 
     def __call__(self, trial_id, result):

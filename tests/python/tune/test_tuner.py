@@ -124,6 +124,13 @@ def test_stop_dicts_functions_and_stoppers_end_trials(tmp_path):
     assert {r.metrics["training_iteration"] for r in run(lambda trial_id, result: result["step"] >= 2, "fn")} == {2}
     assert {r.metrics["step"] for r in run(MaximumIterationStopper(4), "stopper")} == {4}
 
+    class OneArgument:
+        def stop(self, result):
+            return True
+
+    with pytest.raises(ValueError, match="a stop function takes \\(trial_id, result\\)"):
+        run(OneArgument().stop, "bad")
+
 
 def test_a_nested_stop_dict_applies_to_the_nested_result_key(tmp_path):
     def nested(config):
