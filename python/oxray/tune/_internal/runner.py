@@ -249,8 +249,7 @@ class Runner:
             "checkpoint": checkpoint,
             "reuse": self.reuse_actors,
         }
-        trial.actor.start.remote(payload)
-        trial.future = trial.actor.next_result.remote()
+        trial.future = trial.actor.start.remote(payload)
         trial.run_started = time.time()
         hook = "on_trial_restore" if restore else "on_trial_start"
         self._callbacks(hook, trial=trial)

@@ -61,9 +61,10 @@ class _TrialSession:
 
 
 class TrialActor:
-    def start(self, payload: dict) -> str:
+    def start(self, payload: dict):
         """Starts the trainable; `payload` carries it (cloudpickled), its config and the trial's facts.
-        A reused actor starts its next trial here too, once the last one has returned."""
+        A reused actor starts its next trial here too, once the last one has returned. Returns the
+        trial's first event, as `next_result` does."""
         self.info = payload["info"]
         self.config = payload["config"]
         self.iteration = payload["iteration"]
@@ -95,7 +96,8 @@ class TrialActor:
         context = contextvars.copy_context()
         self.thread = threading.Thread(target=context.run, args=(self._run, trainable), name="tune-trial", daemon=True)
         self.thread.start()
-        return socket.gethostname()
+        # The trial's first event, so that starting a trial costs the driver one call, not two.
+        return self.next_result()
 
     def next_result(self):
         """The trial's next event: `("result", result)`, `("done", None)` or `("error", (text, pickled))`."""
