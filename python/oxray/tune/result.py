@@ -13,7 +13,7 @@ HOSTNAME = "hostname"
 NODE_IP = "node_ip"
 PID = "pid"
 CONFIG_PREFIX = "config"
-# Ray's name for the metric key its older scripts and tests report.
+# The key a function trainable's returned value (not a dict) is reported under.
 DEFAULT_METRIC = "_metric"
 # Names of common metrics, kept for the scripts that import them.
 EPISODE_REWARD_MEAN = "episode_reward_mean"

@@ -60,6 +60,28 @@ class ExperimentAnalysis:
     def get_best_config(self, metric=None, mode=None, scope="last") -> dict:
         return self.get_best_trial(metric, mode, scope).config
 
+    def get_all_configs(self, prefix: bool = False) -> dict:
+        """Each trial's config by its path (flattened with `config/` keys when `prefix`)."""
+        from oxray.tune.search.variant_generator import flatten
+
+        if prefix:
+            return {t.path: flatten({"config": t.config}) for t in self.trials}
+        return {t.path: t.config for t in self.trials}
+
+    def get_best_checkpoint(self, trial, metric: Optional[str] = None, mode: Optional[str] = None):
+        """The trial's kept checkpoint with the best `metric` (as reported with it), or None."""
+        metric, mode = self._metric_mode(metric, mode)
+        scored = [(c, m[metric]) for c, m in trial.checkpoints if m.get(metric) is not None]
+        if not scored:
+            return None
+        pick = max if mode == "max" else min
+        return pick(scored, key=lambda cm: cm[1])[0]
+
+    @property
+    def best_dataframe(self):
+        """The best trial's results, one row per report."""
+        return self.trial_dataframes[self.best_trial.path]
+
     def get_last_checkpoint(self, trial=None, metric="training_iteration", mode="max"):
         trial = trial or self.best_trial
         return trial.checkpoint

@@ -217,6 +217,19 @@ def test_with_resources_takes_a_function_of_each_trials_config(tmp_path):
         tune.Tuner(returns_nonsense, param_space={"cpus": 1}, run_config=run_config(tmp_path, name="bad")).fit()
 
 
+def test_a_returned_value_is_the_last_result_a_dict_as_it_is_else_under_metric(tmp_path):
+    def returns(config):
+        return config["value"]
+
+    results = tune.Tuner(
+        returns,
+        param_space={"value": tune.grid_search([3, {"score": 4}])},
+        run_config=run_config(tmp_path, name="returns"),
+    ).fit()
+    by_kind = {type(r.config["value"]).__name__: r.metrics for r in results}
+    assert by_kind["int"]["_metric"] == 3 and by_kind["dict"]["score"] == 4
+
+
 def test_report_outside_a_trial_raises():
     with pytest.raises(RuntimeError, match=r"tune.report\(\) is called outside a Tune trial"):
         tune.report({"x": 1})

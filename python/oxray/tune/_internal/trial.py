@@ -109,6 +109,9 @@ class Trial:
     def time_total(self) -> float:
         return float(self.last_result.get("time_total_s", 0.0) or 0.0)
 
+    def has_checkpoint(self) -> bool:
+        return bool(self.checkpoints)
+
     @property
     def checkpoint(self) -> Optional[Checkpoint]:
         return self.checkpoints[-1][0] if self.checkpoints else None

@@ -147,9 +147,12 @@ class TrialActor:
         tune_session._session = _TrialSession(self)
         try:
             returned = trainable(self.config)
-            # Ray's older style: a dict returned is the trial's last result.
+            # Ray's older style: a dict returned is the trial's last result; any other value is
+            # reported under `_metric` (tune.result.DEFAULT_METRIC).
             if isinstance(returned, dict):
                 self._report(returned, None)
+            elif returned is not None:
+                self._report({"_metric": returned}, None)
         except TrialStopped:
             self.results.put(("stopped", None))
             return
