@@ -181,8 +181,8 @@ def run(
         )
     if kwargs:
         raise TypeError(f"tune.run() got arguments oxray does not take: {sorted(kwargs)}")
-    if restore is not None or resume not in (None, False):
-        raise NotImplementedError("tune.run(restore=, resume=): use Tuner.restore(path, trainable) instead")
+    if restore is not None:
+        raise NotImplementedError("tune.run(restore=...) (a trial from a checkpoint path) is not supported by oxray")
     trainable = run_or_experiment
     if resources_per_trial is not None:
         trainable = with_resources(trainable, resources_per_trial)
@@ -209,13 +209,59 @@ def run(
         trial_name_creator=trial_name_creator,
         trial_dirname_creator=trial_dirname_creator,
     )
-    tuner = Tuner(trainable, param_space=config or {}, tune_config=tune_config, run_config=run_config)
+    tuner = None
+    if resume not in (None, False):
+        tuner = _resumed(resume, storage_path, name, trainable)
+    if tuner is None:
+        tuner = Tuner(trainable, param_space=config or {}, tune_config=tune_config, run_config=run_config)
     results = tuner.fit()
     trials = tuner._trials
     errored = [t for t in trials if t.status == "ERROR"]
     if errored and raise_on_failed_trial:
         raise TuneError(f"Trials did not complete: {[t.trial_name for t in errored]}")
     return ExperimentAnalysis._of(results, trials, default_metric=metric, default_mode=mode)
+
+
+# Ray's `tune.run(resume=...)` modes: what becomes of unfinished and of errored trials.
+_RESUME_MODES = {
+    "": (True, False, False),
+    "+ERRORED": (True, True, False),
+    "+ERRORED_ONLY": (False, True, False),
+    "+RESTART_ERRORED": (True, False, True),
+    "+RESTART_ERRORED_ONLY": (False, False, True),
+}
+
+
+def _resumed(resume, storage_path: Optional[str], name: Optional[str], trainable):
+    """`Tuner.restore` of the experiment `tune.run(resume=...)` names, or None for a fresh run
+    (`"AUTO"` when there is nothing to resume)."""
+    import os
+
+    from oxray.tune.tuner import DEFAULT_STORAGE_PATH, Tuner
+
+    text = "LOCAL" if resume is True else str(resume).upper()
+    base = next((b for b in ("AUTO", "LOCAL", "REMOTE", "PROMPT") if text.startswith(b)), None)
+    if base is None or text[len(base) :] not in _RESUME_MODES or base == "PROMPT":
+        raise ValueError(
+            f"tune.run(resume={resume!r}): expected True, 'AUTO', 'LOCAL' or 'REMOTE', optionally with "
+            "'+ERRORED', '+ERRORED_ONLY', '+RESTART_ERRORED' or '+RESTART_ERRORED_ONLY'"
+        )
+    if not name:
+        raise ValueError(f"tune.run(resume={resume!r}) needs name= to find the experiment to resume")
+    root = storage_path or DEFAULT_STORAGE_PATH
+    path = root.rstrip("/") + "/" + name if "://" in root else os.path.join(os.path.expanduser(root), name)
+    if not Tuner.can_restore(path):
+        if base == "AUTO":
+            return None
+        raise ValueError(f"tune.run(resume={resume!r}): there is no experiment to resume at {path}")
+    unfinished, resume_errored, restart_errored = _RESUME_MODES[text[len(base) :]]
+    return Tuner.restore(
+        path,
+        trainable,
+        resume_unfinished=unfinished,
+        resume_errored=resume_errored,
+        restart_errored=restart_errored,
+    )
 
 
 def run_experiments(

@@ -79,6 +79,33 @@ def test_run_experiments_takes_experiments_and_their_dict_form(tmp_path):
         tune.run_experiments({"bad": {"config": {}}})
 
 
+def test_tune_run_resumes_an_experiment_by_name(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def fails_first_time(config):
+        marker = marks / f"ran-{config['x']}"
+        first = not marker.exists()
+        marker.touch()
+        if first and config["x"] == 1:
+            raise RuntimeError("first run fails")
+        tune.report({"loss": config["x"]})
+
+    kwargs = dict(config={"x": tune.grid_search([0, 1])}, storage_path=str(tmp_path), name="resumed", verbose=0)
+    first = tune.run(fails_first_time, raise_on_failed_trial=False, **kwargs)
+    assert sorted(t.status for t in first.trials) == ["ERROR", "TERMINATED"]
+    again = tune.run(fails_first_time, resume="AUTO+ERRORED", **kwargs)
+    assert sorted(t.status for t in again.trials) == ["TERMINATED", "TERMINATED"]
+    assert {t.config["x"]: t.last_result["loss"] for t in again.trials} == {0: 0, 1: 1}
+
+    fresh = tune.run(parabola, resume="AUTO", config={"x": 2}, storage_path=str(tmp_path), name="new", verbose=0)
+    assert fresh.trials[0].last_result["loss"] == 2
+    with pytest.raises(ValueError, match="no experiment to resume"):
+        tune.run(parabola, resume=True, storage_path=str(tmp_path), name="missing", verbose=0)
+    with pytest.raises(ValueError, match="resume='SOMETIMES'"):
+        tune.run(parabola, resume="SOMETIMES", storage_path=str(tmp_path), name="new", verbose=0)
+
+
 def test_a_failed_trial_raises_from_tune_run_unless_told_not_to(tmp_path):
     def fails(config):
         raise ValueError("no")
