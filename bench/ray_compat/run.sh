@@ -103,10 +103,11 @@ for f in "${TEST_FILES[@]}" "${SUPPORT_FILES[@]}"; do
 done
 for d in "${TEST_DIRS[@]}"; do
     # The harness's own conftest (never Ray's): train's for Train tests, data's for Ray
-    # Data tests, the core one elsewhere.
+    # Data tests, tune's for Ray Tune tests, the core one elsewhere.
     case "${d#"$WORK"/}" in
     train*) conftest=conftest_train.py ;;
     data_tests*) conftest=conftest_data.py ;;
+    tune_tests*) conftest=conftest_tune.py ;;
     *) conftest=conftest_core.py ;;
     esac
     cp "$HERE/harness/$conftest" "$d/conftest.py"
@@ -119,19 +120,25 @@ git -C "$RAY_SRC" rev-parse "$COMMIT^{commit}" >"$WORK/results/ray_commit"
 } >"$WORK/results/oxray_commit" 2>/dev/null
 
 # Ray's test-only dependencies that the venv lacks (pkg_resources, gone from setuptools
-# 81+; python-snappy), installed once into the work directory, never into the venv that
-# `make test` uses. A failed install (no network) only leaves the files needing them
-# uncollected, as before.
+# 81+; python-snappy; for Tune's files freezegun and scikit-learn), installed once into the
+# work directory, never into the venv that `make test` uses. The second group is installed
+# without its dependencies (numpy, scipy, python-dateutil: the venv has them), so that no
+# second copy of those shadows the venv's. A failed install (no network) only leaves the
+# files needing them uncollected, as before.
 TEST_DEPS="$WORK/test_deps"
 TEST_DEPS_SPEC=("setuptools<81" "python-snappy")
-if [[ ${RAY_COMPAT_TEST_DEPS:-1} == 1 && "$(cat "$TEST_DEPS/.installed" 2>/dev/null)" != "${TEST_DEPS_SPEC[*]}" ]]; then
-    echo "installing Ray's test-only dependencies (${TEST_DEPS_SPEC[*]}) into $TEST_DEPS"
+TEST_DEPS_NODEPS_SPEC=("freezegun" "scikit-learn" "joblib" "threadpoolctl" "narwhals")
+if [[ ${RAY_COMPAT_TEST_DEPS:-1} == 1 && "$(cat "$TEST_DEPS/.installed" 2>/dev/null)" != "${TEST_DEPS_SPEC[*]} ${TEST_DEPS_NODEPS_SPEC[*]}" ]]; then
+    echo "installing Ray's test-only dependencies (${TEST_DEPS_SPEC[*]} ${TEST_DEPS_NODEPS_SPEC[*]}) into $TEST_DEPS"
     rm -rf "$TEST_DEPS"
     if "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
-        --target "$TEST_DEPS" "${TEST_DEPS_SPEC[@]}"; then
-        echo "${TEST_DEPS_SPEC[*]}" >"$TEST_DEPS/.installed"
+        --target "$TEST_DEPS" "${TEST_DEPS_SPEC[@]}" &&
+        "$PY" -m pip install --quiet --disable-pip-version-check --no-warn-conflicts --no-deps \
+            --target "$TEST_DEPS" "${TEST_DEPS_NODEPS_SPEC[@]}"; then
+        echo "${TEST_DEPS_SPEC[*]} ${TEST_DEPS_NODEPS_SPEC[*]}" >"$TEST_DEPS/.installed"
     else
-        echo "warning: could not install ${TEST_DEPS_SPEC[*]}; test_filter.py and test_binary.py will not collect" >&2
+        echo "warning: could not install ${TEST_DEPS_SPEC[*]} ${TEST_DEPS_NODEPS_SPEC[*]}; test_filter.py, test_binary.py," \
+            "Tune's test_tuner.py and test_stopper.py will not collect" >&2
     fi
 fi
 

@@ -71,6 +71,12 @@ ALLOWED_HELPERS = {
     "is_v2_enabled",
 }
 
+# In Tune's test files only: a path helper (``ray.air._internal.uri_utils.URI``, which the
+# tests use to join a storage path and a name) and the S3 context manager of Ray's Train
+# tests (the overlay writes both on the standard library and moto), and RLlib's
+# re-registration of its algorithms after ray.shutdown() (a no-op: oxray has no RLlib).
+TUNE_ALLOWED_HELPERS = {"URI", "mock_s3_bucket_uri", "_register_all"}
+
 # Fixtures of Ray's conftest that the harness does not provide, and why.
 EXCLUDED_FIXTURES = {
     "ray_start_cluster": "cluster_utils (multi-node fixture)",
@@ -186,9 +192,134 @@ DATA_EXCLUDED_FIXTURES = {
 }
 
 
+# Ray Tune's test files (python/ray/tune/...): ``ray.tune`` is in scope there; its
+# internals are not. Public is what Ray's Tune API reference documents (doc/source/tune/api,
+# less its "Tune Internals" page: TunerInternal, Trial, FunctionTrainable, wrap_function, the
+# output engine) and what ray.tune's packages export; ``ray.tune.execution.placement_groups.
+# PlacementGroupFactory`` is documented under that path. Private names and ``_internal``
+# modules are caught by TOKENS; private attributes by the Data token, private keywords below.
+# The public names of ray.tune.utils (its __all__ and the documented validate_warmstart).
+TUNE_PUBLIC_UTILS = (
+    "flatten_dict|unflattened_lookup|deep_update|merge_dicts|date_str|UtilMonitor|validate_save_restore"
+    "|warn_if_slow|diagnose_serialization|wait_for_gpu|validate_warmstart"
+)
+TUNE_TOKENS = [
+    (
+        "Tune execution internals (TuneController, experiment state, resource managers)",
+        re.compile(r"\bray\.tune\.execution\.(?!placement_groups\b)\w+|^from ray\.tune\.execution import", re.M),
+    ),
+    (
+        "Tune execution internals (TuneController, experiment state, resource managers)",
+        re.compile(r"\bray\.air\.execution\b|\b(TuneController|TrialRunner|RayTrialExecutor|TrialExecutor)\b"),
+    ),
+    (
+        "Tune mock runners / execution test objects",
+        re.compile(
+            r"\b(mock_tune_controller|create_execution_test_objects)\b|\bray\.tune\.tests\.execution\b"
+            r"|\b_?Mock\w*(Runner|Controller|Executor)\b"
+        ),
+    ),
+    (
+        "Trial objects built by the test (Tune internals)",
+        re.compile(r"\bTrial\(|\(\s*Trial\s*\)|\b_TemporaryTrialState\b"),
+    ),
+    (
+        "Tune internals (TunerInternal, FunctionTrainable, wrap_function, output engine)",
+        re.compile(
+            r"\bray\.tune\.impl\b|\b(TunerInternal|FunctionTrainable|wrap_function|TuneReporterBase)\b"
+            r"|\bray\.tune\.experimental\b|\bray\.tune\.trainable\.(function_trainable|metadata|util)\b"
+        ),
+    ),
+    (
+        "ray.tune.utils internals (mock trainable, env callbacks, util helpers)",
+        re.compile(
+            r"\bray\.tune\.utils\.(?!util\b)\w+|\bray\.tune\.utils\.util\.(?!(?:" + TUNE_PUBLIC_UTILS + r")\b)\w+"
+            r"|^from ray\.tune\.utils(?:\.util)? import (?!(?:" + TUNE_PUBLIC_UTILS + r")\b)\w+"
+            r"|\b(register_mock_trainable|MOCK_TRAINABLE_NAME|MyTrainableClass)\b",
+            re.M,
+        ),
+    ),
+    (
+        "Tune search / scheduler / callback internals",
+        re.compile(
+            r"\bray\.tune\.search\.(variant_generator|search_generator|search_algorithm|util)\b"
+            r"|\b(SearchGenerator|SearchAlgorithm|generate_variants|CallbackList)\b"
+            # A search algorithm driven by hand: its add_configurations/next_trial build Trial objects.
+            r"|\.(add_configurations|next_trial)\("
+            r"|\bray\.tune\.schedulers\.pb2_utils\b|\bray\.tune\.utils\.callback\b"
+        ),
+    ),
+    (
+        "Tune registry internals",
+        re.compile(
+            r"\bray\.tune\.registry\.(?!register_trainable\b|register_env\b)\w+"
+            r"|^from ray\.tune\.registry import (?!register_trainable\b|register_env\b)\w+"
+            r"|\b(get_trainable_cls|_global_registry)\b",
+            re.M,
+        ),
+    ),
+    (
+        "StorageContext (Train/Tune storage internals)",
+        re.compile(r"\b(mock_storage_context|StorageContext)\b"),
+    ),
+    ("ray.rllib", re.compile(r"\bray\.rllib\b|^from ray import rllib$", re.M)),
+    ("Ray's example code (not API)", re.compile(r"\bray\.(tune|train)\.examples\b")),
+    # Ray's environment knobs, named through their constants (RAY_TUNE_CALLBACKS_ENV_VAR,
+    # RAY_TRAIN_COUNT_PREEMPTION_AS_FAILURE...).
+    (
+        "RAY_ env knob (a constant naming one)",
+        re.compile(
+            r"\b(?!RAY_ADDRESS\b|RAY_NAMESPACE\b|RAY_CHDIR_TO_TRIAL_DIR\b)RAY_[A-Z0-9_]+\b|\b[A-Z0-9_]+_ENV_VAR\b"
+        ),
+    ),
+] + [t for t in DATA_TOKENS if t[0] == "private attribute"]
+
+
+class _PrivateKeyword:
+    """A private keyword argument of a call (``tune.run(f, _remote=True)``), found in the
+    code's syntax tree: a ``dict(_metric=1.0)`` (a result a test reports) is data, not one."""
+
+    def search(self, text: str) -> bool:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            return False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id == "dict"):
+                for kw in node.keywords:
+                    if kw.arg and kw.arg.startswith("_") and not kw.arg.startswith("__"):
+                        return True
+        return False
+
+
+TUNE_TOKENS.append(("private keyword argument", _PrivateKeyword()))
+
+# Tune files that Ray runs with RAY_TRAIN_V2_ENABLED=0 (python/ray/tune/BUILD.bazel): their
+# trainers are Train v1's, passed to a Tuner (Tuner(trainer)), which Train v2 (Ray's default,
+# and oxray's Train) does not have.
+TUNE_TRAIN_V1_FILES = {
+    "test_tuner.py",
+    "test_tuner_restore.py",
+    "test_api_checkpoint_integration.py",
+    "test_api_migrations.py",
+}
+TUNE_TRAIN_V1_TOKEN = (
+    "Train v1 trainer in Tune (RAY_TRAIN_V2_ENABLED=0 in Ray's BUILD; oxray's Train is v2)",
+    re.compile(
+        r"\b(BaseTrainer|DataParallelTrainer|TorchTrainer|XGBoostTrainer|LightGBMTrainer)\b"
+        r"|\bray\.train\.(data_parallel_trainer|trainer|xgboost|lightgbm)\b"
+    ),
+)
+
+
 def is_data_file() -> bool:
     """Whether this run is of a Ray Data test file (ray.data in scope)."""
     return os.environ.get("RAY_COMPAT_RAY_PATH", "").startswith("python/ray/data/")
+
+
+def is_tune_file() -> bool:
+    """Whether this run is of a Ray Tune test file (ray.tune in scope)."""
+    return os.environ.get("RAY_COMPAT_RAY_PATH", "").startswith("python/ray/tune/")
 
 
 def _ray_env_token(text: str) -> str | None:
@@ -201,6 +332,13 @@ def _ray_env_token(text: str) -> str | None:
 def _tokens():
     if is_data_file():
         return [t for t in TOKENS if t[0] != "ray.data"] + DATA_TOKENS
+    if is_tune_file():
+        # Without the ``_pb2`` names of Ray's protobuf modules: ``pb2`` is Tune's PB2 scheduler.
+        tokens = [t for t in TOKENS if t[0] not in ("ray.tune", "ray.core.generated")] + TUNE_TOKENS
+        tokens.append(("ray.core.generated", re.compile(r"\bray\.core\.generated\b")))
+        if os.path.basename(os.environ.get("RAY_COMPAT_RAY_PATH", "")) in TUNE_TRAIN_V1_FILES:
+            tokens.append(TUNE_TRAIN_V1_TOKEN)
+        return tokens
     return TOKENS
 
 
@@ -318,6 +456,15 @@ def _names(node) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
+def _self_attributes(node) -> set[str]:
+    """The attributes of ``self`` and ``cls`` that ``node`` reads."""
+    return {
+        n.attr
+        for n in ast.walk(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in ("self", "cls")
+    }
+
+
 def _is_parametrize(decorator) -> bool:
     target = decorator.func if isinstance(decorator, ast.Call) else decorator
     return ast.unparse(target).endswith("mark.parametrize")
@@ -346,7 +493,7 @@ class ModuleIndex:
             elif isinstance(node, ast.ImportFrom):
                 for alias in node.names:
                     bound = alias.asname or alias.name
-                    if alias.name in ALLOWED_HELPERS:
+                    if alias.name in ALLOWED_HELPERS or (is_tune_file() and alias.name in TUNE_ALLOWED_HELPERS):
                         continue
                     self._bind(bound, "import", f"from {node.module} import {alias.name}")
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -415,6 +562,18 @@ def _parametrize_pieces(decorator, callspec) -> list[ast.AST]:
     return [values]
 
 
+UNITTEST_HOOKS = (
+    "setUp",
+    "tearDown",
+    "setUpClass",
+    "tearDownClass",
+    "setup_method",
+    "teardown_method",
+    "setup_class",
+    "teardown_class",
+)
+
+
 def _test_pieces(item, index):  # noqa: C901 - one branch per kind of code a test is made of
     """The code that makes up the test: [(where, AST or import line)], transitively."""
     func_node, class_node = _function_node(index, item)
@@ -441,13 +600,26 @@ def _test_pieces(item, index):  # noqa: C901 - one branch per kind of code a tes
     queue: list[tuple[str, str]] = []
 
     def add_names(node, where):
-        for name in sorted(_names(node)):
+        names = _names(node)
+        if methods and is_tune_file():
+            # The class's own helpers a test calls (self.check_results(...)).
+            names |= {a for a in _self_attributes(node) if a in methods}
+        for name in sorted(names):
             if name not in seen:
                 seen.add(name)
                 queue.append((name, where))
 
     for where, node in pieces:
         add_names(node, where)
+    if class_node is not None and is_tune_file():
+        # A unittest class's set-up and tear-down run around each of its tests (Tune's
+        # files are mostly such classes), and so do those of a base class of the module.
+        for name in UNITTEST_HOOKS:
+            if name in methods and name not in seen:
+                seen.add(name)
+                queue.append((name, "fixture"))
+        for base in class_node.bases:
+            add_names(base, "helper")
     # The fixtures the test requests (also autouse and indirect ones): those the test
     # module or its class defines count as the test's code.
     for name in item.fixturenames:

@@ -9,7 +9,8 @@ A ``sys.meta_path`` finder placed first resolves ``ray`` and ``ray.*`` in this o
 
 1. ``overlay/ray/...``: modules the harness writes itself (test utilities such as
    ``ray._common.test_utils``, and module-path aliases such as
-   ``ray.train.v2.api.result``);
+   ``ray.train.v2.api.result``); ``fallback/ray/...`` holds those used only where
+   oxray lacks the module (after step 3: Ray's module paths of public Tune classes);
 2. ``ray.tests.X`` (and ``ray.data.tests.X``, any ``ray.<package>.tests.X``): the test
    or support module ``X`` of the work dir (imported by its plain name, the same module
    object pytest uses; ``conftest`` is the harness's conftest of the file's folder);
@@ -35,6 +36,8 @@ import sys
 import types
 
 OVERLAY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "overlay")
+# Modules used only where oxray lacks them (Ray's module paths of public classes).
+FALLBACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fallback")
 _SHIM_FILES = {os.path.abspath(__file__)}
 
 
@@ -94,6 +97,15 @@ class _PlaceholderMeta(type):
         raise MissingInOxray(cls._ray_compat_name)
 
     __lt__ = __le__ = __gt__ = __ge__ = _compare
+
+    def _combine(cls, other):
+        # A class attribute built from a missing one (`keys = BaseTrainer._keys + ["x"]` in
+        # a class body): a placeholder too; anywhere else, the name is missing.
+        if from_test_module_level():
+            return placeholder(f"{cls._ray_compat_name}+")
+        raise MissingInOxray(cls._ray_compat_name)
+
+    __add__ = __radd__ = __or__ = __ror__ = _combine
 
     def __getitem__(cls, item):
         # A generic in an annotation (`MapTransformCallable[Block, Block]`, `Datasink[T]`).
@@ -210,18 +222,26 @@ def _import_optional(name: str):
         raise
 
 
+def _file_spec(root: str, fullname: str):
+    """The spec of module ``fullname`` under ``root`` (a package or a file), or None."""
+    base = os.path.join(root, *fullname.split("."))
+    if os.path.isfile(os.path.join(base, "__init__.py")):
+        return importlib.util.spec_from_file_location(
+            fullname, os.path.join(base, "__init__.py"), submodule_search_locations=[base]
+        )
+    if os.path.isfile(base + ".py"):
+        return importlib.util.spec_from_file_location(fullname, base + ".py")
+    return None
+
+
 class RayAliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "ray" and not fullname.startswith("ray."):
             return None
         parts = fullname.split(".")
-        base = os.path.join(OVERLAY, *parts)
-        if os.path.isfile(os.path.join(base, "__init__.py")):
-            return importlib.util.spec_from_file_location(
-                fullname, os.path.join(base, "__init__.py"), submodule_search_locations=[base]
-            )
-        if os.path.isfile(base + ".py"):
-            return importlib.util.spec_from_file_location(fullname, base + ".py")
+        spec = _file_spec(OVERLAY, fullname)
+        if spec is not None:
+            return spec
         if len(parts) >= 3 and parts[-2] == "tests":
             # ray.tests.X, ray.data.tests.X: the work dir's test (or support) module X
             target_name = parts[-1]
@@ -231,6 +251,9 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
         module = _import_optional(target_name)
         if module is not None:
             return importlib.machinery.ModuleSpec(fullname, _AliasLoader(module), is_package="__path__" in vars(module))
+        spec = _file_spec(FALLBACK, fullname)
+        if spec is not None:
+            return spec
         if lenient:
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
         return None
