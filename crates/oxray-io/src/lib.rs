@@ -275,12 +275,12 @@ impl Storage {
                 Storage::S3 { store, .. } => {
                     let mut file = tokio::fs::File::open(&path).await.map_err(io_err("cannot open", path.display()))?;
                     let mut writer = BufWriter::new(store.clone(), self.key(&dest_rel)?);
-                    let copied = match tokio::io::copy(&mut file, &mut writer).await {
-                        Ok(n) => writer.shutdown().await.map(|_| n),
-                        Err(e) => Err(e),
-                    };
-                    match copied {
-                        Ok(n) => n,
+                    match tokio::io::copy(&mut file, &mut writer).await {
+                        // A failed shutdown has ended the writer already: it cannot be aborted too.
+                        Ok(n) => match writer.shutdown().await {
+                            Ok(()) => n,
+                            Err(e) => return Err(io_err("cannot upload to", self.target(&dest_rel))(e)),
+                        },
                         Err(e) => {
                             // No half-finished multipart upload is left behind.
                             let _ = writer.abort().await;

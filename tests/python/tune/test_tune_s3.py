@@ -127,6 +127,33 @@ def test_a_checkpoint_is_copied_within_the_bucket_for_pbt(s3_cluster, tmp_path):
     assert not storage.checkpoint_exists("s3://oxray-test/pbt/exp/b/checkpoint_000003")
 
 
+def test_the_endpoint_in_the_storage_paths_query_reaches_the_trials_processes(moto_s3, monkeypatch, tmp_path):
+    # The trials' processes learn the endpoint from the query alone: not from the environment.
+    endpoint = moto_s3.endpoint
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, object_store_memory=200 * 1024**2)
+    try:
+        host = endpoint.removeprefix("http://")
+        results = tune.Tuner(
+            counting,
+            param_space={"steps": tune.grid_search([2, 3]), "fail_once": str(tmp_path / "never")},
+            tune_config=tune.TuneConfig(max_concurrent_trials=1),
+            run_config=tune.RunConfig(
+                name="query",
+                storage_path=f"s3://oxray-test/q?scheme=http&endpoint_override={host}&region=us-east-1",
+                verbose=0,
+            ),
+        ).fit()
+    finally:
+        ray.shutdown()
+    assert results.num_errors == 0, [str(r.error) for r in results]
+    assert sorted(os.path.basename(r.checkpoint.path) for r in results) == ["checkpoint_000001", "checkpoint_000002"]
+    stored = keys(moto_s3, "q/query/")
+    assert sum(k.endswith("/checkpoint_000001/step") for k in stored) == 2
+
+
 def test_a_storage_path_of_another_scheme_is_refused_by_name():
     with pytest.raises(NotImplementedError, match="gs://bucket/x.*s3:// only"):
         tune.RunConfig(storage_path="gs://bucket/x")

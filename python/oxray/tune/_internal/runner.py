@@ -17,7 +17,7 @@ import uuid
 import oxray as ray
 from oxray import _native, cloudpickle
 from oxray.train._checkpoint import Checkpoint
-from oxray.train._internal.storage import join
+from oxray.train._internal.storage import join, options_for
 from oxray.tune._internal.files import append_private, make_private_dirs, write_atomically
 from oxray.tune._internal.scheduler_view import SchedulerView
 from oxray.tune._internal.trial import Trial
@@ -237,6 +237,8 @@ class Runner:
             "resources": trial.resources,
             # Where its checkpoints go from its own node (a remote experiment's), else None.
             "trial_uri": trial.fs_path if self.storage.remote else None,
+            # The S3 options of the experiment's `?query` (the trial's process has none registered).
+            "storage_options": options_for(trial.fs_path) if self.storage.remote else "",
         }
         checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
         payload = {

@@ -82,6 +82,10 @@ class TrialActor:
         self.keep_instance = payload.get("reuse", False)
         os.environ.setdefault("TUNE_ORIG_WORKING_DIR", os.getcwd())
         os.chdir(os.environ["TUNE_ORIG_WORKING_DIR"])
+        if self.info.get("storage_options"):
+            from oxray.train._internal.storage import register_options
+
+            register_options(self.info["trial_uri"], self.info["storage_options"])
         # On another node than the driver's, its directory is made here.
         make_private_dirs(self.info["trial_dir"])
         if os.environ.get("RAY_CHDIR_TO_TRIAL_DIR", "1") != "0":
