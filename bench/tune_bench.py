@@ -122,6 +122,17 @@ def tree_pss_mib(root: int) -> float:
 
 
 def side(framework: str, trials: int) -> dict:
+    """One framework's figures; its experiments' directories are removed afterwards."""
+    import shutil
+
+    scratch = tempfile.mkdtemp(prefix=f"tune-bench-{framework}-")
+    try:
+        return _measure(framework, trials, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _measure(framework: str, trials: int, scratch: str) -> dict:
     if framework == "ray":
         os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
         os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -134,7 +145,7 @@ def side(framework: str, trials: int) -> dict:
         kwargs.update(include_dashboard=False, logging_level="ERROR")
     ray.init(**kwargs)
     out = {}
-    storage = tempfile.mkdtemp(prefix=f"tune-bench-{framework}-")
+    storage = os.path.join(scratch, "experiments")
     first = []
 
     class First(tune.Callback):
@@ -154,7 +165,7 @@ def side(framework: str, trials: int) -> dict:
     out["first_result_s"] = first[0] - start
 
     # Two idle trials: their processes' PSS, and the whole tree's.
-    wait_dir = tempfile.mkdtemp()
+    wait_dir = tempfile.mkdtemp(dir=scratch)
     import threading
 
     done = threading.Event()
@@ -204,7 +215,7 @@ def side(framework: str, trials: int) -> dict:
         import torch  # noqa: F401
     except ImportError:
         return out
-    train_storage = tempfile.mkdtemp()
+    train_storage = tempfile.mkdtemp(dir=scratch)
     tune_config = tune.TuneConfig(max_concurrent_trials=1) if framework == "ray" else tune.TuneConfig()
     results = tune.Tuner(
         train_driver,
