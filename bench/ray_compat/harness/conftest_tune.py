@@ -17,11 +17,9 @@ home or in /tmp.
 session when the session created it.
 """
 
-import logging
 import os
 import tempfile
 import unittest.mock  # noqa: F401 - Ray's own imports load it; test_tuner_restore.py uses it without importing it
-import urllib.parse
 
 import pytest
 from ray_compat_fixtures import *  # noqa: F401,F403
@@ -39,22 +37,12 @@ if os.environ.get("RAY_COMPAT_WORK"):
 
 @pytest.fixture
 def mock_s3_bucket_uri():
-    """An ``s3://`` URI (with pyarrow's query options) of a fresh bucket on a moto server."""
-    from ray._common.test_utils import simulate_s3_bucket
+    """An ``s3://`` URI (with pyarrow's query options) of a fresh bucket on a moto server: the
+    harness's ``ray.train.tests.test_new_persistence.mock_s3_bucket_uri``, as a string."""
+    from ray.train.tests.test_new_persistence import mock_s3_bucket_uri as s3_bucket
 
-    port = 5002
-    region = "us-west-2"
-    with simulate_s3_bucket(port=port, region=region) as s3_uri:
-        import boto3
-
-        s3 = boto3.client("s3", region_name=region, endpoint_url=f"http://localhost:{port}")
-        s3.create_bucket(
-            Bucket=urllib.parse.urlparse(s3_uri).netloc,
-            CreateBucketConfiguration={"LocationConstraint": region},
-        )
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        yield s3_uri
-        logging.getLogger("werkzeug").setLevel(logging.INFO)
+    with s3_bucket() as uri:
+        yield str(uri)
 
 
 # Files Tune's tests write at a fixed path outside the work directory (test_searchers.py's

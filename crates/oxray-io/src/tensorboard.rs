@@ -94,10 +94,10 @@ impl EventFileWriter {
     }
 
     /// Appends one event holding `scalars` (tag, value) at `step`.
-    pub fn add_scalars(&mut self, step: i64, scalars: &[(String, f64)]) -> std::io::Result<()> {
+    pub fn add_scalars(&mut self, step: i64, scalars: Vec<(String, f64)>) -> std::io::Result<()> {
         let value = scalars
-            .iter()
-            .map(|(tag, value)| SummaryValue { tag: tag.clone(), kind: Some(SummaryKind::SimpleValue(*value as f32)) })
+            .into_iter()
+            .map(|(tag, value)| SummaryValue { tag, kind: Some(SummaryKind::SimpleValue(value as f32)) })
             .collect();
         self.write_event(&Event { wall_time: wall_time_now(), step, what: Some(EventWhat::Summary(Summary { value })) })
     }
@@ -154,8 +154,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.out.tfevents.1.host");
         let mut writer = EventFileWriter::create(&path).unwrap();
-        writer.add_scalars(1, &[("ray/tune/loss".into(), 0.5), ("ray/tune/acc".into(), 0.0)]).unwrap();
-        writer.add_scalars(2, &[("ray/tune/loss".into(), 0.25)]).unwrap();
+        writer.add_scalars(1, vec![("ray/tune/loss".into(), 0.5), ("ray/tune/acc".into(), 0.0)]).unwrap();
+        writer.add_scalars(2, vec![("ray/tune/loss".into(), 0.25)]).unwrap();
         writer.close().unwrap();
 
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);

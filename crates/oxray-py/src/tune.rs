@@ -225,8 +225,10 @@ impl TensorBoardEventFile {
     }
 
     fn writer(&mut self) -> PyResult<&mut EventFileWriter> {
-        let path = self.path.display().to_string();
-        self.writer.as_mut().ok_or_else(|| PyRuntimeError::new_err(format!("TensorBoard event file {path} is closed")))
+        let path = &self.path;
+        self.writer
+            .as_mut()
+            .ok_or_else(|| PyRuntimeError::new_err(format!("TensorBoard event file {} is closed", path.display())))
     }
 }
 
@@ -247,7 +249,7 @@ impl TensorBoardEventFile {
 
     /// One event holding these (tag, value) scalars at `step`; buffered until `flush`.
     fn add_scalars(&mut self, step: i64, scalars: Vec<(String, f64)>) -> PyResult<()> {
-        let result = self.writer()?.add_scalars(step, &scalars);
+        let result = self.writer()?.add_scalars(step, scalars);
         result.map_err(|e| self.io_error("writing", e))
     }
 

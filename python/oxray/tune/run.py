@@ -366,9 +366,10 @@ def _read_experiment(path, metric: Optional[str], mode: Optional[str]) -> tuple:
     from oxray.tune._internal.trial import Trial
     from oxray.tune.tuner import _result_of
 
-    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
-    if "://" in str(path) or not os.path.isdir(path):
-        raise ValueError(f"ExperimentAnalysis({path!r}): expected the directory of a local experiment")
+    given = os.fspath(path)
+    path = os.path.abspath(os.path.expanduser(given))
+    if "://" in str(given) or not os.path.isdir(path):
+        raise ValueError(f"ExperimentAnalysis({given!r}): expected the directory of a local experiment")
     storage = ExperimentStorage(os.path.dirname(path), os.path.basename(path))
     state, _ = latest_state(path)
     trials = [Trial.from_state(json.loads(trial_json), storage) for trial_json, _ in state["trial_data"]]

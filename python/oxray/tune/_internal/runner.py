@@ -545,7 +545,7 @@ class Runner:
             chosen = self.driver_scheduler.choose_trial_to_run(self.scheduler_view)
             if chosen is None:
                 return
-            if not isinstance(chosen, Trial) or self.trials[chosen.index] is not chosen:
+            if not isinstance(chosen, Trial) or chosen not in self.trials:
                 raise ValueError(
                     f"{type(self.driver_scheduler).__name__}.choose_trial_to_run returned {chosen!r}; expected "
                     "one of the experiment's trials (tune_controller.get_trials()) or None"

@@ -44,9 +44,12 @@ class Domain:
     def _draw(self, config: Any, rng: Any) -> Any:
         raise NotImplementedError
 
-    def _with_sampler(self, name: str, **changes) -> "Domain":
+    def _check_no_sampler(self, name: str) -> None:
         if self._sampler is not None:
             raise ValueError(f"{self!r} samples {self._sampler} already; a domain takes one sampler, not {name} too")
+
+    def _with_sampler(self, name: str, **changes) -> "Domain":
+        self._check_no_sampler(name)
         new = copy.copy(self)
         new.__dict__.update(changes)
         new._sampler = name
@@ -96,8 +99,7 @@ class Float(Domain):
     def normal(self, mean: float = 0.0, sd: float = 1.0) -> "Normal":
         if math.isfinite(self.lower) or math.isfinite(self.upper):
             raise ValueError(f"normal sampling takes no bounds; use Float(None, None).normal({mean}, {sd})")
-        if self._sampler is not None:
-            raise ValueError(f"{self!r} samples {self._sampler} already; a domain takes one sampler, not normal too")
+        self._check_no_sampler("normal")
         normal = Normal(mean, sd, self.q)
         normal._sampler = "normal"
         return normal
