@@ -831,11 +831,9 @@ impl AgentState {
         self.tasks.get(&task_id).is_some_and(|t| t.cancelled)
     }
 
-    /// Cancels the task that produces `object_id`: dropped if queued, interrupted
-    /// (or killed with `force`) if running.
-    /// Cancels the task that produces `object_id`; `recursive` also cancels the
-    /// tasks it submitted that are still here, and those forwarded on (their nodes
-    /// cancel the tasks submitted there in turn).
+    /// Cancels the task that produces `object_id`: dropped if queued, interrupted (or killed
+    /// with `force`) if running. `recursive` also cancels the tasks it submitted that are still
+    /// here, and those forwarded on (their nodes cancel the tasks submitted there in turn).
     pub fn cancel(&mut self, object_id: ObjectId, force: bool, recursive: bool, now_ms: u64) {
         let Some(task_id) = self.tasks.producer_of(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
@@ -843,18 +841,25 @@ impl AgentState {
             return;
         }
         task.cancelled = true;
-        if recursive {
+        let children: Vec<ObjectId> = if recursive {
             let parent = task_id.to_vec();
-            let children: Vec<ObjectId> = self
-                .tasks
+            self.tasks
                 .values()
                 .filter(|t| t.spec.parent_task_id == parent && t.spec.kind != TaskKind::ActorCreation as i32)
                 .filter_map(|t| t.spec.return_ids.first().and_then(|r| ObjectId::from_bytes(r).ok()))
-                .collect();
-            for child in children {
-                self.cancel(child, force, true, now_ms);
-            }
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // The task itself first: an async actor call awaiting a child must see its own
+        // CancelledError, not the child's TaskCancelledError arriving ahead of it.
+        self.cancel_one(task_id, object_id, force, recursive, now_ms);
+        for child in children {
+            self.cancel(child, force, true, now_ms);
         }
+    }
+
+    fn cancel_one(&mut self, task_id: TaskId, object_id: ObjectId, force: bool, recursive: bool, now_ms: u64) {
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
         match task.state {
             TaskState::Running(worker_id) => {
