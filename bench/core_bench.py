@@ -64,6 +64,9 @@ METRICS = [
     ("idle_mem_mib", "idle cluster memory (PSS)", "MiB", "lower", "memory", "{:.1f}"),
     ("idle_mem_rss_mib", "idle cluster memory (RSS, info)", "MiB", "lower", "memory", "{:.1f}"),
     ("idle_procs", "cluster processes (descendants)", "count", "lower", "memory", "{:.0f}"),
+    ("first_task_ms", "first task after init (a cold node)", "ms", "lower", "warmup", "{:.1f}"),
+    ("actor_churn_per_s", "actors created and called once, per second", "actors/s", "higher", "actor_churn", "{:,.1f}"),
+    ("actors_1000_s", "1,000 actors created and called once (oxray)", "s", "lower", "actor_churn", "{:.2f}"),
 ]
 METRIC_BY_KEY = {m[0]: m for m in METRICS}
 
@@ -74,6 +77,8 @@ GOALS = [
     ("task_rtt_ms", "ratio", "<=", 1 / 5, "<= 1/5 of Ray (ratio <= 0.2)"),
     ("putget_over_memcpy_best", "abs", "<=", 2.0, "oxray put+get <= 2x one memcpy"),
     ("idle_mem_mib", "abs", "<", 60.0, "oxray < 60 MiB"),
+    ("actors_1000_s", "abs", "<=", 10.0, "1,000 actors in <= 10 s"),
+    ("first_task_ms", "abs", "<=", 20.0, "first task on a cold node <= 20 ms"),
 ]
 
 
@@ -109,6 +114,7 @@ WORKLOAD_GROUPS = (
     "task_tput",
     "actor_rtt",
     "actor_tput",
+    "actor_churn",
     "first_read",
     "putget",
     "pass_ref",
@@ -446,7 +452,7 @@ class Child:
                 det["actor_create_and_first_call_s"] = _now() - t1
             except Exception as e:
                 det["actor_error"] = f"{type(e).__name__}: {e}"
-            return {}, det
+            return {"first_task_ms": (t1 - t0) * 1e3}, det
 
         warm_ok = self.run_step("warmup", warm)
         self.note_pids()
@@ -579,6 +585,25 @@ class Child:
         self.run_step("actor_rtt", actor_rtt)
         self.run_step("actor_tput", actor_tput)
         self.note_pids()
+
+        # ---- many actors: one worker process each ----------------------
+        def actor_churn():
+            # Ray's workers are whole interpreters (about 60 MiB each): 1,000 do not fit this
+            # machine's memory, so its side creates fewer; the rate compares the two.
+            n = args.actors if self.fw == "oxray" else min(args.actors, args.ray_actors)
+            Actor = ray.remote(_Actor)
+            t0 = _now()
+            actors = [Actor.remote() for _ in range(n)]
+            ray.get([a.m.remote() for a in actors])
+            took = _now() - t0
+            for a in actors:
+                ray.kill(a)
+            out = {"actor_churn_per_s": n / took}
+            if n == 1000:
+                out["actors_1000_s"] = took
+            return out, {"actors": n, "seconds": took}
+
+        self.run_step("actor_churn", actor_churn)
 
         # ---- 256 MiB objects ----------------------------------------------
         if np is None:
@@ -987,6 +1012,10 @@ def run_side(fw, python, args):  # noqa: C901 - a benchmark driver: one branch p
         str(args.init_repeats),
         "--settle",
         str(args.settle),
+        "--actors",
+        str(args.actors),
+        "--ray-actors",
+        str(args.ray_actors),
         "--workload-timeout",
         str(args.workload_timeout),
     ]
@@ -1317,6 +1346,8 @@ def parse_args(argv=None):
         default=0.0,
         help="before each side, wait up to S s until other processes use <10%% CPU",
     )
+    ap.add_argument("--actors", type=int, default=1000, help="actors the oxray side creates (default 1000)")
+    ap.add_argument("--ray-actors", type=int, default=100, help="actors the Ray side creates (default 100)")
     ap.add_argument(
         "--settle", type=float, default=2.0, help="s to wait after warm-up before measuring idle memory (default 2)"
     )

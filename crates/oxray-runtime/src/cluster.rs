@@ -436,6 +436,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         cwd: cfg.cwd.clone(),
         forward_output: cfg.forward_output,
     });
+    agent.warm_worker_template(&[]);
 
     let mut background = Vec::new();
     let service = AgentService { shared: agent.clone(), address: agent_address.clone() };
@@ -696,6 +697,7 @@ impl RunningCluster {
         // Stops serving this node's metrics (the server ends when dropped).
         drop(self.metrics.take());
         self.agent.jobs.stop_all().await;
+        self.agent.stop_actor_updates();
         let pids = self.agent.state.lock().begin_shutdown();
         for pid in &pids {
             crate::agent::signal_worker(*pid, libc::SIGKILL);
@@ -704,6 +706,7 @@ impl RunningCluster {
         while tokio::time::Instant::now() < deadline && !self.agent.state.lock().worker_pids().is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        self.agent.templates.stop_all();
         self.agent.state.lock().store_mut().destroy();
         for task in self.background.drain(..) {
             task.abort();

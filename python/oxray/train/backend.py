@@ -18,6 +18,12 @@ class BackendConfig:
         """A context manager class the training function runs inside, on each worker."""
         return contextlib.nullcontext
 
+    @property
+    def _worker_preload(self) -> tuple:
+        """Modules the workers' processes import before they start (oxray's, not Ray's): the
+        node forks them from a template that has imported these already."""
+        return ()
+
 
 class Backend:
     """Hooks run by the controller around each worker group: `on_start` once its

@@ -7,6 +7,7 @@ import datetime
 import functools
 import inspect
 import os
+import sys
 from typing import Any, Callable, Optional
 
 from oxray import cloudpickle
@@ -156,6 +157,7 @@ class Tuner:
 
         if not ray.is_initialized():
             ray.init()
+        _warm_torch_workers()
         config, run = self._tune_config, self._run_config
         search = self._search_algorithm()
         scheduler = config.scheduler or FIFOScheduler()
@@ -322,3 +324,17 @@ def _result_of(trial) -> Result:
         best_checkpoints=list(trial.checkpoints),
         _metrics_history=list(trial.results),
     )
+
+
+def _warm_torch_workers() -> None:
+    """A driver that imported torch (or `oxray.train.torch`, as Ray's Train + Tune guide does)
+    will likely run TorchTrainers in its trials: the node starts the template that forks their
+    workers with torch imported now, while the first trials start, not when they ask for workers."""
+    if "torch" not in sys.modules and "oxray.train.torch" not in sys.modules:
+        return
+    from oxray.train._internal.worker_group import warm_worker_template
+    from oxray.train.torch.config import TorchConfig
+
+    preload = TorchConfig()._worker_preload
+    if preload:
+        warm_worker_template(preload)

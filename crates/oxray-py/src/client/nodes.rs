@@ -11,6 +11,15 @@ use pyo3::prelude::*;
 
 #[pymethods]
 impl Client {
+    /// Starts this node's worker template for workers with these extra environment variables
+    /// (`OXRAY_TEMPLATE_PRELOAD` names the modules it imports), ahead of the first such worker.
+    fn warm_workers(&self, py: Python<'_>, env_vars: std::collections::HashMap<String, String>) -> PyResult<()> {
+        let mut agent = self.inner.driver();
+        let request = oxray_runtime::proto::WarmWorkersRequest { env_vars };
+        py.detach(|| runtime().block_on(agent.warm_workers(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
     /// Every node the head knows, alive or not.
     fn cluster_info(&self, py: Python<'_>) -> PyResult<Vec<NodeInfo>> {
         self.flush(py)?;

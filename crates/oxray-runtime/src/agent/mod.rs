@@ -11,6 +11,7 @@ mod peers;
 mod profile;
 mod service;
 pub mod state;
+mod template;
 mod workers;
 
 pub use workers::{Sink as OutputSink, print_line as print_worker_line, set_output_sinks};
@@ -37,11 +38,16 @@ pub struct AgentShared {
     pub head: Mutex<Option<HeadConn>>,
     /// Actor updates for the head, sent in order by one task.
     actor_updates: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ActorInfo>>>,
+    /// The task that sends them, stopped at shutdown with what it still holds (the head is
+    /// going away too).
+    actor_updates_sender: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub(crate) peers: peers::PeerLinks,
     /// Worker output for subscribed drivers.
     logs: logs::LogHub,
     /// Jobs the head placed on this node.
     pub(crate) jobs: jobs::NodeJobs,
+    /// Warm processes that fork this node's workers.
+    pub(crate) templates: template::Templates,
 }
 
 pub type HeadConn = HeadServiceClient<
@@ -61,9 +67,11 @@ impl AgentShared {
             spawn: Mutex::new(None),
             head: Mutex::new(None),
             actor_updates: Mutex::new(None),
+            actor_updates_sender: Mutex::new(None),
             peers: peers::PeerLinks::default(),
             logs: logs::LogHub::default(),
             jobs: jobs::NodeJobs::default(),
+            templates: template::Templates::default(),
         })
     }
 
@@ -74,15 +82,24 @@ impl AgentShared {
         // drained in order by one task whose calls each have the head channel's deadline.
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<ActorInfo>();
         let mut sender = head.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             while let Some(info) = rx.recv().await {
                 if let Err(e) = sender.update_actor(info).await {
                     tracing::warn!("could not update the head's actor table: {}", e.message());
                 }
             }
         });
+        *self.actor_updates_sender.lock() = Some(task);
         *self.actor_updates.lock() = Some(tx);
         *self.head.lock() = Some(head);
+    }
+
+    /// Stops sending actor updates to the head (this node is shutting down).
+    pub(crate) fn stop_actor_updates(&self) {
+        self.actor_updates.lock().take();
+        if let Some(task) = self.actor_updates_sender.lock().take() {
+            task.abort();
+        }
     }
 
     fn head(&self) -> Option<HeadConn> {
@@ -206,10 +223,54 @@ impl AgentShared {
         }
     }
 
+    /// Starts the template that forks workers started with `extra_env` (this node's usual
+    /// setup when empty), so the first one does not wait for its imports.
+    pub fn warm_worker_template(&self, extra_env: &[(String, String)]) {
+        let Some(cfg) = self.spawn.lock().clone() else { return };
+        let mut env = self.state.lock().worker_env().to_vec();
+        env.extend_from_slice(extra_env);
+        self.templates.warm(&cfg, &env, extra_env.is_empty());
+    }
+
     fn start_worker(self: &Arc<Self>, worker_id: WorkerId, env: Vec<(String, String)>) {
         let Some(cfg) = self.spawn.lock().clone() else { return };
-        let spawned = workers::spawn_worker(&cfg, worker_id, &env);
-        let mut child = match spawned {
+        let Some(forked) = self.templates.fork(&cfg, worker_id, &env) else {
+            self.start_worker_process(&cfg, worker_id, &env);
+            return;
+        };
+        let this = self.clone();
+        tokio::spawn(async move {
+            let Ok(answer) = tokio::time::timeout(template::REPLY_TIMEOUT, forked.pid).await else {
+                tracing::warn!(
+                    "a worker template did not answer within {:?}: starting the worker without it",
+                    template::REPLY_TIMEOUT
+                );
+                this.start_worker_process(&cfg, worker_id, &env);
+                return;
+            };
+            match answer {
+                Ok(Ok(pid)) => {
+                    let exit = async move { forked.exit.await.unwrap_or_else(|_| "unknown exit".into()) };
+                    let outputs = [forked.stdout, forked.stderr].map(|pipe| {
+                        tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(pipe))
+                            .map(|r| Box::new(r) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)
+                            .ok()
+                    });
+                    let [stdout, stderr] = outputs;
+                    this.watch_worker(&cfg, worker_id, pid, stdout, stderr, exit);
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!("a worker template could not fork a worker ({e}): starting it without one");
+                    this.start_worker_process(&cfg, worker_id, &env);
+                }
+                Err(_) => this.start_worker_process(&cfg, worker_id, &env),
+            }
+        });
+    }
+
+    /// Starts a worker as a fresh interpreter.
+    fn start_worker_process(self: &Arc<Self>, cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) {
+        let mut child = match workers::spawn_worker(cfg, worker_id, env) {
             Ok(child) => child,
             Err(e) => {
                 let status = format!("could not start {}: {e}", cfg.python);
@@ -218,14 +279,32 @@ impl AgentShared {
             }
         };
         let pid = child.id().unwrap_or(0);
+        let stdout = child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+        let stderr = child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>);
+        let exit = async move {
+            match child.wait().await {
+                Ok(s) => describe_exit(s),
+                Err(e) => format!("wait failed: {e}"),
+            }
+        };
+        self.watch_worker(cfg, worker_id, pid, stdout, stderr, exit);
+    }
+
+    /// Records a started worker's pid, forwards its output, and reports its exit.
+    fn watch_worker(
+        self: &Arc<Self>,
+        cfg: &SpawnConfig,
+        worker_id: WorkerId,
+        pid: u32,
+        stdout: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+        stderr: Option<Box<dyn tokio::io::AsyncRead + Unpin + Send>>,
+        exit: impl Future<Output = String> + Send + 'static,
+    ) {
         self.state.lock().set_worker_pid(worker_id, pid);
         let _ = oxray_object_store::create_private_dir_all(&cfg.log_dir());
         let log_path = cfg.log_dir().join(format!("worker-{}-{pid}.log", worker_id.short()));
         let forward = cfg.forward_output;
-        for (stream, to_stderr) in [
-            (child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), false),
-            (child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>), true),
-        ] {
+        for (stream, to_stderr) in [(stdout, false), (stderr, true)] {
             let Some(stream) = stream else { continue };
             let this = self.clone();
             let path = log_path.clone();
@@ -246,10 +325,7 @@ impl AgentShared {
         }
         let this = self.clone();
         tokio::spawn(async move {
-            let status = match child.wait().await {
-                Ok(s) => describe_exit(s),
-                Err(e) => format!("wait failed: {e}"),
-            };
+            let status = exit.await;
             this.with_state(|st| st.worker_exited(worker_id, status, clock::now_ms()));
         });
     }

@@ -17,8 +17,8 @@ use oxray_proto::{
     ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
     PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
     ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest,
-    TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WorkerEvent,
-    driver_session_event, peer_message, worker_event,
+    TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WarmWorkersRequest,
+    WorkerEvent, driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -485,6 +485,13 @@ impl DriverService for AgentService {
     async fn update_experiment(&self, request: Request<ExperimentUpdate>) -> Result<Response<Empty>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
         head.update_experiment(request.into_inner()).await
+    }
+
+    async fn warm_workers(&self, request: Request<WarmWorkersRequest>) -> Result<Response<Empty>, Status> {
+        let mut env_vars: Vec<(String, String)> = request.into_inner().env_vars.into_iter().collect();
+        env_vars.sort();
+        self.shared.warm_worker_template(&env_vars);
+        Ok(Response::new(Empty {}))
     }
 }
 

@@ -25,22 +25,31 @@ impl SpawnConfig {
 
 const MIMALLOC_PURGE_DELAY: &str = "MIMALLOC_PURGE_DELAY";
 
-pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
-    let mut cmd = Command::new(&cfg.python);
-    cmd.args(["-m", "oxray._private.worker_main"])
-        .env("OXRAY_AGENT_ADDRESS", &cfg.agent_address)
-        .env("OXRAY_TOKEN", &cfg.token)
-        .env("OXRAY_WORKER_ID", worker_id.hex())
-        .env("OXRAY_NODE_ID", cfg.node_id.hex())
-        .env("OXRAY_SESSION_DIR", &cfg.session_dir)
-        .env("PYTHONUNBUFFERED", "1")
-        .env("OXRAY_RUNTIME_THREADS", "0");
+/// What every worker's environment has, whoever starts it (this agent, or a template).
+pub(super) fn worker_base_env(cfg: &SpawnConfig) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("OXRAY_AGENT_ADDRESS".to_string(), cfg.agent_address.clone()),
+        ("OXRAY_TOKEN".to_string(), cfg.token.clone()),
+        ("OXRAY_NODE_ID".to_string(), cfg.node_id.hex()),
+        ("OXRAY_SESSION_DIR".to_string(), cfg.session_dir.to_string_lossy().into_owned()),
+        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+        ("OXRAY_RUNTIME_THREADS".to_string(), "0".to_string()),
+    ];
     // A worker outlives its tasks: memory Arrow (through its mimalloc) frees goes back to the
     // OS at once, not kept for a task that may never come (the node's own setting wins).
     if std::env::var_os(MIMALLOC_PURGE_DELAY).is_none() {
-        cmd.env(MIMALLOC_PURGE_DELAY, "0");
+        env.push((MIMALLOC_PURGE_DELAY.to_string(), "0".to_string()));
     }
-    cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    env
+}
+
+/// Starts a worker as a fresh interpreter (when no template serves it).
+pub(super) fn spawn_worker(cfg: &SpawnConfig, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Child> {
+    let mut cmd = Command::new(&cfg.python);
+    cmd.args(["-m", "oxray._private.worker_main"])
+        .envs(worker_base_env(cfg))
+        .env("OXRAY_WORKER_ID", worker_id.hex())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .current_dir(&cfg.cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

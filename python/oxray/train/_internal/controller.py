@@ -129,6 +129,7 @@ class TrainController:
                 self.scaling.placement_strategy,
                 self.run_config.worker_runtime_env,
                 self.scaling.worker_label_selectors,
+                preload=self.backend_config._worker_preload,
             )
             self.reporter.attempt_started()
             try:

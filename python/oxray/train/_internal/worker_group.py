@@ -178,6 +178,24 @@ def start_timeout_s() -> float:
     return float(os.environ.get("OXRAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "300"))
 
 
+# Read by the node agent: workers with this variable are forked from a template process that
+# imported those modules (see `oxray._private.worker_template`).
+TEMPLATE_PRELOAD_ENV = "OXRAY_TEMPLATE_PRELOAD"
+
+
+def warm_worker_template(preload: tuple) -> None:
+    """Starts this node's template for workers that import `preload` first, so that the first
+    worker group does not wait for those imports (best effort: a failure only costs that wait)."""
+    from oxray._private import options as opts
+    from oxray._private.api import _client
+
+    env = opts.submitted_env_vars({"runtime_env": {"env_vars": {TEMPLATE_PRELOAD_ENV: ",".join(preload)}}})
+    try:
+        _client().warm_workers(env)
+    except Exception as e:  # noqa: BLE001 - an optimisation: the workers still start without it
+        _log(f"could not start a worker template that imports {', '.join(preload)} ahead of time: {e}")
+
+
 class WorkerGroup:
     def __init__(
         self,
@@ -186,8 +204,10 @@ class WorkerGroup:
         strategy: str,
         runtime_env: Optional[dict] = None,
         label_selectors: Optional[list] = None,
+        preload: tuple = (),
     ):
         self.num_workers = num_workers
+        self.preload = preload
         self.label_selectors = label_selectors or []
         self.resources = resources
         self.strategy = strategy
@@ -212,8 +232,13 @@ class WorkerGroup:
         }
         if "memory" in res:
             options["memory"] = res.pop("memory")
-        if self.runtime_env:
-            options["runtime_env"] = self.runtime_env
+        runtime_env = dict(self.runtime_env or {})
+        if self.preload:
+            # The node forks these workers from a template that imported the modules (the user's
+            # own setting of the variable wins).
+            runtime_env["env_vars"] = {TEMPLATE_PRELOAD_ENV: ",".join(self.preload), **runtime_env.get("env_vars", {})}
+        if runtime_env:
+            options["runtime_env"] = runtime_env
         if res:
             options["resources"] = res
         return options

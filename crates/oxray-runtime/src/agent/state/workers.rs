@@ -109,6 +109,11 @@ impl WorkerPool {
 }
 
 impl AgentState {
+    /// The environment every worker of this node starts with.
+    pub fn worker_env(&self) -> &[(String, String)] {
+        &self.workers.env
+    }
+
     /// Whether `pid` is one of this node's worker processes.
     pub fn is_worker_pid(&self, pid: u32) -> bool {
         pid != 0 && self.workers.values().any(|w| w.pid == pid)
