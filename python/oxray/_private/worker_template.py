@@ -6,8 +6,9 @@ shares the imported modules' pages with the template until written.
 
 The agent starts one template per import setup (the interpreter, working directory, the import
 path and the environment variables read at import time; see `oxray-runtime`'s `agent/template.rs`)
-with a SOCK_SEQPACKET socket on fd 3. Each request is one message: JSON `{"worker_id", "env"}`
-(the worker's whole environment) with its stdout and stderr pipes attached (SCM_RIGHTS). The
+with a SOCK_SEQPACKET socket on fd 3. Each request is one message: JSON
+`{"worker_id", "set", "unset"}` (how the worker's environment differs from the template's) with its
+stdout and stderr pipes attached (SCM_RIGHTS). The
 template answers `{"pid"}` (or `{"error"}`) in request order and reports each worker's end as
 `{"exited": pid, "status": <wait status>}`, since only a parent can reap its children.
 
@@ -124,12 +125,11 @@ def become_worker(libc, request: dict, fds) -> None:
     os.dup2(stderr, 2)
     for fd in (devnull, stdout, stderr):
         os.close(fd)
-    # The environment a process the agent started now would have (the agent's own may have
-    # changed since this template started).
-    env = request["env"]
-    for name in [n for n in os.environ if n not in env]:
-        del os.environ[name]
-    os.environ.update(env)
+    # The environment a process the agent started now would have: the request names what differs
+    # from this template's own (the agent's may have changed since, and the worker has its own).
+    for name in request["unset"]:
+        os.environ.pop(name, None)
+    os.environ.update(request["set"])
     os.environ["OXRAY_WORKER_ID"] = request["worker_id"]
     from oxray._private import worker_main
 

@@ -103,11 +103,11 @@ impl Templates {
     /// `node_own` setup (the node's usual workers') stays for the node's life.
     pub(super) fn warm(&self, cfg: &SpawnConfig, env: &[(String, String)], node_own: bool) {
         if self.enabled {
-            let setup = setup_of(&process_env(cfg, env));
+            let env = process_env(cfg, env);
             if node_own {
-                *self.node_setup.lock() = Some(setup.clone());
+                *self.node_setup.lock() = Some(setup_of(&env));
             }
-            self.template_for(cfg, setup);
+            self.template_for(cfg, &env);
         }
     }
 
@@ -118,7 +118,7 @@ impl Templates {
             return None;
         }
         let env = process_env(cfg, env);
-        let template = self.template_for(cfg, setup_of(&env))?;
+        let template = self.template_for(cfg, &env)?;
         match template.request(worker_id, &env) {
             Ok(forked) => Some(forked),
             Err(e) => {
@@ -136,7 +136,8 @@ impl Templates {
         }
     }
 
-    fn template_for(&self, cfg: &SpawnConfig, setup: Setup) -> Option<Arc<Template>> {
+    fn template_for(&self, cfg: &SpawnConfig, env: &[(String, String)]) -> Option<Arc<Template>> {
+        let setup = setup_of(env);
         let node_setup = self.node_setup.lock().clone();
         let mut by_setup = self.by_setup.lock();
         // Templates of other setups that ended, or have had no worker for a while, go.
@@ -154,7 +155,7 @@ impl Templates {
         if by_setup.keys().filter(|s| Some(*s) != node_setup.as_ref()).count() >= MAX_EXTRA_TEMPLATES {
             return None; // its workers start as fresh interpreters
         }
-        match Template::start(cfg, &setup) {
+        match Template::start(cfg, env) {
             Ok(t) => {
                 by_setup.insert(setup, t.clone());
                 Some(t)
@@ -170,23 +171,39 @@ impl Templates {
 /// Requests a template has not answered, and the exits it has yet to report.
 #[derive(Default)]
 struct Inflight {
+    /// Requests handed to the sending thread, not sent yet.
+    queued: usize,
     replies: VecDeque<Waiting>,
     exits: HashMap<u32, oneshot::Sender<String>>,
     ended: bool,
 }
 
+/// A fork request on its way to the sending thread.
+struct Outgoing {
+    message: String,
+    pipes: [std::io::PipeWriter; 2],
+    waiting: Waiting,
+}
+
 struct Template {
     control: OwnedFd,
     pid: Mutex<u32>,
-    inflight: Mutex<Inflight>,
+    inflight: Arc<Mutex<Inflight>>,
     last_used: Mutex<std::time::Instant>,
+    /// The environment it started with: a request carries only what differs.
+    start_env: HashMap<String, String>,
+    /// To the thread that sends requests, in order, waiting while the template is busy.
+    outgoing: Mutex<Option<std::sync::mpsc::Sender<Outgoing>>>,
 }
 
 impl Template {
     /// No worker of its own is alive or coming, and none was asked for within `idle`.
     fn idle_for(&self, idle: std::time::Duration) -> bool {
         let inflight = self.inflight.lock();
-        inflight.replies.is_empty() && inflight.exits.is_empty() && self.last_used.lock().elapsed() >= idle
+        inflight.queued == 0
+            && inflight.replies.is_empty()
+            && inflight.exits.is_empty()
+            && self.last_used.lock().elapsed() >= idle
     }
 
     fn kill(&self) {
@@ -198,19 +215,24 @@ impl Template {
         }
     }
 
-    fn start(cfg: &SpawnConfig, setup: &[(String, String)]) -> std::io::Result<Arc<Template>> {
+    fn start(cfg: &SpawnConfig, env: &[(String, String)]) -> std::io::Result<Arc<Template>> {
         let (ours, theirs) =
             rustix::net::socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)?;
+        let sending = ours.try_clone()?;
+        let (outgoing, requests) = std::sync::mpsc::channel();
+        let inflight = Arc::new(Mutex::new(Inflight::default()));
         let template = Arc::new(Template {
             control: ours,
             pid: Mutex::new(0),
-            inflight: Mutex::default(),
+            inflight: inflight.clone(),
             last_used: Mutex::new(std::time::Instant::now()),
+            start_env: env.iter().cloned().collect(),
+            outgoing: Mutex::new(Some(outgoing)),
         });
         let mut cmd = std::process::Command::new(&cfg.python);
         cmd.args(["-m", "oxray._private.worker_template"])
-            .envs(worker_base_env(cfg))
-            .envs(setup.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_clear()
+            .envs(template.start_env.iter())
             .current_dir(&cfg.cwd)
             .stdin(std::process::Stdio::null());
         let _ = oxray_object_store::create_private_dir_all(&cfg.log_dir());
@@ -236,6 +258,9 @@ impl Template {
                 Ok(())
             });
         }
+        std::thread::Builder::new()
+            .name("oxray-template-send".into())
+            .spawn(move || send_requests(&sending, &requests, &inflight))?;
         let watched = template.clone();
         std::thread::Builder::new().name("oxray-template".into()).spawn(move || {
             match cmd.spawn() {
@@ -263,26 +288,28 @@ impl Template {
         Ok(template)
     }
 
-    /// Sends one fork request; the worker's output pipes go with it.
+    /// Queues one fork request for a worker whose whole environment is `env`; its output pipes
+    /// go with it.
     fn request(&self, worker_id: WorkerId, env: &[(String, String)]) -> std::io::Result<Forked> {
         let (stdout, stdout_w) = std::io::pipe()?;
         let (stderr, stderr_w) = std::io::pipe()?;
-        let env: serde_json::Map<String, serde_json::Value> =
-            env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
-        let message = serde_json::json!({"worker_id": worker_id.hex(), "env": env}).to_string();
+        let wanted: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let set: serde_json::Map<String, serde_json::Value> = wanted
+            .iter()
+            .filter(|(k, v)| self.start_env.get(**k).map(String::as_str) != Some(**v))
+            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+            .collect();
+        let unset: Vec<&str> = self.start_env.keys().map(String::as_str).filter(|k| !wanted.contains_key(k)).collect();
+        let message = serde_json::json!({"worker_id": worker_id.hex(), "set": set, "unset": unset}).to_string();
         let (pid_tx, pid) = oneshot::channel();
         let (exit_tx, exit) = oneshot::channel();
+        let request = Outgoing { message, pipes: [stdout_w, stderr_w], waiting: (pid_tx, exit_tx) };
         let mut inflight = self.inflight.lock();
-        if inflight.ended {
-            return Err(std::io::Error::other("the template has ended"));
+        let queue = self.outgoing.lock();
+        match queue.as_ref() {
+            Some(queue) if !inflight.ended && queue.send(request).is_ok() => inflight.queued += 1,
+            _ => return Err(std::io::Error::other("the template has ended")),
         }
-        let fds = [stdout_w.as_fd(), stderr_w.as_fd()];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
-        let mut ancillary = SendAncillaryBuffer::new(&mut space);
-        ancillary.push(SendAncillaryMessage::ScmRights(&fds));
-        // Never waits: a template that does not keep up is passed by (the caller starts the worker).
-        rustix::net::sendmsg(&self.control, &[IoSlice::new(message.as_bytes())], &mut ancillary, SendFlags::DONTWAIT)?;
-        inflight.replies.push_back((pid_tx, exit_tx));
         Ok(Forked { pid, exit, stdout, stderr })
     }
 
@@ -333,6 +360,7 @@ impl Template {
     /// The template is gone: requests it did not answer fail (their callers start the workers
     /// themselves), and its workers, which their parent-death signal ends, are reported ended.
     fn end(&self, status: &str) {
+        self.outgoing.lock().take();
         let mut inflight = self.inflight.lock();
         inflight.ended = true;
         for (pid_tx, _) in inflight.replies.drain(..) {
@@ -340,6 +368,50 @@ impl Template {
         }
         for (_, exit_tx) in inflight.exits.drain() {
             let _ = exit_tx.send(status.to_string());
+        }
+    }
+}
+
+/// The sending thread: each request in turn, waiting while the template's socket is full (it is
+/// still importing, or forking the ones before). A request that cannot be sent fails back to its
+/// caller, which starts the worker itself.
+fn send_requests(control: &OwnedFd, requests: &std::sync::mpsc::Receiver<Outgoing>, inflight: &Mutex<Inflight>) {
+    for Outgoing { message, pipes, waiting } in requests.iter() {
+        let sent = {
+            let mut inflight = inflight.lock();
+            inflight.queued -= 1;
+            if inflight.ended {
+                Err(std::io::Error::other("the template has ended"))
+            } else {
+                // Expected before it is sent, so that its answer always finds it.
+                inflight.replies.push_back(waiting);
+                Ok(())
+            }
+        };
+        let sent = sent.and_then(|()| {
+            let fds = [pipes[0].as_fd(), pipes[1].as_fd()];
+            let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut ancillary = SendAncillaryBuffer::new(&mut space);
+            ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+            loop {
+                match rustix::net::sendmsg(
+                    control,
+                    &[IoSlice::new(message.as_bytes())],
+                    &mut ancillary,
+                    SendFlags::empty(),
+                ) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    done => return done.map(drop).map_err(std::io::Error::from),
+                }
+            }
+        });
+        if let Err(e) = sent {
+            let mut inflight = inflight.lock();
+            // Ours is the newest expected answer, unless it was never queued (the template ended).
+            let waiting = if inflight.ended { None } else { inflight.replies.pop_back() };
+            if let Some((pid_tx, _)) = waiting {
+                let _ = pid_tx.send(Err(format!("could not send the request: {e}")));
+            }
         }
     }
 }
