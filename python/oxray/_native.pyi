@@ -499,8 +499,11 @@ class Client:
 
     # worker side
     def worker_connect(self) -> None: ...
-    def next_assignment(self, timeout_s: float) -> Assignment | None:
-        """The next assignment, None on timeout; raises OxrayRpcError when the agent is gone."""
+    def next_assignment(self, timeout_s: float | None = None) -> Assignment | None:
+        """The next assignment, None on timeout (None: none) or when woken; raises OxrayRpcError
+        when the agent is gone."""
+    def wake_worker_loop(self) -> None:
+        """Ends the worker loop's wait for its next assignment (now, or the next one's at once)."""
     def task_cancelled(self, task_id: bytes) -> bool:
         """Whether the agent cancelled the task (asked after an interrupt outside user code)."""
     def task_done(

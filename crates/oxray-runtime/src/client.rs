@@ -197,7 +197,9 @@ pub struct CoreClient {
     /// first, so the agent sees this client's requests in order.
     queued: Mutex<Vec<TaskSpec>>,
     sending: tokio::sync::Mutex<()>,
-    queued_signal: tokio::sync::Notify,
+    queued_signal: std::sync::Arc<tokio::sync::Notify>,
+    /// Signalled when a reference count or a view changed, for the task that flushes them.
+    refs_changed: std::sync::Arc<tokio::sync::Notify>,
     /// The same signal for a sender thread outside the async runtime (a worker's
     /// runtime has no threads of its own to run `run_sender` while user code runs).
     queued_ready: parking_lot::Condvar,
@@ -415,7 +417,8 @@ impl CoreClient {
             released: Mutex::new(Vec::new()),
             queued: Mutex::new(Vec::new()),
             sending: tokio::sync::Mutex::new(()),
-            queued_signal: tokio::sync::Notify::new(),
+            queued_signal: std::sync::Arc::default(),
+            refs_changed: std::sync::Arc::default(),
             queued_ready: parking_lot::Condvar::new(),
             send_error: Mutex::new(None),
             worker_events: Mutex::new(None),
@@ -593,12 +596,15 @@ impl CoreClient {
                 c.send_queued().await;
                 continue;
             }
-            let signal = c.queued_signal.notified();
+            let queued_signal = c.queued_signal.clone();
+            let signal = queued_signal.notified();
             tokio::pin!(signal);
             signal.as_mut().enable();
             if c.queued.lock().is_empty() {
-                // Wake up now and then to notice that the client was dropped.
-                let _ = tokio::time::timeout(Duration::from_millis(200), signal).await;
+                drop(c);
+                // Wake up now and then to notice that the client was dropped (rarely: a thousand
+                // idle workers each waking often keep a node's CPUs busy).
+                let _ = tokio::time::timeout(Duration::from_secs(5), signal).await;
             }
         }
     }
@@ -611,10 +617,18 @@ impl CoreClient {
 
     pub fn incref(&self, id: ObjectId) {
         self.refs.lock().incref(id);
+        self.refs_changed.notify_one();
     }
 
     pub fn decref(&self, id: ObjectId) {
         self.refs.lock().decref(id);
+        self.refs_changed.notify_one();
+    }
+
+    /// Signalled after each reference change (one stored wake-up while nobody waits): the
+    /// background flush waits on it instead of polling, so an idle process sleeps.
+    pub fn refs_changed(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.refs_changed.clone()
     }
 
     pub fn mark_reported(&self, id: ObjectId) {
@@ -636,6 +650,7 @@ impl CoreClient {
     /// This process dropped a view of the object's arena range.
     pub fn release_view(&self, id: ObjectId) {
         self.released.lock().push(id);
+        self.refs_changed.notify_one();
     }
 
     /// Opens a worker's session with the agent: returns the stream of assignments.

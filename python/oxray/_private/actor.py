@@ -72,6 +72,9 @@ def exit_actor():
             "use ray.kill(handle) to end one from outside"
         )
     STATE.actor_exit_cause = EXIT_ACTOR_CAUSE
+    # The worker's loop ends the actor even if user code swallows what this raises (outside a
+    # call, in an async actor's background task, nothing else would wake it).
+    STATE.client.wake_worker_loop()
     if STATE.async_actor:
         raise AsyncioActorExit()
     raise ActorExitRequest(EXIT_ACTOR_CAUSE)

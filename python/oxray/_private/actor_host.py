@@ -178,6 +178,11 @@ class ActorHost:
         """The event loop of the concurrency group whose thread this is (an async actor's)."""
         return self.group_loops.get(getattr(self.group_of_thread, "name", ""), self.event_loop)
 
+    def calls_running(self) -> bool:
+        """Whether calls handed to this worker's threads have not ended."""
+        with self.calls_lock:
+            return bool(self.calls_here)
+
     def call_ended(self, task_id: bytes) -> None:
         """A call handed to this worker is done (a reclamation may be waiting for it)."""
         if self.calls_here:

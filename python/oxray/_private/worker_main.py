@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 
 import cloudpickle
@@ -380,13 +381,21 @@ class Worker:
 
     def loop(self):
         preload = _preload_names()
+        exit_seen = None
         while True:
+            timeout = _IDLE_BEFORE_PRELOAD_S if preload else None
             if STATE.actor_exit_cause:
-                # `exit_actor()` outside any call (an async actor's background task), as Ray checks
-                # between tasks: the actor ends now.
-                self.actors.exit(self.actors.creation_task_id, STATE.actor_exit_cause)
+                # `exit_actor()` (it woke this loop): a call that made it ends the actor itself,
+                # failing that call. Outside any call (an async actor's background task), or
+                # when the calls running do not end soon, the actor ends from here.
+                exit_seen = exit_seen or time.monotonic()
+                if not self.actors.calls_running() or time.monotonic() - exit_seen > _EXIT_FROM_LOOP_AFTER_S:
+                    self.actors.exit(self.actors.creation_task_id, STATE.actor_exit_cause)
+                timeout = 0.05
             try:
-                a = self.client.next_assignment(_IDLE_BEFORE_PRELOAD_S if preload else 1.0)
+                # No timeout once the preloads are done: an idle worker sleeps until the agent
+                # (or `exit_actor()`, through `wake_worker_loop`) has something for it.
+                a = self.client.next_assignment(timeout)
             except KeyboardInterrupt:
                 continue  # a cancel that arrived between tasks
             except _native.OxrayRpcError:
@@ -397,9 +406,9 @@ class Worker:
                 self.actors.cancel_call(a.cancel_task_id)
                 continue
             if a is None:
-                if preload:
+                if preload and not self.actors.creation_task_id:
                     _preload(preload)
-                    preload = []
+                preload = []
                 continue
             if a.kind == TaskKind.ACTOR_TASK and (self.actors.pool is not None or a.concurrency_group):
                 # Threads of its own, or a call to a group this actor lacks.
@@ -436,13 +445,17 @@ def _exit_process(code) -> None:
     os._exit(code or 0)
 
 
-# Modules a worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so
+# Modules a pool worker imports once it has been idle for `_IDLE_BEFORE_PRELOAD_S`, so
 # the first task that needs them does not pay the import: numpy's alone is 60-110
-# ms, which was most of a worker's "first read" of an ndarray. The import runs on
+# ms, which was most of a worker's "first read" of an ndarray. An actor's worker does not:
+# a thousand actors would spend a minute of CPU importing numpy most of them never use. The import runs on
 # the worker's main thread between tasks, never beside one: two threads importing
 # numpy at once can see it partially initialized. `OXRAY_WORKER_PRELOAD` is a
 # comma-separated list; empty turns preloading off.
 _DEFAULT_PRELOAD = "numpy"
+# How long the calls running when `exit_actor()` was called outside them may go on before the
+# worker's loop ends the actor anyway.
+_EXIT_FROM_LOOP_AFTER_S = 1.0
 _IDLE_BEFORE_PRELOAD_S = 0.25
 
 

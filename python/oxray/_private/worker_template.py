@@ -20,6 +20,7 @@ It dies with its agent (parent-death signal); its workers die with it in turn.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -141,6 +142,10 @@ def main() -> None:
     # Dies with the agent; its workers then get theirs (SIGTERM, which kills each one's group).
     _set_parent_death_signal(libc, signal.SIGTERM)
     _warm_up()
+    # What the imports made moves out of the collector's reach: a worker's collections then never
+    # write to (and so copy) the pages it shares with this template.
+    gc.collect()
+    gc.freeze()
     request, fds = serve(libc)
     become_worker(libc, request, fds)
 

@@ -46,6 +46,8 @@ pub(crate) struct Client {
     /// Assignments read from the stream ahead of their turn (behind an actor call), each
     /// with whether a cancel of it arrived before it started.
     read_ahead: Mutex<VecDeque<(proto::Assignment, bool)>>,
+    /// Wakes a worker's loop waiting for its next assignment (`wake_worker_loop`).
+    worker_loop_wake: tokio::sync::Notify,
     /// This process's mapping of each node arena it has seen (mapped once, kept warm).
     arenas: Mutex<HashMap<String, Arc<ArenaMap>>>,
     /// Started with the first submission in a process whose runtime has no threads.
@@ -81,12 +83,18 @@ impl Client {
             })
             .map_err(rpc_err)?;
         let inner = Arc::new(inner);
-        // Reference drops are flushed in the background too, so idle drivers free memory.
+        // Reference drops are flushed in the background too, so idle drivers free memory: 50 ms
+        // after a change, with the changes made meanwhile. An idle process sleeps (it wakes every
+        // few seconds to notice that the client was dropped).
         let weak = Arc::downgrade(&inner);
+        let changed = inner.refs_changed();
         runtime().spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(50));
             loop {
-                tick.tick().await;
+                let _ = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
+                if weak.strong_count() == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 let Some(client) = weak.upgrade() else { break };
                 if client.has_ref_changes() {
                     let _ = client.flush_refs().await;
@@ -98,6 +106,7 @@ impl Client {
             inner,
             assignments: Mutex::new(None),
             read_ahead: Mutex::new(VecDeque::new()),
+            worker_loop_wake: tokio::sync::Notify::new(),
             arenas: Mutex::new(HashMap::new()),
             sender_thread: Once::new(),
         })

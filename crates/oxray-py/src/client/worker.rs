@@ -13,26 +13,33 @@ use pyo3::prelude::*;
 
 impl Client {
     /// The next message on the assignment stream, None on timeout.
-    fn read_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Box<proto::Assignment>>> {
+    fn read_assignment(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<Option<Box<proto::Assignment>>> {
         // Taken out while waiting: the stream is moved into the GIL-free section.
         let mut stream =
             self.assignments.lock().take().ok_or_else(|| PyValueError::new_err("worker_connect() was not called"))?;
-        let deadline = super::objects::deadline_after(Some(timeout_s))?;
+        let deadline = super::objects::deadline_after(timeout_s)?;
+        let wake = &self.worker_loop_wake;
         let (item, stream) = py.detach(move || {
             let item = runtime().block_on(async {
-                match deadline {
-                    Some(d) => tokio::time::timeout_at(d.into(), stream.message()).await,
-                    None => Ok(stream.message().await),
+                let read = async {
+                    match deadline {
+                        Some(d) => tokio::time::timeout_at(d.into(), stream.message()).await.ok(),
+                        None => Some(stream.message().await),
+                    }
+                };
+                tokio::select! {
+                    item = read => item,
+                    () = wake.notified() => None,
                 }
             });
             (item, stream)
         });
         *self.assignments.lock() = Some(stream);
         match item {
-            Err(_elapsed) => Ok(None),
-            Ok(Ok(Some(a))) => Ok(Some(Box::new(a))),
-            Ok(Ok(None)) => Err(OxrayRpcError::new_err("the node agent closed the stream")),
-            Ok(Err(status)) => Err(OxrayRpcError::new_err(status.message().to_string())),
+            None => Ok(None),
+            Some(Ok(Some(a))) => Ok(Some(Box::new(a))),
+            Some(Ok(None)) => Err(OxrayRpcError::new_err("the node agent closed the stream")),
+            Some(Err(status)) => Err(OxrayRpcError::new_err(status.message().to_string())),
         }
     }
 
@@ -86,10 +93,17 @@ impl Client {
         Ok(())
     }
 
-    /// The next assignment, None on timeout; raises when the agent is gone.
-    /// The calling thread reads the stream itself (in a worker the runtime runs on
-    /// the calling threads), so a task reaches Python with no thread hand-off.
-    fn next_assignment(&self, py: Python<'_>, timeout_s: f64) -> PyResult<Option<Assignment>> {
+    /// Ends the wait of `next_assignment` (now, or the next one's at once): the worker's loop
+    /// has something to do besides assignments (`exit_actor()` outside any call).
+    fn wake_worker_loop(&self) {
+        self.worker_loop_wake.notify_one();
+    }
+
+    /// The next assignment, None on timeout (None: no timeout) or when woken; raises when the
+    /// agent is gone. The calling thread reads the stream itself (in a worker the runtime runs
+    /// on the calling threads), so a task reaches Python with no thread hand-off.
+    #[pyo3(signature = (timeout_s=None))]
+    fn next_assignment(&self, py: Python<'_>, timeout_s: Option<f64>) -> PyResult<Option<Assignment>> {
         let ahead = self.read_ahead.lock().pop_front();
         let (assignment, mut cancelled_before_start) = match ahead {
             Some((a, cancelled)) => (Box::new(a), cancelled),

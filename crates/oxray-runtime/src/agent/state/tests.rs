@@ -1287,3 +1287,31 @@ fn a_gpu_task_never_runs_in_a_worker_that_ran_a_cpu_only_task() {
     st.schedule(NOW);
     assert_eq!(next(&mut rx).unwrap().name, "t3");
 }
+
+#[test]
+fn at_most_32_actor_workers_start_at_once_and_each_connection_or_exit_lets_the_next_start() {
+    let mut st = new_state(2.0, 0);
+    for n in 0..40u8 {
+        let spec = TaskSpec {
+            task_id: vec![n; 16],
+            actor_id: vec![200 - n; 16],
+            placement_resources: HashMap::new(),
+            ..actor_spec(0)
+        };
+        st.register_actor(&spec, false).unwrap();
+        st.submit(DRIVER, spec, NOW).unwrap();
+    }
+    st.schedule(NOW);
+    let first = spawned(&mut st);
+    assert_eq!(first.len(), 32, "the rest wait for a start to end");
+    let _rx = connect(&mut st, first[0], 1000);
+    assert_eq!(spawned(&mut st).len(), 1, "a connection lets one more start");
+    st.worker_exited(first[1], "exit code 1".into(), NOW);
+    assert_eq!(spawned(&mut st).len(), 1, "so does a worker that died starting");
+    for (i, w) in first[2..8].iter().enumerate() {
+        let _rx = connect(&mut st, *w, 1001 + i as u32);
+    }
+    assert_eq!(spawned(&mut st).len(), 6, "every actor's worker started in the end");
+    let _rx = connect(&mut st, first[8], 2000);
+    assert!(spawned(&mut st).is_empty(), "none is left waiting");
+}

@@ -52,7 +52,15 @@ pub(super) struct WorkerPool {
     pub(super) start_env: WorkerStartEnv,
     /// Workers that exited before connecting, in a row: three fail the ready tasks.
     failed_starts: u32,
+    /// Actors' worker processes started and not connected yet.
+    actors_starting: HashSet<WorkerId>,
+    /// Actors' worker processes to start once fewer are starting (with their environments).
+    deferred: VecDeque<(WorkerId, Vec<(String, String)>)>,
 }
+
+/// Actors' worker processes starting at once, at most: each start (a fork, then connecting) is
+/// cheap, but a thousand at once starve the agent, and the workers' connections time out.
+const ACTOR_STARTS_AT_ONCE: usize = 32;
 
 impl WorkerPool {
     pub(super) fn new(max_starting: usize, env: Vec<(String, String)>, inherited: WorkerStartEnv) -> Self {
@@ -65,7 +73,14 @@ impl WorkerPool {
             max_starting: max_starting.max(1),
             env,
             failed_starts: 0,
+            actors_starting: HashSet::new(),
+            deferred: VecDeque::new(),
         }
+    }
+
+    /// Whether `worker_id` is an actor's worker that was starting: it no longer is.
+    fn actor_started(&mut self, worker_id: WorkerId) -> bool {
+        self.actors_starting.remove(&worker_id)
     }
 
     pub(super) fn get(&self, id: &WorkerId) -> Option<&WorkerEntry> {
@@ -137,6 +152,7 @@ impl AgentState {
         }
         let mut env = self.workers.env.clone();
         env.extend(extra_env);
+        let is_actor = matches!(role, WorkerRole::Actor(_));
         self.workers.workers.insert(
             worker_id,
             WorkerEntry {
@@ -153,8 +169,27 @@ impl AgentState {
                 ran_cpu_only: false,
             },
         );
-        self.actions.push(Action::SpawnWorker { worker_id, env });
+        if is_actor && self.workers.actors_starting.len() >= ACTOR_STARTS_AT_ONCE {
+            self.workers.deferred.push_back((worker_id, env));
+        } else {
+            if is_actor {
+                self.workers.actors_starting.insert(worker_id);
+            }
+            self.actions.push(Action::SpawnWorker { worker_id, env });
+        }
         worker_id
+    }
+
+    /// Starts the deferred actor workers there is room for now (those whose entry is gone, an
+    /// actor killed while it waited, are dropped).
+    fn start_deferred_workers(&mut self) {
+        while self.workers.actors_starting.len() < ACTOR_STARTS_AT_ONCE && !self.shutting_down {
+            let Some((worker_id, env)) = self.workers.deferred.pop_front() else { return };
+            if self.workers.contains_key(&worker_id) {
+                self.workers.actors_starting.insert(worker_id);
+                self.actions.push(Action::SpawnWorker { worker_id, env });
+            }
+        }
     }
 
     pub(super) fn run_on(&mut self, worker_id: WorkerId, task_id: TaskId, gpus: Vec<(usize, i64)>, now_ms: u64) {
@@ -198,6 +233,9 @@ impl AgentState {
             return Err(AgentError::UnknownWorker(worker_id));
         }
         self.workers.failed_starts = 0;
+        if self.workers.actor_started(worker_id) {
+            self.start_deferred_workers();
+        }
         let worker = self.workers.get_mut(&worker_id).expect("checked above");
         if let WorkerRole::Actor(actor_id) = worker.role
             && self.actors.get(&actor_id).is_none_or(|a| a.state == ActorState::Dead || a.worker != Some(worker_id))
@@ -260,6 +298,9 @@ impl AgentState {
     pub fn worker_exited(&mut self, worker_id: WorkerId, status: String, now_ms: u64) {
         let Some(worker) = self.workers.workers.remove(&worker_id) else { return };
         self.workers.idle.retain(|w| *w != worker_id);
+        if self.workers.actor_started(worker_id) {
+            self.start_deferred_workers();
+        }
         // CPUs its actor lent while blocked come back before the actor's holds are released.
         self.available.subtract(&worker.lent);
         self.objects.release_all_views(worker_id.into());
