@@ -86,6 +86,9 @@ pub(crate) struct Templates {
     by_setup: Mutex<HashMap<Setup, Arc<Template>>>,
     /// The setup of the node's own workers, whose template stays.
     node_setup: Mutex<Option<Setup>>,
+    /// Setups whose template ended without forking a worker (it cannot import the runtime):
+    /// their workers start as fresh interpreters, which report what fails.
+    broken: Mutex<std::collections::HashSet<Setup>>,
 }
 
 impl Default for Templates {
@@ -94,6 +97,7 @@ impl Default for Templates {
             enabled: std::env::var(TEMPLATE_SETTING).map_or(true, |v| v != "0"),
             by_setup: Mutex::default(),
             node_setup: Mutex::default(),
+            broken: Mutex::default(),
         }
     }
 }
@@ -140,14 +144,22 @@ impl Templates {
         let setup = setup_of(env);
         let node_setup = self.node_setup.lock().clone();
         let mut by_setup = self.by_setup.lock();
+        let mut broken = self.broken.lock();
         // Templates of other setups that ended, or have had no worker for a while, go.
         by_setup.retain(|s, t| {
             let keep = Some(s) == node_setup.as_ref() || s == &setup || !t.idle_for(IDLE_TEMPLATE);
             if !keep {
                 t.kill();
             }
-            keep && !t.inflight.lock().ended
+            let inflight = t.inflight.lock();
+            if inflight.ended && !inflight.forked_any {
+                broken.insert(s.clone());
+            }
+            keep && !inflight.ended
         });
+        if broken.contains(&setup) {
+            return None;
+        }
         if let Some(t) = by_setup.get(&setup) {
             *t.last_used.lock() = std::time::Instant::now();
             return Some(t.clone());
@@ -176,6 +188,8 @@ struct Inflight {
     replies: VecDeque<Waiting>,
     exits: HashMap<u32, oneshot::Sender<String>>,
     ended: bool,
+    /// It forked a worker once: it can import the runtime.
+    forked_any: bool,
 }
 
 /// A fork request on its way to the sending thread.
@@ -333,6 +347,7 @@ impl Template {
             } else if let Some((pid_tx, exit_tx)) = inflight.replies.pop_front() {
                 match reply.get("pid").and_then(|p| p.as_u64()) {
                     Some(pid) => {
+                        inflight.forked_any = true;
                         if pid_tx.send(Ok(pid as u32)).is_ok() {
                             inflight.exits.insert(pid as u32, exit_tx);
                         } else if let Ok(pid) = i32::try_from(pid)
