@@ -616,17 +616,30 @@ impl CoreClient {
     }
 
     pub fn incref(&self, id: ObjectId) {
-        self.refs.lock().incref(id);
-        self.refs_changed.notify_one();
+        let mut refs = self.refs.lock();
+        let was_clean = !refs.has_changes();
+        refs.incref(id);
+        self.signal_first_change(was_clean && refs.has_changes());
     }
 
     pub fn decref(&self, id: ObjectId) {
-        self.refs.lock().decref(id);
-        self.refs_changed.notify_one();
+        let mut refs = self.refs.lock();
+        let was_clean = !refs.has_changes();
+        refs.decref(id);
+        self.signal_first_change(was_clean && refs.has_changes());
     }
 
-    /// Signalled after each reference change (one stored wake-up while nobody waits): the
-    /// background flush waits on it instead of polling, so an idle process sleeps.
+    /// Wakes the background flush when there were no changes to send before (later ones go
+    /// with it): the call path pays a branch, not a wake-up per reference.
+    fn signal_first_change(&self, first: bool) {
+        if first {
+            self.refs_changed.notify_one();
+        }
+    }
+
+    /// Signalled when reference changes appear after none were pending (one stored wake-up
+    /// while nobody waits): the background flush waits on it instead of polling, so an idle
+    /// process sleeps.
     pub fn refs_changed(&self) -> std::sync::Arc<tokio::sync::Notify> {
         self.refs_changed.clone()
     }
@@ -649,8 +662,9 @@ impl CoreClient {
 
     /// This process dropped a view of the object's arena range.
     pub fn release_view(&self, id: ObjectId) {
-        self.released.lock().push(id);
-        self.refs_changed.notify_one();
+        let mut released = self.released.lock();
+        released.push(id);
+        self.signal_first_change(released.len() == 1);
     }
 
     /// Opens a worker's session with the agent: returns the stream of assignments.

@@ -91,9 +91,6 @@ impl Client {
         runtime().spawn(async move {
             loop {
                 let _ = tokio::time::timeout(Duration::from_secs(5), changed.notified()).await;
-                if weak.strong_count() == 0 {
-                    break;
-                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let Some(client) = weak.upgrade() else { break };
                 if client.has_ref_changes() {

@@ -291,10 +291,8 @@ impl Template {
                 }
                 Err(e) => {
                     drop(theirs);
-                    tracing::warn!(
-                        "cannot start a worker template ({}: {e}): workers start without one",
-                        cfg_python(&cmd)
-                    );
+                    let python = cmd.get_program().to_string_lossy();
+                    tracing::warn!("cannot start a worker template ({python}: {e}): workers start without one");
                     watched.end(&format!("the worker template did not start: {e}"));
                 }
             }
@@ -350,15 +348,10 @@ impl Template {
                         inflight.forked_any = true;
                         if pid_tx.send(Ok(pid as u32)).is_ok() {
                             inflight.exits.insert(pid as u32, exit_tx);
-                        } else if let Ok(pid) = i32::try_from(pid)
-                            && pid > 1
-                        {
+                        } else {
                             // Its caller gave up waiting and started the worker itself: this one
                             // has nobody to serve (the template reaps it).
-                            // SAFETY: kill(2) of the group of a child the template just forked.
-                            unsafe { libc::kill(-pid, libc::SIGKILL) };
-                            // SAFETY: as above, the child itself (before it made its group).
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                            super::signal_worker(pid as u32, libc::SIGKILL);
                         }
                     }
                     None => {
@@ -429,10 +422,6 @@ fn send_requests(control: &OwnedFd, requests: &std::sync::mpsc::Receiver<Outgoin
             }
         }
     }
-}
-
-fn cfg_python(cmd: &std::process::Command) -> String {
-    cmd.get_program().to_string_lossy().into_owned()
 }
 
 #[cfg(test)]

@@ -183,13 +183,19 @@ def start_timeout_s() -> float:
 TEMPLATE_PRELOAD_ENV = "OXRAY_TEMPLATE_PRELOAD"
 
 
+def _preload_env(preload: tuple) -> dict:
+    """The variable that picks the template importing `preload`: warming and starting the
+    workers must name it alike, or they get different templates."""
+    return {TEMPLATE_PRELOAD_ENV: ",".join(preload)}
+
+
 def warm_worker_template(preload: tuple) -> None:
     """Starts this node's template for workers that import `preload` first, so that the first
     worker group does not wait for those imports (best effort: a failure only costs that wait)."""
     from oxray._private import options as opts
     from oxray._private.api import _client
 
-    env = opts.submitted_env_vars({"runtime_env": {"env_vars": {TEMPLATE_PRELOAD_ENV: ",".join(preload)}}})
+    env = opts.submitted_env_vars({"runtime_env": {"env_vars": _preload_env(preload)}})
     try:
         _client().warm_workers(env)
     except Exception as e:  # noqa: BLE001 - an optimisation: the workers still start without it
@@ -236,7 +242,7 @@ class WorkerGroup:
         if self.preload:
             # The node forks these workers from a template that imported the modules (the user's
             # own setting of the variable wins).
-            runtime_env["env_vars"] = {TEMPLATE_PRELOAD_ENV: ",".join(self.preload), **runtime_env.get("env_vars", {})}
+            runtime_env["env_vars"] = {**_preload_env(self.preload), **runtime_env.get("env_vars", {})}
         if runtime_env:
             options["runtime_env"] = runtime_env
         if res:
