@@ -36,6 +36,11 @@ pub(super) struct GroupTable {
 }
 
 impl GroupTable {
+    /// Whether any group waits to be placed.
+    pub(super) fn has_pending(&self) -> bool {
+        self.groups.values().any(|g| g.state() == PlacementGroupState::Pending)
+    }
+
     /// The groups waiting to be placed.
     pub(super) fn pending(&self) -> Vec<PlacementGroupId> {
         self.groups.iter().filter(|(_, g)| g.state() == PlacementGroupState::Pending).map(|(id, _)| *id).collect()
@@ -81,13 +86,17 @@ impl GroupTable {
     }
 
     /// Marks a group removed (the last `keep` removed ones are kept); returns the
-    /// nodes its bundles were on.
-    fn remove(&mut self, pg_id: PlacementGroupId, keep: History) -> Result<Vec<Vec<u8>>, HeadError> {
+    /// node of each of its bundles (none if it was not placed) and its spec.
+    fn remove(
+        &mut self,
+        pg_id: PlacementGroupId,
+        keep: History,
+    ) -> Result<(Vec<Vec<u8>>, Option<PlacementGroupSpec>), HeadError> {
         let Some(group) = self.groups.get_mut(&pg_id) else {
             return Err(HeadError::UnknownPlacementGroup(pg_id));
         };
         group.set_state(PlacementGroupState::Removed);
-        let nodes = std::mem::take(&mut group.bundle_nodes);
+        let nodes = (std::mem::take(&mut group.bundle_nodes), group.spec.clone());
         if !self.removed.contains(&pg_id) {
             self.removed.push_back(pg_id);
         }
@@ -153,7 +162,10 @@ impl Head {
             }
             let mut tick = tokio::time::interval(Duration::from_millis(500));
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = head.retry_placement.notified() => {}
+                }
                 // Here rather than on each node's heartbeat: one scan per tick for the whole cluster.
                 head.forget_old_dead_nodes();
                 let pending = head.groups.lock().pending();
@@ -281,17 +293,28 @@ impl Head {
     /// given back and their names dropped from its nodes' totals.
     pub(super) async fn withdraw_group(&self, pg_id: PlacementGroupId) -> Result<(), HeadError> {
         let _one_at_a_time = self.placing.lock().await;
-        let mut nodes = self.groups.lock().remove(pg_id, self.history)?;
+        let (bundle_nodes, spec) = self.groups.lock().remove(pg_id, self.history)?;
+        let mut nodes = bundle_nodes.clone();
         nodes.sort();
         nodes.dedup();
         for node in nodes {
-            let Ok(node) = NodeId::from_bytes(&node) else { continue };
-            let address = self.nodes.lock().address(&node);
-            if let Some(address) = address {
-                self.give_back_bundles(pg_id, &[&address]).await;
-            }
-            self.nodes.lock().drop_bundles(&node, &pg_id);
+            let Ok(node_id) = NodeId::from_bytes(&node) else { continue };
+            let address = self.nodes.lock().address(&node_id);
+            let Some(address) = address else {
+                self.nodes.lock().drop_bundles(&node_id, &pg_id);
+                continue;
+            };
+            self.give_back_bundles(pg_id, &[&address]).await;
+            // Free on the agent now: counted so here too, rather than from its next beat.
+            let freed: Vec<ResourceSet> = bundle_nodes
+                .iter()
+                .zip(spec.iter().flat_map(|s| &s.bundles))
+                .filter(|(on, _)| **on == node)
+                .map(|(_, bundle)| ResourceSet::from_map(&bundle.resources).unwrap_or_default())
+                .collect();
+            self.nodes.lock().release_bundles(&node_id, &pg_id, &freed);
         }
+        self.retry_placement.notify_one();
         Ok(())
     }
 

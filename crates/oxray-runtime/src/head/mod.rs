@@ -87,6 +87,9 @@ pub struct Head {
     groups: Arc<Mutex<GroupTable>>,
     /// One placement attempt at a time, so two never take the same resources.
     placing: Arc<tokio::sync::Mutex<()>>,
+    /// Wakes the placement loop before its next tick: resources were given back, or a node
+    /// beat while groups wait.
+    retry_placement: Arc<tokio::sync::Notify>,
     /// How many dead nodes, removed groups and ended drivers are kept.
     history: History,
     /// How many dead actors are kept (`dead_actor_limit`).
@@ -119,6 +122,7 @@ impl Default for Head {
             store: None,
             groups: Arc::default(),
             placing: Arc::default(),
+            retry_placement: Arc::default(),
             history,
             dead_actors: History(dead_actor_limit()),
             token: Arc::default(),

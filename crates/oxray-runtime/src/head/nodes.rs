@@ -5,7 +5,7 @@
 use super::{Head, HeadError, History};
 use crate::ids::{NodeId, PlacementGroupId};
 use crate::resources::ResourceSet;
-use crate::resources::group_names::{hold_bundle, is_name_of};
+use crate::resources::group_names::{drop_group, hold_bundle, is_name_of};
 use oxray_proto::{BundleSlot, HeartbeatRequest, NodeInfo, NodeStats, ResourceDemand};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -204,6 +204,21 @@ impl NodeTable {
         record.info.available = available.to_map();
     }
 
+    /// Group `group`'s bundles on `id` given back (`freed`: their resources): its names
+    /// gone and the resources free, as the agent's next beat will report them. Never above
+    /// the node's total (a beat since the agent freed them may have counted them already).
+    pub(super) fn release_bundles(&mut self, id: &NodeId, group: &PlacementGroupId, freed: &[ResourceSet]) {
+        let Some(record) = self.records.get_mut(id) else { return };
+        record.info.total.retain(|k, _| !is_name_of(k, group));
+        let mut available = ResourceSet::from_map(&record.info.available).unwrap_or_default();
+        drop_group(&mut available, group);
+        for bundle in freed {
+            available.add(bundle);
+        }
+        available.lower_to(&ResourceSet::from_map(&record.info.total).unwrap_or_default());
+        record.info.available = available.to_map();
+    }
+
     /// Drops group `group`'s bundle names from the node's total.
     pub(super) fn drop_bundles(&mut self, id: &NodeId, group: &PlacementGroupId) {
         if let Some(record) = self.records.get_mut(id) {
@@ -290,6 +305,10 @@ impl Head {
         if revived {
             // A node back from silence (or known from before a restart): waiters may now fit.
             self.changes.send_modify(|n| *n += 1);
+        }
+        if self.groups.lock().has_pending() {
+            // Its resources as of now: a waiting group may fit.
+            self.retry_placement.notify_one();
         }
         Ok(self.nodes())
     }

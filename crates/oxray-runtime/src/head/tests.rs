@@ -495,3 +495,38 @@ async fn a_slow_commit_does_not_hold_up_reads_of_the_actor_table() {
     writer.await.unwrap().unwrap();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn a_removed_groups_resources_are_free_at_once_for_the_next_group_without_a_beat() {
+    let head = Head::default();
+    head.set_token("token");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let address = serve_bundles(LoggingBundles { node: 1, log: log.clone() }).await;
+    register(&head, 1, &address, true).await;
+    let group = |id: u8| PlacementGroupSpec {
+        pg_id: vec![id; 16],
+        bundles: vec![oxray_proto::Bundle {
+            resources: HashMap::from([("CPU".to_string(), 1.0)]),
+            ..Default::default()
+        }],
+        strategy: oxray_proto::PlacementStrategy::Pack as i32,
+        ..Default::default()
+    };
+    let (first, second) =
+        (PlacementGroupId::from_bytes(&[5; 16]).unwrap(), PlacementGroupId::from_bytes(&[6; 16]).unwrap());
+    head.create_placement_group(Request::new(group(5))).await.unwrap();
+    assert_eq!(head.group_state(first), Some(PlacementGroupState::Created));
+    // The node's one CPU is held: the second group waits.
+    head.create_placement_group(Request::new(group(6))).await.unwrap();
+    assert_eq!(head.group_state(second), Some(PlacementGroupState::Pending));
+
+    // Removing the first gives its CPU back on the agent; the head counts it free now (no beat
+    // since), so the second group is placed on the next attempt.
+    let remove = PlacementGroupRequest { pg_id: first.to_vec(), ..Default::default() };
+    head.remove_placement_group(Request::new(remove)).await.unwrap();
+    let node = head.placeable_nodes().into_iter().find(|n| n.node_id == [1; 16]).unwrap();
+    assert_eq!(node.available.get("CPU"), Some(&1.0));
+    assert!(node.total.keys().all(|name| !name.ends_with(&first.hex())), "{:?}", node.total);
+    head.place_group(second).await;
+    assert_eq!(head.group_state(second), Some(PlacementGroupState::Created));
+}
