@@ -13,8 +13,9 @@ Figures (2 CPUs, each side in its own subprocess, cluster started before the clo
   process (its pid reported), and of the whole process tree (driver and descendants).
 - Tune + Train: two trials, each a TorchTrainer of one worker; seconds from the trial
   function's start to its Train worker's loop start (mean), in the first such experiment
-  and in a second one. Ray needs max_concurrent_trials=1 on 2 CPUs (else its trials hold
-  the CPUs their workers wait for).
+  and in a second one. It runs in a process of its own shaped as Ray's Train + Tune guide
+  (torch and the Train modules imported, then init, then fit). Ray needs
+  max_concurrent_trials=1 on 2 CPUs (else its trials hold the CPUs their workers wait for).
 - OptunaSearch: seconds per trial of `--optuna-trials` trials of a trivial objective under
   OptunaSearch (TPE, seeded), against Optuna's own `study.optimize` on the same objective
   (in this process, no cluster). Ray runs --ray-trials of them.
@@ -211,40 +212,64 @@ def _measure(framework: str, trials: int, scratch: str) -> dict:
         out["optuna_s_per_trial"] = (time.perf_counter() - start) / optuna_trials
         out["optuna_trials"] = optuna_trials
 
-    # Tune + Train: trial start to its Train worker's start.
+    return out
+
+
+def train_side(framework: str) -> dict:
+    """Tune + Train, in a process of its own shaped as Ray's Train + Tune guide: torch and the
+    Train modules imported first, then the cluster, then the experiments."""
+    import importlib
+    import shutil
+
     try:
         import torch  # noqa: F401
     except ImportError:
-        return out
-    # Twice: the first experiment on this node, then another (oxray's node has its template with
-    # torch imported by then; Ray starts fresh workers each time).
-    for key in ("train_workers_after_trial_start_s", "train_workers_second_experiment_s"):
-        train_storage = tempfile.mkdtemp(dir=scratch)
-        tune_config = tune.TuneConfig(max_concurrent_trials=1) if framework == "ray" else tune.TuneConfig()
-        results = tune.Tuner(
-            train_driver,
-            param_space={"framework": framework, "storage": train_storage, "i": tune.grid_search([0, 1])},
-            tune_config=tune_config,
-            run_config=tune.RunConfig(storage_path=storage, name=f"train-{key}", verbose=0),
-        ).fit()
-        delays = []
-        for r in results:
-            trial_id = r.metrics["trial_id"]
-            started = float(open(os.path.join(train_storage, f"start-{trial_id}")).read())
-            delays.append(r.metrics["worker_start"] - started)
-        out[key] = sum(delays) / len(delays)
+        return {}
+    if framework == "ray":
+        os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    ray = importlib.import_module(framework)
+    tune = importlib.import_module(framework + ".tune")
+    importlib.import_module(framework + ".train.torch")
+    kwargs = {"num_cpus": 2}
+    if framework == "ray":
+        kwargs.update(include_dashboard=False, logging_level="ERROR")
+    ray.init(**kwargs)
+    scratch = tempfile.mkdtemp(prefix=f"tune-bench-train-{framework}-")
+    out = {}
+    try:
+        # Twice: the first experiment on this node, then another (Ray starts fresh workers each time).
+        for key in ("train_workers_after_trial_start_s", "train_workers_second_experiment_s"):
+            train_storage = tempfile.mkdtemp(dir=scratch)
+            tune_config = tune.TuneConfig(max_concurrent_trials=1) if framework == "ray" else tune.TuneConfig()
+            results = tune.Tuner(
+                train_driver,
+                param_space={"framework": framework, "storage": train_storage, "i": tune.grid_search([0, 1])},
+                tune_config=tune_config,
+                run_config=tune.RunConfig(storage_path=os.path.join(scratch, "experiments"), name=key, verbose=0),
+            ).fit()
+            delays = []
+            for r in results:
+                trial_id = r.metrics["trial_id"]
+                started = float(open(os.path.join(train_storage, f"start-{trial_id}")).read())
+                delays.append(r.metrics["worker_start"] - started)
+            out[key] = sum(delays) / len(delays)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     return out
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--side", choices=["oxray", "ray"])
+    parser.add_argument("--part", choices=["tune", "train"], default="tune")
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--ray-trials", type=int, default=20)
     args = parser.parse_args()
     if args.side:
         trials = args.ray_trials if args.side == "ray" else args.trials
-        print("RESULT " + json.dumps(side(args.side, trials)), flush=True)
+        figures = side(args.side, trials) if args.part == "tune" else train_side(args.side)
+        print("RESULT " + json.dumps(figures), flush=True)
         return
     figures = {}
     try:
@@ -252,22 +277,16 @@ def main():
     except ImportError:
         alone = None
     for name in ("oxray", "ray"):
-        cmd = [
-            sys.executable,
-            __file__,
-            "--side",
-            name,
-            "--trials",
-            str(args.trials),
-            "--ray-trials",
-            str(args.ray_trials),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=1800)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-        if not lines:
-            print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{name} failed")
-        figures[name] = json.loads(lines[-1][len("RESULT ") :])
+        figures[name] = {}
+        for part in ("tune", "train"):
+            cmd = [sys.executable, __file__, "--side", name, "--part", part]
+            cmd += ["--trials", str(args.trials), "--ray-trials", str(args.ray_trials)]
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=tempfile.gettempdir(), timeout=1800)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+            if not lines:
+                print(done.stdout[-3000:], done.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"{name} ({part}) failed")
+            figures[name].update(json.loads(lines[-1][len("RESULT ") :]))
     rows = [
         ("trivial trials/s (default settings)", "trivial_trials_per_s", "{:.2f}", "higher"),
         ("first result after fit() (s)", "first_result_s", "{:.3f}", "lower"),

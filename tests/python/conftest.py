@@ -53,6 +53,11 @@ if "OXRAY_TEMP_DIR" not in os.environ:
 
     os.environ["OXRAY_TEMP_DIR"] = tempfile.mkdtemp(prefix="oxray-tests-")
 
+# One pytest process imports torch early and inits hundreds of clusters: a torch template at each
+# init (for scripts that imported torch first) would cost the suite ~2 s of CPU per init. The
+# tests that want it set it back (test_worker_template.py).
+os.environ.setdefault("OXRAY_TORCH_TEMPLATE_AT_INIT", "0")
+
 MiB = 1024**2
 
 STANDARD_INIT_KWARGS = dict(

@@ -105,6 +105,14 @@ def init(
     _resolve(request, logging_level)
     agent_address, token = _start(request) if request.embedded else _join(request)
     _become_driver(request, agent_address, token)
+    if os.environ.get("OXRAY_TORCH_TEMPLATE_AT_INIT", "1") != "0" and (
+        "torch" in sys.modules or "oxray.train.torch" in sys.modules
+    ):
+        # A script that imported torch first (as Ray's Train guides do) will likely start
+        # TorchTrainer workers: their template imports torch while the script goes on.
+        from oxray.train._internal.worker_group import warm_torch_workers_if_imported
+
+        warm_torch_workers_if_imported()
     return RayContext(STATE.address_info)
 
 

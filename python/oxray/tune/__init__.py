@@ -7,6 +7,7 @@ from oxray.tune._internal.runner import TuneError
 from oxray.tune.callback import Callback
 from oxray.tune.class_trainable import Trainable
 from oxray.tune.experiment import Experiment
+from oxray.tune.progress_reporter import CLIReporter, JupyterNotebookReporter, ProgressReporter
 from oxray.tune.registry import register_env, register_trainable
 from oxray.tune.result_grid import Result, ResultGrid
 from oxray.tune.run import ExperimentAnalysis, create_scheduler, create_searcher, run, run_experiments
@@ -32,6 +33,7 @@ from oxray.tune.tune_config import CheckpointConfig, FailureConfig, ResumeConfig
 from oxray.tune.tuner import Tuner
 
 __all__ = [
+    "CLIReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
@@ -46,7 +48,9 @@ __all__ = [
     "run",
     "run_experiments",
     "FailureConfig",
+    "JupyterNotebookReporter",
     "PlacementGroupFactory",
+    "ProgressReporter",
     "Result",
     "ResultGrid",
     "RunConfig",

@@ -7,7 +7,6 @@ params.pkl, result.json), `CSVLoggerCallback` (progress.csv) and
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 import socket
@@ -15,7 +14,7 @@ import sys
 import time
 
 from oxray import cloudpickle
-from oxray.tune._internal.files import append_private, write_private
+from oxray.tune._internal.files import write_private
 
 
 class Callback:
@@ -116,8 +115,26 @@ def _jsonable(value):
         return repr(value)
 
 
+def _json_line(result: dict) -> str:
+    """One result as a line of JSON; numpy scalars as numbers, anything else JSON lacks as its repr.
+    Encoded once when it is plain JSON (the usual case), else cleaned first."""
+    try:
+        return json.dumps(result) + "\n"
+    except (TypeError, ValueError):
+        return json.dumps(_jsonable(result)) + "\n"
+
+
+def _open_for_append(path: str):
+    """A trial's log file, private to the user, kept open for the trial's results."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a", newline="")
+
+
 class JsonLoggerCallback(LoggerCallback):
-    """`params.json` and `params.pkl` when a trial starts, and a line of `result.json` per result."""
+    """`params.json` and `params.pkl` when a trial starts, and a line of `result.json` per result
+    (the file stays open while the trial runs, flushed at each result, as Ray's)."""
+
+    def __init__(self):
+        self._files: dict = {}
 
     def log_trial_start(self, trial):
         params = os.path.join(trial.local_path, "params.json")
@@ -127,37 +144,59 @@ class JsonLoggerCallback(LoggerCallback):
             write_private(os.path.join(trial.local_path, "params.pkl"), cloudpickle.dumps(trial.config))
 
     def log_trial_result(self, iteration, trial, result):
-        line = json.dumps(_jsonable(result)) + "\n"
-        append_private(os.path.join(trial.local_path, "result.json"), line.encode())
+        file = self._files.get(trial.trial_id)
+        if file is None:
+            file = self._files[trial.trial_id] = _open_for_append(os.path.join(trial.local_path, "result.json"))
+        file.write(_json_line(result))
+        file.flush()
+
+    def log_trial_end(self, trial, failed=False):
+        file = self._files.pop(trial.trial_id, None)
+        if file is not None:
+            file.close()
+
+    def on_experiment_end(self, trials, **info):
+        for file in self._files.values():
+            file.close()
+        self._files.clear()
 
 
 class CSVLoggerCallback(LoggerCallback):
-    """`progress.csv`: a row per result, the first result's flattened keys (without config) as columns."""
+    """`progress.csv`: a row per result, the first result's flattened keys (without config) as columns
+    (a restored trial's file keeps its header); open while the trial runs, flushed at each result."""
 
     def __init__(self):
-        self._columns = {}
+        self._writers: dict = {}
 
     def log_trial_result(self, iteration, trial, result):
         from oxray.tune.search.variant_generator import flatten
 
         flat = flatten({k: v for k, v in result.items() if k != "config"})
-        path = os.path.join(trial.local_path, "progress.csv")
-        columns = self._columns.get(trial.trial_id)
-        if columns is None:
+        entry = self._writers.get(trial.trial_id)
+        if entry is None:
+            path = os.path.join(trial.local_path, "progress.csv")
+            columns = None
             if os.path.exists(path):
                 with open(path, newline="") as f:
                     columns = next(csv.reader(f), None)
-            header = columns is None
-            columns = columns or list(flat)
-            self._columns[trial.trial_id] = columns
-        else:
-            header = False
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
-        if header:
-            writer.writeheader()
-        writer.writerow({k: flat.get(k, "") for k in columns})
-        append_private(path, out.getvalue().encode())
+            file = _open_for_append(path)
+            writer = csv.DictWriter(file, fieldnames=columns or list(flat), extrasaction="ignore")
+            if columns is None:
+                writer.writeheader()
+            entry = self._writers[trial.trial_id] = (file, writer)
+        file, writer = entry
+        writer.writerow(flat)
+        file.flush()
+
+    def log_trial_end(self, trial, failed=False):
+        entry = self._writers.pop(trial.trial_id, None)
+        if entry is not None:
+            entry[0].close()
+
+    def on_experiment_end(self, trials, **info):
+        for file, _ in self._writers.values():
+            file.close()
+        self._writers.clear()
 
 
 class TBXLoggerCallback(LoggerCallback):

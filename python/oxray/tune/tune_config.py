@@ -183,10 +183,16 @@ class RunConfig:
                     f"RunConfig(sync_config={self.sync_config!r}): oxray uploads a remote experiment's files at "
                     "every state write and trials upload their own checkpoints; only the default SyncConfig() is taken"
                 )
-        if self.progress_reporter is not None:
-            raise NotImplementedError("RunConfig(progress_reporter=...) is not supported by oxray's Tune yet")
-        if self.log_to_file:
-            raise NotImplementedError("RunConfig(log_to_file=...) is not supported by oxray's Tune yet")
+        if self.progress_reporter is not None and not (
+            callable(getattr(self.progress_reporter, "should_report", None))
+            and callable(getattr(self.progress_reporter, "report", None))
+        ):
+            raise ValueError(
+                f"RunConfig(progress_reporter={self.progress_reporter!r}): expected a tune.ProgressReporter "
+                "(tune.CLIReporter, tune.JupyterNotebookReporter, or a subclass with should_report and report)"
+            )
+        # `log_to_file` is taken here (a script may build the config without running it) and refused
+        # when a Tuner gets it (`check_supported`).
         if self.verbose not in (None, 0, 1, 2, 3):
             raise ValueError(f"RunConfig(verbose={self.verbose!r}): expected 0, 1 or 2")
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
@@ -195,3 +201,11 @@ class RunConfig:
             from oxray.train._internal.storage import check_name
 
             check_name("RunConfig(name=...)", self.name)
+
+    def check_supported(self, what: str = "Tuner") -> None:
+        """Refuses, naming it, what oxray's Tune takes in a RunConfig but does not do yet."""
+        if self.log_to_file:
+            raise NotImplementedError(
+                f"{what}: RunConfig(log_to_file={self.log_to_file!r}) is not supported by oxray's Tune yet: a "
+                "trial's output goes to the driver's terminal and <session>/logs/worker-*.log"
+            )

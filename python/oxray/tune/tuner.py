@@ -7,7 +7,6 @@ import datetime
 import functools
 import inspect
 import os
-import sys
 from typing import Any, Callable, Optional
 
 from oxray import cloudpickle
@@ -87,6 +86,7 @@ class Tuner:
         self._param_space = dict(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or RunConfig()
+        self._run_config.check_supported()
         self._results: Optional[ResultGrid] = None
         self._restore: Optional[dict] = None
 
@@ -157,7 +157,9 @@ class Tuner:
 
         if not ray.is_initialized():
             ray.init()
-        _warm_torch_workers()
+        from oxray.train._internal.worker_group import warm_torch_workers_if_imported
+
+        warm_torch_workers_if_imported()
         config, run = self._tune_config, self._run_config
         search = self._search_algorithm()
         scheduler = config.scheduler or FIFOScheduler()
@@ -324,17 +326,3 @@ def _result_of(trial) -> Result:
         best_checkpoints=list(trial.checkpoints),
         _metrics_history=list(trial.results),
     )
-
-
-def _warm_torch_workers() -> None:
-    """A driver that imported torch (or `oxray.train.torch`, as Ray's Train + Tune guide does)
-    will likely run TorchTrainers in its trials: the node starts the template that forks their
-    workers with torch imported now, while the first trials start, not when they ask for workers."""
-    if "torch" not in sys.modules and "oxray.train.torch" not in sys.modules:
-        return
-    from oxray.train._internal.worker_group import warm_worker_template
-    from oxray.train.torch.config import TorchConfig
-
-    preload = TorchConfig()._worker_preload
-    if preload:
-        warm_worker_template(preload)

@@ -157,3 +157,45 @@ def test_the_node_setting_turns_templates_off(tmp_path):
         [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert "PARENT-IS-DRIVER True" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_driver_that_imported_torch_starts_the_torch_template_at_init(tmp_path):
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        """
+        import time
+
+        import psutil
+        import torch  # noqa: F401 - imported first, as Ray's Train guides do
+        import oxray as ray
+
+        ray.init(num_cpus=1)
+
+        def torch_template():
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    if "oxray._private.worker_template" in " ".join(child.cmdline()) and (
+                        child.environ().get("OXRAY_TEMPLATE_PRELOAD") == "torch"
+                    ):
+                        return child
+                except psutil.Error:
+                    pass
+            return None
+
+        # Nothing has asked for a worker: only init can have started it, and it imports torch.
+        deadline = time.monotonic() + 90
+        found = None
+        while found is None and time.monotonic() < deadline:
+            template = torch_template()
+            if template is not None and any("libtorch" in m.path for m in template.memory_maps()):
+                found = template
+            else:
+                time.sleep(0.1)
+        print("TORCH-TEMPLATE", found is not None)
+        """
+    )
+    env = {**os.environ, "OXRAY_TORCH_TEMPLATE_AT_INIT": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert "TORCH-TEMPLATE True" in out.stdout, out.stdout + out.stderr

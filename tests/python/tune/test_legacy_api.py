@@ -39,15 +39,15 @@ def test_tune_run_returns_an_experiment_analysis(tmp_path):
     assert read.best_config == {"x": 2}
     assert sorted(t.last_result["training_iteration"] for t in read.trials) == [3, 3, 3]
     assert len(read.results_df) == 3
-    assert read.get_all_configs() == {t.path: t.config for t in read.trials}
-    assert set(read.get_all_configs(prefix=True)[read.best_trial.path]) == {"config/x"}
+    assert read.get_all_configs() == {t.trial_id: t.config for t in read.trials}, "keyed by trial id, as Ray 2.60"
+    assert set(read.get_all_configs(prefix=True)[read.best_trial.trial_id]) == {"config/x"}
     assert list(read.best_dataframe["loss"]) == [0, 1, 2]
     assert read.get_best_checkpoint(read.best_trial) is None and not read.best_trial.has_checkpoint()
     from oxray.tune import ResultGrid
 
     grid = ResultGrid(read)
     assert len(grid) == 3 and grid.get_best_result().config == {"x": 2}
-    with pytest.raises(ValueError, match="expected the directory of a local experiment"):
+    with pytest.raises(ValueError, match="expected the directory of an experiment"):
         ExperimentAnalysis(str(tmp_path / "nowhere"))
 
 

@@ -99,3 +99,62 @@ def test_rays_builder_style_domains_and_sample_sizes():
         tune.uniform(None, 1)
     with pytest.raises(ValueError, match=r"sample\(size=0\)"):
         tune.choice([1]).sample(size=0)
+
+
+def configs(space, n=1):
+    return [config for config, _ in generate_variants(space, n, random.Random(0))]
+
+
+def test_sample_from_reads_other_functions_whatever_their_order_as_rays_passes():
+    space = {
+        "z": tune.sample_from(lambda spec: spec["config"]["y"] + 1),
+        "y": tune.sample_from(lambda spec: spec.config.x + 1),
+        "x": 1,
+        "nested": {"c": 3, "b": tune.sample_from(lambda spec: spec.config.nested.c * spec["config"]["z"])},
+    }
+    assert configs(space) == [{"z": 3, "y": 2, "x": 1, "nested": {"c": 3, "b": 9}}]
+
+
+def test_a_grid_of_sample_from_functions_resolves_each_with_the_spec():
+    space = {
+        "x": tune.grid_search(
+            [tune.sample_from(lambda spec: spec.config.y * 100), tune.sample_from(lambda spec: spec.config.y * 200)]
+        ),
+        "y": tune.sample_from(lambda spec: 1),
+        "g": tune.grid_search([1, 2]),
+        "h": tune.sample_from(lambda spec: spec.config.g * 10),
+    }
+    assert configs(space) == [
+        {"x": 100, "y": 1, "g": 1, "h": 10},
+        {"x": 200, "y": 1, "g": 1, "h": 10},
+        {"x": 100, "y": 1, "g": 2, "h": 20},
+        {"x": 200, "y": 1, "g": 2, "h": 20},
+    ]
+
+
+def test_a_sample_from_cycle_raises_rays_recursive_dependency_error():
+    from oxray.tune.search.variant_generator import RecursiveDependencyError
+
+    with pytest.raises(RecursiveDependencyError, match="`foo` recursively depends on 'foo'"):
+        configs({"foo": tune.sample_from(lambda spec: spec.config.foo)})
+    with pytest.raises(RecursiveDependencyError, match="recursively depends on"):
+        configs({"a": tune.sample_from(lambda spec: spec.config.b), "b": tune.sample_from(lambda spec: spec.config.a)})
+    with pytest.raises(ValueError, match="one argument"):
+        tune.sample_from(lambda a, b: a)
+
+
+def test_sample_from_gets_the_config_itself_and_older_spec_functions_still_work(caplog):
+    space = {
+        "param1": 3,
+        "as_config": tune.sample_from(lambda config: config["param1"] * 2),
+        "as_attribute": tune.sample_from(lambda config: config.param1 + 1),
+        "as_spec": {"a": tune.sample_from(lambda spec: spec["config"]["param1"])},
+        "as_spec_dots": tune.sample_from(lambda spec: spec.config["param1"] - 1),
+        "before_its_input": tune.sample_from(lambda config: config["as_config"] + 1),
+    }
+    assert configs(space) == [
+        {"param1": 3, "as_config": 6, "as_attribute": 4, "as_spec": {"a": 3}, "as_spec_dots": 2, "before_its_input": 7}
+    ]
+    assert "sample_from functions that take a spec dict are deprecated" in caplog.text
+    with pytest.raises(KeyError, match="missing"):
+        configs({"x": tune.sample_from(lambda config: config["missing"])})

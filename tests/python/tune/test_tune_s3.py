@@ -157,3 +157,24 @@ def test_the_endpoint_in_the_storage_paths_query_reaches_the_trials_processes(mo
 def test_a_storage_path_of_another_scheme_is_refused_by_name():
     with pytest.raises(NotImplementedError, match="gs://bucket/x.*s3:// only"):
         tune.RunConfig(storage_path="gs://bucket/x")
+
+
+def test_experiment_analysis_reads_an_experiment_from_the_bucket(s3_cluster, tmp_path):
+    from oxray.tune import ExperimentAnalysis
+
+    tune.Tuner(
+        counting,
+        param_space={"steps": tune.grid_search([2, 3]), "fail_once": str(tmp_path / "never")},
+        run_config=tune.RunConfig(name="analysed", storage_path="s3://oxray-test/analysis", verbose=0),
+    ).fit()
+    analysis = ExperimentAnalysis("s3://oxray-test/analysis/analysed", default_metric="step", default_mode="max")
+    assert analysis.experiment_path == "s3://oxray-test/analysis/analysed"
+    assert sorted(t.config["steps"] for t in analysis.trials) == [2, 3]
+    assert analysis.best_config["steps"] == 3 and analysis.best_result["step"] == 3
+    best = analysis.best_checkpoint
+    assert best.path.startswith("s3://oxray-test/analysis/analysed/") and best.path.endswith("checkpoint_000002")
+    with best.as_directory() as d:
+        assert open(os.path.join(d, "step")).read() == "3"
+    assert sorted(len(df) for df in analysis.trial_dataframes.values()) == [2, 3]
+    with pytest.raises(ValueError, match="no experiment_state"):
+        ExperimentAnalysis("s3://oxray-test/analysis/none")

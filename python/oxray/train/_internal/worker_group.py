@@ -202,6 +202,19 @@ def warm_worker_template(preload: tuple) -> None:
         _log(f"could not start a worker template that imports {', '.join(preload)} ahead of time: {e}")
 
 
+def warm_torch_workers_if_imported() -> None:
+    """A driver that imported torch (or `oxray.train.torch`, as Ray's Train + Tune guide does)
+    will likely run TorchTrainers: the node starts the template that forks their workers with
+    torch imported now, so that the first worker group does not wait for that import."""
+    if "torch" not in sys.modules and "oxray.train.torch" not in sys.modules:
+        return
+    from oxray.train.torch.config import TorchConfig
+
+    preload = TorchConfig()._worker_preload
+    if preload:
+        warm_worker_template(preload)
+
+
 class WorkerGroup:
     def __init__(
         self,

@@ -151,3 +151,66 @@ _AUTO_KEYS = {
     "iterations_since_restore",
     "done",
 }
+
+
+class LegacyReporterDriver:
+    """Drives a `RunConfig(progress_reporter=...)` (Ray's `ProgressReporter`) from the loop in place
+    of `Reporter`: `should_report(trials, done)` at each step and `report(trials, done, *sys_info)`
+    when it says so; `done=True` at the end."""
+
+    def __init__(self, runner, reporter):
+        self.runner = runner
+        self.reporter = reporter
+        setter = getattr(reporter, "set_search_properties", None)
+        if setter is not None and setter(runner.metric, runner.mode) is False:
+            raise ValueError(
+                f"{type(reporter).__name__}.set_search_properties refused metric={runner.metric!r}, "
+                f"mode={runner.mode!r}: expected the reporter and TuneConfig to name the same metric and mode"
+            )
+
+    def header(self, total) -> None:
+        setup = getattr(self.reporter, "setup", None)
+        if setup is None:
+            return
+        from oxray.tune.progress_reporter import _TableReporter
+
+        kwargs = dict(start_time=time.time(), total_samples=total, metric=self.runner.metric, mode=self.runner.mode)
+        if isinstance(self.reporter, _TableReporter):
+            kwargs["verbose"] = self.runner.run_config.verbose
+        setup(**kwargs)
+
+    def _sys_info(self) -> list:
+        runner = self.runner
+        debug = getattr(runner.scheduler, "debug_string", None)
+        try:
+            scheduler = debug() if debug is not None else None
+        except NotImplementedError:
+            scheduler = None
+        scheduler = scheduler or f"Using {type(runner.scheduler).__name__} scheduling algorithm."
+        used, total = runner.controller.in_use(), runner.capacity
+        resources = (
+            f"Logical resource usage: {used.get('CPU', 0.0):.1f}/{total.get('CPU', 0.0):g} CPUs, "
+            f"{used.get('GPU', 0.0):.1f}/{total.get('GPU', 0.0):g} GPUs"
+        )
+        return [scheduler, resources]
+
+    def _maybe_report(self, done: bool) -> None:
+        trials = list(self.runner.trials)
+        if self.reporter.should_report(trials, done=done):
+            self.reporter.report(trials, done, *self._sys_info())
+
+    def maybe_status(self) -> None:
+        self._maybe_report(False)
+
+    def status(self) -> None:
+        self._maybe_report(True)
+
+
+def make_reporter(runner):
+    """What the loop reports progress through: the run's `progress_reporter` when one is given
+    (whatever the verbosity, as Ray's legacy engine calls it), else oxray's status blocks at
+    verbosity 1 and above, else nothing."""
+    given = runner.run_config.progress_reporter
+    if given is not None:
+        return LegacyReporterDriver(runner, given)
+    return Reporter(runner) if runner.verbose >= 1 else None

@@ -30,11 +30,11 @@ from oxray.tune.stopper import DictStopper
 # Kept out of a trial's share of the cluster: what the engine accounts per node, not per trial.
 _NOT_TRIAL_RESOURCES = ("memory", "object_store_memory")
 STATE_PERIOD_S = 10.0
-# A trial's end is written to the experiment state within this gap, or within 20 times the last write's
+# A trial's end is written to the experiment state within this gap, or within 50 times the last write's
 # duration when that is longer: an experiment of many quick trials writes a few times a second (the
-# searcher's pickle grows with its trials), not once per trial, and spends at most ~5% on its state.
-STATE_MIN_GAP_S = 0.1
-STATE_WRITE_COST_SHARE = 20
+# searcher's pickle grows with its trials), not once per trial, and spends at most ~2% on its state.
+STATE_MIN_GAP_S = 0.25
+STATE_WRITE_COST_SHARE = 50
 # How long a stopped trial's actor gets to remove its Train runs' placement groups.
 RELEASE_TIMEOUT_S = 10.0
 MAX_LEN_IDENTIFIER = int(os.environ.get("TUNE_MAX_LEN_IDENTIFIER", "130"))
@@ -107,9 +107,9 @@ class Runner:
         self.controller = _native.TuneController(
             self.capacity, max_concurrent, None if failures == -1 else failures, spec
         )
-        from oxray.tune._internal.output import Reporter
+        from oxray.tune._internal.output import make_reporter
 
-        self.reporter = Reporter(self) if self.verbose >= 1 else None
+        self.reporter = make_reporter(self)
         self.actor_class = ray.remote(TrialActor)
         # (what it holds, actor) of actors whose trial ended, for the next trial (TuneConfig.reuse_actors).
         self.reuse_actors = tune_config.reuse_actors is not False
@@ -172,31 +172,39 @@ class Runner:
         return config, flatten_paths(config)
 
     def _add_trials(self) -> None:
+        """Asks the search algorithm for trials, up to a few more than can run now, so that the next
+        ones are ready when resources free up."""
         limit = max(2, int(self.controller.in_use().get("CPU", 0)) + 2)
         while not self.search_done and self.controller.count("PENDING") < limit:
-            index = len(self.trials)
-            trial_id = f"{self.experiment_hex}_{index:05d}"
-            suggested = self._next_config(trial_id)
-            if suggested is None:
+            if not self._add_trial():
                 return
-            if suggested == Searcher.FINISHED:
-                self.search_done = True
-                return
-            config, resolved = suggested
-            tag = f"{index}_{format_vars(resolved)}" if resolved else str(index)
-            resources, learns_demand, placement = self.resources_of(config)
-            trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, resources)
-            trial.learns_demand, trial.placement = learns_demand, placement
-            if self.tune_config.trial_name_creator:
-                trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
-            dir_name = self._dir_name(trial)
-            trial.local_path = os.path.join(self.experiment_path, dir_name)
-            trial.fs_path = self.storage.trial_path(dir_name)
-            added = self.controller.add_trial(resources, learns_demand)
-            assert added == index, (added, index)
-            self.trials.append(trial)
-            if self.driver_scheduler is not None:
-                self.driver_scheduler.on_trial_add(self.scheduler_view, trial)
+
+    def _add_trial(self) -> bool:
+        """One trial from the search algorithm; False when it has none now (or ever)."""
+        index = len(self.trials)
+        trial_id = f"{self.experiment_hex}_{index:05d}"
+        suggested = self._next_config(trial_id)
+        if suggested is None:
+            return False
+        if suggested == Searcher.FINISHED:
+            self.search_done = True
+            return False
+        config, resolved = suggested
+        tag = f"{index}_{format_vars(resolved)}" if resolved else str(index)
+        resources, learns_demand, placement = self.resources_of(config)
+        trial = Trial(index, trial_id, self.trainable_name, config, resolved, tag, resources)
+        trial.learns_demand, trial.placement = learns_demand, placement
+        if self.tune_config.trial_name_creator:
+            trial.custom_trial_name = str(self.tune_config.trial_name_creator(trial))
+        dir_name = self._dir_name(trial)
+        trial.local_path = os.path.join(self.experiment_path, dir_name)
+        trial.fs_path = self.storage.trial_path(dir_name)
+        added = self.controller.add_trial(resources, learns_demand)
+        assert added == index, (added, index)
+        self.trials.append(trial)
+        if self.driver_scheduler is not None:
+            self.driver_scheduler.on_trial_add(self.scheduler_view, trial)
+        return True
 
     def _dir_name(self, trial: Trial) -> str:
         if self.tune_config.trial_dirname_creator:
@@ -338,12 +346,18 @@ class Runner:
         stop = self.stopper(trial.trial_id, flat) or stop
         if self.driver_scheduler is not None and not stop:
             stop, decision = self._driver_verdict(trial, flat, decision)
+        stop_all = self.stopper.stop_all()
+        # Unless the scheduler's hook paused or stopped it itself.
+        carry_out = trial.status == "RUNNING"
+        if carry_out and not (stop or stop_all or decision in ("exploit", "pause")):
+            # It goes on at once: the searcher, loggers and callbacks see the result while it runs.
+            self._carry_out(trial, result, decision, source, stop)
+            carry_out = False
         self.search.on_trial_result(trial.trial_id, result)
         self._callbacks("on_trial_result", trial=trial, result=result)
-        # Unless the scheduler's hook paused or stopped it itself.
-        if trial.status == "RUNNING":
+        if carry_out:
             self._carry_out(trial, result, decision, source, stop)
-        if self.stopper.stop_all():
+        if stop_all:
             self._stop_all()
 
     def _engine_decision(self, trial: Trial, result: dict) -> tuple:
@@ -484,6 +498,11 @@ class Runner:
         else:
             self._kill(trial, reuse=True)
         self.controller.on_ended(trial.index)
+        if returned and self.driver_scheduler is None:
+            # The next trial starts (on this idle actor, say) before the searcher, loggers and callbacks
+            # hear of this one's end: what they do then overlaps its run. (A custom scheduler hears of
+            # the end first: its choice may depend on it.)
+            self._schedule()
         self._completed(trial)
 
     def _completed(self, trial: Trial) -> None:
@@ -641,6 +660,7 @@ class Runner:
             self.dashboard.ended("ERRORED", f"{type(self.raise_error).__name__}: {self.raise_error}")
         if self.reporter is not None:
             self.reporter.status()
+        if self.verbose >= 1:
             where = self.storage.experiment_path
             print(f"\nWrote the latest version of all result files and experiment state to '{where}'", flush=True)
         if self.raise_error is not None:
@@ -650,14 +670,10 @@ class Runner:
     def _loop(self, deadline) -> None:
         while True:
             self._callbacks("on_step_begin")
+            # What waits starts before the searcher is asked for more: the trials run meanwhile.
+            self._schedule()
             self._add_trials()
-            for action, index, restore in self.controller.schedule():
-                if action == "start":
-                    self._start(self.trials[index], restore)
-                else:
-                    self._resume(self.trials[index])
-            if self.driver_scheduler is not None:
-                self._start_chosen()
+            self._schedule()
             running = {t.future: t for t in self.trials if t.future is not None}
             if not running:
                 if self.search_done and self.controller.all_finished():
@@ -691,6 +707,16 @@ class Runner:
                     print("Reached the time budget (time_budget_s): stopping every trial", flush=True)
                 self._stop_all()
             self._maybe_write_state()
+
+    def _schedule(self) -> None:
+        """Starts or resumes the trials the controller (or a custom scheduler) lets run now."""
+        for action, index, restore in self.controller.schedule():
+            if action == "start":
+                self._start(self.trials[index], restore)
+            else:
+                self._resume(self.trials[index])
+        if self.driver_scheduler is not None:
+            self._start_chosen()
 
     def _handle(self, trial: Trial, future) -> None:
         """One event of a trial's actor: a result, a Train run's demand, its end or its error."""

@@ -1,5 +1,5 @@
 """`oxray.tune.analysis`: where Ray keeps `ExperimentAnalysis`."""
 
-from oxray.tune.run import ExperimentAnalysis
+from oxray.tune.analysis.experiment_analysis import ExperimentAnalysis
 
 __all__ = ["ExperimentAnalysis"]

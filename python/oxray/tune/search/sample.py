@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import logging
 import math
 import random
 from typing import Any, Callable, Sequence
@@ -205,20 +206,48 @@ class Categorical(Domain):
 
 
 class Function(Domain):
-    """`sample_from(func)`: `func(spec)` gets the config resolved so far as `spec.config`; a function
-    of no arguments is called without it, as in Ray."""
+    """`sample_from(func)`: as in Ray 2.60, `func(config)` gets the config resolved so far
+    (`config["x"]` or `config.x`); a function that fails on it with a KeyError or AttributeError is
+    called again with the older spec, `{"config": config}` (`spec.config.x`), with Ray's
+    deprecation warning; a function of no arguments is called without it."""
 
     def __init__(self, func: Callable):
         if not callable(func):
             raise ValueError(f"sample_from({func!r}): expected a function of the spec")
         self.func = func
         try:
-            self._takes_spec = bool(inspect.signature(func).parameters)
+            signature = inspect.signature(func)
         except (TypeError, ValueError):  # a builtin without a signature
             self._takes_spec = True
+        else:
+            try:
+                signature.bind({})
+                self._takes_spec = True
+            except TypeError:
+                try:
+                    signature.bind()
+                    self._takes_spec = False
+                except TypeError:
+                    raise ValueError(
+                        f"sample_from({func!r}): expected a function of one argument (the spec) or of none"
+                    ) from None
 
     def _draw(self, config, rng):
-        return self.func(config) if self._takes_spec else self.func()
+        if not self._takes_spec:
+            return self.func()
+        try:
+            return self.func(config)
+        except (AttributeError, KeyError):
+            if not isinstance(config, dict):
+                raise
+            # As Ray: a function written for the older spec (`spec.config.x`) gets it on a retry.
+            if not getattr(self, "_warned", False):
+                self._warned = True
+                logging.getLogger(__name__).warning(
+                    "sample_from functions that take a spec dict are deprecated. Please update your "
+                    "function to work with the config dict directly."
+                )
+            return self.func(type(config)({"config": config}))
 
     def __repr__(self):
         return f"sample_from({getattr(self.func, '__name__', self.func)!r})"

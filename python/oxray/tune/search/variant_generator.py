@@ -49,15 +49,44 @@ def _set(config: Any, path: Path, value: Any) -> None:
     config[path[-1]] = value
 
 
+class RecursiveDependencyError(Exception):
+    """A `sample_from` function reads a key that is not resolved yet, and never can be (it reads
+    itself, or functions read each other in a cycle). Ray's name and message."""
+
+
+class _Unresolved(Exception):
+    """A function read a key not resolved yet: it is tried again after the others."""
+
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _guarded(key, value):
+    if isinstance(value, Domain) or is_grid(value):
+        raise _Unresolved(key)
+    if isinstance(value, dict) and not isinstance(value, _Spec):
+        return _Spec(value)
+    return value
+
+
 class _Spec(dict):
-    """What `sample_from(func)` gets: `spec.config.key` reads the config resolved so far."""
+    """What `sample_from(func)` gets: the config resolved so far (`config["key"]` or `config.key`;
+    or, on Ray's retry, the older spec `{"config": config}`). Reading a key whose value is not
+    resolved yet defers the function until the others are."""
 
     def __getattr__(self, name):
         try:
-            value = self[name]
+            value = dict.__getitem__(self, name)
         except KeyError:
             raise AttributeError(name) from None
-        return _Spec(value) if isinstance(value, dict) and not isinstance(value, _Spec) else value
+        return _guarded(name, value)
+
+    def __getitem__(self, key):
+        return _guarded(key, dict.__getitem__(self, key))
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
 
 def has_unresolved(space: Any) -> bool:
@@ -77,8 +106,6 @@ def generate_variants(space: dict, num_samples: int, rng: random.Random) -> Iter
     varied to its value (for the trial's tag)."""
     leaves = list(_walk(space))
     grids = [(path, value["grid_search"]) for path, value in leaves if is_grid(value)]
-    domains = [(path, value) for path, value in leaves if isinstance(value, Domain) and not isinstance(value, Function)]
-    functions = [(path, value) for path, value in leaves if isinstance(value, Function)]
     # The first grid key varies fastest, as in Ray.
     combos = [tuple(reversed(c)) for c in itertools.product(*[values for _, values in reversed(grids)])]
     for _ in range(num_samples):
@@ -88,15 +115,43 @@ def generate_variants(space: dict, num_samples: int, rng: random.Random) -> Iter
             for (path, _), value in zip(grids, combo, strict=True):
                 _set(config, path, copy.deepcopy(value))
                 resolved[path] = value
-            for path, domain in domains:
-                value = domain.sample(rng=rng)
-                _set(config, path, value)
-                resolved[path] = value
-            for path, function in functions:
-                value = function.sample(_Spec(config=config), rng=rng)
-                _set(config, path, value)
-                resolved[path] = value
+            # What is left to resolve: the space's domains and any a grid value brought (a grid of
+            # sample_from functions, or of dicts holding domains).
+            pending = [(path, value) for path, value in _walk(config) if isinstance(value, Domain)]
+            for path, domain in pending:
+                if not isinstance(domain, Function):
+                    value = domain.sample(rng=rng)
+                    _set(config, path, value)
+                    resolved[path] = value
+            _resolve_functions(config, [(p, f) for p, f in pending if isinstance(f, Function)], rng, resolved)
             yield config, resolved
+
+
+def _resolve_functions(config: dict, functions: list, rng: random.Random, resolved: dict) -> None:
+    """Calls each `sample_from` function with the config, in the space's order; one that reads a key
+    not resolved yet is called again once the others are (Ray's passes), so a function may read
+    another's value wherever it stands. A function that can never be resolved raises
+    `RecursiveDependencyError`."""
+    while functions:
+        deferred, blocked = [], None
+        for path, function in functions:
+            try:
+                # A fresh view each call: it shows the values the functions before resolved.
+                value = function.sample(_Spec(config), rng=rng)
+            except _Unresolved as e:
+                deferred.append((path, function))
+                blocked = (path, e.key)
+                continue
+            _set(config, path, value)
+            resolved[path] = value
+        if len(deferred) == len(functions):
+            path, key = blocked
+            name = "/".join(str(p) for p in path)
+            raise RecursiveDependencyError(
+                f"`{name}` recursively depends on {key!r}, which no other sample_from resolves: "
+                "expected the functions of a search space to read each other without a cycle"
+            )
+        functions = deferred
 
 
 def _plain(space: Any) -> Any:
