@@ -191,8 +191,7 @@ class RunConfig:
                 f"RunConfig(progress_reporter={self.progress_reporter!r}): expected a tune.ProgressReporter "
                 "(tune.CLIReporter, tune.JupyterNotebookReporter, or a subclass with should_report and report)"
             )
-        # `log_to_file` is taken here (a script may build the config without running it) and refused
-        # when a Tuner gets it (`check_supported`).
+        self.log_files()  # a bad log_to_file fails here, before any trial
         if self.verbose not in (None, 0, 1, 2, 3):
             raise ValueError(f"RunConfig(verbose={self.verbose!r}): expected 0, 1 or 2")
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
@@ -202,10 +201,24 @@ class RunConfig:
 
             check_name("RunConfig(name=...)", self.name)
 
-    def check_supported(self, what: str = "Tuner") -> None:
-        """Refuses, naming it, what oxray's Tune takes in a RunConfig but does not do yet."""
-        if self.log_to_file:
-            raise NotImplementedError(
-                f"{what}: RunConfig(log_to_file={self.log_to_file!r}) is not supported by oxray's Tune yet: a "
-                "trial's output goes to the driver's terminal and <session>/logs/worker-*.log"
-            )
+    def log_files(self) -> tuple:
+        """Where a trial's stdout and stderr go, as Ray's `log_to_file`: file names in the trial's
+        directory, or None for the worker's log (and the driver's terminal). True is `stdout` and
+        `stderr`; one name takes both; a pair names each (None leaves that stream alone)."""
+        value = self.log_to_file
+        if value is None or value is False:
+            return (None, None)
+        if value is True:
+            return ("stdout", "stderr")
+        if isinstance(value, str) and value:
+            return (value, value)
+        if (
+            isinstance(value, (tuple, list))
+            and len(value) == 2
+            and all(v is None or (isinstance(v, str) and v) for v in value)
+        ):
+            return tuple(value)
+        raise ValueError(
+            f"RunConfig(log_to_file={value!r}): expected True, a file name, or a (stdout, stderr) pair of "
+            "file names (or None) in the trial's directory"
+        )

@@ -86,7 +86,6 @@ class Tuner:
         self._param_space = dict(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or RunConfig()
-        self._run_config.check_supported()
         self._results: Optional[ResultGrid] = None
         self._restore: Optional[dict] = None
 

@@ -106,8 +106,6 @@ def test_reporter_options_are_checked_and_a_conflicting_metric_is_refused(tmp_pa
         tune.RunConfig(progress_reporter=object())
     with pytest.raises(ValueError, match="expected them in one place only"):
         run(tmp_path, "conflict", tune.CLIReporter(metric="other", mode="max"), metric="loss", mode="min")
-    with pytest.raises(NotImplementedError, match="log_to_file"):
-        tune.Tuner(trainable, run_config=tune.RunConfig(log_to_file=True))
 
 
 def test_the_reporters_import_from_rays_module_paths():

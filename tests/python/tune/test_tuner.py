@@ -375,3 +375,42 @@ def test_num_samples_minus_one_samples_until_a_stopper_ends_the_experiment(tmp_p
     assert len(ran) >= 7, "trials added but not started when the stopper ended it never run"
     assert [r.config["grid"] for r in ran][:6] == ["a", "b"] * 3
     assert len({r.config["x"] for r in ran}) == len(ran)
+
+
+def chatty(config):
+    import sys
+
+    print(f"out of trial {config['i']}")
+    print(f"err of trial {config['i']}", file=sys.stderr)
+    tune.report({"i": config["i"]})
+
+
+@pytest.mark.parametrize(
+    "log_to_file, expected",
+    [
+        (True, {"stdout": "out of trial {i}\n", "stderr": "err of trial {i}\n"}),
+        ("both.log", {"both.log": "out of trial {i}\nerr of trial {i}\n"}),
+        ((None, "errors.log"), {"errors.log": "err of trial {i}\n"}),
+    ],
+)
+def test_log_to_file_writes_each_trials_output_in_its_directory(tmp_path, log_to_file, expected):
+    results = tune.Tuner(
+        chatty,
+        param_space={"i": tune.grid_search([0, 1])},
+        run_config=run_config(tmp_path, log_to_file=log_to_file),
+    ).fit()
+    assert results.num_errors == 0
+    for result in results:
+        i = result.config["i"]
+        for name, text in expected.items():
+            path = os.path.join(result.path, name)
+            assert open(path).read() == text.format(i=i)
+            assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        if log_to_file is not True:
+            assert not {"stdout", "stderr"} & set(os.listdir(result.path)), "only the files asked for"
+
+
+@pytest.mark.parametrize("bad", ["", ("a",), ("a", 3), 5])
+def test_a_bad_log_to_file_is_refused_before_any_trial(bad):
+    with pytest.raises(ValueError, match=r"log_to_file="):
+        tune.RunConfig(log_to_file=bad)

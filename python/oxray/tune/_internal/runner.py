@@ -247,6 +247,8 @@ class Runner:
             "trial_uri": trial.fs_path if self.storage.remote else None,
             # The S3 options of the experiment's `?query` (the trial's process has none registered).
             "storage_options": options_for(trial.fs_path) if self.storage.remote else "",
+            # RunConfig(log_to_file=): the trial's stdout and stderr file names in its directory.
+            "log_files": self.run_config.log_files(),
         }
         checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
         payload = {

@@ -6,6 +6,7 @@ process, host and clocks are."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime
 import os
@@ -37,6 +38,27 @@ def _node_ip() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
+
+
+@contextlib.contextmanager
+def _output_to_files(trial_dir: str, names: tuple):
+    """Ray's `log_to_file`: what the trial prints goes to files in its directory (appended, so a
+    retry or a restore adds to them) while it runs, instead of the worker's log."""
+    out_name, err_name = names
+    with contextlib.ExitStack() as stack:
+        files: dict = {}
+
+        def opened(name: str):
+            if name not in files:
+                fd = os.open(os.path.join(trial_dir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                files[name] = stack.enter_context(os.fdopen(fd, "a", buffering=1))
+            return files[name]
+
+        if out_name:
+            stack.enter_context(contextlib.redirect_stdout(opened(out_name)))
+        if err_name:
+            stack.enter_context(contextlib.redirect_stderr(opened(err_name)))
+        yield
 
 
 class _TrialSession:
@@ -148,6 +170,10 @@ class TrialActor:
         cleanup_kept()
 
     def _run(self, trainable):
+        with _output_to_files(self.info["trial_dir"], self.info.get("log_files") or (None, None)):
+            self._run_trainable(trainable)
+
+    def _run_trainable(self, trainable):
         tune_session._session = _TrialSession(self)
         try:
             returned = trainable(self.config)
