@@ -37,11 +37,11 @@ StreamingObjectRefGenerator = ObjectRefGenerator
 
 
 def __getattr__(name):
-    # `ray.train`, `ray.tune`, `ray.air`, `ray.util`, `ray.data`, `ray.types`, `ray.runtime_env`, `ray.job_config`:
-    # subpackages load on first use, as attributes
+    # `ray.train`, `ray.tune`, `ray.air`, `ray.serve`, `ray.util`, `ray.data`, `ray.types`, `ray.runtime_env`,
+    # `ray.job_config`: subpackages load on first use, as attributes
     # (`ray.train.torch` then loads on its first use, see `oxray.train`), so
     # `import oxray as ray; ray.train.torch.TorchTrainer` works.
-    if name in ("train", "tune", "air", "util", "data", "types", "runtime_env", "job_config"):
+    if name in ("train", "tune", "air", "serve", "util", "data", "types", "runtime_env", "job_config"):
         import importlib
 
         return importlib.import_module(f"oxray.{name}")

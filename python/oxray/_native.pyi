@@ -60,6 +60,7 @@ __all__ = [
     "OperatorFigures",
     "TensorBoardEventFile",
     "TuneController",
+    "ServeController",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
@@ -815,6 +816,48 @@ class TensorBoardEventFile:
     def flush(self) -> None: ...
     def close(self) -> None:
         """Flushes; later writes raise."""
+
+@final
+class ServeController:
+    """Serve's controller (`oxray-serve`): applications, deployments and their replicas, rolling
+    updates, health checks, replacements, autoscaling decisions and Ray's statuses. No I/O: the
+    controller actor reports what happened (times in epoch milliseconds) and carries out
+    `take_actions()`."""
+
+    def __new__(cls) -> ServeController: ...
+    def deploy_app(
+        self,
+        name: str,
+        route_prefix: str | None,
+        ingress: str,
+        deployments: list[tuple[str, dict[str, Any]]],
+        now_ms: int,
+    ) -> None:
+        """`ValueError` naming a bad setting, a taken route prefix or a missing ingress."""
+    def fail_app(self, name: str, message: str, now_ms: int) -> None: ...
+    def delete_app(self, name: str, now_ms: int) -> None: ...
+    def replica_started(self, app: str, deployment: str, replica: str, now_ms: int) -> None: ...
+    def replica_reconfigured(self, app: str, deployment: str, replica: str, now_ms: int) -> None: ...
+    def replica_start_failed(self, app: str, deployment: str, replica: str, error: str, now_ms: int) -> None: ...
+    def replica_died(self, app: str, deployment: str, replica: str, reason: str, now_ms: int) -> None: ...
+    def replica_stopped(self, app: str, deployment: str, replica: str, now_ms: int) -> None: ...
+    def health_checked(
+        self, app: str, deployment: str, replica: str, healthy: bool, error: str, now_ms: int
+    ) -> None: ...
+    def record_requests(self, app: str, deployment: str, source: str, requests: float, now_ms: int) -> None: ...
+    def tick(self, now_ms: int) -> None: ...
+    def take_actions(
+        self,
+    ) -> list[tuple[str, str, str, str, tuple[str, str] | None, float | None]]:
+        """`(kind, app, deployment, replica, versions, graceful_timeout_s)`: kind `"start"` (versions:
+        code and config), `"reconfigure"` (versions: config), `"check_health"`, `"stop"` (the graceful
+        timeout) or `"kill"`."""
+    def status(self) -> list[dict[str, Any]]:
+        """Each application: `name`, `status`, `message`, `route_prefix`, `last_deployed_time_s`,
+        `deployments` (by name: `status`, `status_trigger`, `message`, `target_num_replicas`,
+        `replica_states`)."""
+    def routes(self) -> list[tuple[str, str, str, list[str]]]: ...
+    def serving(self, app: str, deployment: str) -> list[str]: ...
 
 @final
 class TuneController:

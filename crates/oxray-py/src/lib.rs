@@ -12,6 +12,7 @@ mod labels;
 mod output;
 mod proctitle;
 mod records;
+mod serve;
 mod storage;
 mod tune;
 
@@ -94,6 +95,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     data::register(m)?;
     data_exec::register(m)?;
     tune::register(m)?;
+    serve::register(m)?;
     m.add("INLINE_THRESHOLD", oxray_object_store::INLINE_THRESHOLD)?;
     m.add("OxrayRpcError", m.py().get_type::<OxrayRpcError>())?;
     m.add("OxrayAuthError", m.py().get_type::<OxrayAuthError>())?;

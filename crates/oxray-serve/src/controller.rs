@@ -276,6 +276,16 @@ impl Controller {
             .collect()
     }
 
+    /// The replicas of `app`'s `deployment` that take requests now (none if there is no such deployment).
+    pub fn serving(&self, app: &str, deployment: &str) -> Vec<String> {
+        self.apps
+            .get(app)
+            .filter(|a| !a.deleting)
+            .and_then(|a| a.deployments.get(deployment))
+            .map(|d| d.serving())
+            .unwrap_or_default()
+    }
+
     /// The HTTP routes: (route prefix, application, its ingress deployment, the replicas serving it).
     pub fn routes(&self) -> Vec<(String, String, String, Vec<String>)> {
         self.apps

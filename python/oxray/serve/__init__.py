@@ -1,0 +1,62 @@
+"""`oxray.serve`: Ray Serve's API over oxray's engine (`oxray-serve`'s controller).
+
+This is its first piece: deployments (classes and functions, `.options()`,
+`.bind()`, application graphs), `serve.run`, `status`, `delete`, `shutdown`,
+handles (`DeploymentHandle`, `DeploymentResponse`), `user_config` with
+`reconfigure`, health checks, graceful shutdown and rolling updates. Not yet:
+the HTTP proxy, autoscaling, batching, multiplexing, FastAPI ingress, config
+files and the REST API; what is not there raises `NotImplementedError` naming it.
+"""
+
+from __future__ import annotations
+
+from oxray.serve import handle
+from oxray.serve.api import (
+    delete,
+    get_app_handle,
+    get_deployment_handle,
+    run,
+    shutdown,
+    start,
+    status,
+)
+from oxray.serve.context import get_replica_context
+from oxray.serve.deployment import Application, Deployment, deployment
+from oxray.serve.handle import DeploymentHandle, DeploymentResponse
+
+
+def _not_yet(name: str):
+    def refused(*args, **kwargs):
+        raise NotImplementedError(f"serve.{name} is not supported by oxray's Serve yet")
+
+    refused.__name__ = name
+    return refused
+
+
+batch = _not_yet("batch")
+multiplexed = _not_yet("multiplexed")
+get_multiplexed_model_id = _not_yet("get_multiplexed_model_id")
+ingress = _not_yet("ingress")
+run_many = _not_yet("run_many")
+
+__all__ = [
+    "Application",
+    "Deployment",
+    "DeploymentHandle",
+    "DeploymentResponse",
+    "batch",
+    "delete",
+    "deployment",
+    "get_app_handle",
+    "get_deployment_handle",
+    "get_multiplexed_model_id",
+    "get_replica_context",
+    "handle",
+    "ingress",
+    "multiplexed",
+    "run",
+    "run_many",
+    "shutdown",
+    "start",
+    "status",
+]

@@ -1,0 +1,1 @@
+"""Serve's internals: the controller actor and the replica actor."""

@@ -1,0 +1,247 @@
+"""The Serve controller actor: one per cluster (`SERVE_CONTROLLER_ACTOR` in the
+`serve` namespace, detached), as in Ray. Its decisions are the engine's
+(`_native.ServeController`, `oxray-serve`); this actor runs the control loop
+(every 0.1 s, or when a replica's call completes), carries out the actions
+(replica actors started, reconfigured, health-checked, stopped, killed), reports
+their outcomes back, and answers drivers and handles. It never imports user
+code: definitions and arguments stay cloudpickled bytes until a replica loads
+them."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+import oxray as ray
+from oxray._native import ServeController
+from oxray.serve._private.replica import ServeReplica
+from oxray.serve.handle import SERVE_NAMESPACE, replica_actor_name
+
+# Ray's control loop period (RAY_SERVE_CONTROL_LOOP_INTERVAL_S).
+CONTROL_LOOP_S = 0.1
+# The controller's calls to a replica (a health check, a reconfigure, a stop) run in a group of
+# their own, so that requests alone fill `max_ongoing_requests`.
+CONTROL_GROUP = "serve_control"
+CONTROL_CALLS = 3
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ServeControllerActor:
+    def __init__(self):
+        self.engine = ServeController()
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        # (app, deployment, code_version) -> what a replica of that version is started with.
+        self.definitions: dict = {}
+        # (app, deployment) -> its current code version (a config change reconfigures with its user_config).
+        self.current: dict = {}
+        self.replicas: dict = {}
+        self.pending: dict = {}
+        self.ingress: dict = {}
+        self.running = True
+        self.wake = threading.Event()
+        threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
+
+    # Called by drivers and handles.
+
+    def deploy(self, app: str, route_prefix, ingress: str, deployments: list) -> None:
+        """`deployments`: dicts of a deployment's name, its cloudpickled definition and arguments,
+        its actor options and user_config, and the engine's settings. `ValueError` names a bad one."""
+        with self.lock:
+            specs = [(d["name"], d["engine"]) for d in deployments]
+            self.engine.deploy_app(app, route_prefix, ingress, specs, _now_ms())
+            self.ingress[app] = ingress
+            for d in deployments:
+                key = (app, d["name"])
+                self.current[key] = d["engine"]["code_version"]
+                self.definitions[(app, d["name"], d["engine"]["code_version"])] = d
+            self._act()
+        self.wake.set()
+
+    def fail_app(self, app: str, message: str) -> None:
+        with self.lock:
+            self.engine.fail_app(app, message, _now_ms())
+            self.changed.notify_all()
+
+    def delete(self, app: str) -> None:
+        with self.lock:
+            self.engine.delete_app(app, _now_ms())
+            self._act()
+        self.wake.set()
+
+    def status(self) -> list:
+        with self.lock:
+            return self.engine.status()
+
+    def ingress_of(self, app: str):
+        with self.lock:
+            known = any(s["name"] == app for s in self.engine.status())
+            return self.ingress.get(app) if known else None
+
+    def wait_serving(self, app: str, deployment: str, timeout_s: float) -> list:
+        """The replicas of the deployment that serve, once there is one (or after `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                serving = self.engine.serving(app, deployment)
+                left = deadline - time.monotonic()
+                if serving or left <= 0:
+                    return serving
+                self.changed.wait(left)
+
+    def wait_app(self, app: str, timeout_s: float, gone: bool = False):
+        """The application's status once it is RUNNING or failed (or gone, with `gone`); None when
+        it is not there (or after `timeout_s`, the last status seen)."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while True:
+                status = next((s for s in self.engine.status() if s["name"] == app), None)
+                if gone and status is None:
+                    return None
+                if not gone and (status is None or status["status"] in ("RUNNING", "DEPLOY_FAILED", "UNHEALTHY")):
+                    return status
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return status
+                self.changed.wait(left)
+
+    def shutdown(self, timeout_s: float) -> bool:
+        """Deletes every application and waits for their replicas to stop; whether all did."""
+        with self.lock:
+            for status in self.engine.status():
+                self.engine.delete_app(status["name"], _now_ms())
+            self._act()
+        self.wake.set()
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while self.engine.status() and time.monotonic() < deadline:
+                self.changed.wait(deadline - time.monotonic())
+            done = not self.engine.status()
+        self.running = False
+        return done
+
+    # The control loop.
+
+    def _loop(self) -> None:
+        while self.running:
+            with self.lock:
+                self.engine.tick(_now_ms())
+                self._act()
+                refs = list(self.pending)
+            if refs:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=CONTROL_LOOP_S)
+                if ready:
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            else:
+                self.wake.wait(CONTROL_LOOP_S)
+                self.wake.clear()
+                ready = []
+            with self.lock:
+                for ref in ready:
+                    self._completed(ref)
+                self._act()
+                self.changed.notify_all()
+
+    def _act(self) -> None:
+        for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
+            key = (app, deployment, replica)
+            if kind == "start":
+                self._start(key, versions[0])
+            elif kind == "reconfigure":
+                definition = self.definitions[(app, deployment, self.current[(app, deployment)])]
+                self._call(key, "reconfigure", definition["user_config"])
+            elif kind == "check_health":
+                self._call(key, "check_health")
+            elif kind == "stop":
+                definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
+                wait_loop_s = definition["graceful_shutdown_wait_loop_s"] if definition else 2.0
+                self._call(key, "stop", wait_loop_s)
+            elif kind == "kill":
+                self._kill(key)
+        self.changed.notify_all()
+
+    def _start(self, key: tuple, code_version: str) -> None:
+        app, deployment, replica = key
+        definition = self.definitions[(app, deployment, code_version)]
+        options = dict(definition["ray_actor_options"])
+        options.setdefault("num_cpus", 1)
+        actor = (
+            ray.remote(ServeReplica)
+            .options(
+                name=replica_actor_name(app, deployment, replica),
+                namespace=SERVE_NAMESPACE,
+                lifetime="detached",
+                max_concurrency=definition["max_ongoing_requests"],
+                concurrency_groups={CONTROL_GROUP: CONTROL_CALLS},
+                **options,
+            )
+            .remote(app, deployment, replica)
+        )
+        self.replicas[key] = actor
+        ref = actor.initialize.remote(
+            definition["definition"],
+            definition["arguments"],
+            definition["user_config"],
+            definition["has_user_config"],
+        )
+        self.pending[ref] = ("start", key)
+
+    def _call(self, key: tuple, kind: str, *args) -> None:
+        actor = self.replicas.get(key)
+        if actor is None:
+            return
+        method = {"reconfigure": "reconfigure", "check_health": "check_health", "stop": "graceful_shutdown"}[kind]
+        call = getattr(actor, method).options(concurrency_group=CONTROL_GROUP)
+        self.pending[call.remote(*args)] = (kind, key)
+
+    def _kill(self, key: tuple) -> None:
+        actor = self.replicas.pop(key, None)
+        if actor is not None:
+            try:
+                ray.kill(actor)
+            except Exception:  # already gone
+                pass
+        for ref, (_, pending_key) in list(self.pending.items()):
+            if pending_key == key:
+                del self.pending[ref]
+        self.engine.replica_stopped(*key, _now_ms())
+
+    def _completed(self, ref) -> None:
+        entry = self.pending.pop(ref, None)
+        if entry is None:
+            return
+        kind, key = entry
+        now = _now_ms()
+        try:
+            ray.get(ref)
+            error = None
+        except ray.exceptions.RayActorError as e:
+            if kind == "stop":
+                self._kill(key)
+            else:
+                self.replicas.pop(key, None)
+                self.engine.replica_died(*key, f"{type(e).__name__}: {e}", now)
+            return
+        except Exception as e:  # noqa: BLE001 - the user's code raised: reported with its traceback
+            error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        if kind == "start":
+            if error is None:
+                self.engine.replica_started(*key, now)
+            else:
+                actor = self.replicas.pop(key, None)
+                if actor is not None:
+                    ray.kill(actor)
+                self.engine.replica_start_failed(*key, error, now)
+        elif kind == "reconfigure":
+            if error is None:
+                self.engine.replica_reconfigured(*key, now)
+            else:
+                self._kill(key)
+        elif kind == "check_health":
+            self.engine.health_checked(*key, error is None, error or "", now)
+        elif kind == "stop":
+            self._kill(key)

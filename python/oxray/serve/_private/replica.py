@@ -1,0 +1,107 @@
+"""A replica: the actor that runs one copy of a deployment's code. It builds the
+user's object (or keeps the function), calls `reconfigure(user_config)` before
+it serves, runs each request (an `async def` method on the replica's event-loop
+thread), answers health checks (the user's `check_health` too), and on a stop
+waits for its requests to finish, then calls the user's `__del__` once."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+
+from oxray import cloudpickle
+from oxray.serve.context import ReplicaContext, ReplicaID, set_replica_context
+from oxray.serve.exceptions import RayServeException
+
+
+class ServeReplica:
+    def __init__(self, app: str, deployment: str, replica_id: str):
+        self.replica_id = ReplicaID(replica_id, deployment, app)
+        self.target = None
+        self.is_function = False
+        self.ongoing = 0
+        self.idle = threading.Condition()
+        self.loop = None
+        self.loop_lock = threading.Lock()
+        self.deleted = False
+
+    def initialize(self, definition: bytes, arguments: bytes, user_config, has_user_config: bool) -> None:
+        """Builds the user's object; its constructor's exception fails the replica (the controller
+        reports the traceback)."""
+        func_or_class = cloudpickle.loads(definition)
+        args, kwargs = cloudpickle.loads(arguments)
+        set_replica_context(ReplicaContext(self.replica_id, None))
+        if inspect.isclass(func_or_class):
+            self.target = func_or_class(*args, **kwargs)
+        else:
+            self.target, self.is_function = func_or_class, True
+        set_replica_context(ReplicaContext(self.replica_id, self.target))
+        if has_user_config:
+            self.reconfigure(user_config)
+
+    def reconfigure(self, user_config) -> None:
+        method = None if self.is_function else getattr(self.target, "reconfigure", None)
+        if method is None:
+            raise RayServeException(
+                f"user_config specified but deployment {self.replica_id.deployment_name!r} is missing a "
+                "reconfigure method"
+            )
+        self._run(method, (user_config,), {})
+
+    def handle_request(self, method_name: str, *args, **kwargs):
+        with self.idle:
+            self.ongoing += 1
+        try:
+            if self.is_function:
+                if method_name != "__call__":
+                    raise RayServeException(
+                        f"deployment {self.replica_id.deployment_name!r} is a function: call it with "
+                        f"handle.remote(), not .{method_name}"
+                    )
+                method = self.target
+            else:
+                method = getattr(self.target, method_name, None)
+                if method is None:
+                    raise RayServeException(
+                        f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}"
+                    )
+            return self._run(method, args, kwargs)
+        finally:
+            with self.idle:
+                self.ongoing -= 1
+                self.idle.notify_all()
+
+    def check_health(self) -> None:
+        method = None if self.is_function else getattr(self.target, "check_health", None)
+        if method is not None:
+            self._run(method, (), {})
+
+    def graceful_shutdown(self, wait_loop_s: float) -> None:
+        """Waits (checking every `wait_loop_s`) until no request runs, then the user's `__del__`."""
+        with self.idle:
+            while self.ongoing > 0:
+                self.idle.wait(wait_loop_s)
+        if not self.deleted and not self.is_function and self.target is not None:
+            self.deleted = True
+            destructor = getattr(type(self.target), "__del__", None)
+            if destructor is not None:
+                self._run(destructor, (self.target,), {})
+
+    def _run(self, method, args: tuple, kwargs: dict):
+        result = method(*args, **kwargs)
+        if inspect.isawaitable(result):
+            return asyncio.run_coroutine_threadsafe(_awaited(result), self._event_loop()).result()
+        return result
+
+    def _event_loop(self):
+        """The loop `async def` user code runs on: one per replica, on a thread of its own."""
+        with self.loop_lock:
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+                threading.Thread(target=self.loop.run_forever, name="serve-user-code", daemon=True).start()
+            return self.loop
+
+
+async def _awaited(awaitable):
+    return await awaitable

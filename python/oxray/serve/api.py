@@ -1,0 +1,203 @@
+"""Serve's driver-side API: `serve.run`, `status`, `delete`, `shutdown`, the
+handles to applications and deployments. The controller actor is started on
+first use, as Ray starts it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import uuid
+from typing import Optional
+
+import oxray as ray
+from oxray import cloudpickle
+from oxray.serve import handle as handles
+from oxray.serve.deployment import Application, Deployment
+from oxray.serve.exceptions import RayServeException
+from oxray.serve.schema import ServeStatus, status_from_reports
+
+# How long serve.run waits for an application to be RUNNING, and delete/shutdown for it to go.
+DEPLOY_TIMEOUT_S = 600.0
+DELETE_TIMEOUT_S = 60.0
+SHUTDOWN_TIMEOUT_S = 30.0
+_warned_http = False
+_lock = threading.Lock()
+
+
+def _start_controller():
+    from oxray.serve._private.controller import ServeControllerActor
+
+    if not ray.is_initialized():
+        ray.init()
+    return (
+        ray.remote(ServeControllerActor)
+        .options(
+            name=handles.CONTROLLER_NAME,
+            namespace=handles.SERVE_NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            max_concurrency=64,
+        )
+        .remote()
+    )
+
+
+def start(proxy_location=None, http_options=None, grpc_options=None, logging_config=None, **kwargs) -> None:
+    """Starts Serve's controller. oxray's Serve has no HTTP proxy yet: HTTP and gRPC options are refused."""
+    for option, value in {
+        "proxy_location": proxy_location,
+        "http_options": http_options,
+        "grpc_options": grpc_options,
+        "logging_config": logging_config,
+        **kwargs,
+    }.items():
+        if value is not None:
+            raise NotImplementedError(f"serve.start({option}=...): oxray's Serve has no HTTP or gRPC proxy yet")
+    _start_controller()
+
+
+def _collect(app: Application, name: str, code_version: str, deployments: dict) -> handles.DeploymentHandle:
+    """The application graph's deployments, each bound deployment in another's arguments
+    replaced by a handle to it."""
+
+    def resolve(value):
+        if isinstance(value, Application):
+            return _collect(value, name, code_version, deployments)
+        if isinstance(value, Deployment):
+            raise TypeError(f"deployment {value.name!r} was passed unbound: pass {value.name}.bind(...) instead")
+        return value
+
+    deployment = app._deployment
+    args = tuple(resolve(a) for a in app._args)
+    kwargs = {k: resolve(v) for k, v in app._kwargs.items()}
+    existing = deployments.get(deployment.name)
+    if existing is not None and existing["source"] is not deployment.func_or_class:
+        raise ValueError(
+            f"application {name!r} has two deployments named {deployment.name!r}; give one another name "
+            "with .options(name=...)"
+        )
+    user_config = deployment.setting("user_config")
+    deployments[deployment.name] = {
+        "name": deployment.name,
+        "source": deployment.func_or_class,
+        "definition": cloudpickle.dumps(deployment.func_or_class),
+        "arguments": cloudpickle.dumps((args, kwargs)),
+        "ray_actor_options": deployment.ray_actor_options,
+        "user_config": user_config,
+        "has_user_config": "user_config" in deployment._options and user_config is not None,
+        "max_ongoing_requests": deployment.max_ongoing_requests,
+        "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
+        "engine": {
+            "code_version": code_version,
+            "config_version": repr(user_config),
+            "num_replicas": deployment.num_replicas,
+            "health_check_period_s": float(deployment.setting("health_check_period_s")),
+            "health_check_timeout_s": float(deployment.setting("health_check_timeout_s")),
+            "graceful_shutdown_timeout_s": float(deployment.setting("graceful_shutdown_timeout_s")),
+            "max_constructor_retry_count": int(deployment.setting("max_constructor_retry_count")),
+            "rolling_update_percentage": float(deployment.setting("rolling_update_percentage")),
+            "max_surge_percent": float(deployment.setting("max_surge_percent")),
+        },
+    }
+    return handles.DeploymentHandle(deployment.name, name)
+
+
+def run(
+    target: Application,
+    blocking: bool = False,
+    name: str = "default",
+    route_prefix: Optional[str] = "/",
+    logging_config=None,
+    _local_testing_mode: bool = False,
+    **kwargs,
+) -> handles.DeploymentHandle:
+    """Deploys `target` as application `name` and waits until it is RUNNING; returns a handle to
+    its ingress deployment. Every call is a new code version: the replicas are replaced by rolling
+    update, as in Ray. `RuntimeError` with the replicas' error when it fails to deploy."""
+    global _warned_http
+    if not isinstance(target, Application):
+        raise TypeError(f"serve.run expects an application (a bound deployment: Model.bind()), got {target!r}")
+    for option, value in {"logging_config": logging_config, **kwargs}.items():
+        if value is not None:
+            raise NotImplementedError(f"serve.run({option}=...) is not supported by oxray's Serve yet")
+    if _local_testing_mode:
+        raise NotImplementedError("serve.run(_local_testing_mode=True) is not supported by oxray's Serve yet")
+    if route_prefix is not None and not _warned_http:
+        _warned_http = True
+        print(
+            f"(oxray.serve) this build has no HTTP proxy yet: route_prefix {route_prefix!r} is recorded, and "
+            "applications are reached through their handles",
+            file=sys.stderr,
+            flush=True,
+        )
+    deployments: dict = {}
+    ingress = _collect(target, name, uuid.uuid4().hex, deployments)
+    for d in deployments.values():
+        d.pop("source")
+    controller = _start_controller()
+    ray.get(controller.deploy.remote(name, route_prefix, ingress.deployment_name, list(deployments.values())))
+    status = ray.get(controller.wait_app.remote(name, DEPLOY_TIMEOUT_S))
+    if status is None or status["status"] != "RUNNING":
+        details = "" if status is None else status["message"]
+        if status is not None:
+            for deployment_name, d in status["deployments"].items():
+                if d["message"]:
+                    details += f"\n{deployment_name}: {d['message']}"
+        state = "gone" if status is None else status["status"]
+        raise RuntimeError(f"Deploying application {name} failed ({state}): {details}".rstrip())
+    if blocking:
+        threading.Event().wait()
+    return ingress
+
+
+def status() -> ServeStatus:
+    try:
+        controller = handles.controller()
+    except RayServeException:
+        return ServeStatus()
+    return status_from_reports(ray.get(controller.status.remote()))
+
+
+def delete(name: str, _blocking: bool = True) -> None:
+    try:
+        controller = handles.controller()
+    except RayServeException:
+        return
+    ray.get(controller.delete.remote(name))
+    if _blocking:
+        left = ray.get(controller.wait_app.remote(name, DELETE_TIMEOUT_S, True))
+        if left is not None:
+            raise TimeoutError(f"Some of these applications weren't deleted after {DELETE_TIMEOUT_S:g}s: [{name!r}]")
+
+
+def shutdown() -> None:
+    try:
+        controller = handles.controller()
+    except RayServeException:
+        print("Nothing to shut down. There's no Serve application running on this Ray cluster.", file=sys.stderr)
+        return
+    ray.get(controller.shutdown.remote(SHUTDOWN_TIMEOUT_S))
+    ray.kill(controller)
+    handles.forget_routers()
+
+
+def get_app_handle(name: str) -> handles.DeploymentHandle:
+    ingress = ray.get(handles.controller().ingress_of.remote(name))
+    if ingress is None:
+        raise RayServeException(f"Application '{name}' does not exist.")
+    return handles.DeploymentHandle(ingress, name)
+
+
+def get_deployment_handle(deployment_name: str, app_name: Optional[str] = None) -> handles.DeploymentHandle:
+    if app_name is None:
+        from oxray.serve.context import _context
+
+        if _context is None:
+            raise RayServeException("get_deployment_handle needs app_name outside a deployment")
+        app_name = _context.app_name
+    statuses = ray.get(handles.controller().status.remote())
+    app = next((s for s in statuses if s["name"] == app_name), None)
+    if app is None or deployment_name not in app["deployments"]:
+        raise RayServeException(f"Deployment '{deployment_name}' in application '{app_name}' does not exist.")
+    return handles.DeploymentHandle(deployment_name, app_name)

@@ -1,0 +1,183 @@
+"""`@serve.deployment`, `Deployment` (`.options()`, `.bind()`) and `Application`
+(a bound deployment; deployments bound into another's arguments make an
+application graph). Options are checked here, as Ray checks them: an unknown
+one is a `TypeError`, a bad value a `ValueError`; one oxray's Serve does not do
+yet is a `NotImplementedError` naming it."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, Callable, Optional
+
+_DEFAULTS = {
+    "num_replicas": 1,
+    "ray_actor_options": None,
+    "user_config": None,
+    "max_ongoing_requests": 5,
+    "max_queued_requests": -1,
+    "health_check_period_s": 10.0,
+    "health_check_timeout_s": 30.0,
+    "graceful_shutdown_wait_loop_s": 2.0,
+    "graceful_shutdown_timeout_s": 20.0,
+    "max_constructor_retry_count": 20,
+    "rolling_update_percentage": 0.2,
+    "max_surge_percent": 0.0,
+}
+# Ray's options oxray's Serve does not carry out yet: refused by name, never ignored.
+_NOT_YET = {
+    "autoscaling_config": "autoscaling (the controller decides, but handles do not report their load yet)",
+    "placement_group_bundles": "placement groups per replica",
+    "placement_group_strategy": "placement groups per replica",
+    "placement_group_bundle_label_selector": "placement groups per replica",
+    "max_replicas_per_node": "spreading replicas over nodes",
+    "logging_config": "per-deployment logging settings",
+    "request_router_config": "custom request routers",
+    "backpressure_config": "backpressure settings (there is no queue limit yet)",
+    "gang_scheduling_config": "gang scheduling",
+    "deployment_actors": "deployment actors",
+}
+_ACTOR_OPTIONS = {
+    "accelerator_type",
+    "memory",
+    "num_cpus",
+    "num_gpus",
+    "resources",
+    "runtime_env",
+    "label_selector",
+    "fallback_strategy",
+}
+
+
+def _check(options: dict) -> None:
+    for key in options:
+        if key == "version":
+            raise ValueError("`version` is no longer supported: Ray Serve 2.60 removed it")
+        if key in _NOT_YET:
+            raise NotImplementedError(f"@serve.deployment({key}=...): oxray's Serve does not do {_NOT_YET[key]} yet")
+        if key not in _DEFAULTS and key not in ("name", "func_or_class"):
+            raise TypeError(f"@serve.deployment got an unexpected option {key!r}")
+    _check_replicas(options.get("num_replicas", 1))
+    name = options.get("name")
+    if name is not None and (not isinstance(name, str) or "#" in name or not name):
+        raise ValueError(f"name={name!r}: expected a non-empty name without '#'")
+    _check_actor_options(options.get("ray_actor_options") or {})
+    ongoing = options.get("max_ongoing_requests", 5)
+    if ongoing is None or isinstance(ongoing, bool) or not isinstance(ongoing, int) or ongoing < 1:
+        raise ValueError(f"max_ongoing_requests={ongoing!r}: expected an int of at least 1")
+    queued = options.get("max_queued_requests", -1)
+    if queued != -1:
+        raise NotImplementedError(
+            f"max_queued_requests={queued!r}: oxray's Serve does not limit queued requests yet (only -1 is taken)"
+        )
+    if options.get("user_config") is not None:
+        try:
+            json.dumps(options["user_config"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"user_config={options['user_config']!r}: expected a JSON-serializable value ({e})"
+            ) from None
+    for key in ("health_check_period_s", "health_check_timeout_s", "graceful_shutdown_timeout_s"):
+        value = options.get(key, _DEFAULTS[key])
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ValueError(f"{key}={value!r}: expected a number of seconds above 0")
+    percentage = options.get("rolling_update_percentage", 0.2)
+    if not isinstance(percentage, (int, float)) or not 0 < percentage <= 1:
+        raise ValueError(f"rolling_update_percentage={percentage!r}: expected a number in (0, 1]")
+
+
+def _check_replicas(replicas) -> None:
+    if replicas == "auto":
+        raise NotImplementedError(
+            "@serve.deployment(num_replicas='auto'): oxray's Serve does not do autoscaling yet (handles do not "
+            "report their load); give a number of replicas"
+        )
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise TypeError(f"num_replicas={replicas!r}: expected an int or 'auto'")
+    if replicas <= 0:
+        raise ValueError(f"num_replicas={replicas}: num_replicas is expected to larger than 0")
+
+
+def _check_actor_options(actor_options) -> None:
+    if not isinstance(actor_options, dict):
+        raise TypeError(f"ray_actor_options={actor_options!r}: expected a dict")
+    unknown = sorted(set(actor_options) - _ACTOR_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"ray_actor_options has keys {unknown} that a deployment may not set; allowed: {sorted(_ACTOR_OPTIONS)}"
+        )
+
+
+class Deployment:
+    """A deployment: a class or function and its options (`@serve.deployment`)."""
+
+    def __init__(self, func_or_class, options: dict, _internal: bool = False):
+        if not _internal:
+            raise RuntimeError("The Deployment constructor should not be called directly. Use `@serve.deployment`")
+        self._func_or_class = func_or_class
+        self._options = dict(options)
+
+    @property
+    def name(self) -> str:
+        return self._options.get("name") or self._func_or_class.__name__
+
+    @property
+    def func_or_class(self):
+        return self._func_or_class
+
+    @property
+    def num_replicas(self) -> int:
+        return self._options.get("num_replicas", 1)
+
+    @property
+    def user_config(self):
+        return self._options.get("user_config")
+
+    @property
+    def max_ongoing_requests(self) -> int:
+        return self._options.get("max_ongoing_requests", 5)
+
+    @property
+    def max_queued_requests(self) -> int:
+        return self._options.get("max_queued_requests", -1)
+
+    @property
+    def ray_actor_options(self) -> dict:
+        return dict(self._options.get("ray_actor_options") or {})
+
+    def options(self, **options) -> "Deployment":
+        _check(options)
+        return Deployment(self._func_or_class, {**self._options, **options}, _internal=True)
+
+    def bind(self, *args, **kwargs) -> "Application":
+        if not inspect.isclass(self._func_or_class) and (args or kwargs):
+            raise ValueError("function deployments take no init_args or init_kwargs: bind() it with no arguments")
+        return Application(self, args, kwargs)
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError("Deployments cannot be constructed directly. Use `.bind()` instead.")
+
+    def setting(self, key: str):
+        return self._options.get(key, _DEFAULTS.get(key))
+
+
+class Application:
+    """A deployment bound to its constructor's arguments: what `serve.run` takes."""
+
+    def __init__(self, deployment: Deployment, args: tuple, kwargs: dict):
+        self._deployment = deployment
+        self._args = args
+        self._kwargs = kwargs
+
+
+def deployment(
+    _func_or_class: Optional[Callable] = None,
+    **options: Any,
+):
+    """`@serve.deployment` or `@serve.deployment(num_replicas=2, ...)`."""
+    _check(options)
+
+    def wrap(func_or_class):
+        return Deployment(func_or_class, options, _internal=True)
+
+    return wrap(_func_or_class) if _func_or_class is not None else wrap

@@ -1,0 +1,198 @@
+"""`oxray.serve` driven as Ray Serve's docs drive it: deployments of classes and
+functions, application graphs composed through handles, `serve.run`/`status`/
+`delete`/`shutdown`, `user_config` with `reconfigure`, a constructor that raises,
+health checks, a crashed replica, a rolling redeploy, and options refused by name."""
+
+import os
+import signal
+
+import pytest
+
+import oxray as ray
+from oxray import serve
+from oxray.serve.handle import DeploymentHandle
+from oxray_testutil import wait_until
+
+pytestmark = pytest.mark.usefixtures("clean_serve")
+LIGHT = {"num_cpus": 0.1}
+
+
+@serve.deployment(ray_actor_options=LIGHT)
+class Adder:
+    def __init__(self, increment):
+        self.increment = increment
+
+    def __call__(self, x):
+        return x + self.increment
+
+    async def pid(self):
+        return os.getpid()
+
+
+@serve.deployment(ray_actor_options=LIGHT)
+class Ingress:
+    def __init__(self, adder: DeploymentHandle):
+        self.adder = adder
+
+    async def __call__(self, x):
+        # A response passed on, and one awaited.
+        doubled = self.adder.remote(x)
+        return await self.adder.remote(doubled)
+
+
+def test_a_graph_runs_through_handles_and_reports_ray_statuses():
+    handle = serve.run(Ingress.bind(Adder.options(num_replicas=2).bind(10)), name="math")
+    assert handle.remote(1).result(timeout_s=30) == 21
+    status = serve.status()
+    app = status.applications["math"]
+    assert app.status == "RUNNING" and app.status.value == "RUNNING"
+    assert app.deployments["Adder"].replica_states == {"RUNNING": 2}
+    assert app.deployments["Ingress"].status == "HEALTHY"
+    assert app.deployments["Ingress"].status_trigger == "CONFIG_UPDATE_COMPLETED"
+    adder = serve.get_deployment_handle("Adder", "math")
+    pids = {adder.pid.remote().result() for _ in range(40)}
+    assert len(pids) == 2, "calls spread over both replicas"
+    assert serve.get_app_handle("math").remote(5).result() == 25
+    # A response passed into another call reaches it as its value.
+    assert adder.remote(adder.remote(1)).result() == 21
+
+    serve.delete("math")
+    assert "math" not in serve.status().applications
+    with pytest.raises(serve.exceptions.RayServeException, match="Application 'math' does not exist"):
+        serve.get_app_handle("math")
+
+
+@serve.deployment(ray_actor_options=LIGHT)
+def shout(text):
+    return text.upper()
+
+
+@serve.deployment(ray_actor_options=LIGHT, user_config={"threshold": 0.5})
+class Thresholded:
+    def __init__(self):
+        self.threshold = None
+
+    def reconfigure(self, config):
+        self.threshold = config["threshold"]
+
+    def __call__(self, x):
+        return x > self.threshold
+
+
+def test_function_deployments_and_user_config_reach_the_replicas():
+    assert serve.run(shout.bind(), name="fn", route_prefix="/fn").remote("hi").result() == "HI"
+    handle = serve.run(Thresholded.bind(), name="cfg", route_prefix="/cfg")
+    assert handle.remote(0.7).result() is True
+    # serve.run again with another user_config: a new version, rolled in.
+    handle = serve.run(Thresholded.options(user_config={"threshold": 0.9}).bind(), name="cfg", route_prefix="/cfg")
+    assert handle.remote(0.7).result() is False
+    assert serve.status().applications["cfg"].deployments["Thresholded"].replica_states == {"RUNNING": 1}
+
+
+@serve.deployment(ray_actor_options=LIGHT)
+class NoWeights:
+    def __init__(self):
+        raise ValueError("no weights at /models/missing.pt")
+
+
+def test_a_constructor_that_raises_fails_the_deploy_with_its_traceback():
+    with pytest.raises(RuntimeError, match="no weights at /models/missing.pt"):
+        serve.run(NoWeights.bind(), name="broken", route_prefix="/broken")
+    app = serve.status().applications["broken"]
+    assert app.status == "DEPLOY_FAILED"
+    deployment = app.deployments["NoWeights"]
+    assert deployment.status == "DEPLOY_FAILED" and deployment.status_trigger == "REPLICA_STARTUP_FAILED"
+    assert "Traceback" in deployment.message and "ValueError" in deployment.message
+    assert deployment.replica_states == {}, "no retry loop"
+
+
+@serve.deployment(ray_actor_options=LIGHT, health_check_period_s=0.2, health_check_timeout_s=5)
+class Flaky:
+    def __init__(self, flag):
+        self.flag = flag
+
+    def check_health(self):
+        if os.path.exists(self.flag):
+            raise RuntimeError("the GPU fell off")
+
+    def __call__(self):
+        return os.getpid()
+
+
+def test_failed_health_checks_and_a_crash_replace_the_replica(tmp_path):
+    flag = str(tmp_path / "unhealthy")
+    handle = serve.run(Flaky.bind(flag), name="flaky", route_prefix="/flaky")
+    first = handle.remote().result()
+    open(flag, "w").close()
+    wait_until(
+        "the unhealthy replica to be reported",
+        lambda: serve.status().applications["flaky"].deployments["Flaky"].status == "UNHEALTHY",
+        timeout=60,
+    )
+    assert "the GPU fell off" in serve.status().applications["flaky"].deployments["Flaky"].message
+    os.remove(flag)
+    wait_until(
+        "a healthy replacement",
+        lambda: serve.status().applications["flaky"].deployments["Flaky"].status == "HEALTHY",
+        timeout=60,
+    )
+    second = handle.remote().result(timeout_s=30)
+    assert second != first
+    # A replica killed from outside is replaced too, and calls go to the new one.
+    os.kill(second, signal.SIGKILL)
+    wait_until("a replacement after the crash", lambda: _serves_from_another(handle, second), timeout=60)
+
+
+def _serves_from_another(handle, pid):
+    try:
+        return handle.remote().result(timeout_s=10) != pid
+    except ray.exceptions.RayActorError:
+        return False
+
+
+def test_bad_and_unsupported_options_are_refused_by_name():
+    with pytest.raises(ValueError, match="num_replicas is expected to larger than 0"):
+        serve.deployment(num_replicas=0)
+    with pytest.raises(ValueError, match="ray_actor_options has keys \\['max_restarts'\\]"):
+        serve.deployment(ray_actor_options={"max_restarts": 3})
+    with pytest.raises(TypeError, match="unexpected option 'colour'"):
+        Adder.options(colour="blue")
+    with pytest.raises(NotImplementedError, match="autoscaling_config"):
+        Adder.options(autoscaling_config={"min_replicas": 1})
+    with pytest.raises(NotImplementedError, match="num_replicas='auto'"):
+        serve.deployment(num_replicas="auto")
+    with pytest.raises(NotImplementedError, match="serve.batch"):
+        serve.batch(max_batch_size=4)
+    with pytest.raises(RuntimeError, match="Use `.bind\\(\\)`"):
+        Adder(1)
+    with pytest.raises(ValueError, match="function deployments take no init_args"):
+        shout.bind("x")
+    serve.run(Adder.bind(1), name="first", route_prefix="/same")
+    with pytest.raises(Exception, match='route_prefix "/same" is already used by application "first"'):
+        serve.run(Adder.bind(2), name="second", route_prefix="/same")
+
+
+@serve.deployment(ray_actor_options=LIGHT, max_ongoing_requests=2)
+class Gate:
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __call__(self, i):
+        import time
+
+        open(os.path.join(self.directory, f"in-{i}"), "w").close()
+        while not os.path.exists(os.path.join(self.directory, "open")):
+            time.sleep(0.01)
+        return i
+
+
+def test_max_ongoing_requests_bounds_what_runs_in_a_replica_at_once(tmp_path):
+    handle = serve.run(Gate.bind(str(tmp_path)), name="gate", route_prefix="/gate")
+    responses = [handle.remote(i) for i in range(4)]
+    wait_until("two requests to run", lambda: len([n for n in os.listdir(tmp_path) if n.startswith("in-")]) == 2)
+    # Health checks still run beside them (their own group): the deployment stays HEALTHY.
+    assert serve.status().applications["gate"].deployments["Gate"].status == "HEALTHY"
+    ray.get(ray.remote(lambda: 0).remote())  # one more round trip: nothing else started meanwhile
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("in-")]) == 2
+    open(tmp_path / "open", "w").close()
+    assert sorted(r.result(timeout_s=30) for r in responses) == [0, 1, 2, 3]
