@@ -3,8 +3,8 @@
 This is its first piece: deployments (classes and functions, `.options()`,
 `.bind()`, application graphs), `serve.run`, `status`, `delete`, `shutdown`,
 handles (`DeploymentHandle`, `DeploymentResponse`), `user_config` with
-`reconfigure`, health checks, graceful shutdown and rolling updates. Not yet:
-the HTTP proxy, autoscaling, batching, multiplexing, FastAPI ingress, config
+`reconfigure`, health checks, graceful shutdown, rolling updates, autoscaling
+and `@serve.batch`. Not yet: the HTTP proxy, multiplexing, FastAPI ingress, config
 files and the REST API; what is not there raises `NotImplementedError` naming it.
 """
 
@@ -20,6 +20,7 @@ from oxray.serve.api import (
     start,
     status,
 )
+from oxray.serve.batching import batch
 from oxray.serve.context import get_replica_context
 from oxray.serve.deployment import Application, Deployment, deployment
 from oxray.serve.handle import DeploymentHandle, DeploymentResponse
@@ -33,7 +34,6 @@ def _not_yet(name: str):
     return refused
 
 
-batch = _not_yet("batch")
 multiplexed = _not_yet("multiplexed")
 get_multiplexed_model_id = _not_yet("get_multiplexed_model_id")
 ingress = _not_yet("ingress")

@@ -12,7 +12,7 @@ from typing import Optional
 import oxray as ray
 from oxray import cloudpickle
 from oxray.serve import handle as handles
-from oxray.serve.deployment import Application, Deployment
+from oxray.serve.deployment import Application, Deployment, autoscaling_of
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.schema import ServeStatus, status_from_reports
 
@@ -78,6 +78,7 @@ def _collect(app: Application, name: str, code_version: str, deployments: dict) 
             "with .options(name=...)"
         )
     user_config = deployment.setting("user_config")
+    autoscaling = autoscaling_of(deployment._options)
     deployments[deployment.name] = {
         "name": deployment.name,
         "source": deployment.func_or_class,
@@ -88,10 +89,12 @@ def _collect(app: Application, name: str, code_version: str, deployments: dict) 
         "has_user_config": "user_config" in deployment._options and user_config is not None,
         "max_ongoing_requests": deployment.max_ongoing_requests,
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
+        "autoscaling": autoscaling,
         "engine": {
             "code_version": code_version,
             "config_version": repr(user_config),
-            "num_replicas": deployment.num_replicas,
+            "num_replicas": None if autoscaling else deployment.num_replicas,
+            "autoscaling_config": autoscaling,
             "health_check_period_s": float(deployment.setting("health_check_period_s")),
             "health_check_timeout_s": float(deployment.setting("health_check_timeout_s")),
             "graceful_shutdown_timeout_s": float(deployment.setting("graceful_shutdown_timeout_s")),
@@ -194,7 +197,9 @@ def get_deployment_handle(deployment_name: str, app_name: Optional[str] = None) 
         from oxray.serve.context import _context
 
         if _context is None:
-            raise RayServeException("get_deployment_handle needs app_name outside a deployment")
+            raise RayServeException(
+                "Please specify an application name when getting a deployment handle outside of a Serve application."
+            )
         app_name = _context.app_name
     statuses = ray.get(handles.controller().status.remote())
     app = next((s for s in statuses if s["name"] == app_name), None)

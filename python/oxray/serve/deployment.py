@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 _DEFAULTS = {
     "num_replicas": 1,
+    "autoscaling_config": None,
     "ray_actor_options": None,
     "user_config": None,
     "max_ongoing_requests": 5,
@@ -26,7 +27,6 @@ _DEFAULTS = {
 }
 # Ray's options oxray's Serve does not carry out yet: refused by name, never ignored.
 _NOT_YET = {
-    "autoscaling_config": "autoscaling (the controller decides, but handles do not report their load yet)",
     "placement_group_bundles": "placement groups per replica",
     "placement_group_strategy": "placement groups per replica",
     "placement_group_bundle_label_selector": "placement groups per replica",
@@ -58,6 +58,7 @@ def _check(options: dict) -> None:
         if key not in _DEFAULTS and key not in ("name", "func_or_class"):
             raise TypeError(f"@serve.deployment got an unexpected option {key!r}")
     _check_replicas(options.get("num_replicas", 1))
+    _check_autoscaling(options)
     name = options.get("name")
     if name is not None and (not isinstance(name, str) or "#" in name or not name):
         raise ValueError(f"name={name!r}: expected a non-empty name without '#'")
@@ -86,12 +87,74 @@ def _check(options: dict) -> None:
         raise ValueError(f"rolling_update_percentage={percentage!r}: expected a number in (0, 1]")
 
 
-def _check_replicas(replicas) -> None:
-    if replicas == "auto":
-        raise NotImplementedError(
-            "@serve.deployment(num_replicas='auto'): oxray's Serve does not do autoscaling yet (handles do not "
-            "report their load); give a number of replicas"
+# Ray's `AutoscalingConfig` fields (the default policy's); `policy` (a custom one) is not taken yet.
+_AUTOSCALING_KEYS = {
+    "min_replicas",
+    "initial_replicas",
+    "max_replicas",
+    "target_ongoing_requests",
+    "metrics_interval_s",
+    "look_back_period_s",
+    "smoothing_factor",
+    "upscale_smoothing_factor",
+    "downscale_smoothing_factor",
+    "upscaling_factor",
+    "downscaling_factor",
+    "upscale_delay_s",
+    "downscale_delay_s",
+    "downscale_to_zero_delay_s",
+    "aggregation_function",
+}
+
+
+def autoscaling_of(options: dict) -> Optional[dict]:
+    """The deployment's autoscaling settings with Ray's defaults (`num_replicas="auto"`: up to 100
+    replicas), or None for a fixed count."""
+    config = options.get("autoscaling_config")
+    if config is None and options.get("num_replicas") != "auto":
+        return None
+    if config is not None and not isinstance(config, dict):
+        config = {k: v for k, v in vars(config).items() if v is not None}
+    base = {"min_replicas": 1, "max_replicas": 100 if options.get("num_replicas") == "auto" else 1}
+    base.update({"target_ongoing_requests": 2.0, "metrics_interval_s": 10.0, "look_back_period_s": 30.0})
+    merged = {**base, **(config or {})}
+    # The deprecated smoothing factors stand in for the scaling factors not given, as in Ray.
+    smoothing = merged.pop("smoothing_factor", None) or 1.0
+    up_alias, down_alias = merged.pop("upscale_smoothing_factor", None), merged.pop("downscale_smoothing_factor", None)
+    merged["upscaling_factor"] = merged.get("upscaling_factor") or up_alias or smoothing
+    merged["downscaling_factor"] = merged.get("downscaling_factor") or down_alias or smoothing
+    return merged
+
+
+def _check_autoscaling(options: dict) -> None:
+    config = options.get("autoscaling_config")
+    if config is None:
+        return
+    if isinstance(options.get("num_replicas"), int) and not isinstance(options.get("num_replicas"), bool):
+        raise ValueError("Manually setting num_replicas is not allowed when autoscaling_config is provided.")
+    fields = config if isinstance(config, dict) else vars(config)
+    if "policy" in fields and fields["policy"] is not None:
+        raise NotImplementedError("autoscaling_config(policy=...): oxray's Serve runs Ray's default policy only")
+    unknown = sorted(set(fields) - _AUTOSCALING_KEYS - {"policy"})
+    if unknown:
+        raise ValueError(
+            f"autoscaling_config has unknown fields {unknown}; expected some of {sorted(_AUTOSCALING_KEYS)}"
         )
+    for key in ("metrics_interval_s", "look_back_period_s", "upscale_delay_s", "downscale_delay_s"):
+        value = fields.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise ValueError(f"autoscaling_config {key}={value!r}: expected a number of seconds, 0 or more")
+    low, high = fields.get("min_replicas", 1), fields.get("max_replicas", 1)
+    if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high and high >= 1):
+        raise ValueError(
+            f"autoscaling_config min_replicas={low!r}, max_replicas={high!r}: expected 0 <= min_replicas <= "
+            "max_replicas and max_replicas >= 1"
+        )
+
+
+def _check_replicas(replicas) -> None:
+    if replicas == "auto" or replicas is None:
+        return
     if isinstance(replicas, bool) or not isinstance(replicas, int):
         raise TypeError(f"num_replicas={replicas!r}: expected an int or 'auto'")
     if replicas <= 0:
@@ -126,7 +189,7 @@ class Deployment:
         return self._func_or_class
 
     @property
-    def num_replicas(self) -> int:
+    def num_replicas(self):
         return self._options.get("num_replicas", 1)
 
     @property
@@ -147,7 +210,13 @@ class Deployment:
 
     def options(self, **options) -> "Deployment":
         _check(options)
-        return Deployment(self._func_or_class, {**self._options, **options}, _internal=True)
+        merged = {**self._options, **options}
+        if "num_replicas" in options and "autoscaling_config" not in options:
+            merged.pop("autoscaling_config", None)  # a count given now replaces autoscaling
+        if "autoscaling_config" in options and "num_replicas" not in options:
+            merged.pop("num_replicas", None)
+        _check(merged)
+        return Deployment(self._func_or_class, merged, _internal=True)
 
     def bind(self, *args, **kwargs) -> "Application":
         if not inspect.isclass(self._func_or_class) and (args or kwargs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from typing import Any, Optional
 
 import oxray as ray
@@ -40,14 +41,27 @@ class _Router:
 
     def __init__(self, app: str, deployment: str):
         self.app, self.deployment = app, deployment
+        self.source = f"handle-{uuid.uuid4().hex[:12]}"
         self.lock = threading.Lock()
         self.replicas: list = []
         self.actors: dict = {}
         self.in_flight: dict = {}
         self.fetched = 0.0
+        # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
+        self.report_every_s = None
+
+    def load(self) -> int:
+        with self.lock:
+            return sum(self.in_flight.values())
 
     def _refresh(self) -> None:
-        ids = ray.get(controller().wait_serving.remote(self.app, self.deployment, NO_REPLICA_TIMEOUT_S))
+        ids, self.report_every_s = ray.get(
+            controller().wait_serving.remote(
+                self.app, self.deployment, NO_REPLICA_TIMEOUT_S, self.source, self.load() + 1
+            )
+        )
+        if self.report_every_s is not None:
+            _LoadReporter.watch(self)
         if not ids:
             raise RayServeException(
                 f"Deployment {self.deployment!r} of application {self.app!r} has no running replica "
@@ -76,6 +90,38 @@ class _Router:
             self.in_flight[rid] = max(0, self.in_flight.get(rid, 0) - 1)
 
 
+class _LoadReporter:
+    """Reports each autoscaled deployment's calls in flight from this process to the controller,
+    every `metrics_interval_s` (zeros too: an idle handle lets the deployment scale down)."""
+
+    lock = threading.Lock()
+    routers: list = []
+    thread = None
+
+    @classmethod
+    def watch(cls, router: "_Router") -> None:
+        with cls.lock:
+            if router not in cls.routers:
+                cls.routers.append(router)
+            if cls.thread is None:
+                cls.thread = threading.Thread(target=cls._run, name="serve-handle-load", daemon=True)
+                cls.thread.start()
+
+    @classmethod
+    def _run(cls) -> None:
+        while True:
+            with cls.lock:
+                routers = list(cls.routers)
+            for router in routers:
+                try:
+                    controller().record_requests.remote(router.app, router.deployment, router.source, router.load())
+                except Exception:  # noqa: BLE001 - Serve shut down: nothing to report to
+                    with cls.lock:
+                        cls.routers = [r for r in cls.routers if r is not router]
+            every = min((r.report_every_s for r in routers if r.report_every_s), default=1.0)
+            time.sleep(every)
+
+
 _routers: dict = {}
 _routers_lock = threading.Lock()
 
@@ -91,6 +137,8 @@ def _router(app: str, deployment: str) -> _Router:
 def forget_routers() -> None:
     with _routers_lock:
         _routers.clear()
+    with _LoadReporter.lock:
+        _LoadReporter.routers = []
 
 
 def _unwrap(value):

@@ -157,12 +157,10 @@ def test_bad_and_unsupported_options_are_refused_by_name():
         serve.deployment(ray_actor_options={"max_restarts": 3})
     with pytest.raises(TypeError, match="unexpected option 'colour'"):
         Adder.options(colour="blue")
-    with pytest.raises(NotImplementedError, match="autoscaling_config"):
-        Adder.options(autoscaling_config={"min_replicas": 1})
-    with pytest.raises(NotImplementedError, match="num_replicas='auto'"):
-        serve.deployment(num_replicas="auto")
-    with pytest.raises(NotImplementedError, match="serve.batch"):
-        serve.batch(max_batch_size=4)
+    with pytest.raises(NotImplementedError, match="max_queued_requests=10"):
+        Adder.options(max_queued_requests=10)
+    with pytest.raises(NotImplementedError, match="serve.multiplexed"):
+        serve.multiplexed(max_num_models_per_replica=2)
     with pytest.raises(RuntimeError, match="Use `.bind\\(\\)`"):
         Adder(1)
     with pytest.raises(ValueError, match="function deployments take no init_args"):
@@ -196,3 +194,60 @@ def test_max_ongoing_requests_bounds_what_runs_in_a_replica_at_once(tmp_path):
     assert len([n for n in os.listdir(tmp_path) if n.startswith("in-")]) == 2
     open(tmp_path / "open", "w").close()
     assert sorted(r.result(timeout_s=30) for r in responses) == [0, 1, 2, 3]
+
+
+@serve.deployment(
+    ray_actor_options=LIGHT,
+    max_ongoing_requests=1,
+    autoscaling_config={
+        "min_replicas": 1,
+        "max_replicas": 3,
+        "target_ongoing_requests": 1,
+        "metrics_interval_s": 0.1,
+        "look_back_period_s": 0.5,
+        "upscale_delay_s": 0,
+        "downscale_delay_s": 0.5,
+    },
+)
+class Busy:
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __call__(self, i):
+        import time
+
+        while not os.path.exists(os.path.join(self.directory, "open")):
+            time.sleep(0.01)
+        return os.getpid()
+
+
+def test_a_load_step_scales_the_deployment_up_and_back_down(tmp_path):
+    handle = serve.run(Busy.bind(str(tmp_path)), name="auto", route_prefix="/auto")
+
+    def running():
+        return serve.status().applications["auto"].deployments["Busy"].replica_states.get("RUNNING", 0)
+
+    assert running() == 1
+    responses = [handle.remote(i) for i in range(3)]
+    # Three calls in flight against one per replica: three replicas, and the app RUNNING meanwhile.
+    wait_until("three replicas", lambda: running() == 3, timeout=60)
+    assert serve.status().applications["auto"].status == "RUNNING"
+    open(tmp_path / "open", "w").close()
+    assert len({r.result(timeout_s=30) for r in responses}) >= 1
+    wait_until("back to one replica", lambda: running() == 1 and _settled(), timeout=60)
+
+
+def _settled():
+    deployment = serve.status().applications["auto"].deployments["Busy"]
+    return deployment.status == "HEALTHY" and deployment.replica_states == {"RUNNING": 1}
+
+
+def test_autoscaling_options_are_checked():
+    with pytest.raises(ValueError, match="Manually setting num_replicas is not allowed"):
+        serve.deployment(num_replicas=2, autoscaling_config={"max_replicas": 3})
+    with pytest.raises(ValueError, match="unknown fields \\['max_replica'\\]"):
+        serve.deployment(autoscaling_config={"max_replica": 3})
+    with pytest.raises(ValueError, match="min_replicas=4, max_replicas=2"):
+        serve.deployment(autoscaling_config={"min_replicas": 4, "max_replicas": 2})
+    with pytest.raises(NotImplementedError, match="policy"):
+        serve.deployment(autoscaling_config={"policy": "my.module:policy"})

@@ -82,16 +82,33 @@ class ServeControllerActor:
             known = any(s["name"] == app for s in self.engine.status())
             return self.ingress.get(app) if known else None
 
-    def wait_serving(self, app: str, deployment: str, timeout_s: float) -> list:
-        """The replicas of the deployment that serve, once there is one (or after `timeout_s`)."""
+    def wait_serving(self, app: str, deployment: str, timeout_s: float, source: str = "", queued: int = 0):
+        """The replicas of the deployment that serve, once there is one (or after `timeout_s`), and
+        how often the handle reports its load (None: not autoscaled). A handle with `queued` calls
+        and no replica reports them first: an autoscaled deployment at zero starts one at once."""
         deadline = time.monotonic() + timeout_s
         with self.changed:
+            interval = self._metrics_interval(app, deployment)
+            if interval is not None and queued and not self.engine.serving(app, deployment):
+                self.engine.record_requests(app, deployment, source, float(queued), _now_ms())
+                self._act()
+                self.wake.set()
             while True:
                 serving = self.engine.serving(app, deployment)
                 left = deadline - time.monotonic()
                 if serving or left <= 0:
-                    return serving
+                    return serving, interval
                 self.changed.wait(left)
+
+    def record_requests(self, app: str, deployment: str, source: str, requests: float) -> None:
+        """A handle's calls in flight and queued to the deployment, for its autoscaler."""
+        with self.lock:
+            self.engine.record_requests(app, deployment, source, float(requests), _now_ms())
+
+    def _metrics_interval(self, app: str, deployment: str):
+        definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
+        autoscaling = definition and definition.get("autoscaling")
+        return autoscaling["metrics_interval_s"] if autoscaling else None
 
     def wait_app(self, app: str, timeout_s: float, gone: bool = False):
         """The application's status once it is RUNNING or failed (or gone, with `gone`); None when
