@@ -6,6 +6,7 @@ its object reference, so the value never comes back through the caller."""
 
 from __future__ import annotations
 
+import collections
 import random
 import threading
 import time
@@ -37,7 +38,10 @@ def controller():
 
 
 class _Router:
-    """The serving replicas of one deployment, and this process's calls in flight to each."""
+    """The serving replicas of one deployment, this process's calls in flight to each, and the
+    calls waiting here because every replica has `max_ongoing_requests` of this process's calls
+    (as Ray's router holds them): a dispatcher thread sends each to the first replica with room,
+    a new replica included."""
 
     def __init__(self, app: str, deployment: str):
         self.app, self.deployment = app, deployment
@@ -45,17 +49,24 @@ class _Router:
         self.lock = threading.Lock()
         self.replicas: list = []
         self.actors: dict = {}
-        self.in_flight: dict = {}
+        # Replica -> the responses sent to it and not known to be finished.
+        self.sent: dict = {}
+        self.waiting: collections.deque = collections.deque()
+        self.dispatcher = None
         self.fetched = 0.0
+        self.max_ongoing = None
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
 
     def load(self) -> int:
+        """Calls in flight from this process plus those waiting here (the autoscaler's metric)."""
         with self.lock:
-            return sum(self.in_flight.values())
+            return sum(len(v) for v in self.sent.values()) + len(self.waiting)
 
-    def _refresh(self) -> None:
-        ids, self.report_every_s = ray.get(
+    def refresh(self, fresh: bool = False) -> None:
+        if not fresh and self.replicas and time.monotonic() - self.fetched <= REPLICAS_REFRESH_S:
+            return
+        ids, self.report_every_s, self.max_ongoing = ray.get(
             controller().wait_serving.remote(
                 self.app, self.deployment, NO_REPLICA_TIMEOUT_S, self.source, self.load() + 1
             )
@@ -67,27 +78,66 @@ class _Router:
                 f"Deployment {self.deployment!r} of application {self.app!r} has no running replica "
                 f"(waited {NO_REPLICA_TIMEOUT_S:g} s); see serve.status()"
             )
+        actors = {
+            rid: self.actors.get(rid)
+            or ray.get_actor(replica_actor_name(self.app, self.deployment, rid), namespace=SERVE_NAMESPACE)
+            for rid in ids
+        }
         with self.lock:
-            self.replicas = ids
-            self.fetched = time.monotonic()
-            for rid in ids:
-                if rid not in self.actors:
-                    self.actors[rid] = ray.get_actor(
-                        replica_actor_name(self.app, self.deployment, rid), namespace=SERVE_NAMESPACE
-                    )
+            self.replicas, self.actors, self.fetched = ids, actors, time.monotonic()
 
-    def choose(self, fresh: bool = False):
-        if fresh or not self.replicas or time.monotonic() - self.fetched > REPLICAS_REFRESH_S:
-            self._refresh()
+    def submit(self, response: "DeploymentResponse", fresh: bool = False) -> None:
+        self.refresh(fresh)
         with self.lock:
-            candidates = random.sample(self.replicas, min(2, len(self.replicas)))
-            rid = min(candidates, key=lambda r: self.in_flight.get(r, 0))
-            self.in_flight[rid] = self.in_flight.get(rid, 0) + 1
-            return rid, self.actors[rid]
+            if not self.waiting and self._send(response):
+                return
+            self.waiting.append(response)
+            if self.dispatcher is None:
+                self.dispatcher = threading.Thread(target=self._dispatch, name="serve-router", daemon=True)
+                self.dispatcher.start()
 
-    def done(self, rid: str) -> None:
+    def _send(self, response: "DeploymentResponse") -> bool:
+        """Sends `response`'s call to a replica with room (power of two choices); False if none has.
+        Called with the lock held."""
+        room = [r for r in self.replicas if self.max_ongoing is None or len(self.sent.get(r, ())) < self.max_ongoing]
+        if not room:
+            return False
+        rid = min(random.sample(room, min(2, len(room))), key=lambda r: len(self.sent.get(r, ())))
+        self.sent.setdefault(rid, []).append(response)
+        response._send_to(rid, self.actors[rid])
+        return True
+
+    def done(self, rid: str, response: "DeploymentResponse") -> None:
         with self.lock:
-            self.in_flight[rid] = max(0, self.in_flight.get(rid, 0) - 1)
+            sent = self.sent.get(rid)
+            if sent is not None and response in sent:
+                sent.remove(response)
+
+    def _dispatch(self) -> None:
+        """Sends the waiting calls as replicas finish calls or appear; ends when none waits."""
+        while True:
+            with self.lock:
+                if not self.waiting:
+                    self.dispatcher = None
+                    return
+                refs = {r._ref: (rid, r) for rid, sent in self.sent.items() for r in sent if r._ref is not None}
+            if refs:
+                finished, _ = ray.wait(list(refs), num_returns=1, timeout=REPLICAS_REFRESH_S)
+                if finished:
+                    finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+                for ref in finished:
+                    self.done(*refs[ref])
+            try:
+                self.refresh()
+            except Exception as e:  # noqa: BLE001 - no replica at all: the waiting calls fail with it
+                with self.lock:
+                    waiting, self.waiting = list(self.waiting), collections.deque()
+                for response in waiting:
+                    response._fail(e)
+                continue
+            with self.lock:
+                while self.waiting and self._send(self.waiting[0]):
+                    self.waiting.popleft()
 
 
 class _LoadReporter:
@@ -146,49 +196,70 @@ def _unwrap(value):
 
 
 class DeploymentResponse:
-    """A call's future result: `.result(timeout_s=)`, or `await` it. It counts as in flight to
-    its replica (for routing) until its result is taken or it is dropped."""
+    """A call's future result: `.result(timeout_s=)`, or `await` it. Its call is sent at once when
+    a replica has room, else when one does (see `_Router`)."""
 
     def __init__(self, router: _Router, method: str, args: tuple, kwargs: dict):
         self._router, self._method, self._args, self._kwargs = router, method, args, kwargs
         self._replica = None
-        self._ref = self._send(fresh=False)
+        self._ref = None
+        self._error = None
+        self._ready = threading.Event()
+        router.submit(self)
 
-    def _send(self, fresh: bool):
-        self._finished()
-        self._replica, actor = self._router.choose(fresh=fresh)
-        return actor.handle_request.remote(self._method, *self._args, **self._kwargs)
+    def _send_to(self, rid: str, actor) -> None:
+        self._replica = rid
+        self._ref = actor.handle_request.remote(self._method, *self._args, **self._kwargs)
+        self._ready.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._ready.set()
 
     def _finished(self) -> None:
         if self._replica is not None:
-            self._router.done(self._replica)
+            self._router.done(self._replica, self)
             self._replica = None
 
-    def _object_ref(self):
+    def _sent(self, timeout_s: Optional[float]):
+        if not self._ready.wait(timeout_s):
+            raise TimeoutError(f"the call waited {timeout_s} s for a replica with room (max_ongoing_requests)")
+        if self._error is not None:
+            raise self._error
         return self._ref
 
+    def _object_ref(self):
+        return self._sent(None)
+
     def result(self, *, timeout_s: Optional[float] = None, _skip_asyncio_check: bool = False) -> Any:
+        started = time.monotonic()
         try:
+            ref = self._sent(timeout_s)
+            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
             try:
-                return ray.get(self._ref, timeout=timeout_s)
+                return ray.get(ref, timeout=left)
             except ray.exceptions.RayActorError:
                 # The replica died with the call: once more, on a replica that serves now.
-                self._ref = self._send(fresh=True)
-                return ray.get(self._ref, timeout=timeout_s)
+                self._finished()
+                self._ready.clear()
+                self._router.submit(self, fresh=True)
+                return ray.get(self._sent(left), timeout=left)
         finally:
             self._finished()
 
     def __await__(self):
         try:
-            return (yield from self._ref.__await__())
+            if not self._ready.is_set():
+                import asyncio
+
+                yield from asyncio.get_running_loop().run_in_executor(None, self._ready.wait).__await__()
+            return (yield from self._sent(None).__await__())
         finally:
             self._finished()
 
     def cancel(self) -> None:
-        ray.cancel(self._ref)
-
-    def __del__(self):
-        self._finished()
+        if self._ref is not None:
+            ray.cancel(self._ref)
 
 
 class DeploymentHandle:

@@ -216,9 +216,21 @@ class Busy:
     def __call__(self, i):
         import time
 
+        with open(os.path.join(self.directory, f"started-{i}"), "w") as f:
+            f.write(str(os.getpid()))
         while not os.path.exists(os.path.join(self.directory, "open")):
             time.sleep(0.01)
         return os.getpid()
+
+
+def _started_on(directory):
+    pids = set()
+    for name in os.listdir(directory):
+        if name.startswith("started-"):
+            text = open(os.path.join(directory, name)).read()
+            if text:
+                pids.add(int(text))
+    return pids
 
 
 def test_a_load_step_scales_the_deployment_up_and_back_down(tmp_path):
@@ -229,11 +241,13 @@ def test_a_load_step_scales_the_deployment_up_and_back_down(tmp_path):
 
     assert running() == 1
     responses = [handle.remote(i) for i in range(3)]
-    # Three calls in flight against one per replica: three replicas, and the app RUNNING meanwhile.
-    wait_until("three replicas", lambda: running() == 3, timeout=60)
+    # Three calls against one per replica: the two beyond max_ongoing_requests wait in the handle,
+    # the deployment scales to three, and the waiting calls go to the new replicas.
+    wait_until("each call on a replica of its own", lambda: len(_started_on(tmp_path)) == 3, timeout=60)
+    assert running() == 3
     assert serve.status().applications["auto"].status == "RUNNING"
     open(tmp_path / "open", "w").close()
-    assert len({r.result(timeout_s=30) for r in responses}) >= 1
+    assert len({r.result(timeout_s=30) for r in responses}) == 3
     wait_until("back to one replica", lambda: running() == 1 and _settled(), timeout=60)
 
 

@@ -83,9 +83,10 @@ class ServeControllerActor:
             return self.ingress.get(app) if known else None
 
     def wait_serving(self, app: str, deployment: str, timeout_s: float, source: str = "", queued: int = 0):
-        """The replicas of the deployment that serve, once there is one (or after `timeout_s`), and
-        how often the handle reports its load (None: not autoscaled). A handle with `queued` calls
-        and no replica reports them first: an autoscaled deployment at zero starts one at once."""
+        """The replicas of the deployment that serve, once there is one (or after `timeout_s`), how
+        often the handle reports its load (None: not autoscaled) and its `max_ongoing_requests`. A
+        handle with `queued` calls and no replica reports them first: an autoscaled deployment at
+        zero starts one at once."""
         deadline = time.monotonic() + timeout_s
         with self.changed:
             interval = self._metrics_interval(app, deployment)
@@ -97,13 +98,17 @@ class ServeControllerActor:
                 serving = self.engine.serving(app, deployment)
                 left = deadline - time.monotonic()
                 if serving or left <= 0:
-                    return serving, interval
+                    return serving, interval, self._max_ongoing(app, deployment)
                 self.changed.wait(left)
 
     def record_requests(self, app: str, deployment: str, source: str, requests: float) -> None:
         """A handle's calls in flight and queued to the deployment, for its autoscaler."""
         with self.lock:
             self.engine.record_requests(app, deployment, source, float(requests), _now_ms())
+
+    def _max_ongoing(self, app: str, deployment: str):
+        definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
+        return definition["max_ongoing_requests"] if definition else None
 
     def _metrics_interval(self, app: str, deployment: str):
         definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
