@@ -59,6 +59,19 @@ struct App {
     last_deployed_ms: u64,
 }
 
+impl App {
+    fn new(now_ms: u64) -> Self {
+        App {
+            route_prefix: None,
+            ingress: String::new(),
+            deployments: BTreeMap::new(),
+            build_error: None,
+            deleting: false,
+            last_deployed_ms: now_ms,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Controller {
     apps: BTreeMap<String, App>,
@@ -106,14 +119,7 @@ impl Controller {
         for (_, spec) in &deployments {
             spec.check()?;
         }
-        let app = self.apps.entry(name.to_string()).or_insert_with(|| App {
-            route_prefix: None,
-            ingress: String::new(),
-            deployments: BTreeMap::new(),
-            build_error: None,
-            deleting: false,
-            last_deployed_ms: now_ms,
-        });
+        let app = self.apps.entry(name.to_string()).or_insert_with(|| App::new(now_ms));
         app.route_prefix = route_prefix.map(str::to_string);
         app.ingress = ingress.to_string();
         app.build_error = None;
@@ -141,14 +147,7 @@ impl Controller {
     /// Application `name` could not be built (`message`: the import error's traceback): it is
     /// DEPLOY_FAILED; what it ran before keeps serving, and the other applications are untouched.
     pub fn fail_app(&mut self, name: &str, message: &str, now_ms: u64) {
-        let app = self.apps.entry(name.to_string()).or_insert_with(|| App {
-            route_prefix: None,
-            ingress: String::new(),
-            deployments: BTreeMap::new(),
-            build_error: None,
-            deleting: false,
-            last_deployed_ms: now_ms,
-        });
+        let app = self.apps.entry(name.to_string()).or_insert_with(|| App::new(now_ms));
         app.build_error = Some(message.to_string());
         app.last_deployed_ms = now_ms;
     }

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import datetime
 import math
-import numbers
 import sys
 import time
 from typing import Any, Optional
 
+from oxray.tune._internal.metrics import is_number, lookup
 from oxray.tune.result import (
     AUTO_RESULT_KEYS,
     EPISODE_REWARD_MEAN,
@@ -80,22 +80,6 @@ def _columns(what: str, columns: Any) -> dict:
     raise ValueError(f"{what}={columns!r}: expected a list of names or a dict of name to column alias")
 
 
-def _lookup(result: dict, key: str) -> Any:
-    """`result[key]`, or a nested value named by its `/`-joined path, or None."""
-    if key in result:
-        return result[key]
-    node: Any = result
-    for part in key.split("/"):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, numbers.Number) and not isinstance(value, bool)
-
-
 def _shorten(value: Any, limit: int) -> str:
     """A cell as Ray shows it: floats with 5 significant digits, long text cut from the left."""
     text = f"{value:.5g}" if isinstance(value, float) else ("" if value is None else str(value))
@@ -113,7 +97,6 @@ class _TableReporter(ProgressReporter):
 
     def __init__(
         self,
-        *,
         metric_columns: Any = None,
         parameter_columns: Any = None,
         total_samples: Optional[int] = None,
@@ -228,11 +211,11 @@ class _TableReporter(ProgressReporter):
                 for key, value in trial.last_result.items():
                     if len(columns) - len(DEFAULT_COLUMNS) >= self._infer_limit:
                         break
-                    if key not in columns and key not in AUTO_RESULT_KEYS and _number(value):
+                    if key not in columns and key not in AUTO_RESULT_KEYS and is_number(value):
                         columns[key] = key
             if self._metric and self._metric not in columns:
                 columns[self._metric] = self._metric
-        return {k: v for k, v in columns.items() if any(_lookup(t.last_result, k) is not None for t in trials)}
+        return {k: v for k, v in columns.items() if any(lookup(t.last_result, k) is not None for t in trials)}
 
     def _parameter_keys(self, trials: list) -> dict:
         if self._parameter_columns:
@@ -248,8 +231,8 @@ class _TableReporter(ProgressReporter):
             return None
         best, best_value = None, None
         for trial in trials:
-            value = _lookup(trial.last_result, self._metric)
-            if not _number(value) or (isinstance(value, float) and math.isnan(value)):
+            value = lookup(trial.last_result, self._metric)
+            if not is_number(value) or (isinstance(value, float) and math.isnan(value)):
                 continue
             if best is None or (value > best_value if self._mode == "max" else value < best_value):
                 best, best_value = trial, value
@@ -263,9 +246,9 @@ class _TableReporter(ProgressReporter):
         for trial in trials:
             by_status.setdefault(trial.status, []).append(trial)
         if self._sort_by_metric and self._metric and self._mode and "TERMINATED" in by_status:
-            scored = [t for t in by_status["TERMINATED"] if _number(_lookup(t.last_result, self._metric))]
+            scored = [t for t in by_status["TERMINATED"] if is_number(lookup(t.last_result, self._metric))]
             rest = [t for t in by_status["TERMINATED"] if t not in scored]
-            scored.sort(key=lambda t: _lookup(t.last_result, self._metric), reverse=self._mode == "max")
+            scored.sort(key=lambda t: lookup(t.last_result, self._metric), reverse=self._mode == "max")
             by_status["TERMINATED"] = scored + rest
         order = [s for s in _STATUS_ORDER if s in by_status] + sorted(s for s in by_status if s not in _STATUS_ORDER)
         limit = None if done else self._max_progress_rows
@@ -301,9 +284,9 @@ class _TableReporter(ProgressReporter):
                 row.append(f"{ip}:{result['pid']}" if result.get("pid") is not None else "")
             values = _flat_params(trial)
             for key in params:
-                value = values[key] if key in values else _lookup(trial.config, key)
+                value = values[key] if key in values else lookup(trial.config, key)
                 row.append(_shorten(value, limit))
-            row += [_shorten(_lookup(trial.last_result, key), limit) for key in metrics]
+            row += [_shorten(lookup(trial.last_result, key), limit) for key in metrics]
             rows.append(row)
         return header, rows, hidden
 
@@ -315,9 +298,9 @@ class _TableReporter(ProgressReporter):
         if best is not None:
             params = self._parameter_keys([best])
             values = _flat_params(best)
-            shown = {k: values.get(k, _lookup(best.config, k)) for k in params}
+            shown = {k: values.get(k, lookup(best.config, k)) for k in params}
             lines.append(
-                f"Current best trial: {best.trial_id} with {self._metric}={_lookup(best.last_result, self._metric)} "
+                f"Current best trial: {best.trial_id} with {self._metric}={lookup(best.last_result, self._metric)} "
                 f"and parameters={shown}"
             )
         counts: dict = {}
@@ -339,36 +322,6 @@ class _TableReporter(ProgressReporter):
 class CLIReporter(_TableReporter):
     """Ray's `CLIReporter`: prints a status block and a table of the trials (parameters and
     metrics) to stdout, at most every `max_report_frequency` seconds and at the end."""
-
-    def __init__(
-        self,
-        metric_columns: Any = None,
-        parameter_columns: Any = None,
-        total_samples: Optional[int] = None,
-        max_progress_rows: int = 20,
-        max_error_rows: int = 20,
-        max_column_length: int = 20,
-        max_report_frequency: float = 5,
-        infer_limit: int = 3,
-        print_intermediate_tables: Optional[bool] = None,
-        metric: Optional[str] = None,
-        mode: Optional[str] = None,
-        sort_by_metric: bool = False,
-    ):
-        super().__init__(
-            metric_columns=metric_columns,
-            parameter_columns=parameter_columns,
-            total_samples=total_samples,
-            max_progress_rows=max_progress_rows,
-            max_error_rows=max_error_rows,
-            max_column_length=max_column_length,
-            max_report_frequency=max_report_frequency,
-            infer_limit=infer_limit,
-            print_intermediate_tables=print_intermediate_tables,
-            metric=metric,
-            mode=mode,
-            sort_by_metric=sort_by_metric,
-        )
 
     def _progress_str(self, trials: list, done: bool, *sys_info: str) -> str:
         from oxray.tune._internal.output import _box

@@ -8,31 +8,15 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 import os
 from typing import Any, Optional
 
+from oxray.tune._internal.metrics import is_number, lookup
 from oxray.tune.result_grid import ResultGrid
 
 logger = logging.getLogger(__name__)
 
 _SCOPES = ("all", "last", "avg", "last-5-avg", "last-10-avg")
-
-
-def _lookup(result: dict, metric: str) -> Any:
-    """`result[metric]`, or a nested value named by its flattened path (`info/loss`), or None."""
-    if metric in result:
-        return result[metric]
-    node: Any = result
-    for part in metric.split("/"):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, numbers.Number) and not isinstance(value, bool)
 
 
 def _nan_or_inf(value: Any) -> bool:
@@ -52,9 +36,9 @@ def _is_nan(value: Any) -> bool:
 def _trial_score(trial, metric: str, mode: str, scope: str) -> Optional[float]:
     """The trial's score for `metric` over its results in `scope` (Ray's `metric_analysis`), or
     None when it never reported the metric as a number."""
-    values = [v for v in (_lookup(r, metric) for r in trial.results) if _number(v)]
-    if not values and _number(_lookup(trial.last_result, metric)):
-        values = [_lookup(trial.last_result, metric)]
+    values = [v for v in (lookup(r, metric) for r in trial.results) if is_number(v)]
+    if not values and is_number(lookup(trial.last_result, metric)):
+        values = [lookup(trial.last_result, metric)]
     if not values:
         return None
     if scope == "last":
@@ -164,7 +148,7 @@ class ExperimentAnalysis:
     def _get_trial_checkpoints_with_metric(self, trial, metric: Optional[str] = None) -> list:
         """`(checkpoint, value of metric)` of each checkpoint the trial keeps."""
         metric = metric or self.default_metric or "training_iteration"
-        return [(checkpoint, _lookup(metrics, metric)) for checkpoint, metrics in trial.checkpoints]
+        return [(checkpoint, lookup(metrics, metric)) for checkpoint, metrics in trial.checkpoints]
 
     def get_best_checkpoint(self, trial, metric: Optional[str] = None, mode: Optional[str] = None):
         """The trial's kept checkpoint with the best `metric` (as reported with it; NaN left out),
@@ -172,7 +156,7 @@ class ExperimentAnalysis:
         metric = metric or self.default_metric or "training_iteration"
         mode = self._validate_mode(mode)
         scored = [
-            (c, v) for c, v in self._get_trial_checkpoints_with_metric(trial, metric) if _number(v) and not _is_nan(v)
+            (c, v) for c, v in self._get_trial_checkpoints_with_metric(trial, metric) if is_number(v) and not _is_nan(v)
         ]
         if not scored:
             logger.error("No checkpoints with a value of %r have been found for trial %s.", metric, trial)
@@ -271,10 +255,10 @@ class ExperimentAnalysis:
         for trial in self.trials:
             row = trial.last_result
             if metric and mode:
-                scored = [r for r in trial.results if _number(_lookup(r, metric)) and not _is_nan(_lookup(r, metric))]
+                scored = [r for r in trial.results if is_number(lookup(r, metric)) and not _is_nan(lookup(r, metric))]
                 if scored:
                     pick = max if mode == "max" else min
-                    row = pick(scored, key=lambda r: _lookup(r, metric))
+                    row = pick(scored, key=lambda r: lookup(r, metric))
             if not row:
                 continue
             flat = flatten(row)
