@@ -57,31 +57,42 @@ def start(proxy_location=None, http_options=None, grpc_options=None, logging_con
     _start_controller()
 
 
-def _collect(app: Application, name: str, code_version: str, deployments: dict) -> handles.DeploymentHandle:
-    """The application graph's deployments, each bound deployment in another's arguments
-    replaced by a handle to it."""
+def _collect(
+    app: Application, name: str, code_version: str, deployments: dict, seen: Optional[dict] = None
+) -> handles.DeploymentHandle:
+    """The application graph's deployments, each bound deployment in another's arguments (in
+    lists, tuples and dicts too) replaced by a handle to it. As Ray's `build_app`: the same bound
+    application is one deployment, and another one with a name already taken gets `Name_1`,
+    `Name_2`, ... (its arguments must not replace the first one's)."""
+    seen = {} if seen is None else seen
+    if id(app) in seen:
+        return seen[id(app)][1]
+    deployment = app._deployment
+    unique, n = deployment.name, 0
+    while unique in deployments:
+        n += 1
+        unique = f"{deployment.name}_{n}"
+    handle = handles.DeploymentHandle(unique, name)
+    seen[id(app)] = (app, handle)  # the app too: its id stays its own while the graph is built
+    deployments[unique] = None  # the name is taken before the children are named, as in Ray
 
     def resolve(value):
         if isinstance(value, Application):
-            return _collect(value, name, code_version, deployments)
+            return _collect(value, name, code_version, deployments, seen)
         if isinstance(value, Deployment):
             raise TypeError(f"deployment {value.name!r} was passed unbound: pass {value.name}.bind(...) instead")
+        if type(value) in (list, tuple):
+            return type(value)(resolve(v) for v in value)
+        if type(value) is dict:
+            return {k: resolve(v) for k, v in value.items()}
         return value
 
-    deployment = app._deployment
     args = tuple(resolve(a) for a in app._args)
     kwargs = {k: resolve(v) for k, v in app._kwargs.items()}
-    existing = deployments.get(deployment.name)
-    if existing is not None and existing["source"] is not deployment.func_or_class:
-        raise ValueError(
-            f"application {name!r} has two deployments named {deployment.name!r}; give one another name "
-            "with .options(name=...)"
-        )
     user_config = deployment.setting("user_config")
     autoscaling = autoscaling_of(deployment._options)
-    deployments[deployment.name] = {
-        "name": deployment.name,
-        "source": deployment.func_or_class,
+    deployments[unique] = {
+        "name": unique,
         "definition": cloudpickle.dumps(deployment.func_or_class),
         "arguments": cloudpickle.dumps((args, kwargs)),
         "ray_actor_options": deployment.ray_actor_options,
@@ -103,7 +114,7 @@ def _collect(app: Application, name: str, code_version: str, deployments: dict) 
             "max_surge_percent": float(deployment.setting("max_surge_percent")),
         },
     }
-    return handles.DeploymentHandle(deployment.name, name)
+    return handle
 
 
 def run(
@@ -136,8 +147,6 @@ def run(
         )
     deployments: dict = {}
     ingress = _collect(target, name, uuid.uuid4().hex, deployments)
-    for d in deployments.values():
-        d.pop("source")
     controller = _start_controller()
     ray.get(controller.deploy.remote(name, route_prefix, ingress.deployment_name, list(deployments.values())))
     status = ray.get(controller.wait_app.remote(name, DEPLOY_TIMEOUT_S))

@@ -58,28 +58,35 @@ class _Queue:
         loop = asyncio.get_running_loop()
         while True:
             batch = [await self.items.get()]
-            if self.settings["batch_size_fn"] and self._size(batch) > self.settings["max_batch_size"]:
-                batch[0][2].set_exception(
-                    RuntimeError("Size of item is greater than max_batch_size; it cannot be batched")
-                )
-                continue
-            deadline = loop.time() + self.settings["batch_wait_timeout_s"]
-            while self._size(batch) < self.settings["max_batch_size"]:
-                left = deadline - loop.time()
-                if left <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self.items.get(), left)
-                except asyncio.TimeoutError:
-                    break
-                if self.settings["batch_size_fn"] and self._size([*batch, item]) > self.settings["max_batch_size"]:
-                    self.items.put_nowait(item)  # it opens the next batch
-                    break
-                batch.append(item)
-            batch = [item for item in batch if not item[2].cancelled()]
+            try:
+                await self._fill(loop, batch)
+            except Exception as e:  # noqa: BLE001 - batch_size_fn raised: its batch fails, the queue goes on
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(e)
+            batch = [item for item in batch if not item[2].done()]
             if batch:
                 await self.slots.acquire()
                 loop.create_task(self._run(batch))
+
+    async def _fill(self, loop, batch: list) -> None:
+        """Adds waiting calls to `batch` until it is full or its wait is over."""
+        if self.settings["batch_size_fn"] and self._size(batch) > self.settings["max_batch_size"]:
+            batch[0][2].set_exception(RuntimeError("Size of item is greater than max_batch_size; it cannot be batched"))
+            return
+        deadline = loop.time() + self.settings["batch_wait_timeout_s"]
+        while self._size(batch) < self.settings["max_batch_size"]:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            try:
+                item = await asyncio.wait_for(self.items.get(), left)
+            except asyncio.TimeoutError:
+                break
+            batch.append(item)  # before batch_size_fn sees it: if that raises, this caller fails too
+            if self.settings["batch_size_fn"] and self._size(batch) > self.settings["max_batch_size"]:
+                self.items.put_nowait(batch.pop())  # it opens the next batch
+                break
 
     async def _run(self, batch: list) -> None:
         try:

@@ -78,12 +78,20 @@ def _check(options: dict) -> None:
             raise ValueError(
                 f"user_config={options['user_config']!r}: expected a JSON-serializable value ({e})"
             ) from None
-    for key in ("health_check_period_s", "health_check_timeout_s", "graceful_shutdown_timeout_s"):
+    for key in (
+        "health_check_period_s",
+        "health_check_timeout_s",
+        "graceful_shutdown_timeout_s",
+        "graceful_shutdown_wait_loop_s",
+    ):
         value = options.get(key, _DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise ValueError(f"{key}={value!r}: expected a number of seconds above 0")
+    retries = options.get("max_constructor_retry_count", _DEFAULTS["max_constructor_retry_count"])
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 1:
+        raise ValueError(f"max_constructor_retry_count={retries!r}: expected an int of at least 1")
     percentage = options.get("rolling_update_percentage", 0.2)
-    if not isinstance(percentage, (int, float)) or not 0 < percentage <= 1:
+    if isinstance(percentage, bool) or not isinstance(percentage, (int, float)) or not 0 < percentage <= 1:
         raise ValueError(f"rolling_update_percentage={percentage!r}: expected a number in (0, 1]")
 
 
@@ -144,7 +152,9 @@ def _check_autoscaling(options: dict) -> None:
         value = fields.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
             raise ValueError(f"autoscaling_config {key}={value!r}: expected a number of seconds, 0 or more")
-    low, high = fields.get("min_replicas", 1), fields.get("max_replicas", 1)
+    # num_replicas="auto" raises the default max_replicas to 100 (`autoscaling_of`).
+    low = fields.get("min_replicas", 1)
+    high = fields.get("max_replicas", 100 if options.get("num_replicas") == "auto" else 1)
     if not (isinstance(low, int) and isinstance(high, int) and 0 <= low <= high and high >= 1):
         raise ValueError(
             f"autoscaling_config min_replicas={low!r}, max_replicas={high!r}: expected 0 <= min_replicas <= "

@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Optional
 
 import oxray as ray
-from oxray.serve.exceptions import RayServeException
+from oxray.serve.exceptions import RayServeException, RequestCancelledError
 
 CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 SERVE_NAMESPACE = "serve"
@@ -63,28 +63,37 @@ class _Router:
         with self.lock:
             return sum(len(v) for v in self.sent.values()) + len(self.waiting)
 
+    def prune(self) -> None:
+        """Forgets the calls that finished. A response nobody collects (fire and forget, or one
+        passed into another call) is otherwise counted as in flight for ever: the autoscaler
+        would never scale down, and the router would hold its arguments."""
+        with self.lock:
+            refs = {r._ref: (rid, r) for rid, sent in self.sent.items() for r in sent if r._ref is not None}
+        if refs:
+            finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+            for ref in finished:
+                self.done(*refs[ref])
+
     def refresh(self, fresh: bool = False) -> None:
         if not fresh and self.replicas and time.monotonic() - self.fetched <= REPLICAS_REFRESH_S:
             return
-        ids, self.report_every_s, self.max_ongoing = ray.get(
+        # The controller hands over the replicas' actors, not their names: replica ids repeat when
+        # an application is deleted and deployed again, and a handle cached by id would be the
+        # killed actor's.
+        actors, self.report_every_s, self.max_ongoing, state = ray.get(
             controller().wait_serving.remote(
                 self.app, self.deployment, NO_REPLICA_TIMEOUT_S, self.source, self.load() + 1
             )
         )
         if self.report_every_s is not None:
             _LoadReporter.watch(self)
-        if not ids:
+        if not actors:
             raise RayServeException(
                 f"Deployment {self.deployment!r} of application {self.app!r} has no running replica "
-                f"(waited {NO_REPLICA_TIMEOUT_S:g} s); see serve.status()"
+                f"({state}); see serve.status()"
             )
-        actors = {
-            rid: self.actors.get(rid)
-            or ray.get_actor(replica_actor_name(self.app, self.deployment, rid), namespace=SERVE_NAMESPACE)
-            for rid in ids
-        }
         with self.lock:
-            self.replicas, self.actors, self.fetched = ids, actors, time.monotonic()
+            self.replicas, self.actors, self.fetched = list(actors), dict(actors), time.monotonic()
 
     def submit(self, response: "DeploymentResponse", fresh: bool = False) -> None:
         self.refresh(fresh)
@@ -103,9 +112,18 @@ class _Router:
         if not room:
             return False
         rid = min(random.sample(room, min(2, len(room))), key=lambda r: len(self.sent.get(r, ())))
-        self.sent.setdefault(rid, []).append(response)
+        # Sent first, counted after: a call that cannot be sent (an argument that does not
+        # pickle) must not hold a slot of the replica for ever.
         response._send_to(rid, self.actors[rid])
+        self.sent.setdefault(rid, []).append(response)
         return True
+
+    def forget(self, rid: str) -> None:
+        """A replica found dead: no call goes there until the controller lists it again."""
+        with self.lock:
+            if rid in self.replicas:
+                self.replicas = [r for r in self.replicas if r != rid]
+                self.fetched = 0.0
 
     def done(self, rid: str, response: "DeploymentResponse") -> None:
         with self.lock:
@@ -136,8 +154,21 @@ class _Router:
                     response._fail(e)
                 continue
             with self.lock:
-                while self.waiting and self._send(self.waiting[0]):
+                while self.waiting:
+                    try:
+                        if not self._send(self.waiting[0]):
+                            break
+                    except Exception as e:  # noqa: BLE001 - this call cannot be sent: it fails, the rest go on
+                        self.waiting[0]._fail(e)
                     self.waiting.popleft()
+
+    def cancel(self, response: "DeploymentResponse") -> bool:
+        """Takes a call that waits here out of the queue; False once it was sent."""
+        with self.lock:
+            if response in self.waiting:
+                self.waiting.remove(response)
+                return True
+            return False
 
 
 class _LoadReporter:
@@ -164,6 +195,7 @@ class _LoadReporter:
                 routers = list(cls.routers)
             for router in routers:
                 try:
+                    router.prune()
                     controller().record_requests.remote(router.app, router.deployment, router.source, router.load())
                 except Exception:  # noqa: BLE001 - Serve shut down: nothing to report to
                     with cls.lock:
@@ -202,14 +234,16 @@ class DeploymentResponse:
     def __init__(self, router: _Router, method: str, args: tuple, kwargs: dict):
         self._router, self._method, self._args, self._kwargs = router, method, args, kwargs
         self._replica = None
+        self._actor = None
         self._ref = None
         self._error = None
+        self._cancelled = False
         self._ready = threading.Event()
         router.submit(self)
 
     def _send_to(self, rid: str, actor) -> None:
-        self._replica = rid
         self._ref = actor.handle_request.remote(self._method, *self._args, **self._kwargs)
+        self._replica, self._actor = rid, actor
         self._ready.set()
 
     def _fail(self, error: BaseException) -> None:
@@ -223,7 +257,10 @@ class DeploymentResponse:
 
     def _sent(self, timeout_s: Optional[float]):
         if not self._ready.wait(timeout_s):
-            raise TimeoutError(f"the call waited {timeout_s} s for a replica with room (max_ongoing_requests)")
+            raise TimeoutError(
+                f"Timed out resolving to ObjectRef: the call waited {timeout_s} s for a replica with room "
+                "(max_ongoing_requests)"
+            )
         if self._error is not None:
             raise self._error
         return self._ref
@@ -233,19 +270,33 @@ class DeploymentResponse:
 
     def result(self, *, timeout_s: Optional[float] = None, _skip_asyncio_check: bool = False) -> Any:
         started = time.monotonic()
+
+        def left():
+            return None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
+
+        timed_out = False
         try:
             ref = self._sent(timeout_s)
-            left = None if timeout_s is None else max(0.0, timeout_s - (time.monotonic() - started))
             try:
-                return ray.get(ref, timeout=left)
-            except ray.exceptions.RayActorError:
-                # The replica died with the call: once more, on a replica that serves now.
+                return ray.get(ref, timeout=left())
+            except ray.exceptions.RayActorError as e:
+                # The replica died with the call: the call goes once more, to a replica that serves,
+                # and a dead one is replaced now (not at its next health check).
+                replica, actor = self._replica, self._actor
                 self._finished()
+                self._router.forget(replica)
+                if isinstance(e, ray.exceptions.ActorDiedError):
+                    app, deployment = self._router.app, self._router.deployment
+                    ray.get(controller().replica_unreachable.remote(app, deployment, replica, actor))
                 self._ready.clear()
                 self._router.submit(self, fresh=True)
-                return ray.get(self._sent(left), timeout=left)
+                return ray.get(self._sent(left()), timeout=left())
+        except TimeoutError:
+            timed_out = True  # the call still waits here or runs in its replica: it stays counted
+            raise
         finally:
-            self._finished()
+            if not timed_out:
+                self._finished()
 
     def __await__(self):
         try:
@@ -258,8 +309,16 @@ class DeploymentResponse:
             self._finished()
 
     def cancel(self) -> None:
-        if self._ref is not None:
+        """Best effort, as Ray's: a call still waiting in this process is never sent (waiting on it
+        raises `RequestCancelledError`); a sent one is cancelled in its replica."""
+        self._cancelled = True
+        if self._router.cancel(self):
+            self._fail(RequestCancelledError(f"the call to {self._router.deployment!r}.{self._method} was cancelled"))
+        elif self._ref is not None:
             ray.cancel(self._ref)
+
+    def cancelled(self) -> bool:
+        return self._cancelled
 
 
 class DeploymentHandle:

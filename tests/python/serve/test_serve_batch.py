@@ -10,7 +10,7 @@ from oxray.serve.exceptions import RayServeException
 pytestmark = pytest.mark.usefixtures("clean_serve")
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=16)
+@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=16, graceful_shutdown_wait_loop_s=0.1)
 class BatchedModel:
     @serve.batch(max_batch_size=4, batch_wait_timeout_s=5)
     async def __call__(self, items: list):
@@ -19,6 +19,10 @@ class BatchedModel:
     @serve.batch(max_batch_size=2, batch_wait_timeout_s=5)
     async def broken(self, items: list):
         return items[:1]
+
+    @serve.batch(max_batch_size=4, batch_wait_timeout_s=0, batch_size_fn=lambda items: sum(len(i) for i in items))
+    async def sized(self, items: list):
+        return [len(item) for item in items]
 
 
 def test_concurrent_calls_are_batched_up_to_the_size_and_each_gets_its_result():
@@ -34,6 +38,11 @@ def test_concurrent_calls_are_batched_up_to_the_size_and_each_gets_its_result():
     for response in broken:
         with pytest.raises(RayServeException, match="doesn't preserve batch size"):
             response.result(timeout_s=60)
+
+    # A batch_size_fn that raises fails its callers; the queue still serves the next ones.
+    with pytest.raises(TypeError):
+        handle.sized.remote(7).result(timeout_s=60)
+    assert handle.sized.remote("abc").result(timeout_s=60) == 3
 
 
 def test_batch_settings_are_checked():

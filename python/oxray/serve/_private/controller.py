@@ -60,7 +60,18 @@ class ServeControllerActor:
                 self.current[key] = d["engine"]["code_version"]
                 self.definitions[(app, d["name"], d["engine"]["code_version"])] = d
             self._act()
+            self._forget_definitions(app, {d["name"] for d in deployments})
         self.wake.set()
+
+    def _forget_definitions(self, app: str, keep: set) -> None:
+        """Drops what no replica will be started with again: the engine starts only the current
+        version, and its `start` actions were carried out by `_act` (each serve.run would
+        otherwise keep its cloudpickled code and arguments for the controller's life)."""
+        for key in [k for k in self.definitions if k[0] == app]:
+            if key[1] not in keep or self.current.get(key[:2]) != key[2]:
+                del self.definitions[key]
+        for key in [k for k in self.current if k[0] == app and k[1] not in keep]:
+            del self.current[key]
 
     def fail_app(self, app: str, message: str) -> None:
         with self.lock:
@@ -71,6 +82,7 @@ class ServeControllerActor:
         with self.lock:
             self.engine.delete_app(app, _now_ms())
             self._act()
+            self._forget_definitions(app, set())
         self.wake.set()
 
     def status(self) -> list:
@@ -83,10 +95,11 @@ class ServeControllerActor:
             return self.ingress.get(app) if known else None
 
     def wait_serving(self, app: str, deployment: str, timeout_s: float, source: str = "", queued: int = 0):
-        """The replicas of the deployment that serve, once there is one (or after `timeout_s`), how
-        often the handle reports its load (None: not autoscaled) and its `max_ongoing_requests`. A
-        handle with `queued` calls and no replica reports them first: an autoscaled deployment at
-        zero starts one at once."""
+        """The replicas of the deployment that serve (id -> actor), once there is one (or after
+        `timeout_s`, or at once when none will come: the deployment failed, is deleted or unknown),
+        how often the handle reports its load (None: not autoscaled), its `max_ongoing_requests`
+        and, with no replica, why. A handle with `queued` calls and no replica reports them first:
+        an autoscaled deployment at zero starts one at once."""
         deadline = time.monotonic() + timeout_s
         with self.changed:
             interval = self._metrics_interval(app, deployment)
@@ -95,11 +108,37 @@ class ServeControllerActor:
                 self._act()
                 self.wake.set()
             while True:
-                serving = self.engine.serving(app, deployment)
+                serving = {
+                    rid: self.replicas[(app, deployment, rid)]
+                    for rid in self.engine.serving(app, deployment)
+                    if (app, deployment, rid) in self.replicas
+                }
                 left = deadline - time.monotonic()
-                if serving or left <= 0:
-                    return serving, interval, self._max_ongoing(app, deployment)
+                status = next((s for s in self.engine.status() if s["name"] == app), None)
+                state = status and status["deployments"].get(deployment)
+                if serving:
+                    return serving, interval, self._max_ongoing(app, deployment), ""
+                if state is None or status["status"] == "DELETING" or state["status"] == "DEPLOY_FAILED":
+                    why = "it is not deployed" if state is None or status["status"] == "DELETING" else "DEPLOY_FAILED"
+                    return {}, interval, self._max_ongoing(app, deployment), why
+                if left <= 0:
+                    return {}, interval, self._max_ongoing(app, deployment), f"waited {timeout_s:g} s"
                 self.changed.wait(left)
+
+    def replica_unreachable(self, app: str, deployment: str, replica: str, actor) -> None:
+        """A handle's call found this replica's actor dead: it is replaced now, not at its next
+        health check. A report about an actor the replica no longer has (a replica id repeats
+        after a delete) is stale: ignored."""
+        with self.lock:
+            key = (app, deployment, replica)
+            if actor is None or self.replicas.get(key) != actor:
+                return
+            self.replicas.pop(key)
+            for ref in [ref for ref, (_, pending_key) in self.pending.items() if pending_key == key]:
+                del self.pending[ref]
+            self.engine.replica_died(*key, "the replica's actor died (found by a handle's call)", _now_ms())
+            self._act()
+        self.wake.set()
 
     def record_requests(self, app: str, deployment: str, source: str, requests: float) -> None:
         """A handle's calls in flight and queued to the deployment, for its autoscaler."""
@@ -143,6 +182,10 @@ class ServeControllerActor:
             while self.engine.status() and time.monotonic() < deadline:
                 self.changed.wait(deadline - time.monotonic())
             done = not self.engine.status()
+            # Replicas are detached: one still stopping (a graceful timeout above the wait) would
+            # outlive the controller.
+            for key in list(self.replicas):
+                self._kill(key)
         self.running = False
         return done
 
@@ -150,29 +193,42 @@ class ServeControllerActor:
 
     def _loop(self) -> None:
         while self.running:
-            with self.lock:
-                self.engine.tick(_now_ms())
-                self._act()
-                refs = list(self.pending)
-            if refs:
-                ready, _ = ray.wait(refs, num_returns=1, timeout=CONTROL_LOOP_S)
-                if ready:
-                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            else:
-                self.wake.wait(CONTROL_LOOP_S)
-                self.wake.clear()
-                ready = []
-            with self.lock:
-                for ref in ready:
-                    self._completed(ref)
-                self._act()
-                self.changed.notify_all()
+            try:
+                self._pass()
+            except Exception:  # noqa: BLE001 - the loop must outlive one bad pass, or every deploy hangs
+                traceback.print_exc()
+                time.sleep(CONTROL_LOOP_S)
+
+    def _pass(self) -> None:
+        """One pass: the engine's tick and actions, then the replicas' calls that completed."""
+        with self.lock:
+            self.engine.tick(_now_ms())
+            self._act()
+            refs = list(self.pending)
+        if refs:
+            ready, _ = ray.wait(refs, num_returns=1, timeout=CONTROL_LOOP_S)
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        else:
+            self.wake.wait(CONTROL_LOOP_S)
+            self.wake.clear()
+            ready = []
+        with self.lock:
+            for ref in ready:
+                self._completed(ref)
+            self._act()
+            self.changed.notify_all()
 
     def _act(self) -> None:
         for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
             key = (app, deployment, replica)
             if kind == "start":
-                self._start(key, versions[0])
+                try:
+                    self._start(key, versions[0])
+                except Exception as e:  # noqa: BLE001 - e.g. ray_actor_options Ray refuses: a failed start
+                    error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+                    self.replicas.pop(key, None)
+                    self.engine.replica_start_failed(*key, error, _now_ms())
             elif kind == "reconfigure":
                 definition = self.definitions[(app, deployment, self.current[(app, deployment)])]
                 self._call(key, "reconfigure", definition["user_config"])
@@ -215,6 +271,8 @@ class ServeControllerActor:
     def _call(self, key: tuple, kind: str, *args) -> None:
         actor = self.replicas.get(key)
         if actor is None:
+            if kind == "stop":  # no actor to stop: stopped now, not at the kill timeout
+                self.engine.replica_stopped(*key, _now_ms())
             return
         method = {"reconfigure": "reconfigure", "check_health": "check_health", "stop": "graceful_shutdown"}[kind]
         call = getattr(actor, method).options(concurrency_group=CONTROL_GROUP)
@@ -244,6 +302,11 @@ class ServeControllerActor:
         except ray.exceptions.RayActorError as e:
             if kind == "stop":
                 self._kill(key)
+            elif kind == "start":
+                # Its process died while the constructor ran (os._exit, a crash in native code): a
+                # failed start, counted toward max_constructor_retry_count, not retried for ever.
+                self.replicas.pop(key, None)
+                self.engine.replica_start_failed(*key, f"The replica's actor died while starting: {e}", now)
             else:
                 self.replicas.pop(key, None)
                 self.engine.replica_died(*key, f"{type(e).__name__}: {e}", now)
@@ -256,7 +319,10 @@ class ServeControllerActor:
             else:
                 actor = self.replicas.pop(key, None)
                 if actor is not None:
-                    ray.kill(actor)
+                    try:
+                        ray.kill(actor)
+                    except Exception:  # noqa: BLE001 - already gone
+                        pass
                 self.engine.replica_start_failed(*key, error, now)
         elif kind == "reconfigure":
             if error is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import time
 
 from oxray import cloudpickle
 from oxray.serve.context import ReplicaContext, ReplicaID, set_replica_context
@@ -78,7 +79,11 @@ class ServeReplica:
             self._run(method, (), {})
 
     def graceful_shutdown(self, wait_loop_s: float) -> None:
-        """Waits (checking every `wait_loop_s`) until no request runs, then the user's `__del__`."""
+        """Waits `wait_loop_s` first, as Ray's replica does (handles still holding this replica in
+        their list, refreshed every second, may send it a request meanwhile), then (checking every
+        `wait_loop_s`) until no request runs, then the user's `__del__`."""
+        if self.target is not None:  # one that never started never served: nothing to drain
+            time.sleep(wait_loop_s)
         with self.idle:
             while self.ongoing > 0:
                 self.idle.wait(wait_loop_s)
