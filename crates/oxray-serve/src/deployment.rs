@@ -196,7 +196,8 @@ impl Deployment {
     pub(crate) fn replica_died(&mut self, replica: &str, reason: &str) {
         let Some(r) = self.replicas.remove(replica) else { return };
         self.metrics.forget(replica);
-        if r.state != ReplicaState::Stopping && !self.deleting {
+        // One of an older version, being replaced anyway, says nothing of the deployment's health.
+        if r.state != ReplicaState::Stopping && !self.deleting && r.code_version == self.spec.code_version {
             self.mark_unhealthy(&format!("Replica {replica} died: {reason}"));
         }
     }
@@ -289,12 +290,14 @@ impl Deployment {
                 _ => {}
             }
             if r.failed_checks >= UNHEALTHY_AFTER_FAILED_CHECKS {
-                unhealthy.push(id.clone());
+                unhealthy.push((id.clone(), r.code_version == self.spec.code_version));
             }
         }
-        for id in unhealthy {
+        for (id, current) in unhealthy {
             let message = std::mem::take(&mut self.message);
-            self.mark_unhealthy(&message);
+            if current {
+                self.mark_unhealthy(&message);
+            }
             self.stop(&id, now_ms, actions);
         }
     }

@@ -130,6 +130,8 @@ def run(
     its ingress deployment. Every call is a new code version: the replicas are replaced by rolling
     update, as in Ray. `RuntimeError` with the replicas' error when it fails to deploy."""
     global _warned_http
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"serve.run(name={name!r}): expected a non-empty application name")
     if not isinstance(target, Application):
         raise TypeError(f"serve.run expects an application (a bound deployment: Model.bind()), got {target!r}")
     for option, value in {"logging_config": logging_config, **kwargs}.items():

@@ -319,3 +319,33 @@ fn an_app_that_fails_to_build_reports_its_error_and_leaves_the_others_serving() 
     assert_eq!(app(&status, "good").status, ApplicationStatus::Running);
     assert_eq!(c.routes().len(), 1);
 }
+
+#[test]
+fn an_old_replica_dying_during_a_rolling_update_is_replaced_without_failing_the_deploy() {
+    let mut c = Controller::new();
+    deploy(&mut c, "app", "/", spec("v1", 2), 0);
+    let first = c.take_actions();
+    start_all(&mut c, "app", &first, 1);
+    deploy(&mut c, "app", "/", spec("v2", 2), 10);
+    let actions = c.take_actions();
+    assert_eq!(started(&actions).len(), 1);
+    // An old replica crashes before any new one serves.
+    c.replica_died("app", "Model", &started(&first)[0], "SIGKILL", 20);
+    let (app_status, status, _, _) = model(&c, "app");
+    assert_eq!((app_status, status), (ApplicationStatus::Deploying, DeploymentStatus::Updating));
+    let mut actions = [actions, c.take_actions()].concat();
+    for now in 30..60 {
+        for replica in stopped(&actions) {
+            c.replica_stopped("app", "Model", &replica, now);
+        }
+        actions = start_all(&mut c, "app", &actions, now);
+        c.tick(now);
+        actions.extend(c.take_actions());
+    }
+    let (app_status, status, trigger, states) = model(&c, "app");
+    assert_eq!(
+        (app_status, status, trigger),
+        (ApplicationStatus::Running, DeploymentStatus::Healthy, DeploymentStatusTrigger::ConfigUpdateCompleted)
+    );
+    assert_eq!(states, BTreeMap::from([(ReplicaState::Running, 2)]));
+}
