@@ -414,3 +414,18 @@ def test_log_to_file_writes_each_trials_output_in_its_directory(tmp_path, log_to
 def test_a_bad_log_to_file_is_refused_before_any_trial(bad):
     with pytest.raises(ValueError, match=r"log_to_file="):
         tune.RunConfig(log_to_file=bad)
+
+
+def ends_itself(config):
+    step = 0
+    while True:  # never returns: the trial ends when it reports done=True
+        step += 1
+        tune.report({"step": step, "done": step == 3})
+
+
+def test_a_trainable_reporting_done_ends_its_trial_there(tmp_path):
+    results = tune.Tuner(ends_itself, run_config=run_config(tmp_path, "done")).fit()
+    assert results.num_errors == 0
+    assert results[0].metrics["step"] == 3
+    assert results[0].metrics["training_iteration"] == 3
+    assert results[0].metrics["done"] is True

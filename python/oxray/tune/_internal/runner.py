@@ -337,7 +337,7 @@ class Runner:
         if result.get("checkpoint_dir_name"):
             self._keep_checkpoint(trial, result)
         decision, source = self._engine_decision(trial, result)
-        stop = decision == "stop"
+        stop = decision == "stop" or bool(result.get("done"))
         if isinstance(self.stopper, DictStopper):
             for key in self.stopper.missing(flat):
                 print(

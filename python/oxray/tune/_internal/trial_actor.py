@@ -227,7 +227,8 @@ class TrialActor:
         result.update(
             timestamp=int(now),
             checkpoint_dir_name=checkpoint_dir_name,
-            done=False,
+            # A trainable may end its trial itself by reporting `done=True`, as in Ray.
+            done=bool(metrics.get("done", False)),
             training_iteration=self.iteration,
             trial_id=self.info["trial_id"],
             date=datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
