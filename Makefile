@@ -7,7 +7,7 @@ PYTEST_ARGS ?= --timeout 300
 # No wheel cache: torch and its CUDA libraries are ~4 GB installed, and a cached copy would double that.
 export PIP_NO_CACHE_DIR := 1
 
-.PHONY: all venv demo-venv develop release data demo test lint rust-test py-test bench clean screenshots image image-torch operator-image crds k8s-test podman-ready
+.PHONY: all venv demo-venv develop release data demo test lint rust-test py-test bench gpu-check clean screenshots image image-torch operator-image crds k8s-test podman-ready
 
 all: develop
 
@@ -99,6 +99,10 @@ test: lint rust-test py-test
 # The dashboard's pages, as the browser tests see them, into docs/screenshots/.
 screenshots: develop
 	OXRAY_SCREENSHOT_DIR=docs/screenshots $(PY) -m pytest tests/python/dashboard/test_dashboard_browser.py tests/python/dashboard/test_train_dashboard.py tests/python/dashboard/test_logs.py tests/python/dashboard/test_profile.py tests/python/dashboard/test_datasets_page.py tests/python/dashboard/test_tune_dashboard.py $(PYTEST_ARGS) -q
+
+# The GPU paths (NCCL, FSDP, GPU metrics, accelerator_type), on a machine with an NVIDIA GPU; not in `make test`.
+gpu-check: release
+	$(PY) bench/gpu_check.py
 
 bench: venv release
 	$(PIP) install --quiet "ray==2.60.*" || echo "could not install ray: benchmarking oxray alone"
