@@ -182,10 +182,15 @@ class GetTimeoutError(RayError, TimeoutError):
 
 
 class RayActorError(RayError):
-    """The actor is unavailable."""
+    """The actor is unavailable. `actor_id` is Ray's attribute: the actor's id as a hex
+    string, or None when it is not known."""
 
-    def __init__(self, message="The actor died unexpectedly before finishing this task."):
+    actor_id = None
+
+    def __init__(self, message="The actor died unexpectedly before finishing this task.", *, actor_id=None):
         super().__init__(message)
+        if actor_id is not None:
+            self.actor_id = actor_id.hex() if isinstance(actor_id, bytes) else str(actor_id)
 
 
 class ActorDiedError(RayActorError):

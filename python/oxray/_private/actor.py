@@ -322,7 +322,7 @@ class ActorHandle:
         encoded, kwarg_names, nested, keep = encode_args(client, args, kwargs, name)
         num_returns = options.get("num_returns", 1)
         task_id = os.urandom(16)
-        return_ids, refs = new_return_refs(num_returns, task_id, actor_call=True)
+        return_ids, refs = new_return_refs(num_returns, task_id, actor_call=True, actor_id=self._actor_id)
         retry_exceptions, retry_types = opts.retry_policy(options)
         client.submit(
             kind=TaskKind.ACTOR_TASK,

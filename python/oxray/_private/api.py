@@ -12,6 +12,7 @@ from typing import Any, Optional
 from oxray import _native, exceptions
 from oxray._private import node_files, serialization
 from oxray._private import options as opts
+from oxray._private.generator import ObjectRefGenerator
 from oxray._private.object_ref import ObjectRef
 from oxray._private.state import STATE
 
@@ -455,9 +456,14 @@ class RayContext(dict):
     """What init() returns: address details, readable as attributes or keys."""
 
     def __init__(self, info):
+        info = dict(info)
+        # Ray's key: the dashboard's `host:port` ("" when none is served), or, as in Ray,
+        # `RAY_OVERRIDE_DASHBOARD_URL` (say, a proxy in front of it) in its place, without its scheme.
+        url = os.environ.get("RAY_OVERRIDE_DASHBOARD_URL") or info.get("dashboard_url") or ""
+        info["webui_url"] = url.split("://", 1)[1] if "://" in url else url
         super().__init__(info)
         self.address_info = dict(info)
-        self.dashboard_url = info.get("dashboard_url", "")
+        self.dashboard_url = info["webui_url"]
 
     def __enter__(self):
         return self
@@ -535,8 +541,11 @@ def _check_timeout(timeout):
 
 
 def get(object_refs, *, timeout: Optional[float] = None):
-    """The values of one ObjectRef or a list of them, waiting until they exist."""
+    """The values of one ObjectRef or a list of them, waiting until they exist. As in Ray, an
+    `ObjectRefGenerator` is returned as it is (iterate it for its items' refs)."""
     _refuse_if_auto_connect_off()
+    if isinstance(object_refs, ObjectRefGenerator):
+        return object_refs
     refs, single = _as_ref_list(object_refs, "get")
     _check_timeout(timeout)
     if not refs:
@@ -549,10 +558,46 @@ def get(object_refs, *, timeout: Optional[float] = None):
     if buffers is None:
         raise exceptions.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s.")
     if len(buffers) != len(ids):
-        serialization.deserialize(buffers[0])  # a failed task's error: raises
+        try:
+            serialization.deserialize(buffers[0])  # a failed task's error: raises
+        except exceptions.RayActorError as error:
+            _name_dead_actor(error, _holding(client, refs, buffers[0]))
+            raise
         raise RuntimeError("the node agent stopped a get at an object that holds no error")
-    values = [serialization.deserialize(b) for b in buffers]
+    values = []
+    try:
+        for buf in buffers:
+            values.append(serialization.deserialize(buf))
+    except exceptions.RayActorError as error:
+        _name_dead_actor(error, [refs[len(values)]])
+        raise
     return values[0] if single else values
+
+
+def _holding(client, refs, failed) -> list:
+    """The actor calls' refs among `refs` that hold what `failed` holds (the error a fail-fast
+    get stopped at), so that the error can name its actor."""
+    calls = [r for r in refs if r._actor_id is not None]
+    if len({r._actor_id for r in calls}) <= 1:
+        return calls
+    ready = set(client.wait([r._id for r in calls], len(calls), 0.0))
+    data = bytes(memoryview(failed))
+    out = []
+    for ref in calls:
+        if ref._id in ready:
+            got = client.get([ref._id], 0.0)
+            if got and bytes(memoryview(got[0])) == data:
+                out.append(ref)
+    return out
+
+
+def _name_dead_actor(error, refs) -> None:
+    """Sets a RayActorError's `actor_id` (Ray's attribute: the actor's id as hex) to the actor
+    the failed call went to, when the refs it may have come from name one actor."""
+    if error.actor_id is None:
+        actors = {r._actor_id for r in refs if r._actor_id is not None}
+        if len(actors) == 1:
+            error.actor_id = actors.pop().hex()
 
 
 def put(value, *, _owner=None) -> ObjectRef:

@@ -156,7 +156,10 @@ class ObjectRefGenerator:
         client = _client()
         if self._next_ref is None:
             self._next_ref = ObjectRef(
-                stream_item_id(self._end._id, self._index), self._end._task_id, job_id=self._end._job_id
+                stream_item_id(self._end._id, self._index),
+                self._end._task_id,
+                job_id=self._end._job_id,
+                actor_id=self._end._actor_id,
             )
             client.flush_refs()  # the agent must know the item is awaited before the wait below
         item = self._next_ref

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import types
+
 from oxray._private import serialization
 from oxray._private.state import STATE, current_job_id
 
 
 class ObjectRef:
-    __slots__ = ("_id", "_task_id", "_job_id", "_epoch", "_actor_call", "__weakref__")
+    __slots__ = ("_id", "_task_id", "_job_id", "_epoch", "_actor_call", "_actor_id", "__weakref__")
 
-    # `ObjectRef[T]` in type hints, as Ray's ObjectRef is generic.
-    __class_getitem__ = classmethod(lambda cls, _item: cls)
+    # `ObjectRef[T]` in type hints, as Ray's ObjectRef is generic: a `types.GenericAlias`
+    # (`typing.get_args(ObjectRef[int]) == (int,)`), as for the standard library's generics.
+    __class_getitem__ = classmethod(types.GenericAlias)
 
     def __init__(
-        self, object_id: bytes, task_id: bytes | None = None, actor_call: bool = False, job_id: bytes | None = None
+        self,
+        object_id: bytes,
+        task_id: bytes | None = None,
+        actor_call: bool = False,
+        job_id: bytes | None = None,
+        actor_id: bytes | None = None,
     ):
         if not isinstance(object_id, bytes) or len(object_id) != 16:
             raise ValueError(f"ObjectRef needs a 16-byte id, got {object_id!r}")
@@ -24,6 +32,8 @@ class ObjectRef:
         self._job_id = current_job_id() if job_id is None else job_id
         # Made by an actor call: `cancel(force=True)` does not apply to it.
         self._actor_call = actor_call
+        # The actor an actor call's result comes from: names it in a RayActorError's `actor_id`.
+        self._actor_id = actor_id
         self._epoch = STATE.epoch
         client = STATE.client
         if client is not None:
@@ -67,7 +77,7 @@ class ObjectRef:
 
     def __reduce__(self):
         serialization.note_nested_ref(self._id)
-        return (ObjectRef, (self._id, self._task_id, self._actor_call, self._job_id))
+        return (ObjectRef, (self._id, self._task_id, self._actor_call, self._job_id, self._actor_id))
 
     def as_future(self):
         """An `asyncio.Future` for the value, on the current event loop (as Ray's). Cancelling

@@ -17,6 +17,10 @@ _COMMON = {
     "fallback_strategy",
     "_metadata",
     "object_store_memory",
+    # Ray's deprecated spelling of a PlacementGroupSchedulingStrategy (see _deprecated_placement).
+    "placement_group",
+    "placement_group_bundle_index",
+    "placement_group_capture_child_tasks",
 }
 TASK_OPTIONS = _COMMON | {"num_returns", "max_retries", "retry_exceptions", "max_calls", "name"}
 ACTOR_OPTIONS = _COMMON | {
@@ -113,12 +117,86 @@ UNSUPPORTED_OPTIONS = {
 def validate(options: dict, kind: str) -> dict:
     """Checks names and values; `kind` is "task", "actor" or "method"."""
     _check_names(options, kind)
+    _deprecated_placement(options)
+    if kind == "actor" and "object_store_memory" in options:
+        warn_deprecated(
+            "Setting 'object_store_memory' for actors is deprecated since it doesn't actually reserve the "
+            f"required object store memory. Use object spilling that's enabled by default ({SPILLING_DOCS}) "
+            "instead to bypass the object store memory size limitation."
+        )
     _check_resources(options)
     _check_counts(options)
     _check_concurrency(options)
     _check_identity(options, kind)
     _check_placement(options)
     return options
+
+
+# Where Ray's deprecation warnings for `object_store_memory` point.
+SPILLING_DOCS = "https://docs.ray.io/en/latest/ray-core/objects/object-spilling.html"
+
+
+def warn_deprecated(message: str) -> None:
+    """A DeprecationWarning attributed to the user's line that led here (the first frame outside
+    oxray), so that Python's default filters show it as Ray's are shown."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 2, sys._getframe(1)  # stacklevel 2 is this function's caller
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)
+
+
+_PLACEMENT_DEPRECATED = (
+    "{} parameter is deprecated. Use scheduling_strategy=PlacementGroupSchedulingStrategy(...) instead, "
+    "see the usage at https://docs.ray.io/en/latest/ray-core/package-ref.html#ray-remote."
+)
+
+
+def _deprecated_placement(options: dict) -> None:
+    """Ray's deprecated `placement_group=`, `placement_group_bundle_index=` and
+    `placement_group_capture_child_tasks=` options: each warns, as in Ray, and they become the
+    `PlacementGroupSchedulingStrategy` they stand for (in place, in `options`)."""
+    keys = ("placement_group", "placement_group_bundle_index", "placement_group_capture_child_tasks")
+    if not any(k in options for k in keys):
+        return
+    pg = options.pop("placement_group", "default")
+    no_group = pg is None  # Ray's `placement_group=None`: no group, not even a capturing caller's
+    index = options.pop("placement_group_bundle_index", -1)
+    capture = options.pop("placement_group_capture_child_tasks", None)
+    if pg not in ("default", None) and options.get("scheduling_strategy") is not None:
+        raise ValueError(
+            "Placement groups should be specified via the scheduling_strategy option. "
+            "The placement_group option is deprecated."
+        )
+    for key, value, default in zip(keys, (pg, index, capture), ("default", -1, None), strict=True):
+        if value != default and value is not False:
+            warn_deprecated(_PLACEMENT_DEPRECATED.format(key))
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"placement_group_bundle_index={index!r}: expected an integer (-1 for any bundle)")
+    if capture is not None and not isinstance(capture, bool):
+        raise TypeError(f"placement_group_capture_child_tasks={capture!r}: expected True, False or None")
+    from oxray.util.placement_group import PlacementGroup, get_current_placement_group
+    from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    if pg == "default":
+        # As in Ray: with capture, the group the caller runs in; otherwise none.
+        pg = get_current_placement_group() if capture else None
+    elif pg is not None and not isinstance(pg, PlacementGroup):
+        raise TypeError(f"placement_group={pg!r}: expected a PlacementGroup, 'default' or None")
+    if pg is None:
+        if index != -1:
+            raise ValueError(
+                f"placement_group_bundle_index={index!r} needs a placement group: if placement group is not "
+                "set, the value of bundle index must be -1."
+            )
+        if options.get("scheduling_strategy") is None and (capture is not None or no_group):
+            options["scheduling_strategy"] = "DEFAULT"  # Ray's empty group: not the caller's either
+        return
+    options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, index, capture)
 
 
 def _check_names(options: dict, kind: str) -> None:
@@ -371,16 +449,18 @@ def check_fits_placement_group(options: dict, request: dict, placement: dict, wh
         req = {k: v for k, v in req.items() if not k.startswith("accelerator_type:")}
         return any(all(b.get(k, 0) >= v for k, v in req.items()) for b in bundles)
 
+    def shown(req):
+        return {k: int(v) if float(v).is_integer() else v for k, v in req.items()}
+
     if not fits(request):
-        shown = {k: int(v) if float(v).is_integer() else v for k, v in request.items()}
         raise ValueError(
-            f"Cannot schedule {what} with the placement group because the resource request {shown} "
+            f"Cannot schedule {what} with the placement group because the resource request {shown(request)} "
             f"cannot fit into any bundles for the placement group, {bundles}."
         )
     if not fits(placement):
         raise ValueError(
             f"Cannot schedule {what} with the placement group because the actor requires "
-            f"{placement.get('CPU', 0)} CPU for creation, but it cannot fit into any bundles for the placement "
+            f"{shown(placement).get('CPU', 0)} CPU for creation, but it cannot fit into any bundles for the placement "
             f"group, {bundles}. Consider creating a placement group with CPU resources."
         )
 

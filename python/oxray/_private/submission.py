@@ -188,12 +188,12 @@ def check_arguments(check: ArgumentCheck | None, args, kwargs, name: str) -> Non
         check.check(args, kwargs, name)
 
 
-def new_return_refs(num_returns, task_id: bytes, actor_call: bool = False):
+def new_return_refs(num_returns, task_id: bytes, actor_call: bool = False, actor_id: bytes | None = None):
     if num_returns == STREAMING:
         ids = [stream_end_id(task_id)]
     else:
         ids = [os.urandom(16) for _ in range(num_returns)]
-    return ids, [ObjectRef(i, task_id, actor_call) for i in ids]
+    return ids, [ObjectRef(i, task_id, actor_call, actor_id=actor_id) for i in ids]
 
 
 def returns_for(refs, num_returns):

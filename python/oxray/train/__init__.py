@@ -1,5 +1,6 @@
 """`oxray.train`: distributed training with Ray Train v2's API."""
 
+from oxray.train import collective
 from oxray.train._checkpoint import Checkpoint
 from oxray.train._internal.data_config import DataConfig
 from oxray.train._internal.session import (
@@ -45,6 +46,7 @@ __all__ = [
     "TrainingFailedError",
     "UserCallback",
     "WorkerGroupError",
+    "collective",
     "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",

@@ -34,8 +34,12 @@ class Result:
         return pyarrow_filesystem(self.path)
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Optional[Checkpoint]:
+        """The retained checkpoint with the best `metric` (a `/`-separated path reaches into nested
+        metrics), by `mode` ("max" or "min"); Ray's errors, in Ray's words."""
+        if not self.best_checkpoints:
+            raise RuntimeError("No checkpoint exists in the trial directory!")
         if mode not in ("max", "min"):
-            raise ValueError(f"get_best_checkpoint(mode={mode!r}): expected 'max' or 'min'")
+            raise ValueError(f'Unsupported mode: {mode}. Please choose from ["min", "max"]!')
         from oxray.train._internal.checkpoint_manager import metric_value
 
         scored = [
@@ -44,7 +48,10 @@ class Result:
             if isinstance(value := metric_value(m, metric), (int, float)) and not isinstance(value, bool)
         ]
         if not scored:
-            raise RuntimeError(f"get_best_checkpoint: no retained checkpoint reported the metric {metric!r}")
+            raise RuntimeError(
+                f"Invalid metric name {metric}! "
+                f"You may choose from the following metrics: {(self.metrics or {}).keys()}."
+            )
         pick = max if mode == "max" else min
         return pick(scored, key=lambda t: t[0])[1]
 
@@ -60,9 +67,13 @@ class Result:
         if "://" not in path:
             path = os.path.abspath(path)
 
-        raw = open_storage(path).read_bytes(SNAPSHOT_FILE)
+        storage = open_storage(path)
+        raw = storage.read_bytes(SNAPSHOT_FILE)
         if raw is None:
-            raise ValueError(f"Result.from_path({path!r}): no {SNAPSHOT_FILE} there; is it a train run directory?")
+            exists = os.path.isdir(path) if "://" not in path else bool(storage.list(""))
+            if not exists:
+                raise RuntimeError(f"Trial folder {path} doesn't exist!")  # Ray's error and words
+            raise RuntimeError(f"Result.from_path({path!r}): no {SNAPSHOT_FILE} there; is it a train run directory?")
         snap = json.loads(raw)
         results = snap.get("checkpoint_results") or []
         latest = snap.get("latest_checkpoint_result")

@@ -83,10 +83,19 @@ class ScalingConfig:
                 raise ValueError(f"ScalingConfig(resources_per_worker=...): resource names must be strings, got {k!r}")
             if not _is_number(v) or v < 0:
                 raise ValueError(f"ScalingConfig(resources_per_worker=...): {k!r} must be a number >= 0, got {v!r}")
-        gpus = self.resources_per_worker.get("GPU", 0)
+        if not self.resources_per_worker:
+            return
+        # Ray's checks, in Ray's words: with use_gpu, a worker asks 1 GPU unless told otherwise.
+        gpus = self.resources_per_worker.get("GPU", 1 if self.use_gpu else 0)
         if gpus and not self.use_gpu:
             raise ValueError(
-                f"ScalingConfig: resources_per_worker asks for GPU={gpus} but use_gpu=False; set use_gpu=True"
+                "`use_gpu` is False but `GPU` was found in `resources_per_worker`. Either set `use_gpu` to True "
+                "or remove `GPU` from `resources_per_worker."
+            )
+        if self.use_gpu and not gpus:
+            raise ValueError(
+                "`use_gpu` is True but `GPU` is set to 0 in `resources_per_worker`. Either set `use_gpu` to False "
+                "or request a positive number of `GPU` in `resources_per_worker."
             )
 
     @property

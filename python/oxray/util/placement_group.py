@@ -116,10 +116,13 @@ def _validate_bundles(bundles) -> List[Dict[str, float]]:
         if "object_store_memory" in bundle:
             import warnings
 
+            from oxray._private.options import SPILLING_DOCS
+
+            # Ray's wording; the bundle still holds that much of the node's object_store_memory resource.
             warnings.warn(
-                "Setting 'object_store_memory' for bundles is deprecated (as in Ray): the bundle holds that much "
-                "of the node's object_store_memory resource, but the store does not set the bytes aside for it. "
-                "Objects beyond the store's free space spill to disk instead.",
+                "Setting 'object_store_memory' for bundles is deprecated since it doesn't actually reserve the "
+                f"required object store memory. Use object spilling that's enabled by default ({SPILLING_DOCS}) "
+                "instead to bypass the object store memory size limitation.",
                 DeprecationWarning,
                 stacklevel=3,
             )

@@ -170,7 +170,7 @@ def test_get_best_checkpoint_reads_nested_metric_paths():
         best_checkpoints=[(Checkpoint(f"/bucket/run/ckpt{i}"), {"a/b": score}) for i, score in scores],
     )
     assert flat.get_best_checkpoint("a/b", "max").path == "/bucket/run/ckpt1"
-    with pytest.raises(RuntimeError, match="no retained checkpoint reported the metric 'a/missing'"):
+    with pytest.raises(RuntimeError, match="Invalid metric name a/missing! You may choose from the following metrics"):
         flat.get_best_checkpoint("a/missing", "max")
 
 

@@ -39,11 +39,11 @@ class SyncActor:
             self.closed = True
             self.cond.notify_all()
 
-    def _gather(self, rank: int, value, on_complete: Optional[Callable] = None) -> list:
+    def _gather(self, rank: int, value, on_complete: Optional[Callable] = None, what: str = "report()") -> list:
         with self.cond:
             generation = self.generation
             self.arrived[rank] = value
-            self._check_no_rank_finished()
+            self._check_no_rank_finished(what)
             if len(self.arrived) == self.world_size:
                 values = [self.arrived[i] for i in range(self.world_size)]
                 self.arrived = {}
@@ -58,16 +58,16 @@ class SyncActor:
                 while self.generation == generation:
                     self.cond.wait()
                     if self.generation == generation:
-                        self._check_no_rank_finished()
+                        self._check_no_rank_finished(what)
             return self.completed[generation]
 
-    def _check_no_rank_finished(self) -> None:
+    def _check_no_rank_finished(self, what: str) -> None:
         gone = sorted(self.finished - set(self.arrived))
         if gone:
             self.arrived.clear()
             raise RuntimeError(
-                f"rank(s) {gone} finished the training function without this report(): every rank must call "
-                "oxray.train.report() the same number of times"
+                f"rank(s) {gone} finished the training function without this {what}: every rank must call "
+                f"oxray.train.{what} the same number of times"
             )
 
     def rank_finished(self, rank: int) -> None:
@@ -76,8 +76,9 @@ class SyncActor:
             self.finished.add(rank)
             self.cond.notify_all()
 
-    def barrier(self, rank: int, value) -> list:
-        return self._gather(rank, value)
+    def barrier(self, rank: int, value, what: str = "report()") -> list:
+        """Every rank's `value`, once all have arrived (`what` names the caller in errors)."""
+        return self._gather(rank, value, what=what)
 
     def report(self, rank: int, metrics: dict, dir_name: str, has_checkpoint: bool) -> bool:
         def complete(values):
