@@ -35,6 +35,13 @@ async fn start() -> RunningCluster {
     .expect("cluster starts")
 }
 
+/// Shuts the node down and removes its session directory (a real node keeps its logs there).
+async fn stop(cluster: RunningCluster) {
+    let session_dir = cluster.session_dir.clone();
+    cluster.shutdown().await;
+    let _ = std::fs::remove_dir_all(session_dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpcs_without_the_right_token_are_refused() {
     let cluster = start().await;
@@ -56,7 +63,7 @@ async fn rpcs_without_the_right_token_are_refused() {
     assert_eq!(nodes.len(), 1);
     assert_eq!(nodes[0].total["CPU"], 2.0);
     assert_eq!(nodes[0].total["custom"], 3.0);
-    cluster.shutdown().await;
+    stop(cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +94,7 @@ async fn a_get_with_fail_fast_stops_at_an_error_without_waiting_for_the_rest() {
         Some(Got::All(objects)) => assert_eq!(objects.len(), 1),
         other => panic!("expected every object, got {other:?}"),
     }
-    cluster.shutdown().await;
+    stop(cluster).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,6 +136,6 @@ async fn objects_round_trip_and_the_store_is_removed_on_shutdown() {
 
     let shm_dir = cluster.shm_dir.clone();
     assert!(shm_dir.exists());
-    cluster.shutdown().await;
+    stop(cluster).await;
     assert!(!shm_dir.exists(), "shutdown removes the shared-memory directory");
 }

@@ -25,19 +25,47 @@ fn oid(n: u8) -> ObjectId {
     ObjectId::from_array([n; 16])
 }
 
-fn new_state(cpus: f64, gpus: usize) -> AgentState {
+/// A test's agent state; its store's directories go when it drops (the state first, then them).
+struct TestState {
+    state: AgentState,
+    _root: RemovedOnDrop,
+}
+
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl std::ops::Deref for TestState {
+    type Target = AgentState;
+    fn deref(&self) -> &AgentState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for TestState {
+    fn deref_mut(&mut self) -> &mut AgentState {
+        &mut self.state
+    }
+}
+
+fn new_state(cpus: f64, gpus: usize) -> TestState {
     new_state_in(cpus, gpus, WorkerStartEnv::default())
 }
 
 /// A node whose own environment (which its workers inherit) is `inherited_env`.
-fn new_state_in(cpus: f64, gpus: usize, inherited_env: WorkerStartEnv) -> AgentState {
+fn new_state_in(cpus: f64, gpus: usize, inherited_env: WorkerStartEnv) -> TestState {
     let root = std::env::temp_dir().join(format!("oxray-state-test-{}", rand::random::<u64>()));
     let store = ObjectStore::new(root.join("shm"), root.join("spill"), 1 << 20).unwrap();
+    let guard = RemovedOnDrop(root);
     let mut total = ResourceSet::new();
     total.set("CPU", cpus).unwrap();
     total.set("GPU", gpus as f64).unwrap();
     total.set("custom", 1.0).unwrap();
-    AgentState::new(
+    let state = AgentState::new(
         AgentConfig {
             node_id: NodeId::from_array([1; 16]),
             total,
@@ -49,7 +77,8 @@ fn new_state_in(cpus: f64, gpus: usize, inherited_env: WorkerStartEnv) -> AgentS
             labels: HashMap::from([("zone".to_string(), "home".to_string())]),
         },
         store,
-    )
+    );
+    TestState { state, _root: guard }
 }
 
 fn task(n: u8, resources: &[(&str, f64)]) -> TaskSpec {
