@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,6 +114,7 @@ def measure(framework: str, calls: int) -> dict:
         r.result()
     serve.shutdown()
     ray.shutdown()
+    shutil.rmtree(gate, ignore_errors=True)
     return out
 
 

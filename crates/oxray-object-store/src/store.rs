@@ -515,10 +515,26 @@ mod tests {
         ObjectId::from_array([n; 16])
     }
 
-    fn temp_store(capacity: usize) -> (ObjectStore, PathBuf) {
+    /// A test store's directory, removed when the test ends.
+    struct TestRoot(PathBuf);
+
+    impl Drop for TestRoot {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for TestRoot {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    fn temp_store(capacity: usize) -> (ObjectStore, TestRoot) {
         let root = std::env::temp_dir().join(format!("oxray-store-test-{}", rand::random::<u64>()));
         let store = ObjectStore::new(root.join("shm"), root.join("spill"), capacity).unwrap();
-        (store, root)
+        (store, TestRoot(root))
     }
 
     /// Reserves as the agent does: runs the spills asked for, then reserves again.
