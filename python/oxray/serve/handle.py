@@ -54,6 +54,7 @@ class _Router:
         self.waiting: collections.deque = collections.deque()
         self.dispatcher = None
         self.fetched = 0.0
+        self.refreshing = False
         self.max_ongoing = None
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
@@ -75,8 +76,25 @@ class _Router:
                 self.done(*refs[ref])
 
     def refresh(self, fresh: bool = False) -> None:
-        if not fresh and self.replicas and time.monotonic() - self.fetched <= REPLICAS_REFRESH_S:
+        """Learns the serving replicas: waiting for them when none is known (or `fresh`: one just
+        died), else in the background once the list is `REPLICAS_REFRESH_S` old, so that a call
+        (say, from an async replica's event loop) never waits on the controller for it."""
+        if not fresh and self.replicas:
+            if time.monotonic() - self.fetched > REPLICAS_REFRESH_S and not self.refreshing:
+                self.refreshing = True
+                threading.Thread(target=self._refresh_in_background, name="serve-replicas", daemon=True).start()
             return
+        self._fetch()
+
+    def _refresh_in_background(self) -> None:
+        try:
+            self._fetch()
+        except Exception:  # noqa: BLE001 - kept as it was; the next call after the period asks again
+            pass
+        finally:
+            self.refreshing = False
+
+    def _fetch(self) -> None:
         # The controller hands over the replicas' actors, not their names: replica ids repeat when
         # an application is deleted and deployed again, and a handle cached by id would be the
         # killed actor's.
