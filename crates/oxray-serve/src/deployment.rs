@@ -35,8 +35,17 @@ struct Replica {
     check_started_ms: Option<u64>,
     next_check_ms: u64,
     checks: u64,
+    /// Draws its health checks' jitter (from the deployment's name and the replica's id).
+    jitter_seed: u64,
     /// When a stopping replica is killed if it has not stopped.
     kill_at_ms: Option<u64>,
+}
+
+impl Replica {
+    /// The next health check, a jittered period after `from_ms`.
+    fn schedule_check(&mut self, from_ms: u64, period_ms: u64) {
+        self.next_check_ms = from_ms + jittered(period_ms, self.jitter_seed, self.checks);
+    }
 }
 
 /// Why the deployment is not where its target says (its status's cause).
@@ -162,13 +171,12 @@ impl Deployment {
     /// Its constructor (and first `reconfigure`) returned.
     pub(crate) fn replica_started(&mut self, replica: &str, now_ms: u64) {
         let period = self.spec.health_check_period_ms;
-        let seed = self.name_seed;
         let Some(r) = self.replicas.get_mut(replica) else { return };
         if r.state != ReplicaState::Starting {
             return;
         }
         r.state = ReplicaState::Running;
-        r.next_check_ms = now_ms + jittered(period, seed ^ fnv1a(replica.as_bytes()), 0);
+        r.schedule_check(now_ms, period);
         if r.code_version == self.spec.code_version {
             self.version_started = true;
         }
@@ -211,12 +219,11 @@ impl Deployment {
 
     pub(crate) fn health_checked(&mut self, replica: &str, healthy: bool, error: &str) {
         let period = self.spec.health_check_period_ms;
-        let seed = self.name_seed ^ fnv1a(replica.as_bytes());
         let Some(r) = self.replicas.get_mut(replica) else { return };
         // A result for a check already counted as timed out is late: ignored.
         let Some(started) = r.check_started_ms.take() else { return };
         r.checks += 1;
-        r.next_check_ms = started + jittered(period, seed, r.checks);
+        r.schedule_check(started, period);
         if healthy {
             r.failed_checks = 0;
         } else {
@@ -277,7 +284,7 @@ impl Deployment {
                 Some(started) if now_ms.saturating_sub(started) >= timeout => {
                     r.check_started_ms = None;
                     r.checks += 1;
-                    r.next_check_ms = started + jittered(period, self.name_seed ^ fnv1a(id.as_bytes()), r.checks);
+                    r.schedule_check(started, period);
                     r.failed_checks += 1;
                     if r.failed_checks >= UNHEALTHY_AFTER_FAILED_CHECKS {
                         self.message = format!("Replica {id}'s health check timed out after {timeout} ms");
@@ -401,6 +408,7 @@ impl Deployment {
             check_started_ms: None,
             next_check_ms: u64::MAX,
             checks: 0,
+            jitter_seed: self.name_seed ^ fnv1a(id.as_bytes()),
             kill_at_ms: None,
         };
         actions.push(ReplicaAction::Start {

@@ -100,7 +100,6 @@ def _collect(
         "has_user_config": "user_config" in deployment._options and user_config is not None,
         "max_ongoing_requests": deployment.max_ongoing_requests,
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
-        "autoscaling": autoscaling,
         "engine": {
             "code_version": code_version,
             "config_version": repr(user_config),

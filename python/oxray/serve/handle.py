@@ -47,7 +47,7 @@ class _Router:
         self.app, self.deployment = app, deployment
         self.source = f"handle-{uuid.uuid4().hex[:12]}"
         self.lock = threading.Lock()
-        self.replicas: list = []
+        # Serving replica id -> its actor.
         self.actors: dict = {}
         # Replica -> the responses sent to it and not known to be finished.
         self.sent: dict = {}
@@ -64,22 +64,26 @@ class _Router:
         with self.lock:
             return sum(len(v) for v in self.sent.values()) + len(self.waiting)
 
-    def prune(self) -> None:
-        """Forgets the calls that finished. A response nobody collects (fire and forget, or one
-        passed into another call) is otherwise counted as in flight for ever: the autoscaler
-        would never scale down, and the router would hold its arguments."""
+    def prune(self, wait_s: float = 0.0) -> None:
+        """Forgets the calls that finished, waiting up to `wait_s` for one. A response nobody
+        collects (fire and forget, or one passed into another call) is otherwise counted as in
+        flight for ever: the autoscaler would never scale down, and the router would hold its
+        arguments."""
         with self.lock:
             refs = {r._ref: (rid, r) for rid, sent in self.sent.items() for r in sent if r._ref is not None}
-        if refs:
+        if not refs:
+            return
+        finished, _ = ray.wait(list(refs), num_returns=1, timeout=wait_s)
+        if finished:
             finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-            for ref in finished:
-                self.done(*refs[ref])
+        for ref in finished:
+            self.done(*refs[ref])
 
     def refresh(self, fresh: bool = False) -> None:
         """Learns the serving replicas: waiting for them when none is known (or `fresh`: one just
         died), else in the background once the list is `REPLICAS_REFRESH_S` old, so that a call
         (say, from an async replica's event loop) never waits on the controller for it."""
-        if not fresh and self.replicas:
+        if not fresh and self.actors:
             if time.monotonic() - self.fetched > REPLICAS_REFRESH_S and not self.refreshing:
                 self.refreshing = True
                 threading.Thread(target=self._refresh_in_background, name="serve-replicas", daemon=True).start()
@@ -111,7 +115,7 @@ class _Router:
                 f"({state}); see serve.status()"
             )
         with self.lock:
-            self.replicas, self.actors, self.fetched = list(actors), dict(actors), time.monotonic()
+            self.actors, self.fetched = dict(actors), time.monotonic()
 
     def submit(self, response: "DeploymentResponse", fresh: bool = False) -> None:
         self.refresh(fresh)
@@ -126,7 +130,7 @@ class _Router:
     def _send(self, response: "DeploymentResponse") -> bool:
         """Sends `response`'s call to a replica with room (power of two choices); False if none has.
         Called with the lock held."""
-        room = [r for r in self.replicas if self.max_ongoing is None or len(self.sent.get(r, ())) < self.max_ongoing]
+        room = [r for r in self.actors if self.max_ongoing is None or len(self.sent.get(r, ())) < self.max_ongoing]
         if not room:
             return False
         rid = min(random.sample(room, min(2, len(room))), key=lambda r: len(self.sent.get(r, ())))
@@ -139,8 +143,7 @@ class _Router:
     def forget(self, rid: str) -> None:
         """A replica found dead: no call goes there until the controller lists it again."""
         with self.lock:
-            if rid in self.replicas:
-                self.replicas = [r for r in self.replicas if r != rid]
+            if self.actors.pop(rid, None) is not None:
                 self.fetched = 0.0
 
     def done(self, rid: str, response: "DeploymentResponse") -> None:
@@ -156,13 +159,7 @@ class _Router:
                 if not self.waiting:
                     self.dispatcher = None
                     return
-                refs = {r._ref: (rid, r) for rid, sent in self.sent.items() for r in sent if r._ref is not None}
-            if refs:
-                finished, _ = ray.wait(list(refs), num_returns=1, timeout=REPLICAS_REFRESH_S)
-                if finished:
-                    finished, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-                for ref in finished:
-                    self.done(*refs[ref])
+            self.prune(REPLICAS_REFRESH_S)
             try:
                 self.refresh()
             except Exception as e:  # noqa: BLE001 - no replica at all: the waiting calls fail with it

@@ -30,6 +30,18 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _traceback(error: BaseException) -> str:
+    return "".join(traceback.format_exception(type(error), error, error.__traceback__))
+
+
+def _kill_actor(actor) -> None:
+    if actor is not None:
+        try:
+            ray.kill(actor)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
 class ServeControllerActor:
     def __init__(self):
         self.engine = ServeController()
@@ -134,8 +146,7 @@ class ServeControllerActor:
             if actor is None or self.replicas.get(key) != actor:
                 return
             self.replicas.pop(key)
-            for ref in [ref for ref, (_, pending_key) in self.pending.items() if pending_key == key]:
-                del self.pending[ref]
+            self._drop_pending(key)
             self.engine.replica_died(*key, "the replica's actor died (found by a handle's call)", _now_ms())
             self._act()
         self.wake.set()
@@ -145,13 +156,17 @@ class ServeControllerActor:
         with self.lock:
             self.engine.record_requests(app, deployment, source, float(requests), _now_ms())
 
+    def _current(self, app: str, deployment: str):
+        """What the deployment's current version's replicas are started with (None once it is gone)."""
+        return self.definitions.get((app, deployment, self.current.get((app, deployment))))
+
     def _max_ongoing(self, app: str, deployment: str):
-        definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
+        definition = self._current(app, deployment)
         return definition["max_ongoing_requests"] if definition else None
 
     def _metrics_interval(self, app: str, deployment: str):
-        definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
-        autoscaling = definition and definition.get("autoscaling")
+        definition = self._current(app, deployment)
+        autoscaling = definition and definition["engine"].get("autoscaling_config")
         return autoscaling["metrics_interval_s"] if autoscaling else None
 
     def wait_app(self, app: str, timeout_s: float, gone: bool = False):
@@ -226,16 +241,14 @@ class ServeControllerActor:
                 try:
                     self._start(key, versions[0])
                 except Exception as e:  # noqa: BLE001 - e.g. ray_actor_options Ray refuses: a failed start
-                    error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
                     self.replicas.pop(key, None)
-                    self.engine.replica_start_failed(*key, error, _now_ms())
+                    self.engine.replica_start_failed(*key, _traceback(e), _now_ms())
             elif kind == "reconfigure":
-                definition = self.definitions[(app, deployment, self.current[(app, deployment)])]
-                self._call(key, "reconfigure", definition["user_config"])
+                self._call(key, "reconfigure", self._current(app, deployment)["user_config"])
             elif kind == "check_health":
                 self._call(key, "check_health")
             elif kind == "stop":
-                definition = self.definitions.get((app, deployment, self.current.get((app, deployment))))
+                definition = self._current(app, deployment)
                 wait_loop_s = definition["graceful_shutdown_wait_loop_s"] if definition else 2.0
                 self._call(key, "stop", wait_loop_s)
             elif kind == "kill":
@@ -279,16 +292,14 @@ class ServeControllerActor:
         self.pending[call.remote(*args)] = (kind, key)
 
     def _kill(self, key: tuple) -> None:
-        actor = self.replicas.pop(key, None)
-        if actor is not None:
-            try:
-                ray.kill(actor)
-            except Exception:  # already gone
-                pass
-        for ref, (_, pending_key) in list(self.pending.items()):
-            if pending_key == key:
-                del self.pending[ref]
+        _kill_actor(self.replicas.pop(key, None))
+        self._drop_pending(key)
         self.engine.replica_stopped(*key, _now_ms())
+
+    def _drop_pending(self, key: tuple) -> None:
+        """Forgets the calls in flight to a replica that is gone."""
+        for ref in [ref for ref, (_, pending_key) in self.pending.items() if pending_key == key]:
+            del self.pending[ref]
 
     def _completed(self, ref) -> None:
         entry = self.pending.pop(ref, None)
@@ -312,17 +323,12 @@ class ServeControllerActor:
                 self.engine.replica_died(*key, f"{type(e).__name__}: {e}", now)
             return
         except Exception as e:  # noqa: BLE001 - the user's code raised: reported with its traceback
-            error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+            error = _traceback(e)
         if kind == "start":
             if error is None:
                 self.engine.replica_started(*key, now)
             else:
-                actor = self.replicas.pop(key, None)
-                if actor is not None:
-                    try:
-                        ray.kill(actor)
-                    except Exception:  # noqa: BLE001 - already gone
-                        pass
+                _kill_actor(self.replicas.pop(key, None))
                 self.engine.replica_start_failed(*key, error, now)
         elif kind == "reconfigure":
             if error is None:

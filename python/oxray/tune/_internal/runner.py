@@ -110,6 +110,8 @@ class Runner:
         from oxray.tune._internal.output import make_reporter
 
         self.reporter = make_reporter(self)
+        # RunConfig(log_to_file=) as file names, the same for every trial.
+        self.log_files = run_config.log_files()
         self.actor_class = ray.remote(TrialActor)
         # (what it holds, actor) of actors whose trial ended, for the next trial (TuneConfig.reuse_actors).
         self.reuse_actors = tune_config.reuse_actors is not False
@@ -248,7 +250,7 @@ class Runner:
             # The S3 options of the experiment's `?query` (the trial's process has none registered).
             "storage_options": options_for(trial.fs_path) if self.storage.remote else "",
             # RunConfig(log_to_file=): the trial's stdout and stderr file names in its directory.
-            "log_files": self.run_config.log_files(),
+            "log_files": self.log_files,
         }
         checkpoint = trial.checkpoint.path if (restore and trial.checkpoint) else None
         payload = {
