@@ -466,6 +466,8 @@ class Client:
     # the cluster's nodes
     def warm_workers(self, env_vars: dict[str, str]) -> None:
         """Starts this node's worker template for workers with these extra environment variables."""
+    def update_serve_routes(self, table_json: bytes) -> str:
+        """Gives this node's agent Serve's route table; where its HTTP proxy listens ("" for none)."""
     def cluster_info(self) -> list[NodeInfo]: ...
     def agent_table_sizes(self) -> tuple[int, int]: ...
     def follow_logs(self, token: str, job_id: bytes, skip_address: str | None = None) -> None:

@@ -2,7 +2,8 @@
 //! `--dashboard-host:--dashboard-port` (127.0.0.1:8265 by default): Ray's REST
 //! routes behind the cluster token: `/api/version`, health and authentication
 //! (`routes.rs`), the Jobs API over `oxray-jobs`' manager (`jobs.rs`), the State API (`state/`) and the
-//! dashboard's pages (`dashboard/`).
+//! dashboard's pages (`dashboard/`). Serve's HTTP proxy (`serve_proxy/`), which every node agent
+//! runs, shares its accept loop.
 
 mod auth;
 mod dashboard;
@@ -12,6 +13,7 @@ mod jobs;
 mod metrics;
 mod routes;
 mod serve;
+pub mod serve_proxy;
 mod sessions;
 mod state;
 

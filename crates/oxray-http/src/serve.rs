@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, oneshot};
+use tower::ServiceExt;
 
 /// Why a certificate and key cannot serve HTTPS.
 #[derive(Debug, thiserror::Error)]
@@ -96,9 +97,9 @@ pub(crate) async fn serve(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
     let mut stop = std::pin::pin!(stop);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, or a connection reset before it was taken: not fatal.
                     tracing::warn!("the HTTP server could not accept a connection: {e}");
@@ -113,7 +114,12 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        // The peer rides on each request (Serve's proxy hands it to the replica as the ASGI client).
+        let service =
+            TowerToHyperService::new(app.clone().map_request(move |mut request: axum::extract::Request<_>| {
+                request.extensions_mut().insert(crate::serve_proxy::PeerAddr(peer));
+                request
+            }));
         let Some(acceptor) = &tls else {
             let connection =
                 graceful.watch(builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned());

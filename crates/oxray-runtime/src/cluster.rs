@@ -437,6 +437,7 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         forward_output: cfg.forward_output,
     });
     agent.warm_worker_template(&[]);
+    agent.serve_proxy.on_head.store(is_head, std::sync::atomic::Ordering::Relaxed);
 
     let mut background = Vec::new();
     let service = AgentService { shared: agent.clone(), address: agent_address.clone() };
@@ -694,6 +695,7 @@ impl RunningCluster {
         if let Some(http) = self.http.take() {
             http.shutdown().await;
         }
+        self.agent.stop_serve_proxy().await;
         // Stops serving this node's metrics (the server ends when dropped).
         drop(self.metrics.take());
         self.agent.jobs.stop_all().await;

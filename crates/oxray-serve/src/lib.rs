@@ -5,13 +5,15 @@
 //! health checks, and the autoscaling policy's targets ([`autoscaling`]). It does
 //! no I/O and reads no clock: the runtime reports what happened, passing the
 //! time, and carries out the [`Action`]s it returns. Statuses follow Ray Serve
-//! 2.60's model ([`status`]).
+//! 2.60's model ([`status`]). The HTTP proxies route by the [`routes`] table the
+//! controller builds.
 
 pub mod autoscaling;
 pub mod config;
 pub mod controller;
 mod deployment;
 pub mod error;
+pub mod routes;
 pub mod status;
 
 pub use config::{Aggregation, AutoscalingConfig, DeploymentSpec, Replicas};

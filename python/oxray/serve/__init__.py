@@ -1,11 +1,13 @@
 """`oxray.serve`: Ray Serve's API over oxray's engine (`oxray-serve`'s controller).
 
-This is its first piece: deployments (classes and functions, `.options()`,
-`.bind()`, application graphs), `serve.run`, `status`, `delete`, `shutdown`,
-handles (`DeploymentHandle`, `DeploymentResponse`), `user_config` with
-`reconfigure`, health checks, graceful shutdown, rolling updates, autoscaling
-and `@serve.batch`. Not yet: the HTTP proxy, multiplexing, FastAPI ingress, config
-files and the REST API; what is not there raises `NotImplementedError` naming it.
+Deployments (classes and functions, `.options()`, `.bind()`, application
+graphs), `serve.run`, `start`, `status`, `delete`, `shutdown`, handles
+(`DeploymentHandle`, `DeploymentResponse`), `user_config` with `reconfigure`,
+health checks, graceful shutdown, rolling updates, autoscaling, `@serve.batch`,
+and HTTP through each node's Rust proxy: plain `__call__(request)` deployments
+and `@serve.ingress` ASGI apps (FastAPI). Not yet: multiplexing, WebSockets,
+config files and the REST API; what is not there raises `NotImplementedError`
+naming it.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from oxray.serve.api import (
     status,
 )
 from oxray.serve.batching import batch
+from oxray.serve.config import HTTPOptions, ProxyLocation
 from oxray.serve.context import get_replica_context
 from oxray.serve.deployment import Application, Deployment, deployment
 from oxray.serve.handle import DeploymentHandle, DeploymentResponse
+from oxray.serve.ingress import ingress
 
 
 def _not_yet(name: str):
@@ -36,12 +40,13 @@ def _not_yet(name: str):
 
 multiplexed = _not_yet("multiplexed")
 get_multiplexed_model_id = _not_yet("get_multiplexed_model_id")
-ingress = _not_yet("ingress")
 run_many = _not_yet("run_many")
 
 __all__ = [
     "Application",
     "Deployment",
+    "HTTPOptions",
+    "ProxyLocation",
     "DeploymentHandle",
     "DeploymentResponse",
     "batch",

@@ -12,6 +12,7 @@ from typing import Optional
 import oxray as ray
 from oxray import cloudpickle
 from oxray.serve import handle as handles
+from oxray.serve.config import HTTPOptions, proxy_location_of
 from oxray.serve.deployment import Application, Deployment, autoscaling_of
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.schema import ServeStatus, status_from_reports
@@ -20,7 +21,6 @@ from oxray.serve.schema import ServeStatus, status_from_reports
 DEPLOY_TIMEOUT_S = 600.0
 DELETE_TIMEOUT_S = 60.0
 SHUTDOWN_TIMEOUT_S = 30.0
-_warned_http = False
 _lock = threading.Lock()
 
 
@@ -44,17 +44,22 @@ def _start_controller():
 
 
 def start(proxy_location=None, http_options=None, grpc_options=None, logging_config=None, **kwargs) -> None:
-    """Starts Serve's controller. oxray's Serve has no HTTP proxy yet: HTTP and gRPC options are refused."""
-    for option, value in {
-        "proxy_location": proxy_location,
-        "http_options": http_options,
-        "grpc_options": grpc_options,
-        "logging_config": logging_config,
-        **kwargs,
-    }.items():
+    """Starts Serve: its controller, and HTTP proxies with `http_options` where `proxy_location`
+    says (every node by default, on 127.0.0.1:8000)."""
+    for option, value in {"logging_config": logging_config, **kwargs}.items():
         if value is not None:
-            raise NotImplementedError(f"serve.start({option}=...): oxray's Serve has no HTTP or gRPC proxy yet")
-    _start_controller()
+            raise NotImplementedError(f"serve.start({option}=...) is not supported by oxray's Serve yet")
+    if grpc_options is not None:
+        servicers = getattr(grpc_options, "grpc_servicer_functions", None)
+        if servicers is None and isinstance(grpc_options, dict):
+            servicers = grpc_options.get("grpc_servicer_functions")
+        if servicers:
+            raise NotImplementedError("serve.start(grpc_options=...): oxray's Serve has no gRPC proxy yet")
+    _start_http(_start_controller(), HTTPOptions.of(http_options), proxy_location_of(proxy_location))
+
+
+def _start_http(controller, options: HTTPOptions, location: str) -> str:
+    return ray.get(controller.start_http.remote(options.to_wire(), location))
 
 
 def _collect(
@@ -99,6 +104,8 @@ def _collect(
         "user_config": user_config,
         "has_user_config": "user_config" in deployment._options and user_config is not None,
         "max_ongoing_requests": deployment.max_ongoing_requests,
+        "max_queued_requests": deployment.max_queued_requests,
+        "backpressure_config": deployment.setting("backpressure_config"),
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
         "engine": {
             "code_version": code_version,
@@ -128,7 +135,6 @@ def run(
     """Deploys `target` as application `name` and waits until it is RUNNING; returns a handle to
     its ingress deployment. Every call is a new code version: the replicas are replaced by rolling
     update, as in Ray. `RuntimeError` with the replicas' error when it fails to deploy."""
-    global _warned_http
     if not isinstance(name, str) or not name:
         raise ValueError(f"serve.run(name={name!r}): expected a non-empty application name")
     if not isinstance(target, Application):
@@ -138,17 +144,12 @@ def run(
             raise NotImplementedError(f"serve.run({option}=...) is not supported by oxray's Serve yet")
     if _local_testing_mode:
         raise NotImplementedError("serve.run(_local_testing_mode=True) is not supported by oxray's Serve yet")
-    if route_prefix is not None and not _warned_http:
-        _warned_http = True
-        print(
-            f"(oxray.serve) this build has no HTTP proxy yet: route_prefix {route_prefix!r} is recorded, and "
-            "applications are reached through their handles",
-            file=sys.stderr,
-            flush=True,
-        )
     deployments: dict = {}
     ingress = _collect(target, name, uuid.uuid4().hex, deployments)
     controller = _start_controller()
+    if route_prefix is not None:
+        # As Ray's serve.run: HTTP with the default options unless serve.start gave others.
+        ray.get(controller.ensure_http.remote(HTTPOptions().to_wire()))
     ray.get(controller.deploy.remote(name, route_prefix, ingress.deployment_name, list(deployments.values())))
     status = ray.get(controller.wait_app.remote(name, DEPLOY_TIMEOUT_S))
     if status is None or status["status"] != "RUNNING":

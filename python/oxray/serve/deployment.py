@@ -17,6 +17,7 @@ _DEFAULTS = {
     "user_config": None,
     "max_ongoing_requests": 5,
     "max_queued_requests": -1,
+    "backpressure_config": None,
     "health_check_period_s": 10.0,
     "health_check_timeout_s": 30.0,
     "graceful_shutdown_wait_loop_s": 2.0,
@@ -33,7 +34,6 @@ _NOT_YET = {
     "max_replicas_per_node": "spreading replicas over nodes",
     "logging_config": "per-deployment logging settings",
     "request_router_config": "custom request routers",
-    "backpressure_config": "backpressure settings (there is no queue limit yet)",
     "gang_scheduling_config": "gang scheduling",
     "deployment_actors": "deployment actors",
 }
@@ -47,6 +47,22 @@ _ACTOR_OPTIONS = {
     "label_selector",
     "fallback_strategy",
 }
+
+
+def _check_backpressure(config) -> None:
+    """Ray's `backpressure_config`: `status_code` 503 or 429, `retry_after_s` a number or None."""
+    if config is None:
+        return
+    if not isinstance(config, dict):
+        raise TypeError(f"backpressure_config={config!r}: expected a dict")
+    unknown = set(config) - {"status_code", "retry_after_s"}
+    if unknown:
+        raise ValueError(f"backpressure_config got unexpected keys {sorted(unknown)}")
+    if config.get("status_code", 503) not in (503, 429):
+        raise ValueError(f"backpressure_config status_code={config['status_code']!r}: expected 503 or 429")
+    retry = config.get("retry_after_s")
+    if retry is not None and (isinstance(retry, bool) or not isinstance(retry, (int, float)) or retry < 0):
+        raise ValueError(f"backpressure_config retry_after_s={retry!r}: expected a number of seconds or None")
 
 
 def _check(options: dict) -> None:
@@ -67,10 +83,9 @@ def _check(options: dict) -> None:
     if ongoing is None or isinstance(ongoing, bool) or not isinstance(ongoing, int) or ongoing < 1:
         raise ValueError(f"max_ongoing_requests={ongoing!r}: expected an int of at least 1")
     queued = options.get("max_queued_requests", -1)
-    if queued != -1:
-        raise NotImplementedError(
-            f"max_queued_requests={queued!r}: oxray's Serve does not limit queued requests yet (only -1 is taken)"
-        )
+    if isinstance(queued, bool) or not isinstance(queued, int) or not (queued == -1 or queued >= 1):
+        raise ValueError(f"max_queued_requests={queued!r}: expected -1 (no limit) or an int of at least 1")
+    _check_backpressure(options.get("backpressure_config"))
     if options.get("user_config") is not None:
         try:
             json.dumps(options["user_config"])

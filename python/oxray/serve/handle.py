@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Optional
 
 import oxray as ray
-from oxray.serve.exceptions import RayServeException, RequestCancelledError
+from oxray.serve.exceptions import BackPressureError, RayServeException, RequestCancelledError
 
 CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 SERVE_NAMESPACE = "serve"
@@ -56,6 +56,7 @@ class _Router:
         self.fetched = 0.0
         self.refreshing = False
         self.max_ongoing = None
+        self.max_queued = -1
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
 
@@ -102,7 +103,7 @@ class _Router:
         # The controller hands over the replicas' actors, not their names: replica ids repeat when
         # an application is deleted and deployed again, and a handle cached by id would be the
         # killed actor's.
-        actors, self.report_every_s, self.max_ongoing, state = ray.get(
+        actors, self.report_every_s, self.max_ongoing, self.max_queued, state = ray.get(
             controller().wait_serving.remote(
                 self.app, self.deployment, NO_REPLICA_TIMEOUT_S, self.source, self.load() + 1
             )
@@ -122,6 +123,8 @@ class _Router:
         with self.lock:
             if not self.waiting and self._send(response):
                 return
+            if 0 <= self.max_queued <= len(self.waiting):
+                raise BackPressureError(num_queued_requests=len(self.waiting), max_queued_requests=self.max_queued)
             self.waiting.append(response)
             if self.dispatcher is None:
                 self.dispatcher = threading.Thread(target=self._dispatch, name="serve-router", daemon=True)

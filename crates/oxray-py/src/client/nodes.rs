@@ -20,6 +20,16 @@ impl Client {
         Ok(())
     }
 
+    /// Gives this node's agent Serve's route table (JSON); returns where its HTTP proxy
+    /// listens ("" when it runs none). An address it cannot bind raises.
+    fn update_serve_routes(&self, py: Python<'_>, table_json: Vec<u8>) -> PyResult<String> {
+        let mut agent = self.inner.driver();
+        let request = oxray_runtime::proto::ServeRoutes { table_json };
+        let reply =
+            py.detach(|| runtime().block_on(agent.update_serve_routes(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(reply.into_inner().proxy_address)
+    }
+
     /// Every node the head knows, alive or not.
     fn cluster_info(&self, py: Python<'_>) -> PyResult<Vec<NodeInfo>> {
         self.flush(py)?;

@@ -9,6 +9,7 @@ mod node_state;
 pub(crate) mod node_stats;
 mod peers;
 mod profile;
+mod serve_proxy;
 mod service;
 pub mod state;
 mod template;
@@ -48,6 +49,8 @@ pub struct AgentShared {
     pub(crate) jobs: jobs::NodeJobs,
     /// Warm processes that fork this node's workers.
     pub(crate) templates: template::Templates,
+    /// Serve's HTTP proxy on this node, when the controller asked for one.
+    pub(crate) serve_proxy: serve_proxy::ServeProxyHost,
 }
 
 pub type HeadConn = HeadServiceClient<
@@ -72,6 +75,7 @@ impl AgentShared {
             logs: logs::LogHub::default(),
             jobs: jobs::NodeJobs::default(),
             templates: template::Templates::default(),
+            serve_proxy: serve_proxy::ServeProxyHost::default(),
         })
     }
 

@@ -16,9 +16,9 @@ use oxray_proto::{
     GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply,
     ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
     PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
-    ReserveBundlesRequest, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest,
-    TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WarmWorkersRequest,
-    WorkerEvent, driver_session_event, peer_message, worker_event,
+    ReserveBundlesRequest, ServeRoutes, ServeRoutesReply, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
+    TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest,
+    WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -492,6 +492,18 @@ impl DriverService for AgentService {
         env_vars.sort();
         self.shared.warm_worker_template(&env_vars);
         Ok(Response::new(Empty {}))
+    }
+
+    async fn update_serve_routes(&self, request: Request<ServeRoutes>) -> Result<Response<ServeRoutesReply>, Status> {
+        let table = oxray_serve::routes::RouteTable::from_json(&request.into_inner().table_json)
+            .map_err(|e| Status::invalid_argument(format!("Serve's route table is malformed: {e}")))?;
+        let address = self
+            .shared
+            .serve_proxy
+            .update(self, table)
+            .await
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(ServeRoutesReply { proxy_address: address.unwrap_or_default() }))
     }
 }
 

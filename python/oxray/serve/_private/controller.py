@@ -9,6 +9,7 @@ them."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import traceback
@@ -24,6 +25,9 @@ CONTROL_LOOP_S = 0.1
 # their own, so that requests alone fill `max_ongoing_requests`.
 CONTROL_GROUP = "serve_control"
 CONTROL_CALLS = 3
+# The proxy's calls for a streamed response's next batch and for cancelling: a group of their own,
+# as many as requests may stream at once (plus cancels), so they never wait behind new requests.
+STREAM_GROUP = "serve_http_stream"
 
 
 def _now_ms() -> int:
@@ -56,9 +60,84 @@ class ServeControllerActor:
         self.ingress: dict = {}
         self.running = True
         self.wake = threading.Event()
+        # Ray's `http_options` and `proxy_location` once Serve's HTTP was started (None: no proxy).
+        self.http = None
+        self.proxy_location = "EveryNode"
+        # The route table last given to the agent (JSON), so an unchanged one is not sent again.
+        self.routes_sent = None
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
 
     # Called by drivers and handles.
+
+    def start_http(self, http_options: dict, proxy_location: str) -> str:
+        """Starts (or moves) the HTTP proxies with Ray's `http_options`; where this node's listens.
+        The first options win, as in Ray: a later call with other ones only warns."""
+        with self.lock:
+            if self.http is not None and (self.http, self.proxy_location) != (http_options, proxy_location):
+                print(
+                    "(oxray.serve) Serve's HTTP is already running with "
+                    f"{self.http} ({self.proxy_location}); the new options are ignored",
+                    flush=True,
+                )
+                return self._push_routes(force=True)
+            self.http, self.proxy_location = http_options, proxy_location
+            try:
+                return self._push_routes(force=True)
+            except Exception:
+                self.http = None
+                raise
+
+    def ensure_http(self, http_options: dict) -> str:
+        """Starts the HTTP proxies with these options unless they run already."""
+        with self.lock:
+            if self.http is not None:
+                return ""
+        return self.start_http(http_options, self.proxy_location)
+
+    def _route_table(self) -> dict:
+        routes = []
+        for prefix, app, ingress, serving in self.engine.routes():
+            definition = self._current(app, ingress)
+            if prefix is None or definition is None:
+                continue
+            replicas = [
+                {"replica_id": rid, "actor_id": self.replicas[(app, ingress, rid)]._actor_id.hex()}
+                for rid in serving
+                if (app, ingress, rid) in self.replicas
+            ]
+            status = next((s for s in self.engine.status() if s["name"] == app), None)
+            state = status and status["deployments"].get(ingress)
+            unavailable = None
+            if not replicas and state is not None and state["status"] == "DEPLOY_FAILED":
+                unavailable = f"Deployment '{ingress}' in application '{app}' failed to deploy: {state['message']}"
+            backpressure = definition.get("backpressure_config") or {}
+            routes.append(
+                {
+                    "route_prefix": prefix,
+                    "app": app,
+                    "deployment": ingress,
+                    "max_ongoing_requests": definition["max_ongoing_requests"],
+                    "max_queued_requests": definition.get("max_queued_requests", -1),
+                    "backpressure_status": backpressure.get("status_code", 503),
+                    "retry_after_s": backpressure.get("retry_after_s"),
+                    "replicas": replicas,
+                    "unavailable": unavailable,
+                }
+            )
+        return {"proxy_location": self.proxy_location, "http": self.http, "routes": routes}
+
+    def _push_routes(self, force: bool = False) -> str:
+        """Gives the agent the current route table when it changed; where its proxy listens."""
+        if self.http is None and not force:
+            return ""
+        table = json.dumps(self._route_table(), sort_keys=True).encode()
+        if table == self.routes_sent and not force:
+            return ""
+        from oxray._private.api import _client
+
+        address = _client().update_serve_routes(table)
+        self.routes_sent = table
+        return address
 
     def deploy(self, app: str, route_prefix, ingress: str, deployments: list) -> None:
         """`deployments`: dicts of a deployment's name, its cloudpickled definition and arguments,
@@ -128,13 +207,14 @@ class ServeControllerActor:
                 left = deadline - time.monotonic()
                 status = next((s for s in self.engine.status() if s["name"] == app), None)
                 state = status and status["deployments"].get(deployment)
+                limits = self._max_ongoing(app, deployment), self._max_queued(app, deployment)
                 if serving:
-                    return serving, interval, self._max_ongoing(app, deployment), ""
+                    return serving, interval, *limits, ""
                 if state is None or status["status"] == "DELETING" or state["status"] == "DEPLOY_FAILED":
                     why = "it is not deployed" if state is None or status["status"] == "DELETING" else "DEPLOY_FAILED"
-                    return {}, interval, self._max_ongoing(app, deployment), why
+                    return {}, interval, *limits, why
                 if left <= 0:
-                    return {}, interval, self._max_ongoing(app, deployment), f"waited {timeout_s:g} s"
+                    return {}, interval, *limits, f"waited {timeout_s:g} s"
                 self.changed.wait(left)
 
     def replica_unreachable(self, app: str, deployment: str, replica: str, actor) -> None:
@@ -164,6 +244,10 @@ class ServeControllerActor:
         definition = self._current(app, deployment)
         return definition["max_ongoing_requests"] if definition else None
 
+    def _max_queued(self, app: str, deployment: str) -> int:
+        definition = self._current(app, deployment)
+        return definition.get("max_queued_requests", -1) if definition else -1
+
     def _metrics_interval(self, app: str, deployment: str):
         definition = self._current(app, deployment)
         autoscaling = definition and definition["engine"].get("autoscaling_config")
@@ -179,6 +263,8 @@ class ServeControllerActor:
                 if gone and status is None:
                     return None
                 if not gone and (status is None or status["status"] in ("RUNNING", "DEPLOY_FAILED", "UNHEALTHY")):
+                    # The proxies route to it before serve.run returns.
+                    self._push_routes()
                     return status
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -201,6 +287,12 @@ class ServeControllerActor:
             # outlive the controller.
             for key in list(self.replicas):
                 self._kill(key)
+            if self.http is not None:
+                self.http = None
+                try:
+                    self._push_routes(force=True)  # no http: the proxies stop
+                except Exception:  # noqa: BLE001 - the node is going away
+                    traceback.print_exc()
         self.running = False
         return done
 
@@ -233,6 +325,7 @@ class ServeControllerActor:
                 self._completed(ref)
             self._act()
             self.changed.notify_all()
+            self._push_routes()
 
     def _act(self) -> None:
         for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
@@ -267,7 +360,7 @@ class ServeControllerActor:
                 namespace=SERVE_NAMESPACE,
                 lifetime="detached",
                 max_concurrency=definition["max_ongoing_requests"],
-                concurrency_groups={CONTROL_GROUP: CONTROL_CALLS},
+                concurrency_groups={CONTROL_GROUP: CONTROL_CALLS, STREAM_GROUP: definition["max_ongoing_requests"] + 2},
                 **options,
             )
             .remote(app, deployment, replica)

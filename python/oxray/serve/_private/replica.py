@@ -1,17 +1,20 @@
 """A replica: the actor that runs one copy of a deployment's code. It builds the
 user's object (or keeps the function), calls `reconfigure(user_config)` before
 it serves, runs each request (an `async def` method on the replica's event-loop
-thread), answers health checks (the user's `check_health` too), and on a stop
+thread; HTTP requests from the node's proxy through `_private/http.py`), answers
+health checks (the user's `check_health` too), and on a stop
 waits for its requests to finish, then calls the user's `__del__` once."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import pickle
 import threading
 import time
 
 from oxray import cloudpickle
+from oxray.serve._private.http import HttpServer
 from oxray.serve.context import ReplicaContext, ReplicaID, set_replica_context
 from oxray.serve.exceptions import RayServeException
 
@@ -26,6 +29,7 @@ class ServeReplica:
         self.loop = None
         self.loop_lock = threading.Lock()
         self.deleted = False
+        self.http = HttpServer(self)
 
     def initialize(self, definition: bytes, arguments: bytes, user_config, has_user_config: bool) -> None:
         """Builds the user's object; its constructor's exception fails the replica (the controller
@@ -38,6 +42,7 @@ class ServeReplica:
         else:
             self.target, self.is_function = func_or_class, True
         set_replica_context(ReplicaContext(self.replica_id, self.target))
+        self.http.prepare(self.target, self.is_function)
         if has_user_config:
             self.reconfigure(user_config)
 
@@ -72,6 +77,17 @@ class ServeReplica:
             with self.idle:
                 self.ongoing -= 1
                 self.idle.notify_all()
+
+    # HTTP, called by the node's proxy: each returns one batch of the response, out of band.
+
+    def handle_http(self, request) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.http.handle(request))
+
+    def http_next(self, request_id) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.http.next_batch(bytes(request_id).decode()))
+
+    def http_cancel(self, request_id) -> None:
+        self.http.cancel(bytes(request_id).decode())
 
     def check_health(self) -> None:
         method = None if self.is_function else getattr(self.target, "check_health", None)

@@ -1,0 +1,180 @@
+//! What every node's HTTP proxy needs to know: where to listen, and for each application with a
+//! `route_prefix`, its ingress deployment's serving replicas and their limits. The controller
+//! builds the table; agents receive it as JSON and their proxies route by it. Matching is Ray's:
+//! the longest live prefix that the path starts with, where a prefix not ending in `/` only
+//! matches the whole path or a path continuing with `/`.
+
+use serde::{Deserialize, Serialize};
+
+/// Ray's `proxy_location`: which nodes run an HTTP proxy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProxyLocation {
+    #[default]
+    EveryNode,
+    HeadOnly,
+    Disabled,
+}
+
+/// Ray's `HTTPOptions` as far as the proxy enforces them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HttpOptions {
+    pub host: String,
+    pub port: u16,
+    /// Stripped from a request's path before routing (a deployment behind a prefix-stripping proxy).
+    #[serde(default)]
+    pub root_path: String,
+    /// End to end, from dispatch; None: no timeout (Ray's default).
+    #[serde(default)]
+    pub request_timeout_s: Option<f64>,
+    #[serde(default = "default_keep_alive_timeout_s")]
+    pub keep_alive_timeout_s: f64,
+    /// The largest request body the proxy takes (413 past it).
+    #[serde(default = "default_max_request_body_bytes")]
+    pub max_request_body_bytes: u64,
+}
+
+fn default_keep_alive_timeout_s() -> f64 {
+    90.0
+}
+
+/// 100 MiB: request bodies travel to the replica as one argument.
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: u64 = 100 << 20;
+
+fn default_max_request_body_bytes() -> u64 {
+    DEFAULT_MAX_REQUEST_BODY_BYTES
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            host: "127.0.0.1".into(),
+            port: 8000,
+            root_path: String::new(),
+            request_timeout_s: None,
+            keep_alive_timeout_s: default_keep_alive_timeout_s(),
+            max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+        }
+    }
+}
+
+/// One replica the proxy may send requests to: its replica id and its actor's id (hex).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReplicaTarget {
+    pub replica_id: String,
+    pub actor_id: String,
+}
+
+/// An application reachable over HTTP.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Route {
+    pub route_prefix: String,
+    pub app: String,
+    /// The ingress deployment, whose replicas serve the route.
+    pub deployment: String,
+    pub max_ongoing_requests: u32,
+    /// -1: no limit on the requests a proxy holds waiting for a replica.
+    pub max_queued_requests: i64,
+    /// Ray's `backpressure_config`: 503 or 429, and the `Retry-After` seconds.
+    #[serde(default = "default_backpressure_status")]
+    pub backpressure_status: u16,
+    #[serde(default)]
+    pub retry_after_s: Option<f64>,
+    pub replicas: Vec<ReplicaTarget>,
+    /// Set when the deployment failed to deploy: requests get a 503 at once instead of waiting.
+    #[serde(default)]
+    pub unavailable: Option<String>,
+}
+
+fn default_backpressure_status() -> u16 {
+    503
+}
+
+/// Everything a proxy routes by. `http` None (or `Disabled`): no proxy runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouteTable {
+    #[serde(default)]
+    pub proxy_location: ProxyLocation,
+    #[serde(default)]
+    pub http: Option<HttpOptions>,
+    #[serde(default)]
+    pub routes: Vec<Route>,
+}
+
+impl RouteTable {
+    /// Parses the controller's JSON; the error names what is wrong.
+    pub fn from_json(raw: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(raw)
+    }
+
+    /// Ray's longest-prefix match of `path` (without the query string).
+    pub fn match_path(&self, path: &str) -> Option<&Route> {
+        self.routes
+            .iter()
+            .filter(|route| prefix_matches(&route.route_prefix, path))
+            .max_by_key(|route| route.route_prefix.len())
+    }
+}
+
+fn prefix_matches(prefix: &str, path: &str) -> bool {
+    if prefix == "/" {
+        return true;
+    }
+    let Some(rest) = path.strip_prefix(prefix) else { return false };
+    prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(prefixes: &[&str]) -> RouteTable {
+        let routes = prefixes
+            .iter()
+            .map(|p| Route {
+                route_prefix: p.to_string(),
+                app: format!("app{p}"),
+                deployment: "D".into(),
+                max_ongoing_requests: 5,
+                max_queued_requests: -1,
+                backpressure_status: 503,
+                retry_after_s: None,
+                replicas: Vec::new(),
+                unavailable: None,
+            })
+            .collect();
+        RouteTable { routes, ..RouteTable::default() }
+    }
+
+    fn matched<'a>(t: &'a RouteTable, path: &str) -> Option<&'a str> {
+        t.match_path(path).map(|r| r.route_prefix.as_str())
+    }
+
+    #[test]
+    fn the_longest_prefix_wins_and_a_prefix_matches_only_whole_segments() {
+        let t = table(&["/", "/a", "/a/b", "/c/"]);
+        assert_eq!(matched(&t, "/a"), Some("/a"));
+        assert_eq!(matched(&t, "/a/"), Some("/a"));
+        assert_eq!(matched(&t, "/a/x"), Some("/a"));
+        assert_eq!(matched(&t, "/a/b/c"), Some("/a/b"));
+        assert_eq!(matched(&t, "/ab"), Some("/"));
+        assert_eq!(matched(&t, "/c/d"), Some("/c/"));
+        assert_eq!(matched(&t, "/c"), Some("/"));
+        assert_eq!(matched(&table(&["/plain"]), "/plainx"), None);
+        assert_eq!(matched(&table(&["/Plain"]), "/plain"), None, "matching is case-sensitive");
+    }
+
+    #[test]
+    fn the_controllers_json_parses_with_defaults() {
+        let raw = br#"{"proxy_location":"HeadOnly","http":{"host":"0.0.0.0","port":8123},
+            "routes":[{"route_prefix":"/x","app":"a","deployment":"D","max_ongoing_requests":5,
+            "max_queued_requests":-1,"replicas":[{"replica_id":"r1","actor_id":"ab"}]}]}"#;
+        let t = RouteTable::from_json(raw).unwrap();
+        assert_eq!(t.proxy_location, ProxyLocation::HeadOnly);
+        let http = t.http.unwrap();
+        assert_eq!((http.port, http.keep_alive_timeout_s, http.request_timeout_s), (8123, 90.0, None));
+        assert_eq!(t.routes[0].backpressure_status, 503);
+        assert!(
+            RouteTable::from_json(br#"{"routes":[{"app":"a"}]}"#).unwrap_err().to_string().contains("route_prefix")
+        );
+    }
+}

@@ -1,0 +1,319 @@
+"""The replica's side of HTTP. The node's proxy (Rust) calls `handle_http` with the request:
+a length-prefixed JSON of the ASGI scope's fields, then the body. The replica runs the
+deployment as Ray's does (an ASGI app from `@serve.ingress`, or a plain `__call__` that takes a
+`starlette.requests.Request`, its return value turned into a response by Ray's rules) and
+answers with a batch of the response: complete, or its start and first chunks when the body
+streams, the rest fetched by the proxy with `http_next`. `http_cancel` (the client went away,
+or the request timed out) cancels the request's asyncio task and tells it the client
+disconnected."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import json
+import struct
+import sys
+import threading
+import traceback
+from urllib.parse import unquote
+
+_U32 = struct.Struct("<I")
+_HEAD = struct.Struct("<BH")
+# Ray's replica-built 500 (a Starlette `Response("Internal Server Error", 500)`).
+_ERROR_START = (500, [(b"content-length", b"21")])
+_ERROR_BODY = b"Internal Server Error"
+# How many cancelled requests a replica remembers (a cancel may overtake the request itself).
+_CANCELLED_KEPT = 1024
+
+
+def decode_request(payload) -> tuple:
+    """(ASGI scope, body) of a request from the proxy."""
+    view = memoryview(payload)
+    (n,) = _U32.unpack_from(view, 0)
+    meta = json.loads(bytes(view[4 : 4 + n]))
+    body = bytes(view[4 + n :])
+    raw_path = meta["path"]
+    client, server = meta.get("client"), meta.get("server")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": meta["http_version"],
+        "method": meta["method"],
+        "scheme": meta["scheme"],
+        "path": unquote(raw_path),
+        "raw_path": raw_path.encode("latin-1"),
+        "query_string": meta["query_string"].encode("latin-1"),
+        "root_path": meta["root_path"],
+        "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
+        "client": tuple(client) if client else None,
+        "server": tuple(server) if server else None,
+        "state": {},
+    }
+    return scope, body, meta["request_id"]
+
+
+def encode_batch(done: bool, start, chunks) -> bytes:
+    """One batch of a response, as the proxy decodes it (`serve_proxy/wire.rs`)."""
+    parts = []
+    if start is None:
+        parts.append(_HEAD.pack(done, 0))
+    else:
+        status, headers = start
+        parts.append(_HEAD.pack(done, status))
+        parts.append(_U32.pack(len(headers)))
+        for name, value in headers:
+            parts += (_U32.pack(len(name)), name, _U32.pack(len(value)), value)
+    parts.append(_U32.pack(len(chunks)))
+    for chunk in chunks:
+        parts += (_U32.pack(len(chunk)), chunk)
+    return b"".join(parts)
+
+
+def plain_response(result) -> tuple:
+    """Ray's rules for a plain deployment's return value (`http_util.py`): (start, body)."""
+    if isinstance(result, str):
+        return (200, [(b"content-type", b"text/plain; charset=utf-8")]), result.encode()
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return (200, [(b"content-type", b"text/plain")]), bytes(result)
+    if result is None:
+        return (200, [(b"content-type", b"text/plain")]), b""
+    try:
+        from fastapi.encoders import jsonable_encoder
+
+        result = jsonable_encoder(result)
+    except ImportError:
+        pass
+    body = json.dumps(result, separators=(",", ":")).encode()
+    return (200, [(b"content-type", b"application/json")]), body
+
+
+def _is_starlette_response(value) -> bool:
+    module = type(value).__module__
+    if not (module.startswith("starlette.") or module.startswith("fastapi.")) and "starlette" not in sys.modules:
+        return False
+    try:
+        from starlette.responses import Response
+    except ImportError:
+        return False
+    return isinstance(value, Response)
+
+
+class Exchange:
+    """One request's response as the app sends it (on the replica's event loop, or on the
+    calling thread for sync code), taken in batches by `handle_http` and `http_next`."""
+
+    __slots__ = ("cond", "start", "chunks", "done", "failed", "task", "loop", "disconnected", "finished")
+
+    def __init__(self, finished):
+        self.cond = threading.Condition()
+        self.start = None
+        self.chunks = []
+        self.done = False
+        self.failed = None
+        self.task = None
+        self.loop = None
+        # Set (on the loop) when the client went away.
+        self.disconnected = asyncio.Event()
+        self.finished = finished
+
+    def send_message(self, message: dict) -> None:
+        kind = message["type"]
+        with self.cond:
+            if kind == "http.response.start":
+                self.start = (message["status"], [(bytes(k), bytes(v)) for k, v in message.get("headers", ())])
+            elif kind == "http.response.body":
+                body = message.get("body", b"")
+                if body:
+                    self.chunks.append(bytes(body))
+                if not message.get("more_body", False):
+                    self.done = True
+            self.cond.notify_all()
+        if self.done:
+            self.finished()
+
+    def fail(self, error: BaseException) -> None:
+        with self.cond:
+            if self.start is None:
+                # Nothing sent yet: Ray's replica answers 500 itself.
+                self.start, self.chunks, self.done = _ERROR_START, [_ERROR_BODY], True
+            else:
+                self.failed = error
+            self.done = True
+            self.cond.notify_all()
+        self.finished()
+
+    def take(self, first: bool) -> bytes:
+        """The next batch: the first once the response is complete or its body has begun to
+        stream; later ones once a chunk is there or the response ended."""
+        with self.cond:
+            if first:
+                self.cond.wait_for(lambda: self.done or (self.start is not None and self.chunks))
+            else:
+                self.cond.wait_for(lambda: self.done or self.chunks)
+            if self.failed is not None and not self.chunks:
+                raise RuntimeError(f"the response failed after it started: {self.failed!r}")
+            start = self.start if first else None
+            chunks, self.chunks = self.chunks, []
+            return encode_batch(self.done, start, chunks)
+
+
+class HttpServer:
+    """A replica's requests over HTTP: the user's ASGI app or callable, and the streams open."""
+
+    def __init__(self, replica):
+        self.replica = replica
+        self.streams: dict = {}
+        self.cancelled: collections.OrderedDict = collections.OrderedDict()
+        self.lock = threading.Lock()
+        self.asgi_app = None
+        self.call_takes_request = True
+
+    def prepare(self, target, is_function: bool) -> None:
+        """Finds what serves HTTP: the `@serve.ingress` app (built and bound to the replica's
+        object), else the deployment's `__call__`."""
+        from oxray.serve.ingress import build_asgi_app
+
+        self.asgi_app = None if is_function else build_asgi_app(target)
+        call = target if is_function else getattr(target, "__call__", None)  # noqa: B004 - a method, not callable()
+        if self.asgi_app is None and call is not None:
+            try:
+                self.call_takes_request = len(inspect.signature(call).parameters) > 0
+            except (TypeError, ValueError):
+                self.call_takes_request = True
+
+    def handle(self, payload) -> bytes:
+        scope, body, request_id = decode_request(payload)
+        replica = self.replica
+        with replica.idle:
+            replica.ongoing += 1
+        finished_once = threading.Lock()
+
+        def finished():
+            if finished_once.acquire(blocking=False):
+                with self.lock:
+                    self.streams.pop(request_id, None)
+                with replica.idle:
+                    replica.ongoing -= 1
+                    replica.idle.notify_all()
+
+        exchange = Exchange(finished)
+        with self.lock:
+            if self.cancelled.pop(request_id, None) is not None:
+                exchange.fail(asyncio.CancelledError())
+                return exchange.take(True)
+            self.streams[request_id] = exchange
+        receive = _receiver(body, exchange)
+        if self.asgi_app is not None:
+            self._on_loop(exchange, self.asgi_app(scope, receive, _sender(exchange)))
+        else:
+            self._call(scope, receive, exchange)
+        return exchange.take(True)
+
+    def next_batch(self, request_id: str) -> bytes:
+        with self.lock:
+            exchange = self.streams.get(request_id)
+        if exchange is None:
+            return encode_batch(True, None, [])
+        return exchange.take(False)
+
+    def cancel(self, request_id: str) -> None:
+        with self.lock:
+            exchange = self.streams.get(request_id)
+            if exchange is None:
+                self.cancelled[request_id] = True
+                while len(self.cancelled) > _CANCELLED_KEPT:
+                    self.cancelled.popitem(last=False)
+                return
+        if exchange.loop is not None:
+            exchange.loop.call_soon_threadsafe(_cancel_on_loop, exchange)
+
+    def _call(self, scope, receive, exchange) -> None:
+        """A plain deployment: sync code runs here, on the calling thread; a coroutine, or a
+        Starlette response to send, on the replica's loop."""
+        replica = self.replica
+        method = replica.target if replica.is_function else replica.target.__call__
+        args = ()
+        if self.call_takes_request:
+            from starlette.requests import Request
+
+            args = (Request(scope, receive),)
+        try:
+            result = method(*args)
+        except BaseException as e:  # noqa: BLE001 - the user's error is a 500, logged here
+            _log_failure(e)
+            exchange.fail(e)
+            return
+        if inspect.isawaitable(result) or _is_starlette_response(result):
+            self._on_loop(exchange, _finish(result, scope, receive, exchange))
+            return
+        try:
+            start, body = plain_response(result)
+        except BaseException as e:  # noqa: BLE001
+            _log_failure(e)
+            exchange.fail(e)
+            return
+        exchange.send_message({"type": "http.response.start", "status": start[0], "headers": start[1]})
+        exchange.send_message({"type": "http.response.body", "body": body})
+
+    def _on_loop(self, exchange, coroutine) -> None:
+        loop = self.replica._event_loop()
+        exchange.loop = loop
+
+        async def run():
+            exchange.task = asyncio.current_task()
+            try:
+                await coroutine
+            except BaseException as e:  # noqa: BLE001 - a 500 (or a cut body), logged
+                if not isinstance(e, asyncio.CancelledError):
+                    _log_failure(e)
+                exchange.fail(e)
+                return
+            if not exchange.done:
+                exchange.fail(RuntimeError("the ASGI app returned without completing its response"))
+
+        asyncio.run_coroutine_threadsafe(run(), loop)
+
+
+def _cancel_on_loop(exchange) -> None:
+    exchange.disconnected.set()
+    if exchange.task is not None and not exchange.task.done():
+        exchange.task.cancel()
+
+
+async def _finish(result, scope, receive, exchange) -> None:
+    if inspect.isawaitable(result):
+        result = await result
+    if _is_starlette_response(result):
+        await result(scope, receive, _sender(exchange))
+        return
+    start, body = plain_response(result)
+    exchange.send_message({"type": "http.response.start", "status": start[0], "headers": start[1]})
+    exchange.send_message({"type": "http.response.body", "body": body})
+
+
+def _receiver(body: bytes, exchange):
+    sent = False
+
+    async def receive():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        # The whole body came with the request: what remains is the client going away.
+        await exchange.disconnected.wait()
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
+def _sender(exchange):
+    async def send(message):
+        exchange.send_message(message)
+
+    return send
+
+
+def _log_failure(error: BaseException) -> None:
+    print("".join(traceback.format_exception(type(error), error, error.__traceback__)), file=sys.stderr, flush=True)

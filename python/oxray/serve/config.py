@@ -1,0 +1,110 @@
+"""Ray's `serve.config`: `HTTPOptions` (what the HTTP proxies take) and `ProxyLocation`."""
+
+from __future__ import annotations
+
+import enum
+import os
+from typing import Optional
+
+
+class ProxyLocation(str, enum.Enum):
+    """Which nodes run an HTTP proxy (Ray's default: every node)."""
+
+    Disabled = "Disabled"
+    HeadOnly = "HeadOnly"
+    EveryNode = "EveryNode"
+
+
+# Ray's fields the proxies do not carry out: refused by name.
+_NOT_YET = {
+    "ssl_keyfile": "HTTPS on the proxy",
+    "ssl_certfile": "HTTPS on the proxy",
+    "ssl_keyfile_password": "HTTPS on the proxy",
+    "ssl_ca_certs": "HTTPS on the proxy",
+    "middlewares": "proxy middlewares",
+}
+
+
+class HTTPOptions:
+    """Ray's `HTTPOptions`: `host` (127.0.0.1), `port` (8000), `root_path`, `request_timeout_s`
+    (None: no timeout) and `keep_alive_timeout_s` (90; `RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S`
+    overrides it)."""
+
+    def __init__(
+        self,
+        host: Optional[str] = "127.0.0.1",
+        port: int = 8000,
+        root_path: str = "",
+        request_timeout_s: Optional[float] = None,
+        keep_alive_timeout_s: float = 90,
+        **kwargs,
+    ):
+        for key, value in kwargs.items():
+            if key in _NOT_YET:
+                if value is not None:
+                    raise NotImplementedError(f"HTTPOptions({key}=...): oxray's Serve does not do {_NOT_YET[key]} yet")
+            elif key != "location":
+                raise TypeError(f"HTTPOptions got an unexpected field {key!r}")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError(f"HTTPOptions(port={port!r}): expected a port number from 0 to 65535")
+        if request_timeout_s is not None and (
+            not isinstance(request_timeout_s, (int, float)) or request_timeout_s <= 0
+        ):
+            raise ValueError(
+                f"HTTPOptions(request_timeout_s={request_timeout_s!r}): expected a positive number or None"
+            )
+        if not isinstance(keep_alive_timeout_s, (int, float)) or keep_alive_timeout_s <= 0:
+            raise ValueError(f"HTTPOptions(keep_alive_timeout_s={keep_alive_timeout_s!r}): expected a positive number")
+        if root_path and (not root_path.startswith("/") or root_path.endswith("/")):
+            raise ValueError(f"HTTPOptions(root_path={root_path!r}): expected '' or a path like '/prefix'")
+        self.host = host or "127.0.0.1"
+        self.port = port
+        self.root_path = root_path
+        self.request_timeout_s = request_timeout_s
+        self.keep_alive_timeout_s = keep_alive_timeout_s
+
+    @classmethod
+    def of(cls, value) -> "HTTPOptions":
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            return cls(**value)
+        raise TypeError(f"http_options={value!r}: expected a dict or an HTTPOptions")
+
+    def to_wire(self) -> dict:
+        """What the node agents' proxies take (`oxray_serve::routes::HttpOptions`)."""
+        keep_alive = float(self.keep_alive_timeout_s)
+        override = os.environ.get("RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S")
+        if override:
+            try:
+                if float(override) > 0:
+                    keep_alive = float(override)
+            except ValueError:
+                raise ValueError(
+                    f"RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S={override!r}: expected a number of seconds"
+                ) from None
+        wire = {
+            "host": self.host,
+            "port": self.port,
+            "root_path": self.root_path,
+            "request_timeout_s": None if self.request_timeout_s is None else float(self.request_timeout_s),
+            "keep_alive_timeout_s": keep_alive,
+        }
+        limit = os.environ.get("OXRAY_SERVE_MAX_REQUEST_BODY_BYTES")
+        if limit:
+            if not limit.isdigit() or int(limit) < 1:
+                raise ValueError(f"OXRAY_SERVE_MAX_REQUEST_BODY_BYTES={limit!r}: expected a positive number of bytes")
+            wire["max_request_body_bytes"] = int(limit)
+        return wire
+
+
+def proxy_location_of(value) -> str:
+    if value is None:
+        return ProxyLocation.EveryNode.value
+    if isinstance(value, ProxyLocation):
+        return value.value
+    if isinstance(value, str) and value in ProxyLocation.__members__:
+        return value
+    raise ValueError(f"proxy_location={value!r}: expected one of {', '.join(ProxyLocation.__members__)}")

@@ -1,0 +1,325 @@
+"""Serve over HTTP: requests through the node's Rust proxy to replicas, as Ray Serve's
+docs write deployments (a plain `__call__(request)`, and FastAPI through `@serve.ingress`),
+checked against Ray's status codes, texts and headers."""
+
+import http.client
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from oxray import serve
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def port(clean_serve):
+    port = free_port()
+    serve.start(http_options={"port": port})
+    return port
+
+
+def fetch(port, path, method="GET", body=None, headers=None, timeout=30):
+    """(status, headers, body) of one request."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def test_a_plain_deployments_return_values_become_rays_responses(port):
+    @serve.deployment
+    class Echo:
+        def __call__(self, request):
+            kind = request.query_params["kind"]
+            return {
+                "str": "hello",
+                "dict": {"a": 1, "b": [1, 2]},
+                "bytes": b"raw-bytes",
+                "none": None,
+                "int": 42,
+                "path": f"{request.url.path} {request.scope['root_path']}",
+            }[kind]
+
+    serve.run(Echo.bind(), name="plain", route_prefix="/plain")
+    expected = {
+        "str": ("text/plain; charset=utf-8", b"hello"),
+        "dict": ("application/json", b'{"a":1,"b":[1,2]}'),
+        "bytes": ("text/plain", b"raw-bytes"),
+        "none": ("text/plain", b""),
+        "int": ("application/json", b"42"),
+        "path": ("text/plain; charset=utf-8", b"/plain/sub/x /plain"),
+    }
+    for kind, (content_type, body) in expected.items():
+        path = "/plain/sub/x" if kind == "path" else "/plain"
+        status, headers, got = fetch(port, f"{path}?kind={kind}")
+        assert (status, headers["content-type"], got) == (200, content_type, body), kind
+
+
+def test_request_ids_routes_health_and_unknown_paths(port):
+    @serve.deployment
+    def seen_id(request):
+        return request.headers["x-request-id"]
+
+    serve.run(seen_id.bind(), name="ids", route_prefix="/ids")
+    status, headers, body = fetch(port, "/ids", headers={"x-request-id": "my-id-123"})
+    assert (status, headers["x-request-id"], body) == (200, "my-id-123", b"my-id-123")
+    _, headers, body = fetch(port, "/ids")
+    assert len(headers["x-request-id"]) == 36 and body.decode() == headers["x-request-id"]
+    status, headers, body = fetch(port, "/-/routes")
+    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"/ids": "ids"})
+    assert fetch(port, "/-/healthz")[::2] == (200, b"success")
+    status, headers, body = fetch(port, "/idsx")
+    assert status == 404
+    assert body == b"Path '/idsx' not found. Ping http://.../-/routes for available routes."
+    assert "x-request-id" in headers
+
+
+def test_user_code_that_raises_is_a_500_and_the_replica_keeps_serving(port):
+    @serve.deployment
+    class Fragile:
+        def __call__(self, request):
+            if request.query_params.get("fail"):
+                raise ValueError("boom")
+            return "fine"
+
+    serve.run(Fragile.bind(), name="fragile", route_prefix="/")
+    status, headers, body = fetch(port, "/?fail=1")
+    assert (status, body) == (500, b"Internal Server Error")
+    assert "content-type" not in headers
+    assert fetch(port, "/")[::2] == (200, b"fine")
+
+
+def test_a_fastapi_ingress_serves_class_routes_with_the_replicas_state(port):
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @serve.deployment
+    @serve.ingress(app)
+    class Api:
+        def __init__(self, greeting: str):
+            self.greeting = greeting
+            self.calls = 0
+
+        @app.get("/items/{item_id}")
+        def item(self, item_id: int, q: str = ""):
+            self.calls += 1
+            return {"item": item_id, "q": q, "calls": self.calls, "greeting": self.greeting}
+
+        @app.post("/echo")
+        async def echo(self, payload: dict):
+            return {"got": payload}
+
+    serve.run(Api.bind("hi"), name="api", route_prefix="/api")
+    status, _, body = fetch(port, "/api/items/7?q=z")
+    assert (status, json.loads(body)) == (200, {"item": 7, "q": "z", "calls": 1, "greeting": "hi"})
+    assert json.loads(fetch(port, "/api/items/8")[2])["calls"] == 2
+    status, headers, body = fetch(
+        port, "/api/echo", method="POST", body=json.dumps({"a": [1, 2]}), headers={"content-type": "application/json"}
+    )
+    assert (status, json.loads(body)) == (200, {"got": {"a": [1, 2]}})
+    status, _, body = fetch(port, "/api/items/not-a-number")
+    assert status == 422 and json.loads(body)["detail"][0]["type"] == "int_parsing"
+    assert fetch(port, "/api/openapi.json")[0] == 200
+
+
+def test_a_streaming_response_reaches_the_client_chunk_by_chunk(port):
+    import asyncio
+
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @serve.deployment
+    @serve.ingress(app)
+    class Streamer:
+        def __init__(self):
+            self.release = None
+
+        @app.get("/stream")
+        def stream(self):
+            self.release = asyncio.Event()
+
+            async def chunks():
+                yield b"first;"
+                await self.release.wait()  # the client must have the first chunk to let this go on
+                yield b"second"
+
+            return StreamingResponse(chunks(), media_type="text/plain")
+
+        @app.get("/release")
+        def release_stream(self):
+            self.release.set()
+            return "released"
+
+    serve.run(Streamer.bind(), name="stream", route_prefix="/s")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("GET", "/s/stream")
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("transfer-encoding") == "chunked"
+    assert response.read1() == b"first;"
+    assert fetch(port, "/s/release")[::2] == (200, b'"released"')
+    assert response.read() == b"second"
+    conn.close()
+
+
+def test_a_request_past_its_timeout_is_408_and_its_task_is_cancelled(port):
+    import asyncio
+
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @serve.deployment
+    @serve.ingress(app)
+    class Slow:
+        def __init__(self):
+            self.cancelled = asyncio.Event()
+
+        @app.get("/hang")
+        async def hang(self):
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+
+        @app.get("/was-cancelled")
+        async def was_cancelled(self):
+            await self.cancelled.wait()
+            return "cancelled"
+
+    serve.run(Slow.bind(), name="slow", route_prefix="/slow")
+    status, headers, body = fetch(port, "/slow/hang", headers={"x-request-timeout-seconds": "0.5"})
+    assert status == 408
+    assert body.decode() == f"Request {headers['x-request-id']} timed out after 0.5s."
+    assert fetch(port, "/slow/was-cancelled")[::2] == (200, b'"cancelled"')
+
+
+def test_backpressure_past_max_queued_requests_is_rays_503(port):
+    import asyncio
+
+    import oxray as ray
+
+    @ray.remote
+    class Signal:
+        def __init__(self):
+            self.event = asyncio.Event()
+            self.waiting = 0
+            self.entered = asyncio.Event()
+
+        async def wait(self):
+            self.waiting += 1
+            self.entered.set()
+            await self.event.wait()
+
+        async def wait_entered(self):
+            await self.entered.wait()
+
+        def send(self):
+            self.event.set()
+
+    signal = Signal.remote()
+
+    @serve.deployment(max_ongoing_requests=1, max_queued_requests=1)
+    class Gate:
+        def __init__(self, signal):
+            self.signal = signal
+
+        def __call__(self, request):
+            ray.get(self.signal.wait.remote())
+            return "passed"
+
+    serve.run(Gate.bind(signal), name="gate", route_prefix="/gate")
+    results = {}
+
+    def call(key):
+        results[key] = fetch(port, "/gate")
+
+    threads = [threading.Thread(target=call, args=("first",))]
+    threads[0].start()
+    ray.get(signal.wait_entered.remote())  # the only replica is busy with the first request
+    threads.append(threading.Thread(target=call, args=("second",)))
+    threads[1].start()
+    # A probe is refused once the second waits in the proxy's queue; one that got there first waits
+    # instead, until its timeout (and then the second may be the one refused).
+    while True:
+        status, _, body = fetch(port, "/gate", headers={"x-request-timeout-seconds": "0.3"})
+        if status == 503:
+            break
+        assert status == 408, status
+        if "second" in results:
+            status, _, body = results["second"]
+            break
+    assert (status, body) == (
+        503,
+        b"Request dropped due to backpressure (num_queued_requests=1, max_queued_requests=1).",
+    )
+    ray.get(signal.send.remote())
+    for thread in threads:
+        thread.join()
+    assert results["first"][::2] == (200, b"passed")
+    assert results["second"][0] in (200, 503)
+
+
+def test_a_body_over_the_limit_is_413(clean_serve, monkeypatch):
+    monkeypatch.setenv("OXRAY_SERVE_MAX_REQUEST_BODY_BYTES", "1000")
+    port = free_port()
+    serve.start(http_options={"port": port})
+
+    @serve.deployment
+    async def size(request):
+        return len(await request.body())
+
+    serve.run(size.bind(), name="size", route_prefix="/size")
+    assert fetch(port, "/size", method="POST", body=b"x" * 1000)[::2] == (200, b"1000")
+    assert fetch(port, "/size", method="POST", body=b"x" * 1001)[0] == 413
+
+
+def test_bad_http_options_are_refused_by_name(clean_serve):
+    with pytest.raises(ValueError, match="port=70000"):
+        serve.start(http_options={"port": 70000})
+    with pytest.raises(TypeError, match="'colour'"):
+        serve.start(http_options={"colour": "blue"})
+    with pytest.raises(NotImplementedError, match="ssl_keyfile"):
+        serve.start(http_options={"ssl_keyfile": "k.pem", "ssl_certfile": "c.pem"})
+    with pytest.raises(ValueError, match="proxy_location='Moon'"):
+        serve.start(proxy_location="Moon")
+
+
+def test_a_port_in_use_is_a_clear_error(clean_serve):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{busy}"):
+            serve.start(http_options={"port": busy})
+
+
+def test_urllib_sees_the_same(port):
+    """Ray's docs call deployments with `requests`; urllib is the same HTTP."""
+
+    @serve.deployment
+    class Doubler:
+        async def __call__(self, request):
+            return {"result": (await request.json())["x"] * 2}
+
+    serve.run(Doubler.bind(), name="doubler", route_prefix="/double")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/double", data=b'{"x": 21}', method="POST")
+    assert json.loads(urllib.request.urlopen(request, timeout=30).read()) == {"result": 42}
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/missing", timeout=30)
+    assert e.value.code == 404
