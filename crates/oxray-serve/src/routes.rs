@@ -83,6 +83,9 @@ pub struct Route {
     /// Set when the deployment failed to deploy: requests get a 503 at once instead of waiting.
     #[serde(default)]
     pub unavailable: Option<String>,
+    /// An autoscaled deployment: how often the proxy reports its requests to the controller.
+    #[serde(default)]
+    pub metrics_interval_s: Option<f64>,
 }
 
 fn default_backpressure_status() -> u16 {
@@ -98,6 +101,9 @@ pub struct RouteTable {
     pub http: Option<HttpOptions>,
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// The controller's actor (hex), which takes the proxies' load reports (`record_proxy_load`).
+    #[serde(default)]
+    pub controller_actor_id: Option<String>,
 }
 
 impl RouteTable {
@@ -140,6 +146,7 @@ mod tests {
                 retry_after_s: None,
                 replicas: Vec::new(),
                 unavailable: None,
+                metrics_interval_s: None,
             })
             .collect();
         RouteTable { routes, ..RouteTable::default() }

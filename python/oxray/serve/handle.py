@@ -20,6 +20,8 @@ CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 SERVE_NAMESPACE = "serve"
 # How long a handle trusts its list of serving replicas before asking the controller again.
 REPLICAS_REFRESH_S = 1.0
+# How often while calls wait here for room.
+WAITING_REFRESH_S = 0.1
 # How long a call waits for its deployment to have a serving replica.
 NO_REPLICA_TIMEOUT_S = 60.0
 
@@ -162,9 +164,12 @@ class _Router:
                 if not self.waiting:
                     self.dispatcher = None
                     return
-            self.prune(REPLICAS_REFRESH_S)
+            self.prune(WAITING_REFRESH_S)
             try:
-                self.refresh()
+                # Calls wait for room: a replica the autoscaler just started should take one now,
+                # not at the next background renewal.
+                if time.monotonic() - self.fetched > WAITING_REFRESH_S:
+                    self._fetch()
             except Exception as e:  # noqa: BLE001 - no replica at all: the waiting calls fail with it
                 with self.lock:
                     waiting, self.waiting = list(self.waiting), collections.deque()

@@ -179,8 +179,10 @@ def test_bad_and_unsupported_options_are_refused_by_name():
         serve.deployment(ray_actor_options={"max_restarts": 3})
     with pytest.raises(TypeError, match="unexpected option 'colour'"):
         Adder.options(colour="blue")
-    with pytest.raises(NotImplementedError, match="max_queued_requests=10"):
-        Adder.options(max_queued_requests=10)
+    with pytest.raises(ValueError, match="max_queued_requests=0"):
+        Adder.options(max_queued_requests=0)
+    with pytest.raises(ValueError, match="status_code=500"):
+        Adder.options(backpressure_config={"status_code": 500})
     with pytest.raises(NotImplementedError, match="serve.multiplexed"):
         serve.multiplexed(max_num_models_per_replica=2)
     with pytest.raises(RuntimeError, match="Use `.bind\\(\\)`"):

@@ -61,17 +61,59 @@ pub struct ServeProxy {
     calls: Arc<dyn ReplicaCalls>,
     /// Replicas found dead since the last table (not chosen again until it lists them anew).
     dead: RwLock<Vec<String>>,
+    /// This proxy's name in its load reports.
+    source: String,
+}
+
+/// Reports every autoscaled route's load at its `metrics_interval_s`, until the proxy is gone.
+async fn report_load(proxy: std::sync::Weak<ServeProxy>) {
+    let mut last: std::collections::HashMap<String, Instant> = std::collections::HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(proxy) = proxy.upgrade() else { return };
+        let table = proxy.table();
+        let now = Instant::now();
+        for route in &table.routes {
+            let Some(interval) = route.metrics_interval_s.and_then(|s| Duration::try_from_secs_f64(s).ok()) else {
+                continue;
+            };
+            if last.get(&route.app).is_none_or(|at| now.duration_since(*at) >= interval) {
+                last.insert(route.app.clone(), now);
+                proxy.report(&table, route);
+            }
+        }
+    }
 }
 
 impl ServeProxy {
+    /// A proxy that reports its load on autoscaled deployments to the controller, from a task of
+    /// its own that ends with it.
     pub fn new(calls: Arc<dyn ReplicaCalls>) -> Arc<Self> {
-        Arc::new(ServeProxy {
+        let proxy = Arc::new(ServeProxy {
             table: RwLock::default(),
             populated: AtomicBool::new(false),
             loads: Arc::default(),
             calls,
             dead: RwLock::default(),
-        })
+            source: format!("proxy-{}", &new_request_id()[..8]),
+        });
+        tokio::spawn(report_load(Arc::downgrade(&proxy)));
+        proxy
+    }
+
+    /// Tells the controller this proxy's requests to `route` (Ray's proxies report through their
+    /// handles the same way).
+    fn report(&self, table: &RouteTable, route: &Route) {
+        let Some(controller) = &table.controller_actor_id else { return };
+        let report = serde_json::json!({
+            "app": route.app,
+            "deployment": route.deployment,
+            "source": self.source,
+            "requests": self.loads.requests(route),
+        });
+        self.calls.notify(controller, "record_proxy_load", report.to_string().into_bytes());
     }
 
     /// Routes by `table` from now on; requests waiting for a replica look again.
@@ -108,7 +150,7 @@ pub struct ProxyServer {
 impl ProxyServer {
     /// Binds `options.host:options.port` and serves `proxy` there.
     pub async fn start(options: HttpOptions, proxy: Arc<ServeProxy>) -> std::io::Result<Self> {
-        let listener = TcpListener::bind((options.host.as_str(), options.port)).await.map_err(|e| {
+        let listener = listen(&options.host, options.port).await.map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!("Serve's HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port),
@@ -143,6 +185,23 @@ impl Drop for ProxyServer {
 /// Every path goes to [`handle`].
 pub(crate) fn router(proxy: Arc<ServeProxy>, options: HttpOptions) -> Router {
     Router::new().fallback(handle).with_state(Proxied { proxy, options: Arc::new(options) })
+}
+
+/// A listener with `SO_REUSEPORT`, as Ray's proxies bind: several nodes on one host (each a
+/// node agent) share the port, and the kernel spreads connections over them.
+async fn listen(host: &str, port: u16) -> std::io::Result<TcpListener> {
+    let mut last = None;
+    for address in tokio::net::lookup_host((host, port)).await? {
+        let socket =
+            if address.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        match socket.bind(address).and_then(|()| socket.listen(1024)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "the host resolves to no address")))
 }
 
 #[derive(Clone)]
@@ -420,6 +479,7 @@ async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<Slot, Failu
     if let Some(slot) = proxy.loads.try_take(&proxy.live(route)) {
         return Ok(slot);
     }
+    let queued_before = proxy.loads.requests(route);
     let queued = proxy.loads.enqueue(route).map_err(|b| {
         let status = StatusCode::from_u16(route.backpressure_status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         Failure::Backpressure(
@@ -431,6 +491,10 @@ async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<Slot, Failu
             route.retry_after_s.map(|s| s.ceil() as u64),
         )
     })?;
+    if route.replicas.is_empty() && queued_before == 0 && route.metrics_interval_s.is_some() {
+        // An autoscaled deployment at zero replicas: the controller hears of the request now.
+        proxy.report(&proxy.table(), route);
+    }
     loop {
         let changed = proxy.loads.changed.notified();
         tokio::pin!(changed);

@@ -87,6 +87,15 @@ impl Loads {
         Some(Slot { loads: self.clone(), replica })
     }
 
+    /// This proxy's requests to `route`'s application: in flight to its replicas and waiting
+    /// for one (what the autoscaler counts).
+    pub fn requests(&self, route: &Route) -> u64 {
+        let counts = self.counts.lock();
+        let in_flight: u64 =
+            route.replicas.iter().map(|r| u64::from(counts.in_flight.get(&r.replica_id).copied().unwrap_or(0))).sum();
+        in_flight + counts.queued.get(&route.app).copied().unwrap_or(0).max(0) as u64
+    }
+
     /// Joins `route`'s queue, or refuses when `max_queued_requests` wait already.
     pub fn enqueue(self: &Arc<Self>, route: &Route) -> Result<Queued, Backpressure> {
         let mut counts = self.counts.lock();
@@ -116,6 +125,7 @@ mod tests {
                 .map(|i| ReplicaTarget { replica_id: format!("r{i}"), actor_id: format!("{i:02x}") })
                 .collect(),
             unavailable: None,
+            metrics_interval_s: None,
         }
     }
 

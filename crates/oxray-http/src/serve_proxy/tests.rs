@@ -59,6 +59,7 @@ fn route(prefix: &str, app: &str, replicas: &[&str], max_ongoing: u32, max_queue
             .map(|a| ReplicaTarget { replica_id: format!("r-{a}"), actor_id: a.to_string() })
             .collect(),
         unavailable: None,
+        metrics_interval_s: None,
     }
 }
 
@@ -233,4 +234,36 @@ async fn a_dead_replica_is_a_500_and_is_not_chosen_again_until_the_table_changes
     assert_eq!(actor, "cc");
     answer.send(Ok(reply(200, "ok"))).unwrap();
     assert_eq!(next.await.unwrap().unwrap().status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_autoscaled_routes_load_is_reported_to_the_controller_at_once_at_zero_replicas_and_then_each_interval() {
+    let mut h = harness(HttpOptions::default());
+    let mut scaled = route("/", "root", &[], 5, -1);
+    scaled.metrics_interval_s = Some(0.05);
+    h.proxy.set_table(RouteTable { controller_actor_id: Some("cc".into()), ..table(vec![scaled.clone()]) });
+    let waiting = tokio::spawn(h.app.clone().oneshot(get("/")));
+    let report = loop {
+        let (actor, method, payload) = h.notified.recv().await.unwrap();
+        assert_eq!((actor.as_str(), method), ("cc", "record_proxy_load"));
+        let report: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        if report["requests"] == 1 {
+            break report;
+        }
+    };
+    assert_eq!((report["app"].as_str(), report["deployment"].as_str()), (Some("root"), Some("Ingress")));
+    // A replica comes: the request goes to it, and is still counted while it runs.
+    scaled.replicas = vec![ReplicaTarget { replica_id: "r-aa".into(), actor_id: "aa".into() }];
+    h.proxy.set_table(RouteTable { controller_actor_id: Some("cc".into()), ..table(vec![scaled]) });
+    let (_, _, _, answer) = h.calls.recv().await.unwrap();
+    let (_, _, payload) = h.notified.recv().await.unwrap();
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&payload).unwrap()["requests"], 1);
+    answer.send(Ok(reply(200, "ok"))).unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap().status(), StatusCode::OK);
+    loop {
+        let (_, _, payload) = h.notified.recv().await.unwrap();
+        if serde_json::from_slice::<serde_json::Value>(&payload).unwrap()["requests"] == 0 {
+            break; // idle reports go on (the autoscaler scales down on them)
+        }
+    }
 }

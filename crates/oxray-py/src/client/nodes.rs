@@ -24,7 +24,7 @@ impl Client {
     /// listens ("" when it runs none). An address it cannot bind raises.
     fn update_serve_routes(&self, py: Python<'_>, table_json: Vec<u8>) -> PyResult<String> {
         let mut agent = self.inner.driver();
-        let request = oxray_runtime::proto::ServeRoutes { table_json };
+        let request = oxray_runtime::proto::ServeRoutes { table_json, forwarded: false };
         let reply =
             py.detach(|| runtime().block_on(agent.update_serve_routes(request))).map_err(|s| rpc_err(s.into()))?;
         Ok(reply.into_inner().proxy_address)

@@ -39,7 +39,7 @@ pub(crate) struct PeerLinks {
     outgoing: Mutex<HashMap<NodeId, UnboundedSender<PeerMessage>>>,
     /// Links other nodes opened to this one: where their events go.
     incoming: Mutex<HashMap<NodeId, EventSender>>,
-    channels: AgentChannels,
+    pub(super) channels: AgentChannels,
 }
 
 impl PeerLinks {
@@ -51,7 +51,7 @@ impl PeerLinks {
 }
 
 impl AgentShared {
-    fn token(&self) -> String {
+    pub(super) fn token(&self) -> String {
         self.spawn.lock().as_ref().map(|c| c.token.clone()).unwrap_or_default()
     }
 

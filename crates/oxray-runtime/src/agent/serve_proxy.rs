@@ -223,6 +223,28 @@ fn decode_result(bytes: &[u8]) -> Result<Vec<u8>, ReplicaCallError> {
 }
 
 impl AgentShared {
+    /// Sends the controller's table on to every other live node, whose proxies route by it too
+    /// (`EveryNode`; under `HeadOnly` they stop theirs). A node that cannot be reached logs it;
+    /// the controller sends the table again every few seconds, so a node that joins later gets it.
+    pub(crate) fn forward_serve_routes(self: &Arc<Self>, table_json: Vec<u8>) {
+        let peers = self.state.lock().alive_peer_addresses();
+        for address in peers {
+            let (shared, table_json) = (self.clone(), table_json.clone());
+            tokio::spawn(async move {
+                let sent = async {
+                    let mut agent = shared.peers.channels.driver(&address, &shared.token()).await?;
+                    agent
+                        .update_serve_routes(crate::proto::ServeRoutes { table_json, forwarded: true })
+                        .await
+                        .map_err(crate::client::ClientError::from)
+                };
+                if let Err(e) = sent.await {
+                    tracing::warn!("Serve's route table did not reach the node at {address}: {e}");
+                }
+            });
+        }
+    }
+
     /// Ends this node's proxy, at shutdown.
     pub async fn stop_serve_proxy(&self) {
         self.serve_proxy.stop().await;

@@ -495,8 +495,12 @@ impl DriverService for AgentService {
     }
 
     async fn update_serve_routes(&self, request: Request<ServeRoutes>) -> Result<Response<ServeRoutesReply>, Status> {
-        let table = oxray_serve::routes::RouteTable::from_json(&request.into_inner().table_json)
+        let request = request.into_inner();
+        let table = oxray_serve::routes::RouteTable::from_json(&request.table_json)
             .map_err(|e| Status::invalid_argument(format!("Serve's route table is malformed: {e}")))?;
+        if !request.forwarded {
+            self.shared.forward_serve_routes(request.table_json);
+        }
         let address = self
             .shared
             .serve_proxy

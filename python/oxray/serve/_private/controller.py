@@ -28,6 +28,8 @@ CONTROL_CALLS = 3
 # The proxy's calls for a streamed response's next batch and for cancelling: a group of their own,
 # as many as requests may stream at once (plus cancels), so they never wait behind new requests.
 STREAM_GROUP = "serve_http_stream"
+# The route table goes out again this often even when unchanged: a node that joined since gets it.
+ROUTES_RESEND_S = 5.0
 
 
 def _now_ms() -> int:
@@ -65,6 +67,7 @@ class ServeControllerActor:
         self.proxy_location = "EveryNode"
         # The route table last given to the agent (JSON), so an unchanged one is not sent again.
         self.routes_sent = None
+        self.routes_sent_at = 0.0
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
 
     # Called by drivers and handles.
@@ -122,21 +125,28 @@ class ServeControllerActor:
                     "retry_after_s": backpressure.get("retry_after_s"),
                     "replicas": replicas,
                     "unavailable": unavailable,
+                    "metrics_interval_s": self._metrics_interval(app, ingress),
                 }
             )
-        return {"proxy_location": self.proxy_location, "http": self.http, "routes": routes}
+        return {
+            "proxy_location": self.proxy_location,
+            "http": self.http,
+            "routes": routes,
+            "controller_actor_id": ray.get_runtime_context().get_actor_id(),
+        }
 
     def _push_routes(self, force: bool = False) -> str:
         """Gives the agent the current route table when it changed; where its proxy listens."""
         if self.http is None and not force:
             return ""
         table = json.dumps(self._route_table(), sort_keys=True).encode()
-        if table == self.routes_sent and not force:
+        resend = time.monotonic() - self.routes_sent_at > ROUTES_RESEND_S
+        if table == self.routes_sent and not force and not resend:
             return ""
         from oxray._private.api import _client
 
         address = _client().update_serve_routes(table)
-        self.routes_sent = table
+        self.routes_sent, self.routes_sent_at = table, time.monotonic()
         return address
 
     def deploy(self, app: str, route_prefix, ingress: str, deployments: list) -> None:
@@ -235,6 +245,17 @@ class ServeControllerActor:
         """A handle's calls in flight and queued to the deployment, for its autoscaler."""
         with self.lock:
             self.engine.record_requests(app, deployment, source, float(requests), _now_ms())
+
+    def record_proxy_load(self, report) -> None:
+        """An HTTP proxy's requests to an autoscaled deployment (JSON, from the Rust proxy); a
+        first request to one at zero replicas starts one at once, as a handle's does."""
+        report = json.loads(bytes(report))
+        with self.lock:
+            app, deployment = report["app"], report["deployment"]
+            self.engine.record_requests(app, deployment, report["source"], float(report["requests"]), _now_ms())
+            if report["requests"] and not self.engine.serving(app, deployment):
+                self._act()
+                self.wake.set()
 
     def _current(self, app: str, deployment: str):
         """What the deployment's current version's replicas are started with (None once it is gone)."""

@@ -89,6 +89,11 @@ impl AgentState {
         self.peers.nodes.get(node).map(|p| p.address.clone())
     }
 
+    /// The addresses of the other nodes this one believes alive.
+    pub fn alive_peer_addresses(&self) -> Vec<String> {
+        self.peers.alive_nodes().filter_map(|id| self.peer_address(&id)).collect()
+    }
+
     pub fn describe_node(&self, node: &NodeId) -> String {
         match self.peers.nodes.get(node) {
             Some(p) => format!("node {} at {}", node.short(), p.address),

@@ -1,0 +1,70 @@
+"""Serve's HTTP proxies on a real multi-node cluster (`oxray start` processes on this host):
+with `EveryNode` each node agent listens (sharing the port through SO_REUSEPORT, as Ray's
+proxies do) and serves a replica on another node; with `HeadOnly` only the head's does."""
+
+import http.client
+import os
+
+import psutil
+
+import oxray as ray
+from cli_cluster import free_port, running_cluster
+from oxray import serve
+from oxray_testutil import wait_until
+
+
+def listening_pids(port):
+    return {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+    }
+
+
+def fetch(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_every_node_runs_a_proxy_and_head_only_runs_one(tmp_path, monkeypatch):
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=1)
+        cluster.add_node(num_cpus=1, resources={"node_b": 1})
+        ray.init()
+        cluster.wait_nodes(2)
+        head_pid = int(cluster.node_with_pid_record(head=True)["pid"])
+        node_pid = int(cluster.node_with_pid_record(head=False)["pid"])
+
+        @serve.deployment(ray_actor_options={"num_cpus": 0, "resources": {"node_b": 0.1}})
+        def where(request):
+            return os.environ["OXRAY_NODE_ID"]
+
+        port = free_port()
+        serve.start(http_options={"port": port})
+        serve.run(where.bind(), name="where", route_prefix="/where")
+        wait_until(
+            lambda: f"proxies listening on {port}: {listening_pids(port)}",
+            lambda: listening_pids(port) == {head_pid, node_pid},
+            timeout=30,
+        )
+        replica_node = cluster.node_with("node_b")["node_id"]
+        # New connections go to either proxy; each reaches the replica on node_b.
+        for _ in range(20):
+            assert fetch(port, "/where") == (200, replica_node.encode())
+        serve.shutdown()
+        wait_until(lambda: f"still listening: {listening_pids(port)}", lambda: not listening_pids(port), timeout=30)
+
+        serve.start(http_options={"port": port}, proxy_location="HeadOnly")
+        serve.run(where.bind(), name="where", route_prefix="/where")
+        wait_until(
+            lambda: f"proxies listening on {port}: {listening_pids(port)}",
+            lambda: listening_pids(port) == {head_pid},
+            timeout=30,
+        )
+        assert fetch(port, "/where") == (200, replica_node.encode())
+        serve.shutdown()
