@@ -323,3 +323,23 @@ def test_urllib_sees_the_same(port):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/missing", timeout=30)
     assert e.value.code == 404
+
+
+def test_http_load_scales_a_deployment_up_from_zero(port):
+    @serve.deployment(
+        autoscaling_config={
+            "min_replicas": 0,
+            "initial_replicas": 0,
+            "max_replicas": 1,
+            "metrics_interval_s": 0.1,
+            "upscale_delay_s": 0,
+            "downscale_delay_s": 600,
+        }
+    )
+    def woken(request):
+        return "awake"
+
+    serve.run(woken.bind(), name="woken", route_prefix="/woken")
+    assert serve.status().applications["woken"].deployments["woken"].replica_states.get("RUNNING", 0) == 0
+    # Only the proxy knows of this request: its report to the controller starts a replica.
+    assert fetch(port, "/woken")[::2] == (200, b"awake")

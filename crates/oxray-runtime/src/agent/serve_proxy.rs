@@ -103,7 +103,10 @@ impl AgentReplicaCalls {
             owner_id: self.client_id.to_vec(),
             // A stream's next batch and a cancel never wait behind new requests: the replica runs
             // them in a concurrency group of their own (`STREAM_GROUP` in Serve's controller).
-            concurrency_group: if method == "handle_http" { String::new() } else { "serve_http_stream".into() },
+            concurrency_group: match method {
+                "http_next" | "http_cancel" => "serve_http_stream".into(),
+                _ => String::new(),
+            },
             ..TaskSpec::default()
         };
         Ok((spec, return_id))
