@@ -468,6 +468,8 @@ class Client:
         """Starts this node's worker template for workers with these extra environment variables."""
     def update_serve_routes(self, table_json: bytes) -> str:
         """Gives this node's agent Serve's route table; where its HTTP proxy listens ("" for none)."""
+    def update_serve(self, details_json: str) -> None:
+        """Gives the head Serve's details (Ray's `ServeInstanceDetails` JSON; "" once Serve shut down)."""
     def cluster_info(self) -> list[NodeInfo]: ...
     def agent_table_sizes(self) -> tuple[int, int]: ...
     def follow_logs(self, token: str, job_id: bytes, skip_address: str | None = None) -> None:

@@ -13,6 +13,7 @@ mod jobs;
 mod metrics;
 mod routes;
 mod serve;
+pub mod serve_api;
 pub mod serve_proxy;
 mod sessions;
 mod state;
@@ -71,11 +72,8 @@ fn build(config: HttpConfig, port: u16) -> Result<(Router, Option<Arc<oxray_jobs
         app = app.merge(jobs::routes(manager.clone()));
     }
     let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
-    app = app.merge(state::routes(sources.clone())).merge(metrics::routes(sources.clone())).merge(dashboard::routes(
-        config,
-        guard.clone(),
-        sources,
-    ));
+    app = app.merge(state::routes(sources.clone())).merge(serve_api::routes(sources.clone()));
+    app = app.merge(metrics::routes(sources.clone())).merge(dashboard::routes(config, guard.clone(), sources));
     let app = app
         .fallback(routes::not_found)
         .layer(axum::middleware::from_fn_with_state(guard, auth::require_token))

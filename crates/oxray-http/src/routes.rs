@@ -1,4 +1,4 @@
-//! The routes: Ray's `/api/version`, health checks and authentication (a login that
+//! The routes: Ray's `/api/version` (also at `/api/ray/version`, where Serve's CLI asks), health checks and authentication (a login that
 //! starts a browser session, and a logout), and the Jobs API's OpenAPI description
 //! (`/api/openapi.json`).
 
@@ -24,6 +24,8 @@ pub(crate) fn routes(config: Arc<HttpConfig>, guard: Arc<auth::Guard>) -> Router
         .with_state(guard);
     Router::new()
         .route("/api/version", get(version))
+        // Where Ray's Serve CLI checks the version (`ServeSubmissionClient`).
+        .route("/api/ray/version", get(version))
         .route("/api/authentication_mode", get(authentication_mode))
         .route("/api/healthz", get(healthy))
         .route("/-/healthz", get(healthy))

@@ -26,6 +26,9 @@ impl ClusterState for ManyActors {
     fn is_group_resource(&self, _name: &str) -> bool {
         false
     }
+    fn serve_details(&self) -> Option<serde_json::Value> {
+        None
+    }
     fn load_metrics_report(&self) -> oxray_rest::LoadMetricsReport {
         oxray_rest::LoadMetricsReport::default()
     }

@@ -195,6 +195,9 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     fn train_runs(&self) -> Vec<serde_json::Value>;
     /// One run's state and its kept reports, oldest first.
     fn train_run(&self, id: &str) -> Option<(serde_json::Value, Vec<serde_json::Value>)>;
+    /// Serve's applications as its controller last reported them (Ray's `ServeInstanceDetails`);
+    /// None when Serve is not running.
+    fn serve_details(&self) -> Option<serde_json::Value>;
     /// Every Tune experiment's state, oldest first.
     fn experiments(&self) -> Vec<serde_json::Value>;
     /// One experiment's state and its kept trial results, oldest first.

@@ -30,6 +30,14 @@ impl Client {
         Ok(reply.into_inner().proxy_address)
     }
 
+    /// Gives the head Serve's details (Ray's `ServeInstanceDetails` as JSON; "" once Serve shut down).
+    fn update_serve(&self, py: Python<'_>, details_json: String) -> PyResult<()> {
+        let mut agent = self.inner.driver();
+        let request = oxray_runtime::proto::ServeUpdate { details_json };
+        py.detach(|| runtime().block_on(agent.update_serve(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
     /// Every node the head knows, alive or not.
     fn cluster_info(&self, py: Python<'_>) -> PyResult<Vec<NodeInfo>> {
         self.flush(py)?;

@@ -16,9 +16,9 @@ use oxray_proto::{
     GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply,
     ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
     PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
-    ReserveBundlesRequest, ServeRoutes, ServeRoutesReply, SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply,
-    TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest,
-    WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
+    ReserveBundlesRequest, ServeRoutes, ServeRoutesReply, ServeUpdate, SubmitBatchRequest, SubscribeLogsRequest,
+    TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply,
+    WaitObjectsRequest, WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -485,6 +485,11 @@ impl DriverService for AgentService {
     async fn update_experiment(&self, request: Request<ExperimentUpdate>) -> Result<Response<Empty>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
         head.update_experiment(request.into_inner()).await
+    }
+
+    async fn update_serve(&self, request: Request<ServeUpdate>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.update_serve(request.into_inner()).await
     }
 
     async fn warm_workers(&self, request: Request<WarmWorkersRequest>) -> Result<Response<Empty>, Status> {

@@ -320,6 +320,10 @@ impl ClusterState for HeadClusterState {
         self.0.train_runs().run(id)
     }
 
+    fn serve_details(&self) -> Option<serde_json::Value> {
+        self.0.serve_details()
+    }
+
     fn experiments(&self) -> Vec<serde_json::Value> {
         self.0.experiments().runs().into_iter().map(|run| run.state).collect()
     }

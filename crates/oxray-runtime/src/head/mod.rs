@@ -108,6 +108,8 @@ pub struct Head {
     train_runs: Arc<ReportedRuns>,
     /// The cluster's Tune experiments, as their drivers report them.
     experiments: Arc<ReportedRuns>,
+    /// Serve's applications as its controller last reported them (Ray's `ServeInstanceDetails`).
+    serve: Arc<Mutex<Option<serde_json::Value>>>,
     /// The cluster's Data executions, as the processes running them report them.
     datasets: Arc<Datasets>,
 }
@@ -132,6 +134,7 @@ impl Default for Head {
             metrics_window: MetricsWindow::default(),
             train_runs: Arc::new(ReportedRuns::new(RunKind::Train, None).expect("no store: nothing to load")),
             experiments: Arc::new(ReportedRuns::new(RunKind::Experiment, None).expect("no store: nothing to load")),
+            serve: Arc::default(),
             datasets: Arc::new(Datasets::new(history.0)),
         }
     }
@@ -220,6 +223,22 @@ impl Head {
     /// The cluster's Tune experiments.
     pub fn experiments(&self) -> &ReportedRuns {
         &self.experiments
+    }
+
+    /// Serve's applications as its controller last reported them; None when Serve is not running.
+    pub fn serve_details(&self) -> Option<serde_json::Value> {
+        self.serve.lock().clone()
+    }
+
+    /// Keeps the controller's report (`""`: Serve shut down); the error names what is wrong.
+    pub fn record_serve_details(&self, details_json: &str) -> Result<(), String> {
+        let details = if details_json.is_empty() {
+            None
+        } else {
+            Some(serde_json::from_str(details_json).map_err(|e| format!("Serve's details are not JSON: {e}"))?)
+        };
+        *self.serve.lock() = details;
+        Ok(())
     }
 
     /// The cluster's Data executions.

@@ -9,7 +9,7 @@ use oxray_proto::{
     ActorInfo, ActorRequest, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty, ExperimentUpdate,
     GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply,
     PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply,
-    RegisterActorRequest, RegisterNodeRequest, TrainRunUpdate,
+    RegisterActorRequest, RegisterNodeRequest, ServeUpdate, TrainRunUpdate,
 };
 use tonic::{Request, Response, Status};
 
@@ -127,6 +127,11 @@ impl HeadService for Head {
             .update(&update.experiment_id, &update.experiment_json, &update.new_results_json)
             .await
             .map_err(Status::invalid_argument)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn update_serve(&self, request: Request<ServeUpdate>) -> Result<Response<Empty>, Status> {
+        self.record_serve_details(&request.into_inner().details_json).map_err(Status::invalid_argument)?;
         Ok(Response::new(Empty {}))
     }
 

@@ -68,6 +68,15 @@ class ServeControllerActor:
         # The route table last given to the agent (JSON), so an unchanged one is not sent again.
         self.routes_sent = None
         self.routes_sent_at = 0.0
+        # Application -> "imperative" (serve.run) or "declarative" (a config), and a config's app entry.
+        self.sources: dict = {}
+        self.app_configs: dict = {}
+        # A config's applications being built (the build task's ref -> (name, app config)).
+        self.building: dict = {}
+        # (app, deployment, replica) -> when its actor was started (the details' start_time_s).
+        self.started_at: dict = {}
+        # The details last given to the head (JSON), so unchanged ones are not sent again.
+        self.details_sent = None
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
 
     # Called by drivers and handles.
@@ -135,6 +144,108 @@ class ServeControllerActor:
             "controller_actor_id": ray.get_runtime_context().get_actor_id(),
         }
 
+    def details(self) -> dict:
+        """Ray's `ServeInstanceDetails` (what `GET /api/serve/applications/` answers)."""
+        with self.lock:
+            return self._details()
+
+    def _details(self) -> dict:
+        context = ray.get_runtime_context()
+        applications = {}
+        for status in self.engine.status():
+            applications[status["name"]] = self._app_details(status)
+        for name, app in self.building.values():
+            if name not in applications:
+                applications[name] = {
+                    "name": name,
+                    "route_prefix": app.get("route_prefix", "/"),
+                    "docs_path": None,
+                    "status": "DEPLOYING",
+                    "message": "Building the application from its import path.",
+                    "last_deployed_time_s": time.time(),
+                    "deployed_app_config": app,
+                    "source": "declarative",
+                    "deployments": {},
+                    "external_scaler_enabled": False,
+                }
+        http = None
+        if self.http is not None:
+            http = {k: self.http[k] for k in ("host", "port", "root_path", "request_timeout_s", "keep_alive_timeout_s")}
+        return {
+            "controller_info": {
+                "node_id": context.get_node_id(),
+                "actor_id": context.get_actor_id(),
+                "actor_name": "SERVE_CONTROLLER_ACTOR",
+                "worker_id": context.get_worker_id(),
+            },
+            "proxy_location": self.proxy_location,
+            "http_options": http,
+            "grpc_options": {},
+            "proxies": {},
+            "applications": applications,
+            "target_capacity": None,
+        }
+
+    def _app_details(self, status: dict) -> dict:
+        app = status["name"]
+        ingress = self.ingress.get(app)
+        deployments = {}
+        for name, d in status["deployments"].items():
+            definition = self._current(app, name) or {}
+            serving = set(self.engine.serving(app, name))
+            replicas = []
+            for (a, dep, rid), actor in self.replicas.items():
+                if (a, dep) == (app, name):
+                    replicas.append(
+                        {
+                            "replica_id": rid,
+                            "state": "RUNNING" if rid in serving else "STARTING",
+                            "start_time_s": self.started_at.get((a, dep, rid), 0.0),
+                            "actor_id": actor._actor_id.hex(),
+                            "actor_name": replica_actor_name(a, dep, rid),
+                        }
+                    )
+            deployments[name] = {
+                "name": name,
+                "status": d["status"],
+                "status_trigger": d["status_trigger"],
+                "message": d["message"],
+                "deployment_config": _deployment_config(name, definition),
+                "target_num_replicas": d["target_num_replicas"],
+                "required_resources": {"CPU": (definition.get("ray_actor_options") or {}).get("num_cpus", 1)},
+                "replicas": replicas,
+            }
+        return {
+            "name": app,
+            "route_prefix": status["route_prefix"],
+            "docs_path": None,
+            "status": status["status"],
+            "message": status["message"],
+            "last_deployed_time_s": status["last_deployed_time_s"],
+            "deployed_app_config": self.app_configs.get(app),
+            "source": self.sources.get(app, "imperative"),
+            "deployments": deployments,
+            "external_scaler_enabled": False,
+            "deployment_topology": {
+                "app_name": app,
+                "ingress_deployment": ingress,
+                "nodes": {
+                    name: {"name": name, "app_name": app, "outbound_deployments": [], "is_ingress": name == ingress}
+                    for name in status["deployments"]
+                },
+            },
+        }
+
+    def _publish_details(self, gone: bool = False) -> None:
+        """Gives the head the details when they changed (`gone`: Serve is shutting down)."""
+        details = "" if gone else json.dumps(self._details(), sort_keys=True, default=str)
+        if details == self.details_sent:
+            return
+        from oxray._private.api import _client
+
+        _client().update_serve(details)
+        self.details_sent = details
+
     def _push_routes(self, force: bool = False) -> str:
         """Gives the agent the current route table when it changed; where its proxy listens."""
         if self.http is None and not force:
@@ -149,10 +260,13 @@ class ServeControllerActor:
         self.routes_sent, self.routes_sent_at = table, time.monotonic()
         return address
 
-    def deploy(self, app: str, route_prefix, ingress: str, deployments: list) -> None:
+    def deploy(self, app: str, route_prefix, ingress: str, deployments: list, app_config=None) -> None:
         """`deployments`: dicts of a deployment's name, its cloudpickled definition and arguments,
-        its actor options and user_config, and the engine's settings. `ValueError` names a bad one."""
+        its actor options and user_config, and the engine's settings. `ValueError` names a bad one.
+        `app_config`: the config's entry of an application deployed by config (None: `serve.run`)."""
         with self.lock:
+            self.sources[app] = "imperative" if app_config is None else "declarative"
+            self.app_configs[app] = app_config
             specs = [(d["name"], d["engine"]) for d in deployments]
             self.engine.deploy_app(app, route_prefix, ingress, specs, _now_ms())
             self.ingress[app] = ingress
@@ -178,6 +292,37 @@ class ServeControllerActor:
         with self.lock:
             self.engine.fail_app(app, message, _now_ms())
             self.changed.notify_all()
+
+    def apply_config(self, config: dict) -> None:
+        """Ray's `apply_config`: the config's applications are built (a task each, under their
+        `runtime_env`) and deployed; applications an earlier config deployed that this one lacks
+        are deleted, those `serve.run` deployed are left alone. HTTP starts with the config's
+        `http_options` (host 127.0.0.1 unless it names one) if it is not running."""
+        import hashlib
+
+        from oxray.serve._private.build import build_application
+        from oxray.serve.config import HTTPOptions, proxy_location_of
+
+        if self.http is None:
+            options = HTTPOptions.of({k: v for k, v in (config.get("http_options") or {}).items() if v is not None})
+            self.start_http(options.to_wire(), proxy_location_of(config.get("proxy_location")))
+        apps = config.get("applications") or []
+        names = {a.get("name", "default") for a in apps}
+        build = ray.remote(build_application)
+        with self.lock:
+            for name, source in list(self.sources.items()):
+                if source == "declarative" and name not in names:
+                    self.engine.delete_app(name, _now_ms())
+                    self.sources.pop(name, None)
+            self._act()
+            for app in apps:
+                name = app.get("name", "default")
+                version = hashlib.sha256(json.dumps(app, sort_keys=True).encode()).hexdigest()[:16]
+                options = {"num_cpus": 0}
+                if app.get("runtime_env"):
+                    options["runtime_env"] = app["runtime_env"]
+                self.building[build.options(**options).remote(app, version)] = (name, app)
+        self.wake.set()
 
     def delete(self, app: str) -> None:
         with self.lock:
@@ -314,6 +459,10 @@ class ServeControllerActor:
                     self._push_routes(force=True)  # no http: the proxies stop
                 except Exception:  # noqa: BLE001 - the node is going away
                     traceback.print_exc()
+            try:
+                self._publish_details(gone=True)
+            except Exception:  # noqa: BLE001 - the head is going away
+                traceback.print_exc()
         self.running = False
         return done
 
@@ -332,7 +481,7 @@ class ServeControllerActor:
         with self.lock:
             self.engine.tick(_now_ms())
             self._act()
-            refs = list(self.pending)
+            refs = list(self.pending) + list(self.building)
         if refs:
             ready, _ = ray.wait(refs, num_returns=1, timeout=CONTROL_LOOP_S)
             if ready:
@@ -343,10 +492,14 @@ class ServeControllerActor:
             ready = []
         with self.lock:
             for ref in ready:
-                self._completed(ref)
+                if ref in self.building:
+                    self._built(ref)
+                else:
+                    self._completed(ref)
             self._act()
             self.changed.notify_all()
             self._push_routes()
+            self._publish_details()
 
     def _act(self) -> None:
         for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
@@ -387,6 +540,7 @@ class ServeControllerActor:
             .remote(app, deployment, replica)
         )
         self.replicas[key] = actor
+        self.started_at[key] = time.time()
         ref = actor.initialize.remote(
             definition["definition"],
             definition["arguments"],
@@ -414,6 +568,21 @@ class ServeControllerActor:
         """Forgets the calls in flight to a replica that is gone."""
         for ref in [ref for ref, (_, pending_key) in self.pending.items() if pending_key == key]:
             del self.pending[ref]
+
+    def _built(self, ref) -> None:
+        """A config's application was built: deployed, or failed with the build's traceback (the
+        other applications keep serving)."""
+        name, app = self.building.pop(ref)
+        try:
+            ingress, deployments = ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - an import error, a bad builder: the app's status says it
+            self.sources[name], self.app_configs[name] = "declarative", app
+            self.engine.fail_app(name, f"Failed to build application {name!r}:\n{_traceback(e)}", _now_ms())
+            return
+        try:
+            self.deploy(name, app.get("route_prefix", "/"), ingress, deployments, app_config=app)
+        except Exception as e:  # noqa: BLE001 - e.g. a route prefix another application has
+            self.engine.fail_app(name, f"Failed to deploy application {name!r}: {e}", _now_ms())
 
     def _completed(self, ref) -> None:
         entry = self.pending.pop(ref, None)
@@ -453,3 +622,26 @@ class ServeControllerActor:
             self.engine.health_checked(*key, error is None, error or "", now)
         elif kind == "stop":
             self._kill(key)
+
+
+def _deployment_config(name: str, definition: dict) -> dict:
+    """Ray's `DeploymentSchema` of a deployment's effective options."""
+    engine = definition.get("engine") or {}
+    config = {
+        "name": name,
+        "max_ongoing_requests": definition.get("max_ongoing_requests", 5),
+        "max_queued_requests": definition.get("max_queued_requests", -1),
+        "user_config": definition.get("user_config"),
+        "graceful_shutdown_wait_loop_s": definition.get("graceful_shutdown_wait_loop_s", 2.0),
+        "graceful_shutdown_timeout_s": engine.get("graceful_shutdown_timeout_s", 20.0),
+        "health_check_period_s": engine.get("health_check_period_s", 10.0),
+        "health_check_timeout_s": engine.get("health_check_timeout_s", 30.0),
+        "ray_actor_options": definition.get("ray_actor_options") or {},
+        "rolling_update_percentage": engine.get("rolling_update_percentage", 0.2),
+        "max_surge_percent": engine.get("max_surge_percent", 0.0),
+    }
+    if engine.get("autoscaling_config"):
+        config["autoscaling_config"] = engine["autoscaling_config"]
+    else:
+        config["num_replicas"] = engine.get("num_replicas", 1)
+    return config

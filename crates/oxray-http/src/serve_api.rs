@@ -1,0 +1,199 @@
+//! Ray Serve's REST API on the head (`/api/serve/applications/`), behind the token like every
+//! route here, so Ray's own `serve deploy`/`status`/`config`/`shutdown` CLI drives an oxray head.
+//! `GET` answers from what Serve's controller last reported to the head (Ray's
+//! `ServeInstanceDetails`). `PUT` checks the config's shape (Ray's `ServeDeploySchema`: a 400
+//! names what is wrong), then hands it to the cluster as an internal job, which starts Serve if it
+//! is not running and gives the config to the controller; applications deploy asynchronously, as
+//! in Ray. `DELETE` shuts Serve down the same way.
+
+use crate::error::HttpError;
+use crate::state::StateSources;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use oxray_jobs::record::SubmitRequest;
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, HashSet};
+
+/// The environment variable that carries a `PUT`'s config to the deploy job.
+pub const CONFIG_ENV: &str = "OXRAY_SERVE_CONFIG";
+
+pub(crate) fn routes(sources: StateSources) -> Router {
+    Router::new().route("/api/serve/applications/", get(details).put(deploy).delete(shut_down)).with_state(sources)
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+/// Ray's reply when Serve is not running.
+fn not_running() -> Value {
+    json!({"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": null})
+}
+
+#[derive(serde::Deserialize)]
+struct DetailsQuery {
+    api_type: Option<String>,
+}
+
+async fn details(State(sources): State<StateSources>, Query(query): Query<DetailsQuery>) -> Response {
+    let source = match query.api_type.as_deref() {
+        None => None,
+        Some(kind @ ("imperative" | "declarative")) => Some(kind.to_uppercase()),
+        Some(other) => {
+            return bad_request(format!("Got invalid API type: {other}. Expected one of imperative, declarative."));
+        }
+    };
+    let Some(mut details) = sources.cluster.as_ref().and_then(|c| c.serve_details()) else {
+        return axum::Json(not_running()).into_response();
+    };
+    if let (Some(source), Some(apps)) = (source, details.get_mut("applications").and_then(Value::as_object_mut)) {
+        apps.retain(|_, app| app.get("source").and_then(Value::as_str) == Some(source.as_str()));
+    }
+    axum::Json(details).into_response()
+}
+
+async fn deploy(State(sources): State<StateSources>, body: Bytes) -> Result<Response, HttpError> {
+    let config: Value = match serde_json::from_slice(&body) {
+        Ok(config) => config,
+        Err(e) => return Ok(bad_request(format!("The body is not JSON: {e}"))),
+    };
+    if let Err(message) = check_config(&config) {
+        return Ok(bad_request(message));
+    }
+    submit(&sources, "apply", Some(config.to_string()))
+}
+
+async fn shut_down(State(sources): State<StateSources>) -> Result<Response, HttpError> {
+    if sources.cluster.as_ref().and_then(|c| c.serve_details()).is_none() {
+        return Ok(StatusCode::OK.into_response()); // nothing to shut down
+    }
+    submit(&sources, "shutdown", None)
+}
+
+/// Runs `python -m oxray.serve._private.rest <command>` on the cluster as a job (it joins the
+/// cluster as any job's driver does).
+fn submit(sources: &StateSources, command: &str, config: Option<String>) -> Result<Response, HttpError> {
+    let Some(jobs) = &sources.jobs else {
+        return Ok(
+            (StatusCode::SERVICE_UNAVAILABLE, "this server runs no jobs, so it cannot run Serve").into_response()
+        );
+    };
+    let mut env_vars = Map::new();
+    if let Some(config) = config {
+        env_vars.insert(CONFIG_ENV.into(), Value::String(config));
+    }
+    let mut runtime_env = Map::new();
+    runtime_env.insert("env_vars".into(), Value::Object(env_vars));
+    let mut metadata = Map::new();
+    metadata.insert("oxray_internal".into(), Value::String(format!("serve {command}")));
+    jobs.submit(SubmitRequest {
+        entrypoint: format!("python -m oxray.serve._private.rest {command}"),
+        submission_id: None,
+        runtime_env,
+        metadata,
+        resources: BTreeMap::new(),
+    })?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// Ray's `ServeDeploySchema`, as far as its shape: each application's keys and `import_path`,
+/// unique names and route prefixes (unknown top-level keys are ignored, as Ray does for forward
+/// compatibility).
+fn check_config(config: &Value) -> Result<(), String> {
+    const APP: [&str; 9] = [
+        "name",
+        "route_prefix",
+        "import_path",
+        "runtime_env",
+        "deployments",
+        "args",
+        "logging_config",
+        "external_scaler_enabled",
+        "autoscaling_policy",
+    ];
+    let Some(top) = config.as_object() else { return Err("ServeDeploySchema: expected an object".into()) };
+    if let Some(location) = top.get("proxy_location")
+        && !matches!(location.as_str(), Some("Disabled" | "HeadOnly" | "EveryNode"))
+    {
+        return Err(format!(
+            "ServeDeploySchema: proxy_location {location} is not one of Disabled, HeadOnly, EveryNode"
+        ));
+    }
+    let apps = match top.get("applications") {
+        None => return Ok(()),
+        Some(Value::Array(apps)) => apps,
+        Some(other) => return Err(format!("ServeDeploySchema: applications must be a list, got {other}")),
+    };
+    let (mut names, mut prefixes) = (HashSet::new(), HashSet::new());
+    for app in apps {
+        let Some(app) = app.as_object() else { return Err("ServeApplicationSchema: expected an object".into()) };
+        if let Some(key) = app.keys().find(|k| *k == "host" || *k == "port") {
+            return Err(format!(
+                "ServeApplicationSchema: {key:?} belongs in the config's top-level http_options, not in an application"
+            ));
+        }
+        if let Some(key) = app.keys().find(|k| !APP.contains(&k.as_str())) {
+            return Err(format!("ServeApplicationSchema: extra field {key:?} not permitted"));
+        }
+        let Some(import_path) = app.get("import_path").and_then(Value::as_str) else {
+            return Err("ServeApplicationSchema: import_path is required (a string like 'module:app')".into());
+        };
+        if !import_path.contains(':') && !import_path.contains('.') {
+            return Err(format!(
+                "ServeApplicationSchema: import_path {import_path:?} must be 'module:attribute' or 'module.attribute'"
+            ));
+        }
+        let name = app.get("name").and_then(Value::as_str).unwrap_or("default");
+        if !names.insert(name.to_string()) {
+            return Err(format!("ServeDeploySchema: application names must be unique; {name:?} is used twice"));
+        }
+        match app.get("route_prefix") {
+            None => {
+                if !prefixes.insert("/".to_string()) {
+                    return Err("ServeDeploySchema: route_prefix \"/\" is used by two applications".into());
+                }
+            }
+            Some(Value::Null) => {}
+            Some(Value::String(prefix)) => {
+                if !prefix.starts_with('/') {
+                    return Err(format!("ServeApplicationSchema: route_prefix {prefix:?} must start with '/'"));
+                }
+                if !prefixes.insert(prefix.clone()) {
+                    return Err(format!("ServeDeploySchema: route_prefix {prefix:?} is used by two applications"));
+                }
+            }
+            Some(other) => return Err(format!("ServeApplicationSchema: route_prefix must be a string, got {other}")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_config;
+    use serde_json::json;
+
+    #[test]
+    fn a_config_is_checked_as_rays_schema_is() {
+        assert!(check_config(&json!({"applications": [{"import_path": "m:app"}]})).is_ok());
+        assert!(check_config(&json!({"colour": 1})).is_ok(), "unknown top-level keys are ignored");
+        let in_app = json!({"applications": [{"import_path": "m:app", "port": 1}]});
+        assert!(check_config(&in_app).unwrap_err().contains("top-level http_options"));
+        let extra = json!({"applications": [{"import_path": "m:app", "colour": 1}]});
+        assert!(check_config(&extra).unwrap_err().contains("\"colour\""));
+        assert!(
+            check_config(&json!({"applications": [{"name": "a"}]})).unwrap_err().contains("import_path is required")
+        );
+        let twice = json!({"applications": [
+            {"name": "a", "import_path": "m:a", "route_prefix": "/x"},
+            {"name": "b", "import_path": "m:b", "route_prefix": "/x"}]});
+        assert!(check_config(&twice).unwrap_err().contains("\"/x\" is used by two"));
+        let same = json!({"applications": [{"name": "a", "import_path": "m:a"}, {"name": "a", "import_path": "m:b", "route_prefix": "/b"}]});
+        assert!(check_config(&same).unwrap_err().contains("\"a\" is used twice"));
+        assert!(check_config(&json!({"proxy_location": "Moon"})).unwrap_err().contains("Moon"));
+    }
+}

@@ -1,0 +1,160 @@
+"""Deploying by config through the head's Serve REST API, driven by Ray's own `serve` CLI
+(`ray[serve]` 2.60, unmodified) against an oxray head started with `oxray start --head`: deploy
+a config whose application is imported from a module, reach it over HTTP, read `serve status`
+and `serve config`, redeploy without it, see an import error fail only its application, and
+shut Serve down."""
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cli_cluster import free_port, running_cluster
+from oxray_testutil import wait_until
+
+pytestmark = [pytest.mark.timeout(300)]
+SERVE = shutil.which("serve", path=os.path.dirname(sys.executable))
+if SERVE is None:
+    pytest.skip("Ray's `serve` CLI (ray[serve]) is not installed", allow_module_level=True)
+yaml = pytest.importorskip("yaml")
+
+
+APP_MODULE = textwrap.dedent(
+    """
+    from oxray import serve
+
+    @serve.deployment
+    class Greeter:
+        def __init__(self, greeting):
+            self.greeting = greeting
+
+        def __call__(self, request):
+            return f"{self.greeting}, {request.query_params.get('name', 'world')}"
+
+    app = Greeter.bind("hello")
+
+    def builder(args):
+        return Greeter.bind(args["greeting"])
+    """
+)
+
+
+@pytest.fixture
+def head(tmp_path, monkeypatch):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "greeting_app.py").write_text(APP_MODULE)
+    env = {"PYTHONPATH": f"{code}:{os.environ.get('PYTHONPATH', '')}"}
+    with running_cluster(tmp_path / "oxray", monkeypatch, env=env) as cluster:
+        cluster.start_head(num_cpus=4)
+        yield cluster
+
+
+def serve_cli(head, *args, check=True):
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": head.token}
+    done = subprocess.run(
+        [SERVE, *args, "--address", head.dashboard_url], env=env, capture_output=True, text=True, timeout=120
+    )
+    if check:
+        assert done.returncode == 0, f"serve {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def status(head):
+    return yaml.safe_load(serve_cli(head, "status").stdout)
+
+
+def fetch(port, path):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_rays_serve_cli_deploys_to_an_oxray_head(head, tmp_path):
+    port = free_port()
+    config = {
+        "http_options": {"host": "127.0.0.1", "port": port},
+        "applications": [
+            {"name": "greet", "route_prefix": "/greet", "import_path": "greeting_app:app"},
+            {
+                "name": "built",
+                "route_prefix": "/built",
+                "import_path": "greeting_app:builder",
+                "args": {"greeting": "hi"},
+                "deployments": [{"name": "Greeter", "num_replicas": 2}],
+            },
+        ],
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    serve_cli(head, "deploy", str(path))
+
+    def running():
+        apps = status(head)["applications"]
+        return all(apps.get(name, {}).get("status") == "RUNNING" for name in ("greet", "built"))
+
+    wait_until(lambda: f"both applications RUNNING: {status(head)}", running, timeout=120)
+    assert fetch(port, "/greet?name=ray") == (200, b"hello, ray")
+    assert fetch(port, "/built") == (200, b"hi, world")
+    apps = status(head)["applications"]
+    assert apps["built"]["deployments"]["Greeter"]["replica_states"] == {"RUNNING": 2}
+    configs = list(yaml.safe_load_all(serve_cli(head, "config").stdout))
+    assert {c["name"]: c["import_path"] for c in configs} == {
+        "greet": "greeting_app:app",
+        "built": "greeting_app:builder",
+    }
+
+    # A new config without `built`, and an application whose import fails: only it fails.
+    config["applications"] = [
+        config["applications"][0],
+        {"name": "broken", "route_prefix": "/broken", "import_path": "no_such_module:app"},
+    ]
+    path.write_text(yaml.safe_dump(config))
+    serve_cli(head, "deploy", str(path))
+    wait_until(
+        lambda: f"broken failed and built gone: {status(head)}",
+        lambda: (
+            (apps := status(head)["applications"]).get("broken", {}).get("status") == "DEPLOY_FAILED"
+            and "built" not in apps
+        ),
+        timeout=120,
+    )
+    assert "No module named 'no_such_module'" in status(head)["applications"]["broken"]["message"]
+    assert fetch(port, "/greet") == (200, b"hello, world")
+
+    serve_cli(head, "shutdown", "-y")
+    wait_until(lambda: "Serve gone", lambda: status(head)["applications"] == {}, timeout=60)
+
+
+def test_a_bad_config_is_a_400_naming_the_problem(head, tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"applications": [{"name": "a", "route_prefix": "/a"}]}))
+    done = serve_cli(head, "deploy", str(path), check=False)
+    assert done.returncode != 0
+    assert "import_path" in done.stdout + done.stderr
+
+
+def test_the_rest_api_needs_the_token(head):
+    conn = http.client.HTTPConnection("127.0.0.1", int(head.dashboard_url.rsplit(":", 1)[1]), timeout=30)
+    conn.request("GET", "/api/serve/applications/")
+    assert conn.getresponse().status == 401
+    conn.close()
+    conn = http.client.HTTPConnection("127.0.0.1", int(head.dashboard_url.rsplit(":", 1)[1]), timeout=30)
+    conn.request("GET", "/api/serve/applications/", headers={"Authorization": f"Bearer {head.token}"})
+    response = conn.getresponse()
+    assert response.status == 200
+    assert json.loads(response.read()) == {
+        "controller_info": {},
+        "proxies": {},
+        "applications": {},
+        "target_capacity": None,
+    }
