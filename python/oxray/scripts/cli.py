@@ -14,7 +14,7 @@ import time
 import psutil
 
 from oxray._private import node_files
-from oxray.scripts import job_cli, state_cli
+from oxray.scripts import job_cli, serve_cli, state_cli
 
 DEFAULT_PORT = 6379
 
@@ -451,6 +451,7 @@ def main(argv=None) -> None:
         help="print a link that logs a browser into this host's cluster's dashboard (it carries the token)",
     )
     job_cli.add_parser(sub)
+    serve_cli.add_parser(sub)
     state_cli.add_parser(sub)
     status = sub.add_parser("status", help="nodes and resources of the cluster")
     status.add_argument("--address", help="the head's HOST:PORT (default: the cluster started on this host)")
@@ -476,6 +477,8 @@ def _run(args) -> None:
         _dashboard_url()
     elif args.command == "job":
         job_cli.run(args)
+    elif args.command == "serve":
+        serve_cli.run(args)
     elif args.command in ("list", "summary", "logs"):
         state_cli.run(args)
     else:

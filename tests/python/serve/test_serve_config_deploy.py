@@ -158,3 +158,62 @@ def test_the_rest_api_needs_the_token(head):
         "applications": {},
         "target_capacity": None,
     }
+
+
+def test_oxrays_own_serve_commands(head, tmp_path):
+    """`oxray serve deploy|status|config|shutdown` over the same REST API; `build` writes a config."""
+    env = {**head.env, "OXRAY_TOKEN": head.token}
+
+    def oxray_serve(*args):
+        done = subprocess.run(
+            [sys.executable, "-m", "oxray.scripts.cli", "serve", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=str(tmp_path),
+        )
+        assert done.returncode == 0, f"oxray serve {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    code_dir = head.env["PYTHONPATH"].split(":")[0]
+    built = yaml.safe_load(
+        subprocess.run(
+            [sys.executable, "-m", "oxray.scripts.cli", "serve", "build", "greeting_app:app"],
+            env={**env, "PYTHONPATH": f"{code_dir}:{env.get('PYTHONPATH', '')}"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    )
+    assert built["applications"] == [
+        {
+            "name": "app1",
+            "route_prefix": "/",
+            "import_path": "greeting_app:app",
+            "runtime_env": {},
+            "deployments": [{"name": "Greeter"}],
+        }
+    ]
+    port = free_port()
+    built["http_options"] = {"host": "127.0.0.1", "port": port}
+    path = tmp_path / "built.yaml"
+    path.write_text(yaml.safe_dump(built))
+    address = ["--address", head.dashboard_url]
+    assert "Sent deploy request" in oxray_serve("deploy", str(path), *address)
+    wait_until(
+        lambda: "app1 RUNNING",
+        lambda: (
+            yaml.safe_load(oxray_serve("status", *address))["applications"].get("app1", {}).get("status") == "RUNNING"
+        ),
+        timeout=120,
+    )
+    assert fetch(port, "/") == (200, b"hello, world")
+    assert yaml.safe_load(oxray_serve("config", *address))["import_path"] == "greeting_app:app"
+    oxray_serve("shutdown", "-y", *address)
+    wait_until(
+        lambda: "Serve gone",
+        lambda: yaml.safe_load(oxray_serve("status", *address))["applications"] == {},
+        timeout=60,
+    )
