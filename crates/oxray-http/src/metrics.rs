@@ -83,6 +83,22 @@ impl Exposition {
         self.metrics.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
     }
 
+    /// Adds a line of `name`'s family whose sample name has `suffix` (a histogram's `_bucket`,
+    /// `_sum` and `_count`).
+    pub(crate) fn add_line(
+        &mut self,
+        name: &'static str,
+        kind: &'static str,
+        help: &'static str,
+        suffix: &str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", escape(v))).collect();
+        let line = format!("{name}{suffix}{{{}}} {value}", labels.join(","));
+        self.metrics.entry(name).or_insert((kind, help, Vec::new())).2.push(line);
+    }
+
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         for (name, (kind, help, lines)) in &self.metrics {
@@ -163,6 +179,10 @@ pub(crate) fn prometheus(text: String) -> Response {
 /// What a node's metrics server reads: its id, address and latest sample.
 pub trait NodeMetricsSource: Send + Sync {
     fn latest(&self) -> Option<(String, String, NodeSample)>;
+    /// More Prometheus text for the node's `/metrics` (Serve's proxy's series).
+    fn extra(&self) -> String {
+        String::new()
+    }
 }
 
 #[derive(Clone)]
@@ -176,7 +196,7 @@ async fn node_metrics(State(node): State<NodeMetrics>) -> Response {
     if let Some((node_id, ip, sample)) = node.source.latest() {
         add_node(&mut out, &node_id, &ip, &sample);
     }
-    prometheus(out.render())
+    prometheus(out.render() + &node.source.extra())
 }
 
 async fn require_token(State(node): State<NodeMetrics>, request: Request, next: Next) -> Response {

@@ -493,8 +493,12 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     let latest_stats: Arc<parking_lot::Mutex<Option<NodeStats>>> = Arc::default();
     let metrics = match &cfg.metrics {
         Some((host, port)) => {
-            let source =
-                LatestStats { node_id: node_id.to_string(), ip: info.ip.clone(), latest: latest_stats.clone() };
+            let source = LatestStats {
+                node_id: node_id.to_string(),
+                ip: info.ip.clone(),
+                latest: latest_stats.clone(),
+                agent: Arc::downgrade(&agent),
+            };
             let started = async {
                 let listener =
                     TcpListener::bind(format!("{host}:{port}")).await.map_err(|source| ClusterError::Bind {
@@ -662,12 +666,18 @@ struct LatestStats {
     node_id: String,
     ip: String,
     latest: Arc<parking_lot::Mutex<Option<NodeStats>>>,
+    /// The node's agent, for its Serve proxy's series.
+    agent: std::sync::Weak<AgentShared>,
 }
 
 impl NodeMetricsSource for LatestStats {
     fn latest(&self) -> Option<(String, String, NodeSample)> {
         let latest = self.latest.lock();
         latest.as_ref().map(|s| (self.node_id.clone(), self.ip.clone(), crate::head::cluster_state::sample_of(s)))
+    }
+
+    fn extra(&self) -> String {
+        self.agent.upgrade().map(|agent| agent.serve_proxy_metrics(&self.node_id, &self.ip)).unwrap_or_default()
     }
 }
 

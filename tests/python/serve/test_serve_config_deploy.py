@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from cli_cluster import free_port, running_cluster
-from oxray_testutil import wait_until
+from oxray_testutil import http_call, wait_until
 
 pytestmark = [pytest.mark.timeout(300)]
 SERVE = shutil.which("serve", path=os.path.dirname(sys.executable))
@@ -105,6 +105,16 @@ def test_rays_serve_cli_deploys_to_an_oxray_head(head, tmp_path):
     wait_until(lambda: f"both applications RUNNING: {status(head)}", running, timeout=120)
     assert fetch(port, "/greet?name=ray") == (200, b"hello, ray")
     assert fetch(port, "/built") == (200, b"hi, world")
+    assert fetch(port, "/nowhere")[0] == 404
+    # The proxy's series, under Ray's names, on the node's /metrics.
+    _, body = http_call("GET", f"{head.dashboard_url}/api/prometheus/sd", token=head.token)
+    [target] = json.loads(body)[0]["targets"]
+    text = http_call("GET", f"http://{target}/metrics", token=head.token)[1]
+    greeted = 'route="/greet",method="GET",application="greet",status_code="200"'
+    assert f"ray_serve_num_http_requests_total{{{greeted}}} 1" in text
+    assert 'ray_serve_num_http_error_requests_total{route="",error_code="404",method="GET",application=""} 1' in text
+    built = 'route="/built",method="GET",application="built",status_code="200"'
+    assert f"ray_serve_http_request_latency_ms_count{{{built}}} 1" in text
     apps = status(head)["applications"]
     assert apps["built"]["deployments"]["Greeter"]["replica_states"] == {"RUNNING": 2}
     configs = list(yaml.safe_load_all(serve_cli(head, "config").stdout))

@@ -8,6 +8,7 @@
 //! `x-request-id`, its status codes and texts (404, 408, 413, 503 or 429 for backpressure,
 //! 500) are kept. The data-plane port needs no token, as in Ray.
 
+pub mod metrics;
 pub mod replicas;
 pub mod wire;
 
@@ -63,6 +64,7 @@ pub struct ServeProxy {
     dead: RwLock<Vec<String>>,
     /// This proxy's name in its load reports.
     source: String,
+    pub metrics: metrics::ProxyMetrics,
 }
 
 /// Reports every autoscaled route's load at its `metrics_interval_s`, until the proxy is gone.
@@ -98,6 +100,7 @@ impl ServeProxy {
             calls,
             dead: RwLock::default(),
             source: format!("proxy-{}", &new_request_id()[..8]),
+            metrics: metrics::ProxyMetrics::default(),
         });
         tokio::spawn(report_load(Arc::downgrade(&proxy)));
         proxy
@@ -252,14 +255,22 @@ async fn handle(State(state): State<Proxied>, request: Request) -> Response {
         Some(id) if !id.is_empty() => id.to_string(),
         _ => new_request_id(),
     };
-    let response = proxy_request(&state, request, &request_id).await;
+    let started = Instant::now();
+    let method = request.method().as_str().to_string();
+    let _ongoing = state.proxy.metrics.start();
+    let mut labels = (String::new(), String::new());
+    let response = proxy_request(&state, request, &request_id, &mut labels).await;
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    state.proxy.metrics.record(&labels.0, &method, &labels.1, response.status().as_u16(), latency_ms);
     with_request_id(response, &request_id)
 }
 
-async fn proxy_request(state: &Proxied, request: Request, request_id: &str) -> Response {
+/// Answers `request`; `labels` gets its route and application for the metrics.
+async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labels: &mut (String, String)) -> Response {
     let proxy = &state.proxy;
     let path = request.uri().path().to_string();
     if path == "/-/routes" || path == "/-/healthz" {
+        labels.0 = path.clone();
         if !proxy.populated.load(Ordering::Acquire) {
             return text(StatusCode::SERVICE_UNAVAILABLE, "Route table is not populated yet.".into());
         }
@@ -279,6 +290,7 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str) -> R
             format!("Path '{path}' not found. Ping http://.../-/routes for available routes."),
         );
     };
+    *labels = (route.route_prefix.clone(), route.app.clone());
     let timeout = request_timeout(request.headers(), &state.options);
     let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
     let (parts, body) = request.into_parts();

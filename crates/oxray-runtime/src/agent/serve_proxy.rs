@@ -22,6 +22,8 @@ const BUFFER_PICKLE: &[u8] = b"\x80\x05\x97.";
 #[derive(Default)]
 pub(crate) struct ServeProxyHost {
     running: tokio::sync::Mutex<Option<Running>>,
+    /// The running proxy, for its metrics (read without waiting on a start or stop).
+    current: parking_lot::Mutex<Option<Arc<ServeProxy>>>,
     /// Set for the head node's agent (`HeadOnly` runs a proxy there only).
     pub(crate) on_head: std::sync::atomic::AtomicBool,
 }
@@ -46,6 +48,7 @@ impl ServeProxyHost {
             if let Some(old) = running.take() {
                 old.server.shutdown().await;
             }
+            *self.current.lock() = None;
             return Ok(None);
         };
         if running.as_ref().is_some_and(|r| r.server.options != options) {
@@ -57,6 +60,7 @@ impl ServeProxyHost {
             let proxy = ServeProxy::new(calls);
             let server = ProxyServer::start(options, proxy.clone()).await?;
             tracing::info!("Serve's HTTP proxy listens on {}", server.local_addr);
+            *self.current.lock() = Some(proxy.clone());
             *running = Some(Running { proxy, server });
         }
         let running = running.as_ref().expect("started above");
@@ -66,6 +70,7 @@ impl ServeProxyHost {
 
     /// Stops the proxy (the node is going away).
     pub(crate) async fn stop(&self) {
+        *self.current.lock() = None;
         if let Some(old) = self.running.lock().await.take() {
             old.server.shutdown().await;
         }
@@ -246,6 +251,12 @@ impl AgentShared {
                 }
             });
         }
+    }
+
+    /// The proxy's Prometheus series ("" when the node runs none).
+    pub(crate) fn serve_proxy_metrics(&self, node_id: &str, ip: &str) -> String {
+        let proxy = self.serve_proxy.current.lock().clone();
+        proxy.map(|p| p.metrics.render(node_id, ip)).unwrap_or_default()
     }
 
     /// Ends this node's proxy, at shutdown.
