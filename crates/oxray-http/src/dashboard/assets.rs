@@ -13,6 +13,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     ("charts.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/charts.js")),
     ("train.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/train.js")),
     ("tune.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/tune.js")),
+    ("serve.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/serve.js")),
     ("vendor/htmx.min.js", "text/javascript; charset=utf-8", include_bytes!("../../assets/vendor/htmx.min.js")),
     (
         "vendor/uPlot.iife.min.js",

@@ -18,6 +18,7 @@ mod logs;
 mod overview;
 mod profile;
 mod render;
+mod serve;
 mod tasks;
 mod train;
 mod tune;
@@ -53,6 +54,7 @@ pub(crate) fn routes(config: Arc<HttpConfig>, guard: Arc<Guard>, sources: StateS
         .merge(charts::routes())
         .merge(train::routes())
         .merge(tune::routes())
+        .merge(serve::routes())
         .merge(logs::routes())
         .merge(profile::routes())
         .merge(datasets::routes())
@@ -101,6 +103,7 @@ mod tests {
             ("/tasks", "/ui/tasks"),
             ("/train", "/ui/train"),
             ("/tune", "/ui/tune"),
+            ("/serve", "/ui/serve"),
             ("/datasets", "/ui/datasets"),
         ] {
             let whole = get(&app, page, false).await;

@@ -22,6 +22,7 @@ pub(super) const NAV: &[(&str, &str)] = &[
     ("/tasks", "Tasks"),
     ("/train", "Train"),
     ("/tune", "Tune"),
+    ("/serve", "Serve"),
     ("/datasets", "Datasets"),
     ("/charts", "Metrics"),
     ("/logs", "Logs"),

@@ -57,6 +57,25 @@ impl ProxyMetrics {
         }
     }
 
+    /// `{application: {"requests", "errors", "latency_sum_ms"}}`, requests to no application left out.
+    pub fn per_application(&self) -> serde_json::Value {
+        let mut out = serde_json::Map::new();
+        for ((_, _, app, status), series) in self.requests.lock().iter() {
+            if app.is_empty() {
+                continue;
+            }
+            let entry = out
+                .entry(app.clone())
+                .or_insert_with(|| serde_json::json!({"requests": 0u64, "errors": 0u64, "latency_sum_ms": 0.0}));
+            entry["requests"] = (entry["requests"].as_u64().unwrap_or(0) + series.count).into();
+            if *status >= 400 {
+                entry["errors"] = (entry["errors"].as_u64().unwrap_or(0) + series.count).into();
+            }
+            entry["latency_sum_ms"] = (entry["latency_sum_ms"].as_f64().unwrap_or(0.0) + series.sum_ms).into();
+        }
+        serde_json::Value::Object(out)
+    }
+
     /// The series as Prometheus text, labelled with the node.
     pub fn render(&self, node_id: &str, node_ip: &str) -> String {
         let mut out = Exposition::default();

@@ -198,6 +198,11 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     /// Serve's applications as its controller last reported them (Ray's `ServeInstanceDetails`);
     /// None when Serve is not running.
     fn serve_details(&self) -> Option<serde_json::Value>;
+    /// Every live node's Serve proxy counters summed per application:
+    /// `{application: {"requests", "errors", "latency_sum_ms"}}`.
+    fn serve_counters(&self) -> BoxFuture<'_, serde_json::Value> {
+        Box::pin(async { serde_json::json!({}) })
+    }
     /// Every Tune experiment's state, oldest first.
     fn experiments(&self) -> Vec<serde_json::Value>;
     /// One experiment's state and its kept trial results, oldest first.

@@ -7,7 +7,7 @@ use super::{node_logs, profile};
 use oxray_proto::node_state_service_server::NodeStateService;
 use oxray_proto::{
     ListLogsReply, ListLogsRequest, ListTasksReply, ListTasksRequest, LogFile, LogMatch, ProfileKind, ProfileReply,
-    ProfileRequest, ReadLogReply, ReadLogRequest,
+    ProfileRequest, ReadLogReply, ReadLogRequest, ServeCountersReply,
 };
 use std::path::PathBuf;
 use tonic::{Request, Response, Status};
@@ -26,6 +26,11 @@ impl AgentService {
 
 #[tonic::async_trait]
 impl NodeStateService for AgentService {
+    async fn serve_counters(&self, _: Request<oxray_proto::Empty>) -> Result<Response<ServeCountersReply>, Status> {
+        let counters = self.shared.serve_proxy_counters();
+        Ok(Response::new(ServeCountersReply { counters_json: counters.to_string() }))
+    }
+
     async fn list_tasks(&self, request: Request<ListTasksRequest>) -> Result<Response<ListTasksReply>, Status> {
         let limit = request.into_inner().limit as usize;
         let (tasks, total) = self.shared.state.lock().list_tasks(limit);

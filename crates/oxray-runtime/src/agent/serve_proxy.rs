@@ -259,6 +259,12 @@ impl AgentShared {
         proxy.map(|p| p.metrics.render(node_id, ip)).unwrap_or_default()
     }
 
+    /// The proxy's counters per application (`{}` when the node runs none).
+    pub(crate) fn serve_proxy_counters(&self) -> serde_json::Value {
+        let proxy = self.serve_proxy.current.lock().clone();
+        proxy.map(|p| p.metrics.per_application()).unwrap_or_else(|| serde_json::json!({}))
+    }
+
     /// Ends this node's proxy, at shutdown.
     pub async fn stop_serve_proxy(&self) {
         self.serve_proxy.stop().await;

@@ -352,6 +352,35 @@ impl ClusterState for HeadClusterState {
         self.0.placement_groups().into_iter().map(group_row).collect()
     }
 
+    fn serve_counters(&self) -> BoxFuture<'_, serde_json::Value> {
+        Box::pin(async move {
+            let mut asks = tokio::task::JoinSet::new();
+            for node in self.0.nodes().into_iter().filter(|n| n.alive) {
+                let head = self.0.clone();
+                asks.spawn(async move {
+                    let answer = async {
+                        let mut client = head.node_state(&node.node_id).await.ok()?;
+                        let reply = client.serve_counters(oxray_proto::Empty {}).await.ok()?.into_inner();
+                        serde_json::from_str::<serde_json::Value>(&reply.counters_json).ok()
+                    };
+                    tokio::time::timeout(NODE_ANSWER_TIMEOUT, answer).await.ok().flatten()
+                });
+            }
+            let mut sum = serde_json::Map::new();
+            while let Some(joined) = asks.join_next().await {
+                let Ok(Some(serde_json::Value::Object(apps))) = joined else { continue };
+                for (app, counters) in apps {
+                    let entry = sum.entry(app).or_insert_with(|| serde_json::json!({}));
+                    for key in ["requests", "errors", "latency_sum_ms"] {
+                        let total = entry[key].as_f64().unwrap_or(0.0) + counters[key].as_f64().unwrap_or(0.0);
+                        entry[key] = total.into();
+                    }
+                }
+            }
+            serde_json::Value::Object(sum)
+        })
+    }
+
     fn tasks(&self, limit: usize) -> BoxFuture<'_, TaskListing> {
         Box::pin(async move {
             let mut asks = tokio::task::JoinSet::new();
