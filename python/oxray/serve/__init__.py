@@ -4,10 +4,10 @@ Deployments (classes and functions, `.options()`, `.bind()`, application
 graphs), `serve.run`, `start`, `status`, `delete`, `shutdown`, handles
 (`DeploymentHandle`, `DeploymentResponse`), `user_config` with `reconfigure`,
 health checks, graceful shutdown, rolling updates, autoscaling, `@serve.batch`,
-and HTTP through each node's Rust proxy: plain `__call__(request)` deployments
-and `@serve.ingress` ASGI apps (FastAPI). Not yet: multiplexing, WebSockets,
-config files and the REST API; what is not there raises `NotImplementedError`
-naming it.
+`@serve.multiplexed`, and HTTP through each node's Rust proxy: plain
+`__call__(request)` deployments and `@serve.ingress` ASGI apps (FastAPI);
+config files through Ray's REST API. Not yet: WebSockets, the gRPC proxy;
+what is not there raises `NotImplementedError` naming it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from oxray.serve.context import get_replica_context
 from oxray.serve.deployment import Application, Deployment, deployment
 from oxray.serve.handle import DeploymentHandle, DeploymentResponse
 from oxray.serve.ingress import ingress
+from oxray.serve.multiplex import get_multiplexed_model_id, multiplexed
 
 
 def _not_yet(name: str):
@@ -38,8 +39,6 @@ def _not_yet(name: str):
     return refused
 
 
-multiplexed = _not_yet("multiplexed")
-get_multiplexed_model_id = _not_yet("get_multiplexed_model_id")
 run_many = _not_yet("run_many")
 
 __all__ = [

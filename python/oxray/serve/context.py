@@ -3,6 +3,7 @@ calling code runs in (set in each replica's process when it starts)."""
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -34,6 +35,8 @@ class ReplicaContext:
 
 
 _context: Optional[ReplicaContext] = None
+# The model the request being served names (`serve.get_multiplexed_model_id()`).
+_multiplexed_model_id: ContextVar[str] = ContextVar("serve_multiplexed_model_id", default="")
 
 
 def get_replica_context() -> ReplicaContext:

@@ -18,6 +18,8 @@ from oxray.serve.exceptions import BackPressureError, RayServeException, Request
 
 CONTROLLER_NAME = "SERVE_CONTROLLER_ACTOR"
 SERVE_NAMESPACE = "serve"
+# The keyword a call's model id travels under (the replica takes it out before the user's code).
+MODEL_ID_KWARG = "__serve_multiplexed_model_id__"
 # How long a handle trusts its list of serving replicas before asking the controller again.
 REPLICAS_REFRESH_S = 1.0
 # How often while calls wait here for room.
@@ -348,10 +350,11 @@ class DeploymentHandle:
     """Calls a deployment: `handle.remote(...)`, `handle.method.remote(...)`,
     `handle.options(method_name=...)`."""
 
-    def __init__(self, deployment_name: str, app_name: str, method_name: str = "__call__"):
+    def __init__(self, deployment_name: str, app_name: str, method_name: str = "__call__", model_id: str = ""):
         self.deployment_name = deployment_name
         self.app_name = app_name
         self._method = method_name
+        self._model_id = model_id
 
     def options(
         self,
@@ -363,24 +366,29 @@ class DeploymentHandle:
     ) -> "DeploymentHandle":
         if stream:
             raise NotImplementedError("DeploymentHandle.options(stream=True): oxray's Serve does not stream yet")
-        if multiplexed_model_id:
-            raise NotImplementedError(
-                "DeploymentHandle.options(multiplexed_model_id=...): oxray's Serve does not multiplex models yet"
-            )
-        return DeploymentHandle(self.deployment_name, self.app_name, method_name or self._method)
+        if not isinstance(multiplexed_model_id, str):
+            raise TypeError(f"multiplexed_model_id={multiplexed_model_id!r}: expected a string")
+        return DeploymentHandle(
+            self.deployment_name,
+            self.app_name,
+            method_name or self._method,
+            multiplexed_model_id or self._model_id,
+        )
 
     def __getattr__(self, name: str) -> "DeploymentHandle":
         if name.startswith("_"):
             raise AttributeError(name)
-        return DeploymentHandle(self.deployment_name, self.app_name, name)
+        return DeploymentHandle(self.deployment_name, self.app_name, name, self._model_id)
 
     def remote(self, *args, **kwargs) -> DeploymentResponse:
         args = tuple(_unwrap(a) for a in args)
         kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
+        if self._model_id:
+            kwargs[MODEL_ID_KWARG] = self._model_id
         return DeploymentResponse(_router(self.app_name, self.deployment_name), self._method, args, kwargs)
 
     def __reduce__(self):
-        return (DeploymentHandle, (self.deployment_name, self.app_name, self._method))
+        return (DeploymentHandle, (self.deployment_name, self.app_name, self._method, self._model_id))
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment='{self.deployment_name}', app='{self.app_name}')"

@@ -183,8 +183,6 @@ def test_bad_and_unsupported_options_are_refused_by_name():
         Adder.options(max_queued_requests=0)
     with pytest.raises(ValueError, match="status_code=500"):
         Adder.options(backpressure_config={"status_code": 500})
-    with pytest.raises(NotImplementedError, match="serve.multiplexed"):
-        serve.multiplexed(max_num_models_per_replica=2)
     with pytest.raises(RuntimeError, match="Use `.bind\\(\\)`"):
         Adder(1)
     with pytest.raises(ValueError, match="function deployments take no init_args"):

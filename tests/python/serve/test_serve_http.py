@@ -343,3 +343,39 @@ def test_http_load_scales_a_deployment_up_from_zero(port):
     assert serve.status().applications["woken"].deployments["woken"].replica_states.get("RUNNING", 0) == 0
     # Only the proxy knows of this request: its report to the controller starts a replica.
     assert fetch(port, "/woken")[::2] == (200, b"awake")
+
+
+def test_multiplexed_models_load_once_per_replica_and_follow_the_request(port):
+    @serve.deployment
+    class Models:
+        def __init__(self):
+            self.loads = []
+
+        @serve.multiplexed(max_num_models_per_replica=2)
+        async def get_model(self, model_id: str):
+            self.loads.append(model_id)
+            return f"model-{model_id}"
+
+        async def __call__(self, request):
+            model = await self.get_model(serve.get_multiplexed_model_id())
+            return {"model": model, "loads": self.loads}
+
+    handle = serve.run(Models.bind(), name="models", route_prefix="/models")
+    assert handle.options(multiplexed_model_id="a").remote(None).result() == {"model": "model-a", "loads": ["a"]}
+    assert handle.options(multiplexed_model_id="a").remote(None).result()["loads"] == ["a"], "loaded once"
+    status, _, body = fetch(port, "/models", headers={"serve_multiplexed_model_id": "b"})
+    assert (status, json.loads(body)) == (200, {"model": "model-b", "loads": ["a", "b"]})
+    # A third model evicts the least recently used (a), which then loads again.
+    handle.options(multiplexed_model_id="c").remote(None).result()
+    assert handle.options(multiplexed_model_id="a").remote(None).result()["loads"] == ["a", "b", "c", "a"]
+
+
+def test_multiplexed_refuses_sync_functions_and_bad_limits(clean_serve):
+    with pytest.raises(TypeError, match="async functions"):
+
+        @serve.multiplexed
+        def load(model_id):
+            return model_id
+
+    with pytest.raises(ValueError, match="max_num_models_per_replica=0"):
+        serve.multiplexed(max_num_models_per_replica=0)

@@ -19,6 +19,8 @@ import threading
 import traceback
 from urllib.parse import unquote
 
+from oxray.serve.context import _multiplexed_model_id
+
 _U32 = struct.Struct("<I")
 _HEAD = struct.Struct("<BH")
 # Ray's replica-built 500 (a Starlette `Response("Internal Server Error", 500)`).
@@ -205,10 +207,11 @@ class HttpServer:
                 return exchange.take(True)
             self.streams[request_id] = exchange
         receive = _receiver(body, exchange)
+        model_id = _model_id_of(scope)
         if self.asgi_app is not None:
-            self._on_loop(exchange, self.asgi_app(scope, receive, _sender(exchange)))
+            self._on_loop(exchange, self.asgi_app(scope, receive, _sender(exchange)), model_id)
         else:
-            self._call(scope, receive, exchange)
+            self._call(scope, receive, exchange, model_id)
         return exchange.take(True)
 
     def next_batch(self, request_id: str) -> bytes:
@@ -229,7 +232,7 @@ class HttpServer:
         if exchange.loop is not None:
             exchange.loop.call_soon_threadsafe(_cancel_on_loop, exchange)
 
-    def _call(self, scope, receive, exchange) -> None:
+    def _call(self, scope, receive, exchange, model_id: str) -> None:
         """A plain deployment: sync code runs here, on the calling thread; a coroutine, or a
         Starlette response to send, on the replica's loop."""
         replica = self.replica
@@ -239,14 +242,17 @@ class HttpServer:
             from starlette.requests import Request
 
             args = (Request(scope, receive),)
+        token = _multiplexed_model_id.set(model_id)
         try:
             result = method(*args)
         except BaseException as e:  # noqa: BLE001 - the user's error is a 500, logged here
             _log_failure(e)
             exchange.fail(e)
             return
+        finally:
+            _multiplexed_model_id.reset(token)
         if inspect.isawaitable(result) or _is_starlette_response(result):
-            self._on_loop(exchange, _finish(result, scope, receive, exchange))
+            self._on_loop(exchange, _finish(result, scope, receive, exchange), model_id)
             return
         try:
             start, body = plain_response(result)
@@ -257,12 +263,13 @@ class HttpServer:
         exchange.send_message({"type": "http.response.start", "status": start[0], "headers": start[1]})
         exchange.send_message({"type": "http.response.body", "body": body})
 
-    def _on_loop(self, exchange, coroutine) -> None:
+    def _on_loop(self, exchange, coroutine, model_id: str) -> None:
         loop = self.replica._event_loop()
         exchange.loop = loop
 
         async def run():
             exchange.task = asyncio.current_task()
+            _multiplexed_model_id.set(model_id)  # the task's own context
             try:
                 await coroutine
             except BaseException as e:  # noqa: BLE001 - a 500 (or a cut body), logged
@@ -313,6 +320,14 @@ def _sender(exchange):
         exchange.send_message(message)
 
     return send
+
+
+def _model_id_of(scope) -> str:
+    """The `serve_multiplexed_model_id` header (`-` and `_` alike, as Ray reads it)."""
+    for name, value in scope["headers"]:
+        if name.replace(b"-", b"_") == b"serve_multiplexed_model_id":
+            return value.decode("latin-1")
+    return ""
 
 
 def _log_failure(error: BaseException) -> None:

@@ -15,8 +15,9 @@ import time
 
 from oxray import cloudpickle
 from oxray.serve._private.http import HttpServer
-from oxray.serve.context import ReplicaContext, ReplicaID, set_replica_context
+from oxray.serve.context import ReplicaContext, ReplicaID, _multiplexed_model_id, set_replica_context
 from oxray.serve.exceptions import RayServeException
+from oxray.serve.handle import MODEL_ID_KWARG
 
 
 class ServeReplica:
@@ -56,6 +57,7 @@ class ServeReplica:
         self._run(method, (user_config,), {})
 
     def handle_request(self, method_name: str, *args, **kwargs):
+        model_id = kwargs.pop(MODEL_ID_KWARG, "")
         with self.idle:
             self.ongoing += 1
         try:
@@ -72,7 +74,7 @@ class ServeReplica:
                     raise RayServeException(
                         f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}"
                     )
-            return self._run(method, args, kwargs)
+            return self._run(method, args, kwargs, model_id)
         finally:
             with self.idle:
                 self.ongoing -= 1
@@ -109,10 +111,16 @@ class ServeReplica:
             if destructor is not None:
                 self._run(destructor, (self.target,), {})
 
-    def _run(self, method, args: tuple, kwargs: dict):
-        result = method(*args, **kwargs)
+    def _run(self, method, args: tuple, kwargs: dict, model_id: str = ""):
+        """Runs user code with the request's model id set (`serve.get_multiplexed_model_id()`); a
+        coroutine on the replica's loop, where it is set again (a task has its own context)."""
+        token = _multiplexed_model_id.set(model_id)
+        try:
+            result = method(*args, **kwargs)
+        finally:
+            _multiplexed_model_id.reset(token)
         if inspect.isawaitable(result):
-            return asyncio.run_coroutine_threadsafe(_awaited(result), self._event_loop()).result()
+            return asyncio.run_coroutine_threadsafe(_awaited(result, model_id), self._event_loop()).result()
         return result
 
     def _event_loop(self):
@@ -124,5 +132,6 @@ class ServeReplica:
             return self.loop
 
 
-async def _awaited(awaitable):
+async def _awaited(awaitable, model_id: str = ""):
+    _multiplexed_model_id.set(model_id)
     return await awaitable
