@@ -27,8 +27,9 @@ $(VENV)/.test-deps: pyproject.toml $(VENV)/.demo-deps
 	# Data's from_huggingface is tested on local Hugging Face datasets; snappy-compressed files
 	# are read with python-snappy, as Ray reads them.
 	$(PIP) install --quiet "datasets>=3" "python-snappy>=0.7"
-	# Ray's own Jobs clients (`ray job`, `JobSubmissionClient`), tested against the head's HTTP API.
-	$(PIP) install --quiet "ray[default]==2.60.*"
+	# Ray's own Jobs and Serve clients (`ray job`, `JobSubmissionClient`, `serve`), tested against the head's
+	# HTTP API; `serve` brings what the Serve tests use too (FastAPI, Starlette, websockets).
+	$(PIP) install --quiet "ray[default,serve]==2.60.*"
 	# The Jobs API's OpenAPI description, fuzzed against the server.
 	$(PIP) install --quiet "schemathesis>=4,<5"
 	# The dashboard's browser tests: Playwright drives Debian's Chromium (browsers cannot be downloaded).

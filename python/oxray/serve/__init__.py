@@ -6,7 +6,7 @@ graphs), `serve.run`, `start`, `status`, `delete`, `shutdown`, handles
 health checks, graceful shutdown, rolling updates, autoscaling, `@serve.batch`,
 `@serve.multiplexed`, and HTTP through each node's Rust proxy: plain
 `__call__(request)` deployments and `@serve.ingress` ASGI apps (FastAPI);
-config files through Ray's REST API. Not yet: WebSockets, the gRPC proxy;
+WebSockets; config files through Ray's REST API. Not yet: the gRPC proxy;
 what is not there raises `NotImplementedError` naming it.
 """
 

@@ -379,3 +379,62 @@ def test_multiplexed_refuses_sync_functions_and_bad_limits(clean_serve):
 
     with pytest.raises(ValueError, match="max_num_models_per_replica=0"):
         serve.multiplexed(max_num_models_per_replica=0)
+
+
+def test_a_fastapi_websocket_echoes_through_the_proxy(port):
+    import asyncio
+
+    import websockets
+    from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+
+    app = FastAPI()
+
+    @serve.deployment
+    @serve.ingress(app)
+    class Chat:
+        def __init__(self):
+            self.closed = []
+
+        @app.websocket("/ws")
+        async def chat(self, ws: WebSocket):
+            await ws.accept()
+            try:
+                while True:
+                    text = await ws.receive_text()
+                    if text == "bye":
+                        await ws.close(code=1000)
+                        return
+                    await ws.send_text(f"echo: {text}")
+                    await ws.send_bytes(text.encode()[::-1])
+            except WebSocketDisconnect as e:
+                self.closed.append(e.code)
+
+        @app.get("/closed")
+        def closed_codes(self):
+            return self.closed
+
+    serve.run(Chat.bind(), name="chat", route_prefix="/chat")
+
+    async def talk():
+        async with websockets.connect(f"ws://127.0.0.1:{port}/chat/ws") as ws:
+            await ws.send("hi")
+            assert await ws.recv() == "echo: hi"
+            assert await ws.recv() == b"ih"
+            await ws.send("bye")
+            with pytest.raises(websockets.ConnectionClosedOK):
+                await ws.recv()
+        # A client that leaves without a close frame's answer: the app hears a disconnect.
+        ws = await websockets.connect(f"ws://127.0.0.1:{port}/chat/ws")
+        await ws.send("once")
+        assert await ws.recv() == "echo: once"
+        await ws.close()
+
+    asyncio.run(talk())
+    from oxray_testutil import wait_until
+
+    closed = wait_until(
+        "the app to hear the second client leave",
+        lambda: (lambda r: r[0] == 200 and json.loads(r[2]))(fetch(port, "/chat/closed")),
+        timeout=30,
+    )
+    assert closed == [1000]

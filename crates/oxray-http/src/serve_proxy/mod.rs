@@ -10,12 +10,13 @@
 
 pub mod metrics;
 pub mod replicas;
+mod websocket;
 pub mod wire;
 
 use crate::serve::{ConnectionLimits, serve};
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use oxray_jobs::BoxFuture;
@@ -293,7 +294,15 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
     *labels = (route.route_prefix.clone(), route.app.clone());
     let timeout = request_timeout(request.headers(), &state.options);
     let peer = request.extensions().get::<PeerAddr>().map(|p| p.0);
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
+    let upgrade = if is_websocket(&parts.headers) {
+        match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, state).await {
+            Ok(upgrade) => Some(upgrade),
+            Err(rejection) => return rejection.into_response(),
+        }
+    } else {
+        None
+    };
     let limit = state.options.max_request_body_bytes;
     let too_large = || {
         text(
@@ -316,8 +325,9 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
     let scope_root =
         if route.route_prefix == "/" { root_path.to_string() } else { format!("{root_path}{}", route.route_prefix) };
     let meta = wire::RequestMeta {
+        kind: if upgrade.is_some() { "websocket" } else { "http" },
         method: parts.method.as_str(),
-        scheme: "http",
+        scheme: if upgrade.is_some() { "ws" } else { "http" },
         path: &path,
         query_string: parts.uri.query().unwrap_or(""),
         root_path: &scope_root,
@@ -331,6 +341,9 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
         request_id,
     };
     let payload = wire::encode_request(&meta, &body);
+    if let Some(upgrade) = upgrade {
+        return websocket::open(proxy, route, payload, request_id, upgrade).await;
+    }
     let started = Instant::now();
     let dispatch = dispatch(proxy, route, payload, request_id);
     let outcome = match timeout {
@@ -362,13 +375,17 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
     }
 }
 
+fn is_websocket(headers: &HeaderMap) -> bool {
+    headers.get(header::UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
 /// Seconds as Ray prints a timeout (`2.0`, `0.5`).
 fn trim_seconds(d: Duration) -> String {
     let s = (d.as_secs_f64() * 10.0).round() / 10.0;
     format!("{s:?}")
 }
 
-enum Failure {
+pub(crate) enum Failure {
     TimedOut(Duration),
     Backpressure(StatusCode, String, Option<u64>),
     Unavailable(String),
@@ -377,7 +394,7 @@ enum Failure {
 
 /// Calls the replica's `http_cancel` when dropped before it is disarmed: the client went away,
 /// or the request timed out, while the replica still ran it.
-struct CancelOnDrop {
+pub(crate) struct CancelOnDrop {
     calls: Arc<dyn ReplicaCalls>,
     actor_id: String,
     request_id: String,
@@ -484,7 +501,7 @@ async fn stream_rest(
 
 /// A replica of `route` with room, waiting in the application's queue while every one is busy
 /// (or none serves yet).
-async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<Slot, Failure> {
+pub(crate) async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<Slot, Failure> {
     if let Some(why) = &route.unavailable {
         return Err(Failure::Unavailable(why.clone()));
     }

@@ -10,6 +10,8 @@ use serde::Serialize;
 /// Latin-1 strings, as ASGI's bytes decode).
 #[derive(Debug, Serialize)]
 pub struct RequestMeta<'a> {
+    /// "http", or "websocket" for an upgrade.
+    pub kind: &'a str,
     pub method: &'a str,
     pub scheme: &'a str,
     pub path: &'a str,
@@ -96,6 +98,36 @@ pub fn decode_reply(raw: &[u8]) -> Result<ReplyBatch, MalformedReply> {
     Ok(ReplyBatch { done, start, chunks })
 }
 
+/// A WebSocket message between the proxy and the replica: a kind byte (0 text, 1 binary, 2 close
+/// with a little-endian `u16` code first), then its bytes.
+#[derive(Debug, PartialEq)]
+pub enum WsMessage {
+    Text(Vec<u8>),
+    Binary(Vec<u8>),
+    Close(u16, Vec<u8>),
+}
+
+impl WsMessage {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            WsMessage::Text(data) => [&[0u8][..], data].concat(),
+            WsMessage::Binary(data) => [&[1u8][..], data].concat(),
+            WsMessage::Close(code, reason) => [&[2u8][..], &code.to_le_bytes(), reason].concat(),
+        }
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<Self, MalformedReply> {
+        match raw.split_first() {
+            Some((0, data)) => Ok(WsMessage::Text(data.to_vec())),
+            Some((1, data)) => Ok(WsMessage::Binary(data.to_vec())),
+            Some((2, rest)) if rest.len() >= 2 => {
+                Ok(WsMessage::Close(u16::from_le_bytes([rest[0], rest[1]]), rest[2..].to_vec()))
+            }
+            _ => Err(MalformedReply("a WebSocket message")),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn encode_reply(batch: &ReplyBatch) -> Vec<u8> {
     let mut out = vec![batch.done as u8];
@@ -136,6 +168,17 @@ mod tests {
         assert_eq!(decode_reply(&raw[..raw.len() - 1]).unwrap_err(), MalformedReply("body chunk"));
         let continued = ReplyBatch { done: false, start: None, chunks: vec![b"more".to_vec()] };
         assert_eq!(decode_reply(&encode_reply(&continued)).unwrap(), continued);
+    }
+
+    #[test]
+    fn websocket_messages_round_trip_and_a_short_close_is_refused() {
+        for message in
+            [WsMessage::Text(b"hi".to_vec()), WsMessage::Binary(vec![0, 255]), WsMessage::Close(1000, b"bye".to_vec())]
+        {
+            assert_eq!(WsMessage::decode(&message.encode()).unwrap(), message);
+        }
+        assert!(WsMessage::decode(&[2, 1]).is_err());
+        assert!(WsMessage::decode(&[]).is_err());
     }
 
     #[test]

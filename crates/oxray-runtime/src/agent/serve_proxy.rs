@@ -109,7 +109,7 @@ impl AgentReplicaCalls {
             // A stream's next batch and a cancel never wait behind new requests: the replica runs
             // them in a concurrency group of their own (`STREAM_GROUP` in Serve's controller).
             concurrency_group: match method {
-                "http_next" | "http_cancel" => "serve_http_stream".into(),
+                "http_next" | "http_cancel" | "ws_next" | "ws_receive" => "serve_http_stream".into(),
                 _ => String::new(),
             },
             ..TaskSpec::default()

@@ -53,6 +53,11 @@ def decode_request(payload) -> tuple:
         "server": tuple(server) if server else None,
         "state": {},
     }
+    if meta.get("kind") == "websocket":
+        scope["type"] = "websocket"
+        del scope["method"]
+        protocols = next((v for k, v in scope["headers"] if k == b"sec-websocket-protocol"), b"")
+        scope["subprotocols"] = [p.strip() for p in protocols.decode("latin-1").split(",") if p.strip()]
     return scope, body, meta["request_id"]
 
 
@@ -332,3 +337,141 @@ def _model_id_of(scope) -> str:
 
 def _log_failure(error: BaseException) -> None:
     print("".join(traceback.format_exception(type(error), error, error.__traceback__)), file=sys.stderr, flush=True)
+
+
+class WsExchange:
+    """One WebSocket: what the client sent, queued for the app's `receive` (on the replica's
+    loop), and what the app sends, taken by the proxy in batches (`ws_next`)."""
+
+    def __init__(self, loop, finished):
+        self.loop = loop
+        self.inbound = asyncio.Queue()
+        self.cond = threading.Condition()
+        self.accepted = None  # (101, headers) once the app accepts
+        self.outbound = []
+        self.done = False
+        self.finished = finished
+        self.task = None
+
+    def send_message(self, message: dict) -> None:
+        kind = message["type"]
+        with self.cond:
+            if kind == "websocket.accept":
+                headers = [(bytes(k), bytes(v)) for k, v in message.get("headers") or ()]
+                if message.get("subprotocol"):
+                    headers.append((b"sec-websocket-protocol", message["subprotocol"].encode()))
+                self.accepted = (101, headers)
+            elif kind == "websocket.send":
+                if message.get("text") is not None:
+                    self.outbound.append(b"\x00" + message["text"].encode())
+                else:
+                    self.outbound.append(b"\x01" + bytes(message.get("bytes") or b""))
+            elif kind == "websocket.close":
+                code = message.get("code", 1000)
+                self.outbound.append(b"\x02" + code.to_bytes(2, "little") + (message.get("reason") or "").encode())
+                self.done = True
+            self.cond.notify_all()
+        if self.done:
+            self.finished()
+
+    def end(self) -> None:
+        with self.cond:
+            self.done = True
+            self.cond.notify_all()
+        self.finished()
+
+    def first(self) -> bytes:
+        with self.cond:
+            self.cond.wait_for(lambda: self.accepted is not None or self.done)
+            if self.accepted is None:
+                return encode_batch(True, (403, []), [])
+            return encode_batch(False, self.accepted, [])
+
+    def next_batch(self) -> bytes:
+        with self.cond:
+            self.cond.wait_for(lambda: self.done or self.outbound)
+            chunks, self.outbound = self.outbound, []
+            return encode_batch(self.done, None, chunks)
+
+    def deliver(self, raw: bytes) -> None:
+        """A client message (`ws_receive`), for the app's next `receive()`."""
+        kind, data = raw[0], raw[1:]
+        if kind == 0:
+            message = {"type": "websocket.receive", "text": data.decode()}
+        elif kind == 1:
+            message = {"type": "websocket.receive", "bytes": data}
+        else:
+            message = {"type": "websocket.disconnect", "code": int.from_bytes(data[:2], "little")}
+        self.loop.call_soon_threadsafe(self.inbound.put_nowait, message)
+
+
+class WebSockets:
+    """A replica's WebSockets, by request id; the app runs on the replica's loop."""
+
+    def __init__(self, server: HttpServer):
+        self.server = server
+        self.open: dict = {}
+        self.lock = threading.Lock()
+
+    def open_socket(self, payload) -> bytes:
+        scope, _, request_id = decode_request(payload)
+        server, replica = self.server, self.server.replica
+        if server.asgi_app is None:
+            return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
+        with replica.idle:
+            replica.ongoing += 1
+        finished_once = threading.Lock()
+
+        def finished():
+            if finished_once.acquire(blocking=False):
+                with self.lock:
+                    self.open.pop(request_id, None)
+                with replica.idle:
+                    replica.ongoing -= 1
+                    replica.idle.notify_all()
+
+        loop = replica._event_loop()
+        exchange = WsExchange(loop, finished)
+        with self.lock:
+            self.open[request_id] = exchange
+        connected = False
+
+        async def receive():
+            nonlocal connected
+            if not connected:
+                connected = True
+                return {"type": "websocket.connect"}
+            return await exchange.inbound.get()
+
+        async def send(message):
+            exchange.send_message(message)
+
+        async def run():
+            exchange.task = asyncio.current_task()
+            _multiplexed_model_id.set(_model_id_of(scope))
+            try:
+                await server.asgi_app(scope, receive, send)
+            except BaseException as e:  # noqa: BLE001 - logged; the socket closes
+                if not isinstance(e, asyncio.CancelledError):
+                    _log_failure(e)
+            finally:
+                exchange.end()
+
+        asyncio.run_coroutine_threadsafe(run(), loop)
+        return exchange.first()
+
+    def receive(self, payload) -> None:
+        view = memoryview(payload)
+        (n,) = _U32.unpack_from(view, 0)
+        request_id = bytes(view[4 : 4 + n]).decode()
+        with self.lock:
+            exchange = self.open.get(request_id)
+        if exchange is not None:
+            exchange.deliver(bytes(view[4 + n :]))
+
+    def next_batch(self, request_id: str) -> bytes:
+        with self.lock:
+            exchange = self.open.get(request_id)
+        if exchange is None:
+            return encode_batch(True, None, [])
+        return exchange.next_batch()

@@ -14,7 +14,7 @@ import threading
 import time
 
 from oxray import cloudpickle
-from oxray.serve._private.http import HttpServer
+from oxray.serve._private.http import HttpServer, WebSockets
 from oxray.serve.context import ReplicaContext, ReplicaID, _multiplexed_model_id, set_replica_context
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.handle import MODEL_ID_KWARG
@@ -31,6 +31,7 @@ class ServeReplica:
         self.loop_lock = threading.Lock()
         self.deleted = False
         self.http = HttpServer(self)
+        self.websockets = WebSockets(self.http)
 
     def initialize(self, definition: bytes, arguments: bytes, user_config, has_user_config: bool) -> None:
         """Builds the user's object; its constructor's exception fails the replica (the controller
@@ -90,6 +91,16 @@ class ServeReplica:
 
     def http_cancel(self, request_id) -> None:
         self.http.cancel(bytes(request_id).decode())
+
+    def ws_open(self, request) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.websockets.open_socket(request))
+
+    def ws_receive(self, message) -> pickle.PickleBuffer:
+        self.websockets.receive(message)
+        return pickle.PickleBuffer(b"")  # a reply the proxy reads as delivered
+
+    def ws_next(self, request_id) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.websockets.next_batch(bytes(request_id).decode()))
 
     def check_health(self) -> None:
         method = None if self.is_function else getattr(self.target, "check_health", None)
