@@ -438,3 +438,37 @@ def test_a_fastapi_websocket_echoes_through_the_proxy(port):
         timeout=30,
     )
     assert closed == [1000]
+
+
+def test_two_requests_with_the_same_request_id_keep_their_own_streamed_bodies(port):
+    from fastapi import FastAPI
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+
+    @serve.deployment(max_ongoing_requests=4)
+    @serve.ingress(app)
+    class Echo:
+        @app.get("/{word}")
+        def stream(self, word: str):
+            async def chunks():
+                for i in range(20):
+                    yield f"{word}{i};".encode()
+
+            return StreamingResponse(chunks(), media_type="text/plain")
+
+    serve.run(Echo.bind(), name="same-id", route_prefix="/same")
+    bodies = {}
+
+    def get(word):
+        bodies[word] = fetch(port, f"/same/{word}", headers={"x-request-id": "shared-id"})
+
+    threads = [threading.Thread(target=get, args=(w,)) for w in ("left", "right")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for word in ("left", "right"):
+        status, headers, body = bodies[word]
+        assert (status, headers["x-request-id"]) == (200, "shared-id")
+        assert body.decode() == "".join(f"{word}{i};" for i in range(20))

@@ -257,7 +257,12 @@ async fn handle(State(state): State<Proxied>, request: Request) -> Response {
         _ => new_request_id(),
     };
     let started = Instant::now();
-    let method = request.method().as_str().to_string();
+    // Any token is a method to hyper: the label keeps to the standard ones, so clients cannot grow the series.
+    let method = match request.method().as_str() {
+        m @ ("GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "CONNECT" | "OPTIONS" | "TRACE" | "PATCH") => m,
+        _ => "OTHER",
+    }
+    .to_string();
     let _ongoing = state.proxy.metrics.start();
     let mut labels = (String::new(), String::new());
     let response = proxy_request(&state, request, &request_id, &mut labels).await;
@@ -324,6 +329,9 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
     }
     let scope_root =
         if route.route_prefix == "/" { root_path.to_string() } else { format!("{root_path}{}", route.route_prefix) };
+    // The replica keys the request's stream by an id of the proxy's own: clients choose their
+    // `x-request-id`, and two requests with the same one must not share a stream.
+    let stream_id = new_request_id();
     let meta = wire::RequestMeta {
         kind: if upgrade.is_some() { "websocket" } else { "http" },
         method: parts.method.as_str(),
@@ -339,13 +347,14 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
         client: peer.map(|p| (p.ip().to_string(), p.port())),
         server: None,
         request_id,
+        stream_id: &stream_id,
     };
     let payload = wire::encode_request(&meta, &body);
     if let Some(upgrade) = upgrade {
-        return websocket::open(proxy, route, payload, request_id, upgrade).await;
+        return websocket::open(proxy, route, payload, request_id, &stream_id, upgrade).await;
     }
     let started = Instant::now();
-    let dispatch = dispatch(proxy, route, payload, request_id);
+    let dispatch = dispatch(proxy, route, payload, &stream_id);
     let outcome = match timeout {
         None => dispatch.await,
         Some(limit) => match tokio::time::timeout(limit, dispatch).await {
@@ -397,14 +406,14 @@ pub(crate) enum Failure {
 pub(crate) struct CancelOnDrop {
     calls: Arc<dyn ReplicaCalls>,
     actor_id: String,
-    request_id: String,
+    stream_id: String,
     armed: bool,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.calls.notify(&self.actor_id, "http_cancel", self.request_id.clone().into_bytes());
+            self.calls.notify(&self.actor_id, "http_cancel", self.stream_id.clone().into_bytes());
         }
     }
 }
@@ -415,13 +424,13 @@ async fn dispatch(
     proxy: &Arc<ServeProxy>,
     route: &Route,
     payload: Vec<u8>,
-    request_id: &str,
+    stream_id: &str,
 ) -> Result<Response, Failure> {
     let slot = take_slot(proxy, route).await?;
     let mut cancel = CancelOnDrop {
         calls: proxy.calls.clone(),
         actor_id: slot.replica.actor_id.clone(),
-        request_id: request_id.to_string(),
+        stream_id: stream_id.to_string(),
         armed: true,
     };
     let first = match proxy.calls.call(&slot.replica.actor_id, "handle_http", payload).await {
@@ -474,7 +483,7 @@ async fn stream_rest(
     }
     loop {
         let raw = tokio::select! {
-            raw = calls.call(&slot.replica.actor_id, "http_next", cancel.request_id.clone().into_bytes()) => raw,
+            raw = calls.call(&slot.replica.actor_id, "http_next", cancel.stream_id.clone().into_bytes()) => raw,
             _ = tx.closed() => return,
         };
         let batch =

@@ -184,12 +184,15 @@ async fn a_request_past_its_timeout_is_408_and_the_replica_is_told_to_cancel_it(
         Request::builder().uri("/slow").header("x-request-timeout-seconds", "0.2").body(Body::empty()).unwrap();
     let client = tokio::spawn(h.app.clone().oneshot(request));
     let (_, _, payload, _unanswered) = h.calls.recv().await.unwrap();
-    let request_id = meta_of(&payload).0["request_id"].as_str().unwrap().to_string();
+    let meta = meta_of(&payload).0;
+    let request_id = meta["request_id"].as_str().unwrap().to_string();
+    let stream_id = meta["stream_id"].as_str().unwrap().to_string();
+    assert_ne!(request_id, stream_id, "the replica's stream key is the proxy's own");
     let response = client.await.unwrap().unwrap();
     assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
     assert_eq!(body_text(response).await, format!("Request {request_id} timed out after 0.2s."));
     let (actor, method, cancelled) = h.notified.recv().await.unwrap();
-    assert_eq!((actor.as_str(), method, cancelled), ("aa", "http_cancel", request_id.into_bytes()));
+    assert_eq!((actor.as_str(), method, cancelled), ("aa", "http_cancel", stream_id.into_bytes()));
 }
 
 #[tokio::test]

@@ -19,11 +19,31 @@ fn inbound(request_id: &str, message: &WsMessage) -> Vec<u8> {
     out
 }
 
+/// Tells the app its client is gone (`ws_receive` of a 1006 close) when dropped armed: the
+/// upgrade failed, the client left, or the proxy could not reach the replica; disarmed once the
+/// app ended the socket or heard the client's own close.
+struct DisconnectOnDrop {
+    calls: Arc<dyn super::ReplicaCalls>,
+    actor: String,
+    stream_id: String,
+    armed: bool,
+}
+
+impl Drop for DisconnectOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let message = inbound(&self.stream_id, &WsMessage::Close(1006, Vec::new()));
+            self.calls.notify(&self.actor, "ws_receive", message);
+        }
+    }
+}
+
 pub(super) async fn open(
     proxy: &Arc<ServeProxy>,
     route: &Route,
     payload: Vec<u8>,
     request_id: &str,
+    stream_id: &str,
     upgrade: WebSocketUpgrade,
 ) -> Response {
     let slot = match take_slot(proxy, route).await {
@@ -36,6 +56,9 @@ pub(super) async fn open(
     };
     let calls = proxy.calls.clone();
     let actor = slot.replica.actor_id.clone();
+    // Armed from the start: a client gone while the app decides is a disconnect for it too.
+    let mut guard =
+        DisconnectOnDrop { calls: calls.clone(), actor: actor.clone(), stream_id: stream_id.to_string(), armed: true };
     let first = match calls.call(&actor, "ws_open", payload).await.map_err(|e| e.to_string()) {
         Ok(raw) => wire::decode_reply(&raw).map_err(|e| e.to_string()),
         Err(e) => Err(e),
@@ -43,12 +66,14 @@ pub(super) async fn open(
     let batch: ReplyBatch = match first {
         Ok(batch) => batch,
         Err(why) => {
+            guard.armed = false; // the replica never opened it
             tracing::warn!("Serve WebSocket {request_id} to {} failed: {why}", route.app);
             return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error".into());
         }
     };
     let Some((101, headers)) = batch.start else {
         // The app closed before accepting: Ray's proxy answers 403.
+        guard.armed = false;
         return (StatusCode::FORBIDDEN, "").into_response();
     };
     let protocol =
@@ -57,9 +82,9 @@ pub(super) async fn open(
         Some(p) => upgrade.protocols([p]),
         None => upgrade,
     };
-    let request_id = request_id.to_string();
     let mut response = upgrade.on_upgrade(move |socket| async move {
-        pump(socket, calls, actor, request_id).await;
+        pump(socket, &mut guard).await;
+        drop(guard);
         drop(slot);
     });
     for (name, value) in headers {
@@ -72,8 +97,9 @@ pub(super) async fn open(
     response
 }
 
-async fn pump(mut socket: WebSocket, calls: Arc<dyn super::ReplicaCalls>, actor: String, request_id: String) {
-    let next_batch = || calls.call(&actor, "ws_next", request_id.clone().into_bytes());
+async fn pump(mut socket: WebSocket, guard: &mut DisconnectOnDrop) {
+    let (calls, actor, stream_id) = (guard.calls.clone(), guard.actor.clone(), guard.stream_id.clone());
+    let next_batch = || calls.call(&actor, "ws_next", stream_id.clone().into_bytes());
     let mut next = next_batch();
     loop {
         tokio::select! {
@@ -98,6 +124,7 @@ async fn pump(mut socket: WebSocket, calls: Arc<dyn super::ReplicaCalls>, actor:
                     }
                 }
                 if batch.done {
+                    guard.armed = false;
                     return;
                 }
                 next = next_batch();
@@ -112,7 +139,10 @@ async fn pump(mut socket: WebSocket, calls: Arc<dyn super::ReplicaCalls>, actor:
                 };
                 let closing = matches!(message, WsMessage::Close(..));
                 // In order: the next message goes only once the replica has this one.
-                let sent = calls.call(&actor, "ws_receive", inbound(&request_id, &message)).await;
+                let sent = calls.call(&actor, "ws_receive", inbound(&stream_id, &message)).await;
+                if closing && sent.is_ok() {
+                    guard.armed = false; // the app heard the close itself
+                }
                 if closing || sent.is_err() {
                     return; // the app hears of the close and ends; `next` dropped with it
                 }

@@ -22,6 +22,8 @@ pub struct RequestMeta<'a> {
     pub client: Option<(String, u16)>,
     pub server: Option<(String, u16)>,
     pub request_id: &'a str,
+    /// The proxy's own id for the request's stream (`http_next`, `http_cancel`, `ws_*`).
+    pub stream_id: &'a str,
 }
 
 /// Bytes as Latin-1 text: each byte one char, so the replica gets the exact bytes back.

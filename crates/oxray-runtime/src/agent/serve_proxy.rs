@@ -106,10 +106,14 @@ impl AgentReplicaCalls {
             actor_id: actor.to_vec(),
             method_name: method.to_string(),
             owner_id: self.client_id.to_vec(),
-            // A stream's next batch and a cancel never wait behind new requests: the replica runs
-            // them in a concurrency group of their own (`STREAM_GROUP` in Serve's controller).
+            // A stream's next batch, a WebSocket message and a cancel never wait behind new requests:
+            // the replica runs them in groups of their own (`STREAM_GROUP`, `HTTP_CONTROL_GROUP` in
+            // Serve's controller).
             concurrency_group: match method {
-                "http_next" | "http_cancel" | "ws_next" | "ws_receive" => "serve_http_stream".into(),
+                // Waits for the app's next batch: a thread each while a body or a socket is open.
+                "http_next" | "ws_next" => "serve_http_stream".into(),
+                // Quick: never behind the waits above.
+                "http_cancel" | "ws_receive" => "serve_http_control".into(),
                 _ => String::new(),
             },
             ..TaskSpec::default()

@@ -25,9 +25,14 @@ CONTROL_LOOP_S = 0.1
 # their own, so that requests alone fill `max_ongoing_requests`.
 CONTROL_GROUP = "serve_control"
 CONTROL_CALLS = 3
-# The proxy's calls for a streamed response's next batch and for cancelling: a group of their own,
-# as many as requests may stream at once (plus cancels), so they never wait behind new requests.
+# The proxies' waits for a streamed body's or a WebSocket's next batch: a thread each while it is
+# open, in a group of their own so they never wait behind new requests (several proxies may each
+# have `max_ongoing_requests` open: the group has room for more).
 STREAM_GROUP = "serve_http_stream"
+STREAM_CALLS = 64
+# The proxies' quick calls (a cancel, a WebSocket message), never behind the waits above.
+HTTP_CONTROL_GROUP = "serve_http_control"
+HTTP_CONTROL_CALLS = 4
 # The route table goes out again this often even when unchanged: a node that joined since gets it.
 ROUTES_RESEND_S = 5.0
 
@@ -71,8 +76,10 @@ class ServeControllerActor:
         # Application -> "imperative" (serve.run) or "declarative" (a config), and a config's app entry.
         self.sources: dict = {}
         self.app_configs: dict = {}
-        # A config's applications being built (the build task's ref -> (name, app config)).
+        # A config's applications being built (the build task's ref -> (name, app config, version)),
+        # and each application's latest config version (a build of an older one is stale).
         self.building: dict = {}
+        self.latest_builds: dict = {}
         # (app, deployment, replica) -> when its actor was started (the details' start_time_s).
         self.started_at: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
@@ -154,7 +161,7 @@ class ServeControllerActor:
         applications = {}
         for status in self.engine.status():
             applications[status["name"]] = self._app_details(status)
-        for name, app in self.building.values():
+        for name, app, _version in self.building.values():
             if name not in applications:
                 applications[name] = {
                     "name": name,
@@ -314,6 +321,8 @@ class ServeControllerActor:
                 if source == "declarative" and name not in names:
                     self.engine.delete_app(name, _now_ms())
                     self.sources.pop(name, None)
+            for name in set(self.latest_builds) - names:
+                del self.latest_builds[name]  # a build still running for it is stale
             self._act()
             for app in apps:
                 name = app.get("name", "default")
@@ -321,7 +330,8 @@ class ServeControllerActor:
                 options = {"num_cpus": 0}
                 if app.get("runtime_env"):
                     options["runtime_env"] = app["runtime_env"]
-                self.building[build.options(**options).remote(app, version)] = (name, app)
+                self.latest_builds[name] = version
+                self.building[build.options(**options).remote(app, version)] = (name, app, version)
         self.wake.set()
 
     def delete(self, app: str) -> None:
@@ -534,7 +544,11 @@ class ServeControllerActor:
                 namespace=SERVE_NAMESPACE,
                 lifetime="detached",
                 max_concurrency=definition["max_ongoing_requests"],
-                concurrency_groups={CONTROL_GROUP: CONTROL_CALLS, STREAM_GROUP: definition["max_ongoing_requests"] + 2},
+                concurrency_groups={
+                    CONTROL_GROUP: CONTROL_CALLS,
+                    STREAM_GROUP: max(STREAM_CALLS, 4 * definition["max_ongoing_requests"]),
+                    HTTP_CONTROL_GROUP: HTTP_CONTROL_CALLS,
+                },
                 **options,
             )
             .remote(app, deployment, replica)
@@ -572,7 +586,9 @@ class ServeControllerActor:
     def _built(self, ref) -> None:
         """A config's application was built: deployed, or failed with the build's traceback (the
         other applications keep serving)."""
-        name, app = self.building.pop(ref)
+        name, app, version = self.building.pop(ref)
+        if self.latest_builds.get(name) != version:
+            return  # a later config replaced (or dropped) this application while it built
         try:
             ingress, deployments = ray.get(ref)
         except Exception as e:  # noqa: BLE001 - an import error, a bad builder: the app's status says it

@@ -31,7 +31,8 @@ _CANCELLED_KEPT = 1024
 
 
 def decode_request(payload) -> tuple:
-    """(ASGI scope, body) of a request from the proxy."""
+    """(ASGI scope, body, stream id) of a request from the proxy (the stream id is the proxy's own
+    key for the request, never the client's `x-request-id`)."""
     view = memoryview(payload)
     (n,) = _U32.unpack_from(view, 0)
     meta = json.loads(bytes(view[4 : 4 + n]))
@@ -58,7 +59,7 @@ def decode_request(payload) -> tuple:
         del scope["method"]
         protocols = next((v for k, v in scope["headers"] if k == b"sec-websocket-protocol"), b"")
         scope["subprotocols"] = [p.strip() for p in protocols.decode("latin-1").split(",") if p.strip()]
-    return scope, body, meta["request_id"]
+    return scope, body, meta["stream_id"]
 
 
 def encode_batch(done: bool, start, chunks) -> bytes:
@@ -111,7 +112,18 @@ class Exchange:
     """One request's response as the app sends it (on the replica's event loop, or on the
     calling thread for sync code), taken in batches by `handle_http` and `http_next`."""
 
-    __slots__ = ("cond", "start", "chunks", "done", "failed", "task", "loop", "disconnected", "finished")
+    __slots__ = (
+        "cond",
+        "start",
+        "chunks",
+        "done",
+        "failed",
+        "task",
+        "loop",
+        "disconnected",
+        "finished",
+        "cancel_requested",
+    )
 
     def __init__(self, finished):
         self.cond = threading.Condition()
@@ -124,6 +136,7 @@ class Exchange:
         # Set (on the loop) when the client went away.
         self.disconnected = asyncio.Event()
         self.finished = finished
+        self.cancel_requested = False
 
     def send_message(self, message: dict) -> None:
         kind = message["type"]
@@ -163,7 +176,8 @@ class Exchange:
                 raise RuntimeError(f"the response failed after it started: {self.failed!r}")
             start = self.start if first else None
             chunks, self.chunks = self.chunks, []
-            return encode_batch(self.done, start, chunks)
+            # A body that failed is not complete: the next batch raises, and the proxy cuts the connection.
+            return encode_batch(self.done and self.failed is None, start, chunks)
 
 
 class HttpServer:
@@ -207,10 +221,12 @@ class HttpServer:
 
         exchange = Exchange(finished)
         with self.lock:
-            if self.cancelled.pop(request_id, None) is not None:
-                exchange.fail(asyncio.CancelledError())
-                return exchange.take(True)
-            self.streams[request_id] = exchange
+            cancelled = self.cancelled.pop(request_id, None) is not None
+            if not cancelled:
+                self.streams[request_id] = exchange
+        if cancelled:  # its cancel came first: never run (`finished` takes the lock, so outside it)
+            exchange.fail(asyncio.CancelledError())
+            return exchange.take(True)
         receive = _receiver(body, exchange)
         model_id = _model_id_of(scope)
         if self.asgi_app is not None:
@@ -234,6 +250,7 @@ class HttpServer:
                 while len(self.cancelled) > _CANCELLED_KEPT:
                     self.cancelled.popitem(last=False)
                 return
+        exchange.cancel_requested = True  # seen by its task if it has not started yet
         if exchange.loop is not None:
             exchange.loop.call_soon_threadsafe(_cancel_on_loop, exchange)
 
@@ -242,13 +259,13 @@ class HttpServer:
         Starlette response to send, on the replica's loop."""
         replica = self.replica
         method = replica.target if replica.is_function else replica.target.__call__
-        args = ()
-        if self.call_takes_request:
-            from starlette.requests import Request
-
-            args = (Request(scope, receive),)
         token = _multiplexed_model_id.set(model_id)
         try:
+            args = ()
+            if self.call_takes_request:
+                from starlette.requests import Request
+
+                args = (Request(scope, receive),)
             result = method(*args)
         except BaseException as e:  # noqa: BLE001 - the user's error is a 500, logged here
             _log_failure(e)
@@ -276,6 +293,9 @@ class HttpServer:
             exchange.task = asyncio.current_task()
             _multiplexed_model_id.set(model_id)  # the task's own context
             try:
+                if exchange.cancel_requested:
+                    coroutine.close()
+                    raise asyncio.CancelledError()
                 await coroutine
             except BaseException as e:  # noqa: BLE001 - a 500 (or a cut body), logged
                 if not isinstance(e, asyncio.CancelledError):
@@ -352,10 +372,14 @@ class WsExchange:
         self.done = False
         self.finished = finished
         self.task = None
+        # The client is gone: what the app sends now raises, as uvicorn's ClientDisconnected does.
+        self.client_gone = False
 
     def send_message(self, message: dict) -> None:
         kind = message["type"]
         with self.cond:
+            if self.client_gone and kind != "websocket.accept":
+                raise OSError("the WebSocket client disconnected")
             if kind == "websocket.accept":
                 headers = [(bytes(k), bytes(v)) for k, v in message.get("headers") or ()]
                 if message.get("subprotocol"):
@@ -402,6 +426,9 @@ class WsExchange:
             message = {"type": "websocket.receive", "bytes": data}
         else:
             message = {"type": "websocket.disconnect", "code": int.from_bytes(data[:2], "little")}
+            with self.cond:
+                self.client_gone = True
+                self.outbound = []
         self.loop.call_soon_threadsafe(self.inbound.put_nowait, message)
 
 
