@@ -206,20 +206,7 @@ class HttpServer:
 
     def handle(self, payload) -> bytes:
         scope, body, request_id = decode_request(payload)
-        replica = self.replica
-        with replica.idle:
-            replica.ongoing += 1
-        finished_once = threading.Lock()
-
-        def finished():
-            if finished_once.acquire(blocking=False):
-                with self.lock:
-                    self.streams.pop(request_id, None)
-                with replica.idle:
-                    replica.ongoing -= 1
-                    replica.idle.notify_all()
-
-        exchange = Exchange(finished)
+        exchange = Exchange(_counted(self.replica, self.lock, self.streams, request_id))
         with self.lock:
             cancelled = self.cancelled.pop(request_id, None) is not None
             if not cancelled:
@@ -306,6 +293,24 @@ class HttpServer:
                 exchange.fail(RuntimeError("the ASGI app returned without completing its response"))
 
         asyncio.run_coroutine_threadsafe(run(), loop)
+
+
+def _counted(replica, lock, table: dict, key: str):
+    """Counts a request as ongoing on `replica` until the returned callback runs (once, however
+    often it is called), which also takes it out of `table` (under `lock`)."""
+    with replica.idle:
+        replica.ongoing += 1
+    once = threading.Lock()
+
+    def finished():
+        if once.acquire(blocking=False):
+            with lock:
+                table.pop(key, None)
+            with replica.idle:
+                replica.ongoing -= 1
+                replica.idle.notify_all()
+
+    return finished
 
 
 def _cancel_on_loop(exchange) -> None:
@@ -445,20 +450,8 @@ class WebSockets:
         server, replica = self.server, self.server.replica
         if server.asgi_app is None:
             return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
-        with replica.idle:
-            replica.ongoing += 1
-        finished_once = threading.Lock()
-
-        def finished():
-            if finished_once.acquire(blocking=False):
-                with self.lock:
-                    self.open.pop(request_id, None)
-                with replica.idle:
-                    replica.ongoing -= 1
-                    replica.idle.notify_all()
-
         loop = replica._event_loop()
-        exchange = WsExchange(loop, finished)
+        exchange = WsExchange(loop, _counted(replica, self.lock, self.open, request_id))
         with self.lock:
             self.open[request_id] = exchange
         connected = False
