@@ -821,6 +821,9 @@ class TensorBoardEventFile:
     def close(self) -> None:
         """Flushes; later writes raise."""
 
+def check_serve_config(config_json: str) -> None:
+    """Checks a Serve config (Ray's ServeDeploySchema, JSON) as the REST API does; ValueError names the problem."""
+
 @final
 class ServeController:
     """Serve's controller (`oxray-serve`): applications, deployments and their replicas, rolling

@@ -103,7 +103,7 @@ fn submit(sources: &StateSources, command: &str, config: Option<String>) -> Resu
 /// Ray's `ServeDeploySchema`, as far as its shape: each application's keys and `import_path`,
 /// unique names and route prefixes (unknown top-level keys are ignored, as Ray does for forward
 /// compatibility).
-fn check_config(config: &Value) -> Result<(), String> {
+pub fn check_config(config: &Value) -> Result<(), String> {
     const APP: [&str; 9] = [
         "name",
         "route_prefix",
@@ -116,6 +116,12 @@ fn check_config(config: &Value) -> Result<(), String> {
         "autoscaling_policy",
     ];
     let Some(top) = config.as_object() else { return Err("ServeDeploySchema: expected an object".into()) };
+    refuse_unsupported(top, &["target_capacity", "tracing_config", "controller_options"])?;
+    check_logging(top.get("logging_config"))?;
+    let servicers = top.get("grpc_options").and_then(|g| g.get("grpc_servicer_functions"));
+    if servicers.and_then(Value::as_array).is_some_and(|f| !f.is_empty()) {
+        return Err("grpc_options.grpc_servicer_functions: oxray's Serve has no gRPC proxy yet".into());
+    }
     if let Some(location) = top.get("proxy_location")
         && !matches!(location.as_str(), Some("Disabled" | "HeadOnly" | "EveryNode"))
     {
@@ -138,6 +144,11 @@ fn check_config(config: &Value) -> Result<(), String> {
         }
         if let Some(key) = app.keys().find(|k| !APP.contains(&k.as_str())) {
             return Err(format!("ServeApplicationSchema: extra field {key:?} not permitted"));
+        }
+        refuse_unsupported(app, &["autoscaling_policy"])?;
+        check_logging(app.get("logging_config"))?;
+        if app.get("external_scaler_enabled").and_then(Value::as_bool) == Some(true) {
+            return Err("external_scaler_enabled: oxray's Serve has no external scaler API yet".into());
         }
         let Some(import_path) = app.get("import_path").and_then(Value::as_str) else {
             return Err("ServeApplicationSchema: import_path is required (a string like 'module:app')".into());
@@ -172,6 +183,30 @@ fn check_config(config: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Keys oxray's Serve does not carry out yet: refused when set, never ignored.
+fn refuse_unsupported(object: &Map<String, Value>, keys: &[&str]) -> Result<(), String> {
+    match keys.iter().find(|k| object.get(**k).is_some_and(|v| !v.is_null())) {
+        Some(key) => Err(format!("{key}: not supported by oxray's Serve yet (leave it out or null)")),
+        None => Ok(()),
+    }
+}
+
+/// A `logging_config` is taken only when it asks for Ray's defaults (what `serve build` writes):
+/// per-deployment logging settings are not carried out yet.
+fn check_logging(config: Option<&Value>) -> Result<(), String> {
+    let Some(Value::Object(fields)) = config else { return Ok(()) };
+    let defaults = json!({"encoding": "TEXT", "log_level": "INFO", "logs_dir": null,
+        "enable_access_log": true, "additional_log_standard_attrs": []});
+    for (key, value) in fields {
+        if defaults.get(key) != Some(value) {
+            return Err(format!(
+                "logging_config.{key}={value}: oxray's Serve takes only Ray's default logging settings yet"
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::check_config;
@@ -195,5 +230,13 @@ mod tests {
         let same = json!({"applications": [{"name": "a", "import_path": "m:a"}, {"name": "a", "import_path": "m:b", "route_prefix": "/b"}]});
         assert!(check_config(&same).unwrap_err().contains("\"a\" is used twice"));
         assert!(check_config(&json!({"proxy_location": "Moon"})).unwrap_err().contains("Moon"));
+        assert!(check_config(&json!({"target_capacity": 50})).unwrap_err().contains("target_capacity"));
+        let built = json!({"logging_config": {"encoding": "TEXT", "log_level": "INFO", "logs_dir": null,
+            "enable_access_log": true, "additional_log_standard_attrs": []}, "applications": []});
+        assert!(check_config(&built).is_ok(), "serve build's default logging_config is taken");
+        let debug = json!({"logging_config": {"log_level": "DEBUG"}});
+        assert!(check_config(&debug).unwrap_err().contains("logging_config.log_level"));
+        let scaler = json!({"applications": [{"import_path": "m:a", "external_scaler_enabled": true}]});
+        assert!(check_config(&scaler).unwrap_err().contains("external_scaler_enabled"));
     }
 }

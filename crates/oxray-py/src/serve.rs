@@ -260,6 +260,16 @@ impl ServeController {
     }
 }
 
+/// Checks a Serve config (Ray's `ServeDeploySchema`, as JSON) as the head's REST API does;
+/// `ValueError` names what is wrong or not supported.
+#[pyfunction]
+fn check_serve_config(config_json: &str) -> PyResult<()> {
+    let config: serde_json::Value =
+        serde_json::from_str(config_json).map_err(|e| PyValueError::new_err(format!("the config is not JSON: {e}")))?;
+    oxray_http::serve_api::check_config(&config).map_err(PyValueError::new_err)
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<ServeController>()
+    m.add_class::<ServeController>()?;
+    m.add_function(wrap_pyfunction!(check_serve_config, m)?)
 }

@@ -472,3 +472,13 @@ def test_two_requests_with_the_same_request_id_keep_their_own_streamed_bodies(po
         status, headers, body = bodies[word]
         assert (status, headers["x-request-id"]) == (200, "shared-id")
         assert body.decode() == "".join(f"{word}{i};" for i in range(20))
+
+
+def test_a_config_with_settings_oxray_does_not_carry_out_is_refused_by_name():
+    from oxray._native import check_serve_config
+
+    check_serve_config(json.dumps({"applications": [{"import_path": "m:app"}]}))
+    with pytest.raises(ValueError, match="target_capacity"):
+        check_serve_config(json.dumps({"target_capacity": 50, "applications": []}))
+    with pytest.raises(ValueError, match="logging_config.log_level"):
+        check_serve_config(json.dumps({"logging_config": {"log_level": "DEBUG"}, "applications": []}))

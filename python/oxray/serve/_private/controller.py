@@ -307,7 +307,10 @@ class ServeControllerActor:
         `http_options` (host 127.0.0.1 unless it names one) if it is not running."""
         import hashlib
 
+        from oxray._native import check_serve_config
         from oxray.serve._private.build import build_application
+
+        check_serve_config(json.dumps(config))  # as the REST API checks it: `oxray serve run` comes here directly
         from oxray.serve.config import HTTPOptions, proxy_location_of
 
         if self.http is None:
