@@ -121,11 +121,11 @@ class Exchange:
         "task",
         "loop",
         "disconnected",
-        "finished",
+        "tracked",
         "cancel_requested",
     )
 
-    def __init__(self, finished):
+    def __init__(self, tracked):
         self.cond = threading.Condition()
         self.start = None
         self.chunks = []
@@ -135,7 +135,7 @@ class Exchange:
         self.loop = None
         # Set (on the loop) when the client went away.
         self.disconnected = asyncio.Event()
-        self.finished = finished
+        self.tracked = tracked
         self.cancel_requested = False
 
     def send_message(self, message: dict) -> None:
@@ -151,7 +151,7 @@ class Exchange:
                     self.done = True
             self.cond.notify_all()
         if self.done:
-            self.finished()
+            self.tracked.end()
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
@@ -162,7 +162,7 @@ class Exchange:
                 self.failed = error
             self.done = True
             self.cond.notify_all()
-        self.finished()
+        self.tracked.end()
 
     def take(self, first: bool) -> bytes:
         """The next batch: the first once the response is complete or its body has begun to
@@ -173,11 +173,15 @@ class Exchange:
             else:
                 self.cond.wait_for(lambda: self.done or self.chunks)
             if self.failed is not None and not self.chunks:
+                self.tracked.delivered()
                 raise RuntimeError(f"the response failed after it started: {self.failed!r}")
             start = self.start if first else None
             chunks, self.chunks = self.chunks, []
             # A body that failed is not complete: the next batch raises, and the proxy cuts the connection.
-            return encode_batch(self.done and self.failed is None, start, chunks)
+            last = self.done and self.failed is None
+            if last:
+                self.tracked.delivered()
+            return encode_batch(last, start, chunks)
 
 
 class HttpServer:
@@ -206,12 +210,12 @@ class HttpServer:
 
     def handle(self, payload) -> bytes:
         scope, body, request_id = decode_request(payload)
-        exchange = Exchange(_counted(self.replica, self.lock, self.streams, request_id))
+        exchange = Exchange(_Tracked(self.replica, self.lock, self.streams, request_id))
         with self.lock:
             cancelled = self.cancelled.pop(request_id, None) is not None
             if not cancelled:
                 self.streams[request_id] = exchange
-        if cancelled:  # its cancel came first: never run (`finished` takes the lock, so outside it)
+        if cancelled:  # its cancel came first: never run (ending takes the lock, so outside it)
             exchange.fail(asyncio.CancelledError())
             return exchange.take(True)
         receive = _receiver(body, exchange)
@@ -238,6 +242,7 @@ class HttpServer:
                     self.cancelled.popitem(last=False)
                 return
         exchange.cancel_requested = True  # seen by its task if it has not started yet
+        exchange.tracked.abandon()  # the proxy asks for no more batches
         if exchange.loop is not None:
             exchange.loop.call_soon_threadsafe(_cancel_on_loop, exchange)
 
@@ -295,22 +300,40 @@ class HttpServer:
         asyncio.run_coroutine_threadsafe(run(), loop)
 
 
-def _counted(replica, lock, table: dict, key: str):
-    """Counts a request as ongoing on `replica` until the returned callback runs (once, however
-    often it is called), which also takes it out of `table` (under `lock`)."""
-    with replica.idle:
-        replica.ongoing += 1
-    once = threading.Lock()
+class _Tracked:
+    """A request counted as ongoing on its replica until its app ends (`end`), and kept in its
+    table (by its stream id) until the proxy took its last batch (`delivered`) or gave up on it
+    (`abandon`, once the app ended too): a batch asked for after the app ended still finds it."""
 
-    def finished():
-        if once.acquire(blocking=False):
-            with lock:
-                table.pop(key, None)
-            with replica.idle:
-                replica.ongoing -= 1
-                replica.idle.notify_all()
+    def __init__(self, replica, lock, table: dict, key: str):
+        self.replica, self.lock, self.table, self.key = replica, lock, table, key
+        self.guard = threading.Lock()
+        self.ended = self.abandoned = False
+        with replica.idle:
+            replica.ongoing += 1
 
-    return finished
+    def end(self) -> None:
+        with self.guard:
+            if self.ended:
+                return
+            self.ended = True
+            forget = self.abandoned
+        with self.replica.idle:
+            self.replica.ongoing -= 1
+            self.replica.idle.notify_all()
+        if forget:
+            self.delivered()
+
+    def abandon(self) -> None:
+        with self.guard:
+            self.abandoned = True
+            forget = self.ended
+        if forget:
+            self.delivered()
+
+    def delivered(self) -> None:
+        with self.lock:
+            self.table.pop(self.key, None)
 
 
 def _cancel_on_loop(exchange) -> None:
@@ -368,14 +391,14 @@ class WsExchange:
     """One WebSocket: what the client sent, queued for the app's `receive` (on the replica's
     loop), and what the app sends, taken by the proxy in batches (`ws_next`)."""
 
-    def __init__(self, loop, finished):
+    def __init__(self, loop, tracked):
         self.loop = loop
         self.inbound = asyncio.Queue()
         self.cond = threading.Condition()
         self.accepted = None  # (101, headers) once the app accepts
         self.outbound = []
         self.done = False
-        self.finished = finished
+        self.tracked = tracked
         self.task = None
         # The client is gone: what the app sends now raises, as uvicorn's ClientDisconnected does.
         self.client_gone = False
@@ -401,18 +424,19 @@ class WsExchange:
                 self.done = True
             self.cond.notify_all()
         if self.done:
-            self.finished()
+            self.tracked.end()
 
     def end(self) -> None:
         with self.cond:
             self.done = True
             self.cond.notify_all()
-        self.finished()
+        self.tracked.end()
 
     def first(self) -> bytes:
         with self.cond:
             self.cond.wait_for(lambda: self.accepted is not None or self.done)
             if self.accepted is None:
+                self.tracked.delivered()
                 return encode_batch(True, (403, []), [])
             return encode_batch(False, self.accepted, [])
 
@@ -420,6 +444,8 @@ class WsExchange:
         with self.cond:
             self.cond.wait_for(lambda: self.done or self.outbound)
             chunks, self.outbound = self.outbound, []
+            if self.done:
+                self.tracked.delivered()
             return encode_batch(self.done, None, chunks)
 
     def deliver(self, raw: bytes) -> None:
@@ -434,6 +460,7 @@ class WsExchange:
             with self.cond:
                 self.client_gone = True
                 self.outbound = []
+            self.tracked.abandon()  # the proxy asks for no more batches
         self.loop.call_soon_threadsafe(self.inbound.put_nowait, message)
 
 
@@ -451,7 +478,7 @@ class WebSockets:
         if server.asgi_app is None:
             return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
         loop = replica._event_loop()
-        exchange = WsExchange(loop, _counted(replica, self.lock, self.open, request_id))
+        exchange = WsExchange(loop, _Tracked(replica, self.lock, self.open, request_id))
         with self.lock:
             self.open[request_id] = exchange
         connected = False
