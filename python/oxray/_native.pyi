@@ -61,6 +61,7 @@ __all__ = [
     "TensorBoardEventFile",
     "TuneController",
     "ServeController",
+    "check_serve_config",
     "INLINE_THRESHOLD",
     "OxrayRpcError",
     "OxrayAuthError",
