@@ -326,3 +326,16 @@ def ray_jobs_client(cluster):
     from ray.job_submission import JobSubmissionClient
 
     return JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
+
+
+def http_get_local(port, path, timeout=30):
+    """(status, body) of a GET to 127.0.0.1:`port` (Serve's proxy, say)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()

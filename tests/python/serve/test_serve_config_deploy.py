@@ -16,6 +16,7 @@ import pytest
 
 from cli_cluster import free_port, running_cluster
 from oxray_testutil import http_call, wait_until
+from oxray_testutil import http_get_local as fetch
 
 pytestmark = [pytest.mark.timeout(300)]
 SERVE = shutil.which("serve", path=os.path.dirname(sys.executable))
@@ -67,16 +68,6 @@ def serve_cli(head, *args, check=True):
 
 def status(head):
     return yaml.safe_load(serve_cli(head, "status").stdout)
-
-
-def fetch(port, path):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def test_rays_serve_cli_deploys_to_an_oxray_head(head, tmp_path):

@@ -2,7 +2,6 @@
 with `EveryNode` each node agent listens (sharing the port through SO_REUSEPORT, as Ray's
 proxies do) and serves a replica on another node; with `HeadOnly` only the head's does."""
 
-import http.client
 import os
 
 import psutil
@@ -10,6 +9,7 @@ import psutil
 import oxray as ray
 from cli_cluster import free_port, running_cluster
 from oxray import serve
+from oxray_testutil import http_get_local as fetch
 from oxray_testutil import wait_until
 
 
@@ -19,16 +19,6 @@ def listening_pids(port):
         for c in psutil.net_connections("tcp")
         if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
     }
-
-
-def fetch(port, path):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("GET", path)
-        response = conn.getresponse()
-        return response.status, response.read()
-    finally:
-        conn.close()
 
 
 def test_every_node_runs_a_proxy_and_head_only_runs_one(tmp_path, monkeypatch):
