@@ -120,17 +120,27 @@ def accelerator_task(ray) -> str:
     return f"ran on {ray.get(name.remote(), timeout=300)}"
 
 
+def _report_with_checkpoint(metrics: dict) -> None:
+    """`train.report` with a checkpoint: Ray Train v2's `Result.metrics` are those of the latest
+    checkpointed report (a report without one never shows there)."""
+    import oxray.train as train
+
+    with tempfile.TemporaryDirectory() as directory:
+        with open(os.path.join(directory, "metrics.json"), "w") as f:
+            json.dump(metrics, f)
+        train.report(metrics, checkpoint=train.Checkpoint.from_directory(directory))
+
+
 def _nccl_loop(config):
     import torch
     import torch.distributed as dist
 
-    import oxray.train as train
     from oxray.train.torch import get_device
 
     device = get_device()
     value = torch.ones(4, device=device)
     dist.all_reduce(value)
-    train.report(
+    _report_with_checkpoint(
         {
             "backend": dist.get_backend(),
             "device": str(device),
@@ -159,25 +169,39 @@ def nccl(count: int, storage: str) -> str:
 
 def _fsdp_loop(config):
     import torch
+    import torch.distributed as dist
     from torch.distributed.fsdp import FullyShardedDataParallel
 
-    import oxray.train as train
     from oxray.train.torch import get_device, prepare_model
 
+    torch.manual_seed(0)
     model = prepare_model(
         torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)),
         parallel_strategy="fsdp",
     )
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapped_by = "prepare_model"
+    if dist.get_world_size() == 1 and not isinstance(model, FullyShardedDataParallel):
+        # prepare_model wraps from two workers on, as Ray's does: FSDP itself over the run's
+        # NCCL group, on one GPU.
+        model, wrapped_by = FullyShardedDataParallel(model, device_id=get_device()), "FSDP directly"
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(32, 64, device=get_device())
     losses = []
-    for _ in range(3):
+    for _ in range(5):
         loss = model(x).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         losses.append(float(loss.item()))
-    train.report({"fsdp": isinstance(model, FullyShardedDataParallel), "first": losses[0], "last": losses[-1]})
+    _report_with_checkpoint(
+        {
+            "fsdp": isinstance(model, FullyShardedDataParallel),
+            "wrapped_by": wrapped_by,
+            "world": dist.get_world_size(),
+            "first": losses[0],
+            "last": losses[-1],
+        }
+    )
 
 
 @check("prepare_model(parallel_strategy='fsdp') trains on the GPUs")
@@ -193,7 +217,7 @@ def fsdp(count: int, storage: str) -> str:
     m = result.metrics
     if not m["fsdp"] or not m["last"] < m["first"]:
         raise AssertionError(f"rank 0 reported {m}: expected an FSDP model whose loss goes down")
-    return f"FSDP model; loss {m['first']:.4f} -> {m['last']:.4f}"
+    return f"{m['world']} worker(s), wrapped by {m['wrapped_by']}; loss {m['first']:.4f} -> {m['last']:.4f}"
 
 
 @check("dashboard GPU metrics at /metrics")
