@@ -471,6 +471,11 @@ class Client:
         """Gives this node's agent Serve's route table; where its HTTP proxy listens ("" for none)."""
     def update_serve(self, details_json: str) -> None:
         """Gives the head Serve's details (Ray's `ServeInstanceDetails` JSON; "" once Serve shut down)."""
+    def save_serve_checkpoint(self, checkpoint: bytes) -> None:
+        """Keeps the Serve controller's checkpoint in the head (in redb when it has a state
+        directory); empty bytes drop it."""
+    def serve_checkpoint(self) -> bytes:
+        """The Serve controller's checkpoint the head keeps (empty: none)."""
     def cluster_info(self) -> list[NodeInfo]: ...
     def agent_table_sizes(self) -> tuple[int, int]: ...
     def follow_logs(self, token: str, job_id: bytes, skip_address: str | None = None) -> None:
@@ -842,6 +847,17 @@ class ServeController:
         now_ms: int,
     ) -> None:
         """`ValueError` naming a bad setting, a taken route prefix or a missing ingress."""
+    def restore_app(
+        self,
+        name: str,
+        route_prefix: str | None,
+        ingress: str,
+        deployments: list[tuple[str, dict[str, Any]]],
+        adopted: list[tuple[str, str, str, str]],
+        now_ms: int,
+    ) -> None:
+        """An application from the controller's checkpoint, with the replicas found running
+        (`(deployment, replica, code_version, config_version)`) serving at once."""
     def fail_app(self, name: str, message: str, now_ms: int) -> None: ...
     def delete_app(self, name: str, now_ms: int) -> None: ...
     def replica_started(self, app: str, deployment: str, replica: str, now_ms: int) -> None: ...

@@ -60,8 +60,8 @@ pub fn router(config: HttpConfig, port: u16) -> Result<Router, HttpError> {
     build(config, port).map(|(app, _)| app)
 }
 
-/// The application and its job manager (which the server stops on shutdown).
-fn build(config: HttpConfig, port: u16) -> Result<(Router, Option<Arc<oxray_jobs::JobManager>>), HttpError> {
+/// The application and what its routes read (the server stops the job manager on shutdown).
+fn build(config: HttpConfig, port: u16) -> Result<(Router, state::StateSources), HttpError> {
     let config = Arc::new(config);
     // Over HTTPS the session cookie is `Secure`: a browser never sends it over plain HTTP.
     let secure = config.https.is_some();
@@ -73,18 +73,18 @@ fn build(config: HttpConfig, port: u16) -> Result<(Router, Option<Arc<oxray_jobs
     }
     let sources = state::StateSources { cluster: config.cluster.clone(), jobs: manager.clone() };
     app = app.merge(state::routes(sources.clone())).merge(serve_api::routes(sources.clone()));
-    app = app.merge(metrics::routes(sources.clone())).merge(dashboard::routes(config, guard.clone(), sources));
+    app = app.merge(metrics::routes(sources.clone())).merge(dashboard::routes(config, guard.clone(), sources.clone()));
     let app = app
         .fallback(routes::not_found)
         .layer(axum::middleware::from_fn_with_state(guard, auth::require_token))
         .layer(axum::middleware::from_fn(headers::add_security_headers));
-    Ok((app, manager))
+    Ok((app, sources))
 }
 
 /// A running server; dropping it stops it (without waiting).
 pub struct HttpServer {
     local_addr: SocketAddr,
-    jobs: Option<Arc<oxray_jobs::JobManager>>,
+    sources: state::StateSources,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -95,9 +95,15 @@ impl HttpServer {
         let local_addr = listener.local_addr().map_err(|source| HttpError::Listener { server: "HTTP", source })?;
         let (stop, stopped) = oneshot::channel::<()>();
         let (limits, https) = (config.limits, config.https.clone());
-        let (app, jobs) = build(config, local_addr.port())?;
+        let (app, sources) = build(config, local_addr.port())?;
         let task = tokio::spawn(serve::serve(listener, app, limits, https, stopped));
-        Ok(Self { local_addr, jobs, stop: Some(stop), task })
+        Ok(Self { local_addr, sources, stop: Some(stop), task })
+    }
+
+    /// Takes Serve back if the head kept a checkpoint of it (it ran when the head went down): called
+    /// once the head's node serves, since the recovery job joins the cluster through it.
+    pub fn recover_serve(&self) {
+        serve_api::recover_on_start(&self.sources);
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -107,7 +113,7 @@ impl HttpServer {
     /// Stops the running jobs (the head is going away; see `JobManager::stop_all`),
     /// stops accepting, lets requests in flight finish, and waits for it.
     pub async fn shutdown(mut self) {
-        if let Some(jobs) = self.jobs.take() {
+        if let Some(jobs) = self.sources.jobs.take() {
             jobs.stop_all().await;
         }
         self.signal_stop();

@@ -4,7 +4,8 @@
 //! `ServeInstanceDetails`). `PUT` checks the config's shape (Ray's `ServeDeploySchema`: a 400
 //! names what is wrong), then hands it to the cluster as an internal job, which starts Serve if it
 //! is not running and gives the config to the controller; applications deploy asynchronously, as
-//! in Ray. `DELETE` shuts Serve down the same way.
+//! in Ray. `DELETE` shuts Serve down the same way. A head that starts with a Serve checkpoint
+//! kept in its redb (Serve ran when it went down) takes Serve back with a `recover` job.
 
 use crate::error::HttpError;
 use crate::state::StateSources;
@@ -72,6 +73,18 @@ async fn shut_down(State(sources): State<StateSources>) -> Result<Response, Http
         return Ok(StatusCode::OK.into_response()); // nothing to shut down
     }
     submit(&sources, "shutdown", None)
+}
+
+/// A head started again with a Serve checkpoint kept from its previous run takes Serve back: the
+/// `recover` job starts the controller (unless it outlived the head on another node), which
+/// reads the checkpoint, adopts the replicas still running and starts the rest.
+pub(crate) fn recover_on_start(sources: &StateSources) {
+    if !sources.cluster.as_ref().is_some_and(|c| c.serve_checkpoint_kept()) {
+        return;
+    }
+    if let Err(e) = submit(sources, "recover", None) {
+        tracing::error!("could not start Serve's recovery after the head restarted: {e}");
+    }
 }
 
 /// Runs `python -m oxray.serve._private.rest <command>` on the cluster as a job (it joins the

@@ -5,7 +5,8 @@
 //! seconds); actions as tuples; statuses as Ray's strings.
 
 use oxray_serve::{
-    Action, Aggregation, AppStatusReport, AutoscalingConfig, Controller, DeploymentSpec, Replicas, ServeError,
+    Action, AdoptedReplica, Aggregation, AppStatusReport, AutoscalingConfig, Controller, DeploymentSpec, Replicas,
+    ServeError,
 };
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -170,6 +171,33 @@ impl ServeController {
         let specs =
             deployments.iter().map(|(n, spec)| Ok((n.clone(), spec_from(spec)?))).collect::<PyResult<Vec<_>>>()?;
         self.lock()?.deploy_app(name, route_prefix, ingress, specs, now_ms).map_err(value_error)
+    }
+
+    /// Takes back application `name` from the controller's checkpoint, after a head restart:
+    /// `adopted` are the replicas found running, as `(deployment, replica, code_version,
+    /// config_version)`; they serve at once, and only what the target lacks is started.
+    #[pyo3(signature = (name, route_prefix, ingress, deployments, adopted, now_ms))]
+    fn restore_app(
+        &self,
+        name: &str,
+        route_prefix: Option<&str>,
+        ingress: &str,
+        deployments: Vec<(String, Bound<'_, PyDict>)>,
+        adopted: Vec<(String, String, String, String)>,
+        now_ms: u64,
+    ) -> PyResult<()> {
+        let specs =
+            deployments.iter().map(|(n, spec)| Ok((n.clone(), spec_from(spec)?))).collect::<PyResult<Vec<_>>>()?;
+        let adopted = adopted
+            .into_iter()
+            .map(|(deployment, replica, code_version, config_version)| AdoptedReplica {
+                deployment,
+                replica,
+                code_version,
+                config_version,
+            })
+            .collect();
+        self.lock()?.restore_app(name, route_prefix, ingress, specs, adopted, now_ms).map_err(value_error)
     }
 
     fn fail_app(&self, name: &str, message: &str, now_ms: u64) -> PyResult<()> {

@@ -475,7 +475,8 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         .add_service(guarded!(NodeStateServiceServer, service));
     if let Some(head) = &head {
         background.push(head.spawn_placement_loop());
-        router = router.add_service(HeadServiceServer::with_interceptor(head.clone(), guard.clone()));
+        // Messages of any size here too: a Serve checkpoint carries deployments' pickled code and arguments.
+        router = router.add_service(guarded!(HeadServiceServer, head.clone()));
     }
     let (server_stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(router.serve_with_incoming_shutdown(incoming_nodelay(listener), async {
@@ -488,7 +489,9 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
     // behind others whose bundle calls each have `RPC_DEADLINE`, hence twice that.
     let channel =
         connect_control_channel(&head_address, 2 * RPC_DEADLINE).await.map_err(|e| unreachable(e.to_string()))?;
-    let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token)?);
+    let mut head = HeadServiceClient::with_interceptor(channel, AttachToken::new(&token)?)
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
     let mut info: NodeInfo = agent.node_info(&agent_address);
     let latest_stats: Arc<parking_lot::Mutex<Option<NodeStats>>> = Arc::default();
     let metrics = match &cfg.metrics {
@@ -540,6 +543,9 @@ pub async fn start_node(cfg: ClusterConfig) -> Result<RunningCluster, ClusterErr
         });
     }
     agent.attach_head(head.clone());
+    if let Some(http) = &http {
+        http.recover_serve(); // after a restart, Serve comes back through this node
+    }
     let warn_agent = agent.clone();
     background.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(warn_every);

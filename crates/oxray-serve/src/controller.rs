@@ -72,6 +72,16 @@ impl App {
     }
 }
 
+/// A replica found running when a controller starts again (after a head restart), with the
+/// versions it runs: taken back instead of started anew.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdoptedReplica {
+    pub deployment: String,
+    pub replica: String,
+    pub code_version: String,
+    pub config_version: String,
+}
+
 #[derive(Default)]
 pub struct Controller {
     apps: BTreeMap<String, App>,
@@ -86,6 +96,46 @@ impl Controller {
     /// Deploys application `name` (new, or replacing its deployments: those it no longer has
     /// are deleted). `route_prefix` None serves no HTTP (handles only).
     pub fn deploy_app(
+        &mut self,
+        name: &str,
+        route_prefix: Option<&str>,
+        ingress: &str,
+        deployments: Vec<(String, DeploymentSpec)>,
+        now_ms: u64,
+    ) -> Result<(), ServeError> {
+        self.place_app(name, route_prefix, ingress, deployments, now_ms)?;
+        self.tick(now_ms);
+        Ok(())
+    }
+
+    /// A controller started again takes back application `name` from its checkpoint: deployed
+    /// as `deploy_app` would, with the `adopted` replicas (those still running) serving at once
+    /// and health-checked now; only what the target still lacks is started. An adopted replica
+    /// of an older code version is rolled out as on a redeploy, one of a deployment the
+    /// application no longer has is ignored (the runtime stops its actor).
+    pub fn restore_app(
+        &mut self,
+        name: &str,
+        route_prefix: Option<&str>,
+        ingress: &str,
+        deployments: Vec<(String, DeploymentSpec)>,
+        adopted: Vec<AdoptedReplica>,
+        now_ms: u64,
+    ) -> Result<(), ServeError> {
+        self.place_app(name, route_prefix, ingress, deployments, now_ms)?;
+        if let Some(app) = self.apps.get_mut(name) {
+            for replica in adopted {
+                if let Some(deployment) = app.deployments.get_mut(&replica.deployment) {
+                    deployment.adopt(&replica.replica, &replica.code_version, &replica.config_version, now_ms);
+                }
+            }
+        }
+        self.tick(now_ms);
+        Ok(())
+    }
+
+    /// `deploy_app` up to the tick: the application's settings and deployments in place.
+    fn place_app(
         &mut self,
         name: &str,
         route_prefix: Option<&str>,
@@ -140,7 +190,6 @@ impl Controller {
                 }
             }
         }
-        self.tick(now_ms);
         Ok(())
     }
 

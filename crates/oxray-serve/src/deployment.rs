@@ -166,6 +166,26 @@ impl Deployment {
             .collect()
     }
 
+    /// A replica that outlived its controller (found running after a head restart): it serves at
+    /// once, and its health is checked now.
+    pub(crate) fn adopt(&mut self, replica: &str, code_version: &str, config_version: &str, now_ms: u64) {
+        if code_version == self.spec.code_version {
+            self.version_started = true;
+        }
+        let replica_state = Replica {
+            code_version: code_version.to_string(),
+            config_version: config_version.to_string(),
+            state: ReplicaState::Running,
+            failed_checks: 0,
+            check_started_ms: None,
+            next_check_ms: now_ms,
+            checks: 0,
+            jitter_seed: self.name_seed ^ fnv1a(replica.as_bytes()),
+            kill_at_ms: None,
+        };
+        self.replicas.insert(replica.to_string(), replica_state);
+    }
+
     // Events from the runtime. One about a replica the deployment no longer has is stale: ignored.
 
     /// Its constructor (and first `reconfigure`) returned.
@@ -398,8 +418,14 @@ impl Deployment {
     }
 
     fn start(&mut self, actions: &mut Vec<ReplicaAction>) {
-        let id = replica_id(self.name_seed, self.next_replica);
-        self.next_replica += 1;
+        // Adopted replicas hold ids this controller never drew: skip those.
+        let id = loop {
+            let id = replica_id(self.name_seed, self.next_replica);
+            self.next_replica += 1;
+            if !self.replicas.contains_key(&id) {
+                break id;
+            }
+        };
         let replica = Replica {
             code_version: self.spec.code_version.clone(),
             config_version: self.spec.config_version.clone(),

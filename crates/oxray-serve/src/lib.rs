@@ -17,6 +17,6 @@ pub mod routes;
 pub mod status;
 
 pub use config::{Aggregation, AutoscalingConfig, DeploymentSpec, Replicas};
-pub use controller::{Action, AppStatusReport, Controller, DeploymentStatusReport};
+pub use controller::{Action, AdoptedReplica, AppStatusReport, Controller, DeploymentStatusReport};
 pub use error::ServeError;
 pub use status::{ApplicationStatus, DeploymentStatus, DeploymentStatusTrigger, ReplicaState};

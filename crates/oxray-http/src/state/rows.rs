@@ -198,6 +198,11 @@ pub trait ClusterState: Send + Sync + std::fmt::Debug {
     /// Serve's applications as its controller last reported them (Ray's `ServeInstanceDetails`);
     /// None when Serve is not running.
     fn serve_details(&self) -> Option<serde_json::Value>;
+    /// Whether the head keeps a Serve controller checkpoint: Serve ran when the head last
+    /// stopped, and its applications are to be taken back.
+    fn serve_checkpoint_kept(&self) -> bool {
+        false
+    }
     /// Every live node's Serve proxy counters summed per application:
     /// `{application: {"requests", "errors", "latency_sum_ms"}}`.
     fn serve_counters(&self) -> BoxFuture<'_, serde_json::Value> {

@@ -8,6 +8,7 @@ use crate::runtime;
 use oxray_runtime::ids::JobId;
 use oxray_runtime::proto::Empty;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 #[pymethods]
 impl Client {
@@ -36,6 +37,23 @@ impl Client {
         let request = oxray_runtime::proto::ServeUpdate { details_json };
         py.detach(|| runtime().block_on(agent.update_serve(request))).map_err(|s| rpc_err(s.into()))?;
         Ok(())
+    }
+
+    /// Keeps Serve's controller checkpoint in the head (redb when it has a state directory);
+    /// empty bytes drop it.
+    fn save_serve_checkpoint(&self, py: Python<'_>, checkpoint: Vec<u8>) -> PyResult<()> {
+        let mut agent = self.inner.driver();
+        let request = oxray_runtime::proto::ServeCheckpoint { checkpoint };
+        py.detach(|| runtime().block_on(agent.save_serve_checkpoint(request))).map_err(|s| rpc_err(s.into()))?;
+        Ok(())
+    }
+
+    /// Serve's controller checkpoint as the head keeps it (empty: none).
+    fn serve_checkpoint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut agent = self.inner.driver();
+        let reply =
+            py.detach(|| runtime().block_on(agent.get_serve_checkpoint(Empty {}))).map_err(|s| rpc_err(s.into()))?;
+        Ok(PyBytes::new(py, &reply.into_inner().checkpoint))
     }
 
     /// Every node the head knows, alive or not.

@@ -16,9 +16,10 @@ use oxray_proto::{
     GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply,
     ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
     PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
-    ReserveBundlesRequest, ServeRoutes, ServeRoutesReply, ServeUpdate, SubmitBatchRequest, SubscribeLogsRequest,
-    TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply,
-    WaitObjectsRequest, WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message, worker_event,
+    ReserveBundlesRequest, ServeCheckpoint, ServeRoutes, ServeRoutesReply, ServeUpdate, SubmitBatchRequest,
+    SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest,
+    WaitObjectsReply, WaitObjectsRequest, WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message,
+    worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -490,6 +491,16 @@ impl DriverService for AgentService {
     async fn update_serve(&self, request: Request<ServeUpdate>) -> Result<Response<Empty>, Status> {
         let mut head = self.shared.head_or_unavailable()?;
         head.update_serve(request.into_inner()).await
+    }
+
+    async fn save_serve_checkpoint(&self, request: Request<ServeCheckpoint>) -> Result<Response<Empty>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.save_serve_checkpoint(request.into_inner()).await
+    }
+
+    async fn get_serve_checkpoint(&self, request: Request<Empty>) -> Result<Response<ServeCheckpoint>, Status> {
+        let mut head = self.shared.head_or_unavailable()?;
+        head.get_serve_checkpoint(request.into_inner()).await
     }
 
     async fn warm_workers(&self, request: Request<WarmWorkersRequest>) -> Result<Response<Empty>, Status> {

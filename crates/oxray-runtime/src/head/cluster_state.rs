@@ -321,7 +321,11 @@ impl ClusterState for HeadClusterState {
     }
 
     fn serve_details(&self) -> Option<serde_json::Value> {
-        self.0.serve_details()
+        self.0.serve().details()
+    }
+
+    fn serve_checkpoint_kept(&self) -> bool {
+        self.0.serve().checkpoint().is_some()
     }
 
     fn experiments(&self) -> Vec<serde_json::Value> {

@@ -16,7 +16,8 @@
 //! What the head serves beside its tables sits here too: its redb tables
 //! (`store`), placement-group planning (`placement`), what the Jobs API needs of
 //! the head (`job_resources`), the State API's rows (`cluster_state`), Train runs
-//! and Tune experiments (`reported_runs`) and Data executions (`datasets`).
+//! and Tune experiments (`reported_runs`), Data executions (`datasets`) and
+//! Serve's details and controller checkpoint (`serve_state`).
 
 use crate::client::{AgentChannels, NodeJobClient, NodeStateClient};
 use crate::ids::{ActorId, NodeId};
@@ -39,6 +40,7 @@ pub mod datasets;
 pub mod job_resources;
 pub mod placement;
 pub mod reported_runs;
+pub mod serve_state;
 pub mod store;
 
 pub use actors::dead_actor_limit;
@@ -51,6 +53,7 @@ use drivers::DriverTable;
 use groups::GroupTable;
 use nodes::{MetricsWindow, NodeTable};
 use reported_runs::{ReportedRuns, RunKind};
+use serve_state::ServeState;
 use store::HeadStore;
 
 /// How many dead actors, removed placement groups and dead nodes the head keeps
@@ -108,8 +111,8 @@ pub struct Head {
     train_runs: Arc<ReportedRuns>,
     /// The cluster's Tune experiments, as their drivers report them.
     experiments: Arc<ReportedRuns>,
-    /// Serve's applications as its controller last reported them (Ray's `ServeInstanceDetails`).
-    serve: Arc<Mutex<Option<serde_json::Value>>>,
+    /// Serve's applications as its controller last reported them, and its checkpoint.
+    serve: Arc<ServeState>,
     /// The cluster's Data executions, as the processes running them report them.
     datasets: Arc<Datasets>,
 }
@@ -134,7 +137,7 @@ impl Default for Head {
             metrics_window: MetricsWindow::default(),
             train_runs: Arc::new(ReportedRuns::new(RunKind::Train, None).expect("no store: nothing to load")),
             experiments: Arc::new(ReportedRuns::new(RunKind::Experiment, None).expect("no store: nothing to load")),
-            serve: Arc::default(),
+            serve: Arc::new(ServeState::new(None).expect("no store: nothing to load")),
             datasets: Arc::new(Datasets::new(history.0)),
         }
     }
@@ -166,7 +169,8 @@ impl Head {
         let store = Arc::new(store);
         let train_runs = Arc::new(ReportedRuns::new(RunKind::Train, Some(store.clone()))?);
         let experiments = Arc::new(ReportedRuns::new(RunKind::Experiment, Some(store.clone()))?);
-        let head = Head { store: Some(store), train_runs, experiments, ..head };
+        let serve = Arc::new(ServeState::new(Some(store.clone()))?);
+        let head = Head { store: Some(store), train_runs, experiments, serve, ..head };
         let forgotten_nodes = head.nodes.lock().prune_dead(head.history);
         head.forget(forgotten_nodes, forgotten_actors);
         Ok(head)
@@ -225,20 +229,9 @@ impl Head {
         &self.experiments
     }
 
-    /// Serve's applications as its controller last reported them; None when Serve is not running.
-    pub fn serve_details(&self) -> Option<serde_json::Value> {
-        self.serve.lock().clone()
-    }
-
-    /// Keeps the controller's report (`""`: Serve shut down); the error names what is wrong.
-    pub fn record_serve_details(&self, details_json: &str) -> Result<(), String> {
-        let details = if details_json.is_empty() {
-            None
-        } else {
-            Some(serde_json::from_str(details_json).map_err(|e| format!("Serve's details are not JSON: {e}"))?)
-        };
-        *self.serve.lock() = details;
-        Ok(())
+    /// Serve's details (what its controller last reported) and controller checkpoint.
+    pub fn serve(&self) -> &ServeState {
+        &self.serve
     }
 
     /// The cluster's Data executions.

@@ -9,7 +9,7 @@ use oxray_proto::{
     ActorInfo, ActorRequest, ClusterInfoReply, DatasetUpdate, DriverRecord, Empty, ExperimentUpdate,
     GetNamedActorReply, GetNamedActorRequest, HeartbeatRequest, ListActorsReply, ListPlacementGroupsReply,
     PlacementGroupInfo, PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, RegisterActorReply,
-    RegisterActorRequest, RegisterNodeRequest, ServeUpdate, TrainRunUpdate,
+    RegisterActorRequest, RegisterNodeRequest, ServeCheckpoint, ServeUpdate, TrainRunUpdate,
 };
 use tonic::{Request, Response, Status};
 
@@ -131,8 +131,18 @@ impl HeadService for Head {
     }
 
     async fn update_serve(&self, request: Request<ServeUpdate>) -> Result<Response<Empty>, Status> {
-        self.record_serve_details(&request.into_inner().details_json).map_err(Status::invalid_argument)?;
+        self.serve().record_details(&request.into_inner().details_json).map_err(Status::invalid_argument)?;
         Ok(Response::new(Empty {}))
+    }
+
+    async fn save_serve_checkpoint(&self, request: Request<ServeCheckpoint>) -> Result<Response<Empty>, Status> {
+        self.serve().save_checkpoint(request.into_inner().checkpoint).await.map_err(HeadError::from)?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn get_serve_checkpoint(&self, _: Request<Empty>) -> Result<Response<ServeCheckpoint>, Status> {
+        let checkpoint = self.serve().checkpoint().map(|c| c.as_ref().clone()).unwrap_or_default();
+        Ok(Response::new(ServeCheckpoint { checkpoint }))
     }
 
     async fn update_dataset(&self, request: Request<DatasetUpdate>) -> Result<Response<Empty>, Status> {

@@ -1,5 +1,6 @@
 //! The head's durable state in redb: node and actor records (protobuf-encoded),
-//! and Train runs and Tune experiments with their reports (JSON), written
+//! Train runs and Tune experiments with their reports (JSON), and Serve's
+//! controller checkpoint (opaque bytes), written
 //! through on every change and loaded when the head starts again.
 
 #[cfg(test)]
@@ -11,6 +12,9 @@ use std::path::Path;
 
 const NODES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("nodes");
 const ACTORS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("actors");
+/// Serve's controller checkpoint, under `SERVE_CHECKPOINT`.
+const SERVE: TableDefinition<&str, &[u8]> = TableDefinition::new("serve");
+const SERVE_CHECKPOINT: &str = "controller_checkpoint";
 
 /// The two tables of one kind of reported run: id -> the run's JSON, and
 /// (id, report number) -> the report's JSON.
@@ -127,6 +131,30 @@ impl HeadStore {
             }
         }
         txn.commit().map_err(db)
+    }
+
+    /// Writes Serve's controller checkpoint; None deletes it.
+    pub fn put_serve_checkpoint(&self, checkpoint: Option<&[u8]>) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(db)?;
+        {
+            let mut t = txn.open_table(SERVE).map_err(db)?;
+            match checkpoint {
+                Some(bytes) => drop(t.insert(SERVE_CHECKPOINT, bytes).map_err(db)?),
+                None => drop(t.remove(SERVE_CHECKPOINT).map_err(db)?),
+            }
+        }
+        txn.commit().map_err(db)
+    }
+
+    /// Serve's controller checkpoint, if one is kept.
+    pub fn serve_checkpoint(&self) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read().map_err(db)?;
+        let t = match txn.open_table(SERVE) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(db(e)),
+        };
+        Ok(t.get(SERVE_CHECKPOINT).map_err(db)?.map(|v| v.value().to_vec()))
     }
 
     /// Holds redb's one write transaction until the guard drops: a commit that takes long.

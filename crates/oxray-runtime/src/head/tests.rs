@@ -7,7 +7,7 @@ use oxray_proto::head_service_server::HeadService;
 use oxray_proto::{
     ActorInfo, ActorRequest, ActorState, DriverRecord, Empty, GetNamedActorRequest, HeartbeatRequest, NodeInfo,
     NodeStats, PlacementGroupRequest, PlacementGroupSpec, PlacementGroupState, RegisterActorRequest,
-    RegisterNodeRequest, ReserveBundlesRequest, ResourceDemand,
+    RegisterNodeRequest, ReserveBundlesRequest, ResourceDemand, ServeCheckpoint,
 };
 use std::collections::HashMap;
 use std::time::Duration;
@@ -180,6 +180,34 @@ async fn heartbeats_update_and_unknown_nodes_are_refused() {
     assert_eq!(nodes.len(), 1);
     assert!(nodes[0].alive);
     assert_eq!(nodes[0].available["CPU"], 1.5);
+}
+
+#[tokio::test]
+async fn a_restarted_head_keeps_the_serve_checkpoint_until_serve_drops_it() {
+    async fn checkpoint(head: &Head) -> Vec<u8> {
+        head.get_serve_checkpoint(Request::new(Empty {})).await.unwrap().into_inner().checkpoint
+    }
+    let dir = std::env::temp_dir().join(format!("oxray-serve-checkpoint-{}", rand::random::<u64>()));
+    // Larger than tonic's default 4 MiB message: a checkpoint carries pickled code and arguments.
+    let saved: Vec<u8> = (0..5 << 20).map(|i| (i % 251) as u8).collect();
+    {
+        let head = Head::persistent(&dir).unwrap();
+        assert!(checkpoint(&head).await.is_empty(), "a new head keeps none");
+        let save = ServeCheckpoint { checkpoint: saved.clone() };
+        head.save_serve_checkpoint(Request::new(save)).await.unwrap();
+        assert_eq!(checkpoint(&head).await, saved);
+    }
+    {
+        let head = Head::persistent(&dir).unwrap();
+        assert_eq!(checkpoint(&head).await, saved, "it outlives the head");
+        assert!(head.serve().checkpoint().is_some());
+        head.save_serve_checkpoint(Request::new(ServeCheckpoint { checkpoint: Vec::new() })).await.unwrap();
+        assert!(checkpoint(&head).await.is_empty());
+    }
+    let head = Head::persistent(&dir).unwrap();
+    assert!(head.serve().checkpoint().is_none(), "a dropped checkpoint stays dropped");
+    drop(head);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]

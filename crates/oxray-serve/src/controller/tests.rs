@@ -1,6 +1,6 @@
 //! The controller driven as the runtime drives it: deploys, the replicas' reports, ticks.
 
-use super::{Action, AppStatusReport, Controller};
+use super::{Action, AdoptedReplica, AppStatusReport, Controller};
 use crate::config::{AutoscalingConfig, DeploymentSpec, Replicas};
 use crate::error::ServeError;
 use crate::status::{ApplicationStatus, DeploymentStatus, DeploymentStatusTrigger, ReplicaState};
@@ -348,4 +348,63 @@ fn an_old_replica_dying_during_a_rolling_update_is_replaced_without_failing_the_
         (ApplicationStatus::Running, DeploymentStatus::Healthy, DeploymentStatusTrigger::ConfigUpdateCompleted)
     );
     assert_eq!(states, BTreeMap::from([(ReplicaState::Running, 2)]));
+}
+
+fn adopted(replica: &str, code: &str) -> AdoptedReplica {
+    AdoptedReplica {
+        deployment: "Model".to_string(),
+        replica: replica.to_string(),
+        code_version: code.to_string(),
+        config_version: String::new(),
+    }
+}
+
+fn checks(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| if let Action::CheckHealth { replica, .. } = a { Some(replica.clone()) } else { None })
+        .collect()
+}
+
+#[test]
+fn a_restored_app_serves_with_its_adopted_replicas_and_starts_only_what_the_target_lacks() {
+    // The replicas a first controller started, as a second one finds them after a head restart.
+    let mut first = Controller::new();
+    deploy(&mut first, "app", "/", spec("v1", 3), 0);
+    let ids = started(&first.take_actions());
+    let mut c = Controller::new();
+    let found = vec![adopted(&ids[0], "v1"), adopted(&ids[1], "v1")];
+    c.restore_app("app", Some("/"), "Model", vec![("Model".to_string(), spec("v1", 3))], found, 1_000).unwrap();
+    let actions = c.take_actions();
+    let new = started(&actions);
+    assert_eq!(new.len(), 1, "{actions:?}");
+    assert!(!ids[..2].contains(&new[0]), "a new replica never takes an adopted one's id: {new:?}");
+    let mut checked = checks(&actions);
+    checked.sort();
+    let mut expected = ids[..2].to_vec();
+    expected.sort();
+    assert_eq!(checked, expected, "adopted replicas are health-checked at once");
+    let mut serving = c.serving("app", "Model");
+    serving.sort();
+    assert_eq!(serving, expected, "adopted replicas serve before the new one starts");
+    assert_eq!(model(&c, "app").0, ApplicationStatus::Deploying);
+    c.replica_started("app", "Model", &new[0], 1_100);
+    assert_eq!(model(&c, "app").0, ApplicationStatus::Running);
+
+    // One that died with the head fails its check: replaced, as any dead replica is.
+    c.replica_died("app", "Model", &ids[0], "its node is gone", 1_200);
+    assert_eq!(started(&c.take_actions()).len(), 1);
+}
+
+#[test]
+fn an_adopted_replica_of_an_older_version_is_rolled_out() {
+    let mut c = Controller::new();
+    let found = vec![adopted("oldreplc", "v1")];
+    c.restore_app("app", Some("/"), "Model", vec![("Model".to_string(), spec("v2", 1))], found, 0).unwrap();
+    let actions = c.take_actions();
+    let new = started(&actions);
+    assert_eq!(new.len(), 1);
+    assert!(stopped(&actions).is_empty(), "the old one serves until the new one does");
+    c.replica_started("app", "Model", &new[0], 10);
+    assert_eq!(stopped(&c.take_actions()), vec!["oldreplc".to_string()]);
 }

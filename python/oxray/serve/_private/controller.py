@@ -5,16 +5,25 @@
 (replica actors started, reconfigured, health-checked, stopped, killed), reports
 their outcomes back, and answers drivers and handles. It never imports user
 code: definitions and arguments stay cloudpickled bytes until a replica loads
-them."""
+them.
+
+Its checkpoint (each application's deployments with their code and settings,
+the HTTP options) is kept in the head, in redb when the head has a state
+directory, rewritten on every deploy, delete and config. A controller that
+starts with a checkpoint there (the head restarted, and the old controller
+went down with it) takes the applications back: the replicas still running are
+adopted, the rest started."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import traceback
 
 import oxray as ray
+from oxray import cloudpickle
 from oxray._native import ServeController
 from oxray.serve._private.replica import ServeReplica
 from oxray.serve.handle import SERVE_NAMESPACE, replica_actor_name
@@ -35,6 +44,11 @@ HTTP_CONTROL_GROUP = "serve_http_control"
 HTTP_CONTROL_CALLS = 4
 # The route table goes out again this often even when unchanged: a node that joined since gets it.
 ROUTES_RESEND_S = 5.0
+# How long a recovering controller waits for the replicas it finds to say which versions they run;
+# one that does not answer (its node went down with the head) is replaced.
+RECOVERY_WAIT_S = 10.0
+CHECKPOINT_FORMAT = 1
+_REPLICA_NAME = re.compile(r"SERVE_REPLICA::(?P<app>.*)#(?P<deployment>[^#]*)#(?P<replica>[^#]*)")
 
 
 def _now_ms() -> int:
@@ -84,7 +98,143 @@ class ServeControllerActor:
         self.started_at: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
         self.details_sent = None
+        # The checkpoint last given to the head, so an unchanged one is not written again.
+        self.checkpoint_sent = None
+        with self.lock:
+            self._recover()
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
+
+    # The checkpoint in the head.
+
+    def _checkpoint(self) -> None:
+        """Gives the head the applications as deployed (their current versions' definitions), the
+        configs still building and the HTTP options: what a controller started after a head
+        restart needs to take them back."""
+        apps = {}
+        for status in self.engine.status():
+            name, ingress = status["name"], self.ingress.get(status["name"])
+            if status["status"] == "DELETING" or ingress is None:
+                continue
+            deployments = [self._current(name, d) for d in status["deployments"]]
+            deployments = [d for d in deployments if d is not None]
+            if deployments:
+                apps[name] = {
+                    "route_prefix": status["route_prefix"],
+                    "ingress": ingress,
+                    "deployments": deployments,
+                    "source": self.sources.get(name, "imperative"),
+                    "app_config": self.app_configs.get(name),
+                }
+        builds = {name: app for name, app, version in self.building.values() if self.latest_builds.get(name) == version}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "http": self.http,
+            "proxy_location": self.proxy_location,
+            "apps": apps,
+            "builds": builds,
+        }
+        self._save_checkpoint(cloudpickle.dumps(state))
+
+    def _save_checkpoint(self, checkpoint: bytes) -> None:
+        if checkpoint == self.checkpoint_sent:
+            return
+        from oxray._private.api import _client
+
+        _client().save_serve_checkpoint(checkpoint)
+        self.checkpoint_sent = checkpoint
+
+    def _recover(self) -> None:
+        """Takes back the applications of the head's checkpoint, if it keeps one."""
+        from oxray._private.api import _client
+
+        checkpoint = bytes(_client().serve_checkpoint())
+        if not checkpoint:
+            return
+        state = cloudpickle.loads(checkpoint)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            print(f"(oxray.serve) the head's Serve checkpoint has format {state.get('format')!r}: ignored", flush=True)
+            return
+        self.checkpoint_sent = checkpoint
+        self.http, self.proxy_location = state["http"], state["proxy_location"]
+        found = self._running_replicas()
+        for name, app in state["apps"].items():
+            self._restore_app(name, app, found)
+        for key, (actor, _info) in found.items():
+            if key not in self.replicas:  # its application or deployment is gone, or it never started
+                _kill_actor(actor)
+        for app in state["builds"].values():
+            self._start_build(app)
+        self._act()
+        names = sorted(state["apps"]) + sorted(state["builds"])
+        print(f"(oxray.serve) took back {len(names)} application(s) from the head's checkpoint: {names}", flush=True)
+
+    def _restore_app(self, name: str, app: dict, found: dict) -> None:
+        deployments = {d["name"]: d for d in app["deployments"]}
+        adopted = [
+            (deployment, replica, info["code_version"], info["config_version"])
+            for (a, deployment, replica), (_actor, info) in found.items()
+            if a == name and deployment in deployments
+        ]
+        specs = [(d["name"], d["engine"]) for d in deployments.values()]
+        try:
+            self.engine.restore_app(name, app["route_prefix"], app["ingress"], specs, adopted, _now_ms())
+        except ValueError:
+            traceback.print_exc()
+            return
+        self.sources[name], self.app_configs[name] = app["source"], app["app_config"]
+        self.ingress[name] = app["ingress"]
+        for d in deployments.values():
+            self.current[(name, d["name"])] = d["engine"]["code_version"]
+            self.definitions[(name, d["name"], d["engine"]["code_version"])] = d
+        for deployment, replica, _code, _config in adopted:
+            key = (name, deployment, replica)
+            actor, info = found[key]
+            self.replicas[key], self.started_at[key] = actor, info["started_at"]
+
+    def _running_replicas(self) -> dict:
+        """The replica actors still alive, each with what it says it runs (`recovery_info`):
+        `(app, deployment, replica) -> (actor, info)`. One that does not answer within
+        `RECOVERY_WAIT_S`, or has not finished starting, is left out (and then stopped)."""
+        asked = {}
+        from oxray.util import list_named_actors
+
+        for entry in list_named_actors(all_namespaces=True):
+            match = _REPLICA_NAME.fullmatch(entry["name"])
+            if entry["namespace"] != SERVE_NAMESPACE or match is None:
+                continue
+            try:
+                actor = ray.get_actor(entry["name"], namespace=SERVE_NAMESPACE)
+            except ValueError:
+                continue  # died meanwhile
+            call = actor.recovery_info.options(concurrency_group=CONTROL_GROUP).remote()
+            asked[call] = ((match["app"], match["deployment"], match["replica"]), actor)
+        found = {}
+        if asked:
+            ready, _ = ray.wait(list(asked), num_returns=len(asked), timeout=RECOVERY_WAIT_S)
+            for ref in asked:
+                key, actor = asked[ref]
+                info = None
+                if ref in ready:
+                    try:
+                        info = ray.get(ref)
+                    except Exception:  # noqa: BLE001 - its actor died: replaced
+                        info = None
+                if info is None:
+                    _kill_actor(actor)
+                else:
+                    found[key] = (actor, info)
+        return found
+
+    def recover(self) -> list:
+        """What the head's `recover` job calls after a head restart. A controller that was
+        started by it has recovered in its constructor; one that outlived the head (on another
+        node) gives the new head its details and routes again. The applications' names."""
+        with self.lock:
+            self.details_sent = None
+            self.routes_sent = None
+            self.checkpoint_sent = None
+            self._checkpoint()
+            return sorted(s["name"] for s in self.engine.status())
 
     # Called by drivers and handles.
 
@@ -101,10 +251,12 @@ class ServeControllerActor:
                 return self._push_routes(force=True)
             self.http, self.proxy_location = http_options, proxy_location
             try:
-                return self._push_routes(force=True)
+                address = self._push_routes(force=True)
             except Exception:
                 self.http = None
                 raise
+            self._checkpoint()
+            return address
 
     def ensure_http(self, http_options: dict) -> str:
         """Starts the HTTP proxies with these options unless they run already."""
@@ -283,6 +435,7 @@ class ServeControllerActor:
                 self.definitions[(app, d["name"], d["engine"]["code_version"])] = d
             self._act()
             self._forget_definitions(app, {d["name"] for d in deployments})
+            self._checkpoint()
         self.wake.set()
 
     def _forget_definitions(self, app: str, keep: set) -> None:
@@ -305,10 +458,7 @@ class ServeControllerActor:
         `runtime_env`) and deployed; applications an earlier config deployed that this one lacks
         are deleted, those `serve.run` deployed are left alone. HTTP starts with the config's
         `http_options` (host 127.0.0.1 unless it names one) if it is not running."""
-        import hashlib
-
         from oxray._native import check_serve_config
-        from oxray.serve._private.build import build_application
 
         check_serve_config(json.dumps(config))  # as the REST API checks it: `oxray serve run` comes here directly
         from oxray.serve.config import HTTPOptions, proxy_location_of
@@ -318,7 +468,6 @@ class ServeControllerActor:
             self.start_http(options.to_wire(), proxy_location_of(config.get("proxy_location")))
         apps = config.get("applications") or []
         names = {a.get("name", "default") for a in apps}
-        build = ray.remote(build_application)
         with self.lock:
             for name, source in list(self.sources.items()):
                 if source == "declarative" and name not in names:
@@ -328,20 +477,30 @@ class ServeControllerActor:
                 del self.latest_builds[name]  # a build still running for it is stale
             self._act()
             for app in apps:
-                name = app.get("name", "default")
-                version = hashlib.sha256(json.dumps(app, sort_keys=True).encode()).hexdigest()[:16]
-                options = {"num_cpus": 0}
-                if app.get("runtime_env"):
-                    options["runtime_env"] = app["runtime_env"]
-                self.latest_builds[name] = version
-                self.building[build.options(**options).remote(app, version)] = (name, app, version)
+                self._start_build(app)
+            self._checkpoint()
         self.wake.set()
+
+    def _start_build(self, app: dict) -> None:
+        """Builds a config's application in a task under its `runtime_env`; `_built` deploys it."""
+        import hashlib
+
+        from oxray.serve._private.build import build_application
+
+        name = app.get("name", "default")
+        version = hashlib.sha256(json.dumps(app, sort_keys=True).encode()).hexdigest()[:16]
+        options = {"num_cpus": 0}
+        if app.get("runtime_env"):
+            options["runtime_env"] = app["runtime_env"]
+        self.latest_builds[name] = version
+        self.building[ray.remote(build_application).options(**options).remote(app, version)] = (name, app, version)
 
     def delete(self, app: str) -> None:
         with self.lock:
             self.engine.delete_app(app, _now_ms())
             self._act()
             self._forget_definitions(app, set())
+            self._checkpoint()
         self.wake.set()
 
     def status(self) -> list:
@@ -474,6 +633,7 @@ class ServeControllerActor:
                     traceback.print_exc()
             try:
                 self._publish_details(gone=True)
+                self._save_checkpoint(b"")  # nothing to take back after a restart
             except Exception:  # noqa: BLE001 - the head is going away
                 traceback.print_exc()
         self.running = False
@@ -524,7 +684,7 @@ class ServeControllerActor:
                     self.replicas.pop(key, None)
                     self.engine.replica_start_failed(*key, _traceback(e), _now_ms())
             elif kind == "reconfigure":
-                self._call(key, "reconfigure", self._current(app, deployment)["user_config"])
+                self._call(key, "reconfigure", self._current(app, deployment)["user_config"], versions[1])
             elif kind == "check_health":
                 self._call(key, "check_health")
             elif kind == "stop":
@@ -563,6 +723,7 @@ class ServeControllerActor:
             definition["arguments"],
             definition["user_config"],
             definition["has_user_config"],
+            (code_version, definition["engine"].get("config_version", "")),
         )
         self.pending[ref] = ("start", key)
 
@@ -597,6 +758,7 @@ class ServeControllerActor:
         except Exception as e:  # noqa: BLE001 - an import error, a bad builder: the app's status says it
             self.sources[name], self.app_configs[name] = "declarative", app
             self.engine.fail_app(name, f"Failed to build application {name!r}:\n{_traceback(e)}", _now_ms())
+            self._checkpoint()  # no longer building
             return
         try:
             self.deploy(name, app.get("route_prefix", "/"), ingress, deployments, app_config=app)

@@ -3,7 +3,9 @@ user's object (or keeps the function), calls `reconfigure(user_config)` before
 it serves, runs each request (an `async def` method on the replica's event-loop
 thread; HTTP requests from the node's proxy through `_private/http.py`), answers
 health checks (the user's `check_health` too), and on a stop
-waits for its requests to finish, then calls the user's `__del__` once."""
+waits for its requests to finish, then calls the user's `__del__` once. A
+controller started after a head restart asks each replica it finds which
+versions it runs (`recovery_info`) and adopts it."""
 
 from __future__ import annotations
 
@@ -32,10 +34,15 @@ class ServeReplica:
         self.deleted = False
         self.http = HttpServer(self)
         self.websockets = WebSockets(self.http)
+        self.started_at = time.time()
+        # The code and config versions it runs, for a controller that adopts it after a restart.
+        self.versions = ("", "")
 
-    def initialize(self, definition: bytes, arguments: bytes, user_config, has_user_config: bool) -> None:
+    def initialize(
+        self, definition: bytes, arguments: bytes, user_config, has_user_config: bool, versions: tuple = ("", "")
+    ) -> None:
         """Builds the user's object; its constructor's exception fails the replica (the controller
-        reports the traceback)."""
+        reports the traceback). `versions`: the code and config versions it runs."""
         func_or_class = cloudpickle.loads(definition)
         args, kwargs = cloudpickle.loads(arguments)
         set_replica_context(ReplicaContext(self.replica_id, None))
@@ -47,8 +54,9 @@ class ServeReplica:
         self.http.prepare(self.target, self.is_function)
         if has_user_config:
             self.reconfigure(user_config)
+        self.versions = tuple(versions)
 
-    def reconfigure(self, user_config) -> None:
+    def reconfigure(self, user_config, config_version=None) -> None:
         method = None if self.is_function else getattr(self.target, "reconfigure", None)
         if method is None:
             raise RayServeException(
@@ -56,6 +64,16 @@ class ServeReplica:
                 "reconfigure method"
             )
         self._run(method, (user_config,), {})
+        if config_version is not None:
+            self.versions = (self.versions[0], config_version)
+
+    def recovery_info(self):
+        """What a controller started after a head restart needs to adopt this replica: the
+        versions it runs and when it started; None when its constructor has not finished (then
+        it is stopped, and a new one started)."""
+        if self.target is None:
+            return None
+        return {"code_version": self.versions[0], "config_version": self.versions[1], "started_at": self.started_at}
 
     def handle_request(self, method_name: str, *args, **kwargs):
         model_id = kwargs.pop(MODEL_ID_KWARG, "")

@@ -1,7 +1,9 @@
-"""What the head's Serve REST API runs on the cluster, as an internal job (`python -m
-oxray.serve._private.rest apply|shutdown`): `apply` starts Serve if it is not running and gives
-the controller the config from `OXRAY_SERVE_CONFIG` (Ray's `ServeDeploySchema`); `shutdown` shuts
-Serve down."""
+"""What the head runs on the cluster for Serve, as an internal job (`python -m
+oxray.serve._private.rest apply|shutdown|recover`): `apply` (the REST API's PUT) starts Serve if it
+is not running and gives the controller the config from `OXRAY_SERVE_CONFIG` (Ray's
+`ServeDeploySchema`); `shutdown` (its DELETE) shuts Serve down; `recover` (a head started again
+with a Serve checkpoint) starts the controller, which takes the applications back, or has the one
+that outlived the head report to the new one."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ def main(argv) -> int:
     from oxray import serve
     from oxray.serve import api
 
-    if len(argv) != 1 or argv[0] not in ("apply", "shutdown"):
-        print("usage: python -m oxray.serve._private.rest apply|shutdown", file=sys.stderr)
+    if len(argv) != 1 or argv[0] not in ("apply", "shutdown", "recover"):
+        print("usage: python -m oxray.serve._private.rest apply|shutdown|recover", file=sys.stderr)
         return 2
     ray.init()
     if argv[0] == "shutdown":
         serve.shutdown()
+        return 0
+    if argv[0] == "recover":
+        names = ray.get(api._start_controller().recover.remote())
+        print(f"Serve's controller runs {len(names)} application(s) after the head's restart: {names}")
         return 0
     config = json.loads(os.environ["OXRAY_SERVE_CONFIG"])
     ray.get(api._start_controller().apply_config.remote(config))
