@@ -128,8 +128,16 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
             status.reason = Some(message.clone());
             status.observed_generation = generation;
             let reason = error.condition_reason();
-            set_condition(&mut status, &previous, "SpecValid", false, reason, &message, now);
-            set_condition(&mut status, &previous, "Ready", false, reason, error.ready_message(), now);
+            set_condition(&mut status.conditions, &previous.conditions, "SpecValid", false, reason, &message, now);
+            set_condition(
+                &mut status.conditions,
+                &previous.conditions,
+                "Ready",
+                false,
+                reason,
+                error.ready_message(),
+                now,
+            );
             return ClusterPlan { create: vec![], delete_pods: vec![], status };
         }
     };
@@ -145,7 +153,7 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
         status.state = Some("failed".to_string());
         status.reason = Some(message.clone());
         status.observed_generation = generation;
-        set_condition(&mut status, &previous, "Ready", false, "Conflict", &message, now);
+        set_condition(&mut status.conditions, &previous.conditions, "Ready", false, "Conflict", &message, now);
         return ClusterPlan { create: vec![], delete_pods: vec![], status };
     }
     let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
@@ -293,12 +301,20 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
             }
             None => (true, "CaUsable", "the operator verifies the head's certificate with spec.tls".to_string()),
         };
-        set_condition(status, &previous, "HeadCertificateTrusted", usable, reason, &message, now);
+        set_condition(
+            &mut status.conditions,
+            &previous.conditions,
+            "HeadCertificateTrusted",
+            usable,
+            reason,
+            &message,
+            now,
+        );
     }
-    set_condition(status, &previous, "SpecValid", true, "Valid", "the spec is valid", now);
+    set_condition(&mut status.conditions, &previous.conditions, "SpecValid", true, "Valid", "the spec is valid", now);
     set_condition(
-        status,
-        &previous,
+        &mut status.conditions,
+        &previous.conditions,
         "HeadPodReady",
         head_ready,
         if head_ready { "HeadPodRunningAndReady" } else { "HeadPodNotReady" },
@@ -307,8 +323,8 @@ pub fn plan(cluster: &OxrayCluster, observed: &Observed, new_token: &str, now: &
     );
     let message = status.reason.clone().unwrap_or_else(|| "the head and every desired worker are ready".to_string());
     set_condition(
-        status,
-        &previous,
+        &mut status.conditions,
+        &previous.conditions,
         "Ready",
         ready,
         if ready { "AllPodsReady" } else { "PodsNotReady" },
@@ -324,9 +340,9 @@ fn ended(pod: &ObservedPod) -> bool {
 }
 
 /// Sets condition `type_`, keeping its transition time when its status did not change.
-fn set_condition(
-    status: &mut OxrayClusterStatus,
-    previous: &OxrayClusterStatus,
+pub(crate) fn set_condition(
+    conditions: &mut Vec<Condition>,
+    previous: &[Condition],
     type_: &str,
     value: bool,
     reason: &str,
@@ -335,13 +351,12 @@ fn set_condition(
 ) {
     let value = if value { "True" } else { "False" };
     let since = previous
-        .conditions
         .iter()
         .find(|c| c.type_ == type_ && c.status == value)
         .and_then(|c| c.last_transition_time.clone())
         .unwrap_or_else(|| now.to_string());
-    status.conditions.retain(|c| c.type_ != type_);
-    status.conditions.push(Condition {
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(Condition {
         type_: type_.to_string(),
         status: value.to_string(),
         reason: reason.to_string(),

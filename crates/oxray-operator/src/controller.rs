@@ -1,15 +1,17 @@
-//! The controllers: watch `OxrayCluster`s, `OxrayJob`s and what they own,
-//! observe, call the pure reconcile steps (`cluster::plan`, `job::plan`) and
-//! carry out what they return against the API server. A finalizer on each
+//! The controllers: watch `OxrayCluster`s, `OxrayJob`s, `OxrayService`s and what
+//! they own, observe, call the pure reconcile steps (`cluster::plan`,
+//! `job::plan`, `service::plan`) and carry out what they return against the API
+//! server and the clusters' heads. A finalizer on each
 //! resource deletes what it owns before it goes (owner references let
 //! Kubernetes' garbage collector do the same; the finalizer does not rely on it).
 
 use crate::autoscale::Demand;
 use crate::cluster::{self, CLUSTER_LABEL, Child, Observed, ObservedPod, TOKEN_KEY};
-use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus};
+use crate::crd::{OxrayCluster, OxrayJob, OxrayJobStatus, OxrayService};
 use crate::error::{CaError, DemandError, ReconcileError};
 use crate::head_api::{Head, HeadClient, TrustedCa};
 use crate::job::{self, ClusterView, JobObserved};
+use crate::service::{self, ServeClusterView, ServiceObserved};
 use crate::spec;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -65,12 +67,18 @@ pub async fn run(client: Client, settings: Settings) -> anyhow::Result<()> {
         .run(reconcile_cluster, retry_later, ctx.clone())
         .for_each(|result| async move { log_failure("cluster", result) });
     let job_controller = Controller::new(jobs, watcher::Config::default())
+        .owns(clusters.clone(), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile_job, retry_later, ctx.clone())
+        .for_each(|result| async move { log_failure("job", result) });
+    let serve_services: Api<OxrayService> = api_for(&client, &settings.namespace);
+    let service_controller = Controller::new(serve_services, watcher::Config::default())
         .owns(clusters, watcher::Config::default())
         .shutdown_on_signal()
-        .run(reconcile_job, retry_later, ctx)
-        .for_each(|result| async move { log_failure("job", result) });
-    tracing::info!("oxray-operator is watching OxrayClusters and OxrayJobs");
-    futures::join!(cluster_controller, job_controller);
+        .run(reconcile_service, retry_later, ctx)
+        .for_each(|result| async move { log_failure("service", result) });
+    tracing::info!("oxray-operator is watching OxrayClusters, OxrayJobs and OxrayServices");
+    futures::join!(cluster_controller, job_controller, service_controller);
     Ok(())
 }
 
@@ -514,6 +522,159 @@ async fn reconcile_job(oj: Arc<OxrayJob>, ctx: Arc<Context>) -> Result<Action, R
         && status.cluster_deleted != Some(true)
         && oj.spec.ray_cluster_spec.is_some();
     Ok(if !finished || waiting_to_delete { Action::requeue(ctx.settings.poll) } else { Action::await_change() })
+}
+
+/// Ready pods the serve Service selects on `cluster`: its ready workers, and its head unless excluded.
+fn serve_pods(cluster: &OxrayCluster, exclude_head: bool) -> i32 {
+    let Some(status) = &cluster.status else { return 0 };
+    let head_ready = status.conditions.iter().any(|c| c.type_ == "HeadPodReady" && c.status == "True");
+    status.ready_worker_replicas + i32::from(head_ready && !exclude_head)
+}
+
+/// Sets (or with `None` removes) an annotation on a cluster.
+async fn annotate(
+    clusters: &Api<OxrayCluster>,
+    cluster: &str,
+    key: &str,
+    value: Option<String>,
+) -> Result<(), ReconcileError> {
+    let patch = json!({"metadata": {"annotations": {key: value}}});
+    match clusters.patch(cluster, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn reconcile_service(os: Arc<OxrayService>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    let name = os.name_any();
+    let namespace = os.namespace().unwrap_or_else(|| "default".to_string());
+    let uid = os.uid().unwrap_or_default();
+    let serve_services: Api<OxrayService> = Api::namespaced(ctx.client.clone(), &namespace);
+    let clusters: Api<OxrayCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &namespace);
+    let selector = ListParams::default().labels(&format!("{}={name}", service::SERVICE_LABEL));
+    let mine: Vec<OxrayCluster> = clusters
+        .list(&selector)
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| owned_by(c.metadata.owner_references.as_ref(), &uid))
+        .collect();
+    let serve_service_name = service::serve_service_name(&name);
+    let serve_service =
+        get_opt(&services, &serve_service_name).await?.filter(|s| owned_by(s.metadata.owner_references.as_ref(), &uid));
+
+    if os.metadata.deletion_timestamp.is_some() {
+        if has_finalizer(os.as_ref()) {
+            for cluster in &mine {
+                delete_quietly(&clusters, &cluster.name_any()).await?;
+            }
+            if serve_service.is_some() {
+                delete_quietly(&services, &serve_service_name).await?;
+            }
+            remove_finalizer(&serve_services, os.as_ref()).await?;
+            tracing::info!("service {namespace}/{name}: deleted its clusters and serve Service");
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer(os.as_ref()) {
+        add_finalizer(&serve_services, os.as_ref()).await?;
+    }
+
+    let exclude_head = os.spec.exclude_head_pod_from_serve_svc.unwrap_or(false);
+    let mut heads = std::collections::BTreeMap::new();
+    let mut observed = ServiceObserved {
+        now_s: jiff::Timestamp::now().as_second(),
+        now: now_rfc3339(),
+        serve_service_cluster: serve_service
+            .as_ref()
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.selector.as_ref())
+            .and_then(|s| s.get(CLUSTER_LABEL).cloned()),
+        ..Default::default()
+    };
+    for cluster in mine.iter().filter(|c| c.metadata.deletion_timestamp.is_none()) {
+        let annotations = cluster.metadata.annotations.clone().unwrap_or_default();
+        let status = cluster.status.clone().unwrap_or_default();
+        let head = reach_head(&ctx, &namespace, cluster).await?;
+        let config_hash = annotations.get(service::SERVE_CONFIG_ANNOTATION).cloned();
+        let ready = status.state.as_deref() == Some("ready") && head.is_some();
+        let applications = match (&head, &config_hash) {
+            (Some(head), Some(_)) if ready => Some(ctx.head.serve_applications(head).await.map_err(|e| e.to_string())),
+            _ => None,
+        };
+        observed.clusters.push(ServeClusterView {
+            name: cluster.name_any(),
+            spec_hash: annotations.get(service::CLUSTER_HASH_ANNOTATION).cloned().unwrap_or_default(),
+            config_hash,
+            delete_after_s: annotations.get(service::DELETE_AFTER_ANNOTATION).and_then(|v| v.parse().ok()),
+            ready,
+            failed: (status.state.as_deref() == Some("failed")).then(|| status.reason.clone().unwrap_or_default()),
+            serve_pods: serve_pods(cluster, exclude_head),
+            applications,
+        });
+        if let Some(head) = head {
+            heads.insert(cluster.name_any(), head);
+        }
+    }
+
+    let plan = service::plan(&os, &observed);
+    let mut status = plan.status.clone();
+    if let Some(cluster) = &plan.create_cluster {
+        match clusters.create(&PostParams::default(), cluster).await {
+            Ok(_) => tracing::info!("service {namespace}/{name}: made cluster {}", cluster.name_any()),
+            Err(e) if is_conflict(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for (cluster, config, hash) in &plan.deploy_config {
+        let Some(head) = heads.get(cluster) else { continue };
+        match ctx.head.put_serve_config(head, config).await {
+            Ok(()) => {
+                annotate(&clusters, cluster, service::SERVE_CONFIG_ANNOTATION, Some(hash.clone())).await?;
+                tracing::info!("service {namespace}/{name}: deployed the Serve config to cluster {cluster}");
+            }
+            // Not deployed: said in the status, tried again next poll.
+            Err(e) => status.message = Some(format!("could not deploy the Serve config to cluster {cluster}: {e}")),
+        }
+    }
+    for (cluster, at) in &plan.retire {
+        annotate(&clusters, cluster, service::DELETE_AFTER_ANNOTATION, Some(at.to_string())).await?;
+    }
+    for cluster in &plan.keep {
+        annotate(&clusters, cluster, service::DELETE_AFTER_ANNOTATION, None).await?;
+    }
+    for cluster in &plan.delete_clusters {
+        delete_quietly(&clusters, cluster).await?;
+        tracing::info!("service {namespace}/{name}: deleted cluster {cluster}, which no longer serves");
+    }
+    if let Some(wanted) = &plan.serve_service {
+        match &serve_service {
+            None => match services.create(&PostParams::default(), wanted).await {
+                Ok(_) => {}
+                Err(e) if is_conflict(&e) => {
+                    status.message = Some(format!(
+                        "Service {serve_service_name} exists and was not made by this OxrayService; delete it"
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            },
+            Some(existing) => {
+                let old = serde_json::to_value(&existing.spec).map_err(ReconcileError::EncodeStatus)?;
+                let new = serde_json::to_value(&wanted.spec).map_err(ReconcileError::EncodeStatus)?;
+                let patch = json!({"spec": {
+                    "selector": merge_patch(&old["selector"], &new["selector"]),
+                    "ports": new["ports"],
+                }});
+                services.patch(&serve_service_name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+            }
+        }
+        let to = wanted.spec.as_ref().and_then(|s| s.selector.as_ref()).and_then(|s| s.get(CLUSTER_LABEL));
+        tracing::info!("service {namespace}/{name}: {serve_service_name} now routes to cluster {to:?}");
+    }
+    patch_status(&serve_services, &name, os.status.as_ref(), &status).await?;
+    Ok(Action::requeue(ctx.settings.poll))
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The custom resources, `OxrayCluster` and `OxrayJob` (`oxray.io/v1`), shaped
-//! like KubeRay's `RayCluster` and `RayJob` so that a manifest ports by changing
-//! `apiVersion` and `kind`. The schema the API server enforces is derived from
+//! The custom resources, `OxrayCluster`, `OxrayJob` and `OxrayService`
+//! (`oxray.io/v1`), shaped like KubeRay's `RayCluster`, `RayJob` and `RayService`
+//! so that a manifest ports by changing `apiVersion` and `kind`. The schema the API server enforces is derived from
 //! these types (`oxray-operator crds` prints it).
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -348,13 +348,129 @@ impl OxrayJobStatus {
     }
 }
 
+/// A Serve application kept running on a cluster made for it (KubeRay's `RayService`): the
+/// operator deploys `serveConfigV2` through the head's Serve REST API, routes the
+/// `<name>-serve-svc` Service to the cluster's pods, and on a change of `rayClusterConfig`
+/// brings up a new cluster, deploys there, switches the Service once every application runs,
+/// then deletes the old cluster (zero downtime).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, JsonSchema)]
+#[kube(
+    group = "oxray.io",
+    version = "v1",
+    kind = "OxrayService",
+    namespaced,
+    status = "OxrayServiceStatus",
+    shortname = "oxs",
+    category = "oxray",
+    printcolumn = r#"{"name": "Service status", "type": "string", "jsonPath": ".status.serviceStatus"}"#,
+    printcolumn = r#"{"name": "Active cluster", "type": "string", "jsonPath": ".status.activeServiceStatus.rayClusterName"}"#,
+    printcolumn = r#"{"name": "Pending cluster", "type": "string", "jsonPath": ".status.pendingServiceStatus.rayClusterName"}"#,
+    printcolumn = r#"{"name": "Endpoints", "type": "integer", "jsonPath": ".status.numServeEndpoints"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct OxrayServiceSpec {
+    /// Ray Serve's config (`ServeDeploySchema`: `applications`, `http_options`, `proxy_location`)
+    /// as a YAML string, as `serve build` writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_config_v2: Option<String>,
+    /// The cluster to serve on (an `OxrayCluster` spec); a change brings up a new cluster.
+    pub ray_cluster_config: OxrayClusterSpec,
+    /// `NewCluster` (the default: a new cluster serves before the old one goes) or `None` (a
+    /// changed `rayClusterConfig` is not applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<UpgradeStrategy>,
+    /// Seconds an old cluster keeps running after the Service moved off it. Default 60.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ray_cluster_deletion_delay_seconds: Option<i32>,
+    /// Route the serve Service to worker pods only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude_head_pod_from_serve_svc: Option<bool>,
+    /// Fields this operator does not know (KubeRay's others): refused by name.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// How a changed `rayClusterConfig` is applied.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-preserve-unknown-fields" = true))]
+pub struct UpgradeStrategy {
+    /// `NewCluster` or `None`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    /// Fields this operator does not know (KubeRay's `clusterUpgradeOptions`): refused by name.
+    #[serde(flatten, default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(skip)]
+    pub unknown: BTreeMap<String, serde_json::Value>,
+}
+
+/// What the operator observed and did, in KubeRay's `RayService` status shape.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OxrayServiceStatus {
+    /// `Running` once the active cluster serves every application; else empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_status: Option<String>,
+    /// The cluster the serve Service routes to, and its applications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_service_status: Option<ServeClusterStatus>,
+    /// A cluster being brought up (the first one, or an upgrade's), and its applications.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_service_status: Option<ServeClusterStatus>,
+    /// Ready pods behind the serve Service.
+    #[serde(default)]
+    pub num_serve_endpoints: i32,
+    /// Conditions: `Ready`, `UpgradeInProgress`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// What the operator waits for, or why it cannot go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// One cluster of an `OxrayService` and its Serve applications.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServeClusterStatus {
+    pub ray_cluster_name: String,
+    /// Each application as the head's Serve API reports it.
+    #[serde(default)]
+    pub application_statuses: BTreeMap<String, ServeAppStatus>,
+}
+
+/// An application's status (Ray's `ApplicationStatus`) and its deployments'.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServeAppStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default)]
+    pub serve_deployment_statuses: BTreeMap<String, ServeDeploymentStatus>,
+}
+
+/// A deployment's status (Ray's `DeploymentStatus`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServeDeploymentStatus {
+    pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
 /// The CustomResourceDefinitions, as applied. The embedded pod templates keep
 /// their full schema (the API server checks them) but not their field
 /// descriptions, which would push each CRD past the API server's request
 /// size limit; `kubectl explain pod.spec` has them.
 pub fn crds() -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> {
     use kube::CustomResourceExt;
-    let mut crds = vec![OxrayCluster::crd(), OxrayJob::crd()];
+    let mut crds = vec![OxrayCluster::crd(), OxrayJob::crd(), OxrayService::crd()];
     for crd in &mut crds {
         for version in &mut crd.spec.versions {
             if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {

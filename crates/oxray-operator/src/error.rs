@@ -138,6 +138,19 @@ pub enum SpecError {
     /// `runtimeEnvYAML` parsed, as this value, which is not a mapping.
     #[error("spec.runtimeEnvYAML is {0}; expected a mapping such as `pip: [requests]`")]
     RuntimeEnvNotMapping(serde_json::Value),
+    // An `OxrayService`.
+    #[error("spec.serveConfigV2 is not set; expected Ray Serve's config (ServeDeploySchema) as YAML")]
+    NoServeConfig,
+    #[error("spec.serveConfigV2 is not YAML: {0}")]
+    ServeConfigNotYaml(serde_saphyr::Error),
+    /// `serveConfigV2` parsed, as this value, which is not a mapping.
+    #[error("spec.serveConfigV2 is {0}; expected a mapping (Ray's ServeDeploySchema: applications, http_options)")]
+    ServeConfigNotMapping(serde_json::Value),
+    #[error(
+        "spec.upgradeStrategy.type is {0:?}; expected NewCluster or None (NewClusterWithIncrementalUpgrade \
+         shifts traffic through the Gateway API, which oxray's operator does not drive)"
+    )]
+    UnsupportedUpgradeStrategy(String),
     #[error("spec.entrypointResources {value:?} is not a JSON object: {error}")]
     EntrypointResourcesNotJson { value: String, error: serde_json::Error },
 }

@@ -1,12 +1,14 @@
 //! The operator's calls to a cluster's head over its HTTP API, with the
 //! cluster token: the pending demand and nodes' use (`/api/cluster_status`),
-//! and the Jobs API (`/api/jobs/`) for `OxrayJob`. Plain HTTP inside the
+//! the Jobs API (`/api/jobs/`) for `OxrayJob`, and Serve's REST API
+//! (`/api/serve/applications/`) for `OxrayService`. Plain HTTP inside the
 //! cluster network, or HTTPS verified against the cluster's CA when the head
 //! has a certificate (`spec.tls`); every call has a deadline. Replies are read as the types
 //! the head writes them from (`oxray_rest`'s `ClusterStatusReply` and
 //! `JobDetails`); a call that fails is a [`HeadApiError`].
 
 use crate::autoscale::{Demand, NodeUsage};
+use crate::crd::{ServeAppStatus, ServeDeploymentStatus};
 use crate::error::{CaError, HeadApiError};
 use crate::resources::ResourceMap;
 use bytes::Bytes;
@@ -21,7 +23,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -225,6 +227,54 @@ impl HeadClient {
         }
         answer.success().map(|_| ())
     }
+
+    /// Deploys a Serve config (`PUT /api/serve/applications/`, Ray's `ServeDeploySchema` as JSON);
+    /// a config the head refuses is an `ErrorStatus` carrying its 400's text.
+    pub async fn put_serve_config(&self, head: &Head, config: &Value) -> Result<(), HeadApiError> {
+        self.call(Method::PUT, head, "/api/serve/applications/", Some(config)).await?.success().map(|_| ())
+    }
+
+    /// Serve's applications as the head reports them (`GET /api/serve/applications/`): each
+    /// one's status and message and its deployments'; empty while Serve does not run.
+    pub async fn serve_applications(&self, head: &Head) -> Result<BTreeMap<String, ServeAppStatus>, HeadApiError> {
+        read_serve_applications(self.call(Method::GET, head, "/api/serve/applications/", None).await?)
+    }
+}
+
+/// Ray's `ServeInstanceDetails` as statuses per application and deployment.
+fn read_serve_applications(answer: Answer) -> Result<BTreeMap<String, ServeAppStatus>, HeadApiError> {
+    #[derive(serde::Deserialize)]
+    struct Details {
+        #[serde(default)]
+        applications: BTreeMap<String, App>,
+    }
+    #[derive(serde::Deserialize)]
+    struct App {
+        status: String,
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        deployments: BTreeMap<String, Deployment>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Deployment {
+        status: String,
+        #[serde(default)]
+        message: String,
+    }
+    let details: Details = answer.success()?.parse("Serve's details with applications and their deployments")?;
+    Ok(details
+        .applications
+        .into_iter()
+        .map(|(name, app)| {
+            let deployments = app
+                .deployments
+                .into_iter()
+                .map(|(d, dep)| (d, ServeDeploymentStatus { status: dep.status, message: dep.message }))
+                .collect();
+            (name, ServeAppStatus { status: app.status, message: app.message, serve_deployment_statuses: deployments })
+        })
+        .collect())
 }
 
 /// `/api/cluster_status`'s answer as the autoscaler's demand.
@@ -306,6 +356,28 @@ mod tests {
         assert_eq!(demand.spread_groups, vec![vec![cpu(2.0), cpu(2.0)]]);
         assert_eq!(demand.nodes[0].idle_ms, 5000);
         assert!(demand_of(&json!({"result": true})).unwrap_err().to_string().contains("loadMetricsReport"));
+    }
+
+    #[test]
+    fn serves_details_become_statuses_per_application_and_deployment() {
+        let answer = |status: StatusCode, body: &Value| Answer {
+            method: Method::GET,
+            url: "http://head:8265/api/serve/applications/".to_string(),
+            status,
+            body: Bytes::from(body.to_string()),
+        };
+        let details = json!({"controller_info": {}, "applications": {"shop": {
+            "name": "shop", "status": "DEPLOY_FAILED", "message": "import failed", "route_prefix": "/shop",
+            "deployments": {"Version": {"name": "Version", "status": "UNHEALTHY", "message": "crashed", "replicas": []}}
+        }}});
+        let apps = read_serve_applications(answer(StatusCode::OK, &details)).unwrap();
+        assert_eq!((apps["shop"].status.as_str(), apps["shop"].message.as_str()), ("DEPLOY_FAILED", "import failed"));
+        let version = &apps["shop"].serve_deployment_statuses["Version"];
+        assert_eq!((version.status.as_str(), version.message.as_str()), ("UNHEALTHY", "crashed"));
+        let not_running = json!({"controller_info": {}, "proxies": {}, "applications": {}, "target_capacity": null});
+        assert!(read_serve_applications(answer(StatusCode::OK, &not_running)).unwrap().is_empty());
+        let refused = read_serve_applications(answer(StatusCode::UNAUTHORIZED, &json!("no token"))).unwrap_err();
+        assert!(refused.to_string().contains("401"), "{refused}");
     }
 
     #[test]

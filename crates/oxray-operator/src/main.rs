@@ -14,7 +14,7 @@ use std::io::Write;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "oxray-operator", about = "The oxray Kubernetes operator: OxrayCluster and OxrayJob")]
+#[command(name = "oxray-operator", about = "The oxray Kubernetes operator: OxrayCluster, OxrayJob and OxrayService")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,7 +22,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Watch OxrayClusters and OxrayJobs and reconcile them (in-cluster config, else ~/.kube/config or KUBECONFIG).
+    /// Watch OxrayClusters, OxrayJobs and OxrayServices and reconcile them (in-cluster config, else ~/.kube/config or KUBECONFIG).
     Run {
         /// Only this namespace (default: all; the Helm chart's RBAC decides what is allowed).
         #[arg(long, env = "OXRAY_OPERATOR_NAMESPACE")]

@@ -26,6 +26,7 @@ RESOURCES = {
     "secrets": "v1/secrets",
     "oxrayclusters": "oxray.io/v1/oxrayclusters",
     "oxrayjobs": "oxray.io/v1/oxrayjobs",
+    "oxrayservices": "oxray.io/v1/oxrayservices",
 }
 # What `helm install` and `kubectl apply` also touch: kind, namespaced (for discovery).
 OTHER_RESOURCES = {
@@ -45,6 +46,7 @@ KINDS = {
     "v1/secrets": ("Secret", True),
     "oxray.io/v1/oxrayclusters": ("OxrayCluster", True),
     "oxray.io/v1/oxrayjobs": ("OxrayJob", True),
+    "oxray.io/v1/oxrayservices": ("OxrayService", True),
     **OTHER_RESOURCES,
 }
 

@@ -51,6 +51,7 @@ def test_the_chart_lints_and_renders_valid_kubernetes(helm, tmp_path):
     assert kinds == [
         "CustomResourceDefinition",
         "CustomResourceDefinition",
+        "CustomResourceDefinition",
         "Deployment",
         "Role",
         "RoleBinding",
@@ -89,7 +90,9 @@ def test_rbac_is_least_privilege(helm):
     assert not any("*" in entry for entry in granted), "no wildcards"
     core = {(res, verb) for group, res, verb in granted if group == ""}
     assert {res for res, _ in core} == {"pods", "services", "secrets"}
-    assert {verb for res, verb in core if res != "secrets"} == {"get", "list", "watch", "create", "delete"}
+    assert {verb for res, verb in core if res == "pods"} == {"get", "list", "watch", "create", "delete"}
+    # An OxrayService moves its serve Service to a new cluster.
+    assert {verb for res, verb in core if res == "services"} == {"get", "list", "watch", "create", "delete", "patch"}
     assert {verb for res, verb in core if res == "secrets"} == {"get", "create", "delete"}, "Secrets never listed"
     assert {group for group, _, _ in granted} == {"", "oxray.io"}
     deployment = rendered["Deployment"]["spec"]["template"]["spec"]
@@ -105,11 +108,13 @@ def crd_schemas():
     return {c["spec"]["names"]["kind"]: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] for c in crds}
 
 
-@pytest.mark.parametrize("sample", ["oxray-cluster.yaml", "oxray-cluster-autoscaler.yaml", "oxray-job.yaml"])
+@pytest.mark.parametrize(
+    "sample", ["oxray-cluster.yaml", "oxray-cluster-autoscaler.yaml", "oxray-job.yaml", "oxray-service.yaml"]
+)
 def test_the_samples_pass_the_crds_schemas(sample):
     schemas = crd_schemas()
     with open(os.path.join(EXAMPLES, sample)) as f:
-        [resource] = docs(f.read())
+        [resource] = [d for d in docs(f.read()) if d["apiVersion"] == "oxray.io/v1"]
     assert resource["apiVersion"] == "oxray.io/v1"
     jsonschema.validate(resource, schemas[resource["kind"]])
 
