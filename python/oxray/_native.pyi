@@ -29,6 +29,7 @@ __all__ = [
     "StoreStats",
     "start_cluster",
     "set_process_title",
+    "record_metric",
     "print_output_raw",
     "check_label_selector",
     "label_selector_matches",
@@ -370,6 +371,12 @@ def print_output_raw() -> None:
     """At interpreter exit: worker output goes to the raw stdout/stderr descriptors from now on
     (until then it is printed through `sys.stdout` / `sys.stderr`)."""
 
+def record_metric(
+    kind: str, name: str, description: str, tags: list[tuple[str, str]], value: float, boundaries: list[float] = ...
+) -> None:
+    """Records `value` for metric `name` (`kind`: counter, gauge or histogram) in this process's
+    registry; `ValueError` when the name has another kind or other boundaries here."""
+
 def set_process_title(title: str) -> bool:
     """Shows `title` as this process's command line and thread name (Ray's `ray::...`);
     False when it could not."""
@@ -471,6 +478,8 @@ class Client:
         """Gives this node's agent Serve's route table; where its HTTP proxy listens ("" for none)."""
     def update_serve(self, details_json: str) -> None:
         """Gives the head Serve's details (Ray's `ServeInstanceDetails` JSON; "" once Serve shut down)."""
+    def report_metrics(self) -> bool:
+        """Sends this process's metrics to its agent (its `/metrics`); False when it has none."""
     def save_serve_checkpoint(self, checkpoint: bytes) -> None:
         """Keeps the Serve controller's checkpoint in the head (in redb when it has a state
         directory); empty bytes drop it."""

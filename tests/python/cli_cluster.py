@@ -110,6 +110,14 @@ class LocalCluster:
     def status(self):
         return self.cli("status").stdout
 
+    def metrics_text(self):
+        """Every node's /metrics, as a Prometheus finds them (`/api/prometheus/sd`)."""
+        from oxray_testutil import http_call
+
+        _, body = http_call("GET", f"{self.dashboard_url}/api/prometheus/sd", token=self.token)
+        targets = json.loads(body)[0]["targets"]
+        return "".join(http_call("GET", f"http://{t}/metrics", token=self.token)[1] for t in targets)
+
     def stop(self):
         pids = [int(r["pid"]) for r in self.records()]
         self.cli("stop", "--force", check=False)

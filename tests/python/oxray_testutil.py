@@ -339,3 +339,25 @@ def http_get_local(port, path, timeout=30):
         return response.status, response.read()
     finally:
         conn.close()
+
+
+def metric_samples(text, name, **labels):
+    """The samples of Prometheus series `name` in `text` whose labels include `labels`: a list of
+    (all labels as a dict, value)."""
+    import re
+
+    found = []
+    for line in text.splitlines():
+        match = re.fullmatch(rf"{re.escape(name)}\{{(.*)\}} (\S+)", line)
+        if match is None:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match[1]))
+        if all(have.get(k) == v for k, v in labels.items()):
+            found.append((have, float(match[2])))
+    return found
+
+
+def metric_sum(text, name, **labels):
+    """The sum of the values of `name`'s samples with `labels` (None when there is none)."""
+    samples = metric_samples(text, name, **labels)
+    return sum(v for _, v in samples) if samples else None

@@ -9,6 +9,7 @@ mod data;
 mod data_exec;
 mod error;
 mod labels;
+mod metrics;
 mod output;
 mod proctitle;
 mod records;
@@ -89,6 +90,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cluster::start_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(buffers::encode_object, m)?)?;
     m.add_function(wrap_pyfunction!(proctitle::set_process_title, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::record_metric, m)?)?;
     m.add_function(wrap_pyfunction!(labels::check_label_selector, m)?)?;
     m.add_function(wrap_pyfunction!(labels::label_selector_matches, m)?)?;
     m.add_function(wrap_pyfunction!(client::is_placement_group_resource, m)?)?;

@@ -683,7 +683,9 @@ impl NodeMetricsSource for LatestStats {
     }
 
     fn extra(&self) -> String {
-        self.agent.upgrade().map(|agent| agent.serve_proxy_metrics(&self.node_id, &self.ip)).unwrap_or_default()
+        let Some(agent) = self.agent.upgrade() else { return String::new() };
+        let user = agent.user_metrics.lock().render(&self.ip, std::time::Instant::now());
+        agent.serve_proxy_metrics(&self.node_id, &self.ip) + &user
     }
 }
 

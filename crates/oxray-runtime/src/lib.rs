@@ -14,5 +14,6 @@ pub mod refs;
 pub mod resources;
 pub mod task_env;
 pub mod tls;
+pub mod user_metrics;
 
 pub use oxray_proto as proto;

@@ -37,6 +37,8 @@ class ReplicaContext:
 _context: Optional[ReplicaContext] = None
 # The model the request being served names (`serve.get_multiplexed_model_id()`).
 _multiplexed_model_id: ContextVar[str] = ContextVar("serve_multiplexed_model_id", default="")
+# The route prefix of the HTTP request being served ("" for a handle's call): `serve.metrics`' `route` tag.
+_request_route: ContextVar[str] = ContextVar("serve_request_route", default="")
 
 
 def get_replica_context() -> ReplicaContext:

@@ -63,6 +63,7 @@ class _Router:
         self.max_queued = -1
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
+        self.metrics = None
 
     def load(self) -> int:
         """Calls in flight from this process plus those waiting here (the autoscaler's metric)."""
@@ -123,6 +124,9 @@ class _Router:
             self.actors, self.fetched = dict(actors), time.monotonic()
 
     def submit(self, response: "DeploymentResponse", fresh: bool = False) -> None:
+        if self.metrics is None:
+            self.metrics = _handle_metrics(self)
+        self.metrics.request()
         self.refresh(fresh)
         with self.lock:
             if not self.waiting and self._send(response):
@@ -194,6 +198,26 @@ class _Router:
                 self.waiting.remove(response)
                 return True
             return False
+
+
+def _handle_metrics(router: _Router):
+    """The router's series; its gauges read it through a weak reference (a forgotten router's
+    read as empty)."""
+    import weakref
+
+    from oxray.serve._private.metrics import HandleMetrics
+
+    ref = weakref.ref(router)
+
+    def queued():
+        r = ref()
+        return len(r.waiting) if r is not None else 0
+
+    def ongoing():
+        r = ref()
+        return 0 if r is None else sum(len(v) for v in list(r.sent.values()))
+
+    return HandleMetrics(router.app, router.deployment, router.source, queued, ongoing)
 
 
 class _LoadReporter:

@@ -339,6 +339,7 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
         path: &path,
         query_string: parts.uri.query().unwrap_or(""),
         root_path: &scope_root,
+        route: &route.route_prefix,
         http_version: match parts.version {
             axum::http::Version::HTTP_10 => "1.0",
             _ => "1.1",

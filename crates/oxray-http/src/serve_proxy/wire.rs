@@ -17,6 +17,8 @@ pub struct RequestMeta<'a> {
     pub path: &'a str,
     pub query_string: &'a str,
     pub root_path: &'a str,
+    /// The route prefix it matched (the `route` of the replica's metrics).
+    pub route: &'a str,
     pub http_version: &'a str,
     pub headers: Vec<(String, String)>,
     pub client: Option<(String, u16)>,

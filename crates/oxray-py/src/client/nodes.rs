@@ -56,6 +56,20 @@ impl Client {
         Ok(PyBytes::new(py, &reply.into_inner().checkpoint))
     }
 
+    /// Sends this process's metrics (every series, cumulative) to its agent; false when it has none.
+    fn report_metrics(&self, py: Python<'_>) -> PyResult<bool> {
+        let report = {
+            let registry = crate::metrics::REGISTRY.lock();
+            if registry.is_empty() {
+                return Ok(false);
+            }
+            registry.report(self.inner.client_id.as_bytes())
+        };
+        let mut agent = self.inner.driver();
+        py.detach(|| runtime().block_on(agent.report_metrics(report))).map_err(|s| rpc_err(s.into()))?;
+        Ok(true)
+    }
+
     /// Every node the head knows, alive or not.
     fn cluster_info(&self, py: Python<'_>) -> PyResult<Vec<NodeInfo>> {
         self.flush(py)?;

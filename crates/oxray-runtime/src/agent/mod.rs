@@ -51,6 +51,8 @@ pub struct AgentShared {
     pub(crate) templates: template::Templates,
     /// Serve's HTTP proxy on this node, when the controller asked for one.
     pub(crate) serve_proxy: serve_proxy::ServeProxyHost,
+    /// The application metrics this node's processes reported, for its `/metrics`.
+    pub(crate) user_metrics: Mutex<crate::user_metrics::NodeMetrics>,
 }
 
 pub type HeadConn = HeadServiceClient<
@@ -76,6 +78,7 @@ impl AgentShared {
             jobs: jobs::NodeJobs::default(),
             templates: template::Templates::default(),
             serve_proxy: serve_proxy::ServeProxyHost::default(),
+            user_metrics: Mutex::default(),
         })
     }
 

@@ -14,12 +14,12 @@ use oxray_proto::{
     CreateActorReply, CreateActorRequest, CreateObjectReply, CreateObjectRequest, DatasetUpdate, DriverHello,
     DriverRecord, DriverSessionEvent, DriverSessionReply, Empty, ExperimentUpdate, FunctionBlob, FunctionId,
     GetNamedActorReply, GetNamedActorRequest, GetObjectsReply, GetObjectsRequest, ListActorsReply,
-    ListPlacementGroupsReply, LogBatch, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo, PlacementGroupReply,
-    PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest, RegisterActorRequest,
-    ReserveBundlesRequest, ServeCheckpoint, ServeRoutes, ServeRoutesReply, ServeUpdate, SubmitBatchRequest,
-    SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest, TrainRunUpdate, UpdateRefsRequest,
-    WaitObjectsReply, WaitObjectsRequest, WarmWorkersRequest, WorkerEvent, driver_session_event, peer_message,
-    worker_event,
+    ListPlacementGroupsReply, LogBatch, MetricsReport, ObjectChunk, PeerEvent, PeerMessage, PlacementGroupInfo,
+    PlacementGroupReply, PlacementGroupRequest, PlacementGroupSpec, PullRequest, PutObjectRequest,
+    RegisterActorRequest, ReserveBundlesRequest, ServeCheckpoint, ServeRoutes, ServeRoutesReply, ServeUpdate,
+    SubmitBatchRequest, SubscribeLogsRequest, TaskCancelledReply, TaskCancelledRequest, TaskDoneRequest,
+    TrainRunUpdate, UpdateRefsRequest, WaitObjectsReply, WaitObjectsRequest, WarmWorkersRequest, WorkerEvent,
+    driver_session_event, peer_message, worker_event,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -507,6 +507,11 @@ impl DriverService for AgentService {
         let mut env_vars: Vec<(String, String)> = request.into_inner().env_vars.into_iter().collect();
         env_vars.sort();
         self.shared.warm_worker_template(&env_vars);
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn report_metrics(&self, request: Request<MetricsReport>) -> Result<Response<Empty>, Status> {
+        self.shared.user_metrics.lock().report(request.into_inner(), std::time::Instant::now());
         Ok(Response::new(Empty {}))
     }
 

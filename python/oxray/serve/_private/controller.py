@@ -25,6 +25,7 @@ import traceback
 import oxray as ray
 from oxray import cloudpickle
 from oxray._native import ServeController
+from oxray.serve._private.metrics import ControllerMetrics
 from oxray.serve._private.replica import ServeReplica
 from oxray.serve.handle import SERVE_NAMESPACE, replica_actor_name
 
@@ -100,6 +101,7 @@ class ServeControllerActor:
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
         self.checkpoint_sent = None
+        self.metrics = ControllerMetrics(self.status, self._serving_replicas)
         with self.lock:
             self._recover()
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
@@ -507,6 +509,16 @@ class ServeControllerActor:
         with self.lock:
             return self.engine.status()
 
+    def _serving_replicas(self) -> list:
+        """`(app, deployment, replica)` of every replica requests go to (healthy ones)."""
+        with self.lock:
+            return [
+                (app["name"], deployment, replica)
+                for app in self.engine.status()
+                for deployment in app["deployments"]
+                for replica in self.engine.serving(app["name"], deployment)
+            ]
+
     def ingress_of(self, app: str):
         with self.lock:
             known = any(s["name"] == app for s in self.engine.status())
@@ -650,11 +662,14 @@ class ServeControllerActor:
                 time.sleep(CONTROL_LOOP_S)
 
     def _pass(self) -> None:
-        """One pass: the engine's tick and actions, then the replicas' calls that completed."""
+        """One pass: the engine's tick and actions, then the replicas' calls that completed (the
+        wait between, for calls or a wake-up, is not counted in the loop's duration)."""
+        started = time.perf_counter()
         with self.lock:
             self.engine.tick(_now_ms())
             self._act()
             refs = list(self.pending) + list(self.building)
+        busy = time.perf_counter() - started
         if refs:
             ready, _ = ray.wait(refs, num_returns=1, timeout=CONTROL_LOOP_S)
             if ready:
@@ -663,16 +678,20 @@ class ServeControllerActor:
             self.wake.wait(CONTROL_LOOP_S)
             self.wake.clear()
             ready = []
-        with self.lock:
-            for ref in ready:
-                if ref in self.building:
-                    self._built(ref)
-                else:
-                    self._completed(ref)
-            self._act()
-            self.changed.notify_all()
-            self._push_routes()
-            self._publish_details()
+        started = time.perf_counter()
+        try:
+            with self.lock:
+                for ref in ready:
+                    if ref in self.building:
+                        self._built(ref)
+                    else:
+                        self._completed(ref)
+                self._act()
+                self.changed.notify_all()
+                self._push_routes()
+                self._publish_details()
+        finally:
+            self.metrics.control_loop(busy + time.perf_counter() - started)
 
     def _act(self) -> None:
         for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
@@ -800,6 +819,8 @@ class ServeControllerActor:
             else:
                 self._kill(key)
         elif kind == "check_health":
+            if error is not None:
+                self.metrics.health_check_failed(*key)
             self.engine.health_checked(*key, error is None, error or "", now)
         elif kind == "stop":
             self._kill(key)

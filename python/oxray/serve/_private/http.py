@@ -16,10 +16,11 @@ import json
 import struct
 import sys
 import threading
+import time
 import traceback
 from urllib.parse import unquote
 
-from oxray.serve.context import _multiplexed_model_id
+from oxray.serve.context import _multiplexed_model_id, _request_route
 
 _U32 = struct.Struct("<I")
 _HEAD = struct.Struct("<BH")
@@ -49,6 +50,8 @@ def decode_request(payload) -> tuple:
         "raw_path": raw_path.encode("latin-1"),
         "query_string": meta["query_string"].encode("latin-1"),
         "root_path": meta["root_path"],
+        # The route prefix the proxy matched, for the replica's metrics (taken out before the app sees it).
+        "oxray_route": meta.get("route", ""),
         "headers": [(k.encode("latin-1"), v.encode("latin-1")) for k, v in meta["headers"]],
         "client": tuple(client) if client else None,
         "server": tuple(server) if server else None,
@@ -162,7 +165,7 @@ class Exchange:
                 self.failed = error
             self.done = True
             self.cond.notify_all()
-        self.tracked.end()
+        self.tracked.end(error)
 
     def take(self, first: bool) -> bytes:
         """The next batch: the first once the response is complete or its body has begun to
@@ -210,7 +213,8 @@ class HttpServer:
 
     def handle(self, payload) -> bytes:
         scope, body, request_id = decode_request(payload)
-        exchange = Exchange(_Tracked(self.replica, self.lock, self.streams, request_id))
+        route = scope.pop("oxray_route", "")
+        exchange = Exchange(_Tracked(self.replica, self.lock, self.streams, request_id, route))
         with self.lock:
             cancelled = self.cancelled.pop(request_id, None) is not None
             if not cancelled:
@@ -252,6 +256,7 @@ class HttpServer:
         replica = self.replica
         method = replica.target if replica.is_function else replica.target.__call__
         token = _multiplexed_model_id.set(model_id)
+        route_token = _request_route.set(exchange.tracked.route)
         try:
             args = ()
             if self.call_takes_request:
@@ -265,6 +270,7 @@ class HttpServer:
             return
         finally:
             _multiplexed_model_id.reset(token)
+            _request_route.reset(route_token)
         if inspect.isawaitable(result) or _is_starlette_response(result):
             self._on_loop(exchange, _finish(result, scope, receive, exchange), model_id)
             return
@@ -284,6 +290,7 @@ class HttpServer:
         async def run():
             exchange.task = asyncio.current_task()
             _multiplexed_model_id.set(model_id)  # the task's own context
+            _request_route.set(exchange.tracked.route)
             try:
                 if exchange.cancel_requested:
                     coroutine.close()
@@ -305,14 +312,16 @@ class _Tracked:
     table (by its stream id) until the proxy took its last batch (`delivered`) or gave up on it
     (`abandon`, once the app ended too): a batch asked for after the app ended still finds it."""
 
-    def __init__(self, replica, lock, table: dict, key: str):
-        self.replica, self.lock, self.table, self.key = replica, lock, table, key
+    def __init__(self, replica, lock, table: dict, key: str, route: str = ""):
+        self.replica, self.lock, self.table, self.key, self.route = replica, lock, table, key, route
         self.guard = threading.Lock()
         self.ended = self.abandoned = False
+        self.started = time.perf_counter()
         with replica.idle:
             replica.ongoing += 1
 
-    def end(self) -> None:
+    def end(self, error: BaseException | None = None) -> None:
+        """The app ended (`error`: what it raised); counted in the replica's metrics."""
         with self.guard:
             if self.ended:
                 return
@@ -321,6 +330,7 @@ class _Tracked:
         with self.replica.idle:
             self.replica.ongoing -= 1
             self.replica.idle.notify_all()
+        self.replica.metrics.record(self.route, (time.perf_counter() - self.started) * 1000, error)
         if forget:
             self.delivered()
 
@@ -474,11 +484,12 @@ class WebSockets:
 
     def open_socket(self, payload) -> bytes:
         scope, _, request_id = decode_request(payload)
+        route = scope.pop("oxray_route", "")
         server, replica = self.server, self.server.replica
         if server.asgi_app is None:
             return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
         loop = replica._event_loop()
-        exchange = WsExchange(loop, _Tracked(replica, self.lock, self.open, request_id))
+        exchange = WsExchange(loop, _Tracked(replica, self.lock, self.open, request_id, route))
         with self.lock:
             self.open[request_id] = exchange
         connected = False
@@ -496,6 +507,7 @@ class WebSockets:
         async def run():
             exchange.task = asyncio.current_task()
             _multiplexed_model_id.set(_model_id_of(scope))
+            _request_route.set(route)
             try:
                 await server.asgi_app(scope, receive, send)
             except BaseException as e:  # noqa: BLE001 - logged; the socket closes

@@ -17,6 +17,7 @@ import time
 
 from oxray import cloudpickle
 from oxray.serve._private.http import HttpServer, WebSockets
+from oxray.serve._private.metrics import ReplicaMetrics
 from oxray.serve.context import ReplicaContext, ReplicaID, _multiplexed_model_id, set_replica_context
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.handle import MODEL_ID_KWARG
@@ -37,6 +38,7 @@ class ServeReplica:
         self.started_at = time.time()
         # The code and config versions it runs, for a controller that adopts it after a restart.
         self.versions = ("", "")
+        self.metrics = ReplicaMetrics(app, deployment, replica_id, lambda: self.ongoing)
 
     def initialize(
         self, definition: bytes, arguments: bytes, user_config, has_user_config: bool, versions: tuple = ("", "")
@@ -55,6 +57,7 @@ class ServeReplica:
         if has_user_config:
             self.reconfigure(user_config)
         self.versions = tuple(versions)
+        self.metrics.starts.inc()
 
     def reconfigure(self, user_config, config_version=None) -> None:
         method = None if self.is_function else getattr(self.target, "reconfigure", None)
@@ -79,6 +82,7 @@ class ServeReplica:
         model_id = kwargs.pop(MODEL_ID_KWARG, "")
         with self.idle:
             self.ongoing += 1
+        started, error = time.perf_counter(), None
         try:
             if self.is_function:
                 if method_name != "__call__":
@@ -94,10 +98,15 @@ class ServeReplica:
                         f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}"
                     )
             return self._run(method, args, kwargs, model_id)
+        except BaseException as e:
+            error = e
+            raise
         finally:
             with self.idle:
                 self.ongoing -= 1
                 self.idle.notify_all()
+            # A handle's call has no route (Ray's `route` tag is empty for it).
+            self.metrics.record("", (time.perf_counter() - started) * 1000, error)
 
     # HTTP, called by the node's proxy: each returns one batch of the response, out of band.
 
