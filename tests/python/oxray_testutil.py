@@ -328,13 +328,13 @@ def ray_jobs_client(cluster):
     return JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
 
 
-def http_get_local(port, path, timeout=30):
+def http_get_local(port, path, timeout=30, headers=None):
     """(status, body) of a GET to 127.0.0.1:`port` (Serve's proxy, say)."""
     import http.client
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers=headers or {})
         response = conn.getresponse()
         return response.status, response.read()
     finally:

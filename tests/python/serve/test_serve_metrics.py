@@ -72,3 +72,57 @@ def test_replicas_handles_and_the_controller_report_rays_series(tmp_path, monkey
         [(labels, value)] = metric_samples(text, "ray_doubler_calls_total", **doubler)
         assert value == 4 and labels["route"] == "" and len(labels["replica"]) == 8, labels
         serve.shutdown()
+
+
+def test_a_replicas_log_is_on_its_nodes_logs_with_access_lines_and_tracebacks(tmp_path, monkeypatch):
+    from oxray.util.state import get_log, list_logs
+
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=2)
+        monkeypatch.setenv("OXRAY_TOKEN", cluster.token)
+        monkeypatch.setenv("RAY_ADDRESS", cluster.dashboard_url)
+        ray.init(address=cluster.address)
+        port = free_port()
+        serve.start(http_options={"port": port})
+        serve.run(Calc.bind(Doubler.bind()), name="calc", route_prefix="/calc")
+        headers = {"x-request-id": "req-123"}
+        assert http_get_local(port, "/calc?x=4", headers=headers) == (200, b"8")
+        assert http_get_local(port, "/calc?x=-1")[0] == 500
+
+        details = {d["deployment"]: d for d in _replica_details(cluster)}
+        calc_log, doubler_log = details["Calc"]["log_file_path"], details["Doubler"]["log_file_path"]
+        replica = details["Calc"]["replica_id"]
+        assert calc_log == f"/serve/replica_calc_Calc_{replica}.log"
+        node = details["Calc"]["node_id"]
+        name = "logs" + calc_log
+        assert name in list_logs(node_id=node)["serve"]
+
+        def logged(name, *texts):
+            text = "".join(get_log(node_id=node, filename=name))
+            return all(t in text for t in texts) and text
+
+        text = wait_until(
+            lambda: f"the access lines in {name}", lambda: logged(name, "GET /calc 200", "GET /calc 500"), timeout=30
+        )
+        [line] = [line for line in text.splitlines() if "GET /calc 200" in line]
+        assert line.startswith("INFO ") and f" Calc {replica} req-123 -- GET /calc 200 " in line, line
+        assert line.endswith("ms"), line
+        doubler = "logs" + doubler_log
+        text = wait_until(
+            lambda: f"the failure in {doubler}",
+            lambda: logged(doubler, "CALL __call__ OK", "CALL __call__ ERROR", "ValueError: negative"),
+            timeout=30,
+        )
+        assert "Request failed:\nTraceback" in text
+        serve.shutdown()
+
+
+def _replica_details(cluster):
+    """Each replica of the `calc` application as Ray's REST API details it, with its deployment."""
+    import json
+
+    from oxray_testutil import http_call
+
+    _, body = http_call("GET", f"{cluster.dashboard_url}/api/serve/applications/", token=cluster.token)
+    deployments = json.loads(body)["applications"]["calc"]["deployments"]
+    return [{**r, "deployment": name} for name, d in deployments.items() for r in d["replicas"]]

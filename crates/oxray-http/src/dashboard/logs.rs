@@ -79,10 +79,12 @@ struct ListQuery {
     timeout: Option<String>,
 }
 
-/// Ray's categories: a worker's output, and the jobs run on the node.
+/// Ray's categories: a worker's output, Serve's replica logs, and the jobs run on the node.
 fn category(name: &str) -> &'static str {
     if name.starts_with("logs/worker-") {
         "worker_out"
+    } else if name.starts_with("logs/serve/") {
+        "serve"
     } else if name.starts_with("jobs/") {
         "jobs"
     } else {

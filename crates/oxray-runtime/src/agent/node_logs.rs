@@ -1,13 +1,14 @@
 //! A node's session log files for the head's Logs page and `oxray logs`:
-//! listing what is under `<session>/logs/` (workers' output) and
-//! `<session>/jobs/` (jobs run on this node), and reading one, by byte range
-//! or by the lines holding a text. A name that leaves those directories is refused.
+//! listing what is under `<session>/logs/` (workers' output), `<session>/logs/serve/`
+//! (Serve's replicas, as Ray names them) and `<session>/jobs/` (jobs run on this
+//! node), and reading one, by byte range or by the lines holding a text. A name
+//! that leaves those directories is refused.
 
 use std::io::{BufRead, Read, Seek, SeekFrom};
 use std::path::{Component, Path, PathBuf};
 
 /// The directories of a session whose files may be read.
-const LOG_DIRS: [&str; 2] = ["logs", "jobs"];
+const LOG_DIRS: [&str; 3] = ["logs", "logs/serve", "jobs"];
 /// The most bytes one read returns.
 pub(crate) const MAX_READ: u64 = 4 << 20;
 /// The most matching lines one search returns.
@@ -16,7 +17,7 @@ const MAX_MATCHES: u32 = 10_000;
 /// Why a log could not be read.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub(crate) enum LogError {
-    #[error("{0:?} is not a log file of this node: expected a name ListLogs gave (under logs/ or jobs/)")]
+    #[error("{0:?} is not a log file of this node: expected a name ListLogs gave (under logs/, logs/serve/ or jobs/)")]
     NotALog(String),
     #[error("no log file {0:?} on this node")]
     Missing(String),
@@ -38,6 +39,10 @@ impl From<LogError> for tonic::Status {
 pub(crate) fn list(session: &Path) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for dir in LOG_DIRS {
+        // A linked log directory is not listed (nor read: `resolve` refuses it).
+        if !std::fs::symlink_metadata(session.join(dir)).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(session.join(dir)) else { continue };
         for entry in entries.flatten() {
             let Ok(meta) = entry.metadata() else { continue };
@@ -61,9 +66,22 @@ pub(crate) fn list(session: &Path) -> Vec<(String, u64, u64)> {
 pub(crate) fn resolve(session: &Path, name: &str) -> Result<PathBuf, LogError> {
     let refuse = || LogError::NotALog(name.to_string());
     let parts: Vec<Component> = Path::new(name).components().collect();
-    let [Component::Normal(dir), Component::Normal(_)] = parts.as_slice() else { return Err(refuse()) };
-    if !LOG_DIRS.iter().any(|d| dir.to_str() == Some(*d)) {
+    if parts.len() < 2 || !parts.iter().all(|p| matches!(p, Component::Normal(_))) {
         return Err(refuse());
+    }
+    let dir = Path::new(name).parent().and_then(Path::to_str);
+    if !LOG_DIRS.iter().any(|d| dir == Some(*d)) {
+        return Err(refuse());
+    }
+    // Every directory on the way is a real one: a linked `logs/serve` could point anywhere.
+    let mut at = session.to_path_buf();
+    for part in Path::new(name).parent().into_iter().flat_map(Path::components) {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return Err(refuse()),
+            Err(_) => return Err(LogError::Missing(name.to_string())),
+        }
     }
     let path = session.join(name);
     match std::fs::symlink_metadata(&path) {
@@ -128,6 +146,26 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("secret"), dir.path().join("logs/link.log")).unwrap();
         assert!(matches!(resolve(dir.path(), "logs/link.log"), Err(LogError::NotALog(_))), "a symlink is refused");
         assert_eq!(resolve(dir.path(), "logs/none.log"), Err(LogError::Missing("logs/none.log".into())));
+    }
+
+    #[test]
+    fn serves_replica_logs_are_listed_and_read_but_a_linked_serve_directory_is_not() {
+        let dir = session();
+        std::fs::create_dir_all(dir.path().join("logs/serve")).unwrap();
+        std::fs::write(dir.path().join("logs/serve/replica_app_Model_abcd1234.log"), "INFO -- GET / 200\n").unwrap();
+        let names: Vec<String> = list(dir.path()).into_iter().map(|f| f.0).collect();
+        assert_eq!(names, vec!["logs/serve/replica_app_Model_abcd1234.log", "logs/worker-1-42.log"]);
+        let (data, _, _) = read(dir.path(), "logs/serve/replica_app_Model_abcd1234.log", 0, 100).unwrap();
+        assert_eq!(data, b"INFO -- GET / 200\n");
+        for bad in ["logs/serve/../../secret", "logs/serve", "jobs/serve/x.log", "logs/serve/a/b.log"] {
+            assert!(matches!(resolve(dir.path(), bad), Err(LogError::NotALog(_))), "{bad} was accepted");
+        }
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.log"), "no").unwrap();
+        std::fs::remove_dir_all(dir.path().join("logs/serve")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("logs/serve")).unwrap();
+        assert!(matches!(resolve(dir.path(), "logs/serve/secret.log"), Err(LogError::NotALog(_))));
+        assert_eq!(list(dir.path()).len(), 1, "nor listed");
     }
 
     #[test]

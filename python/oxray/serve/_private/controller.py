@@ -97,6 +97,8 @@ class ServeControllerActor:
         self.latest_builds: dict = {}
         # (app, deployment, replica) -> when its actor was started (the details' start_time_s).
         self.started_at: dict = {}
+        # (app, deployment, replica) -> where it runs (node, pid, worker, log file), once it started.
+        self.identities: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
@@ -192,6 +194,7 @@ class ServeControllerActor:
             key = (name, deployment, replica)
             actor, info = found[key]
             self.replicas[key], self.started_at[key] = actor, info["started_at"]
+            self.identities[key] = info.get("identity")
 
     def _running_replicas(self) -> dict:
         """The replica actors still alive, each with what it says it runs (`recovery_info`):
@@ -359,6 +362,7 @@ class ServeControllerActor:
                 if (a, dep) == (app, name):
                     replicas.append(
                         {
+                            **(self.identities.get((a, dep, rid)) or {}),
                             "replica_id": rid,
                             "state": "RUNNING" if rid in serving else "STARTING",
                             "start_time_s": self.started_at.get((a, dep, rid), 0.0),
@@ -564,7 +568,7 @@ class ServeControllerActor:
             key = (app, deployment, replica)
             if actor is None or self.replicas.get(key) != actor:
                 return
-            self.replicas.pop(key)
+            self._forget_replica(key)
             self._drop_pending(key)
             self.engine.replica_died(*key, "the replica's actor died (found by a handle's call)", _now_ms())
             self._act()
@@ -700,7 +704,7 @@ class ServeControllerActor:
                 try:
                     self._start(key, versions[0])
                 except Exception as e:  # noqa: BLE001 - e.g. ray_actor_options Ray refuses: a failed start
-                    self.replicas.pop(key, None)
+                    self._forget_replica(key)
                     self.engine.replica_start_failed(*key, _traceback(e), _now_ms())
             elif kind == "reconfigure":
                 self._call(key, "reconfigure", self._current(app, deployment)["user_config"], versions[1])
@@ -756,8 +760,14 @@ class ServeControllerActor:
         call = getattr(actor, method).options(concurrency_group=CONTROL_GROUP)
         self.pending[call.remote(*args)] = (kind, key)
 
+    def _forget_replica(self, key: tuple):
+        """Drops what the controller keeps of a replica; its actor (None if it had none)."""
+        self.started_at.pop(key, None)
+        self.identities.pop(key, None)
+        return self.replicas.pop(key, None)
+
     def _kill(self, key: tuple) -> None:
-        _kill_actor(self.replicas.pop(key, None))
+        _kill_actor(self._forget_replica(key))
         self._drop_pending(key)
         self.engine.replica_stopped(*key, _now_ms())
 
@@ -791,7 +801,7 @@ class ServeControllerActor:
         kind, key = entry
         now = _now_ms()
         try:
-            ray.get(ref)
+            started = ray.get(ref)
             error = None
         except ray.exceptions.RayActorError as e:
             if kind == "stop":
@@ -799,19 +809,20 @@ class ServeControllerActor:
             elif kind == "start":
                 # Its process died while the constructor ran (os._exit, a crash in native code): a
                 # failed start, counted toward max_constructor_retry_count, not retried for ever.
-                self.replicas.pop(key, None)
+                self._forget_replica(key)
                 self.engine.replica_start_failed(*key, f"The replica's actor died while starting: {e}", now)
             else:
-                self.replicas.pop(key, None)
+                self._forget_replica(key)
                 self.engine.replica_died(*key, f"{type(e).__name__}: {e}", now)
             return
         except Exception as e:  # noqa: BLE001 - the user's code raised: reported with its traceback
             error = _traceback(e)
         if kind == "start":
             if error is None:
+                self.identities[key] = started
                 self.engine.replica_started(*key, now)
             else:
-                _kill_actor(self.replicas.pop(key, None))
+                _kill_actor(self._forget_replica(key))
                 self.engine.replica_start_failed(*key, error, now)
         elif kind == "reconfigure":
             if error is None:

@@ -154,7 +154,7 @@ class Exchange:
                     self.done = True
             self.cond.notify_all()
         if self.done:
-            self.tracked.end()
+            self.tracked.end(None, self.start[0] if self.start else None)
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
@@ -164,8 +164,9 @@ class Exchange:
             else:
                 self.failed = error
             self.done = True
+            status = self.start[0]
             self.cond.notify_all()
-        self.tracked.end(error)
+        self.tracked.end(error, status)
 
     def take(self, first: bool) -> bytes:
         """The next batch: the first once the response is complete or its body has begun to
@@ -214,7 +215,10 @@ class HttpServer:
     def handle(self, payload) -> bytes:
         scope, body, request_id = decode_request(payload)
         route = scope.pop("oxray_route", "")
-        exchange = Exchange(_Tracked(self.replica, self.lock, self.streams, request_id, route))
+        tracked = _Tracked(
+            self.replica, self.lock, self.streams, request_id, route, scope["method"], _request_id_of(scope)
+        )
+        exchange = Exchange(tracked)
         with self.lock:
             cancelled = self.cancelled.pop(request_id, None) is not None
             if not cancelled:
@@ -312,16 +316,18 @@ class _Tracked:
     table (by its stream id) until the proxy took its last batch (`delivered`) or gave up on it
     (`abandon`, once the app ended too): a batch asked for after the app ended still finds it."""
 
-    def __init__(self, replica, lock, table: dict, key: str, route: str = ""):
+    def __init__(self, replica, lock, table: dict, key: str, route: str, method: str, request_id: str):
         self.replica, self.lock, self.table, self.key, self.route = replica, lock, table, key, route
+        self.method, self.request_id = method, request_id
         self.guard = threading.Lock()
         self.ended = self.abandoned = False
         self.started = time.perf_counter()
         with replica.idle:
             replica.ongoing += 1
 
-    def end(self, error: BaseException | None = None) -> None:
-        """The app ended (`error`: what it raised); counted in the replica's metrics."""
+    def end(self, error: BaseException | None = None, status=None) -> None:
+        """The app ended (`error`: what it raised; `status`: the response's); counted in the
+        replica's metrics and access log."""
         with self.guard:
             if self.ended:
                 return
@@ -330,7 +336,9 @@ class _Tracked:
         with self.replica.idle:
             self.replica.ongoing -= 1
             self.replica.idle.notify_all()
-        self.replica.metrics.record(self.route, (time.perf_counter() - self.started) * 1000, error)
+        latency_ms = (time.perf_counter() - self.started) * 1000
+        access = f"{self.method} {self.route or '/'} {'-' if status is None else status}"
+        self.replica.request_finished(self.route, latency_ms, error, access, self.request_id)
         if forget:
             self.delivered()
 
@@ -393,6 +401,13 @@ def _model_id_of(scope) -> str:
     return ""
 
 
+def _request_id_of(scope) -> str:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id":
+            return value.decode("latin-1")
+    return ""
+
+
 def _log_failure(error: BaseException) -> None:
     print("".join(traceback.format_exception(type(error), error, error.__traceback__)), file=sys.stderr, flush=True)
 
@@ -434,7 +449,7 @@ class WsExchange:
                 self.done = True
             self.cond.notify_all()
         if self.done:
-            self.tracked.end()
+            self.tracked.end(None, self.start[0] if self.start else None)
 
     def end(self) -> None:
         with self.cond:
@@ -489,7 +504,9 @@ class WebSockets:
         if server.asgi_app is None:
             return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
         loop = replica._event_loop()
-        exchange = WsExchange(loop, _Tracked(replica, self.lock, self.open, request_id, route))
+        exchange = WsExchange(
+            loop, _Tracked(replica, self.lock, self.open, request_id, route, "WS", _request_id_of(scope))
+        )
         with self.lock:
             self.open[request_id] = exchange
         connected = False

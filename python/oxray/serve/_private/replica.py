@@ -18,6 +18,7 @@ import time
 from oxray import cloudpickle
 from oxray.serve._private.http import HttpServer, WebSockets
 from oxray.serve._private.metrics import ReplicaMetrics
+from oxray.serve._private.replica_log import ReplicaLog, file_name
 from oxray.serve.context import ReplicaContext, ReplicaID, _multiplexed_model_id, set_replica_context
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.handle import MODEL_ID_KWARG
@@ -39,12 +40,14 @@ class ServeReplica:
         # The code and config versions it runs, for a controller that adopts it after a restart.
         self.versions = ("", "")
         self.metrics = ReplicaMetrics(app, deployment, replica_id, lambda: self.ongoing)
+        self.log = ReplicaLog(app, deployment, replica_id)
 
     def initialize(
         self, definition: bytes, arguments: bytes, user_config, has_user_config: bool, versions: tuple = ("", "")
-    ) -> None:
+    ) -> dict:
         """Builds the user's object; its constructor's exception fails the replica (the controller
-        reports the traceback). `versions`: the code and config versions it runs."""
+        reports the traceback). `versions`: the code and config versions it runs. Returns where it
+        runs (`identity`)."""
         func_or_class = cloudpickle.loads(definition)
         args, kwargs = cloudpickle.loads(arguments)
         set_replica_context(ReplicaContext(self.replica_id, None))
@@ -58,6 +61,23 @@ class ServeReplica:
             self.reconfigure(user_config)
         self.versions = tuple(versions)
         self.metrics.starts.inc()
+        return self.identity()
+
+    def identity(self) -> dict:
+        """Where the replica runs, as Ray's replica details show it."""
+        import os
+
+        from oxray import get_runtime_context
+
+        context = get_runtime_context()
+        replica = self.replica_id
+        return {
+            "node_id": context.get_node_id(),
+            "node_ip": os.environ.get("OXRAY_AGENT_ADDRESS", "127.0.0.1:0").rsplit(":", 1)[0],
+            "worker_id": context.get_worker_id(),
+            "pid": os.getpid(),
+            "log_file_path": "/serve/" + file_name(replica.app_name, replica.deployment_name, replica.unique_id),
+        }
 
     def reconfigure(self, user_config, config_version=None) -> None:
         method = None if self.is_function else getattr(self.target, "reconfigure", None)
@@ -76,7 +96,12 @@ class ServeReplica:
         it is stopped, and a new one started)."""
         if self.target is None:
             return None
-        return {"code_version": self.versions[0], "config_version": self.versions[1], "started_at": self.started_at}
+        return {
+            "code_version": self.versions[0],
+            "config_version": self.versions[1],
+            "started_at": self.started_at,
+            "identity": self.identity(),
+        }
 
     def handle_request(self, method_name: str, *args, **kwargs):
         model_id = kwargs.pop(MODEL_ID_KWARG, "")
@@ -106,7 +131,16 @@ class ServeReplica:
                 self.ongoing -= 1
                 self.idle.notify_all()
             # A handle's call has no route (Ray's `route` tag is empty for it).
-            self.metrics.record("", (time.perf_counter() - started) * 1000, error)
+            access = f"CALL {method_name} {'OK' if error is None else 'ERROR'}"
+            self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
+
+    def request_finished(self, route: str, latency_ms: float, error, access: str, request_id: str) -> None:
+        """A request ended: counted in the replica's metrics, and logged (`access`: what it was and
+        how it ended; a failure's traceback too, a cancel's not)."""
+        self.metrics.record(route, latency_ms, error)
+        self.log.access(f"{access} {latency_ms:.1f}ms", request_id)
+        if error is not None and not isinstance(error, asyncio.CancelledError):
+            self.log.failure(error, request_id)
 
     # HTTP, called by the node's proxy: each returns one batch of the response, out of band.
 
