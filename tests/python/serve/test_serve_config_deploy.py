@@ -41,6 +41,21 @@ APP_MODULE = textwrap.dedent(
 
     def builder(args):
         return Greeter.bind(args["greeting"])
+
+    @serve.deployment(user_config={"greeting": "hi"})
+    class Configured:
+        def __init__(self):
+            import os
+
+            self.pid, self.greeting = os.getpid(), None
+
+        def reconfigure(self, config):
+            self.greeting = config["greeting"]
+
+        def __call__(self, request):
+            return f"{self.greeting} from {self.pid}"
+
+    configured = Configured.bind()
     """
 )
 
@@ -218,3 +233,54 @@ def test_oxrays_own_serve_commands(head, tmp_path):
         lambda: yaml.safe_load(oxray_serve("status", *address))["applications"] == {},
         timeout=60,
     )
+
+
+def test_a_config_change_applies_in_place_unless_replicas_must_restart(head, tmp_path):
+    """As Ray's lightweight updates: a new `num_replicas` and `user_config` keep the running
+    replica (reconfigured), a new `ray_actor_options` replaces the replicas."""
+    port = free_port()
+
+    def deploy(**options):
+        deployment = {"name": "Configured", **options}
+        app = {"name": "conf", "route_prefix": "/conf", "import_path": "greeting_app:configured"}
+        config = {"http_options": {"port": port}, "applications": [{**app, "deployments": [deployment]}]}
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+        serve_cli(head, "deploy", str(path))
+
+    def answers():
+        """What the replicas answer, by pid: ``{pid: greeting}``, once RUNNING."""
+        seen = {}
+        for _ in range(30):
+            status, body = fetch(port, "/conf")
+            if status != 200:
+                return {}
+            greeting, pid = body.decode().split(" from ")
+            seen[pid] = greeting
+        return seen
+
+    def running(replicas):
+        app = status(head)["applications"].get("conf", {})
+        states = app.get("deployments", {}).get("Configured", {}).get("replica_states")
+        return app.get("status") == "RUNNING" and states == {"RUNNING": replicas}
+
+    deploy(num_replicas=1, user_config={"greeting": "hello"})
+    wait_until(lambda: f"one replica: {status(head)}", lambda: running(1), timeout=120)
+    [(first, greeting)] = answers().items()
+    assert greeting == "hello"
+
+    deploy(num_replicas=2, user_config={"greeting": "hey"})
+    seen = wait_until(
+        lambda: f"two replicas saying hey: {status(head)}",
+        lambda: running(2) and (seen := answers()) and set(seen.values()) == {"hey"} and len(seen) == 2 and seen,
+        timeout=120,
+    )
+    assert first in seen, f"the first replica ({first}) was reconfigured, not replaced: {seen}"
+
+    deploy(num_replicas=2, user_config={"greeting": "hey"}, ray_actor_options={"num_cpus": 0.5})
+    replaced = wait_until(
+        lambda: f"new replicas: {status(head)}",
+        lambda: running(2) and (now := answers()) and len(now) == 2 and not set(now) & set(seen) and now,
+        timeout=120,
+    )
+    assert set(replaced.values()) == {"hey"}

@@ -73,11 +73,31 @@ def application_of(app_config: dict):
     return target
 
 
-def build_application(app_config: dict, code_version: str):
-    """(ingress deployment name, deployments' settings) for the controller's `deploy`."""
+def build_application(app_config: dict, build_version: str):
+    """(ingress deployment name, deployments' settings) for the controller's `deploy`.
+
+    As Ray's config deploys, a deployment's replicas restart only for a change that needs it: its
+    code version is the hash of what its replicas are built from (`import_path`, `runtime_env`,
+    `args`, its place in the graph) and of its options that a running replica cannot take
+    (`ray_actor_options`; and here `max_ongoing_requests`, the replica actor's concurrency). Any
+    other change (`num_replicas`, `autoscaling_config`, health checks, graceful shutdown, queue
+    limits) applies in place, and a new `user_config` reconfigures the running replicas."""
+    import hashlib
+    import json
+
     from oxray.serve.api import _collect
 
     name = app_config.get("name", "default")
     deployments: dict = {}
-    ingress = _collect(application_of(app_config), name, code_version, deployments)
+    ingress = _collect(application_of(app_config), name, build_version, deployments)
+    source = {k: app_config.get(k) for k in ("import_path", "runtime_env", "args")}
+    for deployment in deployments.values():
+        heavy = {
+            "source": source,
+            "deployment": deployment["name"],
+            "ray_actor_options": deployment["ray_actor_options"],
+            "max_ongoing_requests": deployment["max_ongoing_requests"],
+        }
+        digest = hashlib.sha256(json.dumps(heavy, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+        deployment["engine"]["code_version"] = digest
     return ingress.deployment_name, list(deployments.values())
