@@ -31,6 +31,19 @@ pub struct HttpOptions {
     /// The largest request body the proxy takes (413 past it).
     #[serde(default = "default_max_request_body_bytes")]
     pub max_request_body_bytes: u64,
+    /// HTTPS: the PEM key and certificate chain each node's proxy reads (Ray's `ssl_keyfile`,
+    /// `ssl_certfile`; both or neither).
+    #[serde(default)]
+    pub ssl_keyfile: Option<String>,
+    #[serde(default)]
+    pub ssl_certfile: Option<String>,
+}
+
+impl HttpOptions {
+    /// The proxies speak HTTPS.
+    pub fn https(&self) -> bool {
+        self.ssl_certfile.is_some()
+    }
 }
 
 fn default_keep_alive_timeout_s() -> f64 {
@@ -53,6 +66,8 @@ impl Default for HttpOptions {
             request_timeout_s: None,
             keep_alive_timeout_s: default_keep_alive_timeout_s(),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            ssl_keyfile: None,
+            ssl_certfile: None,
         }
     }
 }

@@ -17,18 +17,17 @@ class ProxyLocation(str, enum.Enum):
 
 # Ray's fields the proxies do not carry out: refused by name.
 _NOT_YET = {
-    "ssl_keyfile": "HTTPS on the proxy",
-    "ssl_certfile": "HTTPS on the proxy",
-    "ssl_keyfile_password": "HTTPS on the proxy",
-    "ssl_ca_certs": "HTTPS on the proxy",
+    "ssl_keyfile_password": "HTTPS with an encrypted key (decrypt it, and keep the file private)",
+    "ssl_ca_certs": "HTTPS client certificates",
     "middlewares": "proxy middlewares",
 }
 
 
 class HTTPOptions:
     """Ray's `HTTPOptions`: `host` (127.0.0.1), `port` (8000), `root_path`, `request_timeout_s`
-    (None: no timeout) and `keep_alive_timeout_s` (90; `RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S`
-    overrides it)."""
+    (None: no timeout), `keep_alive_timeout_s` (90; `RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S`
+    overrides it), and `ssl_keyfile` with `ssl_certfile` for HTTPS (PEM files each node's proxy
+    reads at that path)."""
 
     def __init__(
         self,
@@ -37,6 +36,8 @@ class HTTPOptions:
         root_path: str = "",
         request_timeout_s: Optional[float] = None,
         keep_alive_timeout_s: float = 90,
+        ssl_keyfile: Optional[str] = None,
+        ssl_certfile: Optional[str] = None,
         **kwargs,
     ):
         for key, value in kwargs.items():
@@ -57,6 +58,12 @@ class HTTPOptions:
             raise ValueError(f"HTTPOptions(keep_alive_timeout_s={keep_alive_timeout_s!r}): expected a positive number")
         if root_path and (not root_path.startswith("/") or root_path.endswith("/")):
             raise ValueError(f"HTTPOptions(root_path={root_path!r}): expected '' or a path like '/prefix'")
+        if (ssl_keyfile is None) != (ssl_certfile is None):
+            raise ValueError(
+                f"HTTPOptions(ssl_keyfile={ssl_keyfile!r}, ssl_certfile={ssl_certfile!r}): HTTPS needs both"
+            )
+        self.ssl_keyfile = None if ssl_keyfile is None else os.path.abspath(os.fspath(ssl_keyfile))
+        self.ssl_certfile = None if ssl_certfile is None else os.path.abspath(os.fspath(ssl_certfile))
         self.host = host or "127.0.0.1"
         self.port = port
         self.root_path = root_path
@@ -91,6 +98,8 @@ class HTTPOptions:
             "root_path": self.root_path,
             "request_timeout_s": None if self.request_timeout_s is None else float(self.request_timeout_s),
             "keep_alive_timeout_s": keep_alive,
+            "ssl_keyfile": self.ssl_keyfile,
+            "ssl_certfile": self.ssl_certfile,
         }
         limit = os.environ.get("OXRAY_SERVE_MAX_REQUEST_BODY_BYTES")
         if limit:

@@ -294,8 +294,10 @@ def test_bad_http_options_are_refused_by_name(clean_serve):
         serve.start(http_options={"port": 70000})
     with pytest.raises(TypeError, match="'colour'"):
         serve.start(http_options={"colour": "blue"})
-    with pytest.raises(NotImplementedError, match="ssl_keyfile"):
-        serve.start(http_options={"ssl_keyfile": "k.pem", "ssl_certfile": "c.pem"})
+    with pytest.raises(NotImplementedError, match="ssl_keyfile_password"):
+        serve.start(http_options={"ssl_keyfile": "k.pem", "ssl_certfile": "c.pem", "ssl_keyfile_password": "x"})
+    with pytest.raises(ValueError, match="HTTPS needs both"):
+        serve.start(http_options={"ssl_keyfile": "k.pem"})
     with pytest.raises(ValueError, match="proxy_location='Moon'"):
         serve.start(proxy_location="Moon")
 
@@ -482,3 +484,34 @@ def test_a_config_with_settings_oxray_does_not_carry_out_is_refused_by_name():
         check_serve_config(json.dumps({"target_capacity": 50, "applications": []}))
     with pytest.raises(ValueError, match="logging_config.log_level"):
         check_serve_config(json.dumps({"logging_config": {"log_level": "DEBUG"}, "applications": []}))
+
+
+def test_https_with_rays_ssl_options(clean_serve, tmp_path):
+    import http.client
+    import ssl
+
+    from pki_testutil import write_test_pki
+
+    with pytest.raises(Exception, match="cannot read ssl_certfile .*nowhere.pem"):
+        serve.start(http_options={"port": free_port(), "ssl_keyfile": "nowhere.key", "ssl_certfile": "nowhere.pem"})
+    pki = write_test_pki(tmp_path)
+    port = free_port()
+    serve.start(http_options={"port": port, "ssl_keyfile": pki["key"], "ssl_certfile": pki["cert"]})
+
+    @serve.deployment
+    def scheme(request):
+        return request.url.scheme
+
+    serve.run(scheme.bind(), name="tls", route_prefix="/tls")
+    trusted = ssl.create_default_context(cafile=pki["ca"])
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=trusted, timeout=30)
+    conn.request("GET", "/tls")
+    reply = conn.getresponse()
+    assert (reply.status, reply.read()) == (200, b"https")
+    conn.close()
+    # A client that does not trust the certificate's CA refuses it; plain HTTP gets no answer.
+    stranger = ssl.create_default_context(cafile=pki["other_ca"])
+    with pytest.raises(ssl.SSLCertVerificationError):
+        http.client.HTTPSConnection("127.0.0.1", port, context=stranger, timeout=30).request("GET", "/tls")
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
+        fetch(port, "/tls")

@@ -13,7 +13,7 @@ pub mod replicas;
 mod websocket;
 pub mod wire;
 
-use crate::serve::{ConnectionLimits, serve};
+use crate::serve::{ConnectionLimits, HttpsIdentity, serve};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
@@ -160,12 +160,13 @@ impl ProxyServer {
                 format!("Serve's HTTP proxy cannot listen on {}:{}: {e}", options.host, options.port),
             )
         })?;
+        let https = https_identity(&options)?;
         let local_addr = listener.local_addr()?;
         let keep_alive = Duration::try_from_secs_f64(options.keep_alive_timeout_s).unwrap_or(Duration::from_secs(90));
         let limits = ConnectionLimits { max_connections: 4096, header_timeout: keep_alive };
         let app = router(proxy, options.clone());
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, limits, None, stopped));
+        let task = tokio::spawn(serve(listener, app, limits, https, stopped));
         Ok(ProxyServer { local_addr, options, stop: Some(stop), task })
     }
 
@@ -184,6 +185,23 @@ impl Drop for ProxyServer {
             let _ = stop.send(());
         }
     }
+}
+
+/// The certificate and key of `ssl_certfile` and `ssl_keyfile`, read on this node; an error names
+/// the file or what is wrong with it.
+fn https_identity(options: &HttpOptions) -> std::io::Result<Option<HttpsIdentity>> {
+    let invalid = |message: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, message);
+    let (key, cert) = match (&options.ssl_keyfile, &options.ssl_certfile) {
+        (None, None) => return Ok(None),
+        (Some(key), Some(cert)) => (key, cert),
+        _ => return Err(invalid("Serve's HTTPS needs both ssl_keyfile and ssl_certfile".to_string())),
+    };
+    let read = |path: &str, what: &str| {
+        std::fs::read(path).map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {what} {path}: {e}")))
+    };
+    let identity = HttpsIdentity::from_pem(&read(cert, "ssl_certfile")?, &read(key, "ssl_keyfile")?)
+        .map_err(|e| invalid(format!("Serve's HTTPS ({cert}, {key}): {e}")))?;
+    Ok(Some(identity))
 }
 
 /// Every path goes to [`handle`].
@@ -335,7 +353,12 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
     let meta = wire::RequestMeta {
         kind: if upgrade.is_some() { "websocket" } else { "http" },
         method: parts.method.as_str(),
-        scheme: if upgrade.is_some() { "ws" } else { "http" },
+        scheme: match (upgrade.is_some(), state.options.https()) {
+            (true, true) => "wss",
+            (true, false) => "ws",
+            (false, true) => "https",
+            (false, false) => "http",
+        },
         path: &path,
         query_string: parts.uri.query().unwrap_or(""),
         root_path: &scope_root,
