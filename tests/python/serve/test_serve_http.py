@@ -515,3 +515,49 @@ def test_https_with_rays_ssl_options(clean_serve, tmp_path):
         http.client.HTTPSConnection("127.0.0.1", port, context=stranger, timeout=30).request("GET", "/tls")
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine)):
         fetch(port, "/tls")
+
+
+def test_an_ingress_apps_lifespan_runs_when_its_replica_starts_and_stops(port, tmp_path):
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI, Request
+
+    stopped = str(tmp_path / "stopped")
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield {"model": "loaded at startup"}
+        with open(stopped, "w") as f:
+            f.write("shut down")
+
+    app = FastAPI(lifespan=lifespan)
+
+    @serve.deployment
+    @serve.ingress(app)
+    class Api:
+        @app.get("/")
+        def model(self, request: Request):
+            return request.state.model
+
+    serve.run(Api.bind(), name="life", route_prefix="/life")
+    assert fetch(port, "/life/")[::2] == (200, b'"loaded at startup"')
+    serve.delete("life")  # waits for the replica to stop
+    with open(stopped) as f:
+        assert f.read() == "shut down"
+
+    @asynccontextmanager
+    async def broken(app):
+        raise RuntimeError("the model file is missing")
+        yield
+
+    bad = FastAPI(lifespan=broken)
+
+    @serve.deployment(max_constructor_retry_count=1)
+    @serve.ingress(bad)
+    class Bad:
+        @bad.get("/")
+        def never(self):
+            return "unreachable"
+
+    with pytest.raises(RuntimeError, match="the model file is missing"):
+        serve.run(Bad.bind(), name="bad", route_prefix="/bad")

@@ -197,14 +197,19 @@ class HttpServer:
         self.cancelled: collections.OrderedDict = collections.OrderedDict()
         self.lock = threading.Lock()
         self.asgi_app = None
+        self.lifespan = None
         self.call_takes_request = True
 
     def prepare(self, target, is_function: bool) -> None:
         """Finds what serves HTTP: the `@serve.ingress` app (built and bound to the replica's
-        object), else the deployment's `__call__`."""
+        object, its lifespan started), else the deployment's `__call__`."""
+        from oxray.serve._private.lifespan import Lifespan
         from oxray.serve.ingress import build_asgi_app
 
         self.asgi_app = None if is_function else build_asgi_app(target)
+        if self.asgi_app is not None:
+            self.lifespan = Lifespan(self.asgi_app, self.replica._event_loop())
+            self.lifespan.startup()
         call = target if is_function else getattr(target, "__call__", None)  # noqa: B004 - a method, not callable()
         if self.asgi_app is None and call is not None:
             try:
@@ -215,6 +220,8 @@ class HttpServer:
     def handle(self, payload) -> bytes:
         scope, body, request_id = decode_request(payload)
         route = scope.pop("oxray_route", "")
+        if self.lifespan is not None:
+            scope["state"] = dict(self.lifespan.state)
         tracked = _Tracked(
             self.replica, self.lock, self.streams, request_id, route, scope["method"], _request_id_of(scope)
         )
@@ -501,6 +508,8 @@ class WebSockets:
         scope, _, request_id = decode_request(payload)
         route = scope.pop("oxray_route", "")
         server, replica = self.server, self.server.replica
+        if server.lifespan is not None:
+            scope["state"] = dict(server.lifespan.state)
         if server.asgi_app is None:
             return encode_batch(True, (403, []), [])  # only an ASGI app (FastAPI) takes WebSockets, as in Ray
         loop = replica._event_loop()

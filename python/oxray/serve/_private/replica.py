@@ -177,6 +177,11 @@ class ServeReplica:
         with self.idle:
             while self.ongoing > 0:
                 self.idle.wait(wait_loop_s)
+        if not self.deleted and self.http.lifespan is not None:
+            try:
+                self.http.lifespan.shutdown()
+            except Exception as e:  # noqa: BLE001 - logged; the replica stops anyway
+                self.log.failure(e)
         if not self.deleted and not self.is_function and self.target is not None:
             self.deleted = True
             destructor = getattr(type(self.target), "__del__", None)
