@@ -204,17 +204,35 @@ fn refuse_unsupported(object: &Map<String, Value>, keys: &[&str]) -> Result<(), 
     }
 }
 
-/// A `logging_config` is taken only when it asks for Ray's defaults (what `serve build` writes):
-/// per-deployment logging settings are not carried out yet.
+/// Ray's `LoggingConfig`: its five fields (others refused, as Ray's schema forbids them), an
+/// `encoding` of TEXT or JSON, a `log_level` name or number, `enable_access_log` a bool,
+/// `logs_dir` a path or null, `additional_log_standard_attrs` a list of names (the replicas check
+/// each name).
 fn check_logging(config: Option<&Value>) -> Result<(), String> {
-    let Some(Value::Object(fields)) = config else { return Ok(()) };
-    let defaults = json!({"encoding": "TEXT", "log_level": "INFO", "logs_dir": null,
-        "enable_access_log": true, "additional_log_standard_attrs": []});
+    const LEVELS: [&str; 8] = ["CRITICAL", "FATAL", "ERROR", "WARN", "WARNING", "INFO", "DEBUG", "NOTSET"];
+    let fields = match config {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(fields)) => fields,
+        Some(other) => return Err(format!("logging_config: expected an object, got {other}")),
+    };
     for (key, value) in fields {
-        if defaults.get(key) != Some(value) {
-            return Err(format!(
-                "logging_config.{key}={value}: oxray's Serve takes only Ray's default logging settings yet"
-            ));
+        let ok = match key.as_str() {
+            "encoding" => matches!(value.as_str(), Some("TEXT" | "JSON")),
+            "log_level" => {
+                value.as_str().is_some_and(|l| LEVELS.contains(&l))
+                    || value.as_u64().is_some_and(|n| [0, 10, 20, 30, 40, 50].contains(&n))
+            }
+            "logs_dir" => value.is_null() || value.is_string(),
+            "enable_access_log" => value.is_boolean(),
+            "additional_log_standard_attrs" => value.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            _ => {
+                return Err(format!(
+                    "logging_config.{key}: not a field of Ray's LoggingConfig (extra keys are forbidden)"
+                ));
+            }
+        };
+        if !ok {
+            return Err(format!("logging_config.{key}={value}: not a valid value for Ray's LoggingConfig"));
         }
     }
     Ok(())
@@ -247,8 +265,12 @@ mod tests {
         let built = json!({"logging_config": {"encoding": "TEXT", "log_level": "INFO", "logs_dir": null,
             "enable_access_log": true, "additional_log_standard_attrs": []}, "applications": []});
         assert!(check_config(&built).is_ok(), "serve build's default logging_config is taken");
-        let debug = json!({"logging_config": {"log_level": "DEBUG"}});
-        assert!(check_config(&debug).unwrap_err().contains("logging_config.log_level"));
+        let debug = json!({"logging_config": {"log_level": "DEBUG", "encoding": "JSON"}});
+        assert!(check_config(&debug).is_ok());
+        let loud = json!({"logging_config": {"log_level": "LOUD"}});
+        assert!(check_config(&loud).unwrap_err().contains("logging_config.log_level"));
+        let colour = json!({"logging_config": {"colour": "red"}});
+        assert!(check_config(&colour).unwrap_err().contains("logging_config.colour"));
         let scaler = json!({"applications": [{"import_path": "m:a", "external_scaler_enabled": true}]});
         assert!(check_config(&scaler).unwrap_err().contains("external_scaler_enabled"));
     }

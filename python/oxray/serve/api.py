@@ -15,7 +15,7 @@ from oxray.serve import handle as handles
 from oxray.serve.config import HTTPOptions, proxy_location_of
 from oxray.serve.deployment import Application, Deployment, autoscaling_of
 from oxray.serve.exceptions import RayServeException
-from oxray.serve.schema import ServeStatus, status_from_reports
+from oxray.serve.schema import LoggingConfig, ServeStatus, status_from_reports
 
 # How long serve.run waits for an application to be RUNNING, and delete/shutdown for it to go.
 DEPLOY_TIMEOUT_S = 600.0
@@ -46,16 +46,20 @@ def _start_controller():
 def start(proxy_location=None, http_options=None, grpc_options=None, logging_config=None, **kwargs) -> None:
     """Starts Serve: its controller, and HTTP proxies with `http_options` where `proxy_location`
     says (every node by default, on 127.0.0.1:8000)."""
-    for option, value in {"logging_config": logging_config, **kwargs}.items():
+    for option, value in kwargs.items():
         if value is not None:
             raise NotImplementedError(f"serve.start({option}=...) is not supported by oxray's Serve yet")
+    logging_config = LoggingConfig.of(logging_config)
     if grpc_options is not None:
         servicers = getattr(grpc_options, "grpc_servicer_functions", None)
         if servicers is None and isinstance(grpc_options, dict):
             servicers = grpc_options.get("grpc_servicer_functions")
         if servicers:
             raise NotImplementedError("serve.start(grpc_options=...): oxray's Serve has no gRPC proxy yet")
-    _start_http(_start_controller(), HTTPOptions.of(http_options), proxy_location_of(proxy_location))
+    controller = _start_controller()
+    if logging_config is not None:
+        ray.get(controller.set_logging_config.remote(logging_config.dict()))
+    _start_http(controller, HTTPOptions.of(http_options), proxy_location_of(proxy_location))
 
 
 def _start_http(controller, options: HTTPOptions, location: str) -> str:
@@ -107,6 +111,7 @@ def _collect(
         "max_queued_requests": deployment.max_queued_requests,
         "backpressure_config": deployment.setting("backpressure_config"),
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
+        "logging_config": deployment.logging_config,
         "engine": {
             "code_version": code_version,
             "config_version": repr(user_config),
@@ -139,9 +144,10 @@ def run(
         raise ValueError(f"serve.run(name={name!r}): expected a non-empty application name")
     if not isinstance(target, Application):
         raise TypeError(f"serve.run expects an application (a bound deployment: Model.bind()), got {target!r}")
-    for option, value in {"logging_config": logging_config, **kwargs}.items():
+    for option, value in kwargs.items():
         if value is not None:
             raise NotImplementedError(f"serve.run({option}=...) is not supported by oxray's Serve yet")
+    logging_config = LoggingConfig.of(logging_config)
     if _local_testing_mode:
         raise NotImplementedError("serve.run(_local_testing_mode=True) is not supported by oxray's Serve yet")
     deployments: dict = {}
@@ -150,7 +156,12 @@ def run(
     if route_prefix is not None:
         # As Ray's serve.run: HTTP with the default options unless serve.start gave others.
         ray.get(controller.ensure_http.remote(HTTPOptions().to_wire()))
-    ray.get(controller.deploy.remote(name, route_prefix, ingress.deployment_name, list(deployments.values())))
+    app_logging = logging_config.dict() if logging_config else None
+    ray.get(
+        controller.deploy.remote(
+            name, route_prefix, ingress.deployment_name, list(deployments.values()), logging_config=app_logging
+        )
+    )
     status = ray.get(controller.wait_app.remote(name, DEPLOY_TIMEOUT_S))
     if status is None or status["status"] != "RUNNING":
         details = "" if status is None else status["message"]

@@ -25,6 +25,7 @@ _DEFAULTS = {
     "max_constructor_retry_count": 20,
     "rolling_update_percentage": 0.2,
     "max_surge_percent": 0.0,
+    "logging_config": None,
 }
 # Ray's options oxray's Serve does not carry out yet: refused by name, never ignored.
 _NOT_YET = {
@@ -32,7 +33,6 @@ _NOT_YET = {
     "placement_group_strategy": "placement groups per replica",
     "placement_group_bundle_label_selector": "placement groups per replica",
     "max_replicas_per_node": "spreading replicas over nodes",
-    "logging_config": "per-deployment logging settings",
     "request_router_config": "custom request routers",
     "gang_scheduling_config": "gang scheduling",
     "deployment_actors": "deployment actors",
@@ -86,6 +86,10 @@ def _check(options: dict) -> None:
     if isinstance(queued, bool) or not isinstance(queued, int) or not (queued == -1 or queued >= 1):
         raise ValueError(f"max_queued_requests={queued!r}: expected -1 (no limit) or an int of at least 1")
     _check_backpressure(options.get("backpressure_config"))
+    if options.get("logging_config") is not None:
+        from oxray.serve.schema import LoggingConfig
+
+        options["logging_config"] = LoggingConfig.of(options["logging_config"]).dict()
     if options.get("user_config") is not None:
         try:
             json.dumps(options["user_config"])
@@ -232,6 +236,10 @@ class Deployment:
     @property
     def ray_actor_options(self) -> dict:
         return dict(self._options.get("ray_actor_options") or {})
+
+    @property
+    def logging_config(self) -> Optional[dict]:
+        return self._options.get("logging_config")
 
     def options(self, **options) -> "Deployment":
         _check(options)

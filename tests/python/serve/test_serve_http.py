@@ -12,6 +12,7 @@ import urllib.request
 import pytest
 
 from oxray import serve
+from oxray_testutil import wait_until
 
 
 def free_port() -> int:
@@ -483,7 +484,7 @@ def test_a_config_with_settings_oxray_does_not_carry_out_is_refused_by_name():
     with pytest.raises(ValueError, match="target_capacity"):
         check_serve_config(json.dumps({"target_capacity": 50, "applications": []}))
     with pytest.raises(ValueError, match="logging_config.log_level"):
-        check_serve_config(json.dumps({"logging_config": {"log_level": "DEBUG"}, "applications": []}))
+        check_serve_config(json.dumps({"logging_config": {"log_level": "LOUD"}, "applications": []}))
 
 
 def test_https_with_rays_ssl_options(clean_serve, tmp_path):
@@ -561,3 +562,63 @@ def test_an_ingress_apps_lifespan_runs_when_its_replica_starts_and_stops(port, t
 
     with pytest.raises(RuntimeError, match="the model file is missing"):
         serve.run(Bad.bind(), name="bad", route_prefix="/bad")
+
+
+def test_logging_config_of_a_deployment_an_application_and_serve(port, tmp_path):
+    import logging
+
+    dirs = {name: str(tmp_path / name) for name in ("own", "app", "serve")}
+
+    @serve.deployment(
+        ray_actor_options={"num_cpus": 0},
+        logging_config={"encoding": "JSON", "logs_dir": dirs["own"], "additional_log_standard_attrs": ["funcName"]},
+    )
+    def own(request):
+        logging.getLogger("ray.serve").info("said by own")
+        return "own"
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    def app_level(request):
+        logging.getLogger("ray.serve").info("said by app_level")
+        return "app_level"
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0})
+    def serve_level(request):
+        logging.getLogger("ray.serve").info("not written at WARNING")
+        logging.getLogger("ray.serve").warning("warned by serve_level")
+        return "serve_level"
+
+    serve.start(http_options={"port": port}, logging_config={"log_level": "WARNING", "logs_dir": dirs["serve"]})
+    serve.run(own.bind(), name="own", route_prefix="/own")
+    serve.run(
+        app_level.bind(),
+        name="app",
+        route_prefix="/app",
+        logging_config={"enable_access_log": False, "logs_dir": dirs["app"]},
+    )
+    serve.run(serve_level.bind(), name="serve", route_prefix="/serve")
+    for path in ("/own", "/app", "/serve"):
+        assert fetch(port, path)[0] == 200
+
+    def log_of(name):
+        import os
+
+        directory = dirs[name]
+        files = os.listdir(directory) if os.path.isdir(directory) else []
+        return "".join(open(os.path.join(directory, f)).read() for f in files)
+
+    own_lines = wait_until("own's log", lambda: log_of("own").count("\n") >= 2 and log_of("own"), timeout=30)
+    records = [json.loads(line) for line in own_lines.splitlines()]
+    said = next(r for r in records if r["message"] == "said by own")
+    assert (said["deployment"], said["application"], said["levelname"]) == ("own", "own", "INFO")
+    assert said["funcName"] == "own"
+    assert any(r["message"].startswith("GET /own 200") for r in records), records
+    app_log = wait_until("app_level's log", lambda: "said by app_level" in log_of("app") and log_of("app"), timeout=30)
+    assert "GET /app" not in app_log, "access lines are off for the application"
+    serve_log = wait_until("serve_level's log", lambda: "warned by serve_level" in log_of("serve") and log_of("serve"))
+    assert "not written at WARNING" not in serve_log and "GET /serve" not in serve_log
+
+    with pytest.raises(ValueError, match="Got 'XML' for encoding"):
+        serve.deployment(logging_config={"encoding": "XML"})(own.func_or_class)
+    with pytest.raises(ValueError, match="extra inputs are not permitted"):
+        serve.run(own.bind(), name="own", route_prefix="/own", logging_config={"colour": "red"})

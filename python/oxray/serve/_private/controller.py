@@ -103,6 +103,9 @@ class ServeControllerActor:
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
         self.checkpoint_sent = None
+        # Serve's own `LoggingConfig` (serve.start's, or a config's top level) as a dict: for
+        # deployments whose application and themselves set none.
+        self.logging_config = None
         self.metrics = ControllerMetrics(self.status, self._serving_replicas)
         with self.lock:
             self._recover()
@@ -134,6 +137,7 @@ class ServeControllerActor:
             "format": CHECKPOINT_FORMAT,
             "http": self.http,
             "proxy_location": self.proxy_location,
+            "logging_config": self.logging_config,
             "apps": apps,
             "builds": builds,
         }
@@ -160,6 +164,7 @@ class ServeControllerActor:
             return
         self.checkpoint_sent = checkpoint
         self.http, self.proxy_location = state["http"], state["proxy_location"]
+        self.logging_config = state.get("logging_config")
         found = self._running_replicas()
         for name, app in state["apps"].items():
             self._restore_app(name, app, found)
@@ -425,10 +430,29 @@ class ServeControllerActor:
         self.routes_sent, self.routes_sent_at = table, time.monotonic()
         return address
 
-    def deploy(self, app: str, route_prefix, ingress: str, deployments: list, app_config=None) -> None:
+    def set_logging_config(self, logging_config) -> None:
+        """Serve's own `LoggingConfig` (a dict): for deployments deployed after it whose
+        application and themselves set none."""
+        with self.lock:
+            self.logging_config = logging_config
+            self._checkpoint()
+
+    def deploy(
+        self, app: str, route_prefix, ingress: str, deployments: list, app_config=None, logging_config=None
+    ) -> None:
         """`deployments`: dicts of a deployment's name, its cloudpickled definition and arguments,
         its actor options and user_config, and the engine's settings. `ValueError` names a bad one.
-        `app_config`: the config's entry of an application deployed by config (None: `serve.run`)."""
+        `app_config`: the config's entry of an application deployed by config (None: `serve.run`);
+        `logging_config`: the application's `LoggingConfig` (a dict; a deployment's own wins, then
+        this, then Serve's). A deployment whose resolved logging changes gets new replicas."""
+        import hashlib
+
+        deployments = [dict(d, engine=dict(d["engine"])) for d in deployments]
+        for d in deployments:
+            d["resolved_logging"] = d.get("logging_config") or logging_config or self.logging_config
+            if d["resolved_logging"] is not None:
+                digest = hashlib.sha256(json.dumps(d["resolved_logging"], sort_keys=True).encode()).hexdigest()[:8]
+                d["engine"]["code_version"] = f"{d['engine']['code_version']}-log{digest}"
         with self.lock:
             self.sources[app] = "imperative" if app_config is None else "declarative"
             self.app_configs[app] = app_config
@@ -474,6 +498,10 @@ class ServeControllerActor:
             self.start_http(options.to_wire(), proxy_location_of(config.get("proxy_location")))
         apps = config.get("applications") or []
         names = {a.get("name", "default") for a in apps}
+        if config.get("logging_config") is not None:
+            from oxray.serve.schema import LoggingConfig
+
+            self.set_logging_config(LoggingConfig.of(config["logging_config"]).dict())
         with self.lock:
             for name, source in list(self.sources.items()):
                 if source == "declarative" and name not in names:
@@ -747,6 +775,7 @@ class ServeControllerActor:
             definition["user_config"],
             definition["has_user_config"],
             (code_version, definition["engine"].get("config_version", "")),
+            definition.get("resolved_logging"),
         )
         self.pending[ref] = ("start", key)
 
@@ -790,7 +819,17 @@ class ServeControllerActor:
             self._checkpoint()  # no longer building
             return
         try:
-            self.deploy(name, app.get("route_prefix", "/"), ingress, deployments, app_config=app)
+            from oxray.serve.schema import LoggingConfig
+
+            app_logging = LoggingConfig.of(app.get("logging_config"))
+            self.deploy(
+                name,
+                app.get("route_prefix", "/"),
+                ingress,
+                deployments,
+                app_config=app,
+                logging_config=app_logging.dict() if app_logging else None,
+            )
         except Exception as e:  # noqa: BLE001 - e.g. a route prefix another application has
             self.engine.fail_app(name, f"Failed to deploy application {name!r}: {e}", _now_ms())
 

@@ -14,6 +14,7 @@ import inspect
 import pickle
 import threading
 import time
+from typing import Optional
 
 from oxray import cloudpickle
 from oxray.serve._private.http import HttpServer, WebSockets
@@ -43,11 +44,18 @@ class ServeReplica:
         self.log = ReplicaLog(app, deployment, replica_id)
 
     def initialize(
-        self, definition: bytes, arguments: bytes, user_config, has_user_config: bool, versions: tuple = ("", "")
+        self,
+        definition: bytes,
+        arguments: bytes,
+        user_config,
+        has_user_config: bool,
+        versions: tuple = ("", ""),
+        logging_config: Optional[dict] = None,
     ) -> dict:
         """Builds the user's object; its constructor's exception fails the replica (the controller
-        reports the traceback). `versions`: the code and config versions it runs. Returns where it
-        runs (`identity`)."""
+        reports the traceback). `versions`: the code and config versions it runs; `logging_config`:
+        Ray's `LoggingConfig` for its log. Returns where it runs (`identity`)."""
+        self.log.open(logging_config)
         func_or_class = cloudpickle.loads(definition)
         args, kwargs = cloudpickle.loads(arguments)
         set_replica_context(ReplicaContext(self.replica_id, None))
@@ -70,13 +78,12 @@ class ServeReplica:
         from oxray import get_runtime_context
 
         context = get_runtime_context()
-        replica = self.replica_id
         return {
             "node_id": context.get_node_id(),
             "node_ip": os.environ.get("OXRAY_AGENT_ADDRESS", "127.0.0.1:0").rsplit(":", 1)[0],
             "worker_id": context.get_worker_id(),
             "pid": os.getpid(),
-            "log_file_path": "/serve/" + file_name(replica.app_name, replica.deployment_name, replica.unique_id),
+            "log_file_path": self._log_file_path(),
         }
 
     def reconfigure(self, user_config, config_version=None) -> None:
@@ -89,6 +96,14 @@ class ServeReplica:
         self._run(method, (user_config,), {})
         if config_version is not None:
             self.versions = (self.versions[0], config_version)
+
+    def _log_file_path(self) -> str:
+        """Ray's `log_file_path`: relative to the session's `logs/` when the log is there."""
+        replica = self.replica_id
+        default = "/serve/" + file_name(replica.app_name, replica.deployment_name, replica.unique_id)
+        if self.log.path is None or self.log.path.endswith("/logs" + default):
+            return default
+        return self.log.path
 
     def recovery_info(self):
         """What a controller started after a head restart needs to adopt this replica: the
