@@ -64,6 +64,9 @@ class _Router:
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
         self.metrics = None
+        # Replica -> the multiplexed models it holds (the controller's list, and where this
+        # process sent each model since).
+        self.models: dict = {}
 
     def load(self) -> int:
         """Calls in flight from this process plus those waiting here (the autoscaler's metric)."""
@@ -108,7 +111,7 @@ class _Router:
         # The controller hands over the replicas' actors, not their names: replica ids repeat when
         # an application is deleted and deployed again, and a handle cached by id would be the
         # killed actor's.
-        actors, self.report_every_s, self.max_ongoing, self.max_queued, state = ray.get(
+        actors, self.report_every_s, self.max_ongoing, self.max_queued, state, models = ray.get(
             controller().wait_serving.remote(
                 self.app, self.deployment, NO_REPLICA_TIMEOUT_S, self.source, self.load() + 1
             )
@@ -122,6 +125,7 @@ class _Router:
             )
         with self.lock:
             self.actors, self.fetched = dict(actors), time.monotonic()
+            self.models = {rid: set(ids) for rid, ids in models.items()}
 
     def submit(self, response: "DeploymentResponse", fresh: bool = False) -> None:
         if self.metrics is None:
@@ -144,7 +148,14 @@ class _Router:
         room = [r for r in self.actors if self.max_ongoing is None or len(self.sent.get(r, ())) < self.max_ongoing]
         if not room:
             return False
+        model = response._kwargs.get(MODEL_ID_KWARG)
+        if model:
+            # As Ray's router: a multiplexed model's call goes to a replica that holds it, if one has room.
+            holding = [r for r in room if model in self.models.get(r, ())]
+            room = holding or room
         rid = min(random.sample(room, min(2, len(room))), key=lambda r: len(self.sent.get(r, ())))
+        if model:
+            self.models.setdefault(rid, set()).add(model)  # it loads it now
         # Sent first, counted after: a call that cannot be sent (an argument that does not
         # pickle) must not hold a slot of the replica for ever.
         response._send_to(rid, self.actors[rid])

@@ -20,11 +20,23 @@ def get_multiplexed_model_id() -> str:
     return _multiplexed_model_id.get()
 
 
+# Called with the replica's loaded model ids whenever they change (set by the replica: it tells
+# the controller, whose routers then send a model's requests to the replicas that have it).
+_on_models_changed = None
+_caches: list = []
+
+
+def _models_changed() -> None:
+    if _on_models_changed is not None:
+        _on_models_changed(sorted({m for cache in _caches for m in cache.models}))
+
+
 class _ModelCache:
     def __init__(self, load, max_models: int):
         self.load, self.max_models = load, max_models
         self.models: collections.OrderedDict = collections.OrderedDict()
         self.loading: dict = {}
+        _caches.append(self)
 
     async def get(self, owner, model_id: str):
         if not isinstance(model_id, str):
@@ -41,9 +53,11 @@ class _ModelCache:
         try:
             while self.max_models != -1 and len(self.models) >= self.max_models:
                 _, model = self.models.popitem(last=False)
+                _models_changed()
                 await _unload(model)
             model = await (self.load(owner, model_id) if owner is not None else self.load(model_id))
             self.models[model_id] = model
+            _models_changed()
             return model
         finally:
             self.loading.pop(model_id, None)

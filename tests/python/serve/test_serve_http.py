@@ -373,6 +373,31 @@ def test_multiplexed_models_load_once_per_replica_and_follow_the_request(port):
     assert handle.options(multiplexed_model_id="a").remote(None).result()["loads"] == ["a", "b", "c", "a"]
 
 
+def test_a_handle_sends_a_multiplexed_models_calls_to_the_replica_that_holds_it(clean_serve):
+    import os
+
+    @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0})
+    class Models:
+        @serve.multiplexed(max_num_models_per_replica=4)
+        async def get_model(self, model_id: str):
+            return model_id
+
+        async def __call__(self, _):
+            return await self.get_model(serve.get_multiplexed_model_id()), os.getpid()
+
+    handle = serve.run(Models.bind(), name="affinity", route_prefix=None)
+    for model in ("m1", "m2", "m3"):
+        served_by = {handle.options(multiplexed_model_id=model).remote(None).result() for _ in range(12)}
+        assert len(served_by) == 1, f"{model}'s calls went to {served_by}: one replica holds it"
+    # The controller learns which replica holds which model; a new handle (another process's,
+    # say) routes by that too.
+    from oxray.serve.handle import forget_routers
+
+    forget_routers()
+    served = {handle.options(multiplexed_model_id="m1").remote(None).result() for _ in range(12)}
+    assert len(served) == 1, served
+
+
 def test_multiplexed_refuses_sync_functions_and_bad_limits(clean_serve):
     with pytest.raises(TypeError, match="async functions"):
 

@@ -99,6 +99,8 @@ class ServeControllerActor:
         self.started_at: dict = {}
         # (app, deployment, replica) -> where it runs (node, pid, worker, log file), once it started.
         self.identities: dict = {}
+        # (app, deployment, replica) -> the multiplexed models it holds, as it last reported.
+        self.models: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
@@ -560,8 +562,9 @@ class ServeControllerActor:
         """The replicas of the deployment that serve (id -> actor), once there is one (or after
         `timeout_s`, or at once when none will come: the deployment failed, is deleted or unknown),
         how often the handle reports its load (None: not autoscaled), its `max_ongoing_requests`
-        and, with no replica, why. A handle with `queued` calls and no replica reports them first:
-        an autoscaled deployment at zero starts one at once."""
+        and `max_queued_requests`, with no replica why, and the multiplexed models each holds. A
+        handle with `queued` calls and no replica reports them first: an autoscaled deployment at
+        zero starts one at once."""
         deadline = time.monotonic() + timeout_s
         with self.changed:
             interval = self._metrics_interval(app, deployment)
@@ -580,12 +583,13 @@ class ServeControllerActor:
                 state = status and status["deployments"].get(deployment)
                 limits = self._max_ongoing(app, deployment), self._max_queued(app, deployment)
                 if serving:
-                    return serving, interval, *limits, ""
+                    models = {rid: self.models.get((app, deployment, rid), []) for rid in serving}
+                    return serving, interval, *limits, "", models
                 if state is None or status["status"] == "DELETING" or state["status"] == "DEPLOY_FAILED":
                     why = "it is not deployed" if state is None or status["status"] == "DELETING" else "DEPLOY_FAILED"
-                    return {}, interval, *limits, why
+                    return {}, interval, *limits, why, {}
                 if left <= 0:
-                    return {}, interval, *limits, f"waited {timeout_s:g} s"
+                    return {}, interval, *limits, f"waited {timeout_s:g} s", {}
                 self.changed.wait(left)
 
     def replica_unreachable(self, app: str, deployment: str, replica: str, actor) -> None:
@@ -601,6 +605,14 @@ class ServeControllerActor:
             self.engine.replica_died(*key, "the replica's actor died (found by a handle's call)", _now_ms())
             self._act()
         self.wake.set()
+
+    def record_multiplexed_models(self, app: str, deployment: str, replica: str, model_ids: list) -> None:
+        """A replica's multiplexed models now (routers send a model's requests to replicas that
+        hold it); a report from a replica the controller no longer has is dropped."""
+        with self.lock:
+            key = (app, deployment, replica)
+            if key in self.replicas:
+                self.models[key] = list(model_ids)
 
     def record_requests(self, app: str, deployment: str, source: str, requests: float) -> None:
         """A handle's calls in flight and queued to the deployment, for its autoscaler."""
@@ -793,6 +805,7 @@ class ServeControllerActor:
         """Drops what the controller keeps of a replica; its actor (None if it had none)."""
         self.started_at.pop(key, None)
         self.identities.pop(key, None)
+        self.models.pop(key, None)
         return self.replicas.pop(key, None)
 
     def _kill(self, key: tuple) -> None:

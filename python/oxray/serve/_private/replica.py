@@ -42,6 +42,19 @@ class ServeReplica:
         self.versions = ("", "")
         self.metrics = ReplicaMetrics(app, deployment, replica_id, lambda: self.ongoing)
         self.log = ReplicaLog(app, deployment, replica_id)
+        from oxray.serve import multiplex
+
+        multiplex._on_models_changed = self._report_models
+
+    def _report_models(self, model_ids: list) -> None:
+        """Tells the controller which multiplexed models this replica holds (its routers send a
+        model's requests here first)."""
+        from oxray.serve.handle import controller
+
+        replica = self.replica_id
+        controller().record_multiplexed_models.remote(
+            replica.app_name, replica.deployment_name, replica.unique_id, model_ids
+        )
 
     def initialize(
         self,
