@@ -77,6 +77,9 @@ impl Default for HttpOptions {
 pub struct ReplicaTarget {
     pub replica_id: String,
     pub actor_id: String,
+    /// The multiplexed models it holds, as it last told the controller.
+    #[serde(default)]
+    pub model_ids: Vec<String>,
 }
 
 /// An application reachable over HTTP.

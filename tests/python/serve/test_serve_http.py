@@ -373,7 +373,7 @@ def test_multiplexed_models_load_once_per_replica_and_follow_the_request(port):
     assert handle.options(multiplexed_model_id="a").remote(None).result()["loads"] == ["a", "b", "c", "a"]
 
 
-def test_a_handle_sends_a_multiplexed_models_calls_to_the_replica_that_holds_it(clean_serve):
+def test_a_multiplexed_models_calls_and_requests_go_to_the_replica_that_holds_it(port):
     import os
 
     @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0})
@@ -385,10 +385,18 @@ def test_a_handle_sends_a_multiplexed_models_calls_to_the_replica_that_holds_it(
         async def __call__(self, _):
             return await self.get_model(serve.get_multiplexed_model_id()), os.getpid()
 
-    handle = serve.run(Models.bind(), name="affinity", route_prefix=None)
+    handle = serve.run(Models.bind(), name="affinity", route_prefix="/aff")
     for model in ("m1", "m2", "m3"):
         served_by = {handle.options(multiplexed_model_id=model).remote(None).result() for _ in range(12)}
         assert len(served_by) == 1, f"{model}'s calls went to {served_by}: one replica holds it"
+    # Through the HTTP proxy too: a model new to every replica, and one a handle's call loaded.
+    for model in ("m4", "m1"):
+        answers = set()
+        for _ in range(12):
+            status, _, body = fetch(port, "/aff", headers={"serve_multiplexed_model_id": model})
+            assert status == 200, body
+            answers.add(tuple(json.loads(body)))
+        assert len(answers) == 1, f"{model}'s requests went to {answers}"
     # The controller learns which replica holds which model; a new handle (another process's,
     # say) routes by that too.
     from oxray.serve.handle import forget_routers

@@ -378,7 +378,8 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
         return websocket::open(proxy, route, payload, request_id, &stream_id, upgrade).await;
     }
     let started = Instant::now();
-    let dispatch = dispatch(proxy, route, payload, &stream_id);
+    let model = multiplexed_model_id(&parts.headers);
+    let dispatch = dispatch(proxy, route, payload, &stream_id, model.as_deref());
     let outcome = match timeout {
         None => dispatch.await,
         Some(limit) => match tokio::time::timeout(limit, dispatch).await {
@@ -442,6 +443,16 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The `serve_multiplexed_model_id` header (`-` and `_` alike, as Ray reads it).
+fn multiplexed_model_id(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .iter()
+        .find(|(name, _)| name.as_str().replace('-', "_") == "serve_multiplexed_model_id")
+        .and_then(|(_, value)| value.to_str().ok())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
 /// Waits for a replica with room, sends the request, and turns the replica's first batch into
 /// the response (the rest of a streamed body follows from a task of its own).
 async fn dispatch(
@@ -449,8 +460,9 @@ async fn dispatch(
     route: &Route,
     payload: Vec<u8>,
     stream_id: &str,
+    model: Option<&str>,
 ) -> Result<Response, Failure> {
-    let slot = take_slot(proxy, route).await?;
+    let slot = take_slot(proxy, route, model).await?;
     let mut cancel = CancelOnDrop {
         calls: proxy.calls.clone(),
         actor_id: slot.replica.actor_id.clone(),
@@ -534,11 +546,11 @@ async fn stream_rest(
 
 /// A replica of `route` with room, waiting in the application's queue while every one is busy
 /// (or none serves yet).
-pub(crate) async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<Slot, Failure> {
+pub(crate) async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route, model: Option<&str>) -> Result<Slot, Failure> {
     if let Some(why) = &route.unavailable {
         return Err(Failure::Unavailable(why.clone()));
     }
-    if let Some(slot) = proxy.loads.try_take(&proxy.live(route)) {
+    if let Some(slot) = proxy.loads.try_take(&proxy.live(route), model) {
         return Ok(slot);
     }
     let queued_before = proxy.loads.requests(route);
@@ -569,7 +581,7 @@ pub(crate) async fn take_slot(proxy: &Arc<ServeProxy>, route: &Route) -> Result<
         if let Some(why) = &current.unavailable {
             return Err(Failure::Unavailable(why.clone()));
         }
-        if let Some(slot) = proxy.loads.try_take(&proxy.live(current)) {
+        if let Some(slot) = proxy.loads.try_take(&proxy.live(current), model) {
             drop(queued);
             return Ok(slot);
         }

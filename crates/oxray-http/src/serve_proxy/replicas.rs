@@ -1,7 +1,9 @@
 //! Which replica gets a request: power of two choices over the replicas with room, by the
-//! requests this proxy has in flight to each (Ray's router). A request that finds every replica
-//! at `max_ongoing_requests` waits here, up to `max_queued_requests` of them per application,
-//! and is sent as soon as a request ends or the table brings a new replica.
+//! requests this proxy has in flight to each (Ray's router); a request for a multiplexed model
+//! chooses among the replicas that hold it (by the table, or where this proxy sent the model
+//! before) when one has room. A request that finds every replica at `max_ongoing_requests` waits
+//! here, up to `max_queued_requests` of them per application, and is sent as soon as a request
+//! ends or the table brings a new replica.
 
 use oxray_serve::routes::{ReplicaTarget, Route};
 use parking_lot::Mutex;
@@ -16,6 +18,8 @@ struct Counts {
     in_flight: HashMap<String, u32>,
     /// Application -> requests waiting for a replica.
     queued: HashMap<String, i64>,
+    /// (application, model) -> the replica this proxy last sent the model's requests to.
+    model_home: HashMap<(String, String), String>,
 }
 
 /// This proxy's load on each replica.
@@ -75,15 +79,29 @@ impl Loads {
         self.counts.lock().queued.get(app).copied().unwrap_or(0)
     }
 
-    /// A replica of `route` with room, or None.
-    pub fn try_take(self: &Arc<Self>, route: &Route) -> Option<Slot> {
+    /// A replica of `route` with room, or None; for `model`, one that holds it if one has room.
+    pub fn try_take(self: &Arc<Self>, route: &Route, model: Option<&str>) -> Option<Slot> {
         let mut counts = self.counts.lock();
         let load = |r: &ReplicaTarget| counts.in_flight.get(&r.replica_id).copied().unwrap_or(0);
-        let room: Vec<&ReplicaTarget> =
+        let mut room: Vec<&ReplicaTarget> =
             route.replicas.iter().filter(|r| load(r) < route.max_ongoing_requests.max(1)).collect();
+        let home = model.and_then(|m| counts.model_home.get(&(route.app.clone(), m.to_string())));
+        if let Some(model) = model {
+            let holding: Vec<&ReplicaTarget> = room
+                .iter()
+                .copied()
+                .filter(|r| r.model_ids.iter().any(|m| m == model) || home == Some(&r.replica_id))
+                .collect();
+            if !holding.is_empty() {
+                room = holding;
+            }
+        }
         let picked = room.choose_multiple(&mut rand::rng(), 2).min_by_key(|r| load(r))?;
         let replica = (*picked).clone();
         *counts.in_flight.entry(replica.replica_id.clone()).or_insert(0) += 1;
+        if let Some(model) = model {
+            counts.model_home.insert((route.app.clone(), model.to_string()), replica.replica_id.clone());
+        }
         Some(Slot { loads: self.clone(), replica })
     }
 
@@ -122,7 +140,11 @@ mod tests {
             backpressure_status: 503,
             retry_after_s: None,
             replicas: (0..replicas)
-                .map(|i| ReplicaTarget { replica_id: format!("r{i}"), actor_id: format!("{i:02x}") })
+                .map(|i| ReplicaTarget {
+                    replica_id: format!("r{i}"),
+                    actor_id: format!("{i:02x}"),
+                    model_ids: Vec::new(),
+                })
                 .collect(),
             unavailable: None,
             metrics_interval_s: None,
@@ -133,12 +155,30 @@ mod tests {
     fn requests_spread_over_replicas_up_to_their_limit_and_slots_come_back() {
         let loads = Arc::new(Loads::default());
         let r = route(2, 2, -1);
-        let slots: Vec<Slot> = (0..4).map(|_| loads.try_take(&r).expect("room")).collect();
+        let slots: Vec<Slot> = (0..4).map(|_| loads.try_take(&r, None).expect("room")).collect();
         let on_first = slots.iter().filter(|s| s.replica.replica_id == "r0").count();
         assert_eq!(on_first, 2, "power of two choices over two replicas fills both evenly");
-        assert!(loads.try_take(&r).is_none(), "every replica is at max_ongoing_requests");
+        assert!(loads.try_take(&r, None).is_none(), "every replica is at max_ongoing_requests");
         drop(slots);
-        assert!(loads.try_take(&r).is_some());
+        assert!(loads.try_take(&r, None).is_some());
+    }
+
+    #[test]
+    fn a_models_requests_go_to_the_replica_that_holds_it_while_it_has_room() {
+        let loads = Arc::new(Loads::default());
+        let mut r = route(3, 2, -1);
+        r.replicas[2].model_ids = vec!["m".into()];
+        let first = loads.try_take(&r, Some("m")).unwrap();
+        let second = loads.try_take(&r, Some("m")).unwrap();
+        assert_eq!((first.replica.replica_id.as_str(), second.replica.replica_id.as_str()), ("r2", "r2"));
+        let third = loads.try_take(&r, Some("m")).expect("another replica when its holder is full");
+        assert_ne!(third.replica.replica_id, "r2");
+        drop((first, second, third));
+        // A model no replica holds yet: wherever its first request went, the next ones follow.
+        let new = loads.try_take(&r, Some("fresh")).unwrap().replica.replica_id.clone();
+        for _ in 0..10 {
+            assert_eq!(loads.try_take(&r, Some("fresh")).unwrap().replica.replica_id, new);
+        }
     }
 
     #[test]

@@ -56,7 +56,7 @@ fn route(prefix: &str, app: &str, replicas: &[&str], max_ongoing: u32, max_queue
         retry_after_s: None,
         replicas: replicas
             .iter()
-            .map(|a| ReplicaTarget { replica_id: format!("r-{a}"), actor_id: a.to_string() })
+            .map(|a| ReplicaTarget { replica_id: format!("r-{a}"), actor_id: a.to_string(), model_ids: Vec::new() })
             .collect(),
         unavailable: None,
         metrics_interval_s: None,
@@ -256,7 +256,7 @@ async fn an_autoscaled_routes_load_is_reported_to_the_controller_at_once_at_zero
     };
     assert_eq!((report["app"].as_str(), report["deployment"].as_str()), (Some("root"), Some("Ingress")));
     // A replica comes: the request goes to it, and is still counted while it runs.
-    scaled.replicas = vec![ReplicaTarget { replica_id: "r-aa".into(), actor_id: "aa".into() }];
+    scaled.replicas = vec![ReplicaTarget { replica_id: "r-aa".into(), actor_id: "aa".into(), model_ids: Vec::new() }];
     h.proxy.set_table(RouteTable { controller_actor_id: Some("cc".into()), ..table(vec![scaled]) });
     let (_, _, _, answer) = h.calls.recv().await.unwrap();
     let (_, _, payload) = h.notified.recv().await.unwrap();

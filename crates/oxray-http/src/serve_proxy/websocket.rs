@@ -46,7 +46,7 @@ pub(super) async fn open(
     stream_id: &str,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    let slot = match take_slot(proxy, route).await {
+    let slot = match take_slot(proxy, route, None).await {
         Ok(slot) => slot,
         Err(Failure::Backpressure(status, message, _)) => return text(status, message),
         Err(Failure::Unavailable(message)) => return text(StatusCode::SERVICE_UNAVAILABLE, message),

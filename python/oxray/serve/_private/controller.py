@@ -284,7 +284,11 @@ class ServeControllerActor:
             if prefix is None or definition is None:
                 continue
             replicas = [
-                {"replica_id": rid, "actor_id": self.replicas[(app, ingress, rid)]._actor_id.hex()}
+                {
+                    "replica_id": rid,
+                    "actor_id": self.replicas[(app, ingress, rid)]._actor_id.hex(),
+                    "model_ids": self.models.get((app, ingress, rid), []),
+                }
                 for rid in serving
                 if (app, ingress, rid) in self.replicas
             ]
