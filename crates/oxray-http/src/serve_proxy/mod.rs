@@ -444,7 +444,7 @@ impl Drop for CancelOnDrop {
 }
 
 /// The `serve_multiplexed_model_id` header (`-` and `_` alike, as Ray reads it).
-fn multiplexed_model_id(headers: &axum::http::HeaderMap) -> Option<String> {
+fn multiplexed_model_id(headers: &HeaderMap) -> Option<String> {
     headers
         .iter()
         .find(|(name, _)| name.as_str().replace('-', "_") == "serve_multiplexed_model_id")
