@@ -361,3 +361,14 @@ def metric_sum(text, name, **labels):
     """The sum of the values of `name`'s samples with `labels` (None when there is none)."""
     samples = metric_samples(text, name, **labels)
     return sum(v for _, v in samples) if samples else None
+
+
+def listening_pids(port):
+    """The processes listening on TCP `port` (Serve's proxies, say)."""
+    import psutil
+
+    return {
+        c.pid
+        for c in psutil.net_connections("tcp")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
+    }

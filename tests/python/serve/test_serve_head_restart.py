@@ -15,17 +15,9 @@ import oxray as ray
 from cli_cluster import free_port, running_cluster
 from oxray import serve
 from oxray_testutil import http_get_local as fetch
-from oxray_testutil import wait_until
+from oxray_testutil import listening_pids, wait_until
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def listening_pids(port):
-    return {
-        c.pid
-        for c in psutil.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-    }
 
 
 def kill_head(cluster):

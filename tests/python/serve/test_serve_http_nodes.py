@@ -4,21 +4,11 @@ proxies do) and serves a replica on another node; with `HeadOnly` only the head'
 
 import os
 
-import psutil
-
 import oxray as ray
 from cli_cluster import free_port, running_cluster
 from oxray import serve
 from oxray_testutil import http_get_local as fetch
-from oxray_testutil import wait_until
-
-
-def listening_pids(port):
-    return {
-        c.pid
-        for c in psutil.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN
-    }
+from oxray_testutil import listening_pids, wait_until
 
 
 def test_every_node_runs_a_proxy_and_head_only_runs_one(tmp_path, monkeypatch):
