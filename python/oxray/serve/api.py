@@ -112,6 +112,13 @@ def _collect(
         "backpressure_config": deployment.setting("backpressure_config"),
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
         "logging_config": deployment.logging_config,
+        "placement_group": None
+        if deployment.setting("placement_group_bundles") is None
+        else {
+            "bundles": deployment.setting("placement_group_bundles"),
+            "strategy": deployment.setting("placement_group_strategy") or "PACK",
+            "bundle_label_selector": deployment.setting("placement_group_bundle_label_selector"),
+        },
         "engine": {
             "code_version": code_version,
             "config_version": repr(user_config),

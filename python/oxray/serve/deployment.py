@@ -26,12 +26,12 @@ _DEFAULTS = {
     "rolling_update_percentage": 0.2,
     "max_surge_percent": 0.0,
     "logging_config": None,
+    "placement_group_bundles": None,
+    "placement_group_strategy": None,
+    "placement_group_bundle_label_selector": None,
 }
 # Ray's options oxray's Serve does not carry out yet: refused by name, never ignored.
 _NOT_YET = {
-    "placement_group_bundles": "placement groups per replica",
-    "placement_group_strategy": "placement groups per replica",
-    "placement_group_bundle_label_selector": "placement groups per replica",
     "max_replicas_per_node": "spreading replicas over nodes",
     "request_router_config": "custom request routers",
     "gang_scheduling_config": "gang scheduling",
@@ -79,6 +79,7 @@ def _check(options: dict) -> None:
     if name is not None and (not isinstance(name, str) or "#" in name or not name):
         raise ValueError(f"name={name!r}: expected a non-empty name without '#'")
     _check_actor_options(options.get("ray_actor_options") or {})
+    _check_placement_group(options)
     ongoing = options.get("max_ongoing_requests", 5)
     if ongoing is None or isinstance(ongoing, bool) or not isinstance(ongoing, int) or ongoing < 1:
         raise ValueError(f"max_ongoing_requests={ongoing!r}: expected an int of at least 1")
@@ -197,6 +198,36 @@ def _check_actor_options(actor_options) -> None:
     if unknown:
         raise ValueError(
             f"ray_actor_options has keys {unknown} that a deployment may not set; allowed: {sorted(_ACTOR_OPTIONS)}"
+        )
+
+
+def _check_placement_group(options: dict) -> None:
+    """Ray's checks of the per-replica placement group: its options need `placement_group_bundles`,
+    which must make a valid group, and the replica itself must fit bundle 0 (where it runs)."""
+    bundles = options.get("placement_group_bundles")
+    if bundles is None:
+        for key in ("placement_group_strategy", "placement_group_bundle_label_selector"):
+            if options.get(key) is not None:
+                raise ValueError(
+                    f"{key} was given without placement_group_bundles: a replica's group needs its bundles"
+                )
+        return
+    from oxray.util.placement_group import validate_placement_group
+
+    validate_placement_group(
+        bundles,
+        strategy=options.get("placement_group_strategy") or "PACK",
+        bundle_label_selector=options.get("placement_group_bundle_label_selector"),
+    )
+    actor = options.get("ray_actor_options") or {}
+    needs = {"CPU": actor.get("num_cpus", 1), "GPU": actor.get("num_gpus", 0), **(actor.get("resources") or {})}
+    if actor.get("memory"):
+        needs["memory"] = actor["memory"]
+    short = {k: v for k, v in needs.items() if v and bundles[0].get(k, 0) < v}
+    if short:
+        raise ValueError(
+            f"the replica's resources {short} do not fit placement_group_bundles[0] {bundles[0]}: the replica "
+            "runs in bundle 0 (give it room there, or lower its ray_actor_options)"
         )
 
 

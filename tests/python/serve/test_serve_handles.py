@@ -307,3 +307,47 @@ def test_autoscaling_options_are_checked():
         serve.deployment(autoscaling_config={"min_replicas": 4, "max_replicas": 2})
     with pytest.raises(NotImplementedError, match="policy"):
         serve.deployment(autoscaling_config={"policy": "my.module:policy"})
+
+
+def test_a_replica_runs_in_a_placement_group_of_its_own(clean_serve):
+    import oxray as ray
+    from oxray.util import placement_group_table
+
+    @serve.deployment(
+        ray_actor_options={"num_cpus": 0.1},
+        placement_group_bundles=[{"CPU": 0.1}, {"CPU": 0.2}],
+        placement_group_strategy="PACK",
+    )
+    class Grouped:
+        def __call__(self, _):
+            from oxray.util import get_current_placement_group
+
+            @ray.remote(num_cpus=0.2)
+            def child():
+                return get_current_placement_group().id.hex()
+
+            group = get_current_placement_group()
+            return group.bundle_specs, group.id.hex(), ray.get(child.remote())
+
+    handle = serve.run(Grouped.bind(), name="grouped", route_prefix=None)
+    bundles, group, childs_group = handle.remote(None).result()
+    assert bundles == [{"CPU": 0.1}, {"CPU": 0.2}]
+    assert childs_group == group, "the replica's tasks run in its group"
+    serve.delete("grouped")
+    wait_until(
+        lambda: f"the replica's group removed: {placement_group_table().get(group)}",
+        lambda: placement_group_table()[group]["state"] == "REMOVED",
+        timeout=30,
+    )
+
+    def f(_):
+        return 1
+
+    with pytest.raises(ValueError, match=r"do not fit placement_group_bundles\[0\]"):
+        serve.deployment(ray_actor_options={"num_cpus": 1}, placement_group_bundles=[{"CPU": 0.5}])(f)
+    with pytest.raises(ValueError, match="placement_group_strategy was given without placement_group_bundles"):
+        serve.deployment(placement_group_strategy="SPREAD")(f)
+    with pytest.raises(ValueError):
+        serve.deployment(
+            ray_actor_options={"num_cpus": 0}, placement_group_bundles=[{"CPU": 1}], placement_group_strategy="MOON"
+        )(f)

@@ -79,7 +79,8 @@ def build_application(app_config: dict, build_version: str):
     As Ray's config deploys, a deployment's replicas restart only for a change that needs it: its
     code version is the hash of what its replicas are built from (`import_path`, `runtime_env`,
     `args`, its place in the graph) and of its options that a running replica cannot take
-    (`ray_actor_options`; and here `max_ongoing_requests`, the replica actor's concurrency). Any
+    (`ray_actor_options`, the placement group; and here `max_ongoing_requests`, the replica actor's
+    concurrency). Any
     other change (`num_replicas`, `autoscaling_config`, health checks, graceful shutdown, queue
     limits) applies in place, and a new `user_config` reconfigures the running replicas."""
     import hashlib
@@ -96,6 +97,7 @@ def build_application(app_config: dict, build_version: str):
             "source": source,
             "deployment": deployment["name"],
             "ray_actor_options": deployment["ray_actor_options"],
+            "placement_group": deployment.get("placement_group"),
             "max_ongoing_requests": deployment["max_ongoing_requests"],
         }
         digest = hashlib.sha256(json.dumps(heavy, sort_keys=True, default=repr).encode()).hexdigest()[:16]

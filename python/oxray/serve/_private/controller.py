@@ -101,6 +101,8 @@ class ServeControllerActor:
         self.identities: dict = {}
         # (app, deployment, replica) -> the multiplexed models it holds, as it last reported.
         self.models: dict = {}
+        # (app, deployment, replica) -> the placement group it runs in (placement_group_bundles).
+        self.groups: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
@@ -767,6 +769,23 @@ class ServeControllerActor:
         definition = self.definitions[(app, deployment, code_version)]
         options = dict(definition["ray_actor_options"])
         options.setdefault("num_cpus", 1)
+        group = definition.get("placement_group")
+        if group is not None:
+            from oxray.util.placement_group import placement_group
+            from oxray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            # Its own group, as in Ray: the replica in bundle 0, the tasks and actors it starts
+            # in the group too; removed with the replica.
+            self.groups[key] = pg = placement_group(
+                group["bundles"],
+                strategy=group["strategy"],
+                name=replica_actor_name(app, deployment, replica),
+                lifetime="detached",
+                bundle_label_selector=group["bundle_label_selector"],
+            )
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=True
+            )
         actor = (
             ray.remote(ServeReplica)
             .options(
@@ -806,10 +825,19 @@ class ServeControllerActor:
         self.pending[call.remote(*args)] = (kind, key)
 
     def _forget_replica(self, key: tuple):
-        """Drops what the controller keeps of a replica; its actor (None if it had none)."""
+        """Drops what the controller keeps of a replica (its placement group is removed); its
+        actor (None if it had none)."""
         self.started_at.pop(key, None)
         self.identities.pop(key, None)
         self.models.pop(key, None)
+        group = self.groups.pop(key, None)
+        if group is not None:
+            from oxray.util.placement_group import remove_placement_group
+
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - gone already
+                pass
         return self.replicas.pop(key, None)
 
     def _kill(self, key: tuple) -> None:
