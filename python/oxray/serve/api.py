@@ -112,6 +112,7 @@ def _collect(
         "backpressure_config": deployment.setting("backpressure_config"),
         "graceful_shutdown_wait_loop_s": float(deployment.setting("graceful_shutdown_wait_loop_s")),
         "logging_config": deployment.logging_config,
+        "max_replicas_per_node": deployment.setting("max_replicas_per_node"),
         "placement_group": None
         if deployment.setting("placement_group_bundles") is None
         else {

@@ -29,10 +29,10 @@ _DEFAULTS = {
     "placement_group_bundles": None,
     "placement_group_strategy": None,
     "placement_group_bundle_label_selector": None,
+    "max_replicas_per_node": None,
 }
 # Ray's options oxray's Serve does not carry out yet: refused by name, never ignored.
 _NOT_YET = {
-    "max_replicas_per_node": "spreading replicas over nodes",
     "request_router_config": "custom request routers",
     "gang_scheduling_config": "gang scheduling",
     "deployment_actors": "deployment actors",
@@ -202,8 +202,17 @@ def _check_actor_options(actor_options) -> None:
 
 
 def _check_placement_group(options: dict) -> None:
-    """Ray's checks of the per-replica placement group: its options need `placement_group_bundles`,
-    which must make a valid group, and the replica itself must fit bundle 0 (where it runs)."""
+    """Ray's checks of where replicas go: the per-replica placement group's options need
+    `placement_group_bundles`, which must make a valid group, and the replica itself must fit
+    bundle 0 (where it runs); `max_replicas_per_node` is 1 to 100, and never with a group."""
+    per_node = options.get("max_replicas_per_node")
+    if per_node is not None:
+        if isinstance(per_node, bool) or not isinstance(per_node, int) or not 1 <= per_node <= 100:
+            raise ValueError(f"max_replicas_per_node={per_node!r}: expected an int from 1 to 100")
+        if options.get("placement_group_bundles") is not None:
+            raise ValueError(
+                "Setting max_replicas_per_node and placement_group_bundles at the same time is not allowed"
+            )
     bundles = options.get("placement_group_bundles")
     if bundles is None:
         for key in ("placement_group_strategy", "placement_group_bundle_label_selector"):

@@ -64,9 +64,10 @@ class _Router:
         # How often this handle reports its load to the deployment's autoscaler (None: not autoscaled).
         self.report_every_s = None
         self.metrics = None
-        # Replica -> the multiplexed models it holds (the controller's list, and where this
-        # process sent each model since).
+        # Replica -> the multiplexed models it holds (the controller's list), and model -> the
+        # replica this handle sent it to last.
         self.models: dict = {}
+        self.model_home: dict = {}
 
     def load(self) -> int:
         """Calls in flight from this process plus those waiting here (the autoscaler's metric)."""
@@ -150,12 +151,14 @@ class _Router:
             return False
         model = response._kwargs.get(MODEL_ID_KWARG)
         if model:
-            # As Ray's router: a multiplexed model's call goes to a replica that holds it, if one has room.
-            holding = [r for r in room if model in self.models.get(r, ())]
+            # As Ray's router: a multiplexed model's call goes to a replica that holds it, if one has
+            # room: the one this handle sent it to last, else any the controller lists.
+            home = self.model_home.get(model)
+            holding = [home] if home in room else [r for r in room if model in self.models.get(r, ())]
             room = holding or room
         rid = min(random.sample(room, min(2, len(room))), key=lambda r: len(self.sent.get(r, ())))
         if model:
-            self.models.setdefault(rid, set()).add(model)  # it loads it now
+            self.model_home[model] = rid
         # Sent first, counted after: a call that cannot be sent (an argument that does not
         # pickle) must not hold a slot of the replica for ever.
         response._send_to(rid, self.actors[rid])

@@ -4,6 +4,8 @@ proxies do) and serves a replica on another node; with `HeadOnly` only the head'
 
 import os
 
+import pytest
+
 import oxray as ray
 from cli_cluster import free_port, running_cluster
 from oxray import serve
@@ -48,3 +50,47 @@ def test_every_node_runs_a_proxy_and_head_only_runs_one(tmp_path, monkeypatch):
         )
         assert fetch(port, "/where") == (200, replica_node.encode())
         serve.shutdown()
+
+
+def test_max_replicas_per_node_spreads_the_replicas_and_waits_for_a_node(tmp_path, monkeypatch):
+    import threading
+
+    with running_cluster(tmp_path / "oxray", monkeypatch) as cluster:
+        cluster.start_head(num_cpus=1)
+        ray.init()
+
+        @serve.deployment(num_replicas=2, max_replicas_per_node=1, ray_actor_options={"num_cpus": 0.1})
+        def node(_):
+            return os.environ["OXRAY_NODE_ID"]
+
+        handles = []
+        deploying = threading.Thread(
+            target=lambda: handles.append(serve.run(node.bind(), name="spread", route_prefix=None))
+        )
+        deploying.start()
+
+        def replica_states():
+            app = serve.status().applications.get("spread")
+            return app and app.deployments["node"].replica_states
+
+        # One node: both replicas would fit its CPU, but only one may run there; the other waits.
+        wait_until(
+            lambda: f"one replica running and one waiting: {replica_states()}",
+            lambda: replica_states() == {"RUNNING": 1, "STARTING": 1},
+            timeout=60,
+        )
+        cluster.add_node(num_cpus=1)
+        deploying.join(120)
+        [handle] = handles
+        nodes = wait_until(
+            "calls answered by both replicas",
+            lambda: len(seen := {handle.remote(None).result() for _ in range(20)}) == 2 and seen,
+            timeout=30,
+        )
+        assert nodes == {n["NodeID"] for n in ray.nodes() if n["Alive"]}, "each on a node of its own"
+        serve.shutdown()
+
+    with pytest.raises(ValueError, match="max_replicas_per_node=0"):
+        serve.deployment(max_replicas_per_node=0)(node.func_or_class)
+    with pytest.raises(ValueError, match="at the same time is not allowed"):
+        serve.deployment(max_replicas_per_node=1, placement_group_bundles=[{"CPU": 1}])(node.func_or_class)

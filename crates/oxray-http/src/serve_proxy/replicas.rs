@@ -85,13 +85,15 @@ impl Loads {
         let load = |r: &ReplicaTarget| counts.in_flight.get(&r.replica_id).copied().unwrap_or(0);
         let mut room: Vec<&ReplicaTarget> =
             route.replicas.iter().filter(|r| load(r) < route.max_ongoing_requests.max(1)).collect();
-        let home = model.and_then(|m| counts.model_home.get(&(route.app.clone(), m.to_string())));
         if let Some(model) = model {
-            let holding: Vec<&ReplicaTarget> = room
-                .iter()
-                .copied()
-                .filter(|r| r.model_ids.iter().any(|m| m == model) || home == Some(&r.replica_id))
-                .collect();
+            // The replica this proxy sent the model to last, if it has room; else any that holds it.
+            let home = counts.model_home.get(&(route.app.clone(), model.to_string()));
+            let at_home: Vec<&ReplicaTarget> = room.iter().copied().filter(|r| Some(&r.replica_id) == home).collect();
+            let holding: Vec<&ReplicaTarget> = if at_home.is_empty() {
+                room.iter().copied().filter(|r| r.model_ids.iter().any(|m| m == model)).collect()
+            } else {
+                at_home
+            };
             if !holding.is_empty() {
                 room = holding;
             }
@@ -174,8 +176,12 @@ mod tests {
         let third = loads.try_take(&r, Some("m")).expect("another replica when its holder is full");
         assert_ne!(third.replica.replica_id, "r2");
         drop((first, second, third));
-        // A model no replica holds yet: wherever its first request went, the next ones follow.
+        // A model no replica holds yet: wherever its first request went, the next ones follow,
+        // even once the table lists more replicas holding it.
         let new = loads.try_take(&r, Some("fresh")).unwrap().replica.replica_id.clone();
+        for replica in &mut r.replicas {
+            replica.model_ids.push("fresh".into());
+        }
         for _ in 0..10 {
             assert_eq!(loads.try_take(&r, Some("fresh")).unwrap().replica.replica_id, new);
         }

@@ -98,6 +98,7 @@ def build_application(app_config: dict, build_version: str):
             "deployment": deployment["name"],
             "ray_actor_options": deployment["ray_actor_options"],
             "placement_group": deployment.get("placement_group"),
+            "max_replicas_per_node": deployment.get("max_replicas_per_node"),
             "max_ongoing_requests": deployment["max_ongoing_requests"],
         }
         digest = hashlib.sha256(json.dumps(heavy, sort_keys=True, default=repr).encode()).hexdigest()[:16]

@@ -103,6 +103,10 @@ class ServeControllerActor:
         self.models: dict = {}
         # (app, deployment, replica) -> the placement group it runs in (placement_group_bundles).
         self.groups: dict = {}
+        # (app, deployment, replica) -> the node it was sent to (max_replicas_per_node); and the
+        # replicas waiting for a node under that limit, with their code version.
+        self.nodes_of: dict = {}
+        self.deferred: dict = {}
         # The details last given to the head (JSON), so unchanged ones are not sent again.
         self.details_sent = None
         # The checkpoint last given to the head, so an unchanged one is not written again.
@@ -718,6 +722,9 @@ class ServeControllerActor:
         with self.lock:
             self.engine.tick(_now_ms())
             self._act()
+            for key, code_version in list(self.deferred.items()):
+                del self.deferred[key]
+                self._start_or_fail(key, code_version)
             refs = list(self.pending) + list(self.building)
         busy = time.perf_counter() - started
         if refs:
@@ -747,11 +754,7 @@ class ServeControllerActor:
         for kind, app, deployment, replica, versions, _graceful_s in self.engine.take_actions():
             key = (app, deployment, replica)
             if kind == "start":
-                try:
-                    self._start(key, versions[0])
-                except Exception as e:  # noqa: BLE001 - e.g. ray_actor_options Ray refuses: a failed start
-                    self._forget_replica(key)
-                    self.engine.replica_start_failed(*key, _traceback(e), _now_ms())
+                self._start_or_fail(key, versions[0])
             elif kind == "reconfigure":
                 self._call(key, "reconfigure", self._current(app, deployment)["user_config"], versions[1])
             elif kind == "check_health":
@@ -764,11 +767,28 @@ class ServeControllerActor:
                 self._kill(key)
         self.changed.notify_all()
 
+    def _start_or_fail(self, key: tuple, code_version: str) -> None:
+        try:
+            self._start(key, code_version)
+        except Exception as e:  # noqa: BLE001 - e.g. ray_actor_options Ray refuses: a failed start
+            self._forget_replica(key)
+            self.engine.replica_start_failed(*key, _traceback(e), _now_ms())
+
     def _start(self, key: tuple, code_version: str) -> None:
         app, deployment, replica = key
         definition = self.definitions[(app, deployment, code_version)]
         options = dict(definition["ray_actor_options"])
         options.setdefault("num_cpus", 1)
+        per_node = definition.get("max_replicas_per_node")
+        if per_node is not None:
+            node = self._node_with_room(app, deployment, options, per_node)
+            if node is None:
+                self.deferred[key] = code_version  # started once a node has room (a new one, say)
+                return
+            from oxray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            self.nodes_of[key] = node
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
         group = definition.get("placement_group")
         if group is not None:
             from oxray.util.placement_group import placement_group
@@ -814,10 +834,31 @@ class ServeControllerActor:
         )
         self.pending[ref] = ("start", key)
 
+    def _node_with_room(self, app: str, deployment: str, options: dict, per_node: int):
+        """`max_replicas_per_node`: the live node with the fewest of the deployment's replicas,
+        below the limit, whose resources can hold one; None when no node has room."""
+        needs = {
+            "CPU": options.get("num_cpus", 1),
+            "GPU": options.get("num_gpus", 0),
+            **(options.get("resources") or {}),
+        }
+        counts: dict = {}
+        for (a, d, _), node in self.nodes_of.items():
+            if (a, d) == (app, deployment):
+                counts[node] = counts.get(node, 0) + 1
+        fitting = [
+            n["NodeID"]
+            for n in ray.nodes()
+            if n["Alive"] and all(n["Resources"].get(k, 0) >= v for k, v in needs.items() if v)
+        ]
+        room = [node for node in fitting if counts.get(node, 0) < per_node]
+        return min(room, key=lambda node: counts.get(node, 0)) if room else None
+
     def _call(self, key: tuple, kind: str, *args) -> None:
         actor = self.replicas.get(key)
         if actor is None:
             if kind == "stop":  # no actor to stop: stopped now, not at the kill timeout
+                self.deferred.pop(key, None)
                 self.engine.replica_stopped(*key, _now_ms())
             return
         method = {"reconfigure": "reconfigure", "check_health": "check_health", "stop": "graceful_shutdown"}[kind]
@@ -830,6 +871,8 @@ class ServeControllerActor:
         self.started_at.pop(key, None)
         self.identities.pop(key, None)
         self.models.pop(key, None)
+        self.nodes_of.pop(key, None)
+        self.deferred.pop(key, None)
         group = self.groups.pop(key, None)
         if group is not None:
             from oxray.util.placement_group import remove_placement_group
