@@ -207,7 +207,9 @@ class ServeControllerActor:
             key = (name, deployment, replica)
             actor, info = found[key]
             self.replicas[key], self.started_at[key] = actor, info["started_at"]
-            self.identities[key] = info.get("identity")
+            self.identities[key] = identity = info.get("identity") or {}
+            if identity.get("node_id"):
+                self.nodes_of[key] = identity["node_id"]  # counted for max_replicas_per_node
 
     def _running_replicas(self) -> dict:
         """The replica actors still alive, each with what it says it runs (`recovery_info`):
