@@ -341,6 +341,14 @@ def http_get_local(port, path, timeout=30, headers=None):
         conn.close()
 
 
+def http_get_local_or_none(port, path, timeout=30):
+    """`http_get_local`'s (status, body), or None while nothing listens on `port`."""
+    try:
+        return http_get_local(port, path, timeout=timeout)
+    except ConnectionRefusedError:
+        return None
+
+
 def metric_samples(text, name, **labels):
     """The samples of Prometheus series `name` in `text` whose labels include `labels`: a list of
     (all labels as a dict, value)."""

@@ -93,6 +93,11 @@ fn spec_from(spec: &Bound<'_, PyDict>) -> PyResult<DeploymentSpec> {
     })
 }
 
+/// Each `(name, settings)` of an application's deployments as the engine's `DeploymentSpec`.
+fn specs_from(deployments: &[(String, Bound<'_, PyDict>)]) -> PyResult<Vec<(String, DeploymentSpec)>> {
+    deployments.iter().map(|(name, spec)| Ok((name.clone(), spec_from(spec)?))).collect()
+}
+
 /// `(kind, app, deployment, replica, detail)`: detail is the code and config versions for
 /// `"start"`, the config version for `"reconfigure"`, the graceful timeout (s) for `"stop"`.
 type ActionTuple = (&'static str, String, String, String, Option<(String, String)>, Option<f64>);
@@ -168,8 +173,7 @@ impl ServeController {
         deployments: Vec<(String, Bound<'_, PyDict>)>,
         now_ms: u64,
     ) -> PyResult<()> {
-        let specs =
-            deployments.iter().map(|(n, spec)| Ok((n.clone(), spec_from(spec)?))).collect::<PyResult<Vec<_>>>()?;
+        let specs = specs_from(&deployments)?;
         self.lock()?.deploy_app(name, route_prefix, ingress, specs, now_ms).map_err(value_error)
     }
 
@@ -186,8 +190,7 @@ impl ServeController {
         adopted: Vec<(String, String, String, String)>,
         now_ms: u64,
     ) -> PyResult<()> {
-        let specs =
-            deployments.iter().map(|(n, spec)| Ok((n.clone(), spec_from(spec)?))).collect::<PyResult<Vec<_>>>()?;
+        let specs = specs_from(&deployments)?;
         let adopted = adopted
             .into_iter()
             .map(|(deployment, replica, code_version, config_version)| AdoptedReplica {

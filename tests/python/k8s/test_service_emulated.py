@@ -16,7 +16,7 @@ import pytest
 from test_operator_emulated import IMAGE, head_call, status, token_of
 
 from cli_cluster import free_port
-from oxray_testutil import http_get_local, wait_until
+from oxray_testutil import http_get_local_or_none, wait_until
 
 APP = """
 import os
@@ -62,14 +62,6 @@ def service_manifest(version, port, apps_dir, route="/shop"):
     }
 
 
-def answer(port, path):
-    """(status, body) through the proxies, or None while none listens."""
-    try:
-        return http_get_local(port, path, timeout=10)
-    except ConnectionRefusedError:
-        return None
-
-
 def shop_running_on(kube, cluster):
     """Whether `cluster`'s head reports the shop application RUNNING (its own Serve REST API)."""
     head = (status(kube, "oxrayclusters", cluster).get("head") or {}).get("podIp")
@@ -109,11 +101,11 @@ def test_a_service_serves_changes_its_config_in_place_and_upgrades_its_cluster_w
         service = kube.get("services", "shop-serve-svc")
         assert service["spec"]["selector"] == {"oxray.io/cluster": old}
         assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [("serve", 8000, port)]
-        assert answer(port, "/shop") == (200, b"v1")
+        assert http_get_local_or_none(port, "/shop") == (200, b"v1")
 
         # A new serveConfigV2 alone: deployed to the same cluster.
         kube.patch("oxrayservices", "shop", {"spec": service_manifest("v1", port, apps_dir, "/store")["spec"]})
-        wait_until("the new route", lambda: answer(port, "/store") == (200, b"v1"), timeout=120)
+        wait_until("the new route", lambda: http_get_local_or_none(port, "/store") == (200, b"v1"), timeout=120)
         # The application rolled its replica in place; RUNNING again once the old one stopped.
         wait_until("the update to finish", lambda: shop_running_on(kube, old), timeout=60)
         assert status(kube, "oxrayservices", "shop")["activeServiceStatus"]["rayClusterName"] == old
@@ -155,8 +147,10 @@ def test_a_service_serves_changes_its_config_in_place_and_upgrades_its_cluster_w
 
         wait_until("the old cluster to go", lambda: kube.names("oxrayclusters") == [new], timeout=60)
         wait_until("its pods to go", lambda: kube.names("pods", {"oxray.io/cluster": old}) == [], timeout=60)
-        wait_until("only the new cluster to answer", lambda: answer(port, "/store") == (200, b"v2"), timeout=60)
-        assert all(answer(port, "/store") == (200, b"v2") for _ in range(10))
+        wait_until(
+            "only the new cluster to answer", lambda: http_get_local_or_none(port, "/store") == (200, b"v2"), timeout=60
+        )
+        assert all(http_get_local_or_none(port, "/store") == (200, b"v2") for _ in range(10))
     except AssertionError as e:
         raise AssertionError(f"{e}\n{emulated.diagnostics()}") from None
 

@@ -15,7 +15,7 @@ import oxray as ray
 from cli_cluster import free_port, running_cluster
 from oxray import serve
 from oxray_testutil import http_get_local as fetch
-from oxray_testutil import listening_pids, wait_until
+from oxray_testutil import http_get_local_or_none, listening_pids, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -39,14 +39,6 @@ def serve_recover_jobs(cluster):
     with urllib.request.urlopen(request, timeout=30) as reply:
         jobs = json.load(reply)
     return [j for j in jobs if (j.get("metadata") or {}).get("oxray_internal") == "serve recover"]
-
-
-def answer_status(port, path):
-    """The proxy's status for a GET, or None while no proxy listens on `port`."""
-    try:
-        return fetch(port, path)[0]
-    except ConnectionRefusedError:
-        return None
 
 
 def counted(port, path):
@@ -147,7 +139,11 @@ def test_applications_come_back_after_a_head_restart_took_their_replicas_and_shu
             lambda: app_status("kept") == "RUNNING",
             timeout=120,
         )
-        wait_until(lambda: f"the proxy on {port}", lambda: answer_status(port, "/kept") == 200, timeout=60)
+        wait_until(
+            lambda: f"the proxy on {port}",
+            lambda: (http_get_local_or_none(port, "/kept") or (None,))[0] == 200,
+            timeout=60,
+        )
         status, after = fetch(port, "/kept")
         assert after.split()[1] == str(len(weights)).encode(), after
         assert after.split()[0] != before.split()[0], "the replica went down with the head: a new one serves"

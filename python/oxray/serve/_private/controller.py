@@ -114,7 +114,7 @@ class ServeControllerActor:
         # Serve's own `LoggingConfig` (serve.start's, or a config's top level) as a dict: for
         # deployments whose application and themselves set none.
         self.logging_config = None
-        self.metrics = ControllerMetrics(self.status, self._serving_replicas)
+        self.metrics = ControllerMetrics(self._metrics_snapshot)
         with self.lock:
             self._recover()
         threading.Thread(target=self._loop, name="serve-control-loop", daemon=True).start()
@@ -555,15 +555,18 @@ class ServeControllerActor:
         with self.lock:
             return self.engine.status()
 
-    def _serving_replicas(self) -> list:
-        """`(app, deployment, replica)` of every replica requests go to (healthy ones)."""
+    def _metrics_snapshot(self) -> tuple:
+        """The applications' statuses and `(app, deployment, replica)` of every replica requests
+        go to (healthy ones), read together for the controller's metrics."""
         with self.lock:
-            return [
+            statuses = self.engine.status()
+            serving = [
                 (app["name"], deployment, replica)
-                for app in self.engine.status()
+                for app in statuses
                 for deployment in app["deployments"]
                 for replica in self.engine.serving(app["name"], deployment)
             ]
+        return statuses, serving
 
     def ingress_of(self, app: str):
         with self.lock:

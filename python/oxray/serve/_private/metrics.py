@@ -157,9 +157,10 @@ class HandleMetrics:
 
 
 class ControllerMetrics:
-    """The controller's series; `collect` reads its engine's statuses before each report."""
+    """The controller's series; `collect` reads its engine's statuses and serving replicas
+    (`snapshot()`) before each report."""
 
-    def __init__(self, statuses, healthy_replicas):
+    def __init__(self, snapshot):
         self.loops = metrics.Counter(
             "serve_controller_num_control_loops",
             description="The number of control loops performed by the controller.",
@@ -204,14 +205,15 @@ class ControllerMetrics:
         self.seen_replicas: set = set()
 
         def collect():
-            for app in statuses():
+            statuses, serving = snapshot()
+            for app in statuses:
                 name = app["name"]
                 application_status.set(APPLICATION_STATUS_NUMERIC.get(app["status"], 0), tags={"application": name})
                 for deployment, d in app["deployments"].items():
                     tags = {"deployment": deployment, "application": name}
                     deployment_status.set(DEPLOYMENT_STATUS_NUMERIC.get(d["status"], 0), tags=tags)
                     target_replicas.set(d["target_num_replicas"], tags=tags)
-            healthy = set(healthy_replicas())
+            healthy = set(serving)
             with self.lock:
                 for key in healthy | self.seen_replicas:
                     app, deployment, replica = key
