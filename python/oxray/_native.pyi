@@ -478,8 +478,9 @@ class Client:
         """Gives this node's agent Serve's route table; where its HTTP proxy listens ("" for none)."""
     def update_serve(self, details_json: str) -> None:
         """Gives the head Serve's details (Ray's `ServeInstanceDetails` JSON; "" once Serve shut down)."""
-    def report_metrics(self) -> bool:
-        """Sends this process's metrics to its agent (its `/metrics`); False when it has none."""
+    def report_metrics(self, keepalive: bool = False) -> bool:
+        """Sends this process's metrics to its agent (its `/metrics`) when they changed, or with
+        `keepalive`; False when nothing was sent."""
     def save_serve_checkpoint(self, checkpoint: bytes) -> None:
         """Keeps the Serve controller's checkpoint in the head (in redb when it has a state
         directory); empty bytes drop it."""

@@ -75,6 +75,8 @@ struct Values {
 pub struct MetricsRegistry {
     families: HashMap<String, Family>,
     series: BTreeMap<(String, Vec<(String, String)>), Values>,
+    /// Something changed since the last report (a gauge set to its value again is no change).
+    changed: bool,
 }
 
 impl MetricsRegistry {
@@ -114,7 +116,9 @@ impl MetricsRegistry {
         if !self.series.contains_key(&key) && self.series.len() >= MAX_SERIES_PER_PROCESS {
             return Err(MetricError::TooManySeries { name: name.to_string() });
         }
+        let new = !self.series.contains_key(&key);
         let values = self.series.entry(key).or_default();
+        self.changed |= new || kind != MetricKind::Gauge || values.value != value;
         match kind {
             MetricKind::Counter => values.value += value,
             MetricKind::Gauge => values.value = value,
@@ -159,6 +163,17 @@ impl MetricsRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.series.is_empty()
+    }
+
+    /// Whether anything changed since the last call (a report need not be sent otherwise, but
+    /// for the agent to keep the process's series: see `STALE_AFTER`).
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// A report that did not arrive: the next one is sent whatever changes.
+    pub fn mark_changed(&mut self) {
+        self.changed = true;
     }
 }
 
@@ -277,6 +292,18 @@ mod tests {
         assert!(node.render("10.0.0.2", now).contains(&format!("ray_requests_total{{{labels}}} 4\n")));
         // A process that stopped reporting goes.
         assert!(node.render("10.0.0.2", now + STALE_AFTER).is_empty());
+    }
+
+    #[test]
+    fn a_gauge_set_to_its_value_again_is_no_change() {
+        let mut registry = MetricsRegistry::default();
+        registry.record(MetricKind::Gauge, "g", "", vec![], 1.0, &[]).unwrap();
+        assert!(registry.take_changed() && !registry.take_changed());
+        registry.record(MetricKind::Gauge, "g", "", vec![], 1.0, &[]).unwrap();
+        assert!(!registry.take_changed());
+        registry.record(MetricKind::Gauge, "g", "", vec![], 2.0, &[]).unwrap();
+        registry.record(MetricKind::Counter, "c", "", vec![], 1.0, &[]).unwrap();
+        assert!(registry.take_changed());
     }
 
     #[test]

@@ -10,6 +10,7 @@ import atexit
 import os
 import re
 import threading
+import time
 import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -17,6 +18,8 @@ from oxray import _native
 
 _VALID_METRIC_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 REPORT_INTERVAL_S = float(os.environ.get("OXRAY_METRICS_REPORT_INTERVAL_S", "2"))
+# A report goes at least this often even when nothing changed (well inside the agent's 30 s).
+KEEPALIVE_S = 10.0
 
 
 class _Reporter:
@@ -28,6 +31,7 @@ class _Reporter:
         self._wake = threading.Event()
         # Called before each report: they set gauges from the state they watch (Serve's queues).
         self._collectors = []
+        self._last_sent = 0.0
 
     def add_collector(self, collect) -> None:
         """`collect()` runs before each report (on the reporting thread); reporting starts now."""
@@ -49,9 +53,11 @@ class _Reporter:
         while True:
             self._wake.wait(REPORT_INTERVAL_S)
             self._wake.clear()
-            self.report()
+            # Unchanged metrics are sent only now and then: the agent keeps a process's series
+            # while it reports at least every 30 s.
+            self.report(keepalive=time.monotonic() - self._last_sent >= KEEPALIVE_S)
 
-    def report(self) -> None:
+    def report(self, keepalive: bool = True) -> None:
         from oxray._private import api
 
         if not api.is_initialized():
@@ -62,7 +68,8 @@ class _Reporter:
             except Exception:  # noqa: BLE001 - one collector's failure must not stop the reports
                 pass
         try:
-            api._client().report_metrics()
+            if api._client().report_metrics(keepalive):
+                self._last_sent = time.monotonic()
         except Exception:  # noqa: BLE001 - the agent is going away; the next report carries everything
             pass
 

@@ -56,17 +56,24 @@ impl Client {
         Ok(PyBytes::new(py, &reply.into_inner().checkpoint))
     }
 
-    /// Sends this process's metrics (every series, cumulative) to its agent; false when it has none.
-    fn report_metrics(&self, py: Python<'_>) -> PyResult<bool> {
+    /// Sends this process's metrics (every series, cumulative) to its agent when they changed
+    /// since the last report, or with `keepalive` (the agent forgets a process that stops
+    /// reporting); false when nothing was sent.
+    #[pyo3(signature = (keepalive=false))]
+    fn report_metrics(&self, py: Python<'_>, keepalive: bool) -> PyResult<bool> {
         let report = {
-            let registry = crate::metrics::REGISTRY.lock();
-            if registry.is_empty() {
+            let mut registry = crate::metrics::REGISTRY.lock();
+            if registry.is_empty() || !(registry.take_changed() || keepalive) {
                 return Ok(false);
             }
             registry.report(self.inner.client_id.as_bytes())
         };
         let mut agent = self.inner.driver();
-        py.detach(|| runtime().block_on(agent.report_metrics(report))).map_err(|s| rpc_err(s.into()))?;
+        let sent = py.detach(|| runtime().block_on(agent.report_metrics(report)));
+        if let Err(status) = sent {
+            crate::metrics::REGISTRY.lock().mark_changed();
+            return Err(rpc_err(status.into()));
+        }
         Ok(true)
     }
 
