@@ -116,9 +116,13 @@ def test_a_service_serves_changes_its_config_in_place_and_upgrades_its_cluster_w
         stop = threading.Event()
 
         def watch_routing():
-            while not stop.is_set():
+            # One last look after `stop`: the routing once the new cluster took over is seen too.
+            while True:
+                stopping = stop.is_set()
                 cluster = routed_cluster(kube)
                 routed_to_serving.append((cluster, shop_running_on(kube, cluster)))
+                if stopping:
+                    return
                 stop.wait(0.2)
 
         watcher = threading.Thread(target=watch_routing, daemon=True)
