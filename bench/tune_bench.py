@@ -16,9 +16,13 @@ Figures (2 CPUs, each side in its own subprocess, cluster started before the clo
   and in a second one. It runs in a process of its own shaped as Ray's Train + Tune guide
   (torch and the Train modules imported, then init, then fit). Ray needs
   max_concurrent_trials=1 on 2 CPUs (else its trials hold the CPUs their workers wait for).
-- OptunaSearch: seconds per trial of `--optuna-trials` trials of a trivial objective under
-  OptunaSearch (TPE, seeded), against Optuna's own `study.optimize` on the same objective
-  (in this process, no cluster). Ray runs --ray-trials of them.
+- OptunaSearch: seconds per trial of 100 trials of a trivial objective under OptunaSearch
+  (TPE, seeded), against Optuna's own `study.optimize` on the same objective, measured in the
+  same process just before with the cluster idle; oxray runs 5 such rounds and reports the
+  median ratio (this machine's speed drifts between runs by more than the effect measured).
+  Ray runs --ray-trials / 2 trials, once.
+Run it on an installed wheel: a source tree under PYTHONDONTWRITEBYTECODE compiles oxray's
+modules in every process (the script says so), which a pip-installed wheel never does.
 See bench/README.md (Tune).
 """
 
@@ -91,6 +95,10 @@ def quadratic(config):
     tune.report({"loss": (config["x"] - 2) ** 2 + (config["y"] + 1) ** 2})
 
 
+# Rounds of (Optuna alone, OptunaSearch) on the oxray side; the median ratio is reported.
+OPTUNA_ROUNDS = 5
+
+
 def optuna_alone_s_per_trial(trials: int) -> float:
     import optuna
 
@@ -102,6 +110,16 @@ def optuna_alone_s_per_trial(trials: int) -> float:
         n_trials=trials,
     )
     return (time.perf_counter() - start) / trials
+
+
+def framework_without_bytecode() -> bool:
+    """Whether oxray's Tune modules load from source each time (no valid .pyc beside them)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("oxray.tune._internal.runner")
+    if spec is None or not spec.cached or not spec.origin:
+        return True
+    return not os.path.exists(spec.cached) or os.path.getmtime(spec.cached) < os.path.getmtime(spec.origin)
 
 
 def pss_mib(pid: int) -> float:
@@ -193,23 +211,35 @@ def _measure(framework: str, trials: int, scratch: str) -> dict:
     open(os.path.join(wait_dir, "go"), "w").close()
     done.wait(120)
 
-    # OptunaSearch: seconds per trial.
+    # OptunaSearch: seconds per trial, against Optuna alone measured in this process just before
+    # (the cluster idle), in alternating rounds: the machine's speed drifts more between runs
+    # than the difference measured.
     try:
         optuna_search = importlib.import_module(framework + ".tune.search.optuna").OptunaSearch
     except ImportError:
         optuna_search = None
     if optuna_search is not None:
+        import statistics
+
         optuna_trials = 100 if framework == "oxray" else max(5, trials // 2)
-        start = time.perf_counter()
-        tune.Tuner(
-            quadratic,
-            param_space={"framework": framework, "x": tune.uniform(-10, 10), "y": tune.uniform(-10, 10)},
-            tune_config=tune.TuneConfig(
-                metric="loss", mode="min", search_alg=optuna_search(seed=0), num_samples=optuna_trials
-            ),
-            run_config=tune.RunConfig(storage_path=storage, name="optuna", verbose=0),
-        ).fit()
-        out["optuna_s_per_trial"] = (time.perf_counter() - start) / optuna_trials
+        per_trial, alone, ratios = [], [], []
+        for round_index in range(OPTUNA_ROUNDS if framework == "oxray" else 1):
+            alone.append(optuna_alone_s_per_trial(100))
+            start = time.perf_counter()
+            tune.Tuner(
+                quadratic,
+                param_space={"framework": framework, "x": tune.uniform(-10, 10), "y": tune.uniform(-10, 10)},
+                tune_config=tune.TuneConfig(
+                    metric="loss", mode="min", search_alg=optuna_search(seed=0), num_samples=optuna_trials
+                ),
+                run_config=tune.RunConfig(storage_path=storage, name=f"optuna-{round_index}", verbose=0),
+            ).fit()
+            per_trial.append((time.perf_counter() - start) / optuna_trials)
+            ratios.append(per_trial[-1] / alone[-1])
+        out["optuna_s_per_trial"] = statistics.median(per_trial)
+        out["optuna_alone_s_per_trial"] = statistics.median(alone)
+        out["optuna_vs_alone"] = statistics.median(ratios)
+        out["optuna_vs_alone_range"] = [min(ratios), max(ratios)]
         out["optuna_trials"] = optuna_trials
 
     return out
@@ -272,10 +302,6 @@ def main():
         print("RESULT " + json.dumps(figures), flush=True)
         return
     figures = {}
-    try:
-        alone = optuna_alone_s_per_trial(100)
-    except ImportError:
-        alone = None
     for name in ("oxray", "ray"):
         figures[name] = {}
         for part in ("tune", "train"):
@@ -303,12 +329,23 @@ def main():
         ratio = o / r if better == "higher" else r / o
         print(f"| {label} | {fmt.format(o)} | {fmt.format(r)} | {ratio:.1f}x |")
     print(f"(oxray ran {figures['oxray']['trivial_trials']} trivial trials, Ray {figures['ray']['trivial_trials']})")
-    if alone is not None and "optuna_s_per_trial" in figures["oxray"]:
-        o, r = figures["oxray"]["optuna_s_per_trial"], figures["ray"].get("optuna_s_per_trial")
+    if "optuna_s_per_trial" in figures["oxray"]:
+        o, r = figures["oxray"], figures["ray"]
+        low, high = o["optuna_vs_alone_range"]
         print(
-            f"OptunaSearch, s per trial: oxray {o:.4f} ({o / alone:.1f}x Optuna alone), "
-            + (f"Ray {r:.4f} ({r / alone:.1f}x Optuna alone), " if r else "")
-            + f"Optuna alone {alone:.4f} (100 trials each; Ray ran {figures['ray'].get('optuna_trials')})"
+            f"OptunaSearch, s per trial: oxray {o['optuna_s_per_trial']:.4f}, {o['optuna_vs_alone']:.2f}x Optuna "
+            f"alone ({o['optuna_alone_s_per_trial']:.4f}; median of {OPTUNA_ROUNDS} rounds, {low:.2f}x to {high:.2f}x)"
+            + (
+                f"; Ray {r['optuna_s_per_trial']:.4f}, {r['optuna_vs_alone']:.0f}x Optuna alone "
+                f"({r['optuna_alone_s_per_trial']:.4f}; {r['optuna_trials']} trials)"
+                if "optuna_s_per_trial" in r
+                else ""
+            )
+        )
+    if framework_without_bytecode():
+        print(
+            "NOTE: oxray's modules were imported without cached bytecode (PYTHONDONTWRITEBYTECODE, or sources "
+            "newer than their .pyc): every process pays their compilation, which a pip-installed wheel does not"
         )
 
 

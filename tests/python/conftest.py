@@ -57,6 +57,7 @@ if "OXRAY_TEMP_DIR" not in os.environ:
 # init (for scripts that imported torch first) would cost the suite ~2 s of CPU per init. The
 # tests that want it set it back (test_worker_template.py).
 os.environ.setdefault("OXRAY_TORCH_TEMPLATE_AT_INIT", "0")
+os.environ.setdefault("OXRAY_TUNE_TEMPLATE_AT_INIT", "0")
 
 MiB = 1024**2
 

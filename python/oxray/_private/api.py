@@ -114,6 +114,12 @@ def init(
         from oxray.train._internal.worker_group import warm_torch_workers_if_imported
 
         warm_torch_workers_if_imported()
+    if "oxray.tune" in sys.modules:
+        # A script that imported Tune first will likely run trials: their actors' template
+        # imports Tune while the script goes on.
+        from oxray.tune._internal.trial_template import warm_trial_template_if_imported
+
+        warm_trial_template_if_imported()
     return RayContext(STATE.address_info)
 
 

@@ -38,6 +38,8 @@ class ProcessState:
     async_actor: bool = False
     # A worker's node was started with CUDA_VISIBLE_DEVICES set: its entries, which name the GPUs given.
     preset_gpu_ids: list = field(default_factory=list)
+    # (epoch, preload) of the worker templates this driver asked its node to start (a session's own).
+    warmed_templates: set = field(default_factory=set)
     # Set by `exit_actor()`: the actor ends after the call that asked (or between calls).
     actor_exit_cause: str = ""
     # A worker's calls to make once the running task's results are stored (`after_this_task`).

@@ -157,7 +157,11 @@ class Tuner:
         if not ray.is_initialized():
             ray.init()
         from oxray.train._internal.worker_group import warm_torch_workers_if_imported
+        from oxray.tune._internal.trial_template import trial_actor_env
 
+        # Picked before torch's template is asked for here: one started now is cold, and would make
+        # the first trials wait for it.
+        trial_env = trial_actor_env()
         warm_torch_workers_if_imported()
         config, run = self._tune_config, self._run_config
         search = self._search_algorithm()
@@ -209,6 +213,7 @@ class Tuner:
             tune_config=config,
             run_config=run,
             resources=functools.partial(trial_resources, self._trainable),
+            trial_env=trial_env,
         )
         if self._restore is not None:
             from oxray.tune._internal.runner import latest_state

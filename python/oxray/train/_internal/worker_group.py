@@ -184,7 +184,7 @@ def start_timeout_s() -> float:
 TEMPLATE_PRELOAD_ENV = "OXRAY_TEMPLATE_PRELOAD"
 
 
-def _preload_env(preload: tuple) -> dict:
+def preload_env(preload: tuple) -> dict:
     """The variable that picks the template importing `preload`: warming and starting the
     workers must name it alike, or they get different templates."""
     return {TEMPLATE_PRELOAD_ENV: ",".join(preload)}
@@ -195,12 +195,22 @@ def warm_worker_template(preload: tuple) -> None:
     worker group does not wait for those imports (best effort: a failure only costs that wait)."""
     from oxray._private import options as opts
     from oxray._private.api import _client
+    from oxray._private.state import STATE
 
-    env = opts.submitted_env_vars({"runtime_env": {"env_vars": _preload_env(preload)}})
+    env = opts.submitted_env_vars({"runtime_env": {"env_vars": preload_env(preload)}})
     try:
         _client().warm_workers(env)
     except Exception as e:  # noqa: BLE001 - an optimisation: the workers still start without it
         _log(f"could not start a worker template that imports {', '.join(preload)} ahead of time: {e}")
+        return
+    STATE.warmed_templates.add((STATE.epoch, preload))
+
+
+def template_warmed(preload: tuple) -> bool:
+    """Whether this session asked its node for the template that imports `preload`."""
+    from oxray._private.state import STATE
+
+    return (STATE.epoch, preload) in STATE.warmed_templates
 
 
 def warm_torch_workers_if_imported() -> None:
@@ -256,7 +266,7 @@ class WorkerGroup:
         if self.preload:
             # The node forks these workers from a template that imported the modules (the user's
             # own setting of the variable wins).
-            runtime_env["env_vars"] = {**_preload_env(self.preload), **runtime_env.get("env_vars", {})}
+            runtime_env["env_vars"] = {**preload_env(self.preload), **runtime_env.get("env_vars", {})}
         if runtime_env:
             options["runtime_env"] = runtime_env
         if res:

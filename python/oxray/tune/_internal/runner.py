@@ -67,6 +67,7 @@ class Runner:
         tune_config,
         run_config,
         resources,
+        trial_env=None,
     ):
         self.trainable_bytes = cloudpickle.dumps(trainable)
         self.trainable_name = trainable_name
@@ -113,6 +114,8 @@ class Runner:
         # RunConfig(log_to_file=) as file names, the same for every trial.
         self.log_files = run_config.log_files()
         self.actor_class = ray.remote(TrialActor)
+        # The env_vars that fork trial actors from a template that imported Tune (or torch) already.
+        self.trial_env = trial_env
         # (what it holds, actor) of actors whose trial ended, for the next trial (TuneConfig.reuse_actors).
         self.reuse_actors = tune_config.reuse_actors is not False
         self.idle_actors: list = []
@@ -237,6 +240,8 @@ class Runner:
             custom = {k: v for k, v in held.items() if k not in ("CPU", "GPU")}
             if custom:
                 options["resources"] = custom
+        if self.trial_env:
+            options["runtime_env"] = {"env_vars": self.trial_env}
         trial.actor = self._actor_for(trial, options)
         info = {
             "trial_id": trial.trial_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import datetime
+import functools
 import os
 import queue
 import shutil
@@ -33,11 +34,14 @@ class TrialStopped(BaseException):
     unwinds (a BaseException: a trainable's `except Exception` does not swallow it)."""
 
 
-def _node_ip() -> str:
+@functools.lru_cache(maxsize=1)
+def _host() -> tuple:
+    """(hostname, node ip) of this process, looked up once: every result carries them."""
+    hostname = socket.gethostname()
     try:
-        return socket.gethostbyname(socket.gethostname())
+        return hostname, socket.gethostbyname(hostname)
     except OSError:
-        return "127.0.0.1"
+        return hostname, "127.0.0.1"
 
 
 @contextlib.contextmanager
@@ -235,8 +239,8 @@ class TrialActor:
             time_this_iter_s=now - self.last,
             time_total_s=self.time_total + (now - self.started),
             pid=os.getpid(),
-            hostname=socket.gethostname(),
-            node_ip=_node_ip(),
+            hostname=_host()[0],
+            node_ip=_host()[1],
             config=self.config,
             time_since_restore=now - self.started,
             iterations_since_restore=self.iterations_since_restore,
