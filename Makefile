@@ -30,6 +30,8 @@ $(VENV)/.test-deps: pyproject.toml $(VENV)/.demo-deps
 	# Ray's own Jobs and Serve clients (`ray job`, `JobSubmissionClient`, `serve`), tested against the head's
 	# HTTP API; `serve` brings what the Serve tests use too (FastAPI, Starlette, websockets).
 	$(PIP) install --quiet "ray[default,serve]==2.60.*"
+	# Serve's gRPC proxy is tested as Ray's gRPC guide uses it: protos compiled with grpcio-tools.
+	$(PIP) install --quiet "grpcio-tools>=1.60"
 	# The Jobs API's OpenAPI description, fuzzed against the server.
 	$(PIP) install --quiet "schemathesis>=4,<5"
 	# The dashboard's browser tests: Playwright drives Debian's Chromium (browsers cannot be downloaded).

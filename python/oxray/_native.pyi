@@ -890,7 +890,9 @@ class ServeController:
         """Each application: `name`, `status`, `message`, `route_prefix`, `last_deployed_time_s`,
         `deployments` (by name: `status`, `status_trigger`, `message`, `target_num_replicas`,
         `replica_states`)."""
-    def routes(self) -> list[tuple[str, str, str, list[str]]]: ...
+    def routes(self) -> list[tuple[str | None, str, str, list[str]]]:
+        """(route prefix or None, application, ingress deployment, serving replicas) of each application."""
+        ...
     def serving(self, app: str, deployment: str) -> list[str]: ...
 
 @final

@@ -96,7 +96,7 @@ impl HttpServer {
         let (stop, stopped) = oneshot::channel::<()>();
         let (limits, https) = (config.limits, config.https.clone());
         let (app, sources) = build(config, local_addr.port())?;
-        let task = tokio::spawn(serve::serve(listener, app, limits, https, stopped));
+        let task = tokio::spawn(serve::serve(listener, app, limits, https, stopped, serve::Protocol::Http1));
         Ok(Self { local_addr, sources, stop: Some(stop), task })
     }
 

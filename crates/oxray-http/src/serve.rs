@@ -82,6 +82,13 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// What a server speaks: HTTP/1.1, or HTTP/2 only (gRPC; cleartext with prior knowledge).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Http1,
+    Http2,
+}
+
 /// Serves `app` on `listener` until `stop` fires (or is dropped).
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -89,12 +96,27 @@ pub(crate) async fn serve(
     limits: ConnectionLimits,
     https: Option<HttpsIdentity>,
     stop: oneshot::Receiver<()>,
+    protocol: Protocol,
 ) {
     let tls = https.map(|identity| tokio_rustls::TlsAcceptor::from(identity.config));
     let open = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new()).http1_only();
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    match protocol {
+        Protocol::Http1 => {
+            builder = builder.http1_only();
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_timeout);
+        }
+        Protocol::Http2 => {
+            builder = builder.http2_only();
+            // A client silent past the header timeout is pinged; one that never answers is dropped.
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(limits.header_timeout))
+                .keep_alive_timeout(limits.header_timeout);
+        }
+    }
     let mut stop = std::pin::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {

@@ -113,6 +113,44 @@ fn submit(sources: &StateSources, command: &str, config: Option<String>) -> Resu
     Ok(StatusCode::OK.into_response())
 }
 
+/// Ray's `gRPCOptions` in a config: a port, import paths of servicer functions, a positive
+/// timeout; reflection (Ray's default) is refused once a gRPC proxy would run, since none is served.
+fn check_grpc(options: Option<&Value>) -> Result<(), String> {
+    let Some(options) = options.filter(|o| !o.is_null()) else { return Ok(()) };
+    let Some(options) = options.as_object() else { return Err("grpc_options: expected an object".into()) };
+    const KEYS: [&str; 4] = ["port", "grpc_servicer_functions", "request_timeout_s", "enable_reflection"];
+    if let Some(key) = options.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        return Err(format!("gRPCOptions: extra field {key:?} not permitted"));
+    }
+    if let Some(port) = options.get("port").filter(|p| !p.is_null())
+        && port.as_u64().is_none_or(|p| p > 65535)
+    {
+        return Err(format!("grpc_options.port {port}: expected a port number from 0 to 65535"));
+    }
+    let functions = match options.get("grpc_servicer_functions") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items.clone(),
+        Some(other) => return Err(format!("grpc_options.grpc_servicer_functions {other}: expected a list")),
+    };
+    if let Some(bad) = functions.iter().find(|f| !f.as_str().is_some_and(|f| f.contains('.'))) {
+        return Err(format!(
+            "grpc_options.grpc_servicer_functions: {bad} is not an import path such as \
+             'user_defined_protos_pb2_grpc.add_UserDefinedServiceServicer_to_server'"
+        ));
+    }
+    if let Some(timeout) = options.get("request_timeout_s").filter(|t| !t.is_null())
+        && !timeout.as_f64().is_some_and(|t| t > 0.0)
+    {
+        return Err(format!("grpc_options.request_timeout_s {timeout}: expected a positive number"));
+    }
+    if !functions.is_empty() && options.get("enable_reflection").and_then(Value::as_bool) == Some(true) {
+        return Err("grpc_options.enable_reflection: oxray's gRPC proxy serves no reflection service; set it to \
+                    false (clients use the .proto files)"
+            .into());
+    }
+    Ok(())
+}
+
 /// Ray's `ServeDeploySchema`, as far as its shape: each application's keys and `import_path`,
 /// unique names and route prefixes (unknown top-level keys are ignored, as Ray does for forward
 /// compatibility).
@@ -131,10 +169,7 @@ pub fn check_config(config: &Value) -> Result<(), String> {
     let Some(top) = config.as_object() else { return Err("ServeDeploySchema: expected an object".into()) };
     refuse_unsupported(top, &["target_capacity", "tracing_config", "controller_options"])?;
     check_logging(top.get("logging_config"))?;
-    let servicers = top.get("grpc_options").and_then(|g| g.get("grpc_servicer_functions"));
-    if servicers.and_then(Value::as_array).is_some_and(|f| !f.is_empty()) {
-        return Err("grpc_options.grpc_servicer_functions: oxray's Serve has no gRPC proxy yet".into());
-    }
+    check_grpc(top.get("grpc_options"))?;
     if let Some(location) = top.get("proxy_location")
         && !matches!(location.as_str(), Some("Disabled" | "HeadOnly" | "EveryNode"))
     {
@@ -273,5 +308,23 @@ mod tests {
         assert!(check_config(&colour).unwrap_err().contains("logging_config.colour"));
         let scaler = json!({"applications": [{"import_path": "m:a", "external_scaler_enabled": true}]});
         assert!(check_config(&scaler).unwrap_err().contains("external_scaler_enabled"));
+    }
+
+    #[test]
+    fn grpc_options_are_checked_and_reflection_is_refused_once_a_proxy_would_run() {
+        let built = json!({"grpc_options": {"port": 9000, "grpc_servicer_functions": [], "enable_reflection": true}});
+        assert!(check_config(&built).is_ok(), "serve build's default grpc_options start no gRPC proxy");
+        let grpc = json!({"grpc_options": {"port": 9001, "grpc_servicer_functions": ["m_pb2_grpc.add_S_to_server"]}});
+        assert!(check_config(&grpc).is_ok());
+        let reflect = json!({"grpc_options": {"grpc_servicer_functions": ["m.f"], "enable_reflection": true}});
+        assert!(check_config(&reflect).unwrap_err().contains("enable_reflection"));
+        let bad = json!({"grpc_options": {"grpc_servicer_functions": ["nodots"]}});
+        assert!(check_config(&bad).unwrap_err().contains("import path"));
+        let port = json!({"grpc_options": {"port": 70000}});
+        assert!(check_config(&port).unwrap_err().contains("70000"));
+        let extra = json!({"grpc_options": {"colour": 1}});
+        assert!(check_config(&extra).unwrap_err().contains("\"colour\""));
+        let timeout = json!({"grpc_options": {"request_timeout_s": 0}});
+        assert!(check_config(&timeout).unwrap_err().contains("request_timeout_s"));
     }
 }

@@ -103,7 +103,7 @@ fn specs_from(deployments: &[(String, Bound<'_, PyDict>)]) -> PyResult<Vec<(Stri
 type ActionTuple = (&'static str, String, String, String, Option<(String, String)>, Option<f64>);
 
 /// `(route_prefix, app, ingress deployment, serving replicas)`.
-type RouteTuple = (String, String, String, Vec<String>);
+type RouteTuple = (Option<String>, String, String, Vec<String>);
 
 fn action_tuple(action: Action) -> ActionTuple {
     match action {
@@ -280,7 +280,7 @@ impl ServeController {
         reports.iter().map(|report| status_dict(py, report)).collect()
     }
 
-    /// `(route_prefix, app, ingress deployment, serving replicas)` for each routed application.
+    /// `(route_prefix or None, app, ingress deployment, serving replicas)` for each application.
     fn routes(&self) -> PyResult<Vec<RouteTuple>> {
         Ok(self.lock()?.routes())
     }

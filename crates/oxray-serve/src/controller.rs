@@ -334,15 +334,16 @@ impl Controller {
             .unwrap_or_default()
     }
 
-    /// The HTTP routes: (route prefix, application, its ingress deployment, the replicas serving it).
-    pub fn routes(&self) -> Vec<(String, String, String, Vec<String>)> {
+    /// The proxies' routes: (route prefix, or None for an application HTTP does not reach,
+    /// application, its ingress deployment, the replicas serving it).
+    pub fn routes(&self) -> Vec<(Option<String>, String, String, Vec<String>)> {
         self.apps
             .iter()
             .filter(|(_, app)| !app.deleting)
             .filter_map(|(name, app)| {
-                let prefix = app.route_prefix.clone()?;
-                let replicas = app.deployments.get(&app.ingress).map(|d| d.serving()).unwrap_or_default();
-                Some((prefix, name.clone(), app.ingress.clone(), replicas))
+                // An application that failed to build has no ingress to route to.
+                let replicas = app.deployments.get(&app.ingress)?.serving();
+                Some((app.route_prefix.clone(), name.clone(), app.ingress.clone(), replicas))
             })
             .collect()
     }

@@ -1,8 +1,9 @@
-//! What every node's HTTP proxy needs to know: where to listen, and for each application with a
-//! `route_prefix`, its ingress deployment's serving replicas and their limits. The controller
-//! builds the table; agents receive it as JSON and their proxies route by it. Matching is Ray's:
-//! the longest live prefix that the path starts with, where a prefix not ending in `/` only
-//! matches the whole path or a path continuing with `/`.
+//! What every node's HTTP and gRPC proxies need to know: where to listen, and for each application
+//! its ingress deployment's serving replicas and their limits. The controller builds the table;
+//! agents receive it as JSON and their proxies route by it. HTTP matching is Ray's: among the
+//! applications with a `route_prefix`, the longest live prefix that the path starts with, where a
+//! prefix not ending in `/` only matches the whole path or a path continuing with `/`. gRPC routes
+//! by the `application` metadata key, which a cluster of one application may leave out.
 
 use serde::{Deserialize, Serialize};
 
@@ -72,6 +73,18 @@ impl Default for HttpOptions {
     }
 }
 
+/// Ray's `gRPCOptions` as the proxies enforce them: a gRPC proxy runs beside the HTTP one (same
+/// host) only when `grpc_servicer_functions` names some.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GrpcOptions {
+    pub port: u16,
+    /// Import paths of generated `add_<Service>Servicer_to_server` functions (the replicas import them).
+    pub grpc_servicer_functions: Vec<String>,
+    /// End to end, from dispatch; None: no timeout (a call's own `grpc-timeout` still holds).
+    #[serde(default)]
+    pub request_timeout_s: Option<f64>,
+}
+
 /// One replica the proxy may send requests to: its replica id and its actor's id (hex).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ReplicaTarget {
@@ -82,10 +95,14 @@ pub struct ReplicaTarget {
     pub model_ids: Vec<String>,
 }
 
-/// An application reachable over HTTP.
+/// An application the proxies reach: over HTTP when it has a route prefix, over gRPC by name.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Route {
+    /// "" for an application without one (`route_prefix=None`: reachable by handle or gRPC only).
     pub route_prefix: String,
+    /// Whether HTTP reaches it (it has a route prefix).
+    #[serde(default = "default_http")]
+    pub http: bool,
     pub app: String,
     /// The ingress deployment, whose replicas serve the route.
     pub deployment: String,
@@ -110,6 +127,24 @@ fn default_backpressure_status() -> u16 {
     503
 }
 
+fn default_http() -> bool {
+    true
+}
+
+/// Why a gRPC call names no application.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AppLookupError {
+    #[error(
+        "Application '{0}' not found. Ping /ray.serve.RayServeAPIService/ListApplications for available applications."
+    )]
+    NotFound(String),
+    #[error(
+        "Application metadata not set. Please ping /ray.serve.RayServeAPIService/ListApplications for available \
+         applications."
+    )]
+    Unnamed,
+}
+
 /// Everything a proxy routes by. `http` None (or `Disabled`): no proxy runs.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RouteTable {
@@ -117,6 +152,9 @@ pub struct RouteTable {
     pub proxy_location: ProxyLocation,
     #[serde(default)]
     pub http: Option<HttpOptions>,
+    /// Set when a gRPC proxy runs beside the HTTP one.
+    #[serde(default)]
+    pub grpc: Option<GrpcOptions>,
     #[serde(default)]
     pub routes: Vec<Route>,
     /// The controller's actor (hex), which takes the proxies' load reports (`record_proxy_load`).
@@ -132,10 +170,28 @@ impl RouteTable {
 
     /// Ray's longest-prefix match of `path` (without the query string).
     pub fn match_path(&self, path: &str) -> Option<&Route> {
-        self.routes
-            .iter()
+        self.http_routes()
             .filter(|route| prefix_matches(&route.route_prefix, path))
             .max_by_key(|route| route.route_prefix.len())
+    }
+
+    /// The applications HTTP reaches.
+    pub fn http_routes(&self) -> impl Iterator<Item = &Route> {
+        self.routes.iter().filter(|route| route.http)
+    }
+
+    /// The application a gRPC call names (its `application` metadata); with none named, the only
+    /// application there is, as Ray's gRPC proxy picks it.
+    pub fn match_app(&self, app: Option<&str>) -> Result<&Route, AppLookupError> {
+        match app {
+            Some(name) => {
+                self.routes.iter().find(|r| r.app == name).ok_or_else(|| AppLookupError::NotFound(name.to_string()))
+            }
+            None => match self.routes.as_slice() {
+                [only] => Ok(only),
+                _ => Err(AppLookupError::Unnamed),
+            },
+        }
     }
 }
 
@@ -156,6 +212,7 @@ mod tests {
             .iter()
             .map(|p| Route {
                 route_prefix: p.to_string(),
+                http: true,
                 app: format!("app{p}"),
                 deployment: "D".into(),
                 max_ongoing_requests: 5,
@@ -186,6 +243,21 @@ mod tests {
         assert_eq!(matched(&t, "/c"), Some("/"));
         assert_eq!(matched(&table(&["/plain"]), "/plainx"), None);
         assert_eq!(matched(&table(&["/Plain"]), "/plain"), None, "matching is case-sensitive");
+    }
+
+    #[test]
+    fn an_application_without_a_route_prefix_is_reached_by_grpc_only() {
+        let mut t = table(&["/a", ""]);
+        t.routes[1].http = false;
+        t.routes[1].app = "hidden".into();
+        assert_eq!(matched(&t, "/x"), None, "the prefix-less application is no catch-all");
+        assert_eq!(t.http_routes().count(), 1);
+        assert_eq!(t.match_app(Some("hidden")).unwrap().app, "hidden");
+        assert_eq!(t.match_app(Some("nope")).unwrap_err(), AppLookupError::NotFound("nope".into()));
+        assert!(t.match_app(Some("nope")).unwrap_err().to_string().contains("ListApplications"));
+        assert_eq!(t.match_app(None).unwrap_err(), AppLookupError::Unnamed, "two applications: a name is needed");
+        let one = table(&["/a"]);
+        assert_eq!(one.match_app(None).unwrap().app, "app/a");
     }
 
     #[test]

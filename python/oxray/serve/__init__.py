@@ -6,8 +6,9 @@ graphs), `serve.run`, `start`, `status`, `delete`, `shutdown`, handles
 health checks, graceful shutdown, rolling updates, autoscaling, `@serve.batch`,
 `@serve.multiplexed`, and HTTP through each node's Rust proxy: plain
 `__call__(request)` deployments and `@serve.ingress` ASGI apps (FastAPI);
-WebSockets; config files through Ray's REST API. Not yet: the gRPC proxy;
-what is not there raises `NotImplementedError` naming it.
+WebSockets; gRPC through each node's Rust gRPC proxy (`gRPCOptions`); config
+files through Ray's REST API. What is not there raises `NotImplementedError`
+naming it.
 """
 
 from __future__ import annotations

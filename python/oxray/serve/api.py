@@ -12,7 +12,7 @@ from typing import Optional
 import oxray as ray
 from oxray import cloudpickle
 from oxray.serve import handle as handles
-from oxray.serve.config import HTTPOptions, proxy_location_of
+from oxray.serve.config import HTTPOptions, gRPCOptions, proxy_location_of
 from oxray.serve.deployment import Application, Deployment, autoscaling_of
 from oxray.serve.exceptions import RayServeException
 from oxray.serve.schema import LoggingConfig, ServeStatus, status_from_reports
@@ -45,25 +45,21 @@ def _start_controller():
 
 def start(proxy_location=None, http_options=None, grpc_options=None, logging_config=None, **kwargs) -> None:
     """Starts Serve: its controller, and HTTP proxies with `http_options` where `proxy_location`
-    says (every node by default, on 127.0.0.1:8000)."""
+    says (every node by default, on 127.0.0.1:8000), with gRPC proxies beside them when
+    `grpc_options` names servicer functions (port 9000 by default)."""
     for option, value in kwargs.items():
         if value is not None:
             raise NotImplementedError(f"serve.start({option}=...) is not supported by oxray's Serve yet")
     logging_config = LoggingConfig.of(logging_config)
-    if grpc_options is not None:
-        servicers = getattr(grpc_options, "grpc_servicer_functions", None)
-        if servicers is None and isinstance(grpc_options, dict):
-            servicers = grpc_options.get("grpc_servicer_functions")
-        if servicers:
-            raise NotImplementedError("serve.start(grpc_options=...): oxray's Serve has no gRPC proxy yet")
+    grpc = gRPCOptions.of(grpc_options)
     controller = _start_controller()
     if logging_config is not None:
         ray.get(controller.set_logging_config.remote(logging_config.dict()))
-    _start_http(controller, HTTPOptions.of(http_options), proxy_location_of(proxy_location))
+    _start_http(controller, HTTPOptions.of(http_options), proxy_location_of(proxy_location), grpc)
 
 
-def _start_http(controller, options: HTTPOptions, location: str) -> str:
-    return ray.get(controller.start_http.remote(options.to_wire(), location))
+def _start_http(controller, options: HTTPOptions, location: str, grpc: Optional[gRPCOptions] = None) -> str:
+    return ray.get(controller.start_http.remote(options.to_wire(), location, grpc.to_wire() if grpc else None))
 
 
 def _collect(

@@ -1,4 +1,5 @@
-"""Ray's `serve.config`: `HTTPOptions` (what the HTTP proxies take) and `ProxyLocation`."""
+"""Ray's `serve.config`: `HTTPOptions` (what the HTTP proxies take), `gRPCOptions` (what the
+gRPC proxies beside them take) and `ProxyLocation`."""
 
 from __future__ import annotations
 
@@ -107,6 +108,66 @@ class HTTPOptions:
                 raise ValueError(f"OXRAY_SERVE_MAX_REQUEST_BODY_BYTES={limit!r}: expected a positive number of bytes")
             wire["max_request_body_bytes"] = int(limit)
         return wire
+
+
+class gRPCOptions:  # noqa: N801 - Ray's name
+    """Ray's `gRPCOptions`: `port` (9000) and `grpc_servicer_functions` (import paths of the generated
+    `add_<Service>Servicer_to_server` functions; none: no gRPC proxy runs), `request_timeout_s`
+    (None: only the call's own deadline). The proxy binds `HTTPOptions.host` (127.0.0.1 unless
+    told otherwise; Ray's binds every interface). `enable_reflection`: oxray's proxy serves no
+    reflection; True with servicer functions is refused, False is what it does."""
+
+    def __init__(
+        self,
+        port: int = 9000,
+        grpc_servicer_functions: Optional[list] = None,
+        request_timeout_s: Optional[float] = None,
+        enable_reflection: Optional[bool] = None,
+    ):
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ValueError(f"gRPCOptions(port={port!r}): expected a port number from 0 to 65535")
+        functions = list(grpc_servicer_functions or [])
+        for function in functions:
+            if not isinstance(function, str) or "." not in function:
+                raise ValueError(
+                    f"gRPCOptions(grpc_servicer_functions=[{function!r}]): expected import paths such as "
+                    "'user_defined_protos_pb2_grpc.add_UserDefinedServiceServicer_to_server'"
+                )
+        if request_timeout_s is not None and (
+            not isinstance(request_timeout_s, (int, float)) or request_timeout_s <= 0
+        ):
+            raise ValueError(
+                f"gRPCOptions(request_timeout_s={request_timeout_s!r}): expected a positive number or None"
+            )
+        if enable_reflection and functions:
+            raise NotImplementedError(
+                "gRPCOptions(enable_reflection=True): oxray's gRPC proxy serves no reflection service; "
+                "give clients the .proto files (or pass enable_reflection=False)"
+            )
+        self.port = port
+        self.grpc_servicer_functions = functions
+        self.request_timeout_s = request_timeout_s
+        self.enable_reflection = False
+
+    @classmethod
+    def of(cls, value) -> "gRPCOptions":
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            return cls(**value)
+        raise TypeError(f"grpc_options={value!r}: expected a dict or a gRPCOptions")
+
+    def to_wire(self) -> Optional[dict]:
+        """What the node agents' proxies take (`oxray_serve::routes::GrpcOptions`); None: no gRPC proxy."""
+        if not self.grpc_servicer_functions:
+            return None
+        return {
+            "port": self.port,
+            "grpc_servicer_functions": list(self.grpc_servicer_functions),
+            "request_timeout_s": None if self.request_timeout_s is None else float(self.request_timeout_s),
+        }
 
 
 def proxy_location_of(value) -> str:

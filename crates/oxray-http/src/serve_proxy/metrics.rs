@@ -1,7 +1,9 @@
-//! The proxy's Prometheus series, under Ray Serve's names (`ray_serve_num_http_requests_total`,
+//! The proxies' Prometheus series, under Ray Serve's names (`ray_serve_num_http_requests_total`,
 //! `ray_serve_num_http_error_requests_total`, `ray_serve_http_request_latency_ms` with Ray's
-//! buckets, `ray_serve_num_ongoing_http_requests`), served on the node's `/metrics`. The `route`
-//! label is the matched route prefix (`""` for a 404, `/-/routes` and `/-/healthz` for those).
+//! buckets, `ray_serve_num_ongoing_http_requests`, and their `grpc` twins), served on the node's
+//! `/metrics`. Over HTTP the `route` label is the matched route prefix (`""` for a 404,
+//! `/-/routes` and `/-/healthz` for those) and `status_code` the HTTP status; over gRPC `route`
+//! is the application, `method` the gRPC method and `status_code` the gRPC code's name.
 
 use crate::metrics::Exposition;
 use parking_lot::Mutex;
@@ -14,8 +16,8 @@ const BUCKETS_MS: [f64; 19] = [
     120000.0, 300000.0, 600000.0,
 ];
 
-/// (route, method, application, status code).
-type Labels = (String, String, String, u16);
+/// (route, method, application, status code, whether it is an error).
+type Labels = (String, String, String, String, bool);
 
 #[derive(Default)]
 struct Series {
@@ -24,10 +26,50 @@ struct Series {
     buckets: [u64; BUCKETS_MS.len()],
 }
 
-#[derive(Default)]
+/// One protocol's series names and help texts.
+pub struct SeriesNames {
+    total: &'static str,
+    total_help: &'static str,
+    latency: &'static str,
+    latency_help: &'static str,
+    errors: &'static str,
+    errors_help: &'static str,
+    ongoing: &'static str,
+    ongoing_help: &'static str,
+}
+
+pub const HTTP: SeriesNames = SeriesNames {
+    total: "ray_serve_num_http_requests_total",
+    total_help: "HTTP requests the node's Serve proxy answered.",
+    latency: "ray_serve_http_request_latency_ms",
+    latency_help: "Latency of HTTP requests through the node's Serve proxy, in ms.",
+    errors: "ray_serve_num_http_error_requests_total",
+    errors_help: "HTTP requests the node's Serve proxy answered with a 4xx or 5xx.",
+    ongoing: "ray_serve_num_ongoing_http_requests",
+    ongoing_help: "HTTP requests the node's Serve proxy is answering now.",
+};
+
+pub const GRPC: SeriesNames = SeriesNames {
+    total: "ray_serve_num_grpc_requests_total",
+    total_help: "gRPC calls the node's Serve proxy answered.",
+    latency: "ray_serve_grpc_request_latency_ms",
+    latency_help: "Latency of gRPC calls through the node's Serve proxy, in ms.",
+    errors: "ray_serve_num_grpc_error_requests_total",
+    errors_help: "gRPC calls the node's Serve proxy answered with a status other than OK.",
+    ongoing: "ray_serve_num_ongoing_grpc_requests",
+    ongoing_help: "gRPC calls the node's Serve proxy is answering now.",
+};
+
 pub struct ProxyMetrics {
+    names: &'static SeriesNames,
     requests: Mutex<BTreeMap<Labels, Series>>,
     ongoing: AtomicI64,
+}
+
+impl Default for ProxyMetrics {
+    fn default() -> Self {
+        ProxyMetrics::new(&HTTP)
+    }
 }
 
 /// Counts a request as ongoing until dropped.
@@ -40,14 +82,33 @@ impl Drop for Ongoing<'_> {
 }
 
 impl ProxyMetrics {
+    pub fn new(names: &'static SeriesNames) -> Self {
+        ProxyMetrics { names, requests: Mutex::default(), ongoing: AtomicI64::default() }
+    }
+
     pub fn start(&self) -> Ongoing<'_> {
         self.ongoing.fetch_add(1, Ordering::Relaxed);
         Ongoing(self)
     }
 
+    /// An HTTP request answered with `status`.
     pub fn record(&self, route: &str, method: &str, application: &str, status: u16, latency_ms: f64) {
+        self.record_status(route, method, application, &status.to_string(), status >= 400, latency_ms);
+    }
+
+    /// A request answered with `status` (a gRPC code's name), an error or not.
+    pub fn record_status(
+        &self,
+        route: &str,
+        method: &str,
+        application: &str,
+        status: &str,
+        error: bool,
+        latency_ms: f64,
+    ) {
         let mut requests = self.requests.lock();
-        let series = requests.entry((route.into(), method.into(), application.into(), status)).or_default();
+        let key = (route.into(), method.into(), application.into(), status.into(), error);
+        let series = requests.entry(key).or_default();
         series.count += 1;
         series.sum_ms += latency_ms;
         for (i, bound) in BUCKETS_MS.iter().enumerate() {
@@ -60,7 +121,7 @@ impl ProxyMetrics {
     /// `{application: {"requests", "errors", "latency_sum_ms"}}`, requests to no application left out.
     pub fn per_application(&self) -> serde_json::Value {
         let mut out = serde_json::Map::new();
-        for ((_, _, app, status), series) in self.requests.lock().iter() {
+        for ((_, _, app, _, error), series) in self.requests.lock().iter() {
             if app.is_empty() {
                 continue;
             }
@@ -68,7 +129,7 @@ impl ProxyMetrics {
                 .entry(app.clone())
                 .or_insert_with(|| serde_json::json!({"requests": 0u64, "errors": 0u64, "latency_sum_ms": 0.0}));
             entry["requests"] = (entry["requests"].as_u64().unwrap_or(0) + series.count).into();
-            if *status >= 400 {
+            if *error {
                 entry["errors"] = (entry["errors"].as_u64().unwrap_or(0) + series.count).into();
             }
             entry["latency_sum_ms"] = (entry["latency_sum_ms"].as_f64().unwrap_or(0.0) + series.sum_ms).into();
@@ -78,64 +139,33 @@ impl ProxyMetrics {
 
     /// The series as Prometheus text, labelled with the node.
     pub fn render(&self, node_id: &str, node_ip: &str) -> String {
+        let n = self.names;
         let mut out = Exposition::default();
         let requests = self.requests.lock();
-        let mut errors: BTreeMap<(&str, &str, &str, u16), u64> = BTreeMap::new();
-        for ((route, method, app, status), series) in requests.iter() {
-            let code = status.to_string();
-            let labels = [("route", route.as_str()), ("method", method), ("application", app), ("status_code", &code)];
-            out.add(
-                "ray_serve_num_http_requests_total",
-                "counter",
-                "HTTP requests the node's Serve proxy answered.",
-                &labels,
-                series.count as f64,
-            );
-            if *status >= 400 {
-                *errors.entry((route, method, app, *status)).or_default() += series.count;
+        let mut errors: BTreeMap<(&str, &str, &str, &str), u64> = BTreeMap::new();
+        for ((route, method, app, status, error), series) in requests.iter() {
+            let labels = [("route", route.as_str()), ("method", method), ("application", app), ("status_code", status)];
+            out.add(n.total, "counter", n.total_help, &labels, series.count as f64);
+            if *error {
+                *errors.entry((route, method, app, status)).or_default() += series.count;
             }
-            let name = "ray_serve_http_request_latency_ms";
-            let help = "Latency of HTTP requests through the node's Serve proxy, in ms.";
             // Each bucket already counts every request at or under its bound.
-            for (bound, n) in BUCKETS_MS.iter().zip(series.buckets) {
+            for (bound, count) in BUCKETS_MS.iter().zip(series.buckets) {
                 let le = format!("{bound}");
-                out.add_line(
-                    name,
-                    "histogram",
-                    help,
-                    "_bucket",
-                    &[&labels[..], &[("le", le.as_str())]].concat(),
-                    n as f64,
-                );
+                let bucket = [&labels[..], &[("le", le.as_str())]].concat();
+                out.add_line(n.latency, "histogram", n.latency_help, "_bucket", &bucket, count as f64);
             }
-            out.add_line(
-                name,
-                "histogram",
-                help,
-                "_bucket",
-                &[&labels[..], &[("le", "+Inf")]].concat(),
-                series.count as f64,
-            );
-            out.add_line(name, "histogram", help, "_sum", &labels, series.sum_ms);
-            out.add_line(name, "histogram", help, "_count", &labels, series.count as f64);
+            let bucket = [&labels[..], &[("le", "+Inf")]].concat();
+            out.add_line(n.latency, "histogram", n.latency_help, "_bucket", &bucket, series.count as f64);
+            out.add_line(n.latency, "histogram", n.latency_help, "_sum", &labels, series.sum_ms);
+            out.add_line(n.latency, "histogram", n.latency_help, "_count", &labels, series.count as f64);
         }
-        for ((route, method, app, status), n) in errors {
-            let code = status.to_string();
-            out.add(
-                "ray_serve_num_http_error_requests_total",
-                "counter",
-                "HTTP requests the node's Serve proxy answered with a 4xx or 5xx.",
-                &[("route", route), ("error_code", &code), ("method", method), ("application", app)],
-                n as f64,
-            );
+        for ((route, method, app, status), count) in errors {
+            let labels = [("route", route), ("error_code", status), ("method", method), ("application", app)];
+            out.add(n.errors, "counter", n.errors_help, &labels, count as f64);
         }
-        out.add(
-            "ray_serve_num_ongoing_http_requests",
-            "gauge",
-            "HTTP requests the node's Serve proxy is answering now.",
-            &[("node_id", node_id), ("node_ip_address", node_ip)],
-            self.ongoing.load(Ordering::Relaxed) as f64,
-        );
+        let node = [("node_id", node_id), ("node_ip_address", node_ip)];
+        out.add(n.ongoing, "gauge", n.ongoing_help, &node, self.ongoing.load(Ordering::Relaxed) as f64);
         out.render()
     }
 }
@@ -163,6 +193,15 @@ mod tests {
             r#"ray_serve_num_http_error_requests_total{route="",error_code="404",method="GET",application=""} 1"#
         ));
         assert!(text.contains("# TYPE ray_serve_http_request_latency_ms histogram"));
+        let grpc = ProxyMetrics::new(&GRPC);
+        grpc.record_status("app", "/p.S/M", "app", "NOT_FOUND", true, 1.0);
+        let text = grpc.render("n1", "ip");
+        assert!(text.contains(
+            r#"ray_serve_num_grpc_requests_total{route="app",method="/p.S/M",application="app",status_code="NOT_FOUND"} 1"#
+        ));
+        assert!(text.contains(
+            r#"ray_serve_num_grpc_error_requests_total{route="app",error_code="NOT_FOUND",method="/p.S/M",application="app"} 1"#
+        ));
         let _ongoing = metrics.start();
         assert!(
             metrics

@@ -8,12 +8,15 @@
 //! `x-request-id`, its status codes and texts (404, 408, 413, 503 or 429 for backpressure,
 //! 500) are kept. The data-plane port needs no token, as in Ray.
 
+mod grpc;
 pub mod metrics;
 pub mod replicas;
 mod websocket;
 pub mod wire;
 
-use crate::serve::{ConnectionLimits, HttpsIdentity, serve};
+pub use grpc::GrpcServer;
+
+use crate::serve::{ConnectionLimits, HttpsIdentity, Protocol, serve};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Request, State};
@@ -66,6 +69,8 @@ pub struct ServeProxy {
     /// This proxy's name in its load reports.
     source: String,
     pub metrics: metrics::ProxyMetrics,
+    /// The gRPC proxy's series (it shares this routing state when it runs).
+    pub grpc_metrics: metrics::ProxyMetrics,
 }
 
 /// Reports every autoscaled route's load at its `metrics_interval_s`, until the proxy is gone.
@@ -101,7 +106,8 @@ impl ServeProxy {
             calls,
             dead: RwLock::default(),
             source: format!("proxy-{}", &new_request_id()[..8]),
-            metrics: metrics::ProxyMetrics::default(),
+            metrics: metrics::ProxyMetrics::new(&metrics::HTTP),
+            grpc_metrics: metrics::ProxyMetrics::new(&metrics::GRPC),
         });
         tokio::spawn(report_load(Arc::downgrade(&proxy)));
         proxy
@@ -166,7 +172,7 @@ impl ProxyServer {
         let limits = ConnectionLimits { max_connections: 4096, header_timeout: keep_alive };
         let app = router(proxy, options.clone());
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, limits, https, stopped));
+        let task = tokio::spawn(serve(listener, app, limits, https, stopped, Protocol::Http1));
         Ok(ProxyServer { local_addr, options, stop: Some(stop), task })
     }
 
@@ -302,7 +308,7 @@ async fn proxy_request(state: &Proxied, request: Request, request_id: &str, labe
             return text(StatusCode::OK, "success".into());
         }
         let routes: serde_json::Map<String, serde_json::Value> =
-            proxy.table().routes.iter().map(|r| (r.route_prefix.clone(), r.app.clone().into())).collect();
+            proxy.table().http_routes().map(|r| (r.route_prefix.clone(), r.app.clone().into())).collect();
         return axum::Json(routes).into_response();
     }
     let root_path = state.options.root_path.as_str();
@@ -432,13 +438,22 @@ pub(crate) struct CancelOnDrop {
     calls: Arc<dyn ReplicaCalls>,
     actor_id: String,
     stream_id: String,
+    /// The replica's method that cancels (`http_cancel`, `grpc_cancel`).
+    method: &'static str,
     armed: bool,
+}
+
+impl CancelOnDrop {
+    /// The request ended on the replica: nothing to cancel.
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.calls.notify(&self.actor_id, "http_cancel", self.stream_id.clone().into_bytes());
+            self.calls.notify(&self.actor_id, self.method, self.stream_id.clone().into_bytes());
         }
     }
 }
@@ -467,6 +482,7 @@ async fn dispatch(
         calls: proxy.calls.clone(),
         actor_id: slot.replica.actor_id.clone(),
         stream_id: stream_id.to_string(),
+        method: "http_cancel",
         armed: true,
     };
     let first = match proxy.calls.call(&slot.replica.actor_id, "handle_http", payload).await {

@@ -135,6 +135,7 @@ mod tests {
     fn route(replicas: usize, max_ongoing: u32, max_queued: i64) -> Route {
         Route {
             route_prefix: "/".into(),
+            http: true,
             app: "app".into(),
             deployment: "D".into(),
             max_ongoing_requests: max_ongoing,

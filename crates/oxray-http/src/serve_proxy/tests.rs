@@ -48,6 +48,7 @@ fn harness(options: HttpOptions) -> Harness {
 fn route(prefix: &str, app: &str, replicas: &[&str], max_ongoing: u32, max_queued: i64) -> Route {
     Route {
         route_prefix: prefix.into(),
+        http: true,
         app: app.into(),
         deployment: "Ingress".into(),
         max_ongoing_requests: max_ongoing,

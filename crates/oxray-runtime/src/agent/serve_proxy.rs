@@ -1,6 +1,7 @@
-//! Serve's HTTP proxy in a node agent (`oxray_http::serve_proxy` does the HTTP). The controller
-//! sends its route table (`DriverService.UpdateServeRoutes`); the agent starts, restarts or stops
-//! its proxy as the table's `http_options` and `proxy_location` say, and the proxy calls replicas
+//! Serve's HTTP and gRPC proxies in a node agent (`oxray_http::serve_proxy` does the HTTP and the
+//! gRPC). The controller sends its route table (`DriverService.UpdateServeRoutes`); the agent starts,
+//! restarts or stops its proxies as the table's `http_options`, `grpc_options` and `proxy_location`
+//! say (a gRPC proxy only beside an HTTP one, on its host), and the proxies call replicas
 //! as any client of this agent would: an actor call submitted in-process with its wait (one
 //! `GetObjects` carrying the submission), the result read here, the reference dropped after.
 
@@ -9,7 +10,7 @@ use super::service::AgentService;
 use crate::ids::{ActorId, ClientId, ObjectId, TaskId};
 use crate::proto::driver_service_server::DriverService;
 use crate::proto::{GetObjectsRequest, RefDeltas, SubmitBatchRequest, TaskArg, TaskKind, TaskSpec, UpdateRefsRequest};
-use oxray_http::serve_proxy::{ProxyServer, ReplicaCallError, ReplicaCalls, ServeProxy};
+use oxray_http::serve_proxy::{GrpcServer, ProxyServer, ReplicaCallError, ReplicaCalls, ServeProxy};
 use oxray_proto::object_location::Place;
 use oxray_serve::routes::{ProxyLocation, RouteTable};
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub(crate) struct ServeProxyHost {
 struct Running {
     proxy: Arc<ServeProxy>,
     server: ProxyServer,
+    /// The gRPC proxy beside it, when the table's `grpc_options` name servicer functions.
+    grpc: Option<GrpcServer>,
 }
 
 impl ServeProxyHost {
@@ -46,24 +49,37 @@ impl ServeProxyHost {
         let mut running = self.running.lock().await;
         let Some(options) = wanted else {
             if let Some(old) = running.take() {
-                old.server.shutdown().await;
+                old.stop().await;
             }
             *self.current.lock() = None;
             return Ok(None);
         };
         if running.as_ref().is_some_and(|r| r.server.options != options) {
             let old = running.take().expect("checked");
-            old.server.shutdown().await;
+            old.stop().await;
         }
         if running.is_none() {
             let calls = Arc::new(AgentReplicaCalls { service: service.clone(), client_id: ClientId::random() });
             let proxy = ServeProxy::new(calls);
-            let server = ProxyServer::start(options, proxy.clone()).await?;
+            let server = ProxyServer::start(options.clone(), proxy.clone()).await?;
             tracing::info!("Serve's HTTP proxy listens on {}", server.local_addr);
             *self.current.lock() = Some(proxy.clone());
-            *running = Some(Running { proxy, server });
+            *running = Some(Running { proxy, server, grpc: None });
         }
-        let running = running.as_ref().expect("started above");
+        let running = running.as_mut().expect("started above");
+        let grpc = table.grpc.clone().filter(|g| !g.grpc_servicer_functions.is_empty());
+        let wanted_grpc = grpc.map(|g| (options.host.clone(), g));
+        if running.grpc.as_ref().map(|g| &g.options) != wanted_grpc.as_ref() {
+            if let Some(old) = running.grpc.take() {
+                old.shutdown().await;
+            }
+            if let Some((host, grpc)) = wanted_grpc {
+                let server =
+                    GrpcServer::start(&host, grpc, options.max_request_body_bytes, running.proxy.clone()).await?;
+                tracing::info!("Serve's gRPC proxy listens on {}", server.local_addr);
+                running.grpc = Some(server);
+            }
+        }
         running.proxy.set_table(table);
         Ok(Some(running.server.local_addr.to_string()))
     }
@@ -72,8 +88,17 @@ impl ServeProxyHost {
     pub(crate) async fn stop(&self) {
         *self.current.lock() = None;
         if let Some(old) = self.running.lock().await.take() {
-            old.server.shutdown().await;
+            old.stop().await;
         }
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        if let Some(grpc) = self.grpc {
+            grpc.shutdown().await;
+        }
+        self.server.shutdown().await;
     }
 }
 
@@ -111,9 +136,9 @@ impl AgentReplicaCalls {
             // Serve's controller).
             concurrency_group: match method {
                 // Waits for the app's next batch: a thread each while a body or a socket is open.
-                "http_next" | "ws_next" => "serve_http_stream".into(),
+                "http_next" | "ws_next" | "grpc_next" => "serve_http_stream".into(),
                 // Quick: never behind the waits above.
-                "http_cancel" | "ws_receive" => "serve_http_control".into(),
+                "http_cancel" | "ws_receive" | "grpc_cancel" => "serve_http_control".into(),
                 _ => String::new(),
             },
             ..TaskSpec::default()
@@ -257,10 +282,10 @@ impl AgentShared {
         }
     }
 
-    /// The proxy's Prometheus series ("" when the node runs none).
+    /// The proxies' Prometheus series ("" when the node runs none; gRPC's once it ran).
     pub(crate) fn serve_proxy_metrics(&self, node_id: &str, ip: &str) -> String {
         let proxy = self.serve_proxy.current.lock().clone();
-        proxy.map(|p| p.metrics.render(node_id, ip)).unwrap_or_default()
+        proxy.map(|p| p.metrics.render(node_id, ip) + &p.grpc_metrics.render(node_id, ip)).unwrap_or_default()
     }
 
     /// The proxy's counters per application (`{}` when the node runs none).

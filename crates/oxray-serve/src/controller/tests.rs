@@ -78,7 +78,7 @@ fn a_deploy_starts_the_target_and_is_running_once_every_replica_is() {
     assert_eq!(states, BTreeMap::from([(ReplicaState::Running, 2)]));
     let routes = c.routes();
     assert_eq!(routes.len(), 1);
-    assert_eq!((routes[0].0.as_str(), routes[0].1.as_str(), routes[0].2.as_str()), ("/", "app", "Model"));
+    assert_eq!((routes[0].0.as_deref(), routes[0].1.as_str(), routes[0].2.as_str()), (Some("/"), "app", "Model"));
     assert_eq!(routes[0].3.len(), 2);
 }
 

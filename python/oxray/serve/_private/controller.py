@@ -21,6 +21,7 @@ import re
 import threading
 import time
 import traceback
+from typing import Optional
 
 import oxray as ray
 from oxray import cloudpickle
@@ -84,6 +85,8 @@ class ServeControllerActor:
         self.wake = threading.Event()
         # Ray's `http_options` and `proxy_location` once Serve's HTTP was started (None: no proxy).
         self.http = None
+        # Ray's `grpc_options` as the proxies take them (None: no gRPC proxy).
+        self.grpc = None
         self.proxy_location = "EveryNode"
         # The route table last given to the agent (JSON), so an unchanged one is not sent again.
         self.routes_sent = None
@@ -144,6 +147,7 @@ class ServeControllerActor:
         state = {
             "format": CHECKPOINT_FORMAT,
             "http": self.http,
+            "grpc": self.grpc,
             "proxy_location": self.proxy_location,
             "logging_config": self.logging_config,
             "apps": apps,
@@ -172,6 +176,7 @@ class ServeControllerActor:
             return
         self.checkpoint_sent = checkpoint
         self.http, self.proxy_location = state["http"], state["proxy_location"]
+        self.grpc = state.get("grpc")
         self.logging_config = state.get("logging_config")
         found = self._running_replicas()
         for name, app in state["apps"].items():
@@ -258,22 +263,24 @@ class ServeControllerActor:
 
     # Called by drivers and handles.
 
-    def start_http(self, http_options: dict, proxy_location: str) -> str:
-        """Starts (or moves) the HTTP proxies with Ray's `http_options`; where this node's listens.
+    def start_http(self, http_options: dict, proxy_location: str, grpc_options: Optional[dict] = None) -> str:
+        """Starts (or moves) the HTTP proxies with Ray's `http_options`, and gRPC proxies beside them
+        with `grpc_options` (the wire form; None: none); where this node's HTTP proxy listens.
         The first options win, as in Ray: a later call with other ones only warns."""
         with self.lock:
-            if self.http is not None and (self.http, self.proxy_location) != (http_options, proxy_location):
+            wanted = (http_options, proxy_location, grpc_options)
+            if self.http is not None and (self.http, self.proxy_location, self.grpc) != wanted:
                 print(
-                    "(oxray.serve) Serve's HTTP is already running with "
-                    f"{self.http} ({self.proxy_location}); the new options are ignored",
+                    "(oxray.serve) Serve's proxies are already running with "
+                    f"{self.http} ({self.proxy_location}; gRPC {self.grpc}); the new options are ignored",
                     flush=True,
                 )
                 return self._push_routes(force=True)
-            self.http, self.proxy_location = http_options, proxy_location
+            self.http, self.proxy_location, self.grpc = wanted
             try:
                 address = self._push_routes(force=True)
             except Exception:
-                self.http = None
+                self.http = self.grpc = None
                 raise
             self._checkpoint()
             return address
@@ -289,7 +296,7 @@ class ServeControllerActor:
         routes = []
         for prefix, app, ingress, serving in self.engine.routes():
             definition = self._current(app, ingress)
-            if prefix is None or definition is None:
+            if definition is None or (prefix is None and self.grpc is None):
                 continue
             replicas = [
                 {
@@ -308,7 +315,9 @@ class ServeControllerActor:
             backpressure = definition.get("backpressure_config") or {}
             routes.append(
                 {
-                    "route_prefix": prefix,
+                    # An application without a route prefix is reached over gRPC (and by handle) only.
+                    "route_prefix": prefix or "",
+                    "http": prefix is not None,
                     "app": app,
                     "deployment": ingress,
                     "max_ongoing_requests": definition["max_ongoing_requests"],
@@ -323,6 +332,7 @@ class ServeControllerActor:
         return {
             "proxy_location": self.proxy_location,
             "http": self.http,
+            "grpc": self.grpc,
             "routes": routes,
             "controller_actor_id": ray.get_runtime_context().get_actor_id(),
         }
@@ -363,11 +373,20 @@ class ServeControllerActor:
             },
             "proxy_location": self.proxy_location,
             "http_options": http,
-            "grpc_options": {},
+            "grpc_options": self._grpc_details(),
             "proxies": {},
             "applications": applications,
             "target_capacity": None,
         }
+
+    def _grpc_details(self) -> dict:
+        """Ray's `grpc_options` in the details: the fields set (`{}` when gRPC never started)."""
+        if self.grpc is None:
+            return {}
+        details = {"port": self.grpc["port"], "grpc_servicer_functions": list(self.grpc["grpc_servicer_functions"])}
+        if self.grpc.get("request_timeout_s") is not None:
+            details["request_timeout_s"] = self.grpc["request_timeout_s"]
+        return details
 
     def _app_details(self, status: dict) -> dict:
         app = status["name"]
@@ -505,11 +524,12 @@ class ServeControllerActor:
         from oxray._native import check_serve_config
 
         check_serve_config(json.dumps(config))  # as the REST API checks it: `oxray serve run` comes here directly
-        from oxray.serve.config import HTTPOptions, proxy_location_of
+        from oxray.serve.config import HTTPOptions, gRPCOptions, proxy_location_of
 
         if self.http is None:
             options = HTTPOptions.of({k: v for k, v in (config.get("http_options") or {}).items() if v is not None})
-            self.start_http(options.to_wire(), proxy_location_of(config.get("proxy_location")))
+            grpc = gRPCOptions.of({k: v for k, v in (config.get("grpc_options") or {}).items() if v is not None})
+            self.start_http(options.to_wire(), proxy_location_of(config.get("proxy_location")), grpc.to_wire())
         apps = config.get("applications") or []
         names = {a.get("name", "default") for a in apps}
         if config.get("logging_config") is not None:
@@ -697,7 +717,7 @@ class ServeControllerActor:
             for key in list(self.replicas):
                 self._kill(key)
             if self.http is not None:
-                self.http = None
+                self.http = self.grpc = None
                 try:
                     self._push_routes(force=True)  # no http: the proxies stop
                 except Exception:  # noqa: BLE001 - the node is going away

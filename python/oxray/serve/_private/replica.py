@@ -1,7 +1,8 @@
 """A replica: the actor that runs one copy of a deployment's code. It builds the
 user's object (or keeps the function), calls `reconfigure(user_config)` before
 it serves, runs each request (an `async def` method on the replica's event-loop
-thread; HTTP requests from the node's proxy through `_private/http.py`), answers
+thread; HTTP requests from the node's proxy through `_private/http.py`, gRPC calls
+from its gRPC proxy through `_private/grpc.py`), answers
 health checks (the user's `check_health` too), and on a stop
 waits for its requests to finish, then calls the user's `__del__` once. A
 controller started after a head restart asks each replica it finds which
@@ -17,6 +18,7 @@ import time
 from typing import Optional
 
 from oxray import cloudpickle
+from oxray.serve._private.grpc import GrpcCalls
 from oxray.serve._private.http import HttpServer, WebSockets
 from oxray.serve._private.metrics import ReplicaMetrics
 from oxray.serve._private.replica_log import ReplicaLog, file_name
@@ -37,6 +39,7 @@ class ServeReplica:
         self.deleted = False
         self.http = HttpServer(self)
         self.websockets = WebSockets(self.http)
+        self.grpc = GrpcCalls(self)
         self.started_at = time.time()
         # The code and config versions it runs, for a controller that adopts it after a restart.
         self.versions = ("", "")
@@ -190,6 +193,17 @@ class ServeReplica:
 
     def ws_next(self, request_id) -> pickle.PickleBuffer:
         return pickle.PickleBuffer(self.websockets.next_batch(bytes(request_id).decode()))
+
+    # gRPC, called by the node's gRPC proxy: each returns one batch of the answer, out of band.
+
+    def handle_grpc(self, request) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.grpc.handle(request))
+
+    def grpc_next(self, stream_id) -> pickle.PickleBuffer:
+        return pickle.PickleBuffer(self.grpc.next_batch(bytes(stream_id).decode()))
+
+    def grpc_cancel(self, stream_id) -> None:
+        self.grpc.cancel(bytes(stream_id).decode())
 
     def check_health(self) -> None:
         method = None if self.is_function else getattr(self.target, "check_health", None)
