@@ -2,7 +2,7 @@
 
 Deployments (classes and functions, `.options()`, `.bind()`, application
 graphs), `serve.run`, `start`, `status`, `delete`, `shutdown`, handles
-(`DeploymentHandle`, `DeploymentResponse`), `user_config` with `reconfigure`,
+(`DeploymentHandle`, `DeploymentResponse`, `DeploymentResponseGenerator`), `user_config` with `reconfigure`,
 health checks, graceful shutdown, rolling updates, autoscaling, `@serve.batch`,
 `@serve.multiplexed`, and HTTP through each node's Rust proxy: plain
 `__call__(request)` deployments and `@serve.ingress` ASGI apps (FastAPI);
@@ -27,7 +27,7 @@ from oxray.serve.batching import batch
 from oxray.serve.config import HTTPOptions, ProxyLocation
 from oxray.serve.context import get_replica_context
 from oxray.serve.deployment import Application, Deployment, deployment
-from oxray.serve.handle import DeploymentHandle, DeploymentResponse
+from oxray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 from oxray.serve.ingress import ingress
 from oxray.serve.multiplex import get_multiplexed_model_id, multiplexed
 
@@ -49,6 +49,7 @@ __all__ = [
     "ProxyLocation",
     "DeploymentHandle",
     "DeploymentResponse",
+    "DeploymentResponseGenerator",
     "batch",
     "delete",
     "deployment",

@@ -384,26 +384,80 @@ class DeploymentResponse:
         return self._cancelled
 
 
+class DeploymentResponseGenerator(DeploymentResponse):
+    """The results of a call to a generator method (`handle.options(stream=True)`), as they are
+    made: iterate it (`for`), or `async for` it in a deployment. The replica runs the method as a
+    streaming actor call, so each result comes as soon as the method yields it."""
+
+    def _send_to(self, rid: str, actor) -> None:
+        method = actor.handle_request_streaming.options(num_returns="streaming")
+        self._ref = method.remote(self._method, *self._args, **self._kwargs)
+        self._replica, self._actor = rid, actor
+        self._ready.set()
+
+    def result(self, *args, **kwargs):
+        raise TypeError("a DeploymentResponseGenerator has no single result: iterate it (for / async for)")
+
+    def __await__(self):
+        raise TypeError("a DeploymentResponseGenerator cannot be awaited: iterate it with `async for`")
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Any:
+        generator = self._sent(None)
+        try:
+            ref = next(generator)
+        except StopIteration:
+            self._finished()
+            raise
+        return ray.get(ref)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._ready.is_set():
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self._ready.wait)
+        generator = self._sent(None)
+        try:
+            ref = await generator.__anext__()
+        except StopAsyncIteration:
+            self._finished()
+            raise
+        return await ref
+
+
 class DeploymentHandle:
     """Calls a deployment: `handle.remote(...)`, `handle.method.remote(...)`,
-    `handle.options(method_name=...)`."""
+    `handle.options(method_name=..., stream=..., multiplexed_model_id=...)`."""
 
-    def __init__(self, deployment_name: str, app_name: str, method_name: str = "__call__", model_id: str = ""):
+    def __init__(
+        self,
+        deployment_name: str,
+        app_name: str,
+        method_name: str = "__call__",
+        model_id: str = "",
+        stream: bool = False,
+    ):
         self.deployment_name = deployment_name
         self.app_name = app_name
         self._method = method_name
         self._model_id = model_id
+        self._stream = stream
 
     def options(
         self,
         *,
         method_name: Optional[str] = None,
-        stream: bool = False,
+        stream: Optional[bool] = None,
         multiplexed_model_id: str = "",
         use_new_handle_api: bool = True,
     ) -> "DeploymentHandle":
-        if stream:
-            raise NotImplementedError("DeploymentHandle.options(stream=True): oxray's Serve does not stream yet")
+        if stream is not None and not isinstance(stream, bool):
+            raise TypeError(f"stream={stream!r}: expected True or False")
         if not isinstance(multiplexed_model_id, str):
             raise TypeError(f"multiplexed_model_id={multiplexed_model_id!r}: expected a string")
         return DeploymentHandle(
@@ -411,22 +465,24 @@ class DeploymentHandle:
             self.app_name,
             method_name or self._method,
             multiplexed_model_id or self._model_id,
+            self._stream if stream is None else stream,
         )
 
     def __getattr__(self, name: str) -> "DeploymentHandle":
         if name.startswith("_"):
             raise AttributeError(name)
-        return DeploymentHandle(self.deployment_name, self.app_name, name, self._model_id)
+        return DeploymentHandle(self.deployment_name, self.app_name, name, self._model_id, self._stream)
 
     def remote(self, *args, **kwargs) -> DeploymentResponse:
         args = tuple(_unwrap(a) for a in args)
         kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
         if self._model_id:
             kwargs[MODEL_ID_KWARG] = self._model_id
-        return DeploymentResponse(_router(self.app_name, self.deployment_name), self._method, args, kwargs)
+        kind = DeploymentResponseGenerator if self._stream else DeploymentResponse
+        return kind(_router(self.app_name, self.deployment_name), self._method, args, kwargs)
 
     def __reduce__(self):
-        return (DeploymentHandle, (self.deployment_name, self.app_name, self._method, self._model_id))
+        return (DeploymentHandle, (self.deployment_name, self.app_name, self._method, self._model_id, self._stream))
 
     def __repr__(self) -> str:
         return f"DeploymentHandle(deployment='{self.deployment_name}', app='{self.app_name}')"

@@ -351,3 +351,50 @@ def test_a_replica_runs_in_a_placement_group_of_its_own(clean_serve):
         serve.deployment(
             ray_actor_options={"num_cpus": 0}, placement_group_bundles=[{"CPU": 1}], placement_group_strategy="MOON"
         )(f)
+
+
+@serve.deployment(ray_actor_options=LIGHT, graceful_shutdown_wait_loop_s=0.1)
+class Streamer:
+    def __call__(self, n):
+        for i in range(n):
+            yield i * 10
+
+    async def words(self, text):
+        for word in text.split():
+            yield word.upper()
+
+    def model(self, n):
+        for _ in range(n):
+            yield serve.get_multiplexed_model_id()
+
+    def plain(self, x):
+        return x
+
+
+@serve.deployment(ray_actor_options=LIGHT, graceful_shutdown_wait_loop_s=0.1)
+class Relay:
+    def __init__(self, streamer: DeploymentHandle):
+        self.streamer = streamer.options(stream=True)
+
+    async def __call__(self, text):
+        return [w async for w in self.streamer.words.remote(text)]
+
+
+def test_generator_methods_stream_through_handles_with_stream_true():
+    handle = serve.run(Streamer.bind(), name="stream", route_prefix=None)
+    streaming = handle.options(stream=True)
+    gen = streaming.remote(4)
+    assert isinstance(gen, serve.DeploymentResponseGenerator)
+    assert list(gen) == [0, 10, 20, 30]
+    assert list(streaming.words.remote("two words")) == ["TWO", "WORDS"]
+    assert list(streaming.options(multiplexed_model_id="m7").model.remote(2)) == ["m7", "m7"]
+    # Ray's errors for the wrong kind of call.
+    with pytest.raises(TypeError, match="non-generator"):
+        list(streaming.plain.remote(1))
+    with pytest.raises(TypeError, match=r"handle.options\(stream=True\)"):
+        handle.remote(2).result()
+    with pytest.raises(TypeError, match="no single result"):
+        streaming.remote(1).result()
+    # A deployment iterating another's stream with `async for`.
+    relay = serve.run(Relay.bind(Streamer.bind()), name="relay", route_prefix=None)
+    assert relay.remote("a b c").result() == ["A", "B", "C"]

@@ -155,7 +155,7 @@ class GrpcCalls:
             return encode_batch([], (INTERNAL, f"a unary call to {path} carried {len(requests)} messages", []))
         method_name = path.rsplit("/", 1)[-1]
         context = RayServegRPCContext(head.get("metadata") or [])
-        kwargs = {MODEL_ID_KWARG: head.get("multiplexed_model_id", "")}
+        kwargs = {MODEL_ID_KWARG: head.get("multiplexed_model_id", ""), "_oxray_generator_ok": True}
         if self._takes_context(method_name):
             kwargs["grpc_context"] = context
         encode = handler.response_serializer or (lambda m: m)

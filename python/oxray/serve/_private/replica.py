@@ -134,26 +134,32 @@ class ServeReplica:
             "identity": self.identity(),
         }
 
-    def handle_request(self, method_name: str, *args, **kwargs):
+    def _method(self, method_name: str):
+        if self.is_function:
+            if method_name != "__call__":
+                raise RayServeException(
+                    f"deployment {self.replica_id.deployment_name!r} is a function: call it with "
+                    f"handle.remote(), not .{method_name}"
+                )
+            return self.target
+        method = getattr(self.target, method_name, None)
+        if method is None:
+            raise RayServeException(f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}")
+        return method
+
+    def handle_request(self, method_name: str, *args, _oxray_generator_ok: bool = False, **kwargs):
         model_id = kwargs.pop(MODEL_ID_KWARG, "")
         with self.idle:
             self.ongoing += 1
         started, error = time.perf_counter(), None
         try:
-            if self.is_function:
-                if method_name != "__call__":
-                    raise RayServeException(
-                        f"deployment {self.replica_id.deployment_name!r} is a function: call it with "
-                        f"handle.remote(), not .{method_name}"
-                    )
-                method = self.target
-            else:
-                method = getattr(self.target, method_name, None)
-                if method is None:
-                    raise RayServeException(
-                        f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}"
-                    )
-            return self._run(method, args, kwargs, model_id)
+            result = self._run(self._method(method_name), args, kwargs, model_id)
+            if not _oxray_generator_ok and (inspect.isgenerator(result) or inspect.isasyncgen(result)):
+                raise TypeError(
+                    f"Method '{method_name}' returned a generator. You must use `handle.options(stream=True)` "
+                    "to call generators on a deployment."
+                )
+            return result
         except BaseException as e:
             error = e
             raise
@@ -163,6 +169,49 @@ class ServeReplica:
                 self.idle.notify_all()
             # A handle's call has no route (Ray's `route` tag is empty for it).
             access = f"CALL {method_name} {'OK' if error is None else 'ERROR'}"
+            self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
+
+    def handle_request_streaming(self, method_name: str, *args, **kwargs):
+        """A call through `handle.options(stream=True)`: a streaming actor call yielding what the
+        deployment's generator method yields (an async one runs on the replica's loop), the
+        request's model id set while it runs. The request counts as ongoing until it ends."""
+        model_id = kwargs.pop(MODEL_ID_KWARG, "")
+        with self.idle:
+            self.ongoing += 1
+        started, error = time.perf_counter(), None
+        try:
+            result = self._run(self._method(method_name), args, kwargs, model_id)
+            if inspect.isasyncgen(result):
+                loop = self._event_loop()
+                while True:
+                    try:
+                        item = asyncio.run_coroutine_threadsafe(_next_item(result, model_id), loop).result()
+                    except StopAsyncIteration:
+                        break
+                    yield item
+            elif inspect.isgenerator(result):
+                while True:
+                    token = _multiplexed_model_id.set(model_id)
+                    try:
+                        item = next(result)
+                    except StopIteration:
+                        break
+                    finally:
+                        _multiplexed_model_id.reset(token)
+                    yield item
+            else:
+                raise TypeError(
+                    f"Method '{method_name}' returned a non-generator object ({type(result).__name__}) but was "
+                    "called with `handle.options(stream=True)`: call it without stream=True"
+                )
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            with self.idle:
+                self.ongoing -= 1
+                self.idle.notify_all()
+            access = f"CALL {method_name} (stream) {'OK' if error is None else 'ERROR'}"
             self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
 
     def request_finished(self, route: str, latency_ms: float, error, access: str, request_id: str) -> None:
@@ -254,3 +303,8 @@ class ServeReplica:
 async def _awaited(awaitable, model_id: str = ""):
     _multiplexed_model_id.set(model_id)
     return await awaitable
+
+
+async def _next_item(generator, model_id: str):
+    _multiplexed_model_id.set(model_id)
+    return await generator.__anext__()
