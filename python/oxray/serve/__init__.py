@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from oxray.serve import handle
 from oxray.serve.api import (
+    RunTarget,
     delete,
     get_app_handle,
     get_deployment_handle,
     run,
+    run_many,
     shutdown,
     start,
     status,
@@ -31,22 +33,12 @@ from oxray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentR
 from oxray.serve.ingress import ingress
 from oxray.serve.multiplex import get_multiplexed_model_id, multiplexed
 
-
-def _not_yet(name: str):
-    def refused(*args, **kwargs):
-        raise NotImplementedError(f"serve.{name} is not supported by oxray's Serve yet")
-
-    refused.__name__ = name
-    return refused
-
-
-run_many = _not_yet("run_many")
-
 __all__ = [
     "Application",
     "Deployment",
     "HTTPOptions",
     "ProxyLocation",
+    "RunTarget",
     "DeploymentHandle",
     "DeploymentResponse",
     "DeploymentResponseGenerator",

@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 import threading
 import uuid
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import oxray as ray
 from oxray import cloudpickle
@@ -144,28 +145,84 @@ def run(
     """Deploys `target` as application `name` and waits until it is RUNNING; returns a handle to
     its ingress deployment. Every call is a new code version: the replicas are replaced by rolling
     update, as in Ray. `RuntimeError` with the replicas' error when it fails to deploy."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"serve.run(name={name!r}): expected a non-empty application name")
-    if not isinstance(target, Application):
-        raise TypeError(f"serve.run expects an application (a bound deployment: Model.bind()), got {target!r}")
     for option, value in kwargs.items():
         if value is not None:
             raise NotImplementedError(f"serve.run({option}=...) is not supported by oxray's Serve yet")
-    logging_config = LoggingConfig.of(logging_config)
     if _local_testing_mode:
         raise NotImplementedError("serve.run(_local_testing_mode=True) is not supported by oxray's Serve yet")
-    deployments: dict = {}
-    ingress = _collect(target, name, uuid.uuid4().hex, deployments)
+    [ingress] = run_many([RunTarget(target, name, route_prefix, logging_config)], blocking=blocking)
+    return ingress
+
+
+@dataclass
+class RunTarget:
+    """Ray's `RunTarget`: one application of `serve.run_many`."""
+
+    target: Application
+    name: str = "default"
+    route_prefix: Optional[str] = "/"
+    logging_config: Any = None
+    external_scaler_enabled: bool = False
+
+
+def run_many(
+    targets: list,
+    blocking: bool = False,
+    wait_for_ingress_deployment_creation: bool = True,
+    wait_for_applications_running: bool = True,
+    _local_testing_mode: bool = False,
+) -> list:
+    """Ray's `serve.run_many`: deploys every `RunTarget` (all sent before any is waited on), then
+    waits until each is RUNNING (unless `wait_for_applications_running=False`); their ingress
+    handles, in order. `RuntimeError` naming an application that fails to deploy."""
+    if _local_testing_mode:
+        raise NotImplementedError("serve.run_many(_local_testing_mode=True) is not supported by oxray's Serve yet")
+    checked = []
+    for target in targets:
+        if not isinstance(target, RunTarget):
+            raise TypeError(f"serve.run_many expects RunTarget(...) objects, got {target!r}")
+        if not isinstance(target.name, str) or not target.name:
+            raise ValueError(f"serve.run(name={target.name!r}): expected a non-empty application name")
+        if not isinstance(target.target, Application):
+            raise TypeError(
+                f"serve.run expects an application (a bound deployment: Model.bind()), got {target.target!r}"
+            )
+        if target.external_scaler_enabled:
+            raise NotImplementedError(
+                "RunTarget(external_scaler_enabled=True): oxray's Serve has no external scaler API"
+            )
+        checked.append((target, LoggingConfig.of(target.logging_config)))
+    names = [t.name for t, _ in checked]
+    if len(set(names)) != len(names):
+        raise ValueError(f"serve.run_many: application names must be unique, got {names}")
     controller = _start_controller()
-    if route_prefix is not None:
+    if any(t.route_prefix is not None for t, _ in checked):
         # As Ray's serve.run: HTTP with the default options unless serve.start gave others.
         ray.get(controller.ensure_http.remote(HTTPOptions().to_wire()))
-    app_logging = logging_config.dict() if logging_config else None
-    ray.get(
-        controller.deploy.remote(
-            name, route_prefix, ingress.deployment_name, list(deployments.values()), logging_config=app_logging
+    ingresses = []
+    for target, logging_config in checked:
+        deployments: dict = {}
+        ingress = _collect(target.target, target.name, uuid.uuid4().hex, deployments)
+        app_logging = logging_config.dict() if logging_config else None
+        ray.get(
+            controller.deploy.remote(
+                target.name,
+                target.route_prefix,
+                ingress.deployment_name,
+                list(deployments.values()),
+                logging_config=app_logging,
+            )
         )
-    )
+        ingresses.append(ingress)
+    if wait_for_applications_running:
+        for target, _ in checked:
+            _wait_running(controller, target.name)
+    if blocking:
+        threading.Event().wait()
+    return ingresses
+
+
+def _wait_running(controller, name: str) -> None:
     status = ray.get(controller.wait_app.remote(name, DEPLOY_TIMEOUT_S))
     if status is None or status["status"] != "RUNNING":
         details = "" if status is None else status["message"]
@@ -175,9 +232,6 @@ def run(
                     details += f"\n{deployment_name}: {d['message']}"
         state = "gone" if status is None else status["status"]
         raise RuntimeError(f"Deploying application {name} failed ({state}): {details}".rstrip())
-    if blocking:
-        threading.Event().wait()
-    return ingress
 
 
 def status() -> ServeStatus:

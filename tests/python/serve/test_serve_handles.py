@@ -398,3 +398,18 @@ def test_generator_methods_stream_through_handles_with_stream_true():
     # A deployment iterating another's stream with `async for`.
     relay = serve.run(Relay.bind(Streamer.bind()), name="relay", route_prefix=None)
     assert relay.remote("a b c").result() == ["A", "B", "C"]
+
+
+def test_run_many_deploys_every_target_and_returns_their_handles():
+    first, second = serve.run_many(
+        [
+            serve.RunTarget(Adder.bind(1), name="one", route_prefix=None),
+            serve.RunTarget(Adder.bind(2), name="two", route_prefix=None),
+        ]
+    )
+    assert (first.remote(10).result(), second.remote(10).result()) == (11, 12)
+    assert {"one", "two"} <= set(serve.status().applications)
+    with pytest.raises(ValueError, match="unique"):
+        serve.run_many([serve.RunTarget(Adder.bind(1), name="x"), serve.RunTarget(Adder.bind(2), name="x")])
+    with pytest.raises(TypeError, match="RunTarget"):
+        serve.run_many([Adder.bind(1)])
