@@ -128,14 +128,15 @@ IMAGE_CONTEXT := build/image-context$(IMAGE_SUFFIX)
 # `release` for images to ship; k8s-test builds `debug` (it reuses `make develop`'s compile).
 IMAGE_PROFILE ?= release
 
-# The oxray image: Debian slim, Debian's Python, oxray and its dependencies (wheels fetched here).
+# The oxray image: Debian slim, Debian's Python, oxray with Serve's extras (an OxrayService serves from
+# it) and their dependencies (wheels fetched here).
 image: venv
 	@test -n "$(CONTAINER)" || { echo "make image needs podman or docker on PATH"; exit 1; }
 	@$(PY) -c "import sys; sys.exit(None if sys.version_info[:2] == (3, 11) else 'make image: the image runs Debian bookworm\'s Python 3.11 and the wheels are fetched for this venv\'s Python; build from a Python 3.11 venv (VENV=...)')"
 	rm -rf $(IMAGE_CONTEXT) && mkdir -p $(IMAGE_CONTEXT)/wheels
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin build $(if $(filter release,$(IMAGE_PROFILE)),--release) --strip \
 	  --quiet -o $(IMAGE_CONTEXT)/wheels
-	$(PIP) download --quiet -d $(IMAGE_CONTEXT)/wheels $(IMAGE_CONTEXT)/wheels/oxray-*.whl $(IMAGE_EXTRAS)
+	$(PIP) download --quiet -d $(IMAGE_CONTEXT)/wheels "$$(ls $(IMAGE_CONTEXT)/wheels/oxray-*.whl)[serve]" $(IMAGE_EXTRAS)
 	cp deploy/image/Containerfile $(IMAGE_CONTEXT)/
 	$(CONTAINER) build --pull=missing --build-arg BASE=$(IMAGE_BASE) --build-arg EXTRAS="$(IMAGE_EXTRAS)" \
 	  --build-arg WHEELS_SHA=$$({ cat $(IMAGE_CONTEXT)/wheels/oxray-*.whl; ls $(IMAGE_CONTEXT)/wheels; } | sha256sum | cut -c1-16) \

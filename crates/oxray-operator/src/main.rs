@@ -1,5 +1,6 @@
 //! `oxray-operator`: runs the controllers (`run`), prints the CRDs (`crds`), or
-//! renders a cluster's objects as the operator would create them (`render`),
+//! renders a cluster's objects as the operator would create them (`render`; for an
+//! `OxrayService`, its first cluster's, and the Serve config it would deploy there),
 //! for `podman kube play` or a look before applying.
 
 use anyhow::Context as _;
@@ -7,7 +8,7 @@ use clap::{Parser, Subcommand};
 use k8s_openapi::ByteString;
 use oxray_operator::cluster::{HEAD_ADDRESS_ENV, Parts};
 use oxray_operator::controller::{self, HeadVia, Settings};
-use oxray_operator::crd::OxrayCluster;
+use oxray_operator::crd::{OxrayCluster, OxrayService};
 use oxray_operator::spec;
 use serde::Serialize;
 use std::io::Write;
@@ -36,9 +37,10 @@ enum Command {
     },
     /// Print the CustomResourceDefinitions (YAML).
     Crds,
-    /// Print the Secret and pods the operator would make for an OxrayCluster manifest (YAML).
+    /// Print the Secret and pods the operator would make for an OxrayCluster manifest, or for the
+    /// first cluster of an OxrayService (YAML; the manifest's ConfigMaps are passed through).
     Render {
-        /// The OxrayCluster manifest.
+        /// The OxrayCluster or OxrayService manifest (other documents in it: ConfigMaps only).
         #[arg(short = 'f', long)]
         file: std::path::PathBuf,
         /// The cluster token (default: a new random one).
@@ -56,6 +58,12 @@ enum Command {
         /// Publish the head's Jobs API and dashboard on this host port (`hostPort`).
         #[arg(long)]
         publish_dashboard: Option<u16>,
+        /// An OxrayService: publish the head's Serve HTTP port on this host port (`hostPort`).
+        #[arg(long)]
+        publish_serve: Option<u16>,
+        /// An OxrayService: write the Serve config the operator would PUT to the head here (JSON).
+        #[arg(long)]
+        serve_config: Option<std::path::PathBuf>,
     },
 }
 
@@ -86,9 +94,19 @@ fn main() -> anyhow::Result<()> {
             out.write_all(oxray_operator::crd::crds_yaml()?.as_bytes())?;
             Ok(())
         }
-        Command::Render { file, token, head_address, workers, image, publish_dashboard } => {
-            render(&file, &RenderOptions { token, head_address, workers, image, publish_dashboard })
-        }
+        Command::Render {
+            file,
+            token,
+            head_address,
+            workers,
+            image,
+            publish_dashboard,
+            publish_serve,
+            serve_config,
+        } => render(
+            &file,
+            &RenderOptions { token, head_address, workers, image, publish_dashboard, publish_serve, serve_config },
+        ),
     }
 }
 
@@ -105,12 +123,60 @@ struct RenderOptions {
     workers: Option<usize>,
     image: Option<String>,
     publish_dashboard: Option<u16>,
+    publish_serve: Option<u16>,
+    serve_config: Option<std::path::PathBuf>,
+}
+
+/// The manifest's documents, split on `---` lines, as YAML values (empty ones left out).
+fn documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    for line in text.lines().chain(std::iter::once("---")) {
+        if line.trim_end() == "---" {
+            if !current.trim().is_empty() {
+                let doc: serde_json::Value = serde_saphyr::from_str(&current)?;
+                if !doc.is_null() {
+                    docs.push(doc);
+                }
+            }
+            current.clear();
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    Ok(docs)
 }
 
 fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let cluster: OxrayCluster =
-        serde_saphyr::from_str(&text).with_context(|| format!("{} is not an OxrayCluster manifest", file.display()))?;
+    let docs = documents(&text).with_context(|| format!("{} is not YAML", file.display()))?;
+    let mut passed_through = Vec::new();
+    let mut cluster = None;
+    let mut serve = None;
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("OxrayCluster") => cluster = Some(serde_json::from_value::<OxrayCluster>(doc)?),
+            Some("OxrayService") => {
+                let service: OxrayService = serde_json::from_value(doc)?;
+                let (config, port) = oxray_operator::service::serve_config(&service)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+                let plan = oxray_operator::service::plan(&service, &Default::default());
+                cluster = Some(plan.create_cluster.context("the service plans no cluster")?);
+                serve = Some((config, port));
+            }
+            Some("ConfigMap") => passed_through.push(doc),
+            other => anyhow::bail!(
+                "{}: a {other:?} document; render takes an OxrayCluster or an OxrayService (and ConfigMaps)",
+                file.display()
+            ),
+        }
+    }
+    let cluster = cluster.with_context(|| format!("{} has no OxrayCluster or OxrayService", file.display()))?;
+    if let (Some(path), Some((config, _))) = (&options.serve_config, &serve) {
+        std::fs::write(path, serde_json::to_vec_pretty(config)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     let name = cluster.metadata.name.clone().context("the manifest has no metadata.name")?;
     let namespace = cluster.metadata.namespace.clone().unwrap_or_else(|| "default".to_string());
     let checked = spec::check(&name, &cluster.spec).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
@@ -127,6 +193,17 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
         && let Some(dashboard) = ports.iter_mut().find(|p| p.container_port == i32::from(checked.dashboard_port))
     {
         dashboard.host_port = Some(i32::from(port));
+    }
+    if let (Some(host_port), Some((_, serve_port))) = (options.publish_serve, &serve)
+        && let Some(container) = head.spec.as_mut().and_then(|s| s.containers.first_mut())
+    {
+        container.ports.get_or_insert_with(Vec::new).push(k8s_openapi::api::core::v1::ContainerPort {
+            name: Some("serve".to_string()),
+            container_port: *serve_port,
+            host_port: Some(i32::from(host_port)),
+            protocol: Some("TCP".to_string()),
+            ..Default::default()
+        });
     }
     let mut pods = vec![head];
     for group in &checked.groups {
@@ -168,6 +245,9 @@ fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()>
         }
     }
     // k8s-openapi writes each object's `apiVersion` and `kind`.
+    for doc in &passed_through {
+        write_yaml(&mut out, doc)?;
+    }
     write_yaml(&mut out, &secret)?;
     for pod in &pods {
         write_yaml(&mut out, pod)?;

@@ -100,6 +100,12 @@ struct Checked {
     exclude_head: bool,
 }
 
+/// The Serve config the operator PUTs to a cluster's head (`serveConfigV2` parsed, the proxies on
+/// every interface unless it names a host), and its HTTP port; `Err` names what is wrong with the spec.
+pub fn serve_config(service: &OxrayService) -> Result<(Value, i32), SpecError> {
+    check(service).map(|checked| (checked.config, checked.http_port))
+}
+
 pub fn serve_service_name(service: &str) -> String {
     format!("{service}-serve-svc")
 }
