@@ -302,6 +302,9 @@ class ActorHost:
 def _method_of(actor, name: str):
     """The class's method `name` bound to the actor, as Ray resolves calls: an instance
     attribute of the same name (`self.called = False` beside `def called`) does not hide it."""
+    own = type(actor).__dict__.get(name)
+    if inspect.isfunction(own):  # defined on the class itself: every call's case, without the MRO walk
+        return own.__get__(actor)
     static = inspect.getattr_static(type(actor), name, None)
     if inspect.isfunction(static):
         return static.__get__(actor)
