@@ -39,6 +39,8 @@ $(VENV)/.test-deps: pyproject.toml $(VENV)/.demo-deps
 	# Tune's OptunaSearch and HyperOptSearch are tested over real Optuna and HyperOpt; its
 	# TensorBoard event files are read back with tensorboardX's protos.
 	$(PIP) install --quiet "optuna>=4,<6" "hyperopt>=0.2.7" "tensorboardX>=2.6"
+	# Ray's own tests read worker titles with setproctitle.
+	$(PIP) install --quiet "setproctitle>=1.3"
 	# The dashboard's live profiling runs py-spy on the workers' node.
 	$(PIP) install --quiet "py-spy>=0.4"
 	# The operator's tests run it against kmock's emulated Kubernetes API (tests/python/k8s), and

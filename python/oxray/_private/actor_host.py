@@ -17,7 +17,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from oxray import _native
 from oxray._private.actor import (
     RECLAIM_METHOD,
     RECLAIMED_CAUSE,
@@ -27,7 +26,7 @@ from oxray._private.actor import (
     public_methods,
 )
 from oxray._private.state import CURRENT, STATE
-from oxray._private.task_environment import Placement, UserCode, qualified_name
+from oxray._private.task_environment import Placement, UserCode, qualified_name, set_process_title
 
 if TYPE_CHECKING:
     import asyncio
@@ -80,7 +79,7 @@ class ActorHost:
         async_name = f"{cls.__module__ or '__main__'}.{cls.__qualname__}"
         self.function_prefix = async_name if is_async else qualified_name(cls)
         CURRENT.function_name = f"{self.function_prefix}.__init__"
-        _native.set_process_title(f"ray::{cls.__name__}.__init__")  # Ray's title while it is built
+        set_process_title(f"ray::{cls.__name__}.__init__")  # Ray's title while it is built
         if is_async:
             self.start_event_loops(a.concurrency_groups)
         with UserCode():

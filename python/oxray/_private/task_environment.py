@@ -80,6 +80,32 @@ class Placement:
     env_vars: dict = field(default_factory=dict)
 
 
+# The process title last set (what `setproctitle.getproctitle()` reads in a worker).
+_title = [""]
+
+
+def set_process_title(title: str) -> None:
+    """Ray's process title (`ray::IDLE`, `ray::f`, `ray::Actor.method`), written over the process's
+    argv and thread name. The `setproctitle` module cannot find argv once it was written over, so
+    in a worker that imported it, its `getproctitle`/`setproctitle` read and set this title, as
+    they do in Ray's workers."""
+    _title[0] = title
+    _native.set_process_title(title)
+    adopt_setproctitle()
+
+
+def adopt_setproctitle() -> None:
+    """Points an imported `setproctitle` module at this process's title (see `set_process_title`)."""
+    module = sys.modules.get("setproctitle")
+    if module is not None and getattr(module, "getproctitle", None) is not _getproctitle:
+        module.getproctitle = _getproctitle
+        module.setproctitle = set_process_title
+
+
+def _getproctitle() -> str:
+    return _title[0]
+
+
 def placement_of(a: _native.Assignment) -> Placement:
     """What an assignment itself gives its task (the record's map getters each return a fresh dict)."""
     return Placement(a.cuda_visible_devices, a.resources, a.placement_group_id, a.capture_child_tasks, a.env_vars)

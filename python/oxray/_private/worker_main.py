@@ -27,10 +27,12 @@ from oxray._private.object_ref import ObjectRef
 from oxray._private.state import CURRENT, STATE, run_after_task
 from oxray._private.task_environment import (
     UserCode,
+    adopt_setproctitle,
     apply_environment,
     on_sigint,
     placement_of,
     qualified_name,
+    set_process_title,
     set_runtime_context,
 )
 
@@ -153,7 +155,7 @@ class Worker:
             self.actors.placement = placement
         set_runtime_context(a, placement, self.actors.function_name(a) if a.kind == TaskKind.ACTOR_TASK else None)
         if self.actors.pool is None:  # one call at a time: the title names it (Ray's `ray::f`, `ray::A.m`)
-            _native.set_process_title(f"ray::{a.name}")
+            set_process_title(f"ray::{a.name}")
         if len(sys.modules) != len(self.modules_before):
             self.modules_before = set(sys.modules)
         return apply_environment(a)
@@ -166,7 +168,7 @@ class Worker:
         if a.kind == TaskKind.ACTOR_TASK:
             self.actors.call_ended(a.task_id)
         if self.actors.pool is None:
-            _native.set_process_title(self.idle_title())
+            set_process_title(self.idle_title())
 
     def execute(self, a: _native.Assignment) -> None:
         """Runs task `a` and reports how it ended: its results, its error, or its actor's exit."""
@@ -200,6 +202,7 @@ class Worker:
     def call_function(self, a: _native.Assignment, args, kwargs):
         fn = self.load(a.function_id)
         CURRENT.function_name = self.qualified_names.get(a.function_id) or self.qualified_name_of(a.function_id, fn)
+        adopt_setproctitle()  # the function's module may have imported it just now
         with UserCode():
             result = fn(*args, **kwargs)
             if is_streaming_task(a.task_id, a.return_ids):
@@ -492,7 +495,7 @@ def main():
     UserCode.client = client
     signal.signal(signal.SIGINT, on_sigint)
     client.worker_connect()
-    _native.set_process_title("ray::IDLE")
+    set_process_title("ray::IDLE")
     Worker(client).loop()
     sys.stdout.flush()
     os._exit(0)

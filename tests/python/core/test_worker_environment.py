@@ -8,6 +8,11 @@ import pytest
 
 import oxray as ray
 
+try:
+    import setproctitle
+except ImportError:  # the test that needs it skips
+    setproctitle = None
+
 
 @ray.remote
 def env(name):
@@ -83,6 +88,36 @@ def test_worker_process_titles_read_like_rays(ray_cluster):
     pid = ray.get(actor.pid.remote())
     # Between calls the actor's process reads as its class.
     assert psutil.Process(pid).cmdline()[0] == "ray::Titled"
+    ray.kill(actor)
+
+
+@ray.remote
+def title_by_setproctitle():
+    return setproctitle.getproctitle()
+
+
+@ray.remote
+class TitledBySetproctitle:
+    def __init__(self):
+        self.built_as = setproctitle.getproctitle()
+
+    def title(self):
+        return self.built_as, setproctitle.getproctitle()
+
+    def renamed(self, title):
+        setproctitle.setproctitle(title)
+        return setproctitle.getproctitle()
+
+
+def test_setproctitle_reads_and_sets_the_workers_title_as_in_ray(ray_cluster):
+    # Imported at the test module's top, as Ray's own test does: workers import it with the function.
+    if setproctitle is None:
+        pytest.skip("setproctitle is not installed")
+    assert ray.get(title_by_setproctitle.remote()) == f"ray::{title_by_setproctitle._name}"
+    actor = TitledBySetproctitle.remote()
+    built, called = ray.get(actor.title.remote())
+    assert (built, called) == ("ray::TitledBySetproctitle.__init__", "ray::TitledBySetproctitle.title")
+    assert ray.get(actor.renamed.remote("mine")) == "mine"
     ray.kill(actor)
 
 
