@@ -245,7 +245,10 @@ def test_cli_reports_port_in_use_and_unreachable_head(local_cluster):
         ray.init(num_cpus=3)
 
 
-def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluster):
+@pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluster, stop_signal):
+    # A node stopped gracefully (`oxray stop`, SIGTERM) loses its actors as a killed one does: those
+    # with restarts left start again elsewhere, as in Ray.
     # The head offers no CPU, so both actors land on node b or c.
     local_cluster.start_head(num_cpus=0)
     local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
@@ -257,7 +260,7 @@ def test_actors_on_a_killed_node_restart_elsewhere_or_die_naming_it(local_cluste
     first_node = ray.get(restartable.call.remote())[1]
     mortal_node = ray.get(mortal.call.remote())[1]
     records = {r["node_id"]: r for r in local_cluster.records()}
-    os.kill(int(records[first_node]["pid"]), signal.SIGKILL)
+    os.kill(int(records[first_node]["pid"]), stop_signal)
 
     # A fresh instance on the surviving node answers (its counter starts again).
     def restarted():
