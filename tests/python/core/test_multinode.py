@@ -611,3 +611,32 @@ def test_an_actor_handle_that_crossed_nodes_keeps_its_actor_until_dropped(three_
     from oxray.util.state import get_actor
 
     wait_until("the actor to be DEAD", lambda: get_actor(id=actor_hex).state == "DEAD", timeout=60)
+
+
+@ray.remote(num_cpus=1)
+def sleeper(marker):
+    open(marker, "w").close()
+    time.sleep(120)
+    return "finished"
+
+
+@ray.remote(num_cpus=0, resources={"node_b": 0.1})
+def submit_sleeper(marker):
+    # The sleeper's ref leaves this task inside a list: the driver borrows it, and the task that
+    # submitted it (on node b) owns it.
+    return [sleeper.options(resources={"node_b": 0.1}).remote(marker)]
+
+
+def test_cancel_of_a_ref_borrowed_from_a_task_on_another_node_cancels_it(local_cluster, tmp_path):
+    # The head offers no CPU and no node_b: both tasks run on node b, and the driver's own agent
+    # (the head's) never saw the sleeper.
+    local_cluster.start_head(num_cpus=0)
+    local_cluster.add_node(num_cpus=1, resources={"node_b": 1})
+    ray.init()
+    local_cluster.wait_nodes(2)
+    marker = str(tmp_path / "sleeping")
+    [ref] = ray.get(submit_sleeper.remote(marker))
+    wait_until("the sleeper to start", lambda: os.path.exists(marker), timeout=60)
+    ray.cancel(ref)
+    with pytest.raises(ray.exceptions.TaskCancelledError):
+        ray.get(ref, timeout=60)

@@ -309,7 +309,7 @@ impl DriverService for AgentService {
         let id = ObjectId::from_bytes(&req.object_id).map_err(AgentError::from)?;
         self.shared.with_state(|st| {
             let now_ms = clock::now_ms();
-            st.cancel(id, req.force, req.recursive, now_ms);
+            st.cancel_from_client(id, req.force, req.recursive, now_ms);
             st.schedule(now_ms);
         });
         Ok(Response::new(Empty {}))

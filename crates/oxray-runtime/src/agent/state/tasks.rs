@@ -834,6 +834,21 @@ impl AgentState {
     /// Cancels the task that produces `object_id`: dropped if queued, interrupted (or killed
     /// with `force`) if running. `recursive` also cancels the tasks it submitted that are still
     /// here, and those forwarded on (their nodes cancel the tasks submitted there in turn).
+    /// A cancel asked by a client of this node: of a task this node knows (submitted, queued, run or
+    /// forwarded here), or else of one another node knows, since the ref may be borrowed from a task a
+    /// task on another node submitted: the cancel goes to every live peer, which cancels what it knows
+    /// and forwards no further.
+    pub fn cancel_from_client(&mut self, object_id: ObjectId, force: bool, recursive: bool, now_ms: u64) {
+        if self.tasks.producer_of(&object_id).is_some() {
+            self.cancel(object_id, force, recursive, now_ms);
+            return;
+        }
+        let peers: Vec<NodeId> = self.peers.alive_nodes().collect();
+        for node in peers {
+            self.actions.push(Action::PeerCancel { node, object_id, force, recursive });
+        }
+    }
+
     pub fn cancel(&mut self, object_id: ObjectId, force: bool, recursive: bool, now_ms: u64) {
         let Some(task_id) = self.tasks.producer_of(&object_id) else { return };
         let Some(task) = self.tasks.get_mut(&task_id) else { return };
