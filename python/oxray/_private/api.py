@@ -26,12 +26,20 @@ def _is_local_host(host: str) -> bool:
 
     if host in ("localhost", "") or host.startswith("127."):
         return True
+    # An address of this host (of its network namespace) is one a socket can bind to: unlike the
+    # host name's addresses, this holds for every interface, in a container or namespace too.
     try:
-        names = {socket.gethostname(), socket.getfqdn()}
-        local = {a[4][0] for n in names for a in socket.getaddrinfo(n, None)}
+        addresses = socket.getaddrinfo(host, None, proto=socket.IPPROTO_UDP)
     except OSError:
-        local = set()
-    return host in local
+        return False
+    for family, kind, _, _, sockaddr in addresses:
+        try:
+            with socket.socket(family, kind) as probe:
+                probe.bind((sockaddr[0], 0))
+            return True
+        except OSError:
+            continue
+    return False
 
 
 def _local_agent(address: str, token: str) -> str:

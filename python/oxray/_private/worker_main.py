@@ -10,7 +10,6 @@ import concurrent.futures
 import inspect
 import os
 import signal
-import socket
 import sys
 import time
 import traceback
@@ -108,7 +107,8 @@ class Worker:
         self.client = client
         # The actor this worker hosts, once an actor creation task came.
         self.actors = ActorHost(client)
-        self.ip = socket.gethostbyname("localhost")
+        # The node's address (`--node-ip-address`), as a task error's header names it in Ray.
+        self.ip = os.environ.get("OXRAY_AGENT_ADDRESS", "127.0.0.1:0").rsplit(":", 1)[0].strip("[]")
         # Calls of each function with `max_calls` this worker has run.
         self.calls = {}
         self.qualified_names = {}

@@ -13,6 +13,18 @@ from oxray.util.placement_group import (
 from oxray.util.serialization import deregister_serializer, register_serializer
 
 
+def get_node_ip_address() -> str:
+    """Ray's: the address of this process's node (its agent's address: `--node-ip-address`)."""
+    import os
+
+    from oxray._private.state import STATE
+
+    agent = os.environ.get("OXRAY_AGENT_ADDRESS") if STATE.mode == "worker" else None
+    agent = agent or STATE.address_info.get("node_agent_address") or "127.0.0.1:0"
+    host = agent.rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
 def list_named_actors(all_namespaces: bool = False) -> list:
     """Ray's: the names of the live named actors in this job's namespace, or with
     `all_namespaces=True` dicts `{"name": ..., "namespace": ...}` across every namespace."""
@@ -32,6 +44,7 @@ __all__ = [
     "list_named_actors",
     "PlacementGroup",
     "get_current_placement_group",
+    "get_node_ip_address",
     "get_placement_group",
     "placement_group",
     "placement_group_table",

@@ -222,6 +222,7 @@ impl AgentShared {
                     tokio::spawn(async move { this.pull(id, address).await });
                 }
                 Action::Forward { .. }
+                | Action::ResetPeerLink { .. }
                 | Action::ReleaseRemote { .. }
                 | Action::PeerCancel { .. }
                 | Action::PeerKillActor { .. }

@@ -43,6 +43,11 @@ pub(crate) struct PeerLinks {
 }
 
 impl PeerLinks {
+    /// Forgets the link to `node` (it came back): the next message to it opens a new one.
+    pub(crate) fn reset(&self, node: NodeId) {
+        self.outgoing.lock().remove(&node);
+    }
+
     pub(crate) fn send_event(&self, owner: NodeId, event: PeerEvent) {
         if let Some(tx) = self.incoming.lock().get(&owner) {
             let _ = tx.send(Ok(event));
@@ -65,6 +70,11 @@ impl AgentShared {
         let mut rest = Vec::new();
         for action in actions {
             let (node, msg) = match action {
+                Action::ResetPeerLink { node } => {
+                    // In order: what the state queued for the node after this goes on a new link.
+                    self.peers.reset(node);
+                    continue;
+                }
                 Action::Forward { node, task } => (node, peer_message::Msg::Task(*task)),
                 Action::ReleaseRemote { node, id } => {
                     (node, peer_message::Msg::Refs(RefDeltas { decref: vec![id.to_vec()], ..Default::default() }))
@@ -111,13 +121,16 @@ impl AgentShared {
         let link = tx.clone();
         tokio::spawn(async move {
             let reason = this.run_link(node, &address, rx).await;
-            {
+            let current = {
                 let mut links = this.peers.outgoing.lock();
-                if links.get(&node).is_some_and(|tx| tx.same_channel(&link)) {
+                let current = links.get(&node).is_some_and(|tx| tx.same_channel(&link));
+                if current {
                     links.remove(&node);
                 }
-            }
-            if !this.state.lock().is_shutting_down() {
+                current
+            };
+            // A link replaced since (the node came back) ends without a word: the node lives on.
+            if current && !this.state.lock().is_shutting_down() {
                 this.with_state(|st| st.node_died(node, &reason, clock::now_ms()));
             }
         });

@@ -96,6 +96,11 @@ pub enum Action {
         force: bool,
         recursive: bool,
     },
+    /// `node` came back (the head saw it dead, then beating again): the next message to it opens
+    /// a new link instead of the one that broke.
+    ResetPeerLink {
+        node: NodeId,
+    },
     PeerKillActor {
         node: NodeId,
         actor_id: ActorId,

@@ -28,8 +28,11 @@ pub struct PeerView {
     pub total: ResourceSet,
     pub available: ResourceSet,
     /// This node saw it die (its link broke): it stays dead here even while the
-    /// head still lists it, so work is never sent to it again.
+    /// head still lists it, so work is not sent to it again, until it comes back: the
+    /// head lists it dead, then alive (a host whose network returned).
     pub failed: bool,
+    /// Whether the head's last update listed it alive.
+    pub head_alive: bool,
     pub labels: HashMap<String, String>,
     /// The node-table update during which this node last forwarded work there.
     pub forwarded_at: Option<u64>,
@@ -132,7 +135,14 @@ impl AgentState {
             let total = ResourceSet::from_map(&n.total).unwrap_or_default();
             let mut available = ResourceSet::from_map(&n.available).unwrap_or_default();
             let known = self.peers.nodes.get(&id);
-            let failed = known.is_some_and(|p| p.failed);
+            // Back from the dead: the head lists it alive again after listing it dead.
+            let revived = n.alive && known.is_some_and(|p| p.failed && !p.head_alive);
+            let failed = known.is_some_and(|p| p.failed) && !revived;
+            if revived {
+                let what = self.describe_node(&id);
+                self.actions.push(Action::warn(format!("{what} is back: it takes work again")));
+                self.actions.push(Action::ResetPeerLink { node: id });
+            }
             let forwarded_at = known.and_then(|p| p.forwarded_at);
             // The head's figures may predate work forwarded there in the last two updates (its beat
             // came first): keep the lower of the two until the node's own report has caught up.
@@ -147,6 +157,7 @@ impl AgentState {
                 total,
                 available,
                 failed,
+                head_alive: n.alive,
                 labels: n.labels.clone(),
                 forwarded_at,
             };

@@ -815,11 +815,26 @@ fn a_forwarded_task_fails_when_its_node_dies_and_no_retries_are_left() {
     assert!(!st.is_ready(&oid(101)));
     st.update_peers(&[peer_info(4.0, false)], NOW);
     assert_eq!(system_error_type(&mut st, oid(101)).as_deref(), Some("WorkerCrashedError"));
-    // Dead to this node from now on, even if the head lists it alive again.
+    // The head lists it alive again (its host's network came back): it takes work again, on a new link.
+    st.update_peers(&[peer_info(4.0, true)], NOW);
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::ResetPeerLink { node } if *node == PEER)));
+    st.submit(DRIVER, task(2, &[("CPU", 2.0)]), NOW).unwrap();
+    st.schedule(NOW);
+    assert!(st.take_actions().iter().any(|a| matches!(a, Action::Forward { node, .. } if *node == PEER)));
+}
+
+#[test]
+fn a_node_whose_link_broke_stays_dead_here_while_the_head_still_lists_it_alive() {
+    let mut st = new_state(1.0, 0);
+    forward_big_task(&mut st, 0);
+    st.node_died(PEER, "its connection failed", NOW);
+    st.take_actions();
     st.update_peers(&[peer_info(4.0, true)], NOW);
     st.submit(DRIVER, task(2, &[("CPU", 2.0)]), NOW).unwrap();
     st.schedule(NOW);
-    assert!(!st.take_actions().iter().any(|a| matches!(a, Action::Forward { .. })), "never sent to a dead node");
+    let actions = st.take_actions();
+    assert!(!actions.iter().any(|a| matches!(a, Action::Forward { .. })), "never sent to a node seen dead");
+    assert!(!actions.iter().any(|a| matches!(a, Action::ResetPeerLink { .. })));
 }
 
 fn log_lines(st: &mut AgentState) -> Vec<String> {
