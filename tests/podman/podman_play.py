@@ -81,6 +81,17 @@ def play(pods, network, secret=None):
             podman("network", "rm", "-f", network, check=False)
 
 
+def pod_logs(names):
+    """The last output of each named pod's oxray container, for a failure's message."""
+    out = []
+    for name in names:
+        for suffix in ("oxray-head", "oxray-worker"):
+            done = podman("logs", f"{name}-{suffix}", check=False)
+            if done.returncode == 0:
+                out.append(f"--- {name}\n{(done.stdout + done.stderr)[-3000:]}")
+    return "\n".join(out)
+
+
 def head_get(port, path, token):
     """(status, JSON body) of a GET on the published port; (None, None) while nothing answers."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}

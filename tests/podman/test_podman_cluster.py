@@ -28,7 +28,7 @@ from podman_play import (
     head_get,
     host_torch_site,
     play,
-    podman,
+    pod_logs,
     render,
     with_host_torch,
 )
@@ -52,16 +52,6 @@ def played():
         pods = with_host_torch(pods, host_torch_site())
     with play(pods, NETWORK, secret) as started:
         yield {"port": port, "token": token, "pods": [p["metadata"]["name"] for p in pods], "started": started}
-
-
-def pod_logs(names):
-    out = []
-    for name in names:
-        for suffix in ("oxray-head", "oxray-worker"):
-            done = podman("logs", f"{name}-{suffix}", check=False)
-            if done.returncode == 0:
-                out.append(f"--- {name}\n{(done.stdout + done.stderr)[-3000:]}")
-    return "\n".join(out)
 
 
 def test_the_sample_cluster_runs_a_torch_trainer_job_across_containers(played):

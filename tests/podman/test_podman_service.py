@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 
 import yaml
-from podman_play import OPERATOR, REPO, alive_nodes, free_port, head_get, play, podman
+from podman_play import OPERATOR, REPO, alive_nodes, free_port, head_get, play, pod_logs, podman
 
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 from oxray_testutil import wait_until  # noqa: E402
@@ -101,13 +101,3 @@ def test_the_sample_service_serves_its_application_from_containers():
         assert reply == {"path": "/echo/hello", "body": "from podman"}
         # The token guards the REST API; the data plane is open, as Ray's.
         assert head_get(dashboard_port, "/api/serve/applications/", "wrong")[0] == 403
-
-
-def pod_logs(names):
-    out = []
-    for name in names:
-        for suffix in ("oxray-head", "oxray-worker"):
-            done = podman("logs", f"{name}-{suffix}", check=False)
-            if done.returncode == 0:
-                out.append(f"--- {name}\n{(done.stdout + done.stderr)[-3000:]}")
-    return "\n".join(out)

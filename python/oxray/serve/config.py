@@ -24,6 +24,27 @@ _NOT_YET = {
 }
 
 
+def _check_port(owner: str, port) -> None:
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ValueError(f"{owner}(port={port!r}): expected a port number from 0 to 65535")
+
+
+def _check_timeout(owner: str, request_timeout_s) -> None:
+    if request_timeout_s is not None and (not isinstance(request_timeout_s, (int, float)) or request_timeout_s <= 0):
+        raise ValueError(f"{owner}(request_timeout_s={request_timeout_s!r}): expected a positive number or None")
+
+
+def _options_of(cls, value, argument: str):
+    """`value` as options of `cls`: None for the defaults, an instance, or a dict of its fields."""
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, dict):
+        return cls(**value)
+    raise TypeError(f"{argument}={value!r}: expected a dict or a {cls.__name__}")
+
+
 class HTTPOptions:
     """Ray's `HTTPOptions`: `host` (127.0.0.1), `port` (8000), `root_path`, `request_timeout_s`
     (None: no timeout), `keep_alive_timeout_s` (90; `RAY_SERVE_HTTP_KEEP_ALIVE_TIMEOUT_S`
@@ -47,14 +68,8 @@ class HTTPOptions:
                     raise NotImplementedError(f"HTTPOptions({key}=...): oxray's Serve does not do {_NOT_YET[key]} yet")
             elif key != "location":
                 raise TypeError(f"HTTPOptions got an unexpected field {key!r}")
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ValueError(f"HTTPOptions(port={port!r}): expected a port number from 0 to 65535")
-        if request_timeout_s is not None and (
-            not isinstance(request_timeout_s, (int, float)) or request_timeout_s <= 0
-        ):
-            raise ValueError(
-                f"HTTPOptions(request_timeout_s={request_timeout_s!r}): expected a positive number or None"
-            )
+        _check_port("HTTPOptions", port)
+        _check_timeout("HTTPOptions", request_timeout_s)
         if not isinstance(keep_alive_timeout_s, (int, float)) or keep_alive_timeout_s <= 0:
             raise ValueError(f"HTTPOptions(keep_alive_timeout_s={keep_alive_timeout_s!r}): expected a positive number")
         if root_path and (not root_path.startswith("/") or root_path.endswith("/")):
@@ -73,13 +88,7 @@ class HTTPOptions:
 
     @classmethod
     def of(cls, value) -> "HTTPOptions":
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            return cls(**value)
-        raise TypeError(f"http_options={value!r}: expected a dict or an HTTPOptions")
+        return _options_of(cls, value, "http_options")
 
     def to_wire(self) -> dict:
         """What the node agents' proxies take (`oxray_serve::routes::HttpOptions`)."""
@@ -124,8 +133,7 @@ class gRPCOptions:  # noqa: N801 - Ray's name
         request_timeout_s: Optional[float] = None,
         enable_reflection: Optional[bool] = None,
     ):
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise ValueError(f"gRPCOptions(port={port!r}): expected a port number from 0 to 65535")
+        _check_port("gRPCOptions", port)
         functions = list(grpc_servicer_functions or [])
         for function in functions:
             if not isinstance(function, str) or "." not in function:
@@ -133,12 +141,7 @@ class gRPCOptions:  # noqa: N801 - Ray's name
                     f"gRPCOptions(grpc_servicer_functions=[{function!r}]): expected import paths such as "
                     "'user_defined_protos_pb2_grpc.add_UserDefinedServiceServicer_to_server'"
                 )
-        if request_timeout_s is not None and (
-            not isinstance(request_timeout_s, (int, float)) or request_timeout_s <= 0
-        ):
-            raise ValueError(
-                f"gRPCOptions(request_timeout_s={request_timeout_s!r}): expected a positive number or None"
-            )
+        _check_timeout("gRPCOptions", request_timeout_s)
         if enable_reflection and functions:
             raise NotImplementedError(
                 "gRPCOptions(enable_reflection=True): oxray's gRPC proxy serves no reflection service; "
@@ -151,13 +154,7 @@ class gRPCOptions:  # noqa: N801 - Ray's name
 
     @classmethod
     def of(cls, value) -> "gRPCOptions":
-        if value is None:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            return cls(**value)
-        raise TypeError(f"grpc_options={value!r}: expected a dict or a gRPCOptions")
+        return _options_of(cls, value, "grpc_options")
 
     def to_wire(self) -> Optional[dict]:
         """What the node agents' proxies take (`oxray_serve::routes::GrpcOptions`); None: no gRPC proxy."""

@@ -12,8 +12,8 @@
 //! (`grpc-timeout`, or `request_timeout_s`) DEADLINE_EXCEEDED, a failed deployment UNAVAILABLE,
 //! anything else INTERNAL. The replica's own codes (its `RayServegRPCContext`) pass through.
 
-use super::{CancelOnDrop, Failure, ReplicaCallError, ServeProxy, listen, new_request_id, take_slot, wire};
-use crate::serve::{ConnectionLimits, Protocol, serve};
+use super::{CancelOnDrop, Failure, ReplicaCallError, ServeProxy, Serving, listen, new_request_id, take_slot, wire};
+use crate::serve::{ConnectionLimits, Protocol};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -26,8 +26,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
 
 const LIST_APPLICATIONS: &str = "/ray.serve.RayServeAPIService/ListApplications";
 const HEALTHZ: &str = "/ray.serve.RayServeAPIService/Healthz";
@@ -73,8 +72,7 @@ pub struct GrpcServer {
     pub local_addr: std::net::SocketAddr,
     /// The host and options it was started with (a change restarts it).
     pub options: (String, GrpcOptions),
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    serving: Serving,
 }
 
 impl GrpcServer {
@@ -93,25 +91,13 @@ impl GrpcServer {
         let limits = ConnectionLimits { max_connections: 4096, header_timeout: Duration::from_secs(90) };
         let state = Proxied { proxy, options: Arc::new(options.clone()), max_message_bytes };
         let app = Router::new().fallback(handle).with_state(state);
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, limits, None, stopped, Protocol::Http2));
-        Ok(GrpcServer { local_addr, options: (host.to_string(), options), stop: Some(stop), task })
+        let serving = Serving::spawn(listener, app, limits, None, Protocol::Http2);
+        Ok(GrpcServer { local_addr, options: (host.to_string(), options), serving })
     }
 
     /// Stops accepting, lets calls in flight finish (a few seconds at most), and waits.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = (&mut self.task).await;
-    }
-}
-
-impl Drop for GrpcServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+    pub async fn shutdown(self) {
+        self.serving.shutdown().await;
     }
 }
 
@@ -256,13 +242,7 @@ async fn dispatch(
     request_id: &str,
 ) -> Result<(Response, u32), Failure> {
     let slot = take_slot(proxy, route, model).await?;
-    let mut cancel = CancelOnDrop {
-        calls: proxy.calls.clone(),
-        actor_id: slot.replica.actor_id.clone(),
-        stream_id: stream_id.to_string(),
-        method: "grpc_cancel",
-        armed: true,
-    };
+    let mut cancel = CancelOnDrop::for_slot(proxy, &slot, stream_id, "grpc_cancel");
     let first = match proxy.calls.call(&slot.replica.actor_id, "handle_grpc", payload).await {
         Ok(raw) => raw,
         Err(e) => {

@@ -153,8 +153,7 @@ impl ServeProxy {
 pub struct ProxyServer {
     pub local_addr: SocketAddr,
     pub options: HttpOptions,
-    stop: Option<oneshot::Sender<()>>,
-    task: JoinHandle<()>,
+    serving: Serving,
 }
 
 impl ProxyServer {
@@ -171,13 +170,37 @@ impl ProxyServer {
         let keep_alive = Duration::try_from_secs_f64(options.keep_alive_timeout_s).unwrap_or(Duration::from_secs(90));
         let limits = ConnectionLimits { max_connections: 4096, header_timeout: keep_alive };
         let app = router(proxy, options.clone());
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, app, limits, https, stopped, Protocol::Http1));
-        Ok(ProxyServer { local_addr, options, stop: Some(stop), task })
+        let serving = Serving::spawn(listener, app, limits, https, Protocol::Http1);
+        Ok(ProxyServer { local_addr, options, serving })
     }
 
     /// Stops accepting, lets requests in flight finish (a few seconds at most), and waits.
-    pub async fn shutdown(mut self) {
+    pub async fn shutdown(self) {
+        self.serving.shutdown().await;
+    }
+}
+
+/// A proxy's accept loop on its task: stopped when shut down or dropped.
+pub(crate) struct Serving {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Serving {
+    pub(crate) fn spawn(
+        listener: TcpListener,
+        app: Router,
+        limits: ConnectionLimits,
+        https: Option<HttpsIdentity>,
+        protocol: Protocol,
+    ) -> Self {
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(serve(listener, app, limits, https, stopped, protocol));
+        Serving { stop: Some(stop), task }
+    }
+
+    /// Stops accepting, lets requests in flight finish (a few seconds at most), and waits.
+    pub(crate) async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -185,7 +208,7 @@ impl ProxyServer {
     }
 }
 
-impl Drop for ProxyServer {
+impl Drop for Serving {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
@@ -444,6 +467,17 @@ pub(crate) struct CancelOnDrop {
 }
 
 impl CancelOnDrop {
+    /// Armed for the request `stream_id` sent to `slot`'s replica, cancelled there with `method`.
+    pub(crate) fn for_slot(proxy: &ServeProxy, slot: &Slot, stream_id: &str, method: &'static str) -> Self {
+        CancelOnDrop {
+            calls: proxy.calls.clone(),
+            actor_id: slot.replica.actor_id.clone(),
+            stream_id: stream_id.to_string(),
+            method,
+            armed: true,
+        }
+    }
+
     /// The request ended on the replica: nothing to cancel.
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
@@ -478,13 +512,7 @@ async fn dispatch(
     model: Option<&str>,
 ) -> Result<Response, Failure> {
     let slot = take_slot(proxy, route, model).await?;
-    let mut cancel = CancelOnDrop {
-        calls: proxy.calls.clone(),
-        actor_id: slot.replica.actor_id.clone(),
-        stream_id: stream_id.to_string(),
-        method: "http_cancel",
-        armed: true,
-    };
+    let mut cancel = CancelOnDrop::for_slot(proxy, &slot, stream_id, "http_cancel");
     let first = match proxy.calls.call(&slot.replica.actor_id, "handle_http", payload).await {
         Ok(raw) => raw,
         Err(ReplicaCallError::ActorDied(why)) => {

@@ -11,6 +11,7 @@ versions it runs (`recovery_info`) and adopts it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import pickle
 import threading
@@ -147,19 +148,15 @@ class ServeReplica:
             raise RayServeException(f"deployment {self.replica_id.deployment_name!r} has no method {method_name!r}")
         return method
 
-    def handle_request(self, method_name: str, *args, _oxray_generator_ok: bool = False, **kwargs):
-        model_id = kwargs.pop(MODEL_ID_KWARG, "")
+    @contextlib.contextmanager
+    def _handle_call(self, label: str):
+        """A handle's call: counted ongoing while it runs, then recorded and logged (`label` in the
+        access line). A handle's call has no route (Ray's `route` tag is empty for it)."""
         with self.idle:
             self.ongoing += 1
         started, error = time.perf_counter(), None
         try:
-            result = self._run(self._method(method_name), args, kwargs, model_id)
-            if not _oxray_generator_ok and (inspect.isgenerator(result) or inspect.isasyncgen(result)):
-                raise TypeError(
-                    f"Method '{method_name}' returned a generator. You must use `handle.options(stream=True)` "
-                    "to call generators on a deployment."
-                )
-            return result
+            yield
         except BaseException as e:
             error = e
             raise
@@ -167,19 +164,26 @@ class ServeReplica:
             with self.idle:
                 self.ongoing -= 1
                 self.idle.notify_all()
-            # A handle's call has no route (Ray's `route` tag is empty for it).
-            access = f"CALL {method_name} {'OK' if error is None else 'ERROR'}"
+            access = f"CALL {label} {'OK' if error is None else 'ERROR'}"
             self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
+
+    def handle_request(self, method_name: str, *args, _oxray_generator_ok: bool = False, **kwargs):
+        model_id = kwargs.pop(MODEL_ID_KWARG, "")
+        with self._handle_call(method_name):
+            result = self._run(self._method(method_name), args, kwargs, model_id)
+            if not _oxray_generator_ok and (inspect.isgenerator(result) or inspect.isasyncgen(result)):
+                raise TypeError(
+                    f"Method '{method_name}' returned a generator. You must use `handle.options(stream=True)` "
+                    "to call generators on a deployment."
+                )
+            return result
 
     def handle_request_streaming(self, method_name: str, *args, **kwargs):
         """A call through `handle.options(stream=True)`: a streaming actor call yielding what the
         deployment's generator method yields (an async one runs on the replica's loop), the
         request's model id set while it runs. The request counts as ongoing until it ends."""
         model_id = kwargs.pop(MODEL_ID_KWARG, "")
-        with self.idle:
-            self.ongoing += 1
-        started, error = time.perf_counter(), None
-        try:
+        with self._handle_call(f"{method_name} (stream)"):
             result = self._run(self._method(method_name), args, kwargs, model_id)
             if inspect.isasyncgen(result):
                 loop = self._event_loop()
@@ -204,15 +208,6 @@ class ServeReplica:
                     f"Method '{method_name}' returned a non-generator object ({type(result).__name__}) but was "
                     "called with `handle.options(stream=True)`: call it without stream=True"
                 )
-        except BaseException as e:
-            error = e
-            raise
-        finally:
-            with self.idle:
-                self.ongoing -= 1
-                self.idle.notify_all()
-            access = f"CALL {method_name} (stream) {'OK' if error is None else 'ERROR'}"
-            self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
 
     def request_finished(self, route: str, latency_ms: float, error, access: str, request_id: str) -> None:
         """A request ended: counted in the replica's metrics, and logged (`access`: what it was and
