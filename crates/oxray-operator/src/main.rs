@@ -127,30 +127,10 @@ struct RenderOptions {
     serve_config: Option<std::path::PathBuf>,
 }
 
-/// The manifest's documents, split on `---` lines, as YAML values (empty ones left out).
-fn documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut docs = Vec::new();
-    let mut current = String::new();
-    for line in text.lines().chain(std::iter::once("---")) {
-        if line.trim_end() == "---" {
-            if !current.trim().is_empty() {
-                let doc: serde_json::Value = serde_saphyr::from_str(&current)?;
-                if !doc.is_null() {
-                    docs.push(doc);
-                }
-            }
-            current.clear();
-        } else {
-            current.push_str(line);
-            current.push('\n');
-        }
-    }
-    Ok(docs)
-}
-
 fn render(file: &std::path::Path, options: &RenderOptions) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let docs = documents(&text).with_context(|| format!("{} is not YAML", file.display()))?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).with_context(|| format!("{} is not YAML", file.display()))?;
     let mut passed_through = Vec::new();
     let mut cluster = None;
     let mut serve = None;

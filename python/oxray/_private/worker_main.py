@@ -123,6 +123,7 @@ class Worker:
             if qualname is not None and inspect.isclass(fn):
                 fn.__qualname__ = qualname  # see `submission.function_id_for`
             STATE.functions[function_id] = fn
+            adopt_setproctitle()  # the function's module may have imported it just now
         return fn
 
     def qualified_name_of(self, function_id, fn) -> str:
@@ -202,7 +203,6 @@ class Worker:
     def call_function(self, a: _native.Assignment, args, kwargs):
         fn = self.load(a.function_id)
         CURRENT.function_name = self.qualified_names.get(a.function_id) or self.qualified_name_of(a.function_id, fn)
-        adopt_setproctitle()  # the function's module may have imported it just now
         with UserCode():
             result = fn(*args, **kwargs)
             if is_streaming_task(a.task_id, a.return_ids):

@@ -147,10 +147,10 @@ async fn answer(state: &Proxied, request: Request, path: &str, request_id: &str,
             return (trailers_only(&status, request_id), status.code);
         }
         let message = if path == HEALTHZ {
-            string_field(1, "success")
+            prost::Message::encode_to_vec(&HealthzResponse { message: "success".into() })
         } else {
-            let table = proxy.table();
-            table.routes.iter().flat_map(|r| string_field(1, &r.app)).collect()
+            let application_names = proxy.table().routes.iter().map(|r| r.app.clone()).collect();
+            prost::Message::encode_to_vec(&ListApplicationsResponse { application_names })
         };
         return (unary(vec![Bytes::from(message)], &Status::new(Code::Ok, ""), request_id), 0);
     }
@@ -402,20 +402,18 @@ fn framed(message: &[u8]) -> Bytes {
     Bytes::from(out)
 }
 
-/// A protobuf `string` (or `bytes`) field: its key, its length as a varint, its bytes.
-fn string_field(number: u32, value: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(value.len() + 6);
-    let varint = |mut n: u64, out: &mut Vec<u8>| {
-        while n >= 0x80 {
-            out.push((n as u8) | 0x80);
-            n >>= 7;
-        }
-        out.push(n as u8);
-    };
-    varint(u64::from(number << 3 | 2), &mut out);
-    varint(value.len() as u64, &mut out);
-    out.extend_from_slice(value.as_bytes());
-    out
+/// `ray.serve.ListApplicationsResponse`: the built-in service's answer.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ListApplicationsResponse {
+    #[prost(string, repeated, tag = "1")]
+    application_names: Vec<String>,
+}
+
+/// `ray.serve.HealthzResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct HealthzResponse {
+    #[prost(string, tag = "1")]
+    message: String,
 }
 
 fn grpc_response(body: Body) -> Response {
@@ -554,8 +552,10 @@ mod tests {
 
     #[test]
     fn the_built_in_services_messages_are_protobuf_strings() {
-        assert_eq!(string_field(1, "success"), b"\x0a\x07success");
-        assert_eq!(string_field(1, &"a".repeat(200))[..3], [0x0a, 0xc8, 0x01]);
+        let healthz = prost::Message::encode_to_vec(&HealthzResponse { message: "success".into() });
+        assert_eq!(healthz, b"\x0a\x07success");
+        let names = ListApplicationsResponse { application_names: vec!["a".repeat(200), "b".into()] };
+        assert_eq!(prost::Message::encode_to_vec(&names)[..3], [0x0a, 0xc8, 0x01]);
         assert_eq!(code_name(5), "NOT_FOUND");
         assert_eq!(code_name(99), "UNKNOWN");
         let status = Status { code: 13, details: "bad 100% é".into(), trailing: vec![("x-k".into(), "v".into())] };

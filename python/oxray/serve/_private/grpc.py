@@ -18,8 +18,8 @@ import json
 import queue
 import struct
 import threading
-import traceback
 
+from oxray.serve.exceptions import RayServeException
 from oxray.serve.grpc_util import RayServegRPCContext
 from oxray.serve.handle import MODEL_ID_KWARG
 
@@ -118,6 +118,7 @@ class GrpcCalls:
         self.replica = replica
         self.registrars: dict = {}
         self.streams: dict = {}
+        self.takes_context: dict = {}
         self.lock = threading.Lock()
 
     def handle(self, raw) -> bytes:
@@ -155,31 +156,35 @@ class GrpcCalls:
             return encode_batch([], (INTERNAL, f"a unary call to {path} carried {len(requests)} messages", []))
         method_name = path.rsplit("/", 1)[-1]
         context = RayServegRPCContext(head.get("metadata") or [])
-        kwargs = {MODEL_ID_KWARG: head.get("multiplexed_model_id", ""), "_oxray_generator_ok": True}
+        kwargs = {MODEL_ID_KWARG: head.get("multiplexed_model_id", "")}
         if self._takes_context(method_name):
             kwargs["grpc_context"] = context
         encode = handler.response_serializer or (lambda m: m)
+        if handler.response_streaming:
+            # The handles' streaming path: the generator (sync or async) runs with the model id set,
+            # and the call counts as ongoing until it ends.
+            stream = _Stream(self.replica.handle_request_streaming(method_name, argument, **kwargs), encode, context)
+            with self.lock:
+                self.streams[head["stream_id"]] = stream
+            return self.next_batch(head["stream_id"])
         try:
             result = self.replica.handle_request(method_name, argument, **kwargs)
         except Exception as e:  # noqa: BLE001 - the user's error is the call's status
-            code, details, trailing = context._status()
-            if code == 0:
-                code, details = INTERNAL, details or str(e) or type(e).__name__
-            return encode_batch([], (code, details, trailing))
-        if not handler.response_streaming:
-            return encode_batch([encode(result)], context._status())
-        stream = _Stream(self.replica, result, encode, context)
-        with self.lock:
-            self.streams[head["stream_id"]] = stream
-        return self.next_batch(head["stream_id"])
+            return encode_batch([], _error_status(context, e))
+        return encode_batch([encode(result)], context._status())
 
     def _takes_context(self, method_name: str) -> bool:
-        target = self.replica.target
-        method = target if self.replica.is_function else getattr(target, method_name, None)
-        try:
-            return method is not None and "grpc_context" in inspect.signature(method).parameters
-        except (TypeError, ValueError):
-            return False
+        """Whether the deployment's method takes `grpc_context` (looked up once per method)."""
+        takes = self.takes_context.get(method_name)
+        if takes is None:
+            try:
+                takes = "grpc_context" in inspect.signature(self.replica._method(method_name)).parameters
+            except RayServeException:
+                return False  # no such method: the call itself fails, naming it
+            except (TypeError, ValueError):
+                takes = False
+            self.takes_context[method_name] = takes
+        return takes
 
     def next_batch(self, stream_id: str) -> bytes:
         with self.lock:
@@ -199,41 +204,35 @@ class GrpcCalls:
             stream.cancelled.set()
 
 
-class _Stream:
-    """A server-streaming answer: the user's generator runs on a thread of its own (an async one
-    on the replica's loop), its messages queued for the proxy's `grpc_next`."""
+def _error_status(context: RayServegRPCContext, error: BaseException) -> tuple:
+    """A failed call's status: the code the method set on its context, else INTERNAL."""
+    code, details, trailing = context._status()
+    if code == 0:
+        code, details = INTERNAL, details or str(error) or type(error).__name__
+    return code, details, trailing
 
-    def __init__(self, replica, result, encode, context: RayServegRPCContext):
+
+class _Stream:
+    """A server-streaming answer: the replica's streaming generator runs on a thread of its own, its
+    messages queued for the proxy's `grpc_next`."""
+
+    def __init__(self, items, encode, context: RayServegRPCContext):
         self.items: queue.Queue = queue.Queue()
         self.cancelled = threading.Event()
-        self.encode, self.context, self.replica = encode, context, replica
-        threading.Thread(target=self._produce, args=(result,), name="serve-grpc-stream", daemon=True).start()
+        threading.Thread(
+            target=self._produce, args=(items, encode, context), name="serve-grpc-stream", daemon=True
+        ).start()
 
-    def _produce(self, result) -> None:
+    def _produce(self, items, encode, context: RayServegRPCContext) -> None:
         try:
-            if inspect.isasyncgen(result):
-                import asyncio
-
-                loop = self.replica._event_loop()
-                while not self.cancelled.is_set():
-                    try:
-                        item = asyncio.run_coroutine_threadsafe(result.__anext__(), loop).result()
-                    except StopAsyncIteration:
-                        break
-                    self.items.put(("message", self.encode(item)))
-            else:
-                for item in result:
-                    if self.cancelled.is_set():
-                        close = getattr(result, "close", None)
-                        if close is not None:
-                            close()
-                        break
-                    self.items.put(("message", self.encode(item)))
-            status = self.context._status() if not self.cancelled.is_set() else (CANCELLED, "cancelled", [])
-        except Exception as e:  # noqa: BLE001 - the stream ends with the error's status
-            self.replica.log.failure(e)
-            code, details, trailing = self.context._status()
-            status = (code, details, trailing) if code != 0 else (INTERNAL, str(e) or traceback.format_exc(), [])
+            for item in items:
+                if self.cancelled.is_set():
+                    items.close()
+                    break
+                self.items.put(("message", encode(item)))
+            status = (CANCELLED, "cancelled", []) if self.cancelled.is_set() else context._status()
+        except Exception as e:  # noqa: BLE001 - the stream ends with the error's status (the replica logged it)
+            status = _error_status(context, e)
         self.items.put(("end", status))
 
     def take(self) -> tuple:

@@ -157,6 +157,10 @@ class ServeReplica:
         started, error = time.perf_counter(), None
         try:
             yield
+        except GeneratorExit:
+            # A stream its caller closed early: cancelled, as an HTTP client gone is (no traceback).
+            error = asyncio.CancelledError("the stream was closed before its end")
+            raise
         except BaseException as e:
             error = e
             raise
@@ -167,11 +171,11 @@ class ServeReplica:
             access = f"CALL {label} {'OK' if error is None else 'ERROR'}"
             self.request_finished("", (time.perf_counter() - started) * 1000, error, access, "")
 
-    def handle_request(self, method_name: str, *args, _oxray_generator_ok: bool = False, **kwargs):
+    def handle_request(self, method_name: str, *args, **kwargs):
         model_id = kwargs.pop(MODEL_ID_KWARG, "")
         with self._handle_call(method_name):
             result = self._run(self._method(method_name), args, kwargs, model_id)
-            if not _oxray_generator_ok and (inspect.isgenerator(result) or inspect.isasyncgen(result)):
+            if inspect.isgenerator(result) or inspect.isasyncgen(result):
                 raise TypeError(
                     f"Method '{method_name}' returned a generator. You must use `handle.options(stream=True)` "
                     "to call generators on a deployment."
